@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""memfleet vs pymemcache vs pylibmc: operation speed, and value size/speed vs pickle and json.
+
+Starts its own servers (``--server-cmd``, default ``memcached``) on free loopback ports unless
+``--servers host:port,...`` is given (three or more for the get_many case). Prints Markdown.
+
+    python3 clients/python/bench/compare_clients.py [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import random
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from typing import Any, Callable
+
+import memfleet
+from memfleet.serde import Serde
+
+try:
+    import pylibmc
+except ImportError:  # pragma: no cover
+    pylibmc = None
+try:
+    from pymemcache.client.base import Client as PymemcacheClient
+    from pymemcache.client.hash import HashClient
+    from pymemcache.serde import pickle_serde
+except ImportError:  # pragma: no cover
+    PymemcacheClient = None
+
+
+# -- realistic values ---------------------------------------------------------------------------
+def user_profile(i: int = 1) -> dict[str, Any]:
+    """A ~1 KB nested user profile (pickle: ~1,000 bytes)."""
+    rnd = random.Random(i)
+    return {
+        "id": 100000 + i,
+        "username": f"user{i}",
+        "email": f"user{i}@example.com",
+        "name": {"first": rnd.choice(["Ada", "Alan", "Grace", "Linus"]), "last": rnd.choice(["Lovelace", "Turing"])},
+        "active": True,
+        "created_at": "2024-03-0%dT12:34:56Z" % rnd.randint(1, 9),
+        "roles": ["viewer", "editor"],
+        "address": {"street": "%d Main Street" % rnd.randint(1, 999), "city": "Paris", "zip": "75001", "country": "FR"},
+        "preferences": {
+            "theme": "dark",
+            "language": "en",
+            "timezone": "Europe/Paris",
+            "notifications": {"email": True, "sms": False, "push": True},
+        },
+        "stats": {
+            "logins": rnd.randint(1, 5000),
+            "posts": rnd.randint(0, 300),
+            "followers": rnd.randint(0, 10000),
+            "score": round(rnd.random() * 100, 3),
+        },
+        "recent_orders": [
+            {
+                "order_id": 500000 + j,
+                "sku": "SKU-%05d" % rnd.randint(0, 99999),
+                "qty": rnd.randint(1, 5),
+                "price": round(rnd.random() * 200, 2),
+                "status": rnd.choice(["shipped", "delivered", "pending"]),
+            }
+            for j in range(10)
+        ],
+        "tags": ["beta", "newsletter", "premium"],
+    }
+
+
+def int_list() -> list[int]:
+    rnd = random.Random(7)
+    return [rnd.randint(0, 1_000_000) for _ in range(1000)]
+
+
+def html_page() -> str:
+    rnd = random.Random(3)
+    rows = "\n".join(
+        f'    <tr class="row-{i % 2}"><td><a href="/products/{rnd.randint(1, 99999)}">Product {i}</a></td>'
+        f"<td>${rnd.randint(1, 500)}.{rnd.randint(0, 99):02d}</td><td>{rnd.choice(['In stock', 'Sold out'])}</td></tr>"
+        for i in range(300)
+    )
+    return (
+        "<!doctype html>\n<html><head><title>Catalog</title>"
+        '<link rel="stylesheet" href="/static/site.css"></head>\n<body>\n'
+        '<nav><ul><li><a href="/">Home</a></li><li><a href="/catalog">Catalog</a></li></ul></nav>\n'
+        f"<table>\n{rows}\n</table>\n<footer>&copy; Example</footer></body></html>\n"
+    )
+
+
+# -- servers ------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_servers(cmd: str, n: int) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
+    addresses, procs = [], []
+    for _ in range(n):
+        port = free_port()
+        argv = shlex.split(cmd) + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "256"]
+        if os.path.basename(argv[0]) == "memcached" and os.geteuid() == 0:
+            argv += ["-u", "root"]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        addresses.append(f"127.0.0.1:{port}")
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+    return addresses, procs
+
+
+# -- timing -------------------------------------------------------------------------------------
+def per_op(fn: Callable[[], Any], n: int, repeats: int = 5) -> float:
+    """Best-of-repeats microseconds per call."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
+def hostport(a: str) -> tuple[str, int]:
+    h, p = a.rsplit(":", 1)
+    return h, int(p)
+
+
+def bench_ops(addresses: list[str], n: int) -> list[dict[str, Any]]:
+    one = addresses[0]
+    rows: list[dict[str, Any]] = []
+    mf1 = memfleet.Client([one])
+    mf3 = memfleet.Client(addresses)
+    pm1 = PymemcacheClient(hostport(one), serde=pickle_serde, default_noreply=False) if PymemcacheClient else None
+    pm3 = (
+        HashClient([hostport(a) for a in addresses], serde=pickle_serde, default_noreply=False)
+        if PymemcacheClient
+        else None
+    )
+    pl1 = pylibmc.Client([one], binary=False, behaviors={"tcp_nodelay": True}) if pylibmc else None
+    pl3 = (
+        pylibmc.Client(addresses, binary=False, behaviors={"tcp_nodelay": True, "ketama_weighted": True})
+        if pylibmc
+        else None
+    )
+
+    small = "v" * 100
+    big = random.Random(5).randbytes(100 * 1024)  # incompressible, so no client compresses it
+    keys100 = [f"multi:{i}" for i in range(100)]
+    # each client stores the keys itself: pymemcache's HashClient places keys with its own hashing
+    mf3.set_many({k: small for k in keys100})
+    if pm3:
+        pm3.set_many({k: small for k in keys100})
+    if pl3:
+        pl3.set_multi({k: small for k in keys100})
+    mf1.set("single", small)
+    mf1.set("big", big)
+
+    def add(name: str, clients: dict[str, Callable[[], Any]], iters: int) -> None:
+        # interleave the clients' repeats so a noisy neighbour hurts them all alike; keep the best
+        row: dict[str, Any] = {"case": name}
+        for _ in range(7):
+            for cname, fn in clients.items():
+                row[cname] = min(row.get(cname, float("inf")), per_op(fn, iters, repeats=1))
+        rows.append(row)
+
+    add(
+        "get (100 B value, 1 server)",
+        {
+            "memfleet": lambda: mf1.get("single"),
+            **({"pymemcache": lambda: pm1.get("single")} if pm1 else {}),
+            **({"pylibmc": lambda: pl1.get("single")} if pl1 else {}),
+        },
+        n,
+    )
+    add(
+        "set (100 B value, 1 server)",
+        {
+            "memfleet": lambda: mf1.set("single", small),
+            **({"pymemcache": lambda: pm1.set("single", small)} if pm1 else {}),
+            **({"pylibmc": lambda: pl1.set("single", small)} if pl1 else {}),
+        },
+        n,
+    )
+    add(
+        "get_many 100 keys, 3 servers",
+        {
+            "memfleet": lambda: mf3.get_many(keys100),
+            **({"pymemcache": lambda: pm3.get_many(keys100)} if pm3 else {}),
+            **({"pylibmc": lambda: pl3.get_multi(keys100)} if pl3 else {}),
+        },
+        max(50, n // 20),
+    )
+    add(
+        "get 100 KB value",
+        {
+            "memfleet": lambda: mf1.get("big"),
+            **({"pymemcache": lambda: pm1.get("big")} if pm1 else {}),
+            **({"pylibmc": lambda: pl1.get("big")} if pl1 else {}),
+        },
+        max(50, n // 10),
+    )
+    add(
+        "set 100 KB value",
+        {
+            "memfleet": lambda: mf1.set("big", big),
+            **({"pymemcache": lambda: pm1.set("big", big)} if pm1 else {}),
+            **({"pylibmc": lambda: pl1.set("big", big)} if pl1 else {}),
+        },
+        max(50, n // 10),
+    )
+    # sanity: every client really read the values
+    assert mf3.get_many(keys100) == {k: small for k in keys100}
+    if pm3:
+        assert len(pm3.get_many(keys100)) == 100
+    if pl3:
+        assert len(pl3.get_multi(keys100)) == 100
+    return rows
+
+
+def bench_values(n: int) -> list[dict[str, Any]]:
+    zdict = memfleet.train_dictionary([user_profile(i) for i in range(1000, 3000)], size=16384)
+    codecs: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {}
+    codecs["pickle"] = (lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), pickle.loads)
+    codecs["json"] = (lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads)
+    codecs["pickle+zlib (pylibmc/pymemcache compression)"] = (
+        lambda v: zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)),
+        lambda b: pickle.loads(zlib.decompress(b)),
+    )
+    values = {"user profile dict": user_profile(1), "list of 1,000 ints": int_list(), "HTML page": html_page()}
+    serdes = {
+        "memfleet msgpack+zstd (default)": Serde(),
+        "memfleet + trained dictionary": Serde(zstd_dictionary=zdict),
+        "memfleet json+zstd": Serde(serializer="json"),
+    }
+    rows = []
+    order = list(serdes) + list(codecs)
+    for vname, value in values.items():
+        base = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        for cname in order:
+            if cname in serdes:
+                s = serdes[cname]
+                data, flags = s.encode(value)
+                assert s.decode(data, flags) == value
+                enc_us = per_op(lambda s=s, v=value: s.encode(v), n)
+                dec_us = per_op(lambda s=s, d=data, f=flags: s.decode(d, f), n)
+            else:
+                enc_fn, dec_fn = codecs[cname]
+                data = enc_fn(value)
+                enc_us = per_op(lambda e=enc_fn, v=value: e(v), n)
+                dec_us = per_op(lambda d=dec_fn, b=data: d(b), n)
+            rows.append(
+                {
+                    "value": vname,
+                    "codec": cname,
+                    "bytes": len(data),
+                    "vs_pickle": len(data) / base,
+                    "encode_us": enc_us,
+                    "decode_us": dec_us,
+                }
+            )
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--servers", help="comma-separated host:port list (default: start 3 servers)")
+    ap.add_argument("--server-cmd", default=os.environ.get("MEMFLEET_TEST_SERVER", "memcached"))
+    ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--json", help="also write results as JSON to this file")
+    args = ap.parse_args()
+    n = 2000 if args.quick else 20000
+    procs: list[subprocess.Popen[bytes]] = []
+    if args.servers:
+        addresses = args.servers.split(",")
+    else:
+        addresses, procs = start_servers(args.server_cmd, 3)
+    try:
+        ops = bench_ops(addresses, n)
+        vals = bench_values(max(200, n // 10))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    clients = [c for c in ("memfleet", "pymemcache", "pylibmc") if c in ops[0]]
+    print(f"## Client operations (µs per call, lower is better; python {sys.version.split()[0]})\n")
+    header = "| case | " + " | ".join(clients) + " | memfleet vs pymemcache |"
+    print(header)
+    print("|" + "---|" * (len(clients) + 2))
+    for r in ops:
+        speed = f"{r['pymemcache'] / r['memfleet']:.2f}×" if "pymemcache" in r else "-"
+        print(f"| {r['case']} | " + " | ".join(f"{r[c]:.1f}" for c in clients) + f" | {speed} |")
+    print("\n## Values: stored size and codec speed\n")
+    print("| value | codec | bytes | × pickle | encode µs | decode µs |")
+    print("|---|---|---|---|---|---|")
+    for r in vals:
+        print(
+            f"| {r['value']} | {r['codec']} | {r['bytes']} | {r['vs_pickle']:.2f} | "
+            f"{r['encode_us']:.1f} | {r['decode_us']:.1f} |"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"operations": ops, "values": vals}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

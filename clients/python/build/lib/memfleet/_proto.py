@@ -1,0 +1,339 @@
+"""Wire protocol, sans I/O: request builders and response parsers for meta and text commands.
+
+A parser is a generator that yields what it needs next (``LINE`` for a response line without CRLF,
+or ``n >= 0`` for n data bytes plus their CRLF) and returns the result. The blocking and the asyncio
+clients drive the same parsers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+
+from .errors import MemfleetServerError
+
+LINE = -1
+Parser = Generator[int, bytes, object]
+
+_BAD_KEY = re.compile(rb"[\x00-\x20\x7f]")
+MAX_KEY = 250
+
+
+def check_key(kb: bytes) -> bytes:
+    if not kb or len(kb) > MAX_KEY or _BAD_KEY.search(kb):
+        raise ValueError(f"invalid memcached key {kb!r}: 1-250 bytes, no spaces or control characters")
+    return kb
+
+
+def raise_for(line: bytes) -> MemfleetServerError:
+    return MemfleetServerError(line.decode("utf-8", "replace"))
+
+
+def _ttl(ttl: int) -> bytes:
+    return str(int(ttl)).encode()
+
+
+# -- fetches -----------------------------------------------------------------------------------
+def req_get(kb: bytes, meta: bool, cas: bool = False) -> bytes:
+    if meta:
+        return b"mg " + kb + (b" f v c\r\n" if cas else b" f v\r\n")
+    return (b"gets " if cas else b"get ") + kb + b"\r\n"
+
+
+def _meta_flags(tokens: list[bytes]) -> dict[int, bytes]:
+    return {t[0]: t[1:] for t in tokens}
+
+
+def parse_get(meta: bool) -> Generator[int, bytes, tuple[bytes, int, int] | None]:
+    """Returns (data, flags, cas) or None on a miss."""
+    line = yield LINE
+    if meta:
+        if line.startswith(b"VA "):
+            parts = line.split()
+            data = yield int(parts[1])
+            f = _meta_flags(parts[2:])
+            return data, int(f.get(102, b"0")), int(f.get(99, b"0"))
+        if line == b"EN":
+            return None
+        raise raise_for(line)
+    if line == b"END":
+        return None
+    if not line.startswith(b"VALUE "):
+        raise raise_for(line)
+    parts = line.split()
+    data = yield int(parts[3])
+    cas = int(parts[4]) if len(parts) > 4 else 0
+    end = yield LINE
+    if end != b"END":
+        raise raise_for(end)
+    return data, int(parts[2]), cas
+
+
+def req_get_many(kbs: list[bytes], meta: bool) -> bytes:
+    if meta:
+        return b"".join([b"mg " + kb + b" f v k q\r\n" for kb in kbs]) + b"mn\r\n"
+    return b"get " + b" ".join(kbs) + b"\r\n"
+
+
+def parse_get_many(meta: bool) -> Generator[int, bytes, dict[bytes, tuple[bytes, int]]]:
+    out: dict[bytes, tuple[bytes, int]] = {}
+    end = b"MN" if meta else b"END"
+    while True:
+        line = yield LINE
+        if line == end:
+            return out
+        parts = line.split()
+        if meta and parts[0] == b"VA":
+            data = yield int(parts[1])
+            flags = 0
+            key = b""
+            for t in parts[2:]:
+                c = t[0]
+                if c == 102:
+                    flags = int(t[1:])
+                elif c == 107:
+                    key = t[1:]
+            out[key] = (data, flags)
+        elif not meta and parts[0] == b"VALUE":
+            data = yield int(parts[3])
+            out[parts[1]] = (data, int(parts[2]))
+        elif line == b"EN":
+            continue
+        else:
+            raise raise_for(line)
+
+
+# -- stores ------------------------------------------------------------------------------------
+_META_MODE = {b"set": b"", b"add": b" ME", b"replace": b" MR", b"append": b" MA", b"prepend": b" MP", b"cas": b""}
+
+
+def store_head(cmd: bytes, kb: bytes, n: int, flags: int, ttl: int, meta: bool, cas: int = 0) -> bytes:
+    """The command line of a store, CRLF included; the value and its CRLF follow."""
+    if meta:
+        head = b"ms %b %d F%d T%d%b" % (kb, n, flags, ttl, _META_MODE[cmd])
+        if cmd == b"cas":
+            head += b" C%d" % cas
+    else:
+        head = b"%b %b %d %d %d" % (cmd, kb, flags, ttl, n)
+        if cmd == b"cas":
+            head += b" %d" % cas
+    return head + b"\r\n"
+
+
+def req_store(cmd: bytes, kb: bytes, data: bytes, flags: int, ttl: int, meta: bool, cas: int = 0) -> bytes:
+    # header, value and CRLF in one buffer, so they leave in one write
+    return b"".join((store_head(cmd, kb, len(data), flags, ttl, meta, cas), data, b"\r\n"))
+
+
+STORED = {
+    b"HD": True,
+    b"STORED": True,
+    b"NS": False,
+    b"NOT_STORED": False,
+    b"EX": False,
+    b"EXISTS": False,
+    b"NF": False,
+    b"NOT_FOUND": False,
+}
+
+
+def parse_store(meta: bool) -> Generator[int, bytes, bool]:
+    line = yield LINE
+    r = STORED.get(line)
+    if r is None:
+        raise raise_for(line)
+    return r
+
+
+def req_set_many(items: list[tuple[bytes, bytes, int]], ttl: int, meta: bool) -> bytes:
+    # not quiet: SERVER_ERROR replies carry no key, so replies are matched to requests by order
+    t = _ttl(ttl)
+    if meta:
+        parts = [
+            b"ms " + kb + b" " + str(len(d)).encode() + b" F" + str(f).encode() + b" T" + t + b"\r\n" + d + b"\r\n"
+            for kb, d, f in items
+        ]
+    else:
+        parts = [
+            b"set " + kb + b" " + str(f).encode() + b" " + t + b" " + str(len(d)).encode() + b"\r\n" + d + b"\r\n"
+            for kb, d, f in items
+        ]
+    return b"".join(parts)
+
+
+def parse_set_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, list[bytes]]:
+    """Returns the keys that were not stored."""
+    failed: list[bytes] = []
+    for kb in kbs:
+        line = yield LINE
+        ok = STORED.get(line)
+        if ok is None and not line.startswith(b"SERVER_ERROR"):
+            raise raise_for(line)
+        if not ok:
+            failed.append(kb)
+    return failed
+
+
+# -- deletes, touch, arithmetic ----------------------------------------------------------------
+def req_delete(kb: bytes, meta: bool) -> bytes:
+    return (b"md " if meta else b"delete ") + kb + b"\r\n"
+
+
+def parse_delete(meta: bool) -> Generator[int, bytes, bool]:
+    line = yield LINE
+    if line in (b"HD", b"DELETED"):
+        return True
+    if line in (b"NF", b"NOT_FOUND"):
+        return False
+    raise raise_for(line)
+
+
+def req_delete_many(kbs: list[bytes], meta: bool) -> bytes:
+    if meta:
+        return b"".join([b"md " + kb + b" q\r\n" for kb in kbs]) + b"mn\r\n"
+    return b"".join([b"delete " + kb + b"\r\n" for kb in kbs])
+
+
+def parse_delete_many(meta: bool, count: int) -> Generator[int, bytes, int]:
+    """Returns how many keys existed."""
+    if meta:
+        missing = 0
+        while True:
+            line = yield LINE
+            if line == b"MN":
+                return count - missing
+            if line == b"NF":
+                missing += 1
+            else:
+                raise raise_for(line)
+    found = 0
+    for _ in range(count):
+        line = yield LINE
+        if line == b"DELETED":
+            found += 1
+        elif line != b"NOT_FOUND":
+            raise raise_for(line)
+    return found
+
+
+def req_invalidate(kb: bytes, ttl: int | None) -> bytes:
+    return b"md " + kb + b" I" + (b" T" + _ttl(ttl) if ttl is not None else b"") + b"\r\n"
+
+
+def req_touch(kb: bytes, ttl: int, meta: bool) -> bytes:
+    if meta:
+        return b"mg " + kb + b" T" + _ttl(ttl) + b"\r\n"
+    return b"touch " + kb + b" " + _ttl(ttl) + b"\r\n"
+
+
+def parse_touch(meta: bool) -> Generator[int, bytes, bool]:
+    line = yield LINE
+    if line in (b"HD", b"TOUCHED"):
+        return True
+    if line in (b"EN", b"NOT_FOUND"):
+        return False
+    raise raise_for(line)
+
+
+def req_arith(kb: bytes, delta: int, decr: bool, initial: int | None, ttl: int, meta: bool) -> bytes:
+    if meta:
+        r = b"ma " + kb + b" v D" + str(delta).encode()
+        if decr:
+            r += b" MD"
+        if initial is not None:
+            r += b" N" + _ttl(ttl) + b" J" + str(initial).encode()
+        return r + b"\r\n"
+    return (b"decr " if decr else b"incr ") + kb + b" " + str(delta).encode() + b"\r\n"
+
+
+def parse_arith(meta: bool) -> Generator[int, bytes, int | None]:
+    line = yield LINE
+    if meta:
+        if line.startswith(b"VA "):
+            data = yield int(line.split()[1])
+            return int(data)
+        if line in (b"NF", b"NS"):
+            return None
+        raise raise_for(line)
+    if line == b"NOT_FOUND":
+        return None
+    if line[:1].isdigit():
+        return int(line)
+    raise raise_for(line)
+
+
+# -- stampede protection (meta only) -----------------------------------------------------------
+def req_lease_get(kb: bytes, lock_ttl: int, recache: int) -> bytes:
+    r = b"mg " + kb + b" f v c N" + str(lock_ttl).encode()
+    if recache > 0:
+        r += b" R" + str(recache).encode()
+    return r + b"\r\n"
+
+
+class Lease:
+    """A meta get answer with the N/R win flags."""
+
+    __slots__ = ("data", "flags", "cas", "win", "stale", "taken", "hit")
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.flags = 0
+        self.cas = 0
+        self.win = False
+        self.stale = False
+        self.taken = False
+        self.hit = False
+
+
+def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
+    line = yield LINE
+    lease = Lease()
+    if line == b"EN":
+        return lease
+    if not line.startswith(b"VA "):
+        raise raise_for(line)
+    parts = line.split()
+    lease.data = yield int(parts[1])
+    for t in parts[2:]:
+        c = t[:1]
+        if c == b"f":
+            lease.flags = int(t[1:])
+        elif c == b"c":
+            lease.cas = int(t[1:])
+        elif c == b"W":
+            lease.win = True
+        elif c == b"X":
+            lease.stale = True
+        elif c == b"Z":
+            lease.taken = True
+    # a vivified stub is an empty item with flags 0 that someone holds (W for us, Z for others)
+    stub = not lease.data and lease.flags == 0 and (lease.win or lease.taken) and not lease.stale
+    lease.hit = not stub
+    return lease
+
+
+# -- misc --------------------------------------------------------------------------------------
+def parse_ok(meta: bool) -> Generator[int, bytes, bool]:
+    line = yield LINE
+    if line == b"OK":
+        return True
+    raise raise_for(line)
+
+
+def parse_version(meta: bool) -> Generator[int, bytes, str]:
+    line = yield LINE
+    if line.startswith(b"VERSION "):
+        return line[8:].decode()
+    raise raise_for(line)
+
+
+def parse_stats(meta: bool) -> Generator[int, bytes, dict[str, str]]:
+    out: dict[str, str] = {}
+    while True:
+        line = yield LINE
+        if line == b"END":
+            return out
+        if not line.startswith(b"STAT "):
+            raise raise_for(line)
+        _, name, value = line.decode("utf-8", "replace").split(" ", 2)
+        out[name] = value

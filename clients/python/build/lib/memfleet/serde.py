@@ -1,0 +1,226 @@
+"""Value encoding: type flags shared with pylibmc / pymemcache, serializers and zstd compression.
+
+Flags table (the 32-bit client flags field of every item):
+
+====== ================ ======================================================
+bit    name             meaning
+====== ================ ======================================================
+0      (none set)       raw bytes                       (pylibmc, pymemcache)
+1      FLAG_PICKLE      pickle                          (pylibmc, pymemcache)
+2      FLAG_INTEGER     int as ASCII digits             (pymemcache; pylibmc reads it)
+4      FLAG_LONG        int as ASCII digits, read only  (pylibmc writes it)
+8      FLAG_ZLIB        zlib-compressed, read only      (pylibmc, pymemcache)
+16     FLAG_TEXT        str as UTF-8                    (pylibmc, pymemcache)
+256    FLAG_MSGPACK     msgpack                         (memfleet)
+512    FLAG_JSON        JSON (UTF-8)                    (memfleet)
+1024   FLAG_CUSTOM      custom serializer               (memfleet)
+4096   FLAG_ZSTD        zstd-compressed                 (memfleet)
+8192   FLAG_ZSTD_DICT   zstd with the trained dictionary (memfleet, with FLAG_ZSTD)
+====== ================ ======================================================
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zlib
+from collections.abc import Iterable
+from typing import Any, Callable, Union
+
+import msgpack
+import zstandard
+
+FLAG_BYTES = 0
+FLAG_PICKLE = 1
+FLAG_INTEGER = 2
+FLAG_LONG = 4
+FLAG_ZLIB = 8
+FLAG_TEXT = 16
+FLAG_MSGPACK = 1 << 8
+FLAG_JSON = 1 << 9
+FLAG_CUSTOM = 1 << 10
+FLAG_ZSTD = 1 << 12
+FLAG_ZSTD_DICT = 1 << 13
+
+_COMPRESSION_MASK = FLAG_ZLIB | FLAG_ZSTD | FLAG_ZSTD_DICT
+_TYPE_MASK = ~_COMPRESSION_MASK & 0xFFFFFFFF
+
+# Default compression threshold, from measurements of zstd level 3 on msgpack'd records and HTML
+# (docs/python-client.md): at 128-256 bytes records shrink by 0-8% (below the 10% bar), at 512 bytes
+# by ~18% for ~5 us, at 1 KB by ~40%; HTML shrinks far more. 512 keeps nearly all of the savings.
+DEFAULT_COMPRESS_THRESHOLD = 512
+# With a trained dictionary, small records compress well, so try from this size up.
+DEFAULT_DICT_MIN_SIZE = 64
+
+# Values at least this big are tested on a sample first, so incompressible blobs cost little.
+_SAMPLE_FROM = 32 * 1024
+_SAMPLE = 2048
+
+Dumps = Callable[[Any], bytes]
+Loads = Callable[[bytes], Any]
+SerializerSpec = Union[str, tuple[Dumps, Loads]]
+
+
+class SerializationError(ValueError):
+    """A value could not be encoded or decoded."""
+
+
+def _msgpack_dumps(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _msgpack_loads(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def _json_dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _json_loads(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def _pickle_dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def train_dictionary(samples: Iterable[Any], size: int = 16384, serializer: SerializerSpec = "msgpack") -> bytes:
+    """Train a zstd dictionary from sample values (objects or bytes) and return it as bytes.
+
+    Pass the result as ``zstd_dictionary=`` to :class:`memfleet.Client`. Every client that reads
+    the values must use the same dictionary.
+    """
+    serde = Serde(serializer=serializer, compress_threshold=None, allow_pickle=True)
+    encoded: list[bytes | bytearray | memoryview] = [serde.encode(s)[0] for s in samples]
+    if not encoded:
+        raise ValueError("train_dictionary needs samples")
+    return bytes(zstandard.train_dictionary(size, encoded).as_bytes())
+
+
+class Serde:
+    """Encodes Python values to (bytes, flags) and back."""
+
+    def __init__(
+        self,
+        serializer: SerializerSpec = "msgpack",
+        compress_threshold: int | None = DEFAULT_COMPRESS_THRESHOLD,
+        compress_level: int = 3,
+        zstd_dictionary: bytes | None = None,
+        dict_min_size: int = DEFAULT_DICT_MIN_SIZE,
+        allow_pickle: bool = False,
+    ) -> None:
+        self._type_flag: int
+        self._dumps: Dumps
+        if isinstance(serializer, tuple):
+            self._dumps, custom_loads = serializer
+            self._type_flag = FLAG_CUSTOM
+        elif serializer == "msgpack":
+            self._dumps, custom_loads = _msgpack_dumps, _msgpack_loads
+            self._type_flag = FLAG_MSGPACK
+        elif serializer == "json":
+            self._dumps, custom_loads = _json_dumps, _json_loads
+            self._type_flag = FLAG_JSON
+        elif serializer == "pickle":
+            self._dumps, custom_loads = _pickle_dumps, pickle.loads
+            self._type_flag = FLAG_PICKLE
+            allow_pickle = True
+        else:
+            raise ValueError(f"unknown serializer {serializer!r}")
+        self.allow_pickle = allow_pickle
+        self._loaders: dict[int, Loads] = {
+            FLAG_MSGPACK: _msgpack_loads,
+            FLAG_JSON: _json_loads,
+            FLAG_CUSTOM: custom_loads,
+        }
+        self.compress_threshold = compress_threshold
+        self._level = compress_level
+        self._cctx = zstandard.ZstdCompressor(level=compress_level)
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dict_min = dict_min_size
+        self._dict_cctx: zstandard.ZstdCompressor | None = None
+        self._dict_dctx: zstandard.ZstdDecompressor | None = None
+        if zstd_dictionary is not None:
+            zd = zstandard.ZstdCompressionDict(zstd_dictionary)
+            self._dict_cctx = zstandard.ZstdCompressor(level=compress_level, dict_data=zd)
+            self._dict_dctx = zstandard.ZstdDecompressor(dict_data=zd)
+
+    # -- encoding ---------------------------------------------------------------------------
+    def encode(self, value: Any) -> tuple[bytes, int]:
+        t = type(value)
+        if t is bytes:
+            data: bytes = value
+            flags = FLAG_BYTES
+        elif t is str:
+            data = value.encode("utf-8")
+            flags = FLAG_TEXT
+        elif t is int:
+            data = str(value).encode()
+            flags = FLAG_INTEGER
+        elif t is bytearray or t is memoryview:
+            data = bytes(value)
+            flags = FLAG_BYTES
+        else:
+            try:
+                data = self._dumps(value)
+            except Exception as exc:
+                raise SerializationError(f"cannot serialize {t.__name__}: {exc}") from exc
+            flags = self._type_flag
+        return self._compress(data, flags)
+
+    def _compress(self, data: bytes, flags: int) -> tuple[bytes, int]:
+        n = len(data)
+        if self._dict_cctx is not None and n >= self._dict_min:
+            packed = self._dict_cctx.compress(data)
+            if len(packed) * 10 <= n * 9:
+                return packed, flags | FLAG_ZSTD | FLAG_ZSTD_DICT
+            return data, flags
+        threshold = self.compress_threshold
+        if threshold is not None and n >= threshold:
+            if n >= _SAMPLE_FROM and len(self._cctx.compress(data[:_SAMPLE])) * 10 > _SAMPLE * 9:
+                # a big value whose first 2 KB do not compress by 10% is almost surely incompressible
+                return data, flags
+            packed = self._cctx.compress(data)
+            # keep compression only when it saves at least 10%
+            if len(packed) * 10 <= n * 9:
+                return packed, flags | FLAG_ZSTD
+        return data, flags
+
+    # -- decoding ---------------------------------------------------------------------------
+    def decode(self, data: bytes, flags: int) -> Any:
+        if flags == FLAG_BYTES:
+            return data
+        if flags & _COMPRESSION_MASK:
+            data = self._decompress(data, flags)
+            flags &= _TYPE_MASK
+        if flags == FLAG_TEXT:
+            return data.decode("utf-8")
+        if flags == FLAG_MSGPACK:
+            return _msgpack_loads(data)
+        if flags == FLAG_INTEGER or flags == FLAG_LONG:
+            return int(data)
+        if flags == FLAG_BYTES:
+            return data
+        if flags == FLAG_PICKLE:
+            if not self.allow_pickle:
+                raise SerializationError(
+                    "value is pickled; pass allow_pickle=True (or serializer='pickle') only if "
+                    "nobody else can write to this cache"
+                )
+            return pickle.loads(data)
+        loads = self._loaders.get(flags)
+        if loads is None:
+            # unknown flags from another client: hand back the raw bytes
+            return data
+        return loads(data)
+
+    def _decompress(self, data: bytes, flags: int) -> bytes:
+        if flags & FLAG_ZSTD_DICT:
+            if self._dict_dctx is None:
+                raise SerializationError("value was compressed with a zstd dictionary; none configured")
+            return bytes(self._dict_dctx.decompress(data))
+        if flags & FLAG_ZSTD:
+            return bytes(self._dctx.decompress(data))
+        if flags & FLAG_ZLIB:
+            return zlib.decompress(data)
+        return data

@@ -1,0 +1,115 @@
+"""Configuration shared by the blocking and the asyncio client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Union
+
+from ._proto import check_key
+from .near import NearCache
+from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, Serde, SerializerSpec
+
+ServerSpec = Union[str, tuple[str, int], tuple[str, int, int]]
+Key = Union[str, bytes]
+
+
+def parse_server(spec: ServerSpec) -> tuple[str, int, int]:
+    """``"host"``, ``"host:port"``, ``"host:port:weight"``, ``(host, port)`` or ``(host, port, weight)``."""
+    if isinstance(spec, tuple):
+        if len(spec) == 2:
+            host, port, weight = str(spec[0]), int(spec[1]), 1
+        elif len(spec) == 3:
+            host, port, weight = str(spec[0]), int(spec[1]), int(spec[2])
+        else:
+            raise ValueError(f"bad server tuple {spec!r}")
+    else:
+        s = spec.strip()
+        if s.startswith("["):  # [ipv6]:port
+            end = s.index("]")
+            host = s[1:end]
+            rest = s[end + 1 :].lstrip(":").split(":") if end + 1 < len(s) else []
+        else:
+            parts = s.split(":")
+            host, rest = parts[0], parts[1:]
+        port = int(rest[0]) if rest and rest[0] else 11211
+        weight = int(rest[1]) if len(rest) > 1 else 1
+    if weight < 1:
+        raise ValueError("server weight must be >= 1")
+    return host, port, weight
+
+
+def normalize_servers(servers: ServerSpec | Sequence[ServerSpec]) -> list[tuple[str, int, int]]:
+    if isinstance(servers, (str, tuple)):
+        specs: Sequence[ServerSpec] = [servers]
+    else:
+        specs = servers
+    out = [parse_server(s) for s in specs]
+    if not out:
+        raise ValueError("at least one server is required")
+    return out
+
+
+class ClientConfig:
+    """Key handling, value encoding and the near cache; no I/O."""
+
+    def __init__(
+        self,
+        *,
+        serializer: SerializerSpec,
+        compress_threshold: int | None,
+        compress_level: int,
+        zstd_dictionary: bytes | None,
+        dict_min_size: int,
+        allow_pickle: bool,
+        key_prefix: str | bytes,
+        near_cache: None | bool | NearCache,
+        near_cache_size: int,
+        near_cache_ttl: float,
+    ) -> None:
+        self.serde = Serde(
+            serializer=serializer,
+            compress_threshold=compress_threshold,
+            compress_level=compress_level,
+            zstd_dictionary=zstd_dictionary,
+            dict_min_size=dict_min_size,
+            allow_pickle=allow_pickle,
+        )
+        self.key_prefix = key_prefix.encode("utf-8") if isinstance(key_prefix, str) else bytes(key_prefix)
+        if near_cache is True:
+            self.near: NearCache | None = NearCache(near_cache_size, near_cache_ttl)
+        elif isinstance(near_cache, NearCache):
+            self.near = near_cache
+        else:
+            self.near = None
+
+    def key(self, key: Key) -> tuple[bytes, bytes]:
+        """(wire key with prefix, routing key without prefix, as libmemcached hashes it)."""
+        if type(key) is str:
+            kb = key.encode("utf-8")
+            if (
+                not self.key_prefix
+                and 0 < len(key) <= 250
+                and key.isascii()
+                and key.isprintable()
+                and " " not in key
+                and "\x7f" not in key
+            ):
+                return kb, kb  # fast path: a plain ASCII key without prefix is valid as is
+        else:
+            kb = bytes(key)  # type: ignore[arg-type]
+        wire = self.key_prefix + kb if self.key_prefix else kb
+        check_key(wire)
+        return wire, kb
+
+    def unprefix(self, wire: bytes) -> bytes:
+        return wire[len(self.key_prefix) :] if self.key_prefix else wire
+
+
+DEFAULTS: dict[str, Any] = {
+    "compress_threshold": DEFAULT_COMPRESS_THRESHOLD,
+    "dict_min_size": DEFAULT_DICT_MIN_SIZE,
+}
+
+
+def as_list(keys: Iterable[Key]) -> list[Key]:
+    return keys if isinstance(keys, list) else list(keys)

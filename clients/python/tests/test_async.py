@@ -1,0 +1,93 @@
+"""AsyncClient: the same API as Client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+import memfleet
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_async_methods(servers3: list[Any], protocol: str) -> None:
+    async def main() -> None:
+        c = memfleet.AsyncClient([s.address for s in servers3], protocol=protocol)
+        assert await c.flush_all()
+        assert await c.set("a", {"x": 1})
+        assert await c.get("a") == {"x": 1}
+        assert await c.get("missing", "d") == "d"
+        assert await c.add("a", 2) is False
+        assert await c.replace("a", 3)
+        value, token = await c.gets("a")
+        assert value == 3 and token
+        assert await c.cas("a", 4, token)
+        assert not await c.cas("a", 5, token)
+        assert await c.set("s", b"m")
+        assert await c.append("s", b">") and await c.prepend("s", b"<")
+        assert await c.get("s") == b"<m>"
+        data = {f"k{i}": i for i in range(300)}
+        assert await c.set_many(data) == []
+        assert await c.get_many(list(data) + ["nope"]) == data
+        assert await c.delete_many(list(data)[:100]) == 100
+        assert await c.delete("a") and not await c.delete("a")
+        assert await c.incr("n", 2, initial=10) == 10
+        assert await c.incr("n", 2) == 12
+        assert await c.decr("n", 20) == 0
+        assert await c.touch("s", 100)
+        assert await c.invalidate("s")
+        versions = await c.version()
+        assert len(versions) == 3
+        stats = await c.stats()
+        assert all("curr_items" in s for s in stats.values())
+        await c.close()
+
+    run(main())
+
+
+def test_async_stampede_loader_runs_once(server: Any) -> None:
+    calls = []
+
+    async def loader() -> str:
+        calls.append(1)
+        await asyncio.sleep(0.2)
+        return "loaded"
+
+    async def main() -> list[Any]:
+        c = memfleet.AsyncClient([server.address], max_pool_size=64)
+        await c.flush_all()
+        return list(await asyncio.gather(*(c.get_or_set("hot", loader, ttl=30) for _ in range(50))))
+
+    assert run(main()) == ["loaded"] * 50
+    assert calls == [1]
+
+
+def test_async_get_many_fans_out_concurrently(servers3: list[Any]) -> None:
+    async def main() -> None:
+        c = memfleet.AsyncClient([s.address for s in servers3], near_cache=True)
+        await c.flush_all()
+        await c.set_many({f"f{i}": "v" * 1000 for i in range(100)})
+        t0 = time.monotonic()
+        got = await c.get_many([f"f{i}" for i in range(100)])
+        assert len(got) == 100 and time.monotonic() - t0 < 1
+        nc = c.near_cache
+        assert nc is not None and (await c.get("f1")) == "v" * 1000 and nc.hits >= 1
+
+    run(main())
+
+
+def test_async_connection_errors() -> None:
+    async def main() -> None:
+        c = memfleet.AsyncClient(["127.0.0.1:1"], failure_limit=0)
+        with pytest.raises(memfleet.MemfleetConnectionError):
+            await c.get("x")
+        q = memfleet.AsyncClient(["127.0.0.1:1"], ignore_errors=True, failure_limit=0)
+        assert await q.get("x", "d") == "d"
+
+    run(main())

@@ -1,0 +1,88 @@
+"""Near cache behaviour and wire details (one write per request, TCP_NODELAY)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import memfleet
+from memfleet.near import NearCache
+
+
+def test_near_cache_hits_and_local_updates(server: Any) -> None:
+    c = memfleet.Client([server.address], near_cache=True, near_cache_size=2, near_cache_ttl=0.5)
+    other = memfleet.Client([server.address])
+    c.flush_all()
+    nc = c.near_cache
+    assert nc is not None
+    c.set("a", 1)
+    assert c.get("a") == 1 and nc.hits == 1  # set filled the near cache
+    other.set("a", 2)
+    assert c.get("a") == 1  # served locally until the short TTL passes
+    time.sleep(0.6)
+    assert c.get("a") == 2
+    c.delete("a")
+    assert c.get("a") is None
+    c.set("b", "b")
+    c.set("c", "c")
+    c.set("d", "d")  # evicts b (max 2 items)
+    assert len(nc) == 2
+    misses = nc.misses
+    assert c.get_many(["b", "c", "d"]) == {"b": "b", "c": "c", "d": "d"}
+    assert nc.misses == misses + 1
+    assert nc.stats()["hits"] >= 3
+    c.incr("n", 1, initial=5)
+    assert c.get("n") is not None
+    c.flush_all()
+    assert len(nc) == 0
+
+
+def test_near_cache_instance_and_lru_order() -> None:
+    nc = NearCache(max_items=2, ttl=10)
+    nc.put(b"x", 1)
+    nc.put(b"y", 2)
+    nc.get(b"x")  # x is now most recent
+    nc.put(b"z", 3)
+    assert nc.get(b"y") is memfleet.near.MISSING
+    assert nc.get(b"x") == 1
+
+
+class _CountingSocket:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.writes: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+        self._sock.sendall(data)
+
+    def sendmsg(self, parts: Any) -> int:
+        self.writes.append(b"".join(parts))
+        return int(self._sock.sendmsg(parts))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def test_each_request_is_one_write_with_nodelay(server: Any) -> None:
+    for protocol in ("meta", "text"):
+        c = memfleet.Client([server.address], protocol=protocol, compress_threshold=None)
+        srv = c._router.servers[0]
+        conn = srv.acquire()
+        assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        counting = _CountingSocket(conn.sock)
+        conn.sock = counting  # type: ignore[assignment]
+        srv.release(conn)
+        value = b"v" * 8192 if protocol == "meta" else b"w" * 100_000
+        t0 = time.monotonic()
+        for _ in range(20):
+            assert c.set("big", value)
+            assert c.get("big") == value
+        assert time.monotonic() - t0 < 0.5  # no 40 ms delayed-ACK stalls
+        assert all(w.count(b"\r\n") <= 2 for w in counting.writes)
+        assert len(counting.writes) == 40
+        set_write = counting.writes[0]
+        assert set_write.endswith(value + b"\r\n")
+        c.get_many(["big", "x", "y"])
+        assert len(counting.writes) == 41

@@ -1,0 +1,183 @@
+"""Value encoding, flags, compression and dictionaries."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+from typing import Any
+
+import pytest
+
+import memfleet
+from memfleet.serde import (
+    FLAG_BYTES,
+    FLAG_CUSTOM,
+    FLAG_INTEGER,
+    FLAG_JSON,
+    FLAG_MSGPACK,
+    FLAG_PICKLE,
+    FLAG_TEXT,
+    FLAG_ZSTD,
+    FLAG_ZSTD_DICT,
+    Serde,
+)
+
+LEGACY_BITS = 1 | 2 | 4 | 8 | 16
+MEMFLEET_BITS = [FLAG_MSGPACK, FLAG_JSON, FLAG_CUSTOM, FLAG_ZSTD, FLAG_ZSTD_DICT]
+
+
+def profile(i: int) -> dict[str, Any]:
+    rnd = random.Random(i)
+    return {
+        "id": 100000 + i,
+        "username": f"user{i}",
+        "email": f"user{i}@example.com",
+        "active": rnd.random() > 0.2,
+        "score": round(rnd.random() * 1000, 2),
+        "roles": rnd.sample(["admin", "editor", "viewer", "billing", "support"], 2),
+        "address": {"city": rnd.choice(["Paris", "Berlin", "Lagos", "Lima"]), "zip": f"{rnd.randint(10000, 99999)}"},
+        "preferences": {"theme": rnd.choice(["dark", "light"]), "language": "en", "notifications": True},
+    }
+
+
+def test_memfleet_bits_do_not_collide_with_pylibmc_or_pymemcache() -> None:
+    for bit in MEMFLEET_BITS:
+        assert bit & LEGACY_BITS == 0
+    assert len(set(MEMFLEET_BITS)) == len(MEMFLEET_BITS)
+
+
+@pytest.mark.parametrize(
+    "value,flags",
+    [(b"b", FLAG_BYTES), ("s", FLAG_TEXT), (7, FLAG_INTEGER), ({"a": 1}, FLAG_MSGPACK), (1.5, FLAG_MSGPACK)],
+)
+def test_type_flags(value: Any, flags: int) -> None:
+    assert Serde().encode(value)[1] == flags
+
+
+def test_reads_legacy_long_and_zlib() -> None:
+    import zlib
+
+    s = Serde()
+    assert s.decode(b"12", 4) == 12
+    assert s.decode(zlib.compress(b"hello" * 100), 8 | 16) == "hello" * 100
+    assert s.decode(b"unknown", 1 << 20) == b"unknown"
+
+
+def test_serializers() -> None:
+    value = {"a": [1, 2, {"b": None}], "c": "é"}
+    for name, flag in [("msgpack", FLAG_MSGPACK), ("json", FLAG_JSON), ("pickle", FLAG_PICKLE)]:
+        s = Serde(serializer=name)
+        data, flags = s.encode(value)
+        assert flags == flag
+        assert s.decode(data, flags) == value
+    assert json.loads(Serde(serializer="json").encode(value)[0]) == value
+    custom = Serde(serializer=(lambda v: repr(v).encode(), lambda b: eval(b)))  # noqa: S307
+    data, flags = custom.encode(value)
+    assert flags == FLAG_CUSTOM and custom.decode(data, flags) == value
+
+
+def test_pickle_is_refused_unless_allowed() -> None:
+    data = pickle.dumps({"x": 1})
+    with pytest.raises(memfleet.SerializationError):
+        Serde().decode(data, FLAG_PICKLE)
+    assert Serde(allow_pickle=True).decode(data, FLAG_PICKLE) == {"x": 1}
+
+
+def test_unserializable_value() -> None:
+    with pytest.raises(memfleet.SerializationError):
+        Serde().encode({1, 2})
+
+
+def test_compression_threshold_and_ten_percent_rule() -> None:
+    s = Serde(compress_threshold=1000)
+    small = "a" * 999
+    assert s.encode(small)[1] == FLAG_TEXT
+    data, flags = s.encode("a" * 5000)
+    assert flags == FLAG_TEXT | FLAG_ZSTD and len(data) < 100
+    assert s.decode(data, flags) == "a" * 5000
+    noise = random.Random(1).randbytes(5000)
+    assert s.encode(noise) == (noise, FLAG_BYTES)  # incompressible: stored as is
+    assert Serde(compress_threshold=None).encode("a" * 5000)[1] == FLAG_TEXT
+
+
+def test_trained_dictionary_compresses_small_records() -> None:
+    samples = [profile(i) for i in range(2000)]
+    zdict = memfleet.train_dictionary(samples, size=8192)
+    plain = Serde()
+    with_dict = Serde(zstd_dictionary=zdict)
+    value = profile(99999)
+    raw, raw_flags = plain.encode(value)
+    packed, flags = with_dict.encode(value)
+    assert raw_flags == FLAG_MSGPACK  # too small for plain compression
+    assert flags == FLAG_MSGPACK | FLAG_ZSTD | FLAG_ZSTD_DICT
+    assert len(packed) * 2 < len(raw)
+    assert with_dict.decode(packed, flags) == value
+    with pytest.raises(memfleet.SerializationError):
+        plain.decode(packed, flags)
+
+
+def user_profile(i: int = 1) -> dict[str, Any]:
+    """The benchmark's user profile (bench/compare_clients.py)."""
+    rnd = random.Random(i)
+    return {
+        "id": 100000 + i,
+        "username": f"user{i}",
+        "email": f"user{i}@example.com",
+        "name": {"first": rnd.choice(["Ada", "Alan", "Grace", "Linus"]), "last": rnd.choice(["Lovelace", "Turing"])},
+        "active": True,
+        "created_at": "2024-03-0%dT12:34:56Z" % rnd.randint(1, 9),
+        "roles": ["viewer", "editor"],
+        "address": {"street": "%d Main Street" % rnd.randint(1, 999), "city": "Paris", "zip": "75001", "country": "FR"},
+        "preferences": {
+            "theme": "dark",
+            "language": "en",
+            "timezone": "Europe/Paris",
+            "notifications": {"email": True, "sms": False, "push": True},
+        },
+        "stats": {
+            "logins": rnd.randint(1, 5000),
+            "posts": rnd.randint(0, 300),
+            "followers": rnd.randint(0, 10000),
+            "score": round(rnd.random() * 100, 3),
+        },
+        "recent_orders": [
+            {
+                "order_id": 500000 + j,
+                "sku": "SKU-%05d" % rnd.randint(0, 99999),
+                "qty": rnd.randint(1, 5),
+                "price": round(rnd.random() * 200, 2),
+                "status": rnd.choice(["shipped", "delivered", "pending"]),
+            }
+            for j in range(10)
+        ],
+        "tags": ["beta", "newsletter", "premium"],
+    }
+
+
+def test_profile_is_smaller_than_pickle() -> None:
+    ratios = []
+    for i in range(20):
+        value = user_profile(i)
+        ratios.append(len(Serde().encode(value)[0]) / len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
+    assert sum(ratios) / len(ratios) <= 0.6
+    assert max(ratios) <= 0.62
+
+
+def test_profile_with_dictionary_is_far_smaller_than_pickle() -> None:
+    zdict = memfleet.train_dictionary([user_profile(i) for i in range(1000, 3000)], size=16384)
+    s = Serde(zstd_dictionary=zdict)
+    for i in range(20):
+        value = user_profile(i)
+        assert len(s.encode(value)[0]) <= 0.35 * len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def test_compression_through_the_server(mclient: memfleet.Client) -> None:
+    page: list[Any] = ["<div class='row'>item %d</div>" % i for i in range(2000)]
+    mclient.set("page", "".join(page))
+    assert mclient.get("page") == "".join(page)
+    zdict = memfleet.train_dictionary([profile(i) for i in range(1000)], size=4096)
+    c = memfleet.Client(mclient.servers, zstd_dictionary=zdict)
+    c.set("p", profile(5))
+    assert c.get("p") == profile(5)
+    assert c.get_many(["p", "page"]) == {"p": profile(5), "page": "".join(page)}

@@ -1,0 +1,95 @@
+"""get_or_set with meta leases, invalidate and stale-while-revalidate."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import memfleet
+
+
+def _run_threads(n: int, target: Any) -> list[Any]:
+    results: list[Any] = [None] * n
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = target()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_fifty_thread_stampede_runs_loader_once(server: Any) -> None:
+    for protocol in ("meta", "text"):
+        c = memfleet.Client([server.address], protocol=protocol, max_pool_size=64)
+        c.flush_all()
+        calls: list[int] = []
+        lock = threading.Lock()
+
+        def loader(calls: list[int] = calls, lock: threading.Lock = lock) -> Any:
+            with lock:
+                calls.append(1)
+            time.sleep(0.3)
+            return {"expensive": True}
+
+        results = _run_threads(50, lambda c=c, loader=loader: c.get_or_set("hot", loader, ttl=60))
+        assert len(calls) == 1, protocol
+        assert results == [{"expensive": True}] * 50
+        assert c.get("hot") == {"expensive": True}
+
+
+def test_invalidate_serves_stale_while_one_caller_reloads(mclient: memfleet.Client) -> None:
+    mclient.set("page", "v1", ttl=60)
+    assert mclient.invalidate("page")
+    loaded = threading.Event()
+    release = threading.Event()
+
+    def slow_loader() -> str:
+        loaded.set()
+        release.wait(5)
+        return "v2"
+
+    winner = threading.Thread(target=lambda: mclient.get_or_set("page", slow_loader, ttl=60))
+    winner.start()
+    assert loaded.wait(5)
+    # while the winner reloads, everyone else gets the stale value without calling the loader
+    assert mclient.get_or_set("page", lambda: "must not run", ttl=60) == "v1"
+    release.set()
+    winner.join()
+    assert mclient.get_or_set("page", lambda: "must not run", ttl=60) == "v2"
+    assert mclient.get("page") == "v2"
+
+
+def test_loader_error_releases_the_lease(mclient: memfleet.Client) -> None:
+    def broken() -> Any:
+        raise RuntimeError("db down")
+
+    try:
+        mclient.get_or_set("k", broken)
+    except RuntimeError:
+        pass
+    assert mclient.get_or_set("k", lambda: "ok", wait_timeout=1) == "ok"
+
+
+def test_recache_before_expiry(mclient: memfleet.Client) -> None:
+    mclient.set("r", "old", ttl=5)
+    calls = []
+    # the first caller inside the recache window wins and refreshes; it returns the new value
+    value = mclient.get_or_set("r", lambda: calls.append(1) or "new", ttl=60, recache_before=10)
+    assert value == "new" and calls == [1]
+    assert mclient.get_or_set("r", lambda: "x", ttl=60, recache_before=10) == "new"
+
+
+def test_waiter_times_out_and_loads_itself(mclient: memfleet.Client) -> None:
+    # someone vivified the key and never filled it
+    raw = memfleet.Client(mclient.servers)
+    raw._call(raw._router.servers[0], lambda meta: b"mg stuck v N30\r\n", memfleet._proto.parse_lease)
+    t0 = time.monotonic()
+    assert mclient.get_or_set("stuck", lambda: "mine", wait_timeout=0.3) == "mine"
+    assert time.monotonic() - t0 >= 0.3

@@ -1,0 +1,388 @@
+//! Incremental parser of the replies to the requests the bench sends.
+//!
+//! The parser is resumable: it consumes what it can from the bytes given, including
+//! part of a value's data, so the caller's read buffer only ever has to hold one line.
+
+/// What reply the oldest outstanding request expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// `set` → one status line.
+    Store,
+    /// `get k1 .. kn` → VALUE blocks then END.
+    Get,
+    /// `ms` → one status line (HD on success).
+    MetaStore,
+    /// one `mg` without q → VA+data, HD or EN.
+    MetaGet,
+    /// `mg .. q` × n then `mn` → VA blocks for hits then MN.
+    MetaMultiGet,
+}
+
+/// One complete reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reply {
+    /// Values returned (keys found).
+    pub hits: u32,
+    /// `EN` lines seen (meta); text misses are derived from the key count.
+    pub misses: u32,
+    /// The server answered with an error or an unexpected status.
+    pub error: bool,
+}
+
+/// The byte stream cannot be understood: the connection must be dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+/// Longest line accepted before the stream is declared broken.
+pub const MAX_LINE: usize = 8192;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Line,
+    /// Inside a value: data bytes plus its trailing CRLF still to skip.
+    Data {
+        remaining: usize,
+        then_done: bool,
+    },
+}
+
+#[derive(Debug)]
+pub struct ReplyParser {
+    state: State,
+    acc: Reply,
+}
+
+impl Default for ReplyParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReplyParser {
+    pub fn new() -> Self {
+        ReplyParser {
+            state: State::Line,
+            acc: Reply::default(),
+        }
+    }
+
+    /// Consumes from `buf`. Returns how many bytes were used and, if a reply was
+    /// completed, that reply (then the parser is ready for the next one; call again
+    /// with the rest of the buffer).
+    pub fn parse(
+        &mut self,
+        expect: Expect,
+        buf: &[u8],
+    ) -> Result<(usize, Option<Reply>), ProtocolError> {
+        let mut pos = 0;
+        loop {
+            match self.state {
+                State::Data {
+                    remaining,
+                    then_done,
+                } => {
+                    let take = remaining.min(buf.len() - pos);
+                    pos += take;
+                    let left = remaining - take;
+                    if left > 0 {
+                        self.state = State::Data {
+                            remaining: left,
+                            then_done,
+                        };
+                        return Ok((pos, None));
+                    }
+                    // The CRLF after the data is part of `remaining`; checked loosely.
+                    self.state = State::Line;
+                    if then_done {
+                        return Ok((pos, Some(self.finish())));
+                    }
+                }
+                State::Line => {
+                    let rest = &buf[pos..];
+                    let Some(nl) = memchr_nl(rest) else {
+                        if rest.len() > MAX_LINE {
+                            return Err(ProtocolError("reply line too long".into()));
+                        }
+                        return Ok((pos, None));
+                    };
+                    let line = trim_cr(&rest[..nl]);
+                    pos += nl + 1;
+                    if let Some(done) = self.line(expect, line)? {
+                        return Ok((pos, Some(done)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Reply {
+        std::mem::take(&mut self.acc)
+    }
+
+    /// Handles one line; returns the reply if this line ends it.
+    fn line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
+        if is_error_line(line) {
+            // memcached ends any reply, even a multi-get in progress, with the error line.
+            self.acc.error = true;
+            return Ok(Some(self.finish()));
+        }
+        match expect {
+            Expect::Store => {
+                self.acc.error = line != b"STORED";
+                Ok(Some(self.finish()))
+            }
+            Expect::MetaStore => {
+                self.acc.error = !line.starts_with(b"HD");
+                Ok(Some(self.finish()))
+            }
+            Expect::Get => {
+                if line == b"END" {
+                    return Ok(Some(self.finish()));
+                }
+                if let Some(rest) = line.strip_prefix(b"VALUE ") {
+                    // VALUE <key> <flags> <bytes> [<cas>]
+                    let len = rest
+                        .split(|&b| b == b' ')
+                        .filter(|f| !f.is_empty())
+                        .nth(2)
+                        .and_then(parse_usize)
+                        .ok_or_else(|| bad(line))?;
+                    self.acc.hits += 1;
+                    self.state = State::Data {
+                        remaining: len + 2,
+                        then_done: false,
+                    };
+                    return Ok(None);
+                }
+                Err(bad(line))
+            }
+            Expect::MetaGet | Expect::MetaMultiGet => {
+                let multi = expect == Expect::MetaMultiGet;
+                if let Some(rest) = line.strip_prefix(b"VA ") {
+                    let len = rest
+                        .split(|&b| b == b' ')
+                        .next()
+                        .and_then(parse_usize)
+                        .ok_or_else(|| bad(line))?;
+                    self.acc.hits += 1;
+                    self.state = State::Data {
+                        remaining: len + 2,
+                        then_done: !multi,
+                    };
+                    return Ok(None);
+                }
+                if line == b"EN" {
+                    self.acc.misses += 1;
+                    return Ok(if multi { None } else { Some(self.finish()) });
+                }
+                if line == b"HD" || line.starts_with(b"HD ") {
+                    self.acc.hits += 1;
+                    return Ok(if multi { None } else { Some(self.finish()) });
+                }
+                if multi && line == b"MN" {
+                    return Ok(Some(self.finish()));
+                }
+                Err(bad(line))
+            }
+        }
+    }
+}
+
+fn bad(line: &[u8]) -> ProtocolError {
+    let shown: String = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+    ProtocolError(format!("unexpected reply line `{shown}`"))
+}
+
+fn is_error_line(line: &[u8]) -> bool {
+    line == b"ERROR"
+        || line.starts_with(b"ERROR ")
+        || line.starts_with(b"CLIENT_ERROR")
+        || line.starts_with(b"SERVER_ERROR")
+}
+
+#[inline]
+fn memchr_nl(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+#[inline]
+fn trim_cr(b: &[u8]) -> &[u8] {
+    b.strip_suffix(b"\r").unwrap_or(b)
+}
+
+fn parse_usize(b: &[u8]) -> Option<usize> {
+    if b.is_empty() || b.len() > 12 {
+        return None;
+    }
+    let mut v: usize = 0;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (c - b'0') as usize;
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `stream` through the parser as a client would: bytes arrive in chunks
+    /// (split at `cuts`), unconsumed bytes stay in the buffer for the next round.
+    fn run(expects: &[Expect], stream: &[u8], cuts: &[usize]) -> Vec<Reply> {
+        let mut p = ReplyParser::new();
+        let mut out = Vec::new();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut fed = 0;
+        let mut bounds: Vec<usize> = cuts.to_vec();
+        bounds.push(stream.len());
+        for &end in &bounds {
+            buf.extend_from_slice(&stream[fed..end]);
+            fed = end;
+            while let Some(&e) = expects.get(out.len()) {
+                let (used, r) = p.parse(e, &buf).unwrap();
+                buf.drain(..used);
+                match r {
+                    Some(r) => out.push(r),
+                    None => break,
+                }
+            }
+        }
+        assert!(
+            buf.is_empty(),
+            "left over: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        out
+    }
+
+    fn every_split(expects: &[Expect], stream: &[u8], want: &[Reply]) {
+        assert_eq!(run(expects, stream, &[]), want, "whole");
+        for i in 0..=stream.len() {
+            assert_eq!(run(expects, stream, &[i]), want, "split at {i}");
+        }
+        let all: Vec<usize> = (1..stream.len()).collect();
+        assert_eq!(run(expects, stream, &all), want, "byte by byte");
+    }
+
+    const HIT: Reply = Reply {
+        hits: 1,
+        misses: 0,
+        error: false,
+    };
+    const OK: Reply = Reply {
+        hits: 0,
+        misses: 0,
+        error: false,
+    };
+
+    #[test]
+    fn text_get_set_sequence() {
+        let stream = b"STORED\r\nVALUE memtier-1 0 5\r\nhello\r\nEND\r\nEND\r\nVALUE a 3 2 99\r\n\r\n\r\nVALUE b 0 0\r\n\r\nEND\r\nNOT_STORED\r\n";
+        let ex = [
+            Expect::Store,
+            Expect::Get,
+            Expect::Get,
+            Expect::Get,
+            Expect::Store,
+        ];
+        let want = [
+            OK,
+            HIT,
+            OK,
+            Reply { hits: 2, ..OK },
+            Reply { error: true, ..OK },
+        ];
+        every_split(&ex, stream, &want);
+    }
+
+    #[test]
+    fn value_data_containing_end_and_newlines() {
+        let stream = b"VALUE k 0 12\r\nEND\r\nEND\r\nxx\r\nEND\r\n";
+        every_split(&[Expect::Get], stream, &[HIT]);
+    }
+
+    #[test]
+    fn error_lines_end_any_reply() {
+        let stream = b"SERVER_ERROR out of memory storing object\r\nVALUE k 0 1\r\nx\r\nSERVER_ERROR busy\r\nCLIENT_ERROR bad\r\nERROR\r\n";
+        let err = Reply { error: true, ..OK };
+        every_split(
+            &[Expect::Store, Expect::Get, Expect::MetaGet, Expect::Store],
+            stream,
+            &[
+                err,
+                Reply {
+                    hits: 1,
+                    error: true,
+                    misses: 0,
+                },
+                err,
+                err,
+            ],
+        );
+    }
+
+    #[test]
+    fn meta_replies() {
+        let stream = b"HD\r\nVA 3 f5\r\nabc\r\nEN\r\nHD f0\r\nNS\r\nVA 1\r\nx\r\nEN\r\nVA 2 f0\r\nyz\r\nMN\r\nMN\r\n";
+        let ex = [
+            Expect::MetaStore,
+            Expect::MetaGet,
+            Expect::MetaGet,
+            Expect::MetaGet,
+            Expect::MetaStore,
+            Expect::MetaMultiGet,
+            Expect::MetaMultiGet,
+        ];
+        let want = [
+            OK,
+            HIT,
+            Reply { misses: 1, ..OK },
+            HIT,
+            Reply { error: true, ..OK },
+            Reply {
+                hits: 2,
+                misses: 1,
+                error: false,
+            },
+            OK,
+        ];
+        every_split(&ex, stream, &want);
+    }
+
+    #[test]
+    fn big_value_is_skipped_without_buffering() {
+        let mut stream = b"VALUE big 0 100000\r\n".to_vec();
+        stream.extend_from_slice(&[b'v'; 100_000]);
+        stream.extend_from_slice(b"\r\nEND\r\n");
+        let mut p = ReplyParser::new();
+        // Header, then data in 1000-byte pieces that the parser eats entirely.
+        let (used, r) = p.parse(Expect::Get, &stream[..20]).unwrap();
+        assert_eq!((used, r), (20, None));
+        let mut pos = 20;
+        while pos + 1000 <= 20 + 100_000 {
+            let (used, r) = p.parse(Expect::Get, &stream[pos..pos + 1000]).unwrap();
+            assert_eq!((used, r), (1000, None));
+            pos += 1000;
+        }
+        let (used, r) = p.parse(Expect::Get, &stream[pos..]).unwrap();
+        assert_eq!(used, stream.len() - pos);
+        assert_eq!(r, Some(HIT));
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error() {
+        let mut p = ReplyParser::new();
+        assert!(p.parse(Expect::Get, b"HELLO\r\n").is_err());
+        let mut p = ReplyParser::new();
+        assert!(p.parse(Expect::Get, b"VALUE k 0 x\r\n").is_err());
+        let mut p = ReplyParser::new();
+        assert!(p.parse(Expect::MetaGet, b"XX\r\n").is_err());
+        let mut p = ReplyParser::new();
+        let long = vec![b'a'; MAX_LINE + 1];
+        assert!(p.parse(Expect::Store, &long).is_err());
+        let mut p = ReplyParser::new();
+        assert_eq!(p.parse(Expect::Store, &long[..100]).unwrap(), (0, None));
+    }
+}

@@ -1,0 +1,283 @@
+//! Builds request bytes straight into a reused buffer: no allocation per request.
+
+use crate::args::{Protocol, Ratio, SizeRange};
+use crate::keys::KeyGen;
+use crate::reply::Expect;
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Set,
+    Get,
+}
+
+/// What was sent, remembered until its reply arrives.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    pub kind: OpKind,
+    pub expect: Expect,
+    /// Keys asked for (gets).
+    pub keys: u32,
+}
+
+/// Per-connection request source: decides set or get, picks keys, writes bytes.
+pub struct RequestGen {
+    protocol: Protocol,
+    prefix: Vec<u8>,
+    ratio: Ratio,
+    /// Position in the SET:GET cycle.
+    cycle: u32,
+    set_keys: KeyGen,
+    get_keys: KeyGen,
+    multi: u32,
+    size: SizeRange,
+    ttl: u32,
+    /// Shared value bytes; a value of length n is its first n bytes.
+    value: std::sync::Arc<[u8]>,
+    pub rng: SmallRng,
+}
+
+impl RequestGen {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        protocol: Protocol,
+        prefix: &str,
+        ratio: Ratio,
+        set_keys: KeyGen,
+        get_keys: KeyGen,
+        multi: usize,
+        size: SizeRange,
+        ttl: u32,
+        value: std::sync::Arc<[u8]>,
+        rng: SmallRng,
+    ) -> Self {
+        assert!(value.len() >= size.max);
+        RequestGen {
+            protocol,
+            prefix: prefix.as_bytes().to_vec(),
+            ratio,
+            cycle: 0,
+            set_keys,
+            get_keys,
+            multi: multi as u32,
+            size,
+            ttl,
+            value,
+            rng,
+        }
+    }
+
+    fn next_kind(&mut self) -> OpKind {
+        let period = self.ratio.set + self.ratio.get;
+        let k = if self.cycle < self.ratio.set {
+            OpKind::Set
+        } else {
+            OpKind::Get
+        };
+        self.cycle += 1;
+        if self.cycle >= period {
+            self.cycle = 0;
+        }
+        k
+    }
+
+    /// Appends the next request to `out`.
+    pub fn write_next(&mut self, out: &mut Vec<u8>) -> Sent {
+        match self.next_kind() {
+            OpKind::Set => self.write_set(out),
+            OpKind::Get => self.write_get(out),
+        }
+    }
+
+    fn push_key(&self, out: &mut Vec<u8>, n: u64) {
+        out.extend_from_slice(&self.prefix);
+        push_u64(out, n);
+    }
+
+    fn write_set(&mut self, out: &mut Vec<u8>) -> Sent {
+        let key = self.set_keys.next(&mut self.rng);
+        let len = if self.size.min == self.size.max {
+            self.size.min
+        } else {
+            self.rng.gen_range(self.size.min..=self.size.max)
+        };
+        match self.protocol {
+            Protocol::Text => {
+                out.extend_from_slice(b"set ");
+                self.push_key(out, key);
+                out.extend_from_slice(b" 0 ");
+                push_u64(out, self.ttl as u64);
+                out.push(b' ');
+                push_u64(out, len as u64);
+                out.extend_from_slice(b"\r\n");
+            }
+            Protocol::Meta => {
+                out.extend_from_slice(b"ms ");
+                self.push_key(out, key);
+                out.push(b' ');
+                push_u64(out, len as u64);
+                out.extend_from_slice(b" T");
+                push_u64(out, self.ttl as u64);
+                out.extend_from_slice(b" F0\r\n");
+            }
+        }
+        out.extend_from_slice(&self.value[..len]);
+        out.extend_from_slice(b"\r\n");
+        Sent {
+            kind: OpKind::Set,
+            expect: match self.protocol {
+                Protocol::Text => Expect::Store,
+                Protocol::Meta => Expect::MetaStore,
+            },
+            keys: 0,
+        }
+    }
+
+    fn write_get(&mut self, out: &mut Vec<u8>) -> Sent {
+        let expect = match self.protocol {
+            Protocol::Text => {
+                out.extend_from_slice(b"get");
+                for _ in 0..self.multi {
+                    let k = self.get_keys.next(&mut self.rng);
+                    out.push(b' ');
+                    self.push_key(out, k);
+                }
+                out.extend_from_slice(b"\r\n");
+                Expect::Get
+            }
+            Protocol::Meta if self.multi == 1 => {
+                let k = self.get_keys.next(&mut self.rng);
+                out.extend_from_slice(b"mg ");
+                self.push_key(out, k);
+                out.extend_from_slice(b" v f\r\n");
+                Expect::MetaGet
+            }
+            Protocol::Meta => {
+                // Quiet mode hides misses; the `mn` no-op marks the end of the batch.
+                for _ in 0..self.multi {
+                    let k = self.get_keys.next(&mut self.rng);
+                    out.extend_from_slice(b"mg ");
+                    self.push_key(out, k);
+                    out.extend_from_slice(b" v f q\r\n");
+                }
+                out.extend_from_slice(b"mn\r\n");
+                Expect::MetaMultiGet
+            }
+        };
+        Sent {
+            kind: OpKind::Get,
+            expect,
+            keys: self.multi,
+        }
+    }
+}
+
+/// Decimal formatting without going through `fmt` (which is slow and may allocate).
+#[inline]
+pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+/// Printable value bytes (memcached does not care, but humans reading dumps do).
+pub fn make_value(len: usize, rng: &mut SmallRng) -> std::sync::Arc<[u8]> {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    (0..len.max(1))
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::KeyPattern;
+    use crate::keys::KeySpace;
+    use rand::SeedableRng;
+
+    fn gen(protocol: Protocol, ratio: Ratio, multi: usize) -> RequestGen {
+        let space = KeySpace {
+            min: 5,
+            max: 7,
+            zipf_exp: 1.0,
+            stddev: None,
+            median: None,
+        };
+        let mut rng = SmallRng::seed_from_u64(1);
+        let value = make_value(4, &mut rng);
+        RequestGen::new(
+            protocol,
+            "k:",
+            ratio,
+            KeyGen::new(KeyPattern::Sequential, space, 0, 1),
+            KeyGen::new(KeyPattern::Sequential, space, 0, 1),
+            multi,
+            SizeRange { min: 4, max: 4 },
+            30,
+            value,
+            rng,
+        )
+    }
+
+    #[test]
+    fn text_requests() {
+        let mut g = gen(Protocol::Text, Ratio { set: 1, get: 2 }, 1);
+        let mut out = Vec::new();
+        let s = g.write_next(&mut out);
+        assert_eq!(s.kind, OpKind::Set);
+        assert_eq!(s.expect, Expect::Store);
+        let v = String::from_utf8(g.value[..4].to_vec()).unwrap();
+        assert_eq!(out, format!("set k:5 0 30 4\r\n{v}\r\n").as_bytes());
+        out.clear();
+        let s = g.write_next(&mut out);
+        assert_eq!((s.kind, s.keys), (OpKind::Get, 1));
+        assert_eq!(out, b"get k:5\r\n");
+        out.clear();
+        g.write_next(&mut out);
+        assert_eq!(out, b"get k:6\r\n");
+        out.clear();
+        assert_eq!(g.write_next(&mut out).kind, OpKind::Set);
+    }
+
+    #[test]
+    fn text_multi_get() {
+        let mut g = gen(Protocol::Text, Ratio { set: 0, get: 1 }, 4);
+        let mut out = Vec::new();
+        let s = g.write_next(&mut out);
+        assert_eq!(s.keys, 4);
+        assert_eq!(out, b"get k:5 k:6 k:7 k:5\r\n");
+    }
+
+    #[test]
+    fn meta_requests() {
+        let mut g = gen(Protocol::Meta, Ratio { set: 1, get: 1 }, 1);
+        let mut out = Vec::new();
+        assert_eq!(g.write_next(&mut out).expect, Expect::MetaStore);
+        assert!(out.starts_with(b"ms k:5 4 T30 F0\r\n"));
+        out.clear();
+        assert_eq!(g.write_next(&mut out).expect, Expect::MetaGet);
+        assert_eq!(out, b"mg k:5 v f\r\n");
+        let mut g = gen(Protocol::Meta, Ratio { set: 0, get: 1 }, 2);
+        out.clear();
+        assert_eq!(g.write_next(&mut out).expect, Expect::MetaMultiGet);
+        assert_eq!(out, b"mg k:5 v f q\r\nmg k:6 v f q\r\nmn\r\n");
+    }
+
+    #[test]
+    fn decimal_formatting() {
+        for n in [0u64, 7, 10, 99, 12345, u64::MAX] {
+            let mut v = Vec::new();
+            push_u64(&mut v, n);
+            assert_eq!(v, n.to_string().as_bytes());
+        }
+    }
+}

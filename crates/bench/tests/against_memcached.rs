@@ -1,0 +1,338 @@
+//! Short bench runs against a real Debian memcached started on a free loopback port.
+//! Counts reported by the bench must add up and agree with the server's own `stats`.
+
+use bench::BenchArgs;
+use clap::Parser;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MEMCACHED: &str = "/usr/bin/memcached";
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+struct Memcached {
+    child: Child,
+    port: u16,
+    socket: Option<String>,
+}
+
+impl Memcached {
+    /// None (with a message) when memcached is not installed.
+    fn start(unix: bool) -> Option<Memcached> {
+        if !std::path::Path::new(MEMCACHED).exists() {
+            eprintln!("SKIP: {MEMCACHED} not installed (apt-get install memcached)");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cmd = Command::new(MEMCACHED);
+        // -u only matters (and is required) when running as root.
+        cmd.args(["-u", "nobody", "-t", "2", "-U", "0", "-m", "64"]);
+        let socket = if unix {
+            let p = std::env::temp_dir().join(format!("bench-test-{port}.sock"));
+            let _ = std::fs::remove_file(&p);
+            let p = p.to_string_lossy().into_owned();
+            cmd.args(["-s", &p, "-a", "0777"]);
+            Some(p)
+        } else {
+            cmd.args(["-l", "127.0.0.1", "-p", &port.to_string()]);
+            None
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn memcached");
+        let m = Memcached {
+            child,
+            port,
+            socket,
+        };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            let up = match &m.socket {
+                Some(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
+                None => TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            };
+            if up {
+                return Some(m);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("memcached did not come up");
+    }
+
+    fn args(&self, extra: &[&str]) -> BenchArgs {
+        let mut v: Vec<String> = vec!["bench".into(), "--quiet".into(), "--hide-histogram".into()];
+        match &self.socket {
+            Some(p) => v.extend(["--unix-socket".into(), p.clone()]),
+            None => v.extend(["--port".into(), self.port.to_string()]),
+        }
+        v.extend(extra.iter().map(|s| s.to_string()));
+        Cli::try_parse_from(v).expect("valid args").args
+    }
+
+    /// The server's `stats` as (name, value) pairs.
+    fn stat(&self, name: &str) -> u64 {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.write_all(b"stats\r\n").unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            let l = line.trim_end();
+            if l == "END" || l.is_empty() {
+                panic!("stat {name} not found");
+            }
+            let mut f = l.split(' ');
+            if f.next() == Some("STAT") && f.next() == Some(name) {
+                return f.next().unwrap().parse().unwrap();
+            }
+        }
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[test]
+fn text_counts_add_up_and_match_server_stats() {
+    let Some(mc) = Memcached::start(false) else {
+        return;
+    };
+    // Write keys 0..=999 once each: 2 threads x 4 connections x 125 sequential sets.
+    let r = bench::run(mc.args(&[
+        "--threads",
+        "2",
+        "--clients",
+        "4",
+        "--requests",
+        "125",
+        "--ratio",
+        "1:0",
+        "--key-pattern",
+        "S:S",
+        "--key-maximum",
+        "999",
+        "--data-size",
+        "100",
+    ]))
+    .unwrap();
+    assert_eq!(r.connections, 8);
+    assert_eq!(r.sets.ops, 1000);
+    assert_eq!(r.gets.ops, 0);
+    assert_eq!(r.errors + r.connection_errors, 0);
+    assert_eq!(
+        mc.stat("curr_items"),
+        1000,
+        "every key written exactly once"
+    );
+    assert_eq!(mc.stat("cmd_set"), 1000);
+
+    // Now gets (pipelined) over the same range: every key is there.
+    let r = bench::run(mc.args(&[
+        "--threads",
+        "2",
+        "--clients",
+        "3",
+        "--requests",
+        "200",
+        "--ratio",
+        "0:1",
+        "--key-maximum",
+        "999",
+        "--pipeline",
+        "8",
+    ]))
+    .unwrap();
+    assert_eq!(r.gets.ops, 1200);
+    assert_eq!(r.totals.ops, 1200);
+    assert_eq!((r.hits, r.misses), (1200, 0));
+    assert_eq!(r.hit_ratio, 1.0);
+    assert_eq!(mc.stat("get_hits"), 1200);
+    assert!(r.totals.latency.p50_us > 0);
+    assert!(r.totals.latency.max_us >= r.totals.latency.p99_us);
+    // Each request line is "get memtier-N\r\n"; bytes on the wire were counted.
+    assert!(r.bytes_sent >= 1200 * 15);
+    assert!(r.bytes_received >= 1200 * 100);
+
+    // Multi-get of 10 keys over twice the range: about half hit; each key counted.
+    let r = bench::run(mc.args(&[
+        "--threads",
+        "1",
+        "--clients",
+        "5",
+        "--requests",
+        "50",
+        "--ratio",
+        "0:1",
+        "--multi-key-get",
+        "10",
+        "--key-maximum",
+        "1999",
+        "--seed",
+        "7",
+    ]))
+    .unwrap();
+    assert_eq!(r.gets.ops, 250);
+    assert_eq!(r.hits + r.misses, 2500);
+    assert!(r.hits > 900 && r.misses > 900, "{} / {}", r.hits, r.misses);
+    assert_eq!(mc.stat("get_hits"), 1200 + r.hits);
+    assert_eq!(mc.stat("get_misses"), r.misses);
+    assert_eq!(r.errors, 0);
+}
+
+#[test]
+fn timed_mixed_run_with_json_report() {
+    let Some(mc) = Memcached::start(false) else {
+        return;
+    };
+    let json = std::env::temp_dir().join(format!("bench-test-{}.json", mc.port));
+    let r = bench::run(mc.args(&[
+        "--threads",
+        "2",
+        "--clients",
+        "8",
+        "--test-time",
+        "1",
+        "--ratio",
+        "1:4",
+        "--key-maximum",
+        "5000",
+        "--data-size-range",
+        "10-2000",
+        "--prepopulate",
+        "--json-out-file",
+        json.to_str().unwrap(),
+    ]))
+    .unwrap();
+    assert!((0.9..3.0).contains(&r.duration_secs), "{}", r.duration_secs);
+    assert!(r.totals.ops > 100, "{}", r.totals.ops);
+    assert_eq!(r.totals.ops, r.sets.ops + r.gets.ops);
+    // 1 set per 4 gets on each connection; the cycle is cut at most once per connection.
+    let expect_sets = r.totals.ops / 5;
+    assert!(r.sets.ops.abs_diff(expect_sets) <= 16, "{r:?}");
+    assert_eq!(r.hits + r.misses, r.gets.ops);
+    assert_eq!(r.misses, 0, "prepopulated, so every get hits");
+    assert_eq!(r.errors + r.connection_errors, 0);
+    // Prepopulation wrote keys 0..=5000; the measured run's counts come on top.
+    assert_eq!(mc.stat("cmd_set"), 5001 + r.sets.ops);
+    let text = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["totals"]["ops"].as_u64(), Some(r.totals.ops));
+    assert_eq!(v["hits"].as_u64(), Some(r.hits));
+    assert!(v["totals"]["latency"]["p99_us"].as_u64().is_some());
+    assert_eq!(
+        v["latency_distribution"].as_array().unwrap().len(),
+        bench::stats::TABLE_PERCENTILES.len()
+    );
+}
+
+#[test]
+fn meta_protocol_over_unix_socket() {
+    let Some(mc) = Memcached::start(true) else {
+        return;
+    };
+    let r = bench::run(mc.args(&[
+        "--protocol",
+        "meta",
+        "--threads",
+        "1",
+        "--clients",
+        "4",
+        "--requests",
+        "100",
+        "--ratio",
+        "1:0",
+        "--key-pattern",
+        "S:S",
+        "--key-maximum",
+        "399",
+        "--pipeline",
+        "4",
+    ]))
+    .unwrap();
+    assert_eq!((r.sets.ops, r.errors, r.connection_errors), (400, 0, 0));
+    // Single mg and quiet multi-mg batches ended by mn.
+    for multi in ["1", "6"] {
+        let r = bench::run(mc.args(&[
+            "--protocol",
+            "meta",
+            "--threads",
+            "1",
+            "--clients",
+            "3",
+            "--requests",
+            "40",
+            "--ratio",
+            "0:1",
+            "--key-maximum",
+            "799",
+            "--multi-key-get",
+            multi,
+            "--pipeline",
+            "3",
+        ]))
+        .unwrap();
+        let keys: u64 = multi.parse().unwrap();
+        assert_eq!(r.gets.ops, 120);
+        assert_eq!(r.hits + r.misses, 120 * keys);
+        assert!(r.hits > 0 && r.misses > 0, "{} {}", r.hits, r.misses);
+        assert_eq!(r.errors + r.connection_errors, 0);
+    }
+}
+
+#[test]
+fn rate_limited_run_is_paced() {
+    let Some(mc) = Memcached::start(false) else {
+        return;
+    };
+    // 400 req/s total for 2 s: ~800 requests, not the thousands an open loop does.
+    let r = bench::run(mc.args(&[
+        "--threads",
+        "2",
+        "--clients",
+        "2",
+        "--test-time",
+        "2",
+        "--rate",
+        "400",
+        "--key-maximum",
+        "100",
+    ]))
+    .unwrap();
+    assert!((700..=820).contains(&r.totals.ops), "{}", r.totals.ops);
+    assert_eq!(r.rate_limit, Some(400));
+}
+
+#[test]
+fn unreachable_server_is_an_error() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let args = Cli::try_parse_from(["bench", "--port", &port.to_string(), "-n", "1"])
+        .unwrap()
+        .args;
+    let e = bench::run(args).unwrap_err();
+    assert!(e.contains("cannot connect"), "{e}");
+}

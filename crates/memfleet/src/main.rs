@@ -1,0 +1,34 @@
+//! The `memfleet` binary: parses the command line and hands off to a subcommand's crate.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "memfleet",
+    version,
+    about = "memcached-compatible cache server, router and load generator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the cache server (accepts memcached's flags).
+    Serve(server::ServeArgs),
+    /// Generate load against a memcached-protocol server (memtier-style options).
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => server::serve(args),
+        Command::Bench(args) => bench::run(args).map(|_| ()),
+    };
+    if let Err(e) = result {
+        eprintln!("memfleet: {e}");
+        std::process::exit(1);
+    }
+}

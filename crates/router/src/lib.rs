@@ -1,0 +1,3 @@
+//! router
+
+pub mod config;

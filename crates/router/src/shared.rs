@@ -1,0 +1,299 @@
+//! State shared by the worker threads for one configuration generation: pools with their
+//! resolved servers, server health (failure counts, ejection) and the live ring.
+//!
+//! Health is in atomics so every thread sees an ejection at once; the ring is rebuilt by
+//! whichever thread ejects (or by the control thread when a host comes back) and swapped
+//! under a `RwLock<Arc<Ring>>`. Workers keep their own `Arc<Ring>` and only take the read
+//! lock when the pool's `ring_gen` moved, so the hot path is one atomic load.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ring::Ring;
+
+use crate::config::{Config, Pool, ServerAddr, ServerSpec};
+use crate::stats::PoolCounters;
+
+/// Where a backend is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// One backend server of a pool and its health.
+pub struct ServerRt {
+    pub spec: ServerSpec,
+    /// The name nutcracker's stats use: the node name, else `host:port` / the socket path.
+    pub stats_name: String,
+    pub addr: BackendAddr,
+    failures: AtomicU32,
+    ejected: AtomicBool,
+    /// When an ejected server may be probed again (ms since the router started).
+    retry_at_ms: AtomicU64,
+    /// Microseconds since the epoch of the last ejection (nutcracker's `server_ejected_at`).
+    pub ejected_at_us: AtomicI64,
+}
+
+impl ServerRt {
+    pub fn is_ejected(&self) -> bool {
+        self.ejected.load(Relaxed)
+    }
+}
+
+/// One pool at run time.
+pub struct PoolRt {
+    pub cfg: Pool,
+    pub servers: Vec<ServerRt>,
+    base_ring: Ring,
+    ring: RwLock<Arc<Ring>>,
+    ring_gen: AtomicU64,
+    health: Mutex<()>,
+    pub server_ejects: AtomicU64,
+    /// Clients connected to this pool, all threads (for `client_connections`).
+    pub clients: AtomicI64,
+    /// Per worker thread counters; each thread writes only its own.
+    pub counters: Vec<PoolCounters>,
+    started: Instant,
+}
+
+impl PoolRt {
+    pub fn new(cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, String> {
+        let mut servers = Vec::with_capacity(cfg.servers.len());
+        for spec in &cfg.servers {
+            let (addr, plain) = match &spec.addr {
+                ServerAddr::Tcp { host, port } => {
+                    let addr = (host.as_str(), *port)
+                        .to_socket_addrs()
+                        .ok()
+                        .and_then(|mut a| a.next())
+                        .ok_or_else(|| {
+                            format!("pool '{}': cannot resolve server '{host}:{port}'", cfg.name)
+                        })?;
+                    (BackendAddr::Tcp(addr), format!("{host}:{port}"))
+                }
+                ServerAddr::Unix { path } => (BackendAddr::Unix(PathBuf::from(path)), path.clone()),
+            };
+            servers.push(ServerRt {
+                stats_name: spec.name.clone().filter(|n| !n.is_empty()).unwrap_or(plain),
+                spec: spec.clone(),
+                addr,
+                failures: AtomicU32::new(0),
+                ejected: AtomicBool::new(false),
+                retry_at_ms: AtomicU64::new(0),
+                ejected_at_us: AtomicI64::new(0),
+            });
+        }
+        let base_ring = cfg.ring();
+        let counters = (0..threads).map(|_| PoolCounters::new(servers.len())).collect();
+        Ok(PoolRt {
+            ring: RwLock::new(Arc::new(base_ring.clone())),
+            base_ring,
+            ring_gen: AtomicU64::new(1),
+            health: Mutex::new(()),
+            server_ejects: AtomicU64::new(0),
+            clients: AtomicI64::new(0),
+            counters,
+            servers,
+            cfg,
+            started,
+        })
+    }
+
+    /// The current ring if it changed since generation `seen`.
+    pub fn ring_if_newer(&self, seen: u64) -> Option<(u64, Arc<Ring>)> {
+        let gen = self.ring_gen.load(Acquire);
+        if gen == seen {
+            return None;
+        }
+        Some((gen, self.ring.read().unwrap_or_else(|e| e.into_inner()).clone()))
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A reply came back from server `s`: its consecutive failure count starts over.
+    #[inline]
+    pub fn record_success(&self, s: usize) {
+        let f = &self.servers[s].failures;
+        if f.load(Relaxed) != 0 {
+            f.store(0, Relaxed);
+        }
+    }
+
+    /// A connection to server `s` failed (refused, reset, timed out). Returns true when
+    /// this failure ejected it.
+    pub fn record_failure(&self, s: usize) -> bool {
+        if !self.cfg.auto_eject_hosts {
+            return false;
+        }
+        let server = &self.servers[s];
+        let n = server.failures.fetch_add(1, Relaxed) + 1;
+        if n < self.cfg.server_failure_limit {
+            return false;
+        }
+        let _guard = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if server.ejected.load(Relaxed) {
+            return false;
+        }
+        server.failures.store(0, Relaxed);
+        server.ejected.store(true, Relaxed);
+        let retry = self.now_ms() + self.cfg.server_retry_timeout.as_millis() as u64;
+        server.retry_at_ms.store(retry, Relaxed);
+        server.ejected_at_us.store(epoch_us(), Relaxed);
+        self.server_ejects.fetch_add(1, Relaxed);
+        self.rebuild_locked();
+        crate::log::warn(&format!(
+            "pool '{}': server '{}' ejected after {} failures; retry in {} ms",
+            self.cfg.name,
+            server.stats_name,
+            self.cfg.server_failure_limit,
+            self.cfg.server_retry_timeout.as_millis()
+        ));
+        true
+    }
+
+    /// Ejected servers whose retry time has come.
+    pub fn due_for_retry(&self) -> Vec<usize> {
+        let now = self.now_ms();
+        (0..self.servers.len())
+            .filter(|&i| {
+                let s = &self.servers[i];
+                s.is_ejected() && s.retry_at_ms.load(Relaxed) <= now
+            })
+            .collect()
+    }
+
+    /// The probe of an ejected server succeeded (`true`: back in the ring) or failed
+    /// (`false`: wait another `server_retry_timeout`).
+    pub fn retry_result(&self, s: usize, ok: bool) {
+        let _guard = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        let server = &self.servers[s];
+        if ok {
+            server.ejected.store(false, Relaxed);
+            server.failures.store(0, Relaxed);
+            self.rebuild_locked();
+            crate::log::warn(&format!(
+                "pool '{}': server '{}' is back",
+                self.cfg.name, server.stats_name
+            ));
+        } else {
+            let retry = self.now_ms() + self.cfg.server_retry_timeout.as_millis() as u64;
+            server.retry_at_ms.store(retry, Relaxed);
+        }
+    }
+
+    fn rebuild_locked(&self) {
+        let live: Vec<bool> = self.servers.iter().map(|s| !s.is_ejected()).collect();
+        let mut ring = self.base_ring.clone();
+        ring.rebuild(&live);
+        *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
+        self.ring_gen.fetch_add(1, Release);
+    }
+
+    /// The listen address as a key identifying "the same listener" across reloads.
+    pub fn listen_key(&self) -> String {
+        match &self.cfg.listen {
+            crate::config::Listen::Tcp { host, port } => format!("tcp:{host}:{port}"),
+            crate::config::Listen::Unix { path, .. } => format!("unix:{path}"),
+        }
+    }
+
+    pub fn timeout(&self) -> Option<Duration> {
+        self.cfg.timeout
+    }
+}
+
+pub fn epoch_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// One configuration generation.
+pub struct Shared {
+    pub config: Config,
+    pub pools: Vec<Arc<PoolRt>>,
+}
+
+impl Shared {
+    pub fn new(config: Config, threads: usize, started: Instant) -> Result<Shared, String> {
+        for pool in &config.pools {
+            if pool.redis {
+                return Err(format!(
+                    "pool '{}': redis pools are not supported by memfleet route yet",
+                    pool.name
+                ));
+            }
+        }
+        let pools = config
+            .pools
+            .iter()
+            .map(|p| PoolRt::new(p.clone(), threads, started).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Shared { config, pools })
+    }
+}
+
+/// Process-wide connection counters (nutcracker's `total_connections`, `curr_connections`),
+/// one slot per worker so no two threads write the same counter.
+pub struct Globals {
+    pub started: Instant,
+    pub threads: usize,
+    pub per_worker: Vec<crate::stats::WorkerCounters>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(yaml: &str) -> PoolRt {
+        let cfg = Config::from_yaml_str(yaml).unwrap();
+        PoolRt::new(cfg.pools[0].clone(), 2, Instant::now()).unwrap()
+    }
+
+    const YAML: &str = "p:\n  listen: 127.0.0.1:22121\n  auto_eject_hosts: true\n  server_failure_limit: 2\n  server_retry_timeout: 0\n  servers:\n   - 127.0.0.1:1:1\n   - 127.0.0.1:2:1 two\n";
+
+    #[test]
+    fn ejects_after_failure_limit_and_remaps() {
+        let p = pool(YAML);
+        assert_eq!(p.servers[0].stats_name, "127.0.0.1:1");
+        assert_eq!(p.servers[1].stats_name, "two");
+        let (gen, ring) = p.ring_if_newer(0).unwrap();
+        let key = (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| ring.server_for(k.as_bytes()) == Some(0))
+            .unwrap();
+        assert!(!p.record_failure(0));
+        p.record_success(0);
+        assert!(!p.record_failure(0), "success resets the count");
+        assert!(p.record_failure(0));
+        assert!(p.servers[0].is_ejected());
+        assert_eq!(p.server_ejects.load(Relaxed), 1);
+        let (gen2, ring2) = p.ring_if_newer(gen).unwrap();
+        assert_eq!(ring2.server_for(key.as_bytes()), Some(1));
+        assert_eq!(p.due_for_retry(), vec![0]);
+        p.retry_result(0, true);
+        let (_, ring3) = p.ring_if_newer(gen2).unwrap();
+        assert_eq!(ring3.server_for(key.as_bytes()), Some(0));
+        assert!(p.due_for_retry().is_empty());
+    }
+
+    #[test]
+    fn no_ejection_without_auto_eject() {
+        let p = pool(&YAML.replace("auto_eject_hosts: true", "auto_eject_hosts: false"));
+        for _ in 0..10 {
+            assert!(!p.record_failure(1));
+        }
+        assert!(!p.servers[1].is_ejected());
+        assert!(p.ring_if_newer(1).is_none());
+    }
+
+    #[test]
+    fn redis_pools_are_refused() {
+        let cfg = Config::from_yaml_str(&YAML.replace("  servers:", "  redis: true\n  servers:")).unwrap();
+        assert!(Shared::new(cfg, 1, Instant::now()).unwrap_err().contains("redis"));
+    }
+}

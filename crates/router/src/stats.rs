@@ -1,0 +1,241 @@
+//! Counters with nutcracker's names, kept per worker thread and summed when read: the
+//! stats port's JSON (same fields as nutcracker 0.5) and `stats` on the data port.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+
+use crate::shared::{Globals, Shared};
+
+/// A counter written by one thread only: a plain load and store, no locked instruction.
+#[derive(Default)]
+pub struct Counter(AtomicI64);
+
+impl Counter {
+    #[inline]
+    pub fn add(&self, n: i64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+    #[inline]
+    pub fn get(&self) -> i64 {
+        self.0.load(Relaxed)
+    }
+}
+
+macro_rules! counters {
+    ($name:ident { $($field:ident),* $(,)? }) => {
+        #[derive(Default)]
+        #[repr(align(64))]
+        pub struct $name { $(pub $field: Counter,)* }
+        impl $name {
+            /// `(field name, value)` in nutcracker's order.
+            pub fn fields(&self) -> Vec<(&'static str, i64)> {
+                vec![$((stringify!($field), self.$field.get()),)*]
+            }
+        }
+    };
+}
+
+counters!(ServerCounters {
+    server_eof,
+    server_err,
+    server_timedout,
+    server_connections,
+    requests,
+    request_bytes,
+    responses,
+    response_bytes,
+    in_queue,
+    in_queue_bytes,
+    out_queue,
+    out_queue_bytes,
+});
+
+counters!(PoolBase {
+    client_eof,
+    client_err,
+    client_connections,
+    forward_error,
+    fragments,
+});
+
+counters!(WorkerCounters {
+    total_connections,
+    curr_connections,
+});
+
+/// One worker's counters for one pool.
+pub struct PoolCounters {
+    pub pool: PoolBase,
+    pub servers: Vec<ServerCounters>,
+}
+
+impl PoolCounters {
+    pub fn new(servers: usize) -> PoolCounters {
+        PoolCounters {
+            pool: PoolBase::default(),
+            servers: (0..servers).map(|_| ServerCounters::default()).collect(),
+        }
+    }
+}
+
+fn sum<'a>(parts: impl Iterator<Item = Vec<(&'static str, i64)>>) -> Vec<(&'static str, i64)> {
+    let mut total: Vec<(&'static str, i64)> = Vec::new();
+    for p in parts {
+        if total.is_empty() {
+            total = p;
+        } else {
+            for (t, (_, v)) in total.iter_mut().zip(p) {
+                t.1 += v;
+            }
+        }
+    }
+    total
+}
+
+fn json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// nutcracker's stats JSON: service, source, version, uptime, timestamp, connection totals,
+/// then one object per pool with its counters and one object per server.
+pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
+    let mut out = String::with_capacity(1024);
+    let uptime = globals.started.elapsed().as_secs();
+    let timestamp = crate::shared::epoch_us() / 1_000_000;
+    let g = sum(globals.per_worker.iter().map(|w| w.fields()));
+    out.push_str("{\"service\":\"nutcracker\", \"source\":");
+    json_str(&mut out, source);
+    let _ = write!(
+        out,
+        ", \"version\":\"0.5.0\", \"memfleet\":\"{}\", \"uptime\":{uptime}, \"timestamp\":{timestamp}",
+        env!("CARGO_PKG_VERSION")
+    );
+    for (k, v) in &g {
+        let _ = write!(out, ", \"{k}\":{v}");
+    }
+    for pool in &shared.pools {
+        out.push_str(", ");
+        json_str(&mut out, &pool.cfg.name);
+        out.push_str(": {");
+        let mut fields = sum(pool.counters.iter().map(|c| c.pool.fields()));
+        fields.insert(3, ("server_ejects", pool.server_ejects.load(Relaxed) as i64));
+        let mut first = true;
+        for (k, v) in fields {
+            if !first {
+                out.push_str(", ");
+            }
+            first = false;
+            let _ = write!(out, "\"{k}\":{v}");
+        }
+        for (i, server) in pool.servers.iter().enumerate() {
+            out.push_str(", ");
+            json_str(&mut out, &server.stats_name);
+            out.push_str(": {");
+            let mut fields = sum(pool.counters.iter().map(|c| c.servers[i].fields()));
+            fields.insert(4, ("server_ejected_at", server.ejected_at_us.load(Relaxed)));
+            let mut first = true;
+            for (k, v) in fields {
+                if !first {
+                    out.push_str(", ");
+                }
+                first = false;
+                let _ = write!(out, "\"{k}\":{v}");
+            }
+            out.push('}');
+        }
+        out.push('}');
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// `stats` on the data port: memcached-style `STAT` lines for the router and the pool.
+pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
+    let mut out = String::with_capacity(512);
+    let g = sum(globals.per_worker.iter().map(|w| w.fields()));
+    let _ = write!(out, "STAT pid {}\r\n", std::process::id());
+    let _ = write!(out, "STAT uptime {}\r\n", globals.started.elapsed().as_secs());
+    let _ = write!(out, "STAT time {}\r\n", crate::shared::epoch_us() / 1_000_000);
+    let _ = write!(out, "STAT version memfleet-route-{}\r\n", env!("CARGO_PKG_VERSION"));
+    let _ = write!(out, "STAT threads {}\r\n", globals.threads);
+    for (k, v) in &g {
+        let _ = write!(out, "STAT {k} {v}\r\n");
+    }
+    if let Some(p) = shared.pools.get(pool) {
+        let _ = write!(out, "STAT pool {}\r\n", p.cfg.name);
+        for (k, v) in sum(p.counters.iter().map(|c| c.pool.fields())) {
+            let _ = write!(out, "STAT {k} {v}\r\n");
+        }
+        let _ = write!(out, "STAT server_ejects {}\r\n", p.server_ejects.load(Relaxed));
+        for (i, server) in p.servers.iter().enumerate() {
+            let _ = write!(
+                out,
+                "STAT server:{}:ejected {}\r\n",
+                server.stats_name,
+                u8::from(server.is_ejected())
+            );
+            for (k, v) in sum(p.counters.iter().map(|c| c.servers[i].fields())) {
+                let _ = write!(out, "STAT server:{}:{k} {v}\r\n", server.stats_name);
+            }
+        }
+    }
+    out.push_str("END\r\n");
+    out.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::time::Instant;
+
+    #[test]
+    fn json_has_nutcracker_fields_and_sums_threads() {
+        let cfg = Config::from_yaml_str(
+            "alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11212:1\n   - 127.0.0.1:11213:1 two\n",
+        )
+        .unwrap();
+        let shared = Shared::new(cfg, 2, Instant::now()).unwrap();
+        let globals = Globals {
+            started: Instant::now(),
+            threads: 2,
+            per_worker: vec![WorkerCounters::default(), WorkerCounters::default()],
+        };
+        shared.pools[0].counters[0].servers[1].requests.add(3);
+        shared.pools[0].counters[1].servers[1].requests.add(4);
+        shared.pools[0].counters[1].pool.fragments.add(2);
+        globals.per_worker[1].total_connections.add(5);
+        let j = json(&shared, &globals, "host\"1");
+        assert!(j.starts_with("{\"service\":\"nutcracker\", \"source\":\"host\\\"1\""), "{j}");
+        assert!(j.contains("\"total_connections\":5"));
+        assert!(j.contains(
+            "\"alpha\": {\"client_eof\":0, \"client_err\":0, \"client_connections\":0, \"server_ejects\":0, \"forward_error\":0, \"fragments\":2"
+        ), "{j}");
+        assert!(j.contains("\"two\": {\"server_eof\":0, \"server_err\":0, \"server_timedout\":0, \"server_connections\":0, \"server_ejected_at\":0, \"requests\":7,"), "{j}");
+        assert!(j.contains("\"127.0.0.1:11212\": {"));
+        let t = String::from_utf8(text(&shared, &globals, 0)).unwrap();
+        assert!(t.contains("STAT server:two:requests 7\r\n") && t.ends_with("END\r\n"));
+    }
+}

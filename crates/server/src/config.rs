@@ -1,0 +1,392 @@
+//! `memfleet serve` settings: memcached's own command-line flags, so memfleet can replace memcached
+//! in an init script or a test harness unchanged.
+
+use clap::{ArgAction, Args};
+
+/// memcached-compatible flags. Long names follow memcached 1.6 (`--port`, `--memory-limit`, ...).
+#[derive(Args, Debug, Clone)]
+#[command(disable_version_flag = true)]
+pub struct ServeArgs {
+    /// TCP port to listen on (0 = off)
+    #[arg(short = 'p', long = "port", default_value_t = 11211)]
+    pub port: u16,
+    /// UDP port to listen on (0 = off)
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    pub udp_port: u16,
+    /// UNIX socket to listen on (disables network support)
+    #[arg(short = 's', long = "unix-socket")]
+    pub unix_socket: Option<String>,
+    /// access mask for the UNIX socket, in octal
+    #[arg(short = 'a', long = "unix-mask", default_value = "700")]
+    pub unix_mask: String,
+    /// enable the ascii "shutdown" command
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
+    /// interface(s) to listen on: repeat or separate with commas; `addr:port` overrides -p
+    #[arg(short = 'l', long = "listen", action = ArgAction::Append)]
+    pub listen: Vec<String>,
+    /// run as a daemon
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// maximize core file limit (accepted for compatibility)
+    #[arg(short = 'r', long = "enable-coredumps")]
+    pub enable_coredumps: bool,
+    /// assume identity of <username> (only when run as root)
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// item memory in megabytes
+    #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
+    pub memory_limit_mb: u64,
+    /// return an error on memory exhausted instead of evicting
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+    /// max simultaneous connections
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
+    pub conn_limit: usize,
+    /// lock down all paged memory (accepted for compatibility)
+    #[arg(short = 'k', long = "lock-memory")]
+    pub lock_memory: bool,
+    /// verbose; -vv also prints client commands
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    pub verbose: u8,
+    /// print version and exit
+    #[arg(short = 'V', long = "version")]
+    pub version: bool,
+    /// save PID in <file>
+    #[arg(short = 'P', long = "pidfile")]
+    pub pidfile: Option<String>,
+    /// slab growth factor (accepted for compatibility; memfleet has no slab classes)
+    #[arg(short = 'f', long = "slab-growth-factor")]
+    pub slab_growth_factor: Option<f64>,
+    /// min slab chunk size (accepted for compatibility)
+    #[arg(short = 'n', long = "slab-min-size")]
+    pub slab_min_size: Option<u64>,
+    /// use large pages (accepted for compatibility)
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
+    /// number of worker threads
+    #[arg(short = 't', long = "threads", default_value_t = 4)]
+    pub threads: usize,
+    /// max requests per event before yielding to other connections
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
+    pub max_reqs_per_event: usize,
+    /// disable CAS (accepted; CAS values are still returned)
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// listen backlog
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    pub backlog: i32,
+    /// protocol: ascii or auto (binary is not supported)
+    #[arg(short = 'B', long = "protocol", default_value = "auto")]
+    pub protocol: String,
+    /// max item size, e.g. 1m, 512k, 2097152 (min 1k, max 1024m)
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
+    pub max_item_size: String,
+    /// disable flush_all
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// disable stats cachedump (accepted for compatibility)
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+    /// disable watch (accepted for compatibility)
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+    /// per-prefix stats delimiter (accepted for compatibility)
+    #[arg(short = 'D')]
+    pub prefix_delimiter: Option<String>,
+    /// comma separated extended options (unknown ones are ignored with a warning)
+    #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
+    pub extended: Vec<String>,
+}
+
+/// Settings after validation, in the units the server uses.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub tcp: Vec<std::net::SocketAddr>,
+    pub udp: Vec<std::net::SocketAddr>,
+    pub unix_socket: Option<(String, u32)>,
+    pub mem_limit: usize,
+    pub item_size_max: usize,
+    pub conn_limit: usize,
+    pub threads: usize,
+    pub backlog: i32,
+    pub verbose: u8,
+    pub enable_shutdown: bool,
+    pub disable_flush_all: bool,
+    pub evictions: bool,
+    pub max_reqs_per_event: usize,
+    pub idle_timeout: u32,
+    pub daemon: bool,
+    pub pidfile: Option<String>,
+    pub user: Option<String>,
+    /// `-o` options we recognised and applied, for `stats settings`.
+    pub warnings: Vec<String>,
+}
+
+/// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (digits, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1usize << 10),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("invalid size '{s}'"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
+impl ServeArgs {
+    /// Validates flags the way memcached does and resolves listen addresses.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let item_size_max = parse_size(&self.max_item_size)?;
+        if item_size_max < 1024 {
+            return Err("Item max size cannot be less than 1024 bytes.".into());
+        }
+        if item_size_max > 1 << 30 {
+            return Err("Cannot set item size limit higher than 1 gigabyte.".into());
+        }
+        let mem_limit = (self.memory_limit_mb as usize)
+            .checked_mul(1 << 20)
+            .ok_or("memory limit too large")?;
+        if item_size_max > mem_limit / 2 && mem_limit > 0 {
+            return Err("Cannot set item size limit higher than 1/2 of memory max.".to_string());
+        }
+        if self.threads == 0 {
+            return Err("Number of threads must be greater than 0".into());
+        }
+        match self.protocol.as_str() {
+            "auto" | "ascii" => {}
+            "binary" => return Err("binary protocol is not supported by memfleet".into()),
+            other => return Err(format!("Invalid value for binding protocol: {other}")),
+        }
+        let unix_mask = u32::from_str_radix(&self.unix_mask, 8)
+            .map_err(|_| format!("invalid unix socket mask '{}'", self.unix_mask))?;
+
+        let mut warnings = Vec::new();
+        let mut idle_timeout = 0;
+        for opt in self.extended.iter().flat_map(|o| o.split(',')) {
+            let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+            match name {
+                "" => {}
+                "idle_timeout" => {
+                    idle_timeout = value
+                        .parse()
+                        .map_err(|_| format!("invalid idle_timeout '{value}'"))?
+                }
+                // memcached tuning knobs that have no meaning for memfleet's engine.
+                "maxconns_fast"
+                | "no_maxconns_fast"
+                | "hashpower"
+                | "modern"
+                | "no_modern"
+                | "lru_crawler"
+                | "no_lru_crawler"
+                | "lru_maintainer"
+                | "no_lru_maintainer"
+                | "hash_algorithm"
+                | "slab_reassign"
+                | "slab_automove"
+                | "tail_repair_time"
+                | "lru_crawler_sleep"
+                | "lru_crawler_tocrawl"
+                | "hot_lru_pct"
+                | "warm_lru_pct"
+                | "hot_max_factor"
+                | "warm_max_factor"
+                | "temporary_ttl"
+                | "track_sizes"
+                | "no_hashexpand"
+                | "read_buf_mem_limit"
+                | "slab_chunk_max" => {}
+                _ => warnings.push(format!("unknown -o option '{name}' ignored")),
+            }
+        }
+
+        let mut tcp = Vec::new();
+        let mut udp = Vec::new();
+        if self.unix_socket.is_none() {
+            let hosts: Vec<String> = if self.listen.is_empty() {
+                vec!["0.0.0.0".to_string()]
+            } else {
+                self.listen
+                    .iter()
+                    .flat_map(|l| l.split(','))
+                    .map(str::to_string)
+                    .collect()
+            };
+            for host in hosts {
+                let (addr, port) = split_host_port(&host, self.port)?;
+                if port != 0 || self.port == 0 {
+                    tcp.extend(resolve(&addr, port)?);
+                }
+                if self.udp_port != 0 {
+                    udp.extend(resolve(&addr, self.udp_port)?);
+                }
+            }
+        }
+        Ok(Settings {
+            tcp,
+            udp,
+            unix_socket: self.unix_socket.clone().map(|p| (p, unix_mask)),
+            mem_limit,
+            item_size_max,
+            conn_limit: self.conn_limit.max(1),
+            threads: self.threads,
+            backlog: self.backlog,
+            verbose: self.verbose,
+            enable_shutdown: self.enable_shutdown,
+            disable_flush_all: self.disable_flush_all,
+            evictions: !self.disable_evictions,
+            max_reqs_per_event: self.max_reqs_per_event.max(1),
+            idle_timeout,
+            daemon: self.daemon,
+            pidfile: self.pidfile.clone(),
+            user: self.user.clone(),
+            warnings,
+        })
+    }
+}
+
+/// Splits `host`, `host:port`, `[v6]:port` or a bare IPv6 address.
+fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {
+    let bad = || format!("invalid listen address '{s}'");
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']').ok_or_else(bad)?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| bad())?,
+            None if tail.is_empty() => default_port,
+            None => return Err(bad()),
+        };
+        return Ok((host.to_string(), port));
+    }
+    match s.matches(':').count() {
+        0 => Ok((s.to_string(), default_port)),
+        1 => {
+            let (h, p) = s.split_once(':').ok_or_else(bad)?;
+            Ok((h.to_string(), p.parse().map_err(|_| bad())?))
+        }
+        _ => Ok((s.to_string(), default_port)),
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
+    use std::net::ToSocketAddrs;
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let addrs: Vec<_> = format!("{host}:{port}")
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve listen address '{host}': {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("no address for '{host}'"));
+    }
+    Ok(addrs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn settings(args: &[&str]) -> Result<Settings, String> {
+        let mut argv = vec!["memfleet"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .serve
+            .settings()
+    }
+
+    #[test]
+    fn sizes_parse_like_memcached() {
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("12x").is_err());
+    }
+
+    #[test]
+    fn defaults_match_memcached() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.mem_limit, 64 << 20);
+        assert_eq!(s.item_size_max, 1 << 20);
+        assert_eq!(s.conn_limit, 1024);
+        assert_eq!(s.threads, 4);
+        assert_eq!(s.tcp[0].port(), 11211);
+        assert!(s.udp.is_empty());
+    }
+
+    #[test]
+    fn memcached_style_flags() {
+        let s = settings(&[
+            "-p",
+            "12000",
+            "-U",
+            "12001",
+            "-l",
+            "127.0.0.1",
+            "-m",
+            "128",
+            "-c",
+            "10",
+            "-t",
+            "2",
+            "-I",
+            "2m",
+            "-vv",
+            "-o",
+            "idle_timeout=5,frobnicate",
+        ])
+        .unwrap();
+        assert_eq!(s.tcp, vec!["127.0.0.1:12000".parse().unwrap()]);
+        assert_eq!(s.udp, vec!["127.0.0.1:12001".parse().unwrap()]);
+        assert_eq!(s.mem_limit, 128 << 20);
+        assert_eq!(s.item_size_max, 2 << 20);
+        assert_eq!(s.verbose, 2);
+        assert_eq!(s.idle_timeout, 5);
+        assert_eq!(s.warnings.len(), 1);
+    }
+
+    #[test]
+    fn several_listen_addresses_and_ports() {
+        let s = settings(&[
+            "-p",
+            "12000",
+            "-l",
+            "127.0.0.1,127.0.0.2:13000",
+            "-l",
+            "[::1]:14000",
+        ])
+        .unwrap();
+        let ports: Vec<u16> = s.tcp.iter().map(|a| a.port()).collect();
+        assert_eq!(ports, vec![12000, 13000, 14000]);
+    }
+
+    #[test]
+    fn unix_socket_disables_network() {
+        let s = settings(&["-s", "/tmp/x.sock", "-a", "766"]).unwrap();
+        assert!(s.tcp.is_empty());
+        assert_eq!(s.unix_socket, Some(("/tmp/x.sock".to_string(), 0o766)));
+    }
+
+    #[test]
+    fn rejects_what_memcached_rejects() {
+        assert!(settings(&["-I", "512"]).is_err());
+        assert!(settings(&["-I", "2g"]).is_err());
+        assert!(settings(&["-m", "1", "-I", "1m"]).is_err());
+        assert!(settings(&["-B", "binary"]).is_err());
+        assert!(settings(&["-t", "0"]).is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! Runs parsed requests against the store and writes memcached's replies.
+//!
+//! No I/O here: the worker hands in a request and an output buffer. Parsing decisions (what is
+//! malformed) belong to `proto`; item semantics to `store`; this module maps one onto the other.
+
+use proto::reply::{self, write_u64};
+use proto::{Request, ShutdownMode, StoreCmd};
+use store::{
+    ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreMode, StoreResult, TouchResult,
+};
+
+use crate::meta;
+use crate::report;
+use crate::worker::ExecEnv;
+
+/// What the connection does after a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Close,
+}
+
+/// Executes one request, appending its reply (if any) to `out`.
+pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
+    let store = &env.shared.store;
+    let st = env.stats;
+    let now = env.now;
+    match req {
+        Request::Get { keys, cas } => retrieve(env, keys, cas, None, out),
+        Request::Gat { exptime, keys, cas } => retrieve(env, keys, cas, Some(exptime), out),
+        Request::Store {
+            cmd,
+            key,
+            flags,
+            exptime,
+            data,
+            cas_unique,
+            noreply,
+        } => {
+            st.cmd_set.incr();
+            let mode = store_mode(cmd, cas_unique);
+            let r = store.store(mode, key, flags, store.exptime(exptime, now), data, now);
+            if r.result == StoreResult::TooLarge {
+                st.store_too_large.incr();
+            } else if r.result == StoreResult::NoMemory {
+                st.store_no_memory.incr();
+            }
+            if !noreply {
+                out.extend_from_slice(match r.result {
+                    StoreResult::Stored => reply::STORED,
+                    StoreResult::NotStored => reply::NOT_STORED,
+                    StoreResult::Exists => reply::EXISTS,
+                    StoreResult::NotFound => reply::NOT_FOUND,
+                    StoreResult::TooLarge => reply::SERVER_ERROR_TOO_LARGE,
+                    StoreResult::NoMemory => reply::SERVER_ERROR_OOM_STORING,
+                });
+            }
+        }
+        Request::Delete { key, noreply } => {
+            let r = store.delete(key, now, &DeleteOpts::default());
+            if !noreply {
+                out.extend_from_slice(match r {
+                    DeleteResult::Deleted => reply::DELETED,
+                    DeleteResult::NotFound => reply::NOT_FOUND,
+                    DeleteResult::Exists => reply::EXISTS,
+                    DeleteResult::NoMemory => reply::SERVER_ERROR_OOM,
+                });
+            }
+        }
+        Request::Arith {
+            incr,
+            key,
+            delta,
+            noreply,
+        } => {
+            let r = store.incr_decr(key, incr, delta, now, &ArithOpts::default());
+            if !noreply {
+                match r {
+                    ArithResult::Ok { value, .. } => {
+                        write_u64(out, value);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    ArithResult::NotFound => out.extend_from_slice(reply::NOT_FOUND),
+                    ArithResult::NonNumeric => {
+                        out.extend_from_slice(reply::CLIENT_ERROR_NON_NUMERIC)
+                    }
+                    ArithResult::Exists => out.extend_from_slice(reply::EXISTS),
+                    ArithResult::NoMemory => out.extend_from_slice(reply::SERVER_ERROR_OOM),
+                }
+            }
+        }
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            st.cmd_touch.incr();
+            let r = store.touch(key, store.exptime(exptime, now), now);
+            if !noreply {
+                out.extend_from_slice(match r {
+                    TouchResult::Touched => reply::TOUCHED,
+                    TouchResult::NotFound => reply::NOT_FOUND,
+                });
+            }
+        }
+        Request::FlushAll { delay, noreply } => {
+            if env.shared.settings.disable_flush_all {
+                out.extend_from_slice(reply::CLIENT_ERROR_FLUSH_NOT_ALLOWED);
+                return Flow::Continue;
+            }
+            st.cmd_flush.incr();
+            store.flush_all(delay, now);
+            if !noreply {
+                out.extend_from_slice(reply::OK);
+            }
+        }
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(crate::VERSION.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Request::Verbosity { level, noreply } => {
+            env.shared.verbosity.store(
+                level.min(u8::MAX as u32) as u8,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            if !noreply {
+                out.extend_from_slice(reply::OK);
+            }
+        }
+        Request::Quit => return Flow::Close,
+        Request::Shutdown(mode) => {
+            if !env.shared.settings.enable_shutdown {
+                out.extend_from_slice(reply::ERROR_SHUTDOWN_NOT_ENABLED);
+                return Flow::Continue;
+            }
+            if mode == ShutdownMode::Invalid {
+                out.extend_from_slice(reply::CLIENT_ERROR_INVALID_SHUTDOWN);
+                return Flow::Continue;
+            }
+            env.shared.request_shutdown();
+            return Flow::Close;
+        }
+        Request::Stats { args } => report::stats(env, args, out),
+        Request::CacheMemlimit { megabytes, noreply } => {
+            if megabytes < 8 {
+                out.extend_from_slice(reply::MEMLIMIT_TOO_SMALL);
+            } else {
+                store.set_mem_limit(u64::from(megabytes) << 20);
+                if !noreply {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+        }
+        // slabs/lru/lru_crawler/watch/extstore tune memcached's slab allocator and crawler,
+        // which memfleet does not have: refuse them the way memcached refuses a command it lacks.
+        Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
+        Request::MetaGet {
+            key,
+            flags,
+            late_error,
+        } => {
+            st.cmd_meta.incr();
+            let mark = out.len();
+            meta::get(env, &key, &flags, out);
+            replace_with_error(out, mark, late_error);
+        }
+        Request::MetaSet {
+            key,
+            flags,
+            cmd,
+            data,
+        } => {
+            st.cmd_meta.incr();
+            st.cmd_set.incr();
+            meta::set(env, &key, &flags, cmd, data, out);
+        }
+        Request::MetaDelete { key, flags } => {
+            st.cmd_meta.incr();
+            meta::delete(env, &key, &flags, out);
+        }
+        Request::MetaArithmetic {
+            key,
+            flags,
+            incr,
+            late_error,
+        } => {
+            st.cmd_meta.incr();
+            let mark = out.len();
+            meta::arithmetic(env, &key, &flags, incr, out);
+            replace_with_error(out, mark, late_error);
+        }
+        Request::MetaNoop => out.extend_from_slice(reply::MN),
+        Request::MetaDebug { key } => meta::debug(env, &key, out),
+    }
+    Flow::Continue
+}
+
+/// memcached finds some meta errors only while writing the reply, after the lookup and its
+/// side effects: the error replaces this request's reply (from `mark` on).
+fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'static [u8]>) {
+    if let Some(err) = late_error {
+        out.truncate(mark);
+        out.extend_from_slice(err);
+    }
+}
+
+fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
+    match cmd {
+        StoreCmd::Set => StoreMode::Set,
+        StoreCmd::Add => StoreMode::Add,
+        StoreCmd::Replace => StoreMode::Replace,
+        StoreCmd::Append => StoreMode::Append,
+        StoreCmd::Prepend => StoreMode::Prepend,
+        StoreCmd::Cas => StoreMode::Cas(cas),
+    }
+}
+
+/// get/gets/gat/gats: one VALUE per hit, then END; a too-long key discards the VALUEs.
+fn retrieve(
+    env: &ExecEnv<'_>,
+    keys: proto::Keys<'_>,
+    with_cas: bool,
+    touch: Option<i64>,
+    out: &mut Vec<u8>,
+) {
+    let store = &env.shared.store;
+    let st = env.stats;
+    let now = env.now;
+    let mark = out.len();
+    let touch = touch.map(|e| store.exptime(e, now));
+    for key in keys {
+        let Ok(key) = key else {
+            out.truncate(mark);
+            out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
+            return;
+        };
+        let write = |v: Option<store::ItemView<'_>>| match v {
+            Some(it) => {
+                reply::write_value(out, key, it.flags, it.value, with_cas.then_some(it.cas));
+                true
+            }
+            None => false,
+        };
+        let hit = match touch {
+            Some(exptime) => {
+                st.cmd_touch.incr();
+                store.gat(key, exptime, now, write)
+            }
+            None => store.get(key, now, write),
+        };
+        st.cmd_get.incr();
+        if hit {
+            st.get_hits.incr();
+        } else {
+            st.get_misses.incr();
+        }
+    }
+    out.extend_from_slice(reply::END);
+}
+
+/// A UDP datagram holds whole requests; replies go back in one framed response.
+pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
+    let mut pos = 0;
+    while pos < payload.len() {
+        match proto::parse(&payload[pos..], &env.shared.limits) {
+            proto::Parse::Request(req, used) => {
+                pos += used;
+                if run(env, req, out) == Flow::Close {
+                    return;
+                }
+            }
+            proto::Parse::Incomplete { .. } => return,
+            proto::Parse::Error {
+                reply,
+                consumed,
+                swallow,
+                close,
+                ..
+            } => {
+                out.extend_from_slice(reply);
+                pos += consumed + swallow;
+                if close {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! `memfleet serve`: the network layer of the cache server.
+//!
+//! An acceptor thread hands sockets round-robin to `-t` worker threads; each worker runs its own
+//! mio event loop and owns its connections, so nothing on the request path takes a global lock.
+//! Protocol parsing lives in `proto`, item storage in `store`; `execute` joins the two.
+
+pub mod bufpool;
+pub mod config;
+pub mod execute;
+mod meta;
+mod report;
+pub mod shared;
+pub mod stats;
+pub mod worker;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use mio::net::{TcpListener, UnixListener};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+pub use config::{ServeArgs, Settings};
+use shared::Shared;
+use worker::{unix_now, Incoming, Worker, WAKER};
+
+/// The version string clients see (`version`, `stats`). Starts with memcached's so that clients
+/// that parse the version for feature checks treat memfleet as memcached 1.6.18.
+pub const VERSION: &str = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION"));
+
+enum Listener {
+    Tcp(TcpListener, String),
+    Unix(UnixListener, String),
+}
+
+/// Runs the server until SIGINT/SIGTERM or `shutdown`.
+pub fn serve(args: ServeArgs) -> Result<(), String> {
+    if args.version {
+        println!(
+            "memfleet {} (memcached {VERSION})",
+            env!("CARGO_PKG_VERSION")
+        );
+        return Ok(());
+    }
+    let settings = args.settings()?;
+    for w in &settings.warnings {
+        eprintln!("warning: {w}");
+    }
+    let listeners = bind_listeners(&settings)?;
+    let udp = bind_udp(&settings)?;
+    if settings.daemon {
+        daemonize(settings.verbose > 0)?;
+    }
+    if let Some(user) = &settings.user {
+        drop_privileges(user)?;
+    }
+    if let Some(path) = &settings.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|e| format!("could not write pid file {path}: {e}"))?;
+    }
+    let result = run(settings.clone(), listeners, udp);
+    if let Some((path, _)) = &settings.unix_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(path) = &settings.pidfile {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+fn run(
+    settings: Settings,
+    listeners: Vec<Listener>,
+    udp: Vec<Vec<std::net::UdpSocket>>,
+) -> Result<(), String> {
+    let threads = settings.threads;
+    let now = unix_now();
+    let store = store::Store::new(store::Config {
+        mem_limit: settings.mem_limit as u64,
+        item_size_max: settings.item_size_max,
+        process_start: now,
+    });
+    let limits = proto::Limits {
+        item_size_max: settings.item_size_max,
+        ..proto::Limits::default()
+    };
+
+    let mut polls = Vec::new();
+    let mut wakers = Vec::new();
+    for _ in 0..threads {
+        let poll = Poll::new().map_err(|e| e.to_string())?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?;
+        wakers.push(Arc::new(waker));
+        polls.push(poll);
+    }
+    let accept_poll = Poll::new().map_err(|e| e.to_string())?;
+    let accept_waker =
+        Arc::new(Waker::new(accept_poll.registry(), WAKER).map_err(|e| e.to_string())?);
+    let mut all_wakers = wakers.clone();
+    all_wakers.push(accept_waker);
+
+    let shared = Arc::new(Shared {
+        verbosity: AtomicU8::new(settings.verbose),
+        limits,
+        store,
+        stats: (0..threads).map(|_| Arc::default()).collect(),
+        registry: (0..threads).map(|_| Mutex::new(Slab::new())).collect(),
+        curr_conns: AtomicUsize::new(0),
+        shutdown: AtomicBool::new(false),
+        process_start: now,
+        wakers: all_wakers,
+        settings,
+    });
+
+    install_signal_handler(shared.clone())?;
+
+    let mut senders = Vec::new();
+    let mut handles = Vec::new();
+    let mut udp = udp.into_iter();
+    for (id, poll) in polls.into_iter().enumerate() {
+        let (tx, rx) = mpsc::channel();
+        senders.push(tx);
+        let w = Worker::new(id, poll, rx, shared.clone(), udp.next().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        handles.push(
+            thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || w.run())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+
+    let maint = {
+        let shared = shared.clone();
+        thread::Builder::new()
+            .name("maintenance".into())
+            .spawn(move || maintenance(&shared))
+            .map_err(|e| e.to_string())?
+    };
+
+    accept_loop(&shared, accept_poll, listeners, &senders, &wakers);
+    shared.request_shutdown();
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = maint.join();
+    Ok(())
+}
+
+/// Items examined per maintenance pass, so a pass never holds shards for long.
+const RECLAIM_BUDGET: usize = 20_000;
+
+/// Reclaims expired items and does other bounded background work about once a second.
+fn maintenance(shared: &Shared) {
+    while !shared.shutdown.load(SeqCst) {
+        shared.store.reclaim(unix_now(), RECLAIM_BUDGET);
+        for _ in 0..10 {
+            if shared.shutdown.load(SeqCst) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn accept_loop(
+    shared: &Shared,
+    mut poll: Poll,
+    mut listeners: Vec<Listener>,
+    senders: &[mpsc::Sender<Incoming>],
+    wakers: &[Arc<Waker>],
+) {
+    for (i, l) in listeners.iter_mut().enumerate() {
+        let src: &mut dyn mio::event::Source = match l {
+            Listener::Tcp(l, _) => l,
+            Listener::Unix(l, _) => l,
+        };
+        if let Err(e) = poll.registry().register(src, Token(i), Interest::READABLE) {
+            eprintln!("failed to register listener: {e}");
+        }
+    }
+    let mut events = Events::with_capacity(64);
+    let mut next = 0usize;
+    let limit = shared.settings.conn_limit;
+    while !shared.shutdown.load(SeqCst) {
+        if poll
+            .poll(&mut events, Some(Duration::from_millis(500)))
+            .is_err()
+        {
+            continue;
+        }
+        for ev in events.iter() {
+            let Some(l) = listeners.get(ev.token().0) else {
+                continue;
+            };
+            loop {
+                let incoming = match l {
+                    Listener::Tcp(l, listen) => match l.accept() {
+                        Ok((s, peer)) => {
+                            let _ = s.set_nodelay(true);
+                            Incoming::Tcp(s, format!("tcp:{peer}"), listen.clone())
+                        }
+                        Err(_) => break,
+                    },
+                    Listener::Unix(l, path) => match l.accept() {
+                        Ok((s, _)) => Incoming::Unix(s, path.clone()),
+                        Err(_) => break,
+                    },
+                };
+                if shared.curr_conns.fetch_add(1, SeqCst) >= limit {
+                    shared.curr_conns.fetch_sub(1, SeqCst);
+                    reject(shared, incoming);
+                    continue;
+                }
+                let w = next % senders.len();
+                next = next.wrapping_add(1);
+                if senders[w].send(incoming).is_ok() {
+                    worker::wake(&wakers[w]);
+                } else {
+                    shared.curr_conns.fetch_sub(1, SeqCst);
+                }
+            }
+        }
+    }
+}
+
+/// Over `-c`: tell the client as memcached does, then close.
+fn reject(shared: &Shared, incoming: Incoming) {
+    shared.stats[0].rejected_connections.incr();
+    if shared.verbose() > 0 {
+        eprintln!("Too many open connections");
+    }
+    const MSG: &[u8] = b"ERROR Too many open connections\r\n";
+    match incoming {
+        Incoming::Tcp(mut s, _, _) => {
+            let _ = s.write(MSG);
+        }
+        Incoming::Unix(mut s, _) => {
+            let _ = s.write(MSG);
+        }
+    }
+}
+
+fn bind_listeners(settings: &Settings) -> Result<Vec<Listener>, String> {
+    let mut out = Vec::new();
+    if let Some((path, mask)) = &settings.unix_socket {
+        // A stale socket file from a previous run would make bind fail.
+        if std::fs::symlink_metadata(path).is_ok() {
+            let _ = std::fs::remove_file(path);
+        }
+        let l = UnixListener::bind(path).map_err(|e| format!("bind(unix:{path}): {e}"))?;
+        // memcached applies -a through umask on a 0777 socket, so the mask is the resulting mode.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mask))
+            .map_err(|e| format!("chmod {path}: {e}"))?;
+        out.push(Listener::Unix(l, format!("unix:{path}")));
+    }
+    for addr in &settings.tcp {
+        let domain = socket2::Domain::for_address(*addr);
+        let sock =
+            socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(|e| e.to_string())?;
+        sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+        if addr.is_ipv6() {
+            let _ = sock.set_only_v6(true);
+        }
+        sock.bind(&(*addr).into())
+            .map_err(|e| format!("failed to listen on TCP port {}: {e}", addr.port()))?;
+        sock.listen(settings.backlog).map_err(|e| e.to_string())?;
+        sock.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let std_l: std::net::TcpListener = sock.into();
+        let local = std_l.local_addr().map_err(|e| e.to_string())?;
+        out.push(Listener::Tcp(
+            TcpListener::from_std(std_l),
+            format!("tcp:{local}"),
+        ));
+    }
+    if out.is_empty() && settings.udp.is_empty() {
+        return Err("no listening sockets: give -p, -U or -s".into());
+    }
+    Ok(out)
+}
+
+/// One UDP socket per worker per address (SO_REUSEPORT), so each thread replies from its own
+/// socket and the kernel spreads datagrams over threads.
+fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String> {
+    let mut per_worker: Vec<Vec<std::net::UdpSocket>> =
+        (0..settings.threads).map(|_| Vec::new()).collect();
+    for addr in &settings.udp {
+        for sockets in per_worker.iter_mut() {
+            let domain = socket2::Domain::for_address(*addr);
+            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)
+                .map_err(|e| e.to_string())?;
+            sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+            sock.set_reuse_port(true).map_err(|e| e.to_string())?;
+            sock.bind(&(*addr).into())
+                .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+            sockets.push(sock.into());
+        }
+    }
+    Ok(per_worker)
+}
+
+fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGINT {
+                    "Interrupt"
+                } else {
+                    "Terminated"
+                };
+                eprintln!("Signal handled: {name}.");
+                shared.request_shutdown();
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn daemonize(keep_stdio: bool) -> Result<(), String> {
+    // SAFETY: called before any thread is spawned, so fork duplicates only this thread.
+    unsafe {
+        match libc::fork() {
+            -1 => return Err("fork failed".into()),
+            0 => {}
+            _ => libc::_exit(0),
+        }
+        if libc::setsid() == -1 {
+            return Err("setsid failed".into());
+        }
+        if !keep_stdio {
+            let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if fd >= 0 {
+                libc::dup2(fd, 0);
+                libc::dup2(fd, 1);
+                libc::dup2(fd, 2);
+                if fd > 2 {
+                    libc::close(fd);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn drop_privileges(user: &str) -> Result<(), String> {
+    // SAFETY: plain libc calls with a NUL-terminated name; getpwnam's result is read at once.
+    unsafe {
+        if libc::geteuid() != 0 {
+            return Ok(());
+        }
+        let name = std::ffi::CString::new(user).map_err(|_| "bad user name")?;
+        let pw = libc::getpwnam(name.as_ptr());
+        if pw.is_null() {
+            return Err(format!("can't find the user {user} to switch to"));
+        }
+        if libc::setgid((*pw).pw_gid) < 0 || libc::setuid((*pw).pw_uid) < 0 {
+            return Err(format!("failed to assume identity of user {user}"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! `stats` and its subcommands, with memcached's field names so dashboards keep working.
+
+use std::fmt::Display;
+use std::sync::atomic::Ordering::Relaxed;
+
+use proto::Tokens;
+
+use crate::stats::merge;
+use crate::worker::ExecEnv;
+
+fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
+    use std::io::Write;
+    let _ = write!(out, "STAT {name} {value}\r\n");
+}
+
+pub fn stats(env: &ExecEnv<'_>, mut args: Tokens<'_>, out: &mut Vec<u8>) {
+    match args.next() {
+        None => general(env, out),
+        Some(b"settings") => settings(env, out),
+        Some(b"items") => items(env, out),
+        Some(b"slabs") => slabs(env, out),
+        Some(b"conns") => conns(env, out),
+        Some(b"sizes") => {
+            stat(out, "sizes_status", "disabled");
+            out.extend_from_slice(b"END\r\n");
+        }
+        Some(b"detail") => {
+            out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        }
+        Some(b"reset") => {
+            for t in &env.shared.stats {
+                t.reset();
+            }
+            env.shared.store.reset_stats();
+            out.extend_from_slice(b"RESET\r\n");
+        }
+        Some(_) => out.extend_from_slice(b"ERROR\r\n"),
+    }
+}
+
+fn rusage() -> (String, String) {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let fmt = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (fmt(u.ru_utime), fmt(u.ru_stime))
+}
+
+fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
+    let shared = env.shared;
+    let s = merge(&shared.stats);
+    let store = shared.store.stats();
+    let c = &store.counters;
+    let (user, system) = rusage();
+    stat(out, "pid", std::process::id());
+    stat(out, "uptime", env.now.saturating_sub(shared.process_start));
+    stat(out, "time", env.now);
+    stat(out, "version", crate::VERSION);
+    stat(out, "pointer_size", 64);
+    stat(out, "rusage_user", user);
+    stat(out, "rusage_system", system);
+    stat(out, "max_connections", shared.settings.conn_limit);
+    stat(out, "curr_connections", shared.curr_conns.load(Relaxed));
+    stat(out, "total_connections", s.total_connections);
+    stat(out, "rejected_connections", s.rejected_connections);
+    stat(
+        out,
+        "connection_structures",
+        shared.curr_conns.load(Relaxed),
+    );
+    stat(out, "cmd_get", s.cmd_get);
+    stat(out, "cmd_set", s.cmd_set);
+    stat(out, "cmd_flush", s.cmd_flush);
+    stat(out, "cmd_touch", s.cmd_touch);
+    stat(out, "cmd_meta", s.cmd_meta);
+    stat(out, "get_hits", s.get_hits);
+    stat(out, "get_misses", s.get_misses);
+    stat(out, "get_expired", c.get_expired);
+    stat(out, "get_flushed", c.get_flushed);
+    stat(out, "delete_misses", c.delete_misses);
+    stat(out, "delete_hits", c.delete_hits);
+    stat(out, "incr_misses", c.incr_misses);
+    stat(out, "incr_hits", c.incr_hits);
+    stat(out, "decr_misses", c.decr_misses);
+    stat(out, "decr_hits", c.decr_hits);
+    stat(out, "cas_misses", c.cas_misses);
+    stat(out, "cas_hits", c.cas_hits);
+    stat(out, "cas_badval", c.cas_badval);
+    stat(out, "touch_hits", c.touch_hits);
+    stat(out, "touch_misses", c.touch_misses);
+    stat(out, "store_too_large", s.store_too_large);
+    stat(out, "store_no_memory", s.store_no_memory);
+    stat(out, "auth_cmds", 0);
+    stat(out, "auth_errors", 0);
+    stat(out, "bytes_read", s.bytes_read);
+    stat(out, "bytes_written", s.bytes_written);
+    stat(out, "limit_maxbytes", store.limit_maxbytes);
+    stat(out, "accepting_conns", 1);
+    stat(out, "threads", shared.settings.threads);
+    stat(out, "conn_yields", s.conn_yields);
+    stat(out, "udp_requests", s.udp_requests);
+    stat(out, "bytes", c.bytes);
+    stat(out, "curr_items", c.curr_items);
+    stat(out, "total_items", c.total_items);
+    stat(out, "expired_unfetched", c.expired_unfetched);
+    stat(out, "evicted_unfetched", c.evicted_unfetched);
+    stat(out, "evictions", c.evictions);
+    stat(out, "reclaimed", c.reclaimed);
+    stat(out, "mem_used", store.mem_used);
+    out.extend_from_slice(b"END\r\n");
+}
+
+fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
+    let s = &env.shared.settings;
+    let tcp_port = s.tcp.first().map(|a| a.port()).unwrap_or(0);
+    let udp_port = s.udp.first().map(|a| a.port()).unwrap_or(0);
+    let iface = s
+        .tcp
+        .iter()
+        .map(|a| a.ip().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    stat(out, "maxbytes", env.shared.store.mem_limit());
+    stat(out, "maxconns", s.conn_limit);
+    stat(out, "tcpport", tcp_port);
+    stat(out, "udpport", udp_port);
+    stat(
+        out,
+        "inter",
+        if iface.is_empty() {
+            "NULL".into()
+        } else {
+            iface
+        },
+    );
+    stat(out, "verbosity", env.shared.verbose());
+    stat(out, "evictions", if s.evictions { "on" } else { "off" });
+    stat(
+        out,
+        "domain_socket",
+        s.unix_socket.as_ref().map_or("NULL", |u| u.0.as_str()),
+    );
+    stat(
+        out,
+        "umask",
+        s.unix_socket
+            .as_ref()
+            .map_or("700".to_string(), |u| format!("{:o}", u.1)),
+    );
+    stat(out, "num_threads", s.threads);
+    stat(out, "reqs_per_event", s.max_reqs_per_event);
+    stat(out, "cas_enabled", "yes");
+    stat(out, "tcp_backlog", s.backlog);
+    stat(out, "binding_protocol", "ascii");
+    stat(out, "item_size_max", s.item_size_max);
+    stat(out, "maxconns_fast", "yes");
+    stat(
+        out,
+        "flush_enabled",
+        if s.disable_flush_all { "no" } else { "yes" },
+    );
+    stat(
+        out,
+        "shutdown_enabled",
+        if s.enable_shutdown { "yes" } else { "no" },
+    );
+    stat(out, "idle_timeout", s.idle_timeout);
+    stat(out, "storage_engine", "segments");
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// memfleet has one item class, so `stats items` reports everything under class 1.
+fn items(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
+    let st = env.shared.store.stats();
+    let c = &st.counters;
+    if c.curr_items > 0 {
+        stat(out, "items:1:number", c.curr_items);
+        stat(out, "items:1:evicted", c.evictions);
+        stat(out, "items:1:evicted_unfetched", c.evicted_unfetched);
+        stat(out, "items:1:expired_unfetched", c.expired_unfetched);
+        stat(out, "items:1:reclaimed", c.reclaimed);
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// Segments stand where memcached has slab classes: one "class" of fixed-size segments.
+fn slabs(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
+    let st = env.shared.store.stats();
+    if st.segments > 0 || st.large_items > 0 {
+        stat(out, "1:chunk_size", st.segment_size);
+        stat(out, "1:total_pages", st.segments);
+        stat(out, "1:used_chunks", st.counters.curr_items);
+        stat(out, "1:live_bytes", st.live_bytes);
+        stat(out, "1:dead_bytes", st.dead_bytes);
+        stat(out, "1:free_bytes", st.free_segment_bytes);
+        stat(out, "1:large_items", st.large_items);
+        stat(out, "1:large_bytes", st.large_bytes);
+    }
+    stat(out, "active_slabs", u64::from(st.segments > 0));
+    stat(out, "total_malloced", st.mem_used);
+    stat(out, "index_bytes", st.index_bytes);
+    stat(out, "index_slots", st.index_slots);
+    stat(out, "shards", st.shards);
+    out.extend_from_slice(b"END\r\n");
+}
+
+fn conns(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
+    for reg in &env.shared.registry {
+        let Ok(reg) = reg.lock() else { continue };
+        for (_, c) in reg.iter() {
+            stat(out, &format!("{}:addr", c.fd), &c.addr);
+            stat(out, &format!("{}:listen_addr", c.fd), &c.listen_addr);
+            stat(out, &format!("{}:state", c.fd), "conn_parse_cmd");
+            stat(
+                out,
+                &format!("{}:secs_since_last_cmd", c.fd),
+                env.now.saturating_sub(c.last_cmd),
+            );
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}

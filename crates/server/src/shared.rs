@@ -1,0 +1,47 @@
+//! State shared by every thread of one server: settings, the store, and the merged-on-read stats.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use slab::Slab;
+
+use crate::config::Settings;
+use crate::stats::ThreadStats;
+
+/// What `stats conns` shows of one client connection.
+pub struct ConnInfo {
+    pub fd: i32,
+    pub addr: String,
+    pub listen_addr: String,
+    pub last_cmd: u32,
+}
+
+pub struct Shared {
+    pub settings: Settings,
+    pub limits: proto::Limits,
+    pub store: store::Store,
+    /// One per worker thread; only that worker writes its entry.
+    pub stats: Vec<Arc<ThreadStats>>,
+    /// Per worker, touched on connect/close and once per read event by its own worker.
+    pub registry: Vec<Mutex<Slab<ConnInfo>>>,
+    pub curr_conns: AtomicUsize,
+    pub shutdown: AtomicBool,
+    /// `verbosity` can change it at run time.
+    pub verbosity: AtomicU8,
+    pub process_start: u32,
+    pub wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl Shared {
+    pub fn verbose(&self) -> u8 {
+        self.verbosity.load(Relaxed)
+    }
+
+    /// Asks every thread to stop; used by signals and the `shutdown` command.
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Relaxed);
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+    }
+}

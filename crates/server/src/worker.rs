@@ -1,0 +1,552 @@
+//! A worker thread: one mio event loop owning its connections.
+//!
+//! A connection is a small struct: its socket, plus a read buffer only while a request is
+//! half-received and a write buffer only while the socket pushes back. Replies to every request
+//! found in one read go out in one write.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpStream, UdpSocket, UnixStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::bufpool::BufPool;
+use crate::execute::{self, Flow};
+use crate::shared::{ConnInfo, Shared};
+use crate::stats::ThreadStats;
+
+pub const WAKER: Token = Token(usize::MAX);
+const UDP_BASE: usize = usize::MAX - 1024;
+
+/// Read buffer size taken from the pool; larger requests grow a buffer of their own.
+const READ_BUF: usize = 16 * 1024;
+/// Reads per wake-up before a busy connection yields to the others.
+const READS_PER_TURN: usize = 8;
+/// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
+const UDP_HEADER: usize = 8;
+const UDP_MAX_PAYLOAD: usize = 1400;
+
+/// A socket handed from the acceptor to a worker.
+pub enum Incoming {
+    /// Socket, peer address and listening address, both as `stats conns` prints them.
+    Tcp(TcpStream, String, String),
+    Unix(UnixStream, String),
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn fd(&self) -> i32 {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(b),
+            Stream::Unix(s) => s.write(b),
+        }
+    }
+}
+
+struct Conn {
+    stream: Stream,
+    /// Holds bytes only while a request is incomplete; otherwise empty with no capacity.
+    rbuf: Vec<u8>,
+    /// Reply bytes the socket did not take yet.
+    wbuf: Vec<u8>,
+    /// Bytes still to discard (the data block of a refused value).
+    swallow: usize,
+    last_cmd: u32,
+    closing: bool,
+    want_write: bool,
+}
+
+/// What a worker needs to run requests; also used by the UDP path.
+pub struct ExecEnv<'a> {
+    pub shared: &'a Shared,
+    pub stats: &'a ThreadStats,
+    pub now: u32,
+    pub fd: i32,
+}
+
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    conns: Slab<Conn>,
+    rx: Receiver<Incoming>,
+    pool: BufPool,
+    out: Vec<u8>,
+    shared: Arc<Shared>,
+    stats: Arc<ThreadStats>,
+    udp: Vec<UdpSocket>,
+    ready: VecDeque<usize>,
+}
+
+pub fn unix_now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        poll: Poll,
+        rx: Receiver<Incoming>,
+        shared: Arc<Shared>,
+        udp: Vec<std::net::UdpSocket>,
+    ) -> io::Result<Worker> {
+        let stats = shared.stats[id].clone();
+        let mut w = Worker {
+            id,
+            poll,
+            conns: Slab::new(),
+            rx,
+            pool: BufPool::new(READ_BUF, 256),
+            out: Vec::with_capacity(READ_BUF),
+            shared,
+            stats,
+            udp: Vec::new(),
+            ready: VecDeque::new(),
+        };
+        for (i, s) in udp.into_iter().enumerate() {
+            s.set_nonblocking(true)?;
+            let mut s = UdpSocket::from_std(s);
+            w.poll
+                .registry()
+                .register(&mut s, Token(UDP_BASE + i), Interest::READABLE)?;
+            w.udp.push(s);
+        }
+        Ok(w)
+    }
+
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut last_sweep = unix_now();
+        loop {
+            let timeout = if self.ready.is_empty() {
+                Duration::from_millis(500)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    eprintln!("worker {}: poll failed: {e}", self.id);
+                    break;
+                }
+            }
+            let now = unix_now();
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => self.accept_new(now),
+                    Token(t) if t >= UDP_BASE => self.serve_udp(t - UDP_BASE, now),
+                    Token(t) => {
+                        if ev.is_writable() {
+                            self.on_writable(t, now);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.on_readable(t, now);
+                        }
+                    }
+                }
+            }
+            for _ in 0..self.ready.len() {
+                if let Some(t) = self.ready.pop_front() {
+                    self.on_readable(t, now);
+                }
+            }
+            if self.shared.shutdown.load(Relaxed) {
+                break;
+            }
+            if now != last_sweep {
+                last_sweep = now;
+                self.sweep_idle(now);
+            }
+        }
+        let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        for t in tokens {
+            self.close(t);
+        }
+    }
+
+    fn accept_new(&mut self, now: u32) {
+        while let Ok(inc) = self.rx.try_recv() {
+            let (stream, addr, listen) = match inc {
+                Incoming::Tcp(s, addr, listen) => (Stream::Tcp(s), addr, listen),
+                Incoming::Unix(s, path) => (Stream::Unix(s), path.clone(), path),
+            };
+            let entry = self.conns.vacant_entry();
+            let token = entry.key();
+            let mut conn = Conn {
+                stream,
+                rbuf: Vec::new(),
+                wbuf: Vec::new(),
+                swallow: 0,
+                last_cmd: now,
+                closing: false,
+                want_write: false,
+            };
+            if self
+                .poll
+                .registry()
+                .register(conn.stream.source(), Token(token), Interest::READABLE)
+                .is_err()
+            {
+                self.shared.curr_conns.fetch_sub(1, SeqCst);
+                continue;
+            }
+            let fd = conn.stream.fd();
+            entry.insert(conn);
+            self.stats.total_connections.incr();
+            if self.shared.verbose() > 1 {
+                eprintln!("<{fd} new auto-negotiating client connection");
+            }
+            let mut reg = self.shared.registry[self.id].lock().unwrap();
+            let key = reg.insert(ConnInfo {
+                fd,
+                addr,
+                listen_addr: listen,
+                last_cmd: now,
+            });
+            debug_assert_eq!(key, token);
+        }
+    }
+
+    fn on_writable(&mut self, t: usize, now: u32) {
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
+        if conn.wbuf.is_empty() {
+            return;
+        }
+        match write_some(&mut conn.stream, &conn.wbuf, &self.stats) {
+            Ok(n) => {
+                conn.wbuf.drain(..n);
+            }
+            Err(_) => {
+                self.close(t);
+                return;
+            }
+        }
+        if conn.wbuf.is_empty() {
+            let buf = std::mem::take(&mut conn.wbuf);
+            self.pool.give(buf);
+            if conn.closing {
+                self.close(t);
+                return;
+            }
+            // Reading paused while the socket pushed back; its readiness edge may be gone.
+            self.ready.push_back(t);
+            let _ = now;
+        }
+    }
+
+    fn on_readable(&mut self, t: usize, now: u32) {
+        let Some(conn) = self.conns.get_mut(t) else {
+            return;
+        };
+        if !conn.wbuf.is_empty() {
+            return; // backpressure: resume when the socket drains
+        }
+        conn.last_cmd = now;
+        if let Ok(mut reg) = self.shared.registry[self.id].lock() {
+            if let Some(info) = reg.get_mut(t) {
+                info.last_cmd = now;
+            }
+        }
+        let fd = conn.stream.fd();
+        let mut buf = if conn.rbuf.capacity() > 0 {
+            std::mem::take(&mut conn.rbuf)
+        } else {
+            self.pool.take()
+        };
+        let mut eof = false;
+        let mut reads = 0;
+        loop {
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(buf.capacity().max(READ_BUF));
+            }
+            match recv_into(fd, &mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.stats.bytes_read.add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+            let conn = &mut self.conns[t];
+            let env = ExecEnv {
+                shared: &self.shared,
+                stats: &self.stats,
+                now,
+                fd,
+            };
+            process(&env, conn, &mut buf, &mut self.out);
+            if !self.out.is_empty() {
+                let out = std::mem::take(&mut self.out);
+                let sent = match write_some(&mut conn.stream, &out, &self.stats) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        conn.closing = true;
+                        out.len()
+                    }
+                };
+                if sent < out.len() {
+                    conn.wbuf.extend_from_slice(&out[sent..]);
+                }
+                self.out = out;
+                self.out.clear();
+                if self.out.capacity() > 4 * READ_BUF {
+                    self.out = Vec::with_capacity(READ_BUF);
+                }
+            }
+            if conn.closing || !conn.wbuf.is_empty() {
+                break;
+            }
+            reads += 1;
+            if reads >= READS_PER_TURN {
+                self.ready.push_back(t);
+                break;
+            }
+        }
+        let conn = &mut self.conns[t];
+        if buf.is_empty() {
+            self.pool.give(buf);
+        } else {
+            conn.rbuf = buf;
+        }
+        if conn.closing && conn.wbuf.is_empty() || eof {
+            self.close(t);
+            return;
+        }
+        let want_write = !conn.wbuf.is_empty();
+        if want_write != conn.want_write {
+            conn.want_write = want_write;
+            let interest = if want_write {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            let _ = self
+                .poll
+                .registry()
+                .reregister(conn.stream.source(), Token(t), interest);
+        }
+    }
+
+    fn close(&mut self, t: usize) {
+        if !self.conns.contains(t) {
+            return;
+        }
+        let mut conn = self.conns.remove(t);
+        let _ = self.poll.registry().deregister(conn.stream.source());
+        if self.shared.verbose() > 1 {
+            eprintln!("<{} connection closed.", conn.stream.fd());
+        }
+        self.pool.give(std::mem::take(&mut conn.rbuf));
+        self.pool.give(std::mem::take(&mut conn.wbuf));
+        if let Ok(mut reg) = self.shared.registry[self.id].lock() {
+            if reg.contains(t) {
+                reg.remove(t);
+            }
+        }
+        self.shared.curr_conns.fetch_sub(1, SeqCst);
+    }
+
+    fn sweep_idle(&mut self, now: u32) {
+        let idle = self.shared.settings.idle_timeout;
+        if idle == 0 {
+            return;
+        }
+        let stale: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle)
+            .map(|(t, _)| t)
+            .collect();
+        for t in stale {
+            self.close(t);
+        }
+    }
+
+    /// One request per datagram, as memcached: replies are split into frames of at most 1400 bytes.
+    fn serve_udp(&mut self, i: usize, now: u32) {
+        let mut dgram = self.pool.take();
+        dgram.resize(64 * 1024, 0);
+        while let Ok((n, peer)) = self.udp[i].recv_from(&mut dgram) {
+            self.stats.bytes_read.add(n as u64);
+            self.stats.udp_requests.incr();
+            if n < UDP_HEADER {
+                continue;
+            }
+            let header = &dgram[..UDP_HEADER];
+            let req_id = [header[0], header[1]];
+            let total = u16::from_be_bytes([header[4], header[5]]);
+            self.out.clear();
+            if total != 1 {
+                self.out
+                    .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
+            } else {
+                let env = ExecEnv {
+                    shared: &self.shared,
+                    stats: &self.stats,
+                    now,
+                    fd: self.udp[i].as_raw_fd(),
+                };
+                execute::run_datagram(&env, &dgram[UDP_HEADER..n], &mut self.out);
+            }
+            if self.out.is_empty() {
+                continue;
+            }
+            let frames = self
+                .out
+                .len()
+                .div_ceil(UDP_MAX_PAYLOAD)
+                .min(u16::MAX as usize);
+            let mut frame = Vec::with_capacity(UDP_HEADER + UDP_MAX_PAYLOAD);
+            for (seq, chunk) in self.out.chunks(UDP_MAX_PAYLOAD).take(frames).enumerate() {
+                frame.clear();
+                frame.extend_from_slice(&req_id);
+                frame.extend_from_slice(&(seq as u16).to_be_bytes());
+                frame.extend_from_slice(&(frames as u16).to_be_bytes());
+                frame.extend_from_slice(&[0, 0]);
+                frame.extend_from_slice(chunk);
+                if let Ok(sent) = self.udp[i].send_to(&frame, peer) {
+                    self.stats.bytes_written.add(sent as u64);
+                }
+            }
+        }
+        self.out.clear();
+        dgram.clear();
+        self.pool.give(dgram);
+    }
+}
+
+/// Runs every complete request in `buf`, appending replies to `out`, and drops consumed bytes.
+fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<u8>) {
+    let limits = &env.shared.limits;
+    let mut pos = 0;
+    while pos < buf.len() && !conn.closing {
+        if conn.swallow > 0 {
+            let k = conn.swallow.min(buf.len() - pos);
+            pos += k;
+            conn.swallow -= k;
+            continue;
+        }
+        match proto::parse(&buf[pos..], limits) {
+            proto::Parse::Request(req, used) => {
+                if env.shared.verbose() > 1 {
+                    log_request(env.fd, &buf[pos..pos + used]);
+                }
+                pos += used;
+                match execute::run(env, req, out) {
+                    Flow::Continue => {}
+                    Flow::Close => conn.closing = true,
+                }
+            }
+            proto::Parse::Incomplete { total } => {
+                if let Some(total) = total {
+                    let have = buf.len() - pos;
+                    if total > have {
+                        buf.reserve(total - have);
+                    }
+                }
+                break;
+            }
+            proto::Parse::Error {
+                reply,
+                consumed,
+                swallow,
+                close,
+                unlink,
+            } => {
+                if let Some(key) = unlink {
+                    let _ = env
+                        .shared
+                        .store
+                        .delete(key.as_bytes(), env.now, &Default::default());
+                }
+                out.extend_from_slice(reply);
+                pos += consumed;
+                conn.swallow = swallow;
+                if close {
+                    conn.closing = true;
+                }
+            }
+        }
+    }
+    if pos >= buf.len() {
+        buf.clear();
+    } else if pos > 0 {
+        buf.drain(..pos);
+    }
+}
+
+fn log_request(fd: i32, raw: &[u8]) {
+    let line_end = raw
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(raw.len());
+    eprintln!("<{fd} {}", String::from_utf8_lossy(&raw[..line_end]));
+}
+
+/// Reads into the spare capacity of `buf` with one recv(2).
+fn recv_into(fd: i32, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: recv writes at most spare.len() bytes into memory we own; we only mark as
+    // initialised the n bytes it reports written.
+    let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised n bytes just past len.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// Writes as much as the socket takes now; `Ok(n)` may be short, never blocks.
+fn write_some(stream: &mut Stream, data: &[u8], stats: &ThreadStats) -> io::Result<usize> {
+    let mut sent = 0;
+    while sent < data.len() {
+        match stream.write(&data[sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    stats.bytes_written.add(sent as u64);
+    Ok(sent)
+}
+
+/// Wakes a worker so it picks up new connections or notices shutdown.
+pub fn wake(w: &Waker) {
+    let _ = w.wake();
+}

@@ -1,0 +1,836 @@
+//! One shard: its segments, its part of the index, its counters. Every method runs under the
+//! shard's mutex; memory is charged to the store-wide pool in `Global`.
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::index::Index;
+use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
+use crate::stats::Counters;
+
+const OFF_BITS: u64 = 24;
+const OFF_MASK: u64 = (1 << OFF_BITS) - 1;
+/// Bookkeeping charged for a dedicated large-item buffer besides its bytes.
+const LARGE_OVERHEAD: u64 = 64;
+/// How many FIFO-oldest segments eviction looks at for one that is mostly dead bytes.
+const VICTIM_WINDOW: usize = 4;
+
+#[derive(Default)]
+pub struct SegFigures {
+    pub segments: u64,
+    pub large_items: u64,
+    pub large_bytes: u64,
+    pub written: u64,
+    pub live: u64,
+    pub free: u64,
+}
+
+pub struct Global {
+    pub used: AtomicU64,
+    pub limit: AtomicU64,
+    pub seg_size: usize,
+    pub large_threshold: usize,
+    pub oldest_live: AtomicU32,
+    pub hasher: foldhash::fast::RandomState,
+}
+
+impl Global {
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    pub fn try_reserve(&self, n: u64) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut cur = self.used.load(Ordering::Relaxed);
+        loop {
+            if cur + n > limit {
+                return false;
+            }
+            match self
+                .used
+                .compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    pub fn release(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    pub fn over_limit(&self) -> bool {
+        self.used.load(Ordering::Relaxed) > self.limit.load(Ordering::Relaxed)
+    }
+
+    /// memcached's item_is_flushed, with `time` the item's last update/access time.
+    pub fn is_flushed(&self, time: u32, now: u32) -> bool {
+        let ol = self.oldest_live.load(Ordering::Relaxed);
+        ol != 0 && ol <= now && time <= ol
+    }
+}
+
+fn expired(exptime: u32, now: u32) -> bool {
+    exptime != 0 && exptime <= now
+}
+
+struct Seg {
+    buf: Box<[u8]>,
+    used: usize,
+    live_bytes: usize,
+    live_items: usize,
+    gen: u32,
+    /// Bumped whenever items move or the segment is reset, so a saved walk position
+    /// (the reclaim cursor) is known to be stale.
+    layout: u32,
+    large: bool,
+    active: bool,
+}
+
+impl Seg {
+    fn charge(&self) -> u64 {
+        self.buf.len() as u64 + if self.large { LARGE_OVERHEAD } else { 0 }
+    }
+}
+
+/// A live item found by key.
+#[derive(Clone, Copy)]
+pub struct Found {
+    pub slot: usize,
+    pub seg: u32,
+    pub off: usize,
+    pub l: Layout,
+}
+
+/// Not enough memory in this shard; the caller frees some elsewhere and retries.
+#[derive(Debug)]
+pub struct NeedMem;
+
+/// Why a live item is being removed, for the counters.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Unlink {
+    Deleted,
+    Evicted,
+    Expired,
+    Flushed,
+}
+
+pub struct Shard {
+    pub id: u64,
+    segs: Vec<Seg>,
+    free_ids: Vec<u32>,
+    fifo: VecDeque<(u32, u32)>,
+    head: Option<u32>,
+    pub index: Index,
+    cas_counter: u64,
+    pub stats: Counters,
+    pub charged: u64,
+    reclaim_seg: usize,
+    reclaim_off: usize,
+    reclaim_layout: u32,
+    nshards_bits: u32,
+    pending_release: u64,
+    active_segs: usize,
+    /// Latest `now` seen, for eviction paths that are not handed one.
+    now: u32,
+}
+
+pub fn loc_of(seg: u32, off: usize) -> u64 {
+    ((seg as u64) << OFF_BITS) | off as u64
+}
+fn split_loc(loc: u64) -> (u32, usize) {
+    ((loc >> OFF_BITS) as u32, (loc & OFF_MASK) as usize)
+}
+
+/// Hash of the key stored at `loc`, for index rebuilds and cuckoo kicks.
+fn hash_at(segs: &[Seg], g: &Global, loc: u64) -> u64 {
+    let (s, o) = split_loc(loc);
+    let buf = &segs[s as usize].buf[o..];
+    let l = item::parse(buf);
+    g.hash(&buf[l.key..l.key + l.key_len])
+}
+
+impl Shard {
+    pub fn new(id: u64, nshards_bits: u32, index_buckets: usize) -> Shard {
+        Shard {
+            id,
+            segs: Vec::new(),
+            free_ids: Vec::new(),
+            fifo: VecDeque::new(),
+            head: None,
+            index: Index::new(index_buckets),
+            cas_counter: 0,
+            stats: Counters::default(),
+            charged: 0,
+            reclaim_seg: 0,
+            reclaim_off: 0,
+            reclaim_layout: 0,
+            nshards_bits,
+            pending_release: 0,
+            active_segs: 0,
+            now: 0,
+        }
+    }
+
+    /// Unique across shards: the shard id sits in the low bits.
+    pub fn next_cas(&mut self) -> u64 {
+        self.cas_counter += 1;
+        (self.cas_counter << self.nshards_bits) | self.id
+    }
+
+    pub fn buf(&self, seg: u32, off: usize) -> &[u8] {
+        &self.segs[seg as usize].buf[off..]
+    }
+    fn buf_mut(&mut self, seg: u32, off: usize) -> &mut [u8] {
+        &mut self.segs[seg as usize].buf[off..]
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.active_segs
+    }
+
+    /// Index lookup without liveness checks.
+    pub fn find(&self, h: u64, key: &[u8]) -> Option<Found> {
+        let segs = &self.segs;
+        let slot = self.index.find(h, |loc| {
+            let (s, o) = split_loc(loc);
+            let buf = &segs[s as usize].buf[o..];
+            let kl = buf[1] as usize;
+            if kl != key.len() {
+                return false;
+            }
+            let l = item::parse(buf);
+            &buf[l.key..l.key + kl] == key
+        })?;
+        let (seg, off) = split_loc(self.index.loc(slot));
+        let l = item::parse(&self.segs[seg as usize].buf[off..]);
+        Some(Found { slot, seg, off, l })
+    }
+
+    /// Lookup that lazily drops expired or flushed items, counted as get_expired /
+    /// get_flushed whatever the command (as memcached's do_item_get does).
+    pub fn find_live(&mut self, g: &Global, h: u64, key: &[u8], now: u32) -> Option<Found> {
+        self.now = now;
+        let f = self.find(h, key)?;
+        let buf = self.buf(f.seg, f.off);
+        if g.is_flushed(item::time(buf, &f.l), now) {
+            self.stats.get_flushed += 1;
+            self.unlink(f, Unlink::Flushed);
+            return None;
+        }
+        if expired(item::exptime(buf, &f.l), now) {
+            self.stats.get_expired += 1;
+            self.unlink(f, Unlink::Expired);
+            return None;
+        }
+        Some(f)
+    }
+
+    /// Removes a live item from the index and marks its bytes dead.
+    pub fn unlink(&mut self, f: Found, why: Unlink) {
+        self.index.remove(f.slot);
+        self.mark_dead(f.seg, f.off, &f.l, why);
+    }
+
+    fn mark_dead(&mut self, seg: u32, off: usize, l: &Layout, why: Unlink) {
+        let total = l.total();
+        let bits = self.buf(seg, off)[0];
+        self.buf_mut(seg, off)[0] = bits | DEAD;
+        let s = &mut self.segs[seg as usize];
+        s.live_bytes -= total;
+        s.live_items -= 1;
+        self.stats.curr_items -= 1;
+        self.stats.bytes -= total as u64;
+        match why {
+            Unlink::Evicted => {
+                self.stats.evictions += 1;
+                if bits & FETCHED == 0 {
+                    self.stats.evicted_unfetched += 1;
+                }
+            }
+            Unlink::Expired => {
+                if bits & FETCHED == 0 {
+                    self.stats.expired_unfetched += 1;
+                }
+            }
+            Unlink::Deleted | Unlink::Flushed => {}
+        }
+        let s = &mut self.segs[seg as usize];
+        if s.live_items == 0 {
+            if s.large || Some(seg) != self.head {
+                self.free_seg(seg);
+            } else {
+                // An empty head is kept for writes, from its start.
+                s.used = 0;
+                s.layout = s.layout.wrapping_add(1);
+            }
+        }
+    }
+
+    fn free_seg(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        debug_assert!(s.active);
+        let charge = s.charge();
+        s.buf = Box::new([]);
+        s.active = false;
+        s.used = 0;
+        s.gen = s.gen.wrapping_add(1);
+        s.layout = s.layout.wrapping_add(1);
+        self.free_ids.push(seg);
+        self.active_segs -= 1;
+        if self.head == Some(seg) {
+            self.head = None;
+        }
+        self.charged -= charge;
+        self.pending_release += charge;
+    }
+
+    /// Memory freed while the caller had no `Global` at hand; handed back by `settle`.
+    pub fn settle(&mut self, g: &Global) {
+        if self.pending_release > 0 {
+            g.release(self.pending_release);
+            self.pending_release = 0;
+        }
+    }
+
+    fn new_seg(&mut self, buf: Box<[u8]>, large: bool) -> u32 {
+        let seg = Seg {
+            buf,
+            used: 0,
+            live_bytes: 0,
+            live_items: 0,
+            gen: 0,
+            layout: 0,
+            large,
+            active: true,
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                let old = &self.segs[id as usize];
+                let (gen, layout) = (old.gen, old.layout.wrapping_add(1));
+                self.segs[id as usize] = Seg { gen, layout, ..seg };
+                id
+            }
+            None => {
+                self.segs.push(seg);
+                (self.segs.len() - 1) as u32
+            }
+        };
+        self.charged += self.segs[id as usize].charge();
+        self.active_segs += 1;
+        if self.fifo.len() > 2 * self.active_segs + 64 {
+            // Drop entries of freed segments so the queue stays proportional to live ones.
+            let segs = &self.segs;
+            self.fifo
+                .retain(|&(i, gen)| segs[i as usize].active && segs[i as usize].gen == gen);
+        }
+        self.fifo.push_back((id, self.segs[id as usize].gen));
+        id
+    }
+
+    /// Oldest segment still in use, dropping stale FIFO entries on the way.
+    fn oldest(&mut self) -> Option<u32> {
+        while let Some(&(id, gen)) = self.fifo.front() {
+            let s = &self.segs[id as usize];
+            if s.active && s.gen == gen {
+                return Some(id);
+            }
+            self.fifo.pop_front();
+        }
+        None
+    }
+
+    /// Drops every item of the oldest segment and gives its memory back.
+    pub fn evict_oldest(&mut self, g: &Global) -> bool {
+        let Some(seg) = self.oldest() else {
+            return false;
+        };
+        self.fifo.pop_front();
+        match self.head {
+            // Second chance for recently read items while the head has room.
+            Some(head) if head != seg && !self.segs[seg as usize].large => {
+                self.move_to_head(g, seg, head, true)
+            }
+            _ => {
+                self.drop_items(seg, g, 0);
+                if self.segs[seg as usize].active {
+                    self.free_seg(seg);
+                }
+                self.settle(g);
+            }
+        }
+        true
+    }
+
+    /// Walks a segment: live items are kept (moved to the front of the same buffer) when
+    /// `keep` allows, else evicted. Returns the compacted length.
+    fn drop_items(&mut self, seg: u32, g: &Global, keep_budget: usize) -> usize {
+        let now = self.now;
+        self.compact(seg, g, keep_budget, false, now)
+    }
+
+    fn compact(
+        &mut self,
+        seg: u32,
+        g: &Global,
+        keep_budget: usize,
+        keep_all_live: bool,
+        now: u32,
+    ) -> usize {
+        let used = self.segs[seg as usize].used;
+        let mut off = 0;
+        let mut write = 0;
+        // Items are visited in order and only ever move left, so the walk stays valid.
+        while off < used {
+            let l = item::parse(&self.segs[seg as usize].buf[off..]);
+            let total = l.total();
+            let bits = l.bits;
+            if bits & DEAD == 0 {
+                let buf = &self.segs[seg as usize].buf[off..];
+                let gone = if now != 0 && g.is_flushed(item::time(buf, &l), now) {
+                    Some(Unlink::Flushed)
+                } else if now != 0 && expired(item::exptime(buf, &l), now) {
+                    Some(Unlink::Expired)
+                } else {
+                    None
+                };
+                let h = g.hash(&buf[l.key..l.key + l.key_len]);
+                let slot = self
+                    .index
+                    .find_loc(h, loc_of(seg, off))
+                    .expect("live item is indexed");
+                let keep = gone.is_none()
+                    && (keep_all_live || bits & ACCESSED != 0)
+                    && write + total <= keep_budget;
+                if keep {
+                    let s = &mut self.segs[seg as usize];
+                    if write != off {
+                        s.buf.copy_within(off..off + total, write);
+                    }
+                    s.buf[write] &= !ACCESSED;
+                    self.index.set_loc(slot, loc_of(seg, write));
+                    write += total;
+                } else {
+                    let f = Found { slot, seg, off, l };
+                    if gone.is_some() {
+                        self.stats.reclaimed += 1;
+                    }
+                    // Keep the segment alive while we walk it.
+                    self.segs[seg as usize].live_items += 1;
+                    self.unlink(f, gone.unwrap_or(Unlink::Evicted));
+                    self.segs[seg as usize].live_items -= 1;
+                }
+            }
+            off += total;
+        }
+        let s = &mut self.segs[seg as usize];
+        s.used = write;
+        s.layout = s.layout.wrapping_add(1);
+        write
+    }
+
+    /// Frees memory or space for a normal item of `size` bytes in the head segment.
+    fn make_room(&mut self, g: &Global, size: usize, now: u32) -> Result<(), NeedMem> {
+        for _ in 0..64 {
+            if let Some(h) = self.head {
+                let s = &self.segs[h as usize];
+                if s.buf.len() - s.used >= size {
+                    return Ok(());
+                }
+            }
+            if !g.over_limit() && g.try_reserve(g.seg_size as u64) {
+                let id = self.new_seg(vec![0u8; g.seg_size].into_boxed_slice(), false);
+                self.head = Some(id);
+                continue;
+            }
+            if g.over_limit() {
+                if !self.evict_oldest(g) {
+                    return Err(NeedMem);
+                }
+                continue;
+            }
+            if !self.recycle(g, now) {
+                return Err(NeedMem);
+            }
+        }
+        Err(NeedMem)
+    }
+
+    /// Segment-level second chance: the victim (FIFO-oldest, or among the few oldest one that
+    /// is mostly dead bytes) is compacted in place keeping recently read items (up to 3/4 of a
+    /// segment) and becomes the new head.
+    fn recycle(&mut self, g: &Global, now: u32) -> bool {
+        let Some(oldest) = self.oldest() else {
+            return false;
+        };
+        let mut victim = oldest;
+        let mut best_dead = 0;
+        for &(id, gen) in self.fifo.iter().take(VICTIM_WINDOW) {
+            let s = &self.segs[id as usize];
+            if !s.active || s.gen != gen || s.large {
+                continue;
+            }
+            let dead = s.used - s.live_bytes;
+            if dead * 2 >= s.used && dead > best_dead {
+                best_dead = dead;
+                victim = id;
+            }
+        }
+        if self.segs[victim as usize].large {
+            return self.evict_oldest(g);
+        }
+        let pos = self
+            .fifo
+            .iter()
+            .position(|&(id, gen)| id == victim && self.segs[id as usize].gen == gen)
+            .expect("victim is queued");
+        self.fifo.remove(pos);
+        // Keeping at most 3/4 frees at least a quarter segment, room for any non-large item.
+        let keep_budget = g.seg_size * 3 / 4;
+        // A mostly-dead segment keeps all its live items; the FIFO-oldest keeps only read ones.
+        let keep_all = victim != oldest;
+        self.segs[victim as usize].live_items += 1;
+        self.compact(victim, g, keep_budget, keep_all, now);
+        self.segs[victim as usize].live_items -= 1;
+        let s = &mut self.segs[victim as usize];
+        s.gen = s.gen.wrapping_add(1);
+        self.fifo.push_back((victim, s.gen));
+        self.head = Some(victim);
+        self.settle(g);
+        true
+    }
+
+    /// Room for an item of `size` bytes. Returns the segment to write it in.
+    pub fn alloc(&mut self, g: &Global, size: usize, now: u32) -> Result<u32, NeedMem> {
+        self.ensure_index_room(g)?;
+        if size > g.large_threshold {
+            let charge = size as u64 + LARGE_OVERHEAD;
+            let mut tries = 0;
+            while !g.try_reserve(charge) {
+                tries += 1;
+                if tries > 100_000 || !self.evict_oldest(g) {
+                    return Err(NeedMem);
+                }
+            }
+            return Ok(self.new_seg(vec![0u8; size].into_boxed_slice(), true));
+        }
+        self.make_room(g, size, now)?;
+        Ok(self.head.expect("make_room leaves a head"))
+    }
+
+    /// Gives back a large segment that `alloc` returned but that was not written.
+    pub fn unalloc(&mut self, g: &Global, seg: u32) {
+        let s = &self.segs[seg as usize];
+        if s.large && s.used == 0 {
+            self.free_seg(seg);
+            self.settle(g);
+        }
+    }
+
+    /// Writes an item at the end of `seg`; the value is produced by `fill` into a slice of
+    /// exactly `value_len` bytes. Returns its offset.
+    pub fn write(
+        &mut self,
+        seg: u32,
+        h: &Header,
+        key: &[u8],
+        value_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> (usize, Layout) {
+        let total = item::encoded_len(key.len(), value_len, h.flags);
+        let s = &mut self.segs[seg as usize];
+        let off = s.used;
+        let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
+        fill(&mut s.buf[off + l.value..off + l.value + value_len]);
+        s.used += total;
+        s.live_bytes += total;
+        s.live_items += 1;
+        self.stats.curr_items += 1;
+        self.stats.total_items += 1;
+        self.stats.bytes += total as u64;
+        (off, l)
+    }
+
+    /// Copies `len` bytes of an existing item's value into a freshly reserved destination.
+    pub fn copy_value(&mut self, src: (u32, usize), len: usize, dst: (u32, usize)) {
+        if len == 0 {
+            return;
+        }
+        let (ss, so) = src;
+        let (ds, d) = dst;
+        if ss == ds {
+            self.segs[ss as usize].buf.copy_within(so..so + len, d);
+        } else {
+            let (a, b) = if ss < ds {
+                let (lo, hi) = self.segs.split_at_mut(ds as usize);
+                (&lo[ss as usize], &mut hi[0])
+            } else {
+                let (lo, hi) = self.segs.split_at_mut(ss as usize);
+                (&hi[0], &mut lo[ds as usize])
+            };
+            b.buf[d..d + len].copy_from_slice(&a.buf[so..so + len]);
+        }
+    }
+
+    /// Points `slot` (or a new index entry) at the item just written, retiring the old one.
+    pub fn link(&mut self, g: &Global, h: u64, old: Option<Found>, seg: u32, off: usize) {
+        let loc = loc_of(seg, off);
+        match old {
+            Some(f) => {
+                self.index.set_loc(f.slot, loc);
+                self.mark_dead(f.seg, f.off, &f.l, Unlink::Deleted);
+            }
+            None => self.index_insert(g, h, loc),
+        }
+        self.settle(g);
+    }
+
+    /// Grows the index before it gets too full to insert cheaply, taking the memory from
+    /// this shard's oldest segments if needed.
+    pub fn ensure_index_room(&mut self, g: &Global) -> Result<(), NeedMem> {
+        if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
+            return Ok(());
+        }
+        let before = self.index.bytes() as u64;
+        let mut n = self.index.nbuckets() * 3 / 2 + 1;
+        let delta = (n * crate::index::WAYS * 8) as u64 - before;
+        loop {
+            if g.try_reserve(delta) {
+                break;
+            }
+            if !self.evict_oldest(g) {
+                return Err(NeedMem);
+            }
+            if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
+                return Ok(());
+            }
+        }
+        let segs = &self.segs;
+        let hash_of = |l: u64| hash_at(segs, g, l);
+        while !self.index.rebuild(n, &hash_of) {
+            n = n * 3 / 2 + 1;
+        }
+        let after = self.index.bytes() as u64;
+        self.charged += after - before;
+        // A rebuild that had to go bigger than reserved (very rare) overshoots for a moment.
+        if after > before + delta {
+            g.used.fetch_add(after - before - delta, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    fn index_insert(&mut self, g: &Global, h: u64, loc: u64) {
+        let mut pending = (h, loc);
+        loop {
+            let segs = &self.segs;
+            let hash_of = |l: u64| hash_at(segs, g, l);
+            match self.index.insert(pending.0, pending.1, &hash_of) {
+                Ok(()) => return,
+                Err(homeless) => {
+                    pending = homeless;
+                    let before = self.index.bytes() as u64;
+                    let mut n = self.index.nbuckets() * 3 / 2 + 1;
+                    while !self.index.rebuild(n, &hash_of) {
+                        n = n * 3 / 2 + 1;
+                    }
+                    // The index may overshoot the limit for a moment; the next allocation
+                    // evicts back under it.
+                    let after = self.index.bytes() as u64;
+                    g.used.fetch_add(after - before, Ordering::AcqRel);
+                    self.charged += after - before;
+                }
+            }
+        }
+    }
+
+    /// Drops everything (flush_all) and gives all segment memory back.
+    pub fn clear(&mut self, g: &Global) {
+        for id in 0..self.segs.len() {
+            if self.segs[id].active {
+                self.free_seg(id as u32);
+            }
+        }
+        self.fifo.clear();
+        self.head = None;
+        self.index.clear();
+        self.stats.curr_items = 0;
+        self.stats.bytes = 0;
+        self.settle(g);
+    }
+
+    /// Bounded background work: drop expired/flushed items, free fully dead segments, compact
+    /// mostly-dead ones, get back under a lowered limit. Returns items reclaimed.
+    pub fn reclaim(&mut self, g: &Global, now: u32, budget: usize) -> usize {
+        self.now = now;
+        let before = self.stats.reclaimed;
+        // A lowered limit: every shard gives back a few segments per call.
+        let mut evicted = 0;
+        while g.over_limit() && evicted < 16 && self.evict_oldest(g) {
+            evicted += 1;
+        }
+        let mut visited = 0;
+        let nsegs = self.segs.len();
+        let mut segs_seen = 0;
+        while visited < budget && segs_seen <= nsegs && nsegs > 0 {
+            if self.reclaim_seg >= nsegs {
+                self.reclaim_seg = 0;
+                self.reclaim_off = 0;
+            }
+            let seg = self.reclaim_seg as u32;
+            let s = &self.segs[seg as usize];
+            if s.layout != self.reclaim_layout {
+                // Items moved since the cursor was saved: walk this segment from its start.
+                self.reclaim_layout = s.layout;
+                self.reclaim_off = 0;
+            }
+            if !s.active || self.reclaim_off >= s.used {
+                let compactable = s.active && Some(seg) != self.head && !s.large && s.used > 0;
+                self.reclaim_seg += 1;
+                self.reclaim_off = 0;
+                segs_seen += 1;
+                if compactable {
+                    self.maybe_compact(g, seg);
+                }
+                continue;
+            }
+            let off = self.reclaim_off;
+            let l = item::parse(&s.buf[off..]);
+            self.reclaim_off += l.total();
+            visited += 1;
+            if l.bits & DEAD != 0 {
+                continue;
+            }
+            let buf = &s.buf[off..];
+            let why = if g.is_flushed(item::time(buf, &l), now) {
+                Unlink::Flushed
+            } else if expired(item::exptime(buf, &l), now) {
+                Unlink::Expired
+            } else {
+                continue;
+            };
+            let h = g.hash(&buf[l.key..l.key + l.key_len]);
+            if let Some(slot) = self.index.find_loc(h, loc_of(seg, off)) {
+                self.stats.reclaimed += 1;
+                self.unlink(Found { slot, seg, off, l }, why);
+                if !self.segs[seg as usize].active {
+                    self.reclaim_seg += 1;
+                    self.reclaim_off = 0;
+                }
+            }
+        }
+        self.settle(g);
+        (self.stats.reclaimed - before) as usize
+    }
+
+    /// A sealed segment that is at least 3/4 dead bytes has its live items moved to the head
+    /// when the head has room, so the segment's memory goes back to the pool.
+    fn maybe_compact(&mut self, g: &Global, seg: u32) {
+        let s = &self.segs[seg as usize];
+        if (s.used - s.live_bytes) * 4 < s.used * 3 {
+            return;
+        }
+        let Some(head) = self.head else { return };
+        let hs = &self.segs[head as usize];
+        if hs.buf.len() - hs.used < s.live_bytes {
+            return;
+        }
+        self.move_to_head(g, seg, head, false);
+    }
+
+    /// Moves a sealed segment's live items into the head while they fit (only recently read
+    /// ones if `only_accessed`), evicts the rest, and frees the segment.
+    fn move_to_head(&mut self, g: &Global, seg: u32, head: u32, only_accessed: bool) {
+        let used = self.segs[seg as usize].used;
+        let now = self.now;
+        let mut off = 0;
+        // Keep the segment from being freed under us while items die.
+        self.segs[seg as usize].live_items += 1;
+        while off < used {
+            let l = item::parse(&self.segs[seg as usize].buf[off..]);
+            let total = l.total();
+            if l.bits & DEAD == 0 {
+                let buf = &self.segs[seg as usize].buf[off..];
+                let gone = if now != 0 && g.is_flushed(item::time(buf, &l), now) {
+                    Some(Unlink::Flushed)
+                } else if now != 0 && expired(item::exptime(buf, &l), now) {
+                    Some(Unlink::Expired)
+                } else {
+                    None
+                };
+                let h = g.hash(&buf[l.key..l.key + l.key_len]);
+                let slot = self.index.find_loc(h, loc_of(seg, off)).expect("indexed");
+                let hs = &self.segs[head as usize];
+                let fits = hs.buf.len() - hs.used >= total;
+                if gone.is_none() && fits && (!only_accessed || l.bits & ACCESSED != 0) {
+                    let dst = hs.used;
+                    self.copy_value((seg, off), total, (head, dst));
+                    let hs = &mut self.segs[head as usize];
+                    if only_accessed {
+                        hs.buf[dst] &= !ACCESSED;
+                    }
+                    hs.used += total;
+                    hs.live_bytes += total;
+                    hs.live_items += 1;
+                    self.index.set_loc(slot, loc_of(head, dst));
+                    let s = &mut self.segs[seg as usize];
+                    s.buf[off] |= DEAD;
+                    s.live_bytes -= total;
+                    s.live_items -= 1;
+                } else {
+                    if gone.is_some() {
+                        self.stats.reclaimed += 1;
+                    }
+                    let f = Found { slot, seg, off, l };
+                    self.unlink(f, gone.unwrap_or(Unlink::Evicted));
+                }
+            }
+            off += total;
+        }
+        self.segs[seg as usize].live_items -= 1;
+        self.free_seg(seg);
+        self.settle(g);
+    }
+
+    /// Per-shard figures for `stats slabs` / `stats items`.
+    pub fn segment_figures(&self) -> SegFigures {
+        let mut f = SegFigures::default();
+        for s in self.segs.iter().filter(|s| s.active) {
+            if s.large {
+                f.large_items += 1;
+                f.large_bytes += s.buf.len() as u64;
+            } else {
+                f.segments += 1;
+                f.free += (s.buf.len() - s.used) as u64;
+            }
+            f.written += s.used as u64;
+            f.live += s.live_bytes as u64;
+        }
+        f
+    }
+
+    pub fn bump(&mut self, f: &Found, now: u32) {
+        let buf = self.buf_mut(f.seg, f.off);
+        buf[0] |= FETCHED | ACCESSED;
+        item::set_time(buf, &f.l, now);
+    }
+
+    pub fn set_bits(&mut self, f: &Found, set: u8, clear: u8) {
+        let b = &mut self.buf_mut(f.seg, f.off)[0];
+        *b = (*b | set) & !clear;
+    }
+
+    pub fn set_exptime(&mut self, f: &Found, e: u32) {
+        item::set_exptime(self.buf_mut(f.seg, f.off), &f.l, e);
+    }
+
+    pub fn set_cas(&mut self, f: &Found, c: u64) {
+        item::set_cas(self.buf_mut(f.seg, f.off), &f.l, c);
+    }
+
+    pub fn value_mut(&mut self, f: &Found) -> &mut [u8] {
+        let (v, n) = (f.l.value, f.l.value_len);
+        &mut self.buf_mut(f.seg, f.off)[v..v + n]
+    }
+}

@@ -1,0 +1,87 @@
+//! Counters kept per shard (under the shard lock) and summed on read.
+
+/// Item-level counters under memcached's names. `curr_items` and `bytes` are gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub curr_items: u64,
+    pub total_items: u64,
+    /// Bytes of live items as stored here (header + key + value), see docs/storage.md.
+    pub bytes: u64,
+    pub evictions: u64,
+    pub evicted_unfetched: u64,
+    pub expired_unfetched: u64,
+    /// Expired or flushed items whose memory was taken back by eviction or `reclaim`.
+    pub reclaimed: u64,
+    pub get_expired: u64,
+    pub get_flushed: u64,
+    pub delete_hits: u64,
+    pub delete_misses: u64,
+    pub incr_hits: u64,
+    pub incr_misses: u64,
+    pub decr_hits: u64,
+    pub decr_misses: u64,
+    pub cas_hits: u64,
+    pub cas_misses: u64,
+    pub cas_badval: u64,
+    pub touch_hits: u64,
+    pub touch_misses: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.curr_items += o.curr_items;
+        self.total_items += o.total_items;
+        self.bytes += o.bytes;
+        self.evictions += o.evictions;
+        self.evicted_unfetched += o.evicted_unfetched;
+        self.expired_unfetched += o.expired_unfetched;
+        self.reclaimed += o.reclaimed;
+        self.get_expired += o.get_expired;
+        self.get_flushed += o.get_flushed;
+        self.delete_hits += o.delete_hits;
+        self.delete_misses += o.delete_misses;
+        self.incr_hits += o.incr_hits;
+        self.incr_misses += o.incr_misses;
+        self.decr_hits += o.decr_hits;
+        self.decr_misses += o.decr_misses;
+        self.cas_hits += o.cas_hits;
+        self.cas_misses += o.cas_misses;
+        self.cas_badval += o.cas_badval;
+        self.touch_hits += o.touch_hits;
+        self.touch_misses += o.touch_misses;
+    }
+
+    /// `stats reset` clears counters but not the gauges.
+    pub fn reset(&mut self) {
+        *self = Counters {
+            curr_items: self.curr_items,
+            bytes: self.bytes,
+            ..Counters::default()
+        };
+    }
+}
+
+/// Store-wide figures: counters plus memory and segment shape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub counters: Counters,
+    pub limit_maxbytes: u64,
+    /// Bytes charged against the limit: segments + large buffers + index.
+    pub mem_used: u64,
+    pub segment_size: u64,
+    /// Regular segments allocated (each `segment_size` bytes).
+    pub segments: u64,
+    /// Dedicated buffers for items larger than a quarter segment.
+    pub large_items: u64,
+    pub large_bytes: u64,
+    /// Bytes written into segments (live + dead).
+    pub written_bytes: u64,
+    pub live_bytes: u64,
+    /// Overwritten, deleted or expired-and-removed bytes not yet compacted away.
+    pub dead_bytes: u64,
+    /// Unwritten room at the end of regular segments.
+    pub free_segment_bytes: u64,
+    pub index_bytes: u64,
+    pub index_slots: u64,
+    pub shards: u64,
+}

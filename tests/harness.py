@@ -1,0 +1,197 @@
+"""Start and stop real servers (memfleet, Debian's memcached) on free loopback ports for tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def memfleet_bin() -> str:
+    """The release binary; built on demand so `pytest tests/` works on its own."""
+    env = os.environ.get("MEMFLEET_BIN")
+    if env:
+        return env
+    path = ROOT / "target" / "release" / "memfleet"
+    if not path.exists():
+        subprocess.run(
+            ["cargo", "build", "--release", "--quiet", "-p", "memfleet"],
+            cwd=ROOT,
+            check=True,
+        )
+    return str(path)
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"nothing listening on {host}:{port}")
+
+
+def wait_for_unix(path: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(path)
+                    return
+            except OSError:
+                pass
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listening on {path}")
+
+
+class Server:
+    """A server process on a free loopback port; stop() sends SIGTERM and waits."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        port: Optional[int] = None,
+        unix_socket: Optional[str] = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.port = port
+        self.unix_socket = unix_socket
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    def start(self) -> "Server":
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            if self.unix_socket:
+                wait_for_unix(self.unix_socket)
+            elif self.port:
+                wait_for_port(self.port)
+        except TimeoutError:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        self.proc = None
+        return code
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def memfleet(*args: str, port: Optional[int] = None) -> Server:
+    """`memfleet serve` on 127.0.0.1 with memcached flags `args` (default -t 2)."""
+    argv = [memfleet_bin(), "serve"]
+    if "-s" in args:
+        path = args[args.index("-s") + 1]
+        return Server(argv + list(args), unix_socket=path)
+    port = port or free_port()
+    extra = list(args)
+    if "-t" not in extra:
+        extra += ["-t", "2"]
+    return Server(argv + ["-l", "127.0.0.1", "-p", str(port)] + extra, port=port)
+
+
+def memcached(*args: str, port: Optional[int] = None) -> Server:
+    """Debian's memcached 1.6 with the same flags."""
+    exe = shutil.which("memcached") or "/usr/bin/memcached"
+    user = ["-u", "root"] if os.geteuid() == 0 else []
+    if "-s" in args:
+        path = args[args.index("-s") + 1]
+        return Server([exe, *user, *args], unix_socket=path)
+    port = port or free_port()
+    argv = [exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", *user, *args]
+    return Server(argv, port=port)
+
+
+class Conn:
+    """A raw text-protocol connection: send bytes, read until a terminator."""
+
+    def __init__(self, port: int, timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_until(self, *terminators: bytes) -> bytes:
+        while True:
+            for t in terminators:
+                i = self.buf.find(t)
+                if i >= 0:
+                    end = i + len(t)
+                    out, self.buf = self.buf[:end], self.buf[end:]
+                    return out
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                out, self.buf = self.buf, b""
+                return out
+            self.buf += chunk
+
+    def read_line(self) -> bytes:
+        return self.read_until(b"\r\n")
+
+    def request(self, data: bytes, *terminators: bytes) -> bytes:
+        self.send(data)
+        return self.read_until(*(terminators or (b"\r\n",)))
+
+    def read_all(self, timeout: float = 0.3) -> bytes:
+        """Everything that arrives until the peer is quiet for `timeout` or closes."""
+        self.sock.settimeout(timeout)
+        out = self.buf
+        self.buf = b""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except (socket.timeout, TimeoutError):
+            pass
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "Conn":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

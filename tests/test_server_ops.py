@@ -1,0 +1,200 @@
+"""Operating the server: flags, sockets, limits, signals and hostile input."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import tempfile
+import time
+
+import pytest
+from conftest import TARGET
+from harness import Conn, Server, free_port, memfleet_bin, wait_for_port
+
+memfleet_only = pytest.mark.skipif(TARGET != "memfleet", reason="memfleet-specific behaviour")
+
+
+def test_unix_socket_with_mode(make_server) -> None:  # type: ignore[no-untyped-def]
+    path = os.path.join(tempfile.mkdtemp(), "mc.sock")
+    make_server("-s", path, "-a", "766")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o766
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(b"set u 0 0 2\r\nhi\r\nget u\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            buf += s.recv(4096)
+    assert buf == b"STORED\r\nVALUE u 0 2\r\nhi\r\nEND\r\n"
+
+
+@memfleet_only
+def test_max_connections_rejects_one_over(make_server) -> None:  # type: ignore[no-untyped-def]
+    srv = make_server("-c", "5")
+    conns = [Conn(srv.port) for _ in range(5)]
+    for c in conns:
+        assert c.request(b"version\r\n").startswith(b"VERSION")
+    with Conn(srv.port) as extra:
+        assert extra.read_all(2.0) == b"ERROR Too many open connections\r\n"
+    conns.pop().close()
+    time.sleep(0.3)
+    with Conn(srv.port) as again:
+        assert again.request(b"version\r\n").startswith(b"VERSION")
+    for c in conns:
+        c.close()
+
+
+@memfleet_only
+def test_several_listen_addresses() -> None:
+    p1, p2 = free_port(), free_port()
+    argv = [memfleet_bin(), "serve", "-t", "1", "-l", f"127.0.0.1:{p1},127.0.0.1:{p2}"]
+    with Server(argv, port=p1):
+        wait_for_port(p2)
+        with Conn(p1) as a, Conn(p2) as b:
+            assert a.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+            assert b.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+
+
+@memfleet_only
+def test_daemon_and_pidfile() -> None:
+    port = free_port()
+    pidfile = os.path.join(tempfile.mkdtemp(), "mf.pid")
+    argv = [memfleet_bin(), "serve", "-d", "-P", pidfile, "-l", "127.0.0.1", "-p", str(port)]
+    subprocess.run(argv, check=True, timeout=10)
+    wait_for_port(port)
+    deadline = time.monotonic() + 5
+    while not os.path.exists(pidfile) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(open(pidfile).read())
+    with Conn(port) as c:
+        assert c.request(b"version\r\n").startswith(b"VERSION")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("daemon did not stop on SIGTERM")
+
+
+@memfleet_only
+def test_sigterm_and_sigint_stop_cleanly(make_server) -> None:  # type: ignore[no-untyped-def]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        srv = make_server()
+        with Conn(srv.port) as c:
+            c.request(b"set k 0 0 1\r\nx\r\n")
+            assert srv.proc is not None
+            srv.proc.send_signal(sig)
+            assert srv.proc.wait(timeout=10) == 0
+
+
+@memfleet_only
+def test_help_and_unknown_o_option() -> None:
+    out = subprocess.run([memfleet_bin(), "serve", "-h"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for flag in ("-p", "-U", "-s", "-a", "-l", "-m", "-c", "-t", "-I", "-d", "-P", "-o"):
+        assert f"{flag}," in out.stdout or f"{flag} " in out.stdout, flag
+    port = free_port()
+    argv = [memfleet_bin(), "serve", "-l", "127.0.0.1", "-p", str(port), "-o", "frobnicate=1"]
+    with Server(argv, port=port) as srv:
+        with Conn(port) as c:
+            assert c.request(b"version\r\n").startswith(b"VERSION")
+        assert srv.proc is not None
+        srv.proc.send_signal(signal.SIGTERM)
+        _, err = srv.proc.communicate(timeout=10)
+    assert b"frobnicate" in err
+
+
+def test_eviction_under_small_memory_limit(make_server) -> None:  # type: ignore[no-untyped-def]
+    srv = make_server("-m", "8")
+    value = b"v" * 1000
+    with Conn(srv.port) as c:
+        for batch in range(40):
+            c.send(
+                b"".join(
+                    b"set key%d 0 0 %d\r\n%s\r\n" % (batch * 1000 + i, len(value), value)
+                    for i in range(1000)
+                )
+            )
+            replies = c.read_until(*[b"STORED\r\n" * 1000])
+            assert replies == b"STORED\r\n" * 1000
+        stats = c.request(b"stats\r\n", b"END\r\n").decode()
+        got = dict(ln.split(" ", 2)[1:] for ln in stats.splitlines() if ln.startswith("STAT "))
+        assert int(got["evictions"]) > 0
+        assert int(got["curr_items"]) < 40000
+        assert int(got["bytes"]) <= 8 * 1024 * 1024
+        # the newest items survive
+        assert c.request(b"get key39999\r\n", b"END\r\n").startswith(b"VALUE key39999 ")
+
+
+def test_line_without_newline_is_cut(server: Server) -> None:
+    with Conn(server.port) as c:
+        c.send(b"x" * 8192)
+        assert c.read_all(2.0) == b""  # closed, like memcached
+
+
+def test_binary_garbage_never_kills_the_server(server: Server) -> None:
+    rng = random.Random(7)
+    for _ in range(30):
+        with Conn(server.port) as c:
+            junk = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 3000)))
+            try:
+                c.send(junk)
+                c.read_all(0.05)
+            except OSError:
+                pass
+    with Conn(server.port) as c:
+        assert c.request(b"set ok 0 0 1\r\nx\r\n") == b"STORED\r\n"
+
+
+def test_half_a_request_then_close(server: Server) -> None:
+    for partial in (b"set k 0 0 100\r\nabc", b"get k", b"ms k 10\r\n12", b"mg k v"):
+        with Conn(server.port) as c:
+            c.send(partial)
+    with Conn(server.port) as c:
+        assert c.request(b"get k\r\n", b"END\r\n") == b"END\r\n"
+
+
+def test_many_idle_connections(server: Server) -> None:
+    conns = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(500)]
+    try:
+        with Conn(server.port) as c:
+            assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        for s in conns[::50]:
+            s.sendall(b"get k\r\n")
+            assert s.recv(100) == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+    finally:
+        for s in conns:
+            s.close()
+
+
+def test_pipelined_requests_in_one_packet(server: Server) -> None:
+    with Conn(server.port) as c:
+        reqs = b"".join(b"set p%d 0 0 1 \r\n%d\r\n" % (i, i % 10) for i in range(100))
+        reqs += b"".join(b"get p%d\r\n" % i for i in range(100))
+        c.send(reqs)
+        out = c.read_until(b"VALUE p99 0 1\r\n9\r\nEND\r\n")
+        assert out.count(b"STORED\r\n") == 100
+        assert out.count(b"END\r\n") == 100
+
+
+@memfleet_only
+def test_udp_get(make_server) -> None:  # type: ignore[no-untyped-def]
+    udp_port = free_port(socket.SOCK_DGRAM)
+    srv = make_server("-U", str(udp_port))
+    with Conn(srv.port) as c:
+        c.request(b"set u 0 0 5\r\nhello\r\n")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(5)
+        s.sendto(struct.pack(">HHHH", 42, 0, 1, 0) + b"get u\r\n", ("127.0.0.1", udp_port))
+        data, _ = s.recvfrom(65536)
+    req_id, seq, total, _ = struct.unpack(">HHHH", data[:8])
+    assert (req_id, seq, total) == (42, 0, 1)
+    assert data[8:] == b"VALUE u 0 5\r\nhello\r\nEND\r\n"
