@@ -32,19 +32,33 @@ def test_unix_socket_with_mode(make_server) -> None:  # type: ignore[no-untyped-
     assert buf == b"STORED\r\nVALUE u 0 2\r\nhi\r\nEND\r\n"
 
 
+def wait_for_connections(control: Conn, expected: int) -> None:
+    """Polls `stats` until the server counts `expected` client connections."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stats = control.request(b"stats\r\n", b"END\r\n")
+        if b"STAT curr_connections %d\r\n" % expected in stats:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"server never counted {expected} connections")
+
+
 @memfleet_only
 def test_max_connections_rejects_one_over(make_server) -> None:  # type: ignore[no-untyped-def]
     srv = make_server("-c", "5")
-    conns = [Conn(srv.port) for _ in range(5)]
+    control = Conn(srv.port)
+    # the harness's readiness probe may still be counted until its close is processed
+    wait_for_connections(control, 1)
+    conns = [Conn(srv.port) for _ in range(4)]
     for c in conns:
         assert c.request(b"version\r\n").startswith(b"VERSION")
     with Conn(srv.port) as extra:
         assert extra.read_all(2.0) == b"ERROR Too many open connections\r\n"
     conns.pop().close()
-    time.sleep(0.3)
+    wait_for_connections(control, 4)
     with Conn(srv.port) as again:
         assert again.request(b"version\r\n").startswith(b"VERSION")
-    for c in conns:
+    for c in conns + [control]:
         c.close()
 
 
@@ -198,3 +212,34 @@ def test_udp_get(make_server) -> None:  # type: ignore[no-untyped-def]
     req_id, seq, total, _ = struct.unpack(">HHHH", data[:8])
     assert (req_id, seq, total) == (42, 0, 1)
     assert data[8:] == b"VALUE u 0 5\r\nhello\r\nEND\r\n"
+
+
+def test_pipeline_of_large_gets_is_answered_in_full(server: Server) -> None:
+    value = b"L" * (512 * 1024)
+    with Conn(server.port) as c:
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+        count = 200  # 100 MB of replies to one 2 KB burst of requests
+        c.send(b"get big\r\n" * count + b"mn\r\n")
+        received = 0
+        while True:
+            chunk = c.read_until(b"END\r\n", b"MN\r\n")
+            if chunk.endswith(b"MN\r\n"):
+                break
+            assert chunk.endswith(b"\r\nEND\r\n") and len(chunk) > len(value)
+            received += 1
+        assert received == count
+
+
+def test_request_and_close_in_one_send_is_answered_and_closed(server: Server) -> None:
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(b"set fin 0 0 1\r\nx\r\nget fin\r\n")
+            s.shutdown(socket.SHUT_WR)
+            buf = b""
+            s.settimeout(5)
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+        assert buf == b"STORED\r\nVALUE fin 0 1\r\nx\r\nEND\r\n"

@@ -128,11 +128,20 @@ impl ReplyParser {
         }
         match expect {
             Expect::Store => {
-                self.acc.error = line != b"STORED";
+                match line {
+                    b"STORED" => {}
+                    b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" => self.acc.error = true,
+                    _ => return Err(bad(line)),
+                }
                 Ok(Some(self.finish()))
             }
             Expect::MetaStore => {
-                self.acc.error = !line.starts_with(b"HD");
+                let code = line.split(|&b| b == b' ').next().unwrap_or(b"");
+                match code {
+                    b"HD" => {}
+                    b"NS" | b"EX" | b"NF" => self.acc.error = true,
+                    _ => return Err(bad(line)),
+                }
                 Ok(Some(self.finish()))
             }
             Expect::Get => {
@@ -380,9 +389,89 @@ mod tests {
         let mut p = ReplyParser::new();
         assert!(p.parse(Expect::MetaGet, b"XX\r\n").is_err());
         let mut p = ReplyParser::new();
+        assert!(p.parse(Expect::Store, b"HELLO\r\n").is_err());
+        let mut p = ReplyParser::new();
+        assert!(p.parse(Expect::MetaStore, b"VA 1\r\n").is_err());
+        let mut p = ReplyParser::new();
         let long = vec![b'a'; MAX_LINE + 1];
         assert!(p.parse(Expect::Store, &long).is_err());
         let mut p = ReplyParser::new();
         assert_eq!(p.parse(Expect::Store, &long[..100]).unwrap(), (0, None));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One reply in wire form with what the parser must report for it.
+        fn reply() -> impl Strategy<Value = (Expect, Vec<u8>, Reply)> {
+            let data = proptest::collection::vec(any::<u8>(), 0..40);
+            prop_oneof![
+                Just((Expect::Store, b"STORED\r\n".to_vec(), Reply::default())),
+                Just((
+                    Expect::Store,
+                    b"SERVER_ERROR out of memory\r\n".to_vec(),
+                    Reply {
+                        error: true,
+                        ..Reply::default()
+                    }
+                )),
+                proptest::collection::vec(data.clone(), 0..4).prop_map(|vals| {
+                    let mut w = Vec::new();
+                    for (i, v) in vals.iter().enumerate() {
+                        w.extend_from_slice(format!("VALUE key{i} 0 {}\r\n", v.len()).as_bytes());
+                        w.extend_from_slice(v);
+                        w.extend_from_slice(b"\r\n");
+                    }
+                    w.extend_from_slice(b"END\r\n");
+                    let hits = vals.len() as u32;
+                    (
+                        Expect::Get,
+                        w,
+                        Reply {
+                            hits,
+                            ..Reply::default()
+                        },
+                    )
+                }),
+                data.clone().prop_map(|v| {
+                    let mut w = format!("VA {} f0\r\n", v.len()).into_bytes();
+                    w.extend_from_slice(&v);
+                    w.extend_from_slice(b"\r\n");
+                    (
+                        Expect::MetaGet,
+                        w,
+                        Reply {
+                            hits: 1,
+                            ..Reply::default()
+                        },
+                    )
+                }),
+                Just((
+                    Expect::MetaGet,
+                    b"EN\r\n".to_vec(),
+                    Reply {
+                        misses: 1,
+                        ..Reply::default()
+                    }
+                )),
+                Just((Expect::MetaStore, b"HD\r\n".to_vec(), Reply::default())),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn any_chunking_gives_the_same_replies(
+                replies in proptest::collection::vec(reply(), 1..8),
+                cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..10),
+            ) {
+                let expects: Vec<Expect> = replies.iter().map(|r| r.0).collect();
+                let stream: Vec<u8> = replies.iter().flat_map(|r| r.1.clone()).collect();
+                let want: Vec<Reply> = replies.iter().map(|r| r.2).collect();
+                let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+                cuts.sort_unstable();
+                prop_assert_eq!(run(&expects, &stream, &cuts), want);
+            }
+        }
     }
 }

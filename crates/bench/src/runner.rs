@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// Time allowed after --test-time for in-flight replies before connections are cut.
-const DRAIN_GRACE: Duration = Duration::from_secs(5);
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// A thread that completes no request for this long is declared stuck.
 const STALL_LIMIT_SECS: u32 = 10;
 
@@ -311,6 +311,11 @@ fn worker(
         .rate
         .map(|r| Duration::from_secs_f64(total_clients as f64 / r as f64));
 
+    // A paced thread that is due less than one request a second may legitimately be idle.
+    let stall_check = match a.rate {
+        None => true,
+        Some(r) => r as f64 / a.threads as f64 >= 1.0,
+    };
     let errors: Rc<RefCell<Vec<String>>> = Rc::default();
     local.block_on(&rt, async {
         let mut handles = Vec::with_capacity(conns.len());
@@ -404,7 +409,7 @@ fn worker(
                 drop(iv);
                 idle = if ops == 0 { idle + 1 } else { 0 };
                 let past_deadline = deadline.is_some_and(|d| Instant::now() > d + DRAIN_GRACE);
-                if past_deadline || (idle >= STALL_LIMIT_SECS && a.rate.is_none()) {
+                if past_deadline || (idle >= STALL_LIMIT_SECS && stall_check) {
                     return;
                 }
             }

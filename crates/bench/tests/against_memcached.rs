@@ -336,3 +336,126 @@ fn unreachable_server_is_an_error() {
     let e = bench::run(args).unwrap_err();
     assert!(e.contains("cannot connect"), "{e}");
 }
+
+/// A fake server on a free port; `reply` decides what each connection gets back.
+fn fake_server(reply: &'static [u8]) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            let mut s2 = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = std::io::Read::read(&mut s2, &mut buf) {
+                    if n == 0 || (!reply.is_empty() && s2.write_all(reply).is_err()) {
+                        break;
+                    }
+                }
+            });
+            held.push(s);
+        }
+    });
+    port
+}
+
+#[test]
+fn silent_server_is_cut_off_after_the_grace_period() {
+    let port = fake_server(b"");
+    let t = Instant::now();
+    let args = Cli::try_parse_from([
+        "bench",
+        "--quiet",
+        "--port",
+        &port.to_string(),
+        "--threads",
+        "1",
+        "--clients",
+        "2",
+        "--test-time",
+        "1",
+    ])
+    .unwrap()
+    .args;
+    let r = bench::run(args).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    assert_eq!(r.totals.ops, 0);
+    assert_eq!(r.connection_errors, 2);
+}
+
+#[test]
+fn garbage_reply_breaks_only_that_connection() {
+    let port = fake_server(b"HELLO THERE\r\n");
+    let args = Cli::try_parse_from([
+        "bench",
+        "--quiet",
+        "--port",
+        &port.to_string(),
+        "--threads",
+        "1",
+        "--clients",
+        "3",
+        "-n",
+        "5",
+    ])
+    .unwrap()
+    .args;
+    let r = bench::run(args).unwrap();
+    assert_eq!(r.connection_errors, 3);
+    assert_eq!(r.totals.ops, 0);
+}
+
+#[test]
+fn rate_mode_charges_a_stall_to_every_request_that_was_due() {
+    // Answers every get with END, but only after a 300 ms pause at the start.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                let mut first = true;
+                while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                    if first {
+                        std::thread::sleep(Duration::from_millis(300));
+                        first = false;
+                    }
+                    if w.write_all(b"END\r\n").is_err() {
+                        break;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    let args = Cli::try_parse_from([
+        "bench",
+        "--quiet",
+        "--port",
+        &port.to_string(),
+        "--threads",
+        "1",
+        "--clients",
+        "1",
+        "--ratio",
+        "0:1",
+        "--test-time",
+        "1",
+        "--rate",
+        "100",
+    ])
+    .unwrap()
+    .args;
+    let r = bench::run(args).unwrap();
+    assert!((90..=101).contains(&r.gets.ops), "{}", r.gets.ops);
+    // The ~30 requests due during the stall were all late; a quarter waited > 50 ms.
+    assert!(
+        r.gets.latency.p90_us > 50_000,
+        "p90 {} µs",
+        r.gets.latency.p90_us
+    );
+    assert!(r.gets.latency.max_us >= 290_000);
+    assert_eq!(r.misses, r.gets.ops);
+}

@@ -19,6 +19,8 @@ enum Command {
     Serve(server::ServeArgs),
     /// Generate load against a memcached-protocol server (memtier-style options).
     Bench(bench::BenchArgs),
+    /// Route memcached traffic to pools of servers (a drop-in for twemproxy/nutcracker).
+    Route(router::RouteArgs),
 }
 
 fn main() {
@@ -26,6 +28,7 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => server::serve(args),
         Command::Bench(args) => bench::run(args).map(|_| ()),
+        Command::Route(args) => router::run(args),
     };
     if let Err(e) = result {
         eprintln!("memfleet: {e}");

@@ -1,3 +1,393 @@
-//! router
+//! `memfleet route`: a multi-threaded, drop-in replacement for twemproxy (nutcracker) in
+//! front of memcached pools. Reads nutcracker.yml unchanged and accepts nutcracker's flags.
+//!
+//! Threads: N workers (`-T`, default one per core), each a mio loop that accepts clients
+//! from every pool's listening socket (shared; the kernel wakes whoever is idle) and owns
+//! its own backend connections. One control thread handles SIGHUP (reload), SIGTERM/SIGINT
+//! and the re-probing of ejected servers; one thread serves the stats port.
 
+pub mod buf;
 pub mod config;
+pub mod log;
+pub mod net;
+pub mod reply_frame;
+pub mod shared;
+pub mod stats;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use config::{Config, Listen};
+use net::StdListener;
+use shared::{BackendAddr, Globals, PoolRt, Shared};
+use worker::{Control, ListenerUpdate, Worker};
+
+/// nutcracker's command line, plus `-T/--threads`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RouteArgs {
+    /// Configuration file (nutcracker.yml).
+    #[arg(short = 'c', long = "conf-file", default_value = "conf/nutcracker.yml")]
+    pub conf_file: PathBuf,
+    /// Test the configuration for syntax errors and exit.
+    #[arg(short = 't', long = "test-conf")]
+    pub test_conf: bool,
+    /// Stats monitoring port.
+    #[arg(short = 's', long = "stats-port", default_value_t = 22222)]
+    pub stats_port: u16,
+    /// Stats monitoring address.
+    #[arg(short = 'a', long = "stats-addr", default_value = "0.0.0.0")]
+    pub stats_addr: String,
+    /// Stats aggregation interval in msec (accepted for compatibility: memfleet's stats are live).
+    #[arg(short = 'i', long = "stats-interval", default_value_t = 30_000)]
+    pub stats_interval: u64,
+    /// Logging level (nutcracker's 0..11; 5 = notice).
+    #[arg(short = 'v', long = "verbose", default_value_t = 5)]
+    pub verbose: u8,
+    /// Run as a daemon.
+    #[arg(short = 'd', long = "daemonize")]
+    pub daemonize: bool,
+    /// Process id file.
+    #[arg(short = 'p', long = "pid-file")]
+    pub pid_file: Option<PathBuf>,
+    /// Log file (default stderr).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// mbuf chunk size (accepted for compatibility; memfleet sizes buffers per request).
+    #[arg(short = 'm', long = "mbuf-size")]
+    pub mbuf_size: Option<usize>,
+    /// Print the stats description and exit.
+    #[arg(short = 'D', long = "describe-stats")]
+    pub describe_stats: bool,
+    /// Worker threads (default: number of cores).
+    #[arg(short = 'T', long = "threads")]
+    pub threads: Option<usize>,
+}
+
+const DESCRIBE: &str = "pool stats:
+  client_eof          \"# eof on client connections\"
+  client_err          \"# errors on client connections\"
+  client_connections  \"# active client connections\"
+  server_ejects       \"# times backend server was ejected\"
+  forward_error       \"# times we encountered a forwarding error\"
+  fragments           \"# fragments created from a multi-vector request\"
+
+server stats:
+  server_eof          \"# eof on server connections\"
+  server_err          \"# errors on server connections\"
+  server_timedout     \"# timeouts on server connections\"
+  server_connections  \"# active server connections\"
+  server_ejected_at   \"timestamp when server was ejected in usec since epoch\"
+  requests            \"# requests\"
+  request_bytes       \"total request bytes\"
+  responses           \"# responses\"
+  response_bytes      \"total response bytes\"
+  in_queue            \"# requests in incoming queue\"
+  in_queue_bytes      \"current request bytes in incoming queue\"
+  out_queue           \"# requests in outgoing queue\"
+  out_queue_bytes     \"current request bytes in outgoing queue\"
+";
+
+/// Reads and validates a configuration file, including what memfleet cannot serve.
+pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
+    let config = Config::from_yaml_str(&text)
+        .map_err(|e| format!("configuration file '{}' syntax is invalid: {e}", path.display()))?;
+    for pool in &config.pools {
+        if pool.redis {
+            return Err(format!(
+                "configuration file '{}': pool '{}' is a redis pool; memfleet route serves memcached pools only",
+                path.display(),
+                pool.name
+            ));
+        }
+    }
+    Ok(config)
+}
+
+struct Running {
+    args: RouteArgs,
+    threads: usize,
+    started: Instant,
+    globals: Arc<Globals>,
+    current: Arc<RwLock<Arc<Shared>>>,
+    workers: Vec<(Sender<Control>, Arc<mio::Waker>)>,
+    listeners: HashMap<String, (StdListener, Listen)>,
+}
+
+/// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
+pub fn run(args: RouteArgs) -> Result<(), String> {
+    if args.describe_stats {
+        print!("{DESCRIBE}");
+        return Ok(());
+    }
+    let config = load_config(&args.conf_file)?;
+    if args.test_conf {
+        eprintln!(
+            "memfleet route: configuration file '{}' syntax is ok",
+            args.conf_file.display()
+        );
+        return Ok(());
+    }
+    let log_file = match &args.output {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("cannot open log file '{}': {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    log::init(args.verbose, log_file);
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let started = Instant::now();
+    let shared = Arc::new(Shared::new(config, threads, started)?);
+
+    // Bind everything before daemonizing so errors reach the terminal.
+    let mut listeners = HashMap::new();
+    for pool in &shared.pools {
+        let l = StdListener::bind(&pool.cfg.listen, pool.cfg.backlog)
+            .map_err(|e| format!("pool '{}': cannot listen: {e}", pool.cfg.name))?;
+        listeners.insert(pool.listen_key(), (l, pool.cfg.listen.clone()));
+    }
+    let stats_listener = std::net::TcpListener::bind((args.stats_addr.as_str(), args.stats_port))
+        .map_err(|e| format!("cannot listen on stats {}:{}: {e}", args.stats_addr, args.stats_port))?;
+
+    if args.daemonize {
+        // SAFETY: no threads exist yet; daemon(3) forks and detaches.
+        if unsafe { libc::daemon(1, 0) } != 0 {
+            return Err(format!("daemonize failed: {}", std::io::Error::last_os_error()));
+        }
+    }
+    if let Some(p) = &args.pid_file {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .map_err(|e| format!("cannot write pid file '{}': {e}", p.display()))?;
+    }
+
+    let globals = Arc::new(Globals {
+        started,
+        threads,
+        per_worker: (0..threads).map(|_| stats::WorkerCounters::default()).collect(),
+    });
+    let current = Arc::new(RwLock::new(shared.clone()));
+    let mut workers = Vec::with_capacity(threads);
+    for id in 0..threads {
+        let (poll, waker) = Worker::new_poll().map_err(|e| format!("poll: {e}"))?;
+        let (tx, rx) = channel();
+        let mut updates = Vec::new();
+        for (i, pool) in shared.pools.iter().enumerate() {
+            let (l, _) = &listeners[&pool.listen_key()];
+            updates.push(ListenerUpdate {
+                key: pool.listen_key(),
+                pool: i,
+                new: Some(l.try_clone().map_err(|e| format!("listener: {e}"))?),
+            });
+        }
+        tx.send(Control::Reload {
+            shared: shared.clone(),
+            listeners: updates,
+        })
+        .map_err(|_| "worker channel closed".to_string())?;
+        waker.wake().map_err(|e| format!("waker: {e}"))?;
+        let w = Worker::new(id, poll, rx, shared.clone(), globals.clone());
+        std::thread::Builder::new()
+            .name(format!("route-w{id}"))
+            .spawn(move || w.run())
+            .map_err(|e| format!("spawn: {e}"))?;
+        workers.push((tx, waker));
+    }
+    {
+        let current = current.clone();
+        let globals = globals.clone();
+        std::thread::Builder::new()
+            .name("route-stats".into())
+            .spawn(move || serve_stats(stats_listener, current, globals))
+            .map_err(|e| format!("spawn: {e}"))?;
+    }
+    log::notice(&format!(
+        "memfleet route {} started on pid {} with {threads} threads, {} pools",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        shared.pools.len()
+    ));
+    let mut running = Running {
+        args,
+        threads,
+        started,
+        globals,
+        current,
+        workers,
+        listeners,
+    };
+    running.control_loop();
+    Ok(())
+}
+
+fn serve_stats(listener: std::net::TcpListener, current: Arc<RwLock<Arc<Shared>>>, globals: Arc<Globals>) {
+    let source = stats::hostname();
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let shared = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let body = stats::json(&shared, &globals, &source);
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+        let _ = conn.write_all(body.as_bytes());
+    }
+}
+
+impl Running {
+    fn control_loop(&mut self) {
+        let hup = Arc::new(AtomicBool::new(false));
+        let term = Arc::new(AtomicBool::new(false));
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone());
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone());
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, term.clone());
+        loop {
+            std::thread::sleep(Duration::from_millis(10));
+            if term.load(Relaxed) {
+                self.shutdown();
+                return;
+            }
+            if hup.swap(false, Relaxed) {
+                match self.reload() {
+                    Ok(()) => log::notice(&format!(
+                        "configuration '{}' reloaded",
+                        self.args.conf_file.display()
+                    )),
+                    Err(e) => log::warn(&format!("reload refused, keeping the old configuration: {e}")),
+                }
+            }
+            let shared = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+            for pool in &shared.pools {
+                for s in pool.due_for_retry() {
+                    spawn_probe(pool.clone(), s);
+                }
+            }
+        }
+    }
+
+    fn reload(&mut self) -> Result<(), String> {
+        let config = load_config(&self.args.conf_file)?;
+        let shared = Arc::new(Shared::new(config, self.threads, self.started)?);
+        // Bind new addresses first: any failure leaves the running generation untouched.
+        let mut fresh: HashMap<String, (StdListener, Listen)> = HashMap::new();
+        for pool in &shared.pools {
+            let key = pool.listen_key();
+            if self.listeners.contains_key(&key) || fresh.contains_key(&key) {
+                continue;
+            }
+            let l = StdListener::bind(&pool.cfg.listen, pool.cfg.backlog)
+                .map_err(|e| format!("pool '{}': cannot listen: {e}", pool.cfg.name))?;
+            fresh.insert(key, (l, pool.cfg.listen.clone()));
+        }
+        let mut per_worker = Vec::with_capacity(self.workers.len());
+        for _ in &self.workers {
+            let mut updates = Vec::new();
+            for (i, pool) in shared.pools.iter().enumerate() {
+                let key = pool.listen_key();
+                let new = match fresh.get(&key) {
+                    Some((l, _)) => Some(l.try_clone().map_err(|e| format!("listener: {e}"))?),
+                    None => None,
+                };
+                updates.push(ListenerUpdate { key, pool: i, new });
+            }
+            per_worker.push(updates);
+        }
+        for ((tx, waker), updates) in self.workers.iter().zip(per_worker) {
+            let _ = tx.send(Control::Reload {
+                shared: shared.clone(),
+                listeners: updates,
+            });
+            let _ = waker.wake();
+        }
+        let keep: std::collections::HashSet<String> = shared.pools.iter().map(|p| p.listen_key()).collect();
+        let old: Vec<String> = self.listeners.keys().cloned().collect();
+        for key in old {
+            if !keep.contains(&key) {
+                if let Some((_, Listen::Unix { path, .. })) = self.listeners.remove(&key) {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        self.listeners.extend(fresh);
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = shared;
+        Ok(())
+    }
+
+    fn shutdown(&mut self) {
+        log::notice("signal received, exiting");
+        for (_, listen) in self.listeners.values() {
+            if let Listen::Unix { path, .. } = listen {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        if let Some(p) = &self.args.pid_file {
+            let _ = std::fs::remove_file(p);
+        }
+        let _ = &self.globals;
+        std::process::exit(0);
+    }
+}
+
+/// Tries an ejected server once (connect + `version`) off the control thread; on success
+/// it rejoins the ring, else it waits another `server_retry_timeout`.
+fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
+    // Push the retry time out first so the next control tick does not probe again.
+    pool.retry_result(s, false);
+    let _ = std::thread::Builder::new()
+        .name("route-probe".into())
+        .spawn(move || {
+            let wait = pool.timeout().unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
+            let ok = probe(&pool.servers[s].addr, wait);
+            if ok {
+                pool.retry_result(s, true);
+            }
+        });
+}
+
+fn probe(addr: &BackendAddr, wait: Duration) -> bool {
+    fn talk(mut s: impl Read + Write) -> bool {
+        if s.write_all(b"version\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 128];
+        let mut got = 0;
+        while got < buf.len() {
+            match s.read(&mut buf[got..]) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got += n,
+            }
+            if buf[..got].contains(&b'\n') {
+                return buf.starts_with(b"VERSION ");
+            }
+        }
+        false
+    }
+    match addr {
+        BackendAddr::Tcp(a) => match std::net::TcpStream::connect_timeout(a, wait) {
+            Ok(s) => {
+                let _ = s.set_read_timeout(Some(wait));
+                let _ = s.set_write_timeout(Some(wait));
+                talk(s)
+            }
+            Err(_) => false,
+        },
+        BackendAddr::Unix(p) => match std::os::unix::net::UnixStream::connect(p) {
+            Ok(s) => {
+                let _ = s.set_read_timeout(Some(wait));
+                let _ = s.set_write_timeout(Some(wait));
+                talk(s)
+            }
+            Err(_) => false,
+        },
+    }
+}

@@ -176,7 +176,7 @@ mod tests {
             b"MN\r\n",
             b"12345\r\n",
             b"SERVER_ERROR out of memory storing object\r\n",
-            b"VALUE x 0 4\r\nEND\r\n\r\nEND\r\n",
+            b"VALUE x 0 5\r\nEND\r\n\r\nEND\r\n",
             b"ME k exp=-1 la=3 cas=2 fetch=no cls=1 size=63\r\n",
         ];
         let stream: Vec<u8> = replies.concat();
@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(Framer::new().next(b"VALUE k 0 x\r\n"), Frame::Invalid);
         assert_eq!(Framer::new().next(b"VALUE k 0 1\r\nabc\r\n"), Frame::Invalid);
         assert_eq!(Framer::new().next(&vec![b'x'; MAX_REPLY_LINE + 1]), Frame::Invalid);
-        assert_eq!(Framer::new().next(b"VA\r\n"), Frame::Invalid);
+        assert_eq!(Framer::new().next(b"VA x\r\n"), Frame::Invalid);
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub enum BackendAddr {
 /// One backend server of a pool and its health.
 pub struct ServerRt {
     pub spec: ServerSpec,
-    /// The name nutcracker's stats use: the node name, else `host:port` / the socket path.
+    /// The name nutcracker's stats use (its `server->name`, which ketama also hashes).
     pub stats_name: String,
     pub addr: BackendAddr,
     failures: AtomicU32,
@@ -61,10 +61,15 @@ pub struct PoolRt {
 }
 
 impl PoolRt {
-    pub fn new(cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, String> {
+    pub fn new(mut cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, String> {
+        // nutcracker sorts a pool's servers by name (shorter first, then bytewise) while
+        // validating and indexes them in that order, which modula and random placement see.
+        cfg.servers.sort_by(|a, b| {
+            (a.ketama_name.len(), a.ketama_name.as_bytes()).cmp(&(b.ketama_name.len(), b.ketama_name.as_bytes()))
+        });
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for spec in &cfg.servers {
-            let (addr, plain) = match &spec.addr {
+            let addr = match &spec.addr {
                 ServerAddr::Tcp { host, port } => {
                     let addr = (host.as_str(), *port)
                         .to_socket_addrs()
@@ -73,12 +78,12 @@ impl PoolRt {
                         .ok_or_else(|| {
                             format!("pool '{}': cannot resolve server '{host}:{port}'", cfg.name)
                         })?;
-                    (BackendAddr::Tcp(addr), format!("{host}:{port}"))
+                    BackendAddr::Tcp(addr)
                 }
-                ServerAddr::Unix { path } => (BackendAddr::Unix(PathBuf::from(path)), path.clone()),
+                ServerAddr::Unix { path } => BackendAddr::Unix(PathBuf::from(path)),
             };
             servers.push(ServerRt {
-                stats_name: spec.name.clone().filter(|n| !n.is_empty()).unwrap_or(plain),
+                stats_name: spec.ketama_name.clone(),
                 spec: spec.clone(),
                 addr,
                 failures: AtomicU32::new(0),
@@ -259,8 +264,9 @@ mod tests {
     #[test]
     fn ejects_after_failure_limit_and_remaps() {
         let p = pool(YAML);
-        assert_eq!(p.servers[0].stats_name, "127.0.0.1:1");
-        assert_eq!(p.servers[1].stats_name, "two");
+        // Sorted as nutcracker sorts: shorter names first.
+        assert_eq!(p.servers[0].stats_name, "two");
+        assert_eq!(p.servers[1].stats_name, "127.0.0.1:1");
         let (gen, ring) = p.ring_if_newer(0).unwrap();
         let key = (0..100)
             .map(|i| format!("k{i}"))
@@ -294,6 +300,6 @@ mod tests {
     #[test]
     fn redis_pools_are_refused() {
         let cfg = Config::from_yaml_str(&YAML.replace("  servers:", "  redis: true\n  servers:")).unwrap();
-        assert!(Shared::new(cfg, 1, Instant::now()).unwrap_err().contains("redis"));
+        assert!(Shared::new(cfg, 1, Instant::now()).err().unwrap().contains("redis"));
     }
 }

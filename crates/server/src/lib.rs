@@ -50,6 +50,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     for w in &settings.warnings {
         eprintln!("warning: {w}");
     }
+    raise_fd_limit(settings.conn_limit);
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
     if settings.daemon {
@@ -322,6 +323,19 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Like memcached, lift the soft open-files limit so `-c` connections fit (up to the hard limit).
+fn raise_fd_limit(conn_limit: usize) {
+    let want = (conn_limit + 64) as libc::rlim_t;
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 fn daemonize(keep_stdio: bool) -> Result<(), String> {

@@ -48,6 +48,8 @@ macro_rules! thread_stats {
     };
 }
 
+// Item-level counters (delete/incr/decr/cas/touch hits, evictions...) live in the store's
+// shards; these are the ones only the network layer sees.
 thread_stats!(
     cmd_get,
     cmd_set,
@@ -56,19 +58,6 @@ thread_stats!(
     cmd_meta,
     get_hits,
     get_misses,
-    get_expired,
-    get_flushed,
-    delete_misses,
-    delete_hits,
-    incr_misses,
-    incr_hits,
-    decr_misses,
-    decr_hits,
-    cas_misses,
-    cas_hits,
-    cas_badval,
-    touch_hits,
-    touch_misses,
     store_too_large,
     store_no_memory,
     bytes_read,
@@ -76,7 +65,6 @@ thread_stats!(
     conn_yields,
     total_connections,
     rejected_connections,
-    get_many_keys,
     udp_requests,
 );
 

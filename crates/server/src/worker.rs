@@ -26,6 +26,9 @@ const UDP_BASE: usize = usize::MAX - 1024;
 
 /// Read buffer size taken from the pool; larger requests grow a buffer of their own.
 const READ_BUF: usize = 16 * 1024;
+/// Replies one batch may build before it is written out; the rest of the batch waits, so a
+/// pipeline of large gets never builds an unbounded reply buffer.
+const OUT_CAP: usize = 256 * 1024;
 /// Reads per wake-up before a busy connection yields to the others.
 const READS_PER_TURN: usize = 8;
 /// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
@@ -76,6 +79,10 @@ struct Conn {
     last_cmd: u32,
     closing: bool,
     want_write: bool,
+    /// Complete requests wait in `rbuf` (the last batch's replies reached `OUT_CAP`).
+    pending: bool,
+    /// The peer shut down its side; read to EOF instead of trusting a short read.
+    peer_closed: bool,
 }
 
 /// What a worker needs to run requests; also used by the UDP path.
@@ -162,6 +169,11 @@ impl Worker {
                         if ev.is_writable() {
                             self.on_writable(t, now);
                         }
+                        if ev.is_read_closed() || ev.is_error() {
+                            if let Some(c) = self.conns.get_mut(t) {
+                                c.peer_closed = true;
+                            }
+                        }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.on_readable(t, now);
                         }
@@ -203,6 +215,8 @@ impl Worker {
                 last_cmd: now,
                 closing: false,
                 want_write: false,
+                pending: false,
+                peer_closed: false,
             };
             if self
                 .poll
@@ -266,10 +280,13 @@ impl Worker {
         if !conn.wbuf.is_empty() {
             return; // backpressure: resume when the socket drains
         }
-        conn.last_cmd = now;
-        if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-            if let Some(info) = reg.get_mut(t) {
-                info.last_cmd = now;
+        if conn.last_cmd != now {
+            // `stats conns` reads this; touching the registry once a second keeps its lock cold.
+            conn.last_cmd = now;
+            if let Ok(mut reg) = self.shared.registry[self.id].lock() {
+                if let Some(info) = reg.get_mut(t) {
+                    info.last_cmd = now;
+                }
             }
         }
         let fd = conn.stream.fd();
@@ -280,23 +297,35 @@ impl Worker {
         };
         let mut eof = false;
         let mut reads = 0;
+        // Requests left unparsed because a batch's replies hit OUT_CAP: run them before reading.
+        let mut pending = std::mem::take(&mut conn.pending);
+        let peer_closed = conn.peer_closed;
         loop {
-            if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(buf.capacity().max(READ_BUF));
-            }
-            match recv_into(fd, &mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
+            let mut drained = false;
+            if !pending {
+                if buf.capacity() - buf.len() < 1024 {
+                    buf.reserve(buf.capacity().max(READ_BUF));
                 }
-                Ok(n) => {
-                    self.stats.bytes_read.add(n as u64);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    eof = true;
-                    break;
+                let room = buf.capacity() - buf.len();
+                match recv_into(fd, &mut buf) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        self.stats.bytes_read.add(n as u64);
+                        // A short read emptied the socket and edge-triggered epoll reports new
+                        // data, so skip the recv that would only say EAGAIN (as memcached does).
+                        // Not once the peer has closed: its FIN may already be queued, and no
+                        // new event would announce it.
+                        drained = n < room && !peer_closed;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        eof = true;
+                        break;
+                    }
                 }
             }
             let conn = &mut self.conns[t];
@@ -306,7 +335,7 @@ impl Worker {
                 now,
                 fd,
             };
-            process(&env, conn, &mut buf, &mut self.out);
+            pending = process(&env, conn, &mut buf, &mut self.out);
             if !self.out.is_empty() {
                 let out = std::mem::take(&mut self.out);
                 let sent = match write_some(&mut conn.stream, &out, &self.stats) {
@@ -326,10 +355,16 @@ impl Worker {
                 }
             }
             if conn.closing || !conn.wbuf.is_empty() {
+                conn.pending = pending;
+                break;
+            }
+            if drained && !pending {
                 break;
             }
             reads += 1;
             if reads >= READS_PER_TURN {
+                conn.pending = pending;
+                self.stats.conn_yields.incr();
                 self.ready.push_back(t);
                 break;
             }
@@ -447,11 +482,17 @@ impl Worker {
     }
 }
 
-/// Runs every complete request in `buf`, appending replies to `out`, and drops consumed bytes.
-fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<u8>) {
+/// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
+/// Returns true when it stopped early because `out` reached `OUT_CAP` (requests remain).
+fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
     let limits = &env.shared.limits;
     let mut pos = 0;
+    let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
+        if out.len() >= OUT_CAP {
+            stopped_early = true;
+            break;
+        }
         if conn.swallow > 0 {
             let k = conn.swallow.min(buf.len() - pos);
             pos += k;
@@ -505,6 +546,7 @@ fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<
     } else if pos > 0 {
         buf.drain(..pos);
     }
+    stopped_early
 }
 
 fn log_request(fd: i32, raw: &[u8]) {

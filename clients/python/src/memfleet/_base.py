@@ -49,6 +49,9 @@ def normalize_servers(servers: ServerSpec | Sequence[ServerSpec]) -> list[tuple[
     return out
 
 
+_KEY_MEMO = 65536
+
+
 class ClientConfig:
     """Key handling, value encoding and the near cache; no I/O."""
 
@@ -75,6 +78,8 @@ class ClientConfig:
             allow_pickle=allow_pickle,
         )
         self.key_prefix = key_prefix.encode("utf-8") if isinstance(key_prefix, str) else bytes(key_prefix)
+        # memo of validated keys: hot keys skip encoding and validation
+        self._keys: dict[Key, tuple[bytes, bytes]] = {}
         if near_cache is True:
             self.near: NearCache | None = NearCache(near_cache_size, near_cache_ttl)
         elif isinstance(near_cache, NearCache):
@@ -84,21 +89,20 @@ class ClientConfig:
 
     def key(self, key: Key) -> tuple[bytes, bytes]:
         """(wire key with prefix, routing key without prefix, as libmemcached hashes it)."""
-        if type(key) is str:
-            kb = key.encode("utf-8")
-            if (
-                not self.key_prefix
-                and 0 < len(key) <= 250
-                and key.isascii()
-                and key.isprintable()
-                and " " not in key
-                and "\x7f" not in key
-            ):
-                return kb, kb  # fast path: a plain ASCII key without prefix is valid as is
-        else:
-            kb = bytes(key)  # type: ignore[arg-type]
+        try:
+            hit = self._keys.get(key)
+        except TypeError:  # bytearray / memoryview keys are not hashable
+            key = bytes(key)  # type: ignore[arg-type]
+            hit = None
+        if hit is not None:
+            return hit
+        kb = key.encode("utf-8") if isinstance(key, str) else bytes(key)
         wire = self.key_prefix + kb if self.key_prefix else kb
         check_key(wire)
+        keys = self._keys
+        if len(keys) >= _KEY_MEMO:
+            keys.clear()
+        keys[key] = (wire, kb)
         return wire, kb
 
     def unprefix(self, wire: bytes) -> bytes:

@@ -25,7 +25,8 @@ class Connection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(timeout)
         self.sock = sock
-        self.buf = bytearray()
+        # bytes, not bytearray: a reply usually arrives in one recv and is sliced without copies
+        self.buf = b""
         self.pos = 0
         self.meta = True
 
@@ -50,69 +51,70 @@ class Connection:
             with memoryview(b"".join((head, data, b"\r\n"))) as rest:
                 self.sock.sendall(rest[sent:])
 
-    def _fill(self, need: int) -> None:
-        buf = self.buf
-        if self.pos:
-            del buf[: self.pos]
-            self.pos = 0
-        recv = self.sock.recv
-        while len(buf) < need:
-            chunk = recv(max(_RECV, need - len(buf)))
-            if not chunk:
-                raise MemfleetConnectionError("server closed the connection")
-            buf += chunk
-
     def readline(self) -> bytes:
         """Next response line without its CRLF."""
         buf = self.buf
-        i = buf.find(b"\r\n", self.pos)
-        while i < 0:
-            start = len(buf) - self.pos
-            if self.pos:
-                del buf[: self.pos]
-                self.pos = 0
-            chunk = self.sock.recv(_RECV)
+        pos = self.pos
+        i = buf.find(b"\r\n", pos)
+        if i >= 0:
+            self.pos = i + 2
+            return buf[pos:i]
+        return self._readline_slow()
+
+    def _readline_slow(self) -> bytes:
+        buf = self.buf[self.pos :]
+        recv = self.sock.recv
+        while True:
+            start = max(0, len(buf) - 1)
+            chunk = recv(_RECV)
             if not chunk:
                 raise MemfleetConnectionError("server closed the connection")
-            buf += chunk
-            i = buf.find(b"\r\n", max(0, start - 1))
-        line = bytes(buf[self.pos : i])
-        self.pos = i + 2
-        return line
+            buf = buf + chunk if buf else chunk
+            i = buf.find(b"\r\n", start)
+            if i >= 0:
+                self.buf = buf
+                self.pos = i + 2
+                return buf[:i]
 
     def read_value(self, n: int) -> bytes:
         """n data bytes followed by CRLF."""
         buf = self.buf
         p = self.pos
-        avail = len(buf) - p
-        if avail >= n + 2:
-            if n < 4096:
-                data = bytes(buf[p : p + n])
-            else:
-                with memoryview(buf) as mv:
-                    data = bytes(mv[p : p + n])
-            self.pos = p + n + 2
-            return data
-        if n < _RECV:
-            self._fill(n + 2)
-            data = bytes(self.buf[:n])
-            self.pos = n + 2
-            return data
-        # large value: receive straight into a buffer of the right size
-        out = bytearray(n + 2)
-        out[:avail] = buf[p:]
-        del buf[:]
-        self.pos = 0
-        got = avail
-        with memoryview(out) as mv:
-            recv_into = self.sock.recv_into
-            while got < n + 2:
-                k = recv_into(mv[got:])
-                if not k:
-                    raise MemfleetConnectionError("server closed the connection")
-                got += k
-        del out[n:]
-        return bytes(out)
+        end = p + n
+        if len(buf) >= end + 2:
+            self.pos = end + 2
+            return buf[p:end]
+        rest = buf[p:]
+        need = n + 2
+        if need >= _RECV:
+            # large value: receive straight into a buffer of the right size
+            out = bytearray(need)
+            got = len(rest)
+            out[:got] = rest
+            with memoryview(out) as mv:
+                recv_into = self.sock.recv_into
+                while got < need:
+                    k = recv_into(mv[got:])
+                    if not k:
+                        raise MemfleetConnectionError("server closed the connection")
+                    got += k
+            self.buf = b""
+            self.pos = 0
+            del out[n:]
+            return bytes(out)
+        chunks = [rest]
+        have = len(rest)
+        recv = self.sock.recv
+        while have < need:
+            chunk = recv(_RECV)
+            if not chunk:
+                raise MemfleetConnectionError("server closed the connection")
+            chunks.append(chunk)
+            have += len(chunk)
+        buf = b"".join(chunks)
+        self.buf = buf
+        self.pos = need
+        return buf[:n]
 
     def read_meta_multiget(self) -> dict[bytes, tuple[bytes, int]]:
         """Replies to pipelined ``mg <key> f v k q`` ... ``mn``: {key: (data, flags)} of the hits."""

@@ -134,6 +134,11 @@ class Serde:
             FLAG_CUSTOM: custom_loads,
         }
         self.compress_threshold = compress_threshold
+        # smallest size that may be compressed at all (plain threshold or dictionary minimum)
+        self._min_compress = min(
+            compress_threshold if compress_threshold is not None else 1 << 62,
+            dict_min_size if zstd_dictionary is not None else 1 << 62,
+        )
         self._level = compress_level
         self._cctx = zstandard.ZstdCompressor(level=compress_level)
         self._dctx = zstandard.ZstdDecompressor()
@@ -166,6 +171,8 @@ class Serde:
             except Exception as exc:
                 raise SerializationError(f"cannot serialize {t.__name__}: {exc}") from exc
             flags = self._type_flag
+        if len(data) < self._min_compress:
+            return data, flags
         return self._compress(data, flags)
 
     def _compress(self, data: bytes, flags: int) -> tuple[bytes, int]:

@@ -1,0 +1,1262 @@
+//! One worker thread: a mio loop that owns its client connections and its own backend
+//! connections (`server_connections` per server per thread).
+//!
+//! Each loop iteration reads every ready client, parses all complete requests and appends
+//! them to the backend connections' write buffers, then writes each backend buffer once:
+//! requests of many clients leave in one `write`. Replies are framed per backend connection
+//! (FIFO: memcached answers in order) and handed to the client's reply queue, which keeps
+//! the client's request order even when its requests went to different servers; each
+//! client's ready replies are also written once per iteration.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Write};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token, Waker};
+use proto::{Limits, Parse, Request};
+use slab::Slab;
+
+use crate::buf::ReadBuf;
+use crate::net::{error_text, Listener, Stream};
+use crate::reply_frame::{get_items, is_error_reply, is_get_reply, Frame, Framer};
+use crate::shared::{Globals, PoolRt, Shared};
+
+pub const WAKER: Token = Token(usize::MAX);
+const KIND_CLIENT: usize = 0;
+const KIND_BACKEND: usize = 1;
+const KIND_LISTENER: usize = 2;
+
+/// Stop reading a client that has this many unanswered requests...
+const MAX_SLOTS: usize = 16 * 1024;
+/// ...or this many reply bytes it has not read yet.
+const MAX_UNSENT: usize = 8 * 1024 * 1024;
+
+const NO_SERVER: &[u8] = b"SERVER_ERROR no server is available\r\n";
+const VERSION: &[u8] = concat!("VERSION memfleet-route-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes();
+
+fn token(kind: usize, idx: usize) -> Token {
+    Token(idx << 2 | kind)
+}
+
+/// Sent by the control thread.
+pub enum Control {
+    /// A new configuration generation (also the initial one).
+    Reload {
+        shared: Arc<Shared>,
+        listeners: Vec<ListenerUpdate>,
+    },
+}
+
+/// One listen address of the new generation: keep the worker's handle (`new: None`) or
+/// start accepting on a new socket.
+pub struct ListenerUpdate {
+    pub key: String,
+    pub pool: usize,
+    pub new: Option<Listener>,
+}
+
+struct ListenerLocal {
+    key: String,
+    pool: usize,
+    listener: Listener,
+}
+
+/// A pool as this worker sees it: its ring snapshot and its backend connections.
+struct PoolLocal {
+    rt: Arc<PoolRt>,
+    ring_gen: u64,
+    ring: Arc<ring::Ring>,
+    /// `[server][k]` → backend slab index.
+    conns: Vec<Vec<Option<usize>>>,
+    next: Vec<usize>,
+}
+
+/// What a queued reply is waiting for and how it is written out.
+enum SlotKind {
+    /// The reply is complete in `buf`.
+    Ready,
+    /// One backend reply (or, for quiet meta, everything before `MN`).
+    Single,
+    /// A `noreply` request: the backend's reply is dropped unless it is an error.
+    NoReply,
+    /// A get split over servers: merged in the client's key order.
+    Multi(Box<MultiGet>),
+    /// flush_all sent to every server.
+    Broadcast { frags: Vec<Vec<u8>>, noreply: bool },
+}
+
+struct Slot {
+    remaining: u32,
+    kind: SlotKind,
+    buf: Vec<u8>,
+}
+
+struct MultiGet {
+    keys: Vec<u8>,
+    /// (start in `keys`, length, fragment) per requested key, in request order.
+    spans: Vec<(u32, u32, u16)>,
+    frags: Vec<Vec<u8>>,
+}
+
+struct Client {
+    stream: Stream,
+    gen: u32,
+    pool: usize,
+    rt: Arc<PoolRt>,
+    rbuf: ReadBuf,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    slots: VecDeque<Slot>,
+    head_seq: u64,
+    swallow: usize,
+    /// Close once every reply is written (quit, EOF, fatal parse error).
+    closing: bool,
+    eof: bool,
+    paused: bool,
+    dirty: bool,
+}
+
+impl Client {
+    fn unsent(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Moves finished replies at the head of the queue to the write buffer.
+    fn drain_ready(&mut self) {
+        while let Some(front) = self.slots.front() {
+            if front.remaining > 0 {
+                break;
+            }
+            let slot = self.slots.pop_front().expect("front exists");
+            self.head_seq += 1;
+            finish_slot(slot, &mut self.wbuf);
+        }
+    }
+
+    fn reply(&mut self, bytes: &[u8]) {
+        if self.slots.is_empty() {
+            self.wbuf.extend_from_slice(bytes);
+        } else {
+            self.slots.push_back(Slot {
+                remaining: 0,
+                kind: SlotKind::Ready,
+                buf: bytes.to_vec(),
+            });
+        }
+    }
+
+    fn push(&mut self, remaining: u32, kind: SlotKind) -> u64 {
+        let seq = self.head_seq + self.slots.len() as u64;
+        self.slots.push_back(Slot {
+            remaining,
+            kind,
+            buf: Vec::new(),
+        });
+        seq
+    }
+}
+
+fn finish_slot(slot: Slot, out: &mut Vec<u8>) {
+    match slot.kind {
+        SlotKind::Ready | SlotKind::Single | SlotKind::NoReply => out.extend_from_slice(&slot.buf),
+        SlotKind::Multi(m) => merge_get(&m, out),
+        SlotKind::Broadcast { frags, noreply } => {
+            match frags.iter().find(|f| f.as_slice() != b"OK\r\n") {
+                Some(bad) if !noreply || is_error_reply(bad) => out.extend_from_slice(bad),
+                Some(_) => {}
+                None if noreply => {}
+                None => out.extend_from_slice(b"OK\r\n"),
+            }
+        }
+    }
+}
+
+/// Merges the fragments of a split get in the order the client asked for the keys. A
+/// failed fragment fails the whole request, as nutcracker does.
+fn merge_get(m: &MultiGet, out: &mut Vec<u8>) {
+    if let Some(bad) = m.frags.iter().find(|f| !is_get_reply(f)) {
+        out.extend_from_slice(bad);
+        return;
+    }
+    let items: Vec<_> = m.frags.iter().map(|f| get_items(f)).collect();
+    let mut cursor = vec![0usize; m.frags.len()];
+    for &(start, len, frag) in &m.spans {
+        let f = usize::from(frag);
+        let key = &m.keys[start as usize..(start + len) as usize];
+        if let Some(item) = items[f].get(cursor[f]) {
+            if &m.frags[f][item.key.clone()] == key {
+                out.extend_from_slice(&m.frags[f][item.item.clone()]);
+                cursor[f] += 1;
+            }
+        }
+    }
+    // Items a server sent that did not line up with a key (should not happen) still go out.
+    for (f, list) in items.iter().enumerate() {
+        for item in &list[cursor[f]..] {
+            out.extend_from_slice(&m.frags[f][item.item.clone()]);
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// One request in flight on a backend connection.
+struct Pending {
+    client: u32,
+    gen: u32,
+    seq: u64,
+    frag: u16,
+    /// Quiet meta command followed by `mn`: the reply is everything up to `MN`.
+    quiet: bool,
+    at: Instant,
+    bytes: u32,
+}
+
+struct Backend {
+    stream: Stream,
+    rt: Arc<PoolRt>,
+    server: usize,
+    /// `(pool index, connection index)` in the worker's current pools; None once retired
+    /// by a reload (it then closes when its queue is empty).
+    place: Option<(usize, usize)>,
+    connecting: bool,
+    rbuf: ReadBuf,
+    framer: Framer,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    pending: VecDeque<Pending>,
+    dirty: bool,
+}
+
+enum Why {
+    Eof,
+    Io(io::Error),
+    Timeout,
+    Protocol,
+}
+
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    rx: Receiver<Control>,
+    shared: Arc<Shared>,
+    globals: Arc<Globals>,
+    pools: Vec<PoolLocal>,
+    listeners: Slab<ListenerLocal>,
+    clients: Slab<Client>,
+    backends: Slab<Backend>,
+    next_gen: u32,
+    dirty_backends: Vec<usize>,
+    dirty_clients: Vec<usize>,
+    limits: Limits,
+    now: Instant,
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        poll: Poll,
+        rx: Receiver<Control>,
+        shared: Arc<Shared>,
+        globals: Arc<Globals>,
+    ) -> Worker {
+        Worker {
+            id,
+            poll,
+            rx,
+            shared,
+            globals,
+            pools: Vec::new(),
+            listeners: Slab::new(),
+            clients: Slab::new(),
+            backends: Slab::new(),
+            next_gen: 0,
+            dirty_backends: Vec::new(),
+            dirty_clients: Vec::new(),
+            // The backends enforce their own item size; the router only bounds what it buffers.
+            limits: Limits {
+                item_size_max: 64 * 1024 * 1024,
+                ..Limits::default()
+            },
+            now: Instant::now(),
+        }
+    }
+
+    pub fn new_poll() -> io::Result<(Poll, Arc<Waker>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok((poll, waker))
+    }
+
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut timeout = None;
+        loop {
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    crate::log::warn(&format!("worker {}: poll failed: {e}", self.id));
+                    return;
+                }
+            }
+            self.now = Instant::now();
+            for ev in events.iter() {
+                let t = ev.token();
+                if t == WAKER {
+                    self.control();
+                    continue;
+                }
+                let idx = t.0 >> 2;
+                match t.0 & 3 {
+                    KIND_CLIENT => {
+                        if ev.is_writable() {
+                            self.mark_client(idx);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.client_readable(idx);
+                        }
+                    }
+                    KIND_BACKEND => {
+                        if ev.is_writable() || ev.is_error() {
+                            self.backend_writable(idx);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() {
+                            self.backend_readable(idx);
+                        }
+                    }
+                    _ => self.accept(idx),
+                }
+            }
+            self.flush_all();
+            timeout = self.check_timeouts();
+        }
+    }
+
+    fn flush_all(&mut self) {
+        loop {
+            while let Some(b) = self.dirty_backends.pop() {
+                self.flush_backend(b);
+            }
+            match self.dirty_clients.pop() {
+                Some(c) => self.flush_client(c),
+                None if self.dirty_backends.is_empty() => break,
+                None => {}
+            }
+        }
+    }
+
+    // ---- control ----
+
+    fn control(&mut self) {
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Control::Reload { shared, listeners } => self.reload(shared, listeners),
+            }
+        }
+    }
+
+    fn reload(&mut self, shared: Arc<Shared>, updates: Vec<ListenerUpdate>) {
+        let mut updates: HashMap<String, ListenerUpdate> =
+            updates.into_iter().map(|u| (u.key.clone(), u)).collect();
+        // Listeners: keep the ones still configured, drop the rest, add the new ones.
+        let ids: Vec<usize> = self.listeners.iter().map(|(i, _)| i).collect();
+        for i in ids {
+            let key = self.listeners[i].key.clone();
+            match updates.get_mut(&key) {
+                Some(u) if u.new.is_none() => self.listeners[i].pool = u.pool,
+                _ => {
+                    let mut l = self.listeners.remove(i);
+                    let _ = self.poll.registry().deregister(l.listener.source());
+                }
+            }
+        }
+        for (key, u) in updates.drain() {
+            if let Some(mut listener) = u.new {
+                let entry = self.listeners.vacant_entry();
+                let t = token(KIND_LISTENER, entry.key());
+                if let Err(e) = self.poll.registry().register(listener.source(), t, Interest::READABLE) {
+                    crate::log::warn(&format!("worker {}: cannot watch listener {key}: {e}", self.id));
+                    continue;
+                }
+                entry.insert(ListenerLocal {
+                    key,
+                    pool: u.pool,
+                    listener,
+                });
+            }
+        }
+        // Pools: clients follow their listen address into the new generation.
+        let new_index: HashMap<String, usize> = shared
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.listen_key(), i))
+            .collect();
+        let id = self.id;
+        let mut to_close = Vec::new();
+        for (ci, c) in self.clients.iter_mut() {
+            match new_index.get(&c.rt.listen_key()) {
+                Some(&i) => {
+                    let new_rt = shared.pools[i].clone();
+                    c.rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    c.rt.counters[id].pool.client_connections.add(-1);
+                    new_rt.clients.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    new_rt.counters[id].pool.client_connections.add(1);
+                    c.rt = new_rt;
+                    c.pool = i;
+                }
+                None => {
+                    c.closing = true;
+                    to_close.push(ci);
+                }
+            }
+        }
+        let retired: Vec<usize> = self.backends.iter().map(|(b, _)| b).collect();
+        for b in retired {
+            self.backends[b].place = None;
+            if self.backends[b].pending.is_empty() {
+                self.close_backend(b);
+            }
+        }
+        self.pools = shared
+            .pools
+            .iter()
+            .map(|rt| PoolLocal {
+                rt: rt.clone(),
+                ring_gen: 0,
+                ring: Arc::new(rt.cfg.ring()),
+                conns: vec![vec![None; rt.cfg.server_connections.max(1) as usize]; rt.servers.len()],
+                next: vec![0; rt.servers.len()],
+            })
+            .collect();
+        self.shared = shared;
+        for ci in to_close {
+            self.mark_client(ci);
+        }
+        for p in 0..self.pools.len() {
+            if self.pools[p].rt.cfg.preconnect {
+                for s in 0..self.pools[p].conns.len() {
+                    for _ in 0..self.pools[p].conns[s].len() {
+                        let _ = self.backend_for(p, s);
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- clients ----
+
+    fn accept(&mut self, li: usize) {
+        loop {
+            let Some(l) = self.listeners.get(li) else { return };
+            let pool = l.pool;
+            match l.listener.accept() {
+                Ok(mut stream) => {
+                    let rt = self.pools[pool].rt.clone();
+                    let limit = rt.cfg.client_connections;
+                    let n = rt.clients.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if limit > 0 && n >= i64::from(limit) {
+                        rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        rt.counters[self.id].pool.client_err.add(1);
+                        continue;
+                    }
+                    let entry = self.clients.vacant_entry();
+                    if stream.register(self.poll.registry(), token(KIND_CLIENT, entry.key())).is_err() {
+                        rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        continue;
+                    }
+                    self.next_gen = self.next_gen.wrapping_add(1);
+                    rt.counters[self.id].pool.client_connections.add(1);
+                    let g = &self.globals.per_worker[self.id];
+                    g.total_connections.add(1);
+                    g.curr_connections.add(1);
+                    entry.insert(Client {
+                        stream,
+                        gen: self.next_gen,
+                        pool,
+                        rt,
+                        rbuf: ReadBuf::default(),
+                        wbuf: Vec::new(),
+                        wpos: 0,
+                        slots: VecDeque::new(),
+                        head_seq: 0,
+                        swallow: 0,
+                        closing: false,
+                        eof: false,
+                        paused: false,
+                        dirty: false,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    crate::log::warn(&format!("accept failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn mark_client(&mut self, ci: usize) {
+        if let Some(c) = self.clients.get_mut(ci) {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty_clients.push(ci);
+            }
+        }
+    }
+
+    fn client_readable(&mut self, ci: usize) {
+        loop {
+            let Some(c) = self.clients.get_mut(ci) else { return };
+            if c.paused || c.closing {
+                return;
+            }
+            match c.rbuf.read_from(&mut c.stream) {
+                Ok(0) => {
+                    c.eof = true;
+                    c.closing = true;
+                    self.mark_client(ci);
+                    return;
+                }
+                Ok(_) => self.parse_client(ci),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close_client(ci, true);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn parse_client(&mut self, ci: usize) {
+        let Some(c) = self.clients.get_mut(ci) else { return };
+        let mut rbuf = std::mem::take(&mut c.rbuf);
+        loop {
+            let c = &mut self.clients[ci];
+            if c.closing {
+                rbuf.clear();
+                break;
+            }
+            if c.slots.len() >= MAX_SLOTS || c.unsent() >= MAX_UNSENT {
+                c.paused = true;
+                break;
+            }
+            if c.swallow > 0 {
+                let n = c.swallow.min(rbuf.len());
+                rbuf.consume(n);
+                c.swallow -= n;
+                if c.swallow > 0 {
+                    break;
+                }
+                continue;
+            }
+            if rbuf.is_empty() {
+                break;
+            }
+            let data = rbuf.filled();
+            match proto::parse(data, &self.limits) {
+                Parse::Incomplete { total } => {
+                    if let Some(t) = total {
+                        rbuf.reserve_total(t);
+                    }
+                    break;
+                }
+                Parse::Error {
+                    reply,
+                    consumed,
+                    swallow,
+                    close,
+                    ..
+                } => {
+                    c.reply(reply);
+                    c.swallow = swallow;
+                    if close {
+                        c.closing = true;
+                    }
+                    rbuf.consume(consumed);
+                    self.mark_client(ci);
+                }
+                Parse::Request(req, n) => {
+                    let pool = c.pool;
+                    self.route(ci, pool, req, &data[..n]);
+                    rbuf.consume(n);
+                }
+            }
+        }
+        if let Some(c) = self.clients.get_mut(ci) {
+            c.rbuf = rbuf;
+        }
+    }
+
+    fn flush_client(&mut self, ci: usize) {
+        let Some(c) = self.clients.get_mut(ci) else { return };
+        c.dirty = false;
+        while c.wpos < c.wbuf.len() {
+            match c.stream.write(&c.wbuf[c.wpos..]) {
+                Ok(0) => {
+                    self.close_client(ci, true);
+                    return;
+                }
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close_client(ci, true);
+                    return;
+                }
+            }
+        }
+        if c.wpos == c.wbuf.len() {
+            c.wbuf.clear();
+            c.wpos = 0;
+            if c.wbuf.capacity() > 1024 * 1024 {
+                c.wbuf = Vec::new();
+            }
+            if c.closing && c.slots.is_empty() {
+                self.close_client(ci, false);
+                return;
+            }
+        }
+        if c.paused && c.slots.len() < MAX_SLOTS / 2 && c.unsent() < MAX_UNSENT / 2 {
+            c.paused = false;
+            self.parse_client(ci);
+            self.client_readable(ci);
+        }
+    }
+
+    fn close_client(&mut self, ci: usize, error: bool) {
+        if !self.clients.contains(ci) {
+            return;
+        }
+        let mut c = self.clients.remove(ci);
+        let _ = self.poll.registry().deregister(c.stream.source());
+        let counters = &c.rt.counters[self.id].pool;
+        counters.client_connections.add(-1);
+        if error {
+            counters.client_err.add(1);
+        } else if c.eof {
+            counters.client_eof.add(1);
+        }
+        c.rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.globals.per_worker[self.id].curr_connections.add(-1);
+    }
+
+    fn local_reply(&mut self, ci: usize, bytes: &[u8]) {
+        if let Some(c) = self.clients.get_mut(ci) {
+            c.reply(bytes);
+        }
+        self.mark_client(ci);
+    }
+
+    // ---- routing ----
+
+    fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        match req {
+            Request::Get { keys, cas } => {
+                let cmd: &[u8] = if cas { b"gets" } else { b"get" };
+                self.route_get(ci, p, raw, cmd, keys);
+            }
+            Request::Gat { keys, .. } => {
+                // "gat <exptime>" exactly as the client wrote it.
+                let line = first_line(raw);
+                let mut toks = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+                let (c0, c1) = (toks.next().unwrap_or(b"gat"), toks.next().unwrap_or(b"0"));
+                let mut cmd = c0.to_vec();
+                cmd.push(b' ');
+                cmd.extend_from_slice(c1);
+                self.route_get(ci, p, raw, &cmd, keys);
+            }
+            Request::Store { key, noreply, .. }
+            | Request::Delete { key, noreply }
+            | Request::Arith { key, noreply, .. }
+            | Request::Touch { key, noreply, .. } => {
+                if noreply {
+                    if let Some((line, rest)) = strip_noreply(raw) {
+                        self.route_key(ci, p, key, &[line, b"\r\n", rest], SlotKind::NoReply, false);
+                        return;
+                    }
+                }
+                self.route_key(ci, p, key, &[raw], SlotKind::Single, false);
+            }
+            Request::MetaGet { key, flags, .. }
+            | Request::MetaSet { key, flags, .. }
+            | Request::MetaDelete { key, flags }
+            | Request::MetaArithmetic { key, flags, .. } => {
+                if flags.noreply() {
+                    // The backend decides what q hides; `mn` marks where its answer ends.
+                    self.route_key(ci, p, key.as_bytes(), &[raw, b"mn\r\n"], SlotKind::Single, true);
+                } else {
+                    self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false);
+                }
+            }
+            Request::MetaDebug { key } => {
+                self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false)
+            }
+            Request::FlushAll { noreply, .. } => self.broadcast(ci, p, raw, noreply),
+            Request::MetaNoop => self.local_reply(ci, b"MN\r\n"),
+            Request::Version => self.local_reply(ci, VERSION),
+            Request::Verbosity { noreply, .. } => {
+                if !noreply {
+                    self.local_reply(ci, b"OK\r\n")
+                }
+            }
+            Request::Stats { .. } => {
+                let text = crate::stats::text(&self.shared, &self.globals, p);
+                self.local_reply(ci, &text);
+            }
+            Request::Quit => {
+                if let Some(c) = self.clients.get_mut(ci) {
+                    c.closing = true;
+                }
+                self.mark_client(ci);
+            }
+            Request::Shutdown(_) => self.local_reply(ci, proto::reply::ERROR_SHUTDOWN_NOT_ENABLED),
+            Request::CacheMemlimit { .. } | Request::Admin { .. } => {
+                self.local_reply(ci, proto::reply::ERROR)
+            }
+        }
+    }
+
+    fn server_for(&mut self, p: usize, key: &[u8]) -> Option<usize> {
+        let pl = &mut self.pools[p];
+        if let Some((g, r)) = pl.rt.ring_if_newer(pl.ring_gen) {
+            pl.ring_gen = g;
+            pl.ring = r;
+        }
+        pl.ring.server_for(key)
+    }
+
+    fn route_key(&mut self, ci: usize, p: usize, key: &[u8], parts: &[&[u8]], kind: SlotKind, quiet: bool) {
+        let Some(s) = self.server_for(p, key) else {
+            self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+            self.local_reply(ci, NO_SERVER);
+            return;
+        };
+        let b = match self.backend_for(p, s) {
+            Ok(b) => b,
+            Err(msg) => {
+                self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+                self.local_reply(ci, msg.as_bytes());
+                return;
+            }
+        };
+        let c = &mut self.clients[ci];
+        let seq = c.push(1, kind);
+        let gen = c.gen;
+        self.enqueue(b, parts, ci, gen, seq, 0, quiet);
+    }
+
+    fn route_get(&mut self, ci: usize, p: usize, raw: &[u8], cmd: &[u8], keys: proto::Keys<'_>) {
+        let mut list: Vec<(&[u8], usize)> = Vec::new();
+        for k in keys {
+            let Ok(k) = k else {
+                self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
+                return;
+            };
+            let Some(s) = self.server_for(p, k) else {
+                self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+                self.local_reply(ci, NO_SERVER);
+                return;
+            };
+            list.push((k, s));
+        }
+        let Some(&(_, s0)) = list.first() else {
+            self.local_reply(ci, proto::reply::ERROR);
+            return;
+        };
+        if list.iter().all(|&(_, s)| s == s0) {
+            let b = match self.backend_for(p, s0) {
+                Ok(b) => b,
+                Err(msg) => {
+                    self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+                    self.local_reply(ci, msg.as_bytes());
+                    return;
+                }
+            };
+            let c = &mut self.clients[ci];
+            let seq = c.push(1, SlotKind::Single);
+            let gen = c.gen;
+            self.enqueue(b, &[raw], ci, gen, seq, 0, false);
+            return;
+        }
+        // Split: one fragment per server, in order of first appearance.
+        let mut servers: Vec<usize> = Vec::new();
+        let mut m = MultiGet {
+            keys: Vec::new(),
+            spans: Vec::with_capacity(list.len()),
+            frags: Vec::new(),
+        };
+        for &(k, s) in &list {
+            let f = match servers.iter().position(|&x| x == s) {
+                Some(f) => f,
+                None => {
+                    servers.push(s);
+                    servers.len() - 1
+                }
+            };
+            m.spans.push((m.keys.len() as u32, k.len() as u32, f as u16));
+            m.keys.extend_from_slice(k);
+        }
+        let mut backends = Vec::with_capacity(servers.len());
+        for &s in &servers {
+            match self.backend_for(p, s) {
+                Ok(b) => backends.push(b),
+                Err(msg) => {
+                    self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+                    self.local_reply(ci, msg.as_bytes());
+                    return;
+                }
+            }
+        }
+        m.frags = vec![Vec::new(); servers.len()];
+        let mut lines: Vec<Vec<u8>> = (0..servers.len())
+            .map(|_| {
+                let mut l = Vec::with_capacity(64);
+                l.extend_from_slice(cmd);
+                l
+            })
+            .collect();
+        for (&(k, _), &(_, _, f)) in list.iter().zip(m.spans.iter()) {
+            let l = &mut lines[usize::from(f)];
+            l.push(b' ');
+            l.extend_from_slice(k);
+        }
+        self.pools[p].rt.counters[self.id].pool.fragments.add(servers.len() as i64);
+        let c = &mut self.clients[ci];
+        let seq = c.push(servers.len() as u32, SlotKind::Multi(Box::new(m)));
+        let gen = c.gen;
+        for (f, (mut line, b)) in lines.into_iter().zip(backends).enumerate() {
+            line.extend_from_slice(b"\r\n");
+            self.enqueue(b, &[&line], ci, gen, seq, f as u16, false);
+        }
+    }
+
+    /// flush_all goes to every live server of the pool; OK when all say OK.
+    fn broadcast(&mut self, ci: usize, p: usize, raw: &[u8], noreply: bool) {
+        let rt = self.pools[p].rt.clone();
+        let live: Vec<usize> = (0..rt.servers.len()).filter(|&s| !rt.servers[s].is_ejected()).collect();
+        let stripped = if noreply { strip_noreply(raw) } else { None };
+        let mut backends = Vec::new();
+        for &s in &live {
+            match self.backend_for(p, s) {
+                Ok(b) => backends.push(b),
+                Err(msg) => {
+                    self.local_reply(ci, msg.as_bytes());
+                    return;
+                }
+            }
+        }
+        if backends.is_empty() {
+            self.local_reply(ci, NO_SERVER);
+            return;
+        }
+        let c = &mut self.clients[ci];
+        let seq = c.push(
+            backends.len() as u32,
+            SlotKind::Broadcast {
+                frags: vec![Vec::new(); backends.len()],
+                noreply,
+            },
+        );
+        let gen = c.gen;
+        for (f, b) in backends.into_iter().enumerate() {
+            match stripped {
+                Some((line, rest)) => self.enqueue(b, &[line, b"\r\n", rest], ci, gen, seq, f as u16, false),
+                None => self.enqueue(b, &[raw], ci, gen, seq, f as u16, false),
+            }
+        }
+    }
+
+    // ---- backends ----
+
+    /// A connection to server `s` of pool `p`, round robin over `server_connections`,
+    /// connecting when needed. `Err` is the SERVER_ERROR line to answer.
+    fn backend_for(&mut self, p: usize, s: usize) -> Result<usize, String> {
+        let pl = &mut self.pools[p];
+        let n = pl.conns[s].len();
+        let k = pl.next[s] % n;
+        pl.next[s] = pl.next[s].wrapping_add(1);
+        if let Some(b) = pl.conns[s][k] {
+            return Ok(b);
+        }
+        let rt = pl.rt.clone();
+        let counters = &rt.counters[self.id].servers[s];
+        match Stream::connect(&rt.servers[s].addr, rt.cfg.tcpkeepalive) {
+            Ok(mut stream) => {
+                let entry = self.backends.vacant_entry();
+                let b = entry.key();
+                if let Err(e) = stream.register(self.poll.registry(), token(KIND_BACKEND, b)) {
+                    return Err(format!("SERVER_ERROR {}\r\n", error_text(&e)));
+                }
+                counters.server_connections.add(1);
+                entry.insert(Backend {
+                    stream,
+                    rt: rt.clone(),
+                    server: s,
+                    place: Some((p, k)),
+                    connecting: true,
+                    rbuf: ReadBuf::default(),
+                    framer: Framer::new(),
+                    wbuf: Vec::new(),
+                    wpos: 0,
+                    pending: VecDeque::new(),
+                    dirty: false,
+                });
+                self.pools[p].conns[s][k] = Some(b);
+                Ok(b)
+            }
+            Err(e) => {
+                counters.server_err.add(1);
+                rt.record_failure(s);
+                Err(format!("SERVER_ERROR {}\r\n", error_text(&e)))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(&mut self, b: usize, parts: &[&[u8]], ci: usize, gen: u32, seq: u64, frag: u16, quiet: bool) {
+        let be = &mut self.backends[b];
+        let bytes: usize = parts.iter().map(|p| p.len()).sum();
+        for part in parts {
+            be.wbuf.extend_from_slice(part);
+        }
+        be.pending.push_back(Pending {
+            client: ci as u32,
+            gen,
+            seq,
+            frag,
+            quiet,
+            at: self.now,
+            bytes: bytes as u32,
+        });
+        let c = &be.rt.counters[self.id].servers[be.server];
+        c.requests.add(1);
+        c.request_bytes.add(bytes as i64);
+        c.out_queue.add(1);
+        c.out_queue_bytes.add(bytes as i64);
+        if !be.dirty {
+            be.dirty = true;
+            self.dirty_backends.push(b);
+        }
+    }
+
+    fn flush_backend(&mut self, b: usize) {
+        let Some(be) = self.backends.get_mut(b) else { return };
+        be.dirty = false;
+        if be.connecting {
+            return;
+        }
+        while be.wpos < be.wbuf.len() {
+            match be.stream.write(&be.wbuf[be.wpos..]) {
+                Ok(0) => return self.fail_backend(b, Why::Eof),
+                Ok(n) => be.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail_backend(b, Why::Io(e)),
+            }
+        }
+        be.wbuf.clear();
+        be.wpos = 0;
+        if be.wbuf.capacity() > 1024 * 1024 {
+            be.wbuf = Vec::new();
+        }
+    }
+
+    fn backend_writable(&mut self, b: usize) {
+        let Some(be) = self.backends.get_mut(b) else { return };
+        if be.connecting {
+            match be.stream.connect_result() {
+                Ok(true) => be.connecting = false,
+                Ok(false) => return,
+                Err(e) => return self.fail_backend(b, Why::Io(e)),
+            }
+        }
+        self.flush_backend(b);
+    }
+
+    fn backend_readable(&mut self, b: usize) {
+        loop {
+            let Some(be) = self.backends.get_mut(b) else { return };
+            match be.rbuf.read_from(&mut be.stream) {
+                Ok(0) => return self.fail_backend(b, Why::Eof),
+                Ok(_) => {
+                    if !self.backend_replies(b) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail_backend(b, Why::Io(e)),
+            }
+        }
+        if let Some(be) = self.backends.get(b) {
+            if be.place.is_none() && be.pending.is_empty() {
+                self.close_backend(b);
+            }
+        }
+    }
+
+    /// Hands every complete reply in the backend's buffer to its client. False when the
+    /// connection was dropped.
+    fn backend_replies(&mut self, b: usize) -> bool {
+        let be = &mut self.backends[b];
+        if be.connecting {
+            be.connecting = false;
+        }
+        let mut any = false;
+        loop {
+            match be.framer.next(be.rbuf.filled()) {
+                Frame::Complete(n) => {
+                    let Some(p) = be.pending.front() else {
+                        return self.fail_then(b, Why::Protocol);
+                    };
+                    let reply = &be.rbuf.filled()[..n];
+                    let done = !p.quiet || reply == b"MN\r\n";
+                    let body: &[u8] = if p.quiet && done { b"" } else { reply };
+                    deliver(&mut self.clients, &mut self.dirty_clients, p, body, done);
+                    let c = &be.rt.counters[self.id].servers[be.server];
+                    c.response_bytes.add(n as i64);
+                    if done {
+                        c.responses.add(1);
+                        c.out_queue.add(-1);
+                        c.out_queue_bytes.add(-i64::from(p.bytes));
+                        be.pending.pop_front();
+                    }
+                    be.rbuf.consume(n);
+                    any = true;
+                }
+                Frame::Incomplete(total) => {
+                    if let Some(t) = total {
+                        be.rbuf.reserve_total(t);
+                    }
+                    break;
+                }
+                Frame::Invalid => return self.fail_then(b, Why::Protocol),
+            }
+        }
+        if any {
+            be.rt.record_success(be.server);
+        }
+        true
+    }
+
+    fn fail_then(&mut self, b: usize, why: Why) -> bool {
+        self.fail_backend(b, why);
+        false
+    }
+
+    /// Drops a broken backend connection: every request on it is answered with
+    /// SERVER_ERROR and the failure counts towards ejection.
+    fn fail_backend(&mut self, b: usize, why: Why) {
+        let Some(be) = self.backends.try_remove(b) else { return };
+        let mut be = be;
+        let _ = self.poll.registry().deregister(be.stream.source());
+        if let Some((p, k)) = be.place {
+            if let Some(pl) = self.pools.get_mut(p) {
+                if pl.conns[be.server][k] == Some(b) {
+                    pl.conns[be.server][k] = None;
+                }
+            }
+        }
+        let c = &be.rt.counters[self.id].servers[be.server];
+        c.server_connections.add(-1);
+        let msg = match &why {
+            Why::Eof => {
+                c.server_eof.add(1);
+                "SERVER_ERROR Connection closed by server\r\n".to_owned()
+            }
+            Why::Io(e) => {
+                c.server_err.add(1);
+                format!("SERVER_ERROR {}\r\n", error_text(e))
+            }
+            Why::Timeout => {
+                c.server_timedout.add(1);
+                "SERVER_ERROR Connection timed out\r\n".to_owned()
+            }
+            Why::Protocol => {
+                c.server_err.add(1);
+                "SERVER_ERROR invalid reply from server\r\n".to_owned()
+            }
+        };
+        let failed = be.pending.len() as i64;
+        for p in be.pending.drain(..) {
+            c.out_queue.add(-1);
+            c.out_queue_bytes.add(-i64::from(p.bytes));
+            deliver(&mut self.clients, &mut self.dirty_clients, &p, msg.as_bytes(), true);
+        }
+        be.rt.counters[self.id].pool.forward_error.add(failed);
+        // An idle connection the server closed (restart, idle timeout) is not a failure.
+        if failed > 0 || !matches!(why, Why::Eof) || be.connecting {
+            be.rt.record_failure(be.server);
+        }
+        crate::log::info(&format!(
+            "pool '{}': server '{}' connection dropped: {}",
+            be.rt.cfg.name,
+            be.rt.servers[be.server].stats_name,
+            msg.trim_end()
+        ));
+    }
+
+    fn close_backend(&mut self, b: usize) {
+        let Some(mut be) = self.backends.try_remove(b) else { return };
+        let _ = self.poll.registry().deregister(be.stream.source());
+        be.rt.counters[self.id].servers[be.server].server_connections.add(-1);
+    }
+
+    /// Fails backends whose oldest request is past the pool timeout; returns how long
+    /// until the next deadline.
+    fn check_timeouts(&mut self) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut expired = Vec::new();
+        let now = Instant::now();
+        for (b, be) in self.backends.iter() {
+            let (Some(t), Some(front)) = (be.rt.timeout(), be.pending.front()) else { continue };
+            let deadline = front.at + t;
+            if deadline <= now {
+                expired.push(b);
+            } else {
+                let left = deadline - now;
+                next = Some(next.map_or(left, |n| n.min(left)));
+            }
+        }
+        if !expired.is_empty() {
+            self.now = now;
+            for b in expired {
+                self.fail_backend(b, Why::Timeout);
+            }
+            self.flush_all();
+            return Some(Duration::from_millis(1));
+        }
+        next.map(|n| n + Duration::from_micros(200))
+    }
+}
+
+/// Gives one backend reply (or part of a quiet one) to the client waiting for it.
+fn deliver(clients: &mut Slab<Client>, dirty: &mut Vec<usize>, p: &Pending, reply: &[u8], done: bool) {
+    let ci = p.client as usize;
+    let Some(c) = clients.get_mut(ci) else { return };
+    if c.gen != p.gen {
+        return;
+    }
+    let i = (p.seq - c.head_seq) as usize;
+    let Some(slot) = c.slots.get_mut(i) else { return };
+    if i == 0 && done && slot.remaining == 1 && slot.buf.is_empty() && matches!(slot.kind, SlotKind::Single) {
+        // The common case: the reply the client waits for next, in one piece.
+        c.wbuf.extend_from_slice(reply);
+        c.slots.pop_front();
+        c.head_seq += 1;
+    } else {
+        match &mut slot.kind {
+            SlotKind::Single | SlotKind::Ready => slot.buf.extend_from_slice(reply),
+            SlotKind::NoReply => {
+                if is_error_reply(reply) {
+                    slot.buf.extend_from_slice(reply)
+                }
+            }
+            SlotKind::Multi(m) => m.frags[usize::from(p.frag)].extend_from_slice(reply),
+            SlotKind::Broadcast { frags, .. } => frags[usize::from(p.frag)].extend_from_slice(reply),
+        }
+        if done {
+            slot.remaining = slot.remaining.saturating_sub(1);
+        }
+    }
+    c.drain_ready();
+    if !c.dirty {
+        c.dirty = true;
+        dirty.push(ci);
+    }
+}
+
+fn first_line(raw: &[u8]) -> &[u8] {
+    let end = memchr::memchr(b'\n', raw).unwrap_or(raw.len());
+    let line = &raw[..end];
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// Splits a classic request ending in `noreply` into (its line without `noreply`, the data
+/// block after the line), so the backend answers and the router drops the answer.
+fn strip_noreply(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+    let nl = memchr::memchr(b'\n', raw)?;
+    let line = first_line(raw);
+    let trimmed = line.trim_ascii_end();
+    let head = trimmed.strip_suffix(b"noreply")?;
+    if !head.ends_with(b" ") {
+        return None;
+    }
+    Some((head.trim_ascii_end(), &raw[nl + 1..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noreply_is_stripped_from_the_line_only() {
+        let raw = b"set k 0 0 7 noreply\r\nnoreply\r\n";
+        let (line, rest) = strip_noreply(raw).unwrap();
+        assert_eq!(line, b"set k 0 0 7");
+        assert_eq!(rest, b"noreply\r\n");
+        let (line, rest) = strip_noreply(b"delete k noreply  \n").unwrap();
+        assert_eq!((line, rest), (&b"delete k"[..], &b""[..]));
+        assert!(strip_noreply(b"delete noreply\r\n").is_some());
+        assert!(strip_noreply(b"delete xnoreply\r\n").is_none());
+    }
+
+    fn multi(keys: &[&str], frag_of: &[u16], frags: &[&[u8]]) -> Vec<u8> {
+        let mut m = MultiGet {
+            keys: Vec::new(),
+            spans: Vec::new(),
+            frags: frags.iter().map(|f| f.to_vec()).collect(),
+        };
+        for (k, &f) in keys.iter().zip(frag_of) {
+            m.spans.push((m.keys.len() as u32, k.len() as u32, f));
+            m.keys.extend_from_slice(k.as_bytes());
+        }
+        let mut out = Vec::new();
+        merge_get(&m, &mut out);
+        out
+    }
+
+    #[test]
+    fn multi_get_merges_in_key_order() {
+        let out = multi(
+            &["a", "b", "c", "a", "d"],
+            &[0, 1, 0, 0, 1],
+            &[
+                b"VALUE a 0 1\r\n1\r\nVALUE c 0 1\r\n3\r\nVALUE a 0 1\r\n1\r\nEND\r\n",
+                b"VALUE d 0 1\r\n4\r\nEND\r\n",
+            ],
+        );
+        assert_eq!(
+            out,
+            b"VALUE a 0 1\r\n1\r\nVALUE c 0 1\r\n3\r\nVALUE a 0 1\r\n1\r\nVALUE d 0 1\r\n4\r\nEND\r\n"
+        );
+        let out = multi(&["a", "b"], &[0, 1], &[b"END\r\n", b"SERVER_ERROR Connection refused\r\n"]);
+        assert_eq!(out, b"SERVER_ERROR Connection refused\r\n");
+        let out = multi(&["x", "y"], &[1, 0], &[b"VALUE y 1 0\r\n\r\nEND\r\n", b"VALUE x 2 0 9\r\n\r\nEND\r\n"]);
+        assert_eq!(out, b"VALUE x 2 0 9\r\n\r\nVALUE y 1 0\r\n\r\nEND\r\n");
+    }
+
+    #[test]
+    fn broadcast_needs_every_ok() {
+        let mut out = Vec::new();
+        let slot = |frags: Vec<&[u8]>, noreply| Slot {
+            remaining: 0,
+            kind: SlotKind::Broadcast {
+                frags: frags.into_iter().map(|f| f.to_vec()).collect(),
+                noreply,
+            },
+            buf: Vec::new(),
+        };
+        finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], false), &mut out);
+        assert_eq!(out, b"OK\r\n");
+        out.clear();
+        finish_slot(slot(vec![b"OK\r\n", b"SERVER_ERROR x\r\n"], false), &mut out);
+        assert_eq!(out, b"SERVER_ERROR x\r\n");
+        out.clear();
+        finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], true), &mut out);
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,509 @@
+"""`memfleet route` against real memcached backends and real nutcracker (twemproxy 0.5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+from harness import Conn, Server, free_port, memcached, memfleet_bin, wait_for_port
+
+NUTCRACKER = shutil.which("nutcracker")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def pool_yaml(
+    name: str,
+    listen: str,
+    servers: List[str],
+    **opts: object,
+) -> str:
+    lines = [f"{name}:", f"  listen: {listen}"]
+    for k, v in opts.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        lines.append(f"  {k}: {v}")
+    lines.append("  servers:")
+    lines += [f"   - {s}" for s in servers]
+    return "\n".join(lines) + "\n"
+
+
+class Proxy(Server):
+    """`memfleet route` (or nutcracker) with a config file and a stats port."""
+
+    def __init__(self, conf: str, port: Optional[int], unix: Optional[str] = None, nutcracker: bool = False, threads: int = 2) -> None:
+        self.dir = tempfile.mkdtemp()
+        self.conf_path = os.path.join(self.dir, "conf.yml")
+        Path(self.conf_path).write_text(conf)
+        self.stats_port = free_port()
+        self.log = os.path.join(self.dir, "log")
+        if nutcracker:
+            assert NUTCRACKER
+            argv = [NUTCRACKER, "-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1", "-o", self.log]
+        else:
+            argv = [memfleet_bin(), "route", "-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1",
+                    "-o", self.log, "-T", str(threads)]
+        super().__init__(argv, port=port, unix_socket=unix)
+
+    def stats(self) -> dict:
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
+            buf = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        return json.loads(buf)
+
+    def reload(self, conf: str) -> None:
+        Path(self.conf_path).write_text(conf)
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGHUP)
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log).read_text()
+        except OSError:
+            return ""
+
+
+@pytest.fixture
+def backends() -> Iterator[List[Server]]:
+    started = [memcached("-t", "1").start() for _ in range(4)]
+    yield started
+    for s in started:
+        s.stop()
+
+
+def where(backends: List[Server], keys: List[str]) -> Dict[str, int]:
+    """Which backend holds each key (checked directly, bypassing the proxy)."""
+    found: Dict[str, int] = {}
+    for i, b in enumerate(backends):
+        with Conn(b.port) as c:
+            for chunk in range(0, len(keys), 100):
+                part = keys[chunk:chunk + 100]
+                reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
+                for line in reply.split(b"\r\n"):
+                    if line.startswith(b"VALUE "):
+                        k = line.split()[1].decode()
+                        assert k not in found, f"{k} on two backends"
+                        found[k] = i
+    return found
+
+
+def flush(backends: List[Server]) -> None:
+    for b in backends:
+        with Conn(b.port) as c:
+            assert c.request(b"flush_all\r\n") == b"OK\r\n"
+
+
+def set_all(port: int, keys: List[str]) -> None:
+    with Conn(port) as c:
+        payload = b"".join(f"set {k} 0 0 {len(k)} noreply\r\n{k}\r\n".encode() for k in keys)
+        c.send(payload)
+        # A final acknowledged command proves everything before it was forwarded.
+        for k in keys[-5:]:
+            assert c.request(f"set {k} 0 0 {len(k)}\r\n{k}\r\n".encode()) == b"STORED\r\n"
+
+
+# ---------------------------------------------------------------- placement
+
+
+@pytest.mark.skipif(NUTCRACKER is None, reason="nutcracker not installed")
+@pytest.mark.parametrize("hash_name", ["md5", "fnv1a_64", "murmur", "crc32a"])
+def test_placement_matches_nutcracker(backends: List[Server], hash_name: str) -> None:
+    servers = [f"127.0.0.1:{b.port}:{w}" for b, w in zip(backends, [1, 2, 1, 3])]
+    servers[1] += " second"
+    keys = [f"key:{i}:{hash_name}" for i in range(1500)] + ["{tag}a", "{tag}b"]
+    placements = []
+    for nut in (True, False):
+        flush(backends)
+        port = free_port()
+        conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash=hash_name, distribution="ketama")
+        with Proxy(conf, port, nutcracker=nut):
+            set_all(port, keys)
+            placements.append(where(backends, keys))
+    assert len(placements[1]) == len(keys)
+    assert placements[0] == placements[1]
+    assert len(set(placements[1].values())) == 4
+
+
+@pytest.mark.skipif(NUTCRACKER is None, reason="nutcracker not installed")
+def test_hash_tag_and_modula_match_nutcracker(backends: List[Server]) -> None:
+    servers = [f"127.0.0.1:{b.port}:1" for b in backends]
+    keys = [f"{{user{i % 7}}}:field{i}" for i in range(400)] + [f"plain{i}" for i in range(400)]
+    placements = []
+    for nut in (True, False):
+        flush(backends)
+        port = free_port()
+        conf = pool_yaml("beta", f"127.0.0.1:{port}", servers, hash="fnv1a_32", hash_tag='"{}"', distribution="modula")
+        with Proxy(conf, port, nutcracker=nut):
+            set_all(port, keys)
+            placements.append(where(backends, keys))
+    assert placements[0] == placements[1]
+    for i in range(7):
+        assert len({placements[1][k] for k in keys if k.startswith(f"{{user{i}}}")}) == 1
+
+
+# ---------------------------------------------------------------- forwarding
+
+
+@pytest.fixture
+def router(backends: List[Server]) -> Iterator[Proxy]:
+    port = free_port()
+    servers = [f"127.0.0.1:{b.port}:1" for b in backends]
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="fnv1a_64", distribution="ketama", timeout=1000)
+    with Proxy(conf, port) as p:
+        yield p
+
+
+def test_text_commands_round_trip(router: Proxy) -> None:
+    with Conn(router.port) as c:
+        assert c.request(b"set a 5 0 3\r\nabc\r\n") == b"STORED\r\n"
+        assert c.request(b"get a\r\n", b"END\r\n") == b"VALUE a 5 3\r\nabc\r\nEND\r\n"
+        assert c.request(b"add a 0 0 1\r\nx\r\n") == b"NOT_STORED\r\n"
+        assert c.request(b"append a 0 0 2\r\nde\r\n") == b"STORED\r\n"
+        assert c.request(b"prepend a 0 0 1\r\nz\r\n") == b"STORED\r\n"
+        reply = c.request(b"gets a\r\n", b"END\r\n")
+        assert reply.startswith(b"VALUE a 5 6 ") and reply.endswith(b"\r\nzabcde\r\nEND\r\n")
+        cas = reply.split(b"\r\n")[0].split()[4]
+        assert c.request(b"cas a 0 0 1 " + cas + b"\r\nq\r\n") == b"STORED\r\n"
+        assert c.request(b"cas a 0 0 1 " + cas + b"\r\nq\r\n") == b"EXISTS\r\n"
+        assert c.request(b"set n 0 0 2\r\n10\r\n") == b"STORED\r\n"
+        assert c.request(b"incr n 5\r\n") == b"15\r\n"
+        assert c.request(b"decr n 20\r\n") == b"0\r\n"
+        assert c.request(b"incr nope 1\r\n") == b"NOT_FOUND\r\n"
+        assert c.request(b"touch n 100\r\n") == b"TOUCHED\r\n"
+        assert c.request(b"gat 100 n\r\n", b"END\r\n") == b"VALUE n 0 1\r\n0\r\nEND\r\n"
+        assert c.request(b"delete n\r\n") == b"DELETED\r\n"
+        assert c.request(b"delete n\r\n") == b"NOT_FOUND\r\n"
+        assert c.request(b"version\r\n").startswith(b"VERSION ")
+        assert c.request(b"bogus\r\n") == b"ERROR\r\n"
+        assert c.request(b"set k 0 0 notanumber\r\n") == b"CLIENT_ERROR bad command line format\r\n"
+        stats = c.request(b"stats\r\n", b"END\r\n")
+        assert b"STAT curr_connections " in stats and b"STAT pool alpha\r\n" in stats
+        c.send(b"quit\r\n")
+        assert c.read_all(1.0) == b""
+
+
+def test_multi_get_is_split_and_merged_in_key_order(router: Proxy, backends: List[Server]) -> None:
+    keys = [f"mk{i}" for i in range(40)]
+    with Conn(router.port) as c:
+        for k in keys[::2]:
+            assert c.request(f"set {k} {len(k)} 0 {len(k)}\r\n{k}\r\n".encode()) == b"STORED\r\n"
+        asked = keys[::-1] + keys[:3] + ["missing"]
+        reply = c.request(("get " + " ".join(asked) + "\r\n").encode(), b"END\r\n")
+    expect = b"".join(f"VALUE {k} {len(k)} {len(k)}\r\n{k}\r\n".encode() for k in asked if keys.index(k) % 2 == 0 if k in keys) + b"END\r\n"
+    assert reply == expect
+    assert len(set(where(backends, keys[::2]).values())) > 1, "keys spread over servers"
+    assert router.stats()["alpha"]["fragments"] >= 2
+
+
+def test_pipelined_requests_answer_in_order(router: Proxy) -> None:
+    with Conn(router.port) as c:
+        req = b""
+        expect = b""
+        for i in range(300):
+            k = f"p{i}"
+            req += f"set {k} 0 0 {len(str(i))}\r\n{i}\r\nget {k} p{i + 1}x\r\n".encode()
+            expect += b"STORED\r\n" + f"VALUE {k} 0 {len(str(i))}\r\n{i}\r\nEND\r\n".encode()
+        req += b"delete p0 noreply\r\nget p0\r\n"
+        expect += b"END\r\n"
+        c.send(req)
+        got = b""
+        while len(got) < len(expect):
+            got += c.sock.recv(65536)
+    assert got == expect
+
+
+def test_noreply_and_meta_quiet_mode(router: Proxy) -> None:
+    with Conn(router.port) as c:
+        c.send(b"set q 0 0 1 noreply\r\nv\r\nadd q 0 0 1 noreply\r\nw\r\nincr q 1 noreply\r\n")
+        assert c.request(b"get q\r\n", b"END\r\n") == b"VALUE q 0 1\r\nv\r\nEND\r\n"
+        # Errors still come back for noreply, as from memcached itself.
+        assert c.request(b"incr q 1 noreply\r\nmn\r\n", b"MN\r\n") == \
+            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\nMN\r\n"
+        assert c.request(b"ms m1 2 T0 q\r\nhi\r\nmg m1 v q\r\nmg nothere v q\r\nmn\r\n", b"MN\r\n") == \
+            b"VA 2\r\nhi\r\nMN\r\n"
+        assert c.request(b"mg m1 s v k Oab\r\n", b"\r\nhi\r\n") == b"VA 2 s2 km1 Oab\r\nhi\r\n"
+        assert c.request(b"md m1 q\r\nmd m1\r\n") == b"NF\r\n"
+        assert c.request(b"ma cnt N0 J7 v\r\n", b"7\r\n") == b"VA 1\r\n7\r\n"
+        assert c.request(b"mn\r\n") == b"MN\r\n"
+        assert c.request(b"flush_all\r\n") == b"OK\r\n"
+        assert c.request(b"mg cnt v\r\n") == b"EN\r\n"
+
+
+def test_large_values_cross_intact(router: Proxy) -> None:
+    sizes = [8 * 1024, 100 * 1024, 300 * 1024, 1000 * 1000]
+    with Conn(router.port, timeout=10) as c:
+        for n in sizes:
+            val = os.urandom(n // 2).hex().encode()[:n]
+            assert c.request(f"set big{n} 0 0 {n}\r\n".encode() + val + b"\r\n") == b"STORED\r\n"
+            reply = c.request(f"get big{n}\r\n".encode(), b"\r\nEND\r\n")
+            assert reply == f"VALUE big{n} 0 {n}\r\n".encode() + val + b"\r\nEND\r\n"
+        # A multi-get of big values from several servers merges whole items.
+        reply = c.request(("get " + " ".join(f"big{n}" for n in sizes) + "\r\n").encode(), b"\r\nEND\r\n")
+        assert reply.count(b"VALUE big") == len(sizes)
+
+
+def test_stats_json_has_nutcracker_fields(router: Proxy, backends: List[Server]) -> None:
+    with Conn(router.port) as c:
+        c.request(b"set s 0 0 1\r\nx\r\n")
+    st = router.stats()
+    for k in ["service", "source", "version", "uptime", "timestamp", "total_connections", "curr_connections"]:
+        assert k in st
+    pool = st["alpha"]
+    for k in ["client_eof", "client_err", "client_connections", "server_ejects", "forward_error", "fragments"]:
+        assert k in pool
+    server = pool[f"127.0.0.1:{backends[0].port}"]
+    assert set(server) == {"server_eof", "server_err", "server_timedout", "server_connections", "server_ejected_at",
+                           "requests", "request_bytes", "responses", "response_bytes", "in_queue", "in_queue_bytes",
+                           "out_queue", "out_queue_bytes"}
+    assert sum(pool[f"127.0.0.1:{b.port}"]["requests"] for b in backends) >= 1
+
+
+@pytest.mark.skipif(NUTCRACKER is None, reason="nutcracker not installed")
+def test_stats_json_shape_equals_nutcracker(backends: List[Server]) -> None:
+    shapes = []
+    for nut in (True, False):
+        port = free_port()
+        conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1", f"127.0.0.1:{backends[1].port}:1 two"])
+        with Proxy(conf, port, nutcracker=nut) as p:
+            st = p.stats()
+        shapes.append({k: (sorted(v) if isinstance(v, dict) else None) for k, v in st.items()}
+                      | {"alpha/two": sorted(st["alpha"]["two"])})
+    # memfleet adds one top-level field ("memfleet": its version).
+    assert {k: v for k, v in shapes[1].items() if k != "memfleet"} == shapes[0]
+
+
+def test_unix_socket_listener_and_backend(tmp_path: Path) -> None:
+    mc_sock = str(tmp_path / "mc.sock")
+    listen = str(tmp_path / "route.sock")
+    with memcached("-s", mc_sock) as mc, memcached("-t", "1") as tcp:
+        conf = pool_yaml("u", f"{listen} 0666", [f"{mc_sock}:1", f"127.0.0.1:{tcp.port}:1"])
+        with Proxy(conf, None, unix=listen):
+            assert oct(os.stat(listen).st_mode & 0o777) == "0o666"
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(listen)
+                keys = [f"u{i}" for i in range(50)]
+                s.sendall(b"".join(f"set {k} 0 0 2\r\nhi\r\n".encode() for k in keys))
+                buf = b""
+                while buf.count(b"STORED") < len(keys):
+                    buf += s.recv(4096)
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(mc_sock)
+                s.sendall(("get " + " ".join(keys) + "\r\n").encode())
+                buf = b""
+                while not buf.endswith(b"END\r\n"):
+                    buf += s.recv(65536)
+            on_unix = buf.count(b"VALUE ")
+            assert 0 < on_unix < len(keys), "keys spread over the unix and the TCP backend"
+        assert not os.path.exists(listen), "socket file removed on exit"
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_dead_backend_errors_then_ejects_then_returns(backends: List[Server]) -> None:
+    port = free_port()
+    servers = [f"127.0.0.1:{b.port}:1" for b in backends[:3]]
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, timeout=500, auto_eject_hosts=True,
+                     server_retry_timeout=1500, server_failure_limit=2)
+    with Proxy(conf, port) as p:
+        keys = [f"f{i}" for i in range(200)]
+        set_all(port, keys)
+        victim = backends[1]
+        victim_keys = [k for k, i in where(backends, keys).items() if i == 1]
+        assert victim_keys
+        vport = victim.port
+        victim.stop()
+        with Conn(port) as c:
+            errors = 0
+            t0 = time.monotonic()
+            for k in victim_keys[:5]:
+                t = time.monotonic()
+                r = c.request(f"get {k}\r\n".encode(), b"END\r\n", b"\r\n")
+                assert time.monotonic() - t < 0.6, "never waits longer than the timeout"
+                if r.startswith(b"SERVER_ERROR"):
+                    errors += 1
+                else:
+                    assert r == b"END\r\n"  # already remapped to a live server
+            assert errors >= 1
+            assert time.monotonic() - t0 < 3
+            # Ejected: the victim's keys now live elsewhere.
+            for k in victim_keys:
+                assert c.request(f"set {k} 0 0 1\r\nx\r\n") == b"STORED\r\n"
+            st = p.stats()["alpha"]
+            assert st["server_ejects"] >= 1
+            assert st[f"127.0.0.1:{vport}"]["server_ejected_at"] > 0
+            # Back on the same port: after server_retry_timeout it rejoins the ring.
+            revived = memcached("-t", "1", port=vport).start()
+            backends[1] = revived
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                c.request(f"set {victim_keys[0]} 0 0 1\r\ny\r\n")
+                with Conn(vport) as d:
+                    if d.request(f"get {victim_keys[0]}\r\n".encode(), b"END\r\n").startswith(b"VALUE"):
+                        break
+                time.sleep(0.2)
+            else:
+                pytest.fail("server was not re-added")
+            assert "is back" in p.log_text()
+
+
+def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
+    # Accepts and reads but never answers.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    held: List[socket.socket] = []
+    stop = threading.Event()
+
+    def sink() -> None:
+        silent.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = silent.accept()
+                held.append(conn)
+            except OSError:
+                pass
+
+    th = threading.Thread(target=sink, daemon=True)
+    th.start()
+    port = free_port()
+    conf = pool_yaml("slow", f"127.0.0.1:{port}", [f"127.0.0.1:{silent.getsockname()[1]}:1"], timeout=300)
+    try:
+        with Proxy(conf, port) as p, Conn(port) as c:
+            t = time.monotonic()
+            assert c.request(b"get x\r\n") == b"SERVER_ERROR Connection timed out\r\n"
+            assert 0.25 < time.monotonic() - t < 0.8
+            c.send(b"set a 0 0 1\r\n1\r\nget b c d\r\n")
+            assert c.read_line() == b"SERVER_ERROR Connection timed out\r\n"
+            assert c.read_line() == b"SERVER_ERROR Connection timed out\r\n"
+            assert p.stats()["slow"][f"127.0.0.1:{silent.getsockname()[1]}"]["server_timedout"] >= 2
+    finally:
+        stop.set()
+        th.join()
+        silent.close()
+        for h in held:
+            h.close()
+
+
+def test_no_live_server_answers_at_once(tmp_path: Path) -> None:
+    port = free_port()
+    dead = free_port()
+    conf = pool_yaml("d", f"127.0.0.1:{port}", [f"127.0.0.1:{dead}:1"], timeout=2000,
+                     auto_eject_hosts=True, server_failure_limit=1, server_retry_timeout=60000)
+    with Proxy(conf, port), Conn(port) as c:
+        t = time.monotonic()
+        assert c.request(b"get x\r\n").startswith(b"SERVER_ERROR")
+        assert c.request(b"get y\r\n").startswith(b"SERVER_ERROR")
+        assert time.monotonic() - t < 1
+
+
+# ---------------------------------------------------------------- configuration and reload
+
+
+def run_route(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([memfleet_bin(), "route", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_test_conf_flag(tmp_path: Path) -> None:
+    good = tmp_path / "good.yml"
+    good.write_text(pool_yaml("a", "127.0.0.1:22121", ["127.0.0.1:11211:1"], hash="md5"))
+    r = run_route("-t", "-c", str(good))
+    assert r.returncode == 0 and "syntax is ok" in r.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text(pool_yaml("a", "127.0.0.1:22121", ["127.0.0.1:11211:1"], hash="md6"))
+    r = run_route("-t", "-c", str(bad))
+    assert r.returncode != 0 and 'directive "hash" is not a valid hash' in r.stderr
+    if NUTCRACKER:
+        assert subprocess.run([NUTCRACKER, "-t", "-c", str(good)], capture_output=True).returncode == 0
+        assert subprocess.run([NUTCRACKER, "-t", "-c", str(bad)], capture_output=True).returncode != 0
+    r = run_route("-D")
+    assert r.returncode == 0 and "server_ejected_at" in r.stdout
+
+
+def test_several_pools_in_one_file(backends: List[Server]) -> None:
+    p1, p2 = free_port(), free_port()
+    conf = pool_yaml("one", f"127.0.0.1:{p1}", [f"127.0.0.1:{backends[0].port}:1"]) + \
+        pool_yaml("two", f"127.0.0.1:{p2}", [f"127.0.0.1:{backends[1].port}:1"], hash="md5")
+    with Proxy(conf, p1):
+        wait_for_port(p2)
+        with Conn(p1) as a, Conn(p2) as b:
+            assert a.request(b"set k 0 0 1\r\n1\r\n") == b"STORED\r\n"
+            assert b.request(b"set k 0 0 1\r\n2\r\n") == b"STORED\r\n"
+            assert a.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\n1\r\nEND\r\n"
+            assert b.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\n2\r\nEND\r\n"
+
+
+def test_sighup_reload_under_load_drops_no_connection(backends: List[Server]) -> None:
+    port = free_port()
+    conf1 = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"], timeout=2000)
+    conf2 = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{b.port}:1" for b in backends[:3]], timeout=2000)
+    with Proxy(conf1, port) as p:
+        stop = threading.Event()
+        failures: List[str] = []
+        counts = [0] * 8
+
+        def client(n: int) -> None:
+            try:
+                with Conn(port, timeout=5) as c:
+                    i = 0
+                    while not stop.is_set():
+                        k = f"c{n}:{i % 50}"
+                        v = f"{n}-{i}"
+                        r = c.request(f"set {k} 0 0 {len(v)}\r\n{v}\r\nget {k}\r\n".encode(), b"END\r\n")
+                        if r != f"STORED\r\nVALUE {k} 0 {len(v)}\r\n{v}\r\nEND\r\n".encode():
+                            failures.append(repr(r))
+                            return
+                        i += 1
+                        counts[n] = i
+            except OSError as e:
+                failures.append(f"client {n}: {e}")
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        for conf in [conf2, "alpha:\n  listen: nonsense\n", conf1, conf2]:
+            p.reload(conf)
+            time.sleep(0.4)
+        before = list(counts)
+        time.sleep(0.3)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not failures, failures[:3]
+        assert all(a < b for a, b in zip(before, counts)), "every client kept going"
+        assert "reload refused" in p.log_text()
+        assert p.proc is not None and p.proc.poll() is None
+        flush(backends)
+        fresh = [f"after{i}" for i in range(100)]
+        set_all(port, fresh)
+        assert len(set(where(backends, fresh).values())) == 3, "new servers took keys after reload"
+
+
+def test_reload_moves_listener(backends: List[Server]) -> None:
+    p1, p2 = free_port(), free_port()
+    conf1 = pool_yaml("alpha", f"127.0.0.1:{p1}", [f"127.0.0.1:{backends[0].port}:1"])
+    conf2 = pool_yaml("alpha", f"127.0.0.1:{p2}", [f"127.0.0.1:{backends[0].port}:1"])
+    with Proxy(conf1, p1) as p:
+        p.reload(conf2)
+        wait_for_port(p2)
+        with Conn(p2) as c:
+            assert c.request(b"set m 0 0 1\r\n1\r\n") == b"STORED\r\n"
+        time.sleep(0.2)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", p1), timeout=1).close()
