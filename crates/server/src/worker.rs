@@ -483,13 +483,16 @@ impl Worker {
 }
 
 /// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
-/// Returns true when it stopped early because `out` reached `OUT_CAP` (requests remain).
+/// Returns true when it stopped early, with requests left in `buf`: after `-R` requests (so one
+/// pipelining client cannot starve the others) or when `out` reached `OUT_CAP`.
 fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
     let limits = &env.shared.limits;
+    let budget = env.shared.settings.max_reqs_per_event;
     let mut pos = 0;
+    let mut done = 0;
     let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
-        if out.len() >= OUT_CAP {
+        if out.len() >= OUT_CAP || done >= budget {
             stopped_early = true;
             break;
         }
@@ -505,6 +508,7 @@ fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<
                     log_request(env.fd, &buf[pos..pos + used]);
                 }
                 pos += used;
+                done += 1;
                 match execute::run(env, req, out) {
                     Flow::Continue => {}
                     Flow::Close => conn.closing = true,
