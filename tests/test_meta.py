@@ -6,6 +6,8 @@ import base64
 import socket
 import threading
 
+import pytest
+from conftest import TARGET
 from harness import Conn, Server
 
 
@@ -152,3 +154,14 @@ def test_me_debug(server: Server) -> None:
         reply = c.request(b"me k\r\n")
         assert reply.startswith(b"ME k exp=") and b"cas=" in reply
         assert c.request(b"me missing\r\n") == b"EN\r\n"
+
+
+@pytest.mark.skipif(TARGET != "memfleet", reason="extensions newer than memcached 1.6.18")
+def test_md_x_and_explicit_cas_extensions(server: Server) -> None:
+    with Conn(server.port) as c:
+        assert c.request(b"ms k 2 F5 E777 c\r\nhi\r\n") == b"HD c777\r\n"
+        assert c.request(b"mg k c\r\n") == b"HD c777\r\n"
+        # x keeps the item but drops its value and client flags
+        assert c.request(b"md k x\r\n") == b"HD\r\n"
+        assert c.request(b"mg k v f s\r\n", b"\r\n\r\n") == b"VA 0 f0 s0\r\n\r\n"
+        assert c.request(b"ma n N0 J5 E42 c v\r\n", b"5\r\n") == b"VA 1 c42\r\n5\r\n"

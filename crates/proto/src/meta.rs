@@ -153,6 +153,8 @@ pub struct MetaFlags<'a> {
     pub initial: Option<u64>,
     /// `M<mode>` byte (validated per command).
     pub mode: Option<u8>,
+    /// `E<cas>`: the CAS value to give the item (an extension from memcached after 1.6.18).
+    pub new_cas: Option<u64>,
 }
 
 impl<'a> MetaFlags<'a> {
@@ -210,6 +212,7 @@ fn preparse<'a>(raw: &'a [u8], key: &mut Key<'a>) -> Result<MetaFlags<'a>, &'sta
         delta: None,
         initial: None,
         mode: None,
+        new_cas: None,
     };
     // memcached remembers the last error message but keeps parsing (except for
     // duplicate/unknown flags, which stop at once); F failures keep the default message.
@@ -246,6 +249,13 @@ fn preparse<'a>(raw: &'a [u8], key: &mut Key<'a>) -> Result<MetaFlags<'a>, &'sta
             },
             b'l' | b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u'
             | b'q' | b'I' => {}
+            // Extensions from memcached releases after 1.6.18 (which rejects them as invalid):
+            // `x` on md removes the value but keeps the item; `E` sets the new CAS explicitly.
+            b'x' => {}
+            b'E' => match strtoull(arg) {
+                Some(v) => f.new_cas = Some(v),
+                None => fail(Some(r::CLIENT_ERROR_BAD_TOKEN)),
+            },
             b'F' => match strtoul_u32(arg) {
                 Some(v) => f.client_flags = v,
                 None => fail(None),

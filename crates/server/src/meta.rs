@@ -147,7 +147,7 @@ pub fn set(
     let opts = StoreOpts {
         compare_cas: if cmd == StoreCmd::Cas { 0 } else { compare },
         invalidate: flags.has(b'I'),
-        new_cas: None,
+        new_cas: flags.new_cas,
         meta: true,
     };
     let exptime = store.exptime(flags.exptime.unwrap_or(0), now);
@@ -234,7 +234,7 @@ pub fn arithmetic(
     let now = env.now;
     let opts = ArithOpts {
         compare_cas: flags.cas.unwrap_or(0),
-        new_cas: None,
+        new_cas: flags.new_cas,
         vivify: flags
             .vivify
             .map(|e| (flags.initial.unwrap_or(0), store.exptime(e, now))),
