@@ -42,6 +42,10 @@ where
     let mut sent: u64 = 0;
     let mut now = Instant::now();
     let interval_ns = plan.interval.map(|d| d.as_nanos() as u64);
+    // Rate mode: (asleep since, woke at) after the pacing timer fired. Requests that came
+    // due while we slept on our own (1 ms granular) timer are timed from the wake-up:
+    // the timer's lateness is ours, not the server's.
+    let mut timer_wake: Option<(Instant, Instant)> = None;
     loop {
         // Fill the pipeline; every request goes into one buffer and one write.
         let mut exhausted = false;
@@ -58,8 +62,12 @@ where
                         next_due = Some(due);
                         break;
                     }
-                    // Late requests are timed from when they were due (no coordinated omission).
-                    due
+                    // Requests held back by a slow server are timed from when they were
+                    // due, so stalls are not hidden (no coordinated omission).
+                    match timer_wake {
+                        Some((asleep, woke)) if due > asleep => woke,
+                        _ => due,
+                    }
                 }
                 None => now,
             };
@@ -72,6 +80,7 @@ where
             inflight.push_back((s, t0));
             sent += 1;
         }
+        timer_wake = None;
         if !wbuf.is_empty() {
             sock.write_all(&wbuf)
                 .await
@@ -90,8 +99,12 @@ where
             }
             if let Some(due) = next_due {
                 tokio::time::sleep_until(due.into()).await;
+                let woke = Instant::now();
+                timer_wake = Some((now, woke));
+                now = woke;
+            } else {
+                now = Instant::now();
             }
-            now = Instant::now();
             continue;
         }
 
@@ -109,7 +122,9 @@ where
                 tokio::select! {
                     r = sock.read(&mut rbuf[rend..]) => r,
                     _ = tokio::time::sleep_until(due.into()) => {
-                        now = Instant::now();
+                        let woke = Instant::now();
+                        timer_wake = Some((now, woke));
+                        now = woke;
                         continue;
                     }
                 }

@@ -23,6 +23,17 @@ impl OpReport {
     }
 }
 
+/// Counts of one second of the run (all threads).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Second {
+    pub second: u64,
+    pub ops: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+    pub p99_us: u64,
+}
+
 /// What `run` returns and `--json-out-file` contains.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Report {
@@ -51,6 +62,9 @@ pub struct Report {
     pub kb_per_sec: f64,
     /// (percentile, latency µs) of all requests.
     pub latency_distribution: Vec<(f64, u64)>,
+    /// Per-second ops and p99 (stalls and warm-up show here); the last entry may cover
+    /// only the final fraction of a second.
+    pub timeline: Vec<Second>,
 }
 
 impl Report {
@@ -95,6 +109,7 @@ impl Report {
             bytes_received: s.bytes_received,
             kb_per_sec: (s.bytes_sent + s.bytes_received) as f64 / 1024.0 / secs,
             latency_distribution: percentile_table(&all),
+            timeline: r.timeline.clone(),
         }
     }
 

@@ -27,6 +27,8 @@ pub struct PhaseResult {
     pub elapsed: Duration,
     /// Connections established.
     pub connected: usize,
+    /// One entry per full second of the run.
+    pub timeline: Vec<crate::report::Second>,
 }
 
 /// Per-second message from a worker thread.
@@ -141,6 +143,7 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
     let mut connected = 0;
     let mut done = 0;
     let mut first_error = None;
+    let mut timeline = Vec::new();
     while done < threads {
         let Ok(msg) = rx.recv() else { break };
         match msg {
@@ -165,11 +168,19 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
                     if live {
                         print_tick(&m);
                     }
+                    timeline.push(tick_summary(&m));
                 }
             }
         }
     }
     let elapsed = start.elapsed();
+    // Seconds not every thread reported (the final partial one).
+    for (_, (_, m)) in pending {
+        if live {
+            print_tick(&m);
+        }
+        timeline.push(tick_summary(&m));
+    }
     for h in handles {
         let _ = h.join();
     }
@@ -180,6 +191,7 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
         stats: total,
         elapsed,
         connected,
+        timeline,
     })
 }
 
@@ -219,6 +231,31 @@ fn merge_tick(into: &mut Msg, from: Msg) {
         *misses += m;
         *errors += e;
         hist.add(&hh).expect("same bounds");
+    }
+}
+
+fn tick_summary(m: &Msg) -> crate::report::Second {
+    match m {
+        Msg::Tick {
+            second,
+            ops,
+            hits,
+            misses,
+            errors,
+            hist,
+        } => crate::report::Second {
+            second: *second,
+            ops: *ops,
+            hits: *hits,
+            misses: *misses,
+            errors: *errors,
+            p99_us: if hist.is_empty() {
+                0
+            } else {
+                hist.value_at_quantile(0.99)
+            },
+        },
+        Msg::Done { .. } => unreachable!("only ticks are summarised"),
     }
 }
 
@@ -317,6 +354,7 @@ fn worker(
         Some(r) => r as f64 / a.threads as f64 >= 1.0,
     };
     let errors: Rc<RefCell<Vec<String>>> = Rc::default();
+    let seconds_sent = std::cell::Cell::new(0u64);
     local.block_on(&rt, async {
         let mut handles = Vec::with_capacity(conns.len());
         for (c, conn) in conns.into_iter().enumerate() {
@@ -389,10 +427,11 @@ fn worker(
                 Duration::from_secs(1),
             );
             let mut idle = 0u32;
-            let mut second = 0u64;
+            let mut second;
             loop {
                 tick.tick().await;
-                second += 1;
+                second = seconds_sent.get() + 1;
+                seconds_sent.set(second);
                 let mut iv = interval.borrow_mut();
                 let ops = iv.ops();
                 let hist = iv.all_latency();
@@ -429,7 +468,20 @@ fn worker(
             }
         }
     });
-    total.merge(&interval.borrow());
+    // The last, partial second (a run rarely ends on a tick).
+    let last = interval.borrow();
+    if last.ops() > 0 || last.errors > 0 {
+        let _ = tx.send(Msg::Tick {
+            second: seconds_sent.get() + 1,
+            ops: last.ops(),
+            hits: last.hits,
+            misses: last.misses,
+            errors: last.errors,
+            hist: last.all_latency(),
+        });
+    }
+    total.merge(&last);
+    drop(last);
     if first_error.is_none() {
         first_error = errors.borrow().first().cloned();
     }

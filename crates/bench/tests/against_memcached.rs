@@ -239,6 +239,11 @@ fn timed_mixed_run_with_json_report() {
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["totals"]["ops"].as_u64(), Some(r.totals.ops));
     assert_eq!(v["hits"].as_u64(), Some(r.hits));
+    // One full second was run: its line is in the timeline and within the totals.
+    assert!(!r.timeline.is_empty(), "{:?}", r.timeline);
+    assert_eq!(r.timeline[0].second, 1);
+    assert!(r.timeline[0].ops > 0 && r.timeline[0].ops <= r.totals.ops);
+    assert_eq!(v["timeline"][0]["ops"].as_u64(), Some(r.timeline[0].ops));
     assert!(v["totals"]["latency"]["p99_us"].as_u64().is_some());
     assert_eq!(
         v["latency_distribution"].as_array().unwrap().len(),

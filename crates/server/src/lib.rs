@@ -13,6 +13,7 @@ pub mod shared;
 pub mod stats;
 pub mod worker;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
@@ -22,7 +23,6 @@ use std::time::Duration;
 
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
-use slab::Slab;
 
 pub use config::{ServeArgs, Settings};
 use shared::Shared;
@@ -109,7 +109,7 @@ fn run(
         limits,
         store,
         stats: (0..threads).map(|_| Arc::default()).collect(),
-        registry: (0..threads).map(|_| Mutex::new(Slab::new())).collect(),
+        registry: (0..threads).map(|_| Mutex::new(HashMap::new())).collect(),
         curr_conns: AtomicUsize::new(0),
         shutdown: AtomicBool::new(false),
         process_start: now,

@@ -1,9 +1,8 @@
 //! State shared by every thread of one server: settings, the store, and the merged-on-read stats.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-
-use slab::Slab;
 
 use crate::config::Settings;
 use crate::stats::ThreadStats;
@@ -22,8 +21,9 @@ pub struct Shared {
     pub store: store::Store,
     /// One per worker thread; only that worker writes its entry.
     pub stats: Vec<Arc<ThreadStats>>,
-    /// Per worker, touched on connect/close and once per read event by its own worker.
-    pub registry: Vec<Mutex<Slab<ConnInfo>>>,
+    /// Per worker, keyed by connection token: written by that worker on connect, close and at
+    /// most once a second per busy connection; read by `stats conns`.
+    pub registry: Vec<Mutex<HashMap<usize, ConnInfo>>>,
     pub curr_conns: AtomicUsize,
     pub shutdown: AtomicBool,
     /// `verbosity` can change it at run time.
