@@ -37,7 +37,9 @@
 
 mod meta;
 mod num;
+pub mod redis_cmd;
 pub mod reply;
+pub mod resp;
 #[doc(hidden)]
 pub mod stream;
 mod text;
