@@ -230,3 +230,14 @@ def test_stats_subcommands(server: Server) -> None:
         reply = c.request(b"stats\r\n", b"END\r\n")
         assert b"STAT cmd_set 0\r\n" in reply
         assert c.request(b"stats nonsense\r\n").startswith(b"")
+
+
+def test_large_values_in_a_multiget_with_a_bad_key(server: Server) -> None:
+    value = b"v" * (300 * 1024)
+    with Conn(server.port) as c:
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+        # memcached withdraws every VALUE of a get whose later key is too long
+        bad = b"k" * 251
+        assert c.request(b"get big " + bad + b"\r\n") == b"CLIENT_ERROR bad command line format\r\n"
+        reply = c.request(b"get big big\r\n", b"END\r\n")
+        assert reply == (b"VALUE big 0 %d\r\n%s\r\n" % (len(value), value)) * 2 + b"END\r\n"

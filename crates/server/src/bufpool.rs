@@ -6,14 +6,24 @@
 /// Free buffers of one worker thread. Not shared: each worker owns its pool.
 pub struct BufPool {
     free: Vec<Vec<u8>>,
+    /// Buffers that grew for a large value; a few are kept so large requests do not pay
+    /// an allocation (and page faults) each time.
+    large: Vec<Vec<u8>>,
+    large_bytes: usize,
     buf_size: usize,
     max_free: usize,
 }
+
+/// Bytes of large buffers kept per thread, and the largest buffer kept (bigger ones are freed).
+const MAX_LARGE_TOTAL: usize = 8 << 20;
+const MAX_LARGE_BYTES: usize = 2 << 20;
 
 impl BufPool {
     pub fn new(buf_size: usize, max_free: usize) -> Self {
         BufPool {
             free: Vec::new(),
+            large: Vec::new(),
+            large_bytes: 0,
             buf_size,
             max_free,
         }
@@ -26,21 +36,32 @@ impl BufPool {
             .unwrap_or_else(|| Vec::with_capacity(self.buf_size))
     }
 
-    /// Returns a buffer. Oversized buffers (grown for a large value) are freed rather than kept,
-    /// so one big request does not pin memory forever.
+    /// An empty buffer with at least `size` capacity: a kept large one when one fits.
+    pub fn take_large(&mut self, size: usize) -> Option<Vec<u8>> {
+        let i = self.large.iter().position(|b| b.capacity() >= size)?;
+        let buf = self.large.swap_remove(i);
+        self.large_bytes -= buf.capacity();
+        Some(buf)
+    }
+
+    /// Returns a buffer. Very large buffers are freed rather than kept, so one huge request
+    /// does not pin memory forever.
     pub fn give(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() == 0 {
-            return;
-        }
-        if buf.capacity() > self.buf_size * 4 || self.free.len() >= self.max_free {
-            return;
-        }
+        let cap = buf.capacity();
         buf.clear();
-        self.free.push(buf);
+        if cap == 0 {
+        } else if cap <= self.buf_size * 4 {
+            if self.free.len() < self.max_free {
+                self.free.push(buf);
+            }
+        } else if cap <= MAX_LARGE_BYTES && self.large_bytes + cap <= MAX_LARGE_TOTAL {
+            self.large_bytes += cap;
+            self.large.push(buf);
+        }
     }
 
     pub fn free_count(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.large.len()
     }
 }
 
@@ -59,11 +80,25 @@ mod tests {
         let b = p.take();
         assert!(b.is_empty());
         assert_eq!(b.as_ptr(), ptr);
-        p.give(Vec::with_capacity(1 << 20));
+        p.give(Vec::with_capacity(4 << 20));
         assert_eq!(p.free_count(), 0);
         p.give(b);
         p.give(Vec::with_capacity(1024));
         p.give(Vec::with_capacity(1024));
         assert_eq!(p.free_count(), 2);
+    }
+
+    #[test]
+    fn keeps_a_few_large_buffers_for_large_values() {
+        let mut p = BufPool::new(1024, 2);
+        assert!(p.take_large(100_000).is_none());
+        p.give(Vec::with_capacity(200_000));
+        assert!(p.take_large(300_000).is_none());
+        let b = p.take_large(150_000).expect("kept");
+        assert!(b.capacity() >= 200_000 && b.is_empty());
+        for _ in 0..200 {
+            p.give(Vec::with_capacity(100_000));
+        }
+        assert_eq!(p.free_count(), MAX_LARGE_TOTAL / 100_000);
     }
 }

@@ -229,13 +229,38 @@ fn retrieve(
     let now = env.now;
     let mark = out.len();
     let touch = touch.map(|e| store.exptime(e, now));
-    for key in keys {
+    let mut keys = keys;
+    // Set when a large value was written directly together with the closing END.
+    let mut end_written = false;
+    while let Some(key) = keys.next() {
         let Ok(key) = key else {
             out.truncate(mark);
             out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
             return;
         };
+        let rest = &keys;
         let write = |v: Option<store::ItemView<'_>>| match v {
+            // Once written to the socket a VALUE cannot be withdrawn, which memcached does
+            // when a later key is too long: go direct only when every later key is valid.
+            Some(it)
+                if env.direct
+                    && it.value.len() >= DIRECT_WRITE_MIN
+                    && rest.clone().all(|k| k.is_ok()) =>
+            {
+                reply::write_value_header(
+                    out,
+                    key,
+                    it.flags,
+                    it.value.len(),
+                    with_cas.then_some(it.cas),
+                );
+                // The last key's value carries END along, so the reply is still one write.
+                let last = rest.clone().next().is_none();
+                let tail: &[u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
+                write_large_value(env, out, it.value, tail);
+                end_written = last;
+                true
+            }
             Some(it) => {
                 reply::write_value(out, key, it.flags, it.value, with_cas.then_some(it.cas));
                 true
@@ -256,7 +281,54 @@ fn retrieve(
             st.get_misses.incr();
         }
     }
-    out.extend_from_slice(reply::END);
+    if !end_written {
+        out.extend_from_slice(reply::END);
+    }
+}
+
+/// Values at least this large are written from store memory instead of copied into `out`.
+const DIRECT_WRITE_MIN: usize = 64 * 1024;
+
+/// Sends the pending replies in `out` and then `value` + `tail` with one writev, straight from
+/// the store's memory (memcached likewise writes values from item memory). Whatever the
+/// socket does not take now is copied into `out` and goes out with the rest of the batch.
+///
+/// This runs inside the store's closure, so the shard lock is held for one non-blocking
+/// writev: worth it only for large values, where the copy would cost more than the wait.
+fn write_large_value(env: &ExecEnv<'_>, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) {
+    let iov = [
+        libc::iovec {
+            iov_base: out.as_ptr() as *mut libc::c_void,
+            iov_len: out.len(),
+        },
+        libc::iovec {
+            iov_base: value.as_ptr() as *mut libc::c_void,
+            iov_len: value.len(),
+        },
+        libc::iovec {
+            iov_base: tail.as_ptr() as *mut libc::c_void,
+            iov_len: tail.len(),
+        },
+    ];
+    // SAFETY: the iovecs point at live, initialised buffers that outlive the call; writev
+    // only reads them. A negative result (EAGAIN or a socket error) counts as nothing sent:
+    // the bytes stay queued and the normal write path reports any error.
+    let sent = unsafe { libc::writev(env.fd, iov.as_ptr(), iov.len() as libc::c_int) };
+    let mut sent = usize::try_from(sent).unwrap_or(0);
+    env.stats.bytes_written.add(sent as u64);
+    if sent < out.len() {
+        out.drain(..sent);
+        sent = 0;
+    } else {
+        sent -= out.len();
+        out.clear();
+    }
+    if sent < value.len() {
+        out.extend_from_slice(&value[sent..]);
+        out.extend_from_slice(tail);
+    } else {
+        out.extend_from_slice(&tail[sent - value.len()..]);
+    }
 }
 
 /// A UDP datagram holds whole requests; replies go back in one framed response.

@@ -29,6 +29,8 @@ const READ_BUF: usize = 16 * 1024;
 /// Replies one batch may build before it is written out; the rest of the batch waits, so a
 /// pipeline of large gets never builds an unbounded reply buffer.
 const OUT_CAP: usize = 256 * 1024;
+/// The reply buffer keeps capacity up to this size between batches (large values reuse it).
+const OUT_KEEP: usize = 2 << 20;
 /// Reads per wake-up before a busy connection yields to the others.
 const READS_PER_TURN: usize = 8;
 /// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
@@ -91,6 +93,9 @@ pub struct ExecEnv<'a> {
     pub stats: &'a ThreadStats,
     pub now: u32,
     pub fd: i32,
+    /// A stream socket whose pending replies are all in `out`, so a large value may be
+    /// written to it directly (see `execute::write_large_value`). False for UDP.
+    pub direct: bool,
 }
 
 pub struct Worker {
@@ -336,8 +341,9 @@ impl Worker {
                 stats: &self.stats,
                 now,
                 fd,
+                direct: true,
             };
-            pending = process(&env, conn, &mut buf, &mut self.out);
+            pending = process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             if !self.out.is_empty() {
                 let out = std::mem::take(&mut self.out);
                 let sent = match write_some(&mut conn.stream, &out, &self.stats) {
@@ -352,7 +358,7 @@ impl Worker {
                 }
                 self.out = out;
                 self.out.clear();
-                if self.out.capacity() > 4 * READ_BUF {
+                if self.out.capacity() > OUT_KEEP {
                     self.out = Vec::with_capacity(READ_BUF);
                 }
             }
@@ -452,6 +458,7 @@ impl Worker {
                     stats: &self.stats,
                     now,
                     fd: self.udp[i].as_raw_fd(),
+                    direct: false,
                 };
                 execute::run_datagram(&env, &dgram[UDP_HEADER..n], &mut self.out);
             }
@@ -485,7 +492,13 @@ impl Worker {
 /// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
 /// Returns true when it stopped early, with requests left in `buf`: after `-R` requests (so one
 /// pipelining client cannot starve the others) or when `out` reached `OUT_CAP`.
-fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
+fn process(
+    env: &ExecEnv<'_>,
+    conn: &mut Conn,
+    pool: &mut BufPool,
+    buf: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> bool {
     let limits = &env.shared.limits;
     let budget = env.shared.settings.max_reqs_per_event;
     let mut pos = 0;
@@ -516,10 +529,9 @@ fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<
             }
             proto::Parse::Incomplete { total } => {
                 if let Some(total) = total {
-                    let have = buf.len() - pos;
-                    if total > have {
-                        buf.reserve(total - have);
-                    }
+                    buf.drain(..pos);
+                    pos = 0;
+                    grow_for(pool, buf, total);
                 }
                 break;
             }
@@ -551,6 +563,22 @@ fn process(env: &ExecEnv<'_>, conn: &mut Conn, buf: &mut Vec<u8>, out: &mut Vec<
         buf.drain(..pos);
     }
     stopped_early
+}
+
+/// Makes room for a request of `total` bytes (a large value), preferring a buffer the pool
+/// kept from an earlier large request over a fresh allocation.
+fn grow_for(pool: &mut BufPool, buf: &mut Vec<u8>, total: usize) {
+    if total <= buf.capacity() {
+        return;
+    }
+    match pool.take_large(total) {
+        Some(mut big) => {
+            big.extend_from_slice(buf);
+            std::mem::swap(buf, &mut big);
+            pool.give(big);
+        }
+        None => buf.reserve(total - buf.len()),
+    }
 }
 
 fn log_request(fd: i32, raw: &[u8]) {
