@@ -32,9 +32,10 @@ use worker::{unix_now, Incoming, Worker, WAKER};
 /// that parse the version for feature checks treat memfleet as memcached 1.6.18.
 pub const VERSION: &str = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION"));
 
+/// A listening socket and its name as `stats conns` prints it (shared by its connections).
 enum Listener {
-    Tcp(TcpListener, String),
-    Unix(UnixListener, String),
+    Tcp(TcpListener, Arc<str>),
+    Unix(UnixListener, Arc<str>),
 }
 
 /// Runs the server until SIGINT/SIGTERM or `shutdown`.
@@ -203,7 +204,7 @@ fn accept_loop(
                     Listener::Tcp(l, listen) => match l.accept() {
                         Ok((s, peer)) => {
                             let _ = s.set_nodelay(true);
-                            Incoming::Tcp(s, format!("tcp:{peer}"), listen.clone())
+                            Incoming::Tcp(s, peer, listen.clone())
                         }
                         Err(_) => break,
                     },
@@ -257,7 +258,7 @@ fn bind_listeners(settings: &Settings) -> Result<Vec<Listener>, String> {
         // memcached applies -a through umask on a 0777 socket, so the mask is the resulting mode.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mask))
             .map_err(|e| format!("chmod {path}: {e}"))?;
-        out.push(Listener::Unix(l, format!("unix:{path}")));
+        out.push(Listener::Unix(l, format!("unix:{path}").into()));
     }
     for addr in &settings.tcp {
         let domain = socket2::Domain::for_address(*addr);
@@ -275,7 +276,7 @@ fn bind_listeners(settings: &Settings) -> Result<Vec<Listener>, String> {
         let local = std_l.local_addr().map_err(|e| e.to_string())?;
         out.push(Listener::Tcp(
             TcpListener::from_std(std_l),
-            format!("tcp:{local}"),
+            format!("tcp:{local}").into(),
         ));
     }
     if out.is_empty() && settings.udp.is_empty() {

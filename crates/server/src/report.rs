@@ -211,8 +211,11 @@ fn conns(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     for reg in &env.shared.registry {
         let Ok(reg) = reg.lock() else { continue };
         for (_, c) in reg.iter() {
-            stat(out, &format!("{}:addr", c.fd), &c.addr);
-            stat(out, &format!("{}:listen_addr", c.fd), &c.listen_addr);
+            match c.peer {
+                Some(peer) => stat(out, &format!("{}:addr", c.fd), format!("tcp:{peer}")),
+                None => stat(out, &format!("{}:addr", c.fd), &c.listen),
+            }
+            stat(out, &format!("{}:listen_addr", c.fd), &c.listen);
             stat(out, &format!("{}:state", c.fd), "conn_parse_cmd");
             stat(
                 out,

@@ -8,10 +8,13 @@ use crate::config::Settings;
 use crate::stats::ThreadStats;
 
 /// What `stats conns` shows of one client connection.
+/// Kept small and without heap data of its own: there is one per open connection.
 pub struct ConnInfo {
     pub fd: i32,
-    pub addr: String,
-    pub listen_addr: String,
+    /// None for a unix-socket client.
+    pub peer: Option<std::net::SocketAddr>,
+    /// The listener's name, shared by all its connections.
+    pub listen: Arc<str>,
     pub last_cmd: u32,
 }
 

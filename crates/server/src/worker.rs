@@ -39,9 +39,9 @@ const UDP_MAX_PAYLOAD: usize = 1400;
 
 /// A socket handed from the acceptor to a worker.
 pub enum Incoming {
-    /// Socket, peer address and listening address, both as `stats conns` prints them.
-    Tcp(TcpStream, String, String),
-    Unix(UnixStream, String),
+    /// Socket, peer address and the listener's name.
+    Tcp(TcpStream, std::net::SocketAddr, Arc<str>),
+    Unix(UnixStream, Arc<str>),
 }
 
 enum Stream {
@@ -206,9 +206,9 @@ impl Worker {
 
     fn accept_new(&mut self, now: u32) {
         while let Ok(inc) = self.rx.try_recv() {
-            let (stream, addr, listen) = match inc {
-                Incoming::Tcp(s, addr, listen) => (Stream::Tcp(s), addr, listen),
-                Incoming::Unix(s, path) => (Stream::Unix(s), path.clone(), path),
+            let (stream, peer, listen) = match inc {
+                Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen),
+                Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen),
             };
             let entry = self.conns.vacant_entry();
             let token = entry.key();
@@ -243,8 +243,8 @@ impl Worker {
                     token,
                     ConnInfo {
                         fd,
-                        addr,
-                        listen_addr: listen,
+                        peer,
+                        listen,
                         last_cmd: now,
                     },
                 );
