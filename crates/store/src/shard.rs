@@ -673,6 +673,9 @@ impl Shard {
         let mut visited = 0;
         let nsegs = self.segs.len();
         let mut segs_seen = 0;
+        // Compaction copies live items under this shard's lock: bound the bytes per call so a
+        // pass over large items never stalls the workers waiting for the lock.
+        let mut move_budget = g.seg_size;
         while visited < budget && segs_seen <= nsegs && nsegs > 0 {
             if self.reclaim_seg >= nsegs {
                 self.reclaim_seg = 0;
@@ -690,8 +693,8 @@ impl Shard {
                 self.reclaim_seg += 1;
                 self.reclaim_off = 0;
                 segs_seen += 1;
-                if compactable {
-                    self.maybe_compact(g, seg);
+                if compactable && move_budget > 0 {
+                    move_budget = move_budget.saturating_sub(self.maybe_compact(g, seg));
                 }
                 continue;
             }
@@ -725,18 +728,21 @@ impl Shard {
     }
 
     /// A sealed segment that is at least 3/4 dead bytes has its live items moved to the head
-    /// when the head has room, so the segment's memory goes back to the pool.
-    fn maybe_compact(&mut self, g: &Global, seg: u32) {
+    /// when the head has room, so the segment's memory goes back to the pool. Returns the
+    /// bytes moved.
+    fn maybe_compact(&mut self, g: &Global, seg: u32) -> usize {
         let s = &self.segs[seg as usize];
         if (s.used - s.live_bytes) * 4 < s.used * 3 {
-            return;
+            return 0;
         }
-        let Some(head) = self.head else { return };
+        let Some(head) = self.head else { return 0 };
         let hs = &self.segs[head as usize];
-        if hs.buf.len() - hs.used < s.live_bytes {
-            return;
+        let live = s.live_bytes;
+        if hs.buf.len() - hs.used < live {
+            return 0;
         }
         self.move_to_head(g, seg, head, false);
+        live
     }
 
     /// Moves a sealed segment's live items into the head while they fit (only recently read
