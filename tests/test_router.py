@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -11,13 +12,35 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
 
 import pytest
 from harness import Conn, Server, free_port, memcached, memfleet_bin, wait_for_port
 
 NUTCRACKER = shutil.which("nutcracker")
+
+
+def my_port() -> int:
+    """A free port below the ephemeral range: other suites' free_port() and outgoing
+    connections cannot grab it between our check and the server's bind."""
+    for _ in range(100):
+        port = random.randrange(12000, 20000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    return free_port()
+
+
+def mc(*args: str, port: int | None = None) -> Server:
+    """memcached on a port of ours, checked to be really ours once it listens."""
+    srv = memcached(*args, port=port or my_port()).start()
+    time.sleep(0.05)
+    assert srv.proc is not None and srv.proc.poll() is None, "memcached exited at start"
+    return srv
 
 
 # ---------------------------------------------------------------- helpers
@@ -26,7 +49,7 @@ NUTCRACKER = shutil.which("nutcracker")
 def pool_yaml(
     name: str,
     listen: str,
-    servers: List[str],
+    servers: list[str],
     **opts: object,
 ) -> str:
     lines = [f"{name}:", f"  listen: {listen}"]
@@ -42,19 +65,56 @@ def pool_yaml(
 class Proxy(Server):
     """`memfleet route` (or nutcracker) with a config file and a stats port."""
 
-    def __init__(self, conf: str, port: Optional[int], unix: Optional[str] = None, nutcracker: bool = False, threads: int = 2) -> None:
+    def __init__(
+        self,
+        conf: str,
+        port: int | None,
+        unix: str | None = None,
+        nutcracker: bool = False,
+        threads: int = 2,
+    ) -> None:
         self.dir = tempfile.mkdtemp()
         self.conf_path = os.path.join(self.dir, "conf.yml")
         Path(self.conf_path).write_text(conf)
-        self.stats_port = free_port()
+        self.stats_port = my_port()
         self.log = os.path.join(self.dir, "log")
         if nutcracker:
             assert NUTCRACKER
-            argv = [NUTCRACKER, "-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1", "-o", self.log]
+            argv = [
+                NUTCRACKER,
+                "-c",
+                self.conf_path,
+                "-s",
+                str(self.stats_port),
+                "-a",
+                "127.0.0.1",
+                "-o",
+                self.log,
+            ]
         else:
-            argv = [memfleet_bin(), "route", "-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1",
-                    "-o", self.log, "-T", str(threads)]
+            argv = [
+                memfleet_bin(),
+                "route",
+                "-c",
+                self.conf_path,
+                "-s",
+                str(self.stats_port),
+                "-a",
+                "127.0.0.1",
+                "-o",
+                self.log,
+                "-T",
+                str(threads),
+            ]
         super().__init__(argv, port=port, unix_socket=unix)
+
+    def start(self) -> Proxy:
+        super().start()
+        time.sleep(0.05)
+        assert self.proc is not None and self.proc.poll() is None, (
+            "proxy exited at start: " + self.log_text()
+        )
+        return self
 
     def stats(self) -> dict:
         with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
@@ -79,20 +139,20 @@ class Proxy(Server):
 
 
 @pytest.fixture
-def backends() -> Iterator[List[Server]]:
-    started = [memcached("-t", "1").start() for _ in range(4)]
+def backends() -> Iterator[list[Server]]:
+    started = [mc("-t", "1") for _ in range(4)]
     yield started
     for s in started:
         s.stop()
 
 
-def where(backends: List[Server], keys: List[str]) -> Dict[str, int]:
+def where(backends: list[Server], keys: list[str]) -> dict[str, int]:
     """Which backend holds each key (checked directly, bypassing the proxy)."""
-    found: Dict[str, int] = {}
+    found: dict[str, int] = {}
     for i, b in enumerate(backends):
         with Conn(b.port) as c:
             for chunk in range(0, len(keys), 100):
-                part = keys[chunk:chunk + 100]
+                part = keys[chunk : chunk + 100]
                 reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
                 for line in reply.split(b"\r\n"):
                     if line.startswith(b"VALUE "):
@@ -102,13 +162,13 @@ def where(backends: List[Server], keys: List[str]) -> Dict[str, int]:
     return found
 
 
-def flush(backends: List[Server]) -> None:
+def flush(backends: list[Server]) -> None:
     for b in backends:
         with Conn(b.port) as c:
             assert c.request(b"flush_all\r\n") == b"OK\r\n"
 
 
-def set_all(port: int, keys: List[str]) -> None:
+def set_all(port: int, keys: list[str]) -> None:
     with Conn(port) as c:
         payload = b"".join(f"set {k} 0 0 {len(k)} noreply\r\n{k}\r\n".encode() for k in keys)
         c.send(payload)
@@ -122,15 +182,17 @@ def set_all(port: int, keys: List[str]) -> None:
 
 @pytest.mark.skipif(NUTCRACKER is None, reason="nutcracker not installed")
 @pytest.mark.parametrize("hash_name", ["md5", "fnv1a_64", "murmur", "crc32a"])
-def test_placement_matches_nutcracker(backends: List[Server], hash_name: str) -> None:
+def test_placement_matches_nutcracker(backends: list[Server], hash_name: str) -> None:
     servers = [f"127.0.0.1:{b.port}:{w}" for b, w in zip(backends, [1, 2, 1, 3])]
     servers[1] += " second"
     keys = [f"key:{i}:{hash_name}" for i in range(1500)] + ["{tag}a", "{tag}b"]
     placements = []
     for nut in (True, False):
         flush(backends)
-        port = free_port()
-        conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash=hash_name, distribution="ketama")
+        port = my_port()
+        conf = pool_yaml(
+            "alpha", f"127.0.0.1:{port}", servers, hash=hash_name, distribution="ketama"
+        )
         with Proxy(conf, port, nutcracker=nut):
             set_all(port, keys)
             placements.append(where(backends, keys))
@@ -140,14 +202,21 @@ def test_placement_matches_nutcracker(backends: List[Server], hash_name: str) ->
 
 
 @pytest.mark.skipif(NUTCRACKER is None, reason="nutcracker not installed")
-def test_hash_tag_and_modula_match_nutcracker(backends: List[Server]) -> None:
+def test_hash_tag_and_modula_match_nutcracker(backends: list[Server]) -> None:
     servers = [f"127.0.0.1:{b.port}:1" for b in backends]
     keys = [f"{{user{i % 7}}}:field{i}" for i in range(400)] + [f"plain{i}" for i in range(400)]
     placements = []
     for nut in (True, False):
         flush(backends)
-        port = free_port()
-        conf = pool_yaml("beta", f"127.0.0.1:{port}", servers, hash="fnv1a_32", hash_tag='"{}"', distribution="modula")
+        port = my_port()
+        conf = pool_yaml(
+            "beta",
+            f"127.0.0.1:{port}",
+            servers,
+            hash="fnv1a_32",
+            hash_tag='"{}"',
+            distribution="modula",
+        )
         with Proxy(conf, port, nutcracker=nut):
             set_all(port, keys)
             placements.append(where(backends, keys))
@@ -160,10 +229,13 @@ def test_hash_tag_and_modula_match_nutcracker(backends: List[Server]) -> None:
 
 
 @pytest.fixture
-def router(backends: List[Server]) -> Iterator[Proxy]:
-    port = free_port()
+def router(backends: list[Server]) -> Iterator[Proxy]:
+    port = my_port()
     servers = [f"127.0.0.1:{b.port}:1" for b in backends]
-    conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="fnv1a_64", distribution="ketama", timeout=1000)
+    # md5: fnv1a_64 puts keys that differ only in their last bytes next to each other.
+    conf = pool_yaml(
+        "alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama", timeout=1000
+    )
     with Proxy(conf, port) as p:
         yield p
 
@@ -185,7 +257,8 @@ def test_text_commands_round_trip(router: Proxy) -> None:
         assert c.request(b"decr n 20\r\n") == b"0\r\n"
         assert c.request(b"incr nope 1\r\n") == b"NOT_FOUND\r\n"
         assert c.request(b"touch n 100\r\n") == b"TOUCHED\r\n"
-        assert c.request(b"gat 100 n\r\n", b"END\r\n") == b"VALUE n 0 1\r\n0\r\nEND\r\n"
+        # memcached keeps the length on decr: "0 " (two bytes).
+        assert c.request(b"gat 100 n\r\n", b"END\r\n") == b"VALUE n 0 2\r\n0 \r\nEND\r\n"
         assert c.request(b"delete n\r\n") == b"DELETED\r\n"
         assert c.request(b"delete n\r\n") == b"NOT_FOUND\r\n"
         assert c.request(b"version\r\n").startswith(b"VERSION ")
@@ -197,16 +270,26 @@ def test_text_commands_round_trip(router: Proxy) -> None:
         assert c.read_all(1.0) == b""
 
 
-def test_multi_get_is_split_and_merged_in_key_order(router: Proxy, backends: List[Server]) -> None:
+def test_multi_get_is_split_and_merged_in_key_order(router: Proxy, backends: list[Server]) -> None:
     keys = [f"mk{i}" for i in range(40)]
     with Conn(router.port) as c:
         for k in keys[::2]:
             assert c.request(f"set {k} {len(k)} 0 {len(k)}\r\n{k}\r\n".encode()) == b"STORED\r\n"
         asked = keys[::-1] + keys[:3] + ["missing"]
         reply = c.request(("get " + " ".join(asked) + "\r\n").encode(), b"END\r\n")
-    expect = b"".join(f"VALUE {k} {len(k)} {len(k)}\r\n{k}\r\n".encode() for k in asked if keys.index(k) % 2 == 0 if k in keys) + b"END\r\n"
+    stored = set(keys[::2])
+    expect = (
+        b"".join(f"VALUE {k} {len(k)} {len(k)}\r\n{k}\r\n".encode() for k in asked if k in stored)
+        + b"END\r\n"
+    )
     assert reply == expect
     assert len(set(where(backends, keys[::2]).values())) > 1, "keys spread over servers"
+    with Conn(router.port) as c:
+        # gats is split the same way, "gats <exptime>" kept on every fragment.
+        reply = c.request(("gats 100 " + " ".join(keys[:8]) + "\r\n").encode(), b"END\r\n")
+        lines = [ln for ln in reply.split(b"\r\n") if ln.startswith(b"VALUE ")]
+        assert [ln.split()[1].decode() for ln in lines] == [k for k in keys[:8] if k in stored]
+        assert all(len(ln.split()) == 5 for ln in lines), "cas unique present"
     assert router.stats()["alpha"]["fragments"] >= 2
 
 
@@ -229,13 +312,17 @@ def test_pipelined_requests_answer_in_order(router: Proxy) -> None:
 
 def test_noreply_and_meta_quiet_mode(router: Proxy) -> None:
     with Conn(router.port) as c:
-        c.send(b"set q 0 0 1 noreply\r\nv\r\nadd q 0 0 1 noreply\r\nw\r\nincr q 1 noreply\r\n")
+        c.send(b"set q 0 0 1 noreply\r\nv\r\nadd q 0 0 1 noreply\r\nw\r\ndelete nokey noreply\r\n")
         assert c.request(b"get q\r\n", b"END\r\n") == b"VALUE q 0 1\r\nv\r\nEND\r\n"
         # Errors still come back for noreply, as from memcached itself.
-        assert c.request(b"incr q 1 noreply\r\nmn\r\n", b"MN\r\n") == \
-            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\nMN\r\n"
-        assert c.request(b"ms m1 2 T0 q\r\nhi\r\nmg m1 v q\r\nmg nothere v q\r\nmn\r\n", b"MN\r\n") == \
-            b"VA 2\r\nhi\r\nMN\r\n"
+        assert (
+            c.request(b"incr q 1 noreply\r\nmn\r\n", b"MN\r\n")
+            == b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\nMN\r\n"
+        )
+        assert (
+            c.request(b"ms m1 2 T0 q\r\nhi\r\nmg m1 v q\r\nmg nothere v q\r\nmn\r\n", b"MN\r\n")
+            == b"VA 2\r\nhi\r\nMN\r\n"
+        )
         assert c.request(b"mg m1 s v k Oab\r\n", b"\r\nhi\r\n") == b"VA 2 s2 km1 Oab\r\nhi\r\n"
         assert c.request(b"md m1 q\r\nmd m1\r\n") == b"NF\r\n"
         assert c.request(b"ma cnt N0 J7 v\r\n", b"7\r\n") == b"VA 1\r\n7\r\n"
@@ -253,36 +340,71 @@ def test_large_values_cross_intact(router: Proxy) -> None:
             reply = c.request(f"get big{n}\r\n".encode(), b"\r\nEND\r\n")
             assert reply == f"VALUE big{n} 0 {n}\r\n".encode() + val + b"\r\nEND\r\n"
         # A multi-get of big values from several servers merges whole items.
-        reply = c.request(("get " + " ".join(f"big{n}" for n in sizes) + "\r\n").encode(), b"\r\nEND\r\n")
+        reply = c.request(
+            ("get " + " ".join(f"big{n}" for n in sizes) + "\r\n").encode(), b"\r\nEND\r\n"
+        )
         assert reply.count(b"VALUE big") == len(sizes)
 
 
-def test_stats_json_has_nutcracker_fields(router: Proxy, backends: List[Server]) -> None:
+def test_stats_json_has_nutcracker_fields(router: Proxy, backends: list[Server]) -> None:
     with Conn(router.port) as c:
         c.request(b"set s 0 0 1\r\nx\r\n")
     st = router.stats()
-    for k in ["service", "source", "version", "uptime", "timestamp", "total_connections", "curr_connections"]:
+    for k in [
+        "service",
+        "source",
+        "version",
+        "uptime",
+        "timestamp",
+        "total_connections",
+        "curr_connections",
+    ]:
         assert k in st
     pool = st["alpha"]
-    for k in ["client_eof", "client_err", "client_connections", "server_ejects", "forward_error", "fragments"]:
+    for k in [
+        "client_eof",
+        "client_err",
+        "client_connections",
+        "server_ejects",
+        "forward_error",
+        "fragments",
+    ]:
         assert k in pool
     server = pool[f"127.0.0.1:{backends[0].port}"]
-    assert set(server) == {"server_eof", "server_err", "server_timedout", "server_connections", "server_ejected_at",
-                           "requests", "request_bytes", "responses", "response_bytes", "in_queue", "in_queue_bytes",
-                           "out_queue", "out_queue_bytes"}
+    assert set(server) == {
+        "server_eof",
+        "server_err",
+        "server_timedout",
+        "server_connections",
+        "server_ejected_at",
+        "requests",
+        "request_bytes",
+        "responses",
+        "response_bytes",
+        "in_queue",
+        "in_queue_bytes",
+        "out_queue",
+        "out_queue_bytes",
+    }
     assert sum(pool[f"127.0.0.1:{b.port}"]["requests"] for b in backends) >= 1
 
 
 @pytest.mark.skipif(NUTCRACKER is None, reason="nutcracker not installed")
-def test_stats_json_shape_equals_nutcracker(backends: List[Server]) -> None:
+def test_stats_json_shape_equals_nutcracker(backends: list[Server]) -> None:
     shapes = []
     for nut in (True, False):
-        port = free_port()
-        conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1", f"127.0.0.1:{backends[1].port}:1 two"])
+        port = my_port()
+        conf = pool_yaml(
+            "alpha",
+            f"127.0.0.1:{port}",
+            [f"127.0.0.1:{backends[0].port}:1", f"127.0.0.1:{backends[1].port}:1 two"],
+        )
         with Proxy(conf, port, nutcracker=nut) as p:
             st = p.stats()
-        shapes.append({k: (sorted(v) if isinstance(v, dict) else None) for k, v in st.items()}
-                      | {"alpha/two": sorted(st["alpha"]["two"])})
+        shapes.append(
+            {k: (sorted(v) if isinstance(v, dict) else None) for k, v in st.items()}
+            | {"alpha/two": sorted(st["alpha"]["two"])}
+        )
     # memfleet adds one top-level field ("memfleet": its version).
     assert {k: v for k, v in shapes[1].items() if k != "memfleet"} == shapes[0]
 
@@ -290,8 +412,10 @@ def test_stats_json_shape_equals_nutcracker(backends: List[Server]) -> None:
 def test_unix_socket_listener_and_backend(tmp_path: Path) -> None:
     mc_sock = str(tmp_path / "mc.sock")
     listen = str(tmp_path / "route.sock")
-    with memcached("-s", mc_sock) as mc, memcached("-t", "1") as tcp:
-        conf = pool_yaml("u", f"{listen} 0666", [f"{mc_sock}:1", f"127.0.0.1:{tcp.port}:1"])
+    with memcached("-s", mc_sock), mc("-t", "1") as tcp:
+        conf = pool_yaml(
+            "u", f"{listen} 0666", [f"{mc_sock}:1", f"127.0.0.1:{tcp.port}:1"], hash="md5"
+        )
         with Proxy(conf, None, unix=listen):
             assert oct(os.stat(listen).st_mode & 0o777) == "0o666"
             with socket.socket(socket.AF_UNIX) as s:
@@ -315,11 +439,19 @@ def test_unix_socket_listener_and_backend(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- failures
 
 
-def test_dead_backend_errors_then_ejects_then_returns(backends: List[Server]) -> None:
-    port = free_port()
+def test_dead_backend_errors_then_ejects_then_returns(backends: list[Server]) -> None:
+    port = my_port()
     servers = [f"127.0.0.1:{b.port}:1" for b in backends[:3]]
-    conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, timeout=500, auto_eject_hosts=True,
-                     server_retry_timeout=1500, server_failure_limit=2)
+    conf = pool_yaml(
+        "alpha",
+        f"127.0.0.1:{port}",
+        servers,
+        hash="md5",
+        timeout=500,
+        auto_eject_hosts=True,
+        server_retry_timeout=1500,
+        server_failure_limit=2,
+    )
     with Proxy(conf, port) as p:
         keys = [f"f{i}" for i in range(200)]
         set_all(port, keys)
@@ -334,7 +466,9 @@ def test_dead_backend_errors_then_ejects_then_returns(backends: List[Server]) ->
             for k in victim_keys[:5]:
                 t = time.monotonic()
                 r = c.request(f"get {k}\r\n".encode(), b"END\r\n", b"\r\n")
-                assert time.monotonic() - t < 0.6, "never waits longer than the timeout"
+                assert time.monotonic() - t < 1.0, (
+                    "never waits much longer than the timeout (500 ms)"
+                )
                 if r.startswith(b"SERVER_ERROR"):
                     errors += 1
                 else:
@@ -343,18 +477,20 @@ def test_dead_backend_errors_then_ejects_then_returns(backends: List[Server]) ->
             assert time.monotonic() - t0 < 3
             # Ejected: the victim's keys now live elsewhere.
             for k in victim_keys:
-                assert c.request(f"set {k} 0 0 1\r\nx\r\n") == b"STORED\r\n"
+                assert c.request(f"set {k} 0 0 1\r\nx\r\n".encode()) == b"STORED\r\n"
             st = p.stats()["alpha"]
             assert st["server_ejects"] >= 1
             assert st[f"127.0.0.1:{vport}"]["server_ejected_at"] > 0
             # Back on the same port: after server_retry_timeout it rejoins the ring.
-            revived = memcached("-t", "1", port=vport).start()
+            revived = mc("-t", "1", port=vport)
             backends[1] = revived
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                c.request(f"set {victim_keys[0]} 0 0 1\r\ny\r\n")
+                c.request(f"set {victim_keys[0]} 0 0 1\r\ny\r\n".encode())
                 with Conn(vport) as d:
-                    if d.request(f"get {victim_keys[0]}\r\n".encode(), b"END\r\n").startswith(b"VALUE"):
+                    if d.request(f"get {victim_keys[0]}\r\n".encode(), b"END\r\n").startswith(
+                        b"VALUE"
+                    ):
                         break
                 time.sleep(0.2)
             else:
@@ -367,7 +503,7 @@ def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
-    held: List[socket.socket] = []
+    held: list[socket.socket] = []
     stop = threading.Event()
 
     def sink() -> None:
@@ -381,13 +517,15 @@ def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
 
     th = threading.Thread(target=sink, daemon=True)
     th.start()
-    port = free_port()
-    conf = pool_yaml("slow", f"127.0.0.1:{port}", [f"127.0.0.1:{silent.getsockname()[1]}:1"], timeout=300)
+    port = my_port()
+    conf = pool_yaml(
+        "slow", f"127.0.0.1:{port}", [f"127.0.0.1:{silent.getsockname()[1]}:1"], timeout=300
+    )
     try:
         with Proxy(conf, port) as p, Conn(port) as c:
             t = time.monotonic()
             assert c.request(b"get x\r\n") == b"SERVER_ERROR Connection timed out\r\n"
-            assert 0.25 < time.monotonic() - t < 0.8
+            assert 0.25 < time.monotonic() - t < 1.0
             c.send(b"set a 0 0 1\r\n1\r\nget b c d\r\n")
             assert c.read_line() == b"SERVER_ERROR Connection timed out\r\n"
             assert c.read_line() == b"SERVER_ERROR Connection timed out\r\n"
@@ -401,10 +539,17 @@ def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
 
 
 def test_no_live_server_answers_at_once(tmp_path: Path) -> None:
-    port = free_port()
-    dead = free_port()
-    conf = pool_yaml("d", f"127.0.0.1:{port}", [f"127.0.0.1:{dead}:1"], timeout=2000,
-                     auto_eject_hosts=True, server_failure_limit=1, server_retry_timeout=60000)
+    port = my_port()
+    dead = my_port()
+    conf = pool_yaml(
+        "d",
+        f"127.0.0.1:{port}",
+        [f"127.0.0.1:{dead}:1"],
+        timeout=2000,
+        auto_eject_hosts=True,
+        server_failure_limit=1,
+        server_retry_timeout=60000,
+    )
     with Proxy(conf, port), Conn(port) as c:
         t = time.monotonic()
         assert c.request(b"get x\r\n").startswith(b"SERVER_ERROR")
@@ -416,7 +561,9 @@ def test_no_live_server_answers_at_once(tmp_path: Path) -> None:
 
 
 def run_route(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([memfleet_bin(), "route", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [memfleet_bin(), "route", *args], capture_output=True, text=True, check=False, timeout=30
+    )
 
 
 def test_test_conf_flag(tmp_path: Path) -> None:
@@ -429,16 +576,27 @@ def test_test_conf_flag(tmp_path: Path) -> None:
     r = run_route("-t", "-c", str(bad))
     assert r.returncode != 0 and 'directive "hash" is not a valid hash' in r.stderr
     if NUTCRACKER:
-        assert subprocess.run([NUTCRACKER, "-t", "-c", str(good)], capture_output=True).returncode == 0
-        assert subprocess.run([NUTCRACKER, "-t", "-c", str(bad)], capture_output=True).returncode != 0
+        assert (
+            subprocess.run(
+                [NUTCRACKER, "-t", "-c", str(good)], check=False, capture_output=True
+            ).returncode
+            == 0
+        )
+        assert (
+            subprocess.run(
+                [NUTCRACKER, "-t", "-c", str(bad)], check=False, capture_output=True
+            ).returncode
+            != 0
+        )
     r = run_route("-D")
     assert r.returncode == 0 and "server_ejected_at" in r.stdout
 
 
-def test_several_pools_in_one_file(backends: List[Server]) -> None:
-    p1, p2 = free_port(), free_port()
-    conf = pool_yaml("one", f"127.0.0.1:{p1}", [f"127.0.0.1:{backends[0].port}:1"]) + \
-        pool_yaml("two", f"127.0.0.1:{p2}", [f"127.0.0.1:{backends[1].port}:1"], hash="md5")
+def test_several_pools_in_one_file(backends: list[Server]) -> None:
+    p1, p2 = my_port(), my_port()
+    conf = pool_yaml("one", f"127.0.0.1:{p1}", [f"127.0.0.1:{backends[0].port}:1"]) + pool_yaml(
+        "two", f"127.0.0.1:{p2}", [f"127.0.0.1:{backends[1].port}:1"], hash="md5"
+    )
     with Proxy(conf, p1):
         wait_for_port(p2)
         with Conn(p1) as a, Conn(p2) as b:
@@ -448,13 +606,21 @@ def test_several_pools_in_one_file(backends: List[Server]) -> None:
             assert b.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\n2\r\nEND\r\n"
 
 
-def test_sighup_reload_under_load_drops_no_connection(backends: List[Server]) -> None:
-    port = free_port()
-    conf1 = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"], timeout=2000)
-    conf2 = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{b.port}:1" for b in backends[:3]], timeout=2000)
+def test_sighup_reload_under_load_drops_no_connection(backends: list[Server]) -> None:
+    port = my_port()
+    conf1 = pool_yaml(
+        "alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"], timeout=2000, hash="md5"
+    )
+    conf2 = pool_yaml(
+        "alpha",
+        f"127.0.0.1:{port}",
+        [f"127.0.0.1:{b.port}:1" for b in backends[:3]],
+        timeout=2000,
+        hash="md5",
+    )
     with Proxy(conf1, port) as p:
         stop = threading.Event()
-        failures: List[str] = []
+        failures: list[str] = []
         counts = [0] * 8
 
         def client(n: int) -> None:
@@ -464,7 +630,9 @@ def test_sighup_reload_under_load_drops_no_connection(backends: List[Server]) ->
                     while not stop.is_set():
                         k = f"c{n}:{i % 50}"
                         v = f"{n}-{i}"
-                        r = c.request(f"set {k} 0 0 {len(v)}\r\n{v}\r\nget {k}\r\n".encode(), b"END\r\n")
+                        r = c.request(
+                            f"set {k} 0 0 {len(v)}\r\n{v}\r\nget {k}\r\n".encode(), b"END\r\n"
+                        )
                         if r != f"STORED\r\nVALUE {k} 0 {len(v)}\r\n{v}\r\nEND\r\n".encode():
                             failures.append(repr(r))
                             return
@@ -495,8 +663,8 @@ def test_sighup_reload_under_load_drops_no_connection(backends: List[Server]) ->
         assert len(set(where(backends, fresh).values())) == 3, "new servers took keys after reload"
 
 
-def test_reload_moves_listener(backends: List[Server]) -> None:
-    p1, p2 = free_port(), free_port()
+def test_reload_moves_listener(backends: list[Server]) -> None:
+    p1, p2 = my_port(), my_port()
     conf1 = pool_yaml("alpha", f"127.0.0.1:{p1}", [f"127.0.0.1:{backends[0].port}:1"])
     conf2 = pool_yaml("alpha", f"127.0.0.1:{p2}", [f"127.0.0.1:{backends[0].port}:1"])
     with Proxy(conf1, p1) as p:
@@ -507,3 +675,143 @@ def test_reload_moves_listener(backends: List[Server]) -> None:
         time.sleep(0.2)
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", p1), timeout=1).close()
+
+
+def test_preconnect_and_client_connections_limit(backends: list[Server]) -> None:
+    port = my_port()
+    conf = pool_yaml(
+        "alpha",
+        f"127.0.0.1:{port}",
+        [f"127.0.0.1:{b.port}:1" for b in backends[:2]],
+        preconnect=True,
+        server_connections=2,
+        client_connections=3,
+    )
+    with Proxy(conf, port, threads=2) as p:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            st = p.stats()["alpha"]
+            conns = [st[f"127.0.0.1:{b.port}"]["server_connections"] for b in backends[:2]]
+            if conns == [4, 4]:  # 2 per server per worker thread, before any request
+                break
+            time.sleep(0.05)
+        assert conns == [4, 4]
+        # client_connections is enforced (nutcracker 0.5 parses it but ignores it).
+        held = [Conn(port) for _ in range(3)]
+        for c in held:
+            assert c.request(b"version\r\n").startswith(b"VERSION")
+        extra = Conn(port)
+        try:
+            extra.send(b"version\r\n")
+            assert extra.read_all(1.0) == b"", "over the limit: closed without a reply"
+        except ConnectionResetError:
+            pass
+        extra.close()
+        held[0].close()
+        time.sleep(0.2)
+        with Conn(port) as c:
+            assert c.request(b"version\r\n").startswith(b"VERSION")
+        for c in held[1:]:
+            c.close()
+
+
+def test_hot_pipelining_client_does_not_starve_others(backends: list[Server]) -> None:
+    port = my_port()
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    with Proxy(conf, port, threads=1) as p:
+        stop = threading.Event()
+
+        def hot() -> None:
+            with Conn(port, timeout=10) as c:
+                batch = b"get hot\r\n" * 2000
+                while not stop.is_set():
+                    c.send(batch)
+                    got = 0
+                    while got < 2000:
+                        chunk = c.sock.recv(1 << 20)
+                        got += chunk.count(b"END\r\n")
+
+        th = threading.Thread(target=hot)
+        th.start()
+        time.sleep(0.3)
+        worst = 0.0
+        with Conn(port) as c:
+            for _ in range(50):
+                t = time.monotonic()
+                assert c.request(b"get cold\r\n", b"END\r\n") == b"END\r\n"
+                worst = max(worst, time.monotonic() - t)
+        stop.set()
+        th.join()
+        # Same worker thread as the hot client, yet answered between its batches.
+        assert worst < 0.5, worst
+        assert p.proc is not None and p.proc.poll() is None
+
+
+def test_pid_file_and_daemonize(tmp_path: Path, backends: list[Server]) -> None:
+    port = my_port()
+    conf = tmp_path / "c.yml"
+    conf.write_text(pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"]))
+    pid_file = tmp_path / "route.pid"
+    r = run_route(
+        "-d",
+        "-c",
+        str(conf),
+        "-p",
+        str(pid_file),
+        "-s",
+        str(my_port()),
+        "-a",
+        "127.0.0.1",
+        "-o",
+        str(tmp_path / "log"),
+    )
+    assert r.returncode == 0
+    wait_for_port(port)
+    pid = int(pid_file.read_text())
+    try:
+        with Conn(port) as c:
+            assert c.request(b"set d 0 0 1\r\n1\r\n") == b"STORED\r\n"
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_file.exists(), "pid file removed on exit"
+
+
+def test_client_auth_extension(backends: list[Server]) -> None:
+    port = my_port()
+    conf = pool_yaml(
+        "alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"], client_auth="s3cret"
+    )
+    with Proxy(conf, port), Conn(port) as c:
+        assert c.request(b"get a\r\n") == b"CLIENT_ERROR unauthenticated\r\n"
+        assert (
+            c.request(b"set x 0 0 10\r\nbob wrong!\r\n")
+            == b"CLIENT_ERROR authentication failure\r\n"
+        )
+        assert c.request(b"set x 0 0 10\r\nbob s3cret\r\n") == b"STORED\r\n"
+        assert c.request(b"get x\r\n", b"END\r\n") == b"END\r\n", "the auth set is not stored"
+
+
+def test_real_clients_through_the_router(router: Proxy) -> None:
+    pymemcache = pytest.importorskip("pymemcache.client.base")
+    c = pymemcache.Client(("127.0.0.1", router.port), timeout=5, connect_timeout=5)
+    data = {f"pm{i}": f"v{i}".encode() * (i + 1) for i in range(60)}
+    assert c.set_many(data) == []  # noreply by default in pymemcache
+    assert c.get_many(list(data)) == data
+    assert c.set("n", b"5", noreply=False) is True
+    assert c.incr("n", 3, noreply=False) == 8
+    _value, cas = c.gets("n")
+    assert c.cas("n", b"1", cas, noreply=False) is True
+    assert c.delete_many(list(data)[:10], noreply=False) is True
+    assert c.get_many(list(data)[:12]) == {k: data[k] for k in list(data)[10:12]}
+    c.close()
+    try:
+        import pylibmc
+    except ImportError:
+        return
+    mc = pylibmc.Client([f"127.0.0.1:{router.port}"], binary=False)
+    mc.set_multi({"lib1": "a", "lib2": "b"})
+    assert mc.get_multi(["lib1", "lib2", "nope"]) == {"lib1": "a", "lib2": "b"}
+    assert mc.incr("n", 2) == 3

@@ -5,8 +5,9 @@ use std::io::{self, Read};
 
 /// Read at least this much per `read` call when the buffer has room to spare.
 const MIN_READ: usize = 16 * 1024;
-/// An idle buffer larger than this is freed so a one-off big value does not pin memory.
-const KEEP_IDLE: usize = 64 * 1024;
+/// An idle buffer larger than this is freed so a one-off big value does not pin memory
+/// (client buffers go back to the worker pool when empty; this bounds backend buffers).
+const KEEP_IDLE: usize = 1024 * 1024;
 
 #[derive(Default)]
 pub struct ReadBuf {
@@ -45,6 +46,29 @@ impl ReadBuf {
         }
     }
 
+    /// The storage of an empty buffer, to put in a pool while the connection is idle.
+    /// Only standard-size storage is handed out; anything else is simply dropped.
+    pub fn take_storage(&mut self) -> Option<Vec<u8>> {
+        if !self.is_empty() || self.data.is_empty() {
+            return None;
+        }
+        let data = std::mem::take(&mut self.data);
+        (data.len() == MIN_READ).then_some(data)
+    }
+
+    /// Gives an empty buffer pooled storage before a read.
+    pub fn set_storage(&mut self, data: Vec<u8>) {
+        if self.data.is_empty() {
+            self.data = data;
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    pub fn has_storage(&self) -> bool {
+        !self.data.is_empty()
+    }
+
     pub fn clear(&mut self) {
         self.consume(self.len());
     }
@@ -70,7 +94,10 @@ impl ReadBuf {
     }
 
     /// One `read` into the free space, growing the buffer when it is nearly full.
-    pub fn read_from(&mut self, src: &mut impl Read) -> io::Result<usize> {
+    /// Returns the bytes read and whether the read filled all the space offered: a short
+    /// read means the socket had nothing more, so an edge-triggered reader can stop
+    /// without paying for a read that fails with `WouldBlock`.
+    pub fn read_from(&mut self, src: &mut impl Read) -> io::Result<(usize, bool)> {
         if self.data.len() - self.end < MIN_READ {
             self.compact();
             if self.data.len() - self.end < MIN_READ {
@@ -78,9 +105,10 @@ impl ReadBuf {
                 self.data.resize(want, 0);
             }
         }
+        let space = self.data.len() - self.end;
         let n = src.read(&mut self.data[self.end..])?;
         self.end += n;
-        Ok(n)
+        Ok((n, n == space))
     }
 }
 
@@ -92,20 +120,31 @@ mod tests {
     fn reads_consumes_and_compacts() {
         let mut b = ReadBuf::default();
         let mut src: &[u8] = b"hello world";
-        assert_eq!(b.read_from(&mut src).unwrap(), 11);
+        assert_eq!(b.read_from(&mut src).unwrap(), (11, false));
         assert_eq!(b.filled(), b"hello world");
         b.consume(6);
         assert_eq!(b.filled(), b"world");
-        b.reserve_total(100_000);
+        b.reserve_total(2_000_000);
         assert_eq!(b.filled(), b"world");
-        let big = vec![7u8; 99_995];
+        let big = vec![7u8; 1_999_995];
         let mut src: &[u8] = &big;
         while !src.is_empty() {
             b.read_from(&mut src).unwrap();
         }
-        assert_eq!(b.len(), 100_000);
-        b.consume(100_000);
+        assert_eq!(b.len(), 2_000_000);
+        b.consume(2_000_000);
         assert!(b.is_empty());
         assert_eq!(b.data.len(), 0, "big idle buffer is freed");
+        let mut src: &[u8] = b"x";
+        b.read_from(&mut src).unwrap();
+        assert!(b.take_storage().is_none(), "not while it holds data");
+        b.consume(1);
+        let storage = b.take_storage().expect("standard storage is pooled");
+        assert!(!b.has_storage());
+        let mut other = ReadBuf::default();
+        other.set_storage(storage);
+        let mut src: &[u8] = b"abc";
+        assert_eq!(other.read_from(&mut src).unwrap(), (3, false));
+        assert_eq!(other.filled(), b"abc");
     }
 }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::channel;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -97,8 +97,12 @@ server stats:
 pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
-    let config = Config::from_yaml_str(&text)
-        .map_err(|e| format!("configuration file '{}' syntax is invalid: {e}", path.display()))?;
+    let config = Config::from_yaml_str(&text).map_err(|e| {
+        format!(
+            "configuration file '{}' syntax is invalid: {e}",
+            path.display()
+        )
+    })?;
     for pool in &config.pools {
         if pool.redis {
             return Err(format!(
@@ -117,7 +121,7 @@ struct Running {
     started: Instant,
     globals: Arc<Globals>,
     current: Arc<RwLock<Arc<Shared>>>,
-    workers: Vec<(Sender<Control>, Arc<mio::Waker>)>,
+    workers: Vec<worker::Peer>,
     listeners: HashMap<String, (StdListener, Listen)>,
 }
 
@@ -134,6 +138,16 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
             args.conf_file.display()
         );
         return Ok(());
+    }
+    // Signals first: a SIGHUP that arrives while starting must not kill the process.
+    let hup = Arc::new(AtomicBool::new(false));
+    let term = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGHUP, &hup),
+        (signal_hook::consts::SIGTERM, &term),
+        (signal_hook::consts::SIGINT, &term),
+    ] {
+        signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("signal: {e}"))?;
     }
     let log_file = match &args.output {
         Some(p) => Some(
@@ -161,12 +175,20 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         listeners.insert(pool.listen_key(), (l, pool.cfg.listen.clone()));
     }
     let stats_listener = std::net::TcpListener::bind((args.stats_addr.as_str(), args.stats_port))
-        .map_err(|e| format!("cannot listen on stats {}:{}: {e}", args.stats_addr, args.stats_port))?;
+        .map_err(|e| {
+        format!(
+            "cannot listen on stats {}:{}: {e}",
+            args.stats_addr, args.stats_port
+        )
+    })?;
 
     if args.daemonize {
         // SAFETY: no threads exist yet; daemon(3) forks and detaches.
         if unsafe { libc::daemon(1, 0) } != 0 {
-            return Err(format!("daemonize failed: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "daemonize failed: {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
     if let Some(p) = &args.pid_file {
@@ -177,13 +199,22 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
     let globals = Arc::new(Globals {
         started,
         threads,
-        per_worker: (0..threads).map(|_| stats::WorkerCounters::default()).collect(),
+        per_worker: (0..threads)
+            .map(|_| stats::WorkerCounters::default())
+            .collect(),
     });
     let current = Arc::new(RwLock::new(shared.clone()));
-    let mut workers = Vec::with_capacity(threads);
-    for id in 0..threads {
+    // All pollers first: every worker gets a handle on every other one to hand over
+    // the connections it accepts.
+    let mut polls = Vec::with_capacity(threads);
+    let mut workers: Vec<worker::Peer> = Vec::with_capacity(threads);
+    for _ in 0..threads {
         let (poll, waker) = Worker::new_poll().map_err(|e| format!("poll: {e}"))?;
         let (tx, rx) = channel();
+        polls.push((poll, rx));
+        workers.push((tx, waker));
+    }
+    for (id, (poll, rx)) in polls.into_iter().enumerate() {
         let mut updates = Vec::new();
         for (i, pool) in shared.pools.iter().enumerate() {
             let (l, _) = &listeners[&pool.listen_key()];
@@ -193,18 +224,32 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
                 new: Some(l.try_clone().map_err(|e| format!("listener: {e}"))?),
             });
         }
+        let (tx, waker) = &workers[id];
         tx.send(Control::Reload {
             shared: shared.clone(),
             listeners: updates,
         })
         .map_err(|_| "worker channel closed".to_string())?;
         waker.wake().map_err(|e| format!("waker: {e}"))?;
-        let w = Worker::new(id, poll, rx, shared.clone(), globals.clone());
+        let w = Worker::new(
+            id,
+            poll,
+            rx,
+            workers.clone(),
+            shared.clone(),
+            globals.clone(),
+        );
         std::thread::Builder::new()
             .name(format!("route-w{id}"))
-            .spawn(move || w.run())
+            .spawn(move || {
+                // A worker that died would leave its clients hanging: better to exit and
+                // let the supervisor restart the router.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run())).is_err() {
+                    log::warn(&format!("worker {id} panicked; exiting"));
+                    std::process::exit(70);
+                }
+            })
             .map_err(|e| format!("spawn: {e}"))?;
-        workers.push((tx, waker));
     }
     {
         let current = current.clone();
@@ -229,11 +274,15 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         workers,
         listeners,
     };
-    running.control_loop();
+    running.control_loop(hup, term);
     Ok(())
 }
 
-fn serve_stats(listener: std::net::TcpListener, current: Arc<RwLock<Arc<Shared>>>, globals: Arc<Globals>) {
+fn serve_stats(
+    listener: std::net::TcpListener,
+    current: Arc<RwLock<Arc<Shared>>>,
+    globals: Arc<Globals>,
+) {
     let source = stats::hostname();
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
@@ -245,12 +294,7 @@ fn serve_stats(listener: std::net::TcpListener, current: Arc<RwLock<Arc<Shared>>
 }
 
 impl Running {
-    fn control_loop(&mut self) {
-        let hup = Arc::new(AtomicBool::new(false));
-        let term = Arc::new(AtomicBool::new(false));
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone());
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone());
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, term.clone());
+    fn control_loop(&mut self, hup: Arc<AtomicBool>, term: Arc<AtomicBool>) {
         loop {
             std::thread::sleep(Duration::from_millis(10));
             if term.load(Relaxed) {
@@ -263,10 +307,16 @@ impl Running {
                         "configuration '{}' reloaded",
                         self.args.conf_file.display()
                     )),
-                    Err(e) => log::warn(&format!("reload refused, keeping the old configuration: {e}")),
+                    Err(e) => log::warn(&format!(
+                        "reload refused, keeping the old configuration: {e}"
+                    )),
                 }
             }
-            let shared = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let shared = self
+                .current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             for pool in &shared.pools {
                 for s in pool.due_for_retry() {
                     spawn_probe(pool.clone(), s);
@@ -309,7 +359,8 @@ impl Running {
             });
             let _ = waker.wake();
         }
-        let keep: std::collections::HashSet<String> = shared.pools.iter().map(|p| p.listen_key()).collect();
+        let keep: std::collections::HashSet<String> =
+            shared.pools.iter().map(|p| p.listen_key()).collect();
         let old: Vec<String> = self.listeners.keys().cloned().collect();
         for key in old {
             if !keep.contains(&key) {
@@ -346,7 +397,10 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
     let _ = std::thread::Builder::new()
         .name("route-probe".into())
         .spawn(move || {
-            let wait = pool.timeout().unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
+            let wait = pool
+                .timeout()
+                .unwrap_or(Duration::from_secs(1))
+                .min(Duration::from_secs(1));
             let ok = probe(&pool.servers[s].addr, wait);
             if ok {
                 pool.retry_result(s, true);

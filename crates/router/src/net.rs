@@ -23,9 +23,12 @@ impl StdListener {
         let backlog = i32::try_from(backlog).unwrap_or(i32::MAX).max(1);
         match listen {
             Listen::Tcp { host, port } => {
-                let addr = (host.as_str(), *port).to_socket_addrs()?.next().ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotFound, format!("cannot resolve '{host}'"))
-                })?;
+                let addr = (host.as_str(), *port)
+                    .to_socket_addrs()?
+                    .next()
+                    .ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::NotFound, format!("cannot resolve '{host}'"))
+                    })?;
                 let sock = socket2::Socket::new(
                     socket2::Domain::for_address(addr),
                     socket2::Type::STREAM,
@@ -44,7 +47,8 @@ impl StdListener {
                         let _ = std::fs::remove_file(path);
                     }
                 }
-                let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+                let sock =
+                    socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
                 sock.bind(&socket2::SockAddr::unix(path)?)?;
                 sock.listen(backlog)?;
                 sock.set_nonblocking(true)?;
@@ -60,7 +64,9 @@ impl StdListener {
     pub fn try_clone(&self) -> io::Result<Listener> {
         Ok(match self {
             StdListener::Tcp(l) => Listener::Tcp(mio::net::TcpListener::from_std(l.try_clone()?)),
-            StdListener::Unix(l) => Listener::Unix(mio::net::UnixListener::from_std(l.try_clone()?)),
+            StdListener::Unix(l) => {
+                Listener::Unix(mio::net::UnixListener::from_std(l.try_clone()?))
+            }
         })
     }
 }

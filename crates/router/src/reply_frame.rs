@@ -107,7 +107,9 @@ pub fn is_get_reply(reply: &[u8]) -> bool {
 /// True for `ERROR`, `CLIENT_ERROR ...` and `SERVER_ERROR ...`: the replies memcached sends
 /// even for `noreply` requests.
 pub fn is_error_reply(reply: &[u8]) -> bool {
-    reply.starts_with(b"ERROR") || reply.starts_with(b"CLIENT_ERROR") || reply.starts_with(b"SERVER_ERROR")
+    reply.starts_with(b"ERROR")
+        || reply.starts_with(b"CLIENT_ERROR")
+        || reply.starts_with(b"SERVER_ERROR")
 }
 
 /// One `VALUE` item of a get reply: where its key is and where the whole item is.
@@ -123,11 +125,18 @@ pub fn get_items(reply: &[u8]) -> Vec<Item> {
     let mut items = Vec::new();
     let mut pos = 0;
     while reply[pos..].starts_with(b"VALUE ") {
-        let Some(nl) = memchr(b'\n', &reply[pos..]) else { break };
+        let Some(nl) = memchr(b'\n', &reply[pos..]) else {
+            break;
+        };
         let line = trim_cr(&reply[pos..pos + nl]);
         let key_start = pos + 6;
-        let key_len = line[6..].iter().position(|&b| b == b' ').unwrap_or(line.len() - 6);
-        let Some(bytes) = token(line, 3).and_then(parse_len) else { break };
+        let key_len = line[6..]
+            .iter()
+            .position(|&b| b == b' ')
+            .unwrap_or(line.len() - 6);
+        let Some(bytes) = token(line, 3).and_then(parse_len) else {
+            break;
+        };
         let end = pos + nl + 1 + bytes + 2;
         if end > reply.len() {
             break;
@@ -201,8 +210,14 @@ mod tests {
     #[test]
     fn garbage_is_invalid() {
         assert_eq!(Framer::new().next(b"VALUE k 0 x\r\n"), Frame::Invalid);
-        assert_eq!(Framer::new().next(b"VALUE k 0 1\r\nabc\r\n"), Frame::Invalid);
-        assert_eq!(Framer::new().next(&vec![b'x'; MAX_REPLY_LINE + 1]), Frame::Invalid);
+        assert_eq!(
+            Framer::new().next(b"VALUE k 0 1\r\nabc\r\n"),
+            Frame::Invalid
+        );
+        assert_eq!(
+            Framer::new().next(&vec![b'x'; MAX_REPLY_LINE + 1]),
+            Frame::Invalid
+        );
         assert_eq!(Framer::new().next(b"VA x\r\n"), Frame::Invalid);
     }
 

@@ -65,7 +65,8 @@ impl PoolRt {
         // nutcracker sorts a pool's servers by name (shorter first, then bytewise) while
         // validating and indexes them in that order, which modula and random placement see.
         cfg.servers.sort_by(|a, b| {
-            (a.ketama_name.len(), a.ketama_name.as_bytes()).cmp(&(b.ketama_name.len(), b.ketama_name.as_bytes()))
+            (a.ketama_name.len(), a.ketama_name.as_bytes())
+                .cmp(&(b.ketama_name.len(), b.ketama_name.as_bytes()))
         });
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for spec in &cfg.servers {
@@ -93,7 +94,9 @@ impl PoolRt {
             });
         }
         let base_ring = cfg.ring();
-        let counters = (0..threads).map(|_| PoolCounters::new(servers.len())).collect();
+        let counters = (0..threads)
+            .map(|_| PoolCounters::new(servers.len()))
+            .collect();
         Ok(PoolRt {
             ring: RwLock::new(Arc::new(base_ring.clone())),
             base_ring,
@@ -114,7 +117,10 @@ impl PoolRt {
         if gen == seen {
             return None;
         }
-        Some((gen, self.ring.read().unwrap_or_else(|e| e.into_inner()).clone()))
+        Some((
+            gen,
+            self.ring.read().unwrap_or_else(|e| e.into_inner()).clone(),
+        ))
     }
 
     fn now_ms(&self) -> u64 {
@@ -214,7 +220,10 @@ impl PoolRt {
 }
 
 pub fn epoch_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// One configuration generation.
@@ -299,7 +308,11 @@ mod tests {
 
     #[test]
     fn redis_pools_are_refused() {
-        let cfg = Config::from_yaml_str(&YAML.replace("  servers:", "  redis: true\n  servers:")).unwrap();
-        assert!(Shared::new(cfg, 1, Instant::now()).err().unwrap().contains("redis"));
+        let cfg = Config::from_yaml_str(&YAML.replace("  servers:", "  redis: true\n  servers:"))
+            .unwrap();
+        assert!(Shared::new(cfg, 1, Instant::now())
+            .err()
+            .unwrap()
+            .contains("redis"));
     }
 }

@@ -78,7 +78,7 @@ impl PoolCounters {
     }
 }
 
-fn sum<'a>(parts: impl Iterator<Item = Vec<(&'static str, i64)>>) -> Vec<(&'static str, i64)> {
+fn sum(parts: impl Iterator<Item = Vec<(&'static str, i64)>>) -> Vec<(&'static str, i64)> {
     let mut total: Vec<(&'static str, i64)> = Vec::new();
     for p in parts {
         if total.is_empty() {
@@ -140,7 +140,10 @@ pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
         json_str(&mut out, &pool.cfg.name);
         out.push_str(": {");
         let mut fields = sum(pool.counters.iter().map(|c| c.pool.fields()));
-        fields.insert(3, ("server_ejects", pool.server_ejects.load(Relaxed) as i64));
+        fields.insert(
+            3,
+            ("server_ejects", pool.server_ejects.load(Relaxed) as i64),
+        );
         let mut first = true;
         for (k, v) in fields {
             if !first {
@@ -176,19 +179,42 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
     let mut out = String::with_capacity(512);
     let g = sum(globals.per_worker.iter().map(|w| w.fields()));
     let _ = write!(out, "STAT pid {}\r\n", std::process::id());
-    let _ = write!(out, "STAT uptime {}\r\n", globals.started.elapsed().as_secs());
-    let _ = write!(out, "STAT time {}\r\n", crate::shared::epoch_us() / 1_000_000);
-    let _ = write!(out, "STAT version memfleet-route-{}\r\n", env!("CARGO_PKG_VERSION"));
+    let _ = write!(
+        out,
+        "STAT uptime {}\r\n",
+        globals.started.elapsed().as_secs()
+    );
+    let _ = write!(
+        out,
+        "STAT time {}\r\n",
+        crate::shared::epoch_us() / 1_000_000
+    );
+    let _ = write!(
+        out,
+        "STAT version memfleet-route-{}\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
     let _ = write!(out, "STAT threads {}\r\n", globals.threads);
     for (k, v) in &g {
         let _ = write!(out, "STAT {k} {v}\r\n");
+    }
+    for (i, w) in globals.per_worker.iter().enumerate() {
+        let _ = write!(
+            out,
+            "STAT thread:{i}:curr_connections {}\r\n",
+            w.curr_connections.get()
+        );
     }
     if let Some(p) = shared.pools.get(pool) {
         let _ = write!(out, "STAT pool {}\r\n", p.cfg.name);
         for (k, v) in sum(p.counters.iter().map(|c| c.pool.fields())) {
             let _ = write!(out, "STAT {k} {v}\r\n");
         }
-        let _ = write!(out, "STAT server_ejects {}\r\n", p.server_ejects.load(Relaxed));
+        let _ = write!(
+            out,
+            "STAT server_ejects {}\r\n",
+            p.server_ejects.load(Relaxed)
+        );
         for (i, server) in p.servers.iter().enumerate() {
             let _ = write!(
                 out,
@@ -223,12 +249,20 @@ mod tests {
             threads: 2,
             per_worker: vec![WorkerCounters::default(), WorkerCounters::default()],
         };
-        shared.pools[0].counters[0].servers[1].requests.add(3);
-        shared.pools[0].counters[1].servers[1].requests.add(4);
+        let two = shared.pools[0]
+            .servers
+            .iter()
+            .position(|s| s.stats_name == "two")
+            .unwrap();
+        shared.pools[0].counters[0].servers[two].requests.add(3);
+        shared.pools[0].counters[1].servers[two].requests.add(4);
         shared.pools[0].counters[1].pool.fragments.add(2);
         globals.per_worker[1].total_connections.add(5);
         let j = json(&shared, &globals, "host\"1");
-        assert!(j.starts_with("{\"service\":\"nutcracker\", \"source\":\"host\\\"1\""), "{j}");
+        assert!(
+            j.starts_with("{\"service\":\"nutcracker\", \"source\":\"host\\\"1\""),
+            "{j}"
+        );
         assert!(j.contains("\"total_connections\":5"));
         assert!(j.contains(
             "\"alpha\": {\"client_eof\":0, \"client_err\":0, \"client_connections\":0, \"server_ejects\":0, \"forward_error\":0, \"fragments\":2"

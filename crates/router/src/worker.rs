@@ -28,13 +28,18 @@ const KIND_CLIENT: usize = 0;
 const KIND_BACKEND: usize = 1;
 const KIND_LISTENER: usize = 2;
 
+/// Idle read buffers a worker keeps for reuse.
+const READ_POOL_MAX: usize = 256;
+/// Full reads from one client before other connections get their turn.
+const MAX_READS_PER_TURN: usize = 8;
 /// Stop reading a client that has this many unanswered requests...
 const MAX_SLOTS: usize = 16 * 1024;
 /// ...or this many reply bytes it has not read yet.
 const MAX_UNSENT: usize = 8 * 1024 * 1024;
 
 const NO_SERVER: &[u8] = b"SERVER_ERROR no server is available\r\n";
-const VERSION: &[u8] = concat!("VERSION memfleet-route-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes();
+const VERSION: &[u8] =
+    concat!("VERSION memfleet-route-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes();
 
 fn token(kind: usize, idx: usize) -> Token {
     Token(idx << 2 | kind)
@@ -47,7 +52,12 @@ pub enum Control {
         shared: Arc<Shared>,
         listeners: Vec<ListenerUpdate>,
     },
+    /// A client connection another worker accepted for this one.
+    Adopt { stream: Stream, listen_key: String },
 }
+
+/// How to reach a worker from another thread.
+pub type Peer = (std::sync::mpsc::Sender<Control>, Arc<Waker>);
 
 /// One listen address of the new generation: keep the worker's handle (`new: None`) or
 /// start accepting on a new socket.
@@ -116,6 +126,8 @@ struct Client {
     eof: bool,
     paused: bool,
     dirty: bool,
+    /// False until the client sent the pool's `client_auth` password.
+    authed: bool,
 }
 
 impl Client {
@@ -240,6 +252,8 @@ pub struct Worker {
     id: usize,
     poll: Poll,
     rx: Receiver<Control>,
+    peers: Vec<Peer>,
+    next_worker: usize,
     shared: Arc<Shared>,
     globals: Arc<Globals>,
     pools: Vec<PoolLocal>,
@@ -249,6 +263,10 @@ pub struct Worker {
     next_gen: u32,
     dirty_backends: Vec<usize>,
     dirty_clients: Vec<usize>,
+    /// Clients that still had data after their turn.
+    read_again: Vec<(usize, bool)>,
+    /// Read buffers of idle clients, shared by this worker's connections.
+    read_pool: Vec<Vec<u8>>,
     limits: Limits,
     now: Instant,
 }
@@ -258,6 +276,7 @@ impl Worker {
         id: usize,
         poll: Poll,
         rx: Receiver<Control>,
+        peers: Vec<Peer>,
         shared: Arc<Shared>,
         globals: Arc<Globals>,
     ) -> Worker {
@@ -265,6 +284,8 @@ impl Worker {
             id,
             poll,
             rx,
+            next_worker: id,
+            peers,
             shared,
             globals,
             pools: Vec::new(),
@@ -274,6 +295,8 @@ impl Worker {
             next_gen: 0,
             dirty_backends: Vec::new(),
             dirty_clients: Vec::new(),
+            read_again: Vec::new(),
+            read_pool: Vec::new(),
             // The backends enforce their own item size; the router only bounds what it buffers.
             limits: Limits {
                 item_size_max: 64 * 1024 * 1024,
@@ -313,7 +336,7 @@ impl Worker {
                             self.mark_client(idx);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.client_readable(idx);
+                            self.client_readable(idx, ev.is_read_closed() || ev.is_error());
                         }
                     }
                     KIND_BACKEND => {
@@ -321,14 +344,20 @@ impl Worker {
                             self.backend_writable(idx);
                         }
                         if ev.is_readable() || ev.is_read_closed() {
-                            self.backend_readable(idx);
+                            self.backend_readable(idx, ev.is_read_closed());
                         }
                     }
                     _ => self.accept(idx),
                 }
             }
+            for (ci, drain) in std::mem::take(&mut self.read_again) {
+                self.client_readable(ci, drain);
+            }
             self.flush_all();
             timeout = self.check_timeouts();
+            if !self.read_again.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
         }
     }
 
@@ -351,6 +380,7 @@ impl Worker {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
                 Control::Reload { shared, listeners } => self.reload(shared, listeners),
+                Control::Adopt { stream, listen_key } => self.adopt(stream, &listen_key),
             }
         }
     }
@@ -374,8 +404,15 @@ impl Worker {
             if let Some(mut listener) = u.new {
                 let entry = self.listeners.vacant_entry();
                 let t = token(KIND_LISTENER, entry.key());
-                if let Err(e) = self.poll.registry().register(listener.source(), t, Interest::READABLE) {
-                    crate::log::warn(&format!("worker {}: cannot watch listener {key}: {e}", self.id));
+                if let Err(e) =
+                    self.poll
+                        .registry()
+                        .register(listener.source(), t, Interest::READABLE)
+                {
+                    crate::log::warn(&format!(
+                        "worker {}: cannot watch listener {key}: {e}",
+                        self.id
+                    ));
                     continue;
                 }
                 entry.insert(ListenerLocal {
@@ -398,9 +435,12 @@ impl Worker {
             match new_index.get(&c.rt.listen_key()) {
                 Some(&i) => {
                     let new_rt = shared.pools[i].clone();
-                    c.rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    c.rt.clients
+                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     c.rt.counters[id].pool.client_connections.add(-1);
-                    new_rt.clients.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    new_rt
+                        .clients
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     new_rt.counters[id].pool.client_connections.add(1);
                     c.rt = new_rt;
                     c.pool = i;
@@ -425,7 +465,10 @@ impl Worker {
                 rt: rt.clone(),
                 ring_gen: 0,
                 ring: Arc::new(rt.cfg.ring()),
-                conns: vec![vec![None; rt.cfg.server_connections.max(1) as usize]; rt.servers.len()],
+                conns: vec![
+                    vec![None; rt.cfg.server_connections.max(1) as usize];
+                    rt.servers.len()
+                ],
                 next: vec![0; rt.servers.len()],
             })
             .collect();
@@ -446,46 +489,34 @@ impl Worker {
 
     // ---- clients ----
 
+    /// Accepts every pending connection and deals them out round robin over the workers,
+    /// so a burst of connections (a pool of PHP workers starting) does not all land on
+    /// whichever thread happened to wake first.
     fn accept(&mut self, li: usize) {
         loop {
-            let Some(l) = self.listeners.get(li) else { return };
+            let Some(l) = self.listeners.get(li) else {
+                return;
+            };
             let pool = l.pool;
             match l.listener.accept() {
-                Ok(mut stream) => {
-                    let rt = self.pools[pool].rt.clone();
-                    let limit = rt.cfg.client_connections;
-                    let n = rt.clients.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if limit > 0 && n >= i64::from(limit) {
-                        rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                        rt.counters[self.id].pool.client_err.add(1);
-                        continue;
+                Ok(stream) => {
+                    let target = self.next_worker;
+                    self.next_worker = (self.next_worker + 1) % self.peers.len();
+                    if target == self.id {
+                        self.add_client(stream, pool);
+                    } else {
+                        let (tx, waker) = &self.peers[target];
+                        let key = self.pools[pool].rt.listen_key();
+                        if tx
+                            .send(Control::Adopt {
+                                stream,
+                                listen_key: key,
+                            })
+                            .is_ok()
+                        {
+                            let _ = waker.wake();
+                        }
                     }
-                    let entry = self.clients.vacant_entry();
-                    if stream.register(self.poll.registry(), token(KIND_CLIENT, entry.key())).is_err() {
-                        rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                        continue;
-                    }
-                    self.next_gen = self.next_gen.wrapping_add(1);
-                    rt.counters[self.id].pool.client_connections.add(1);
-                    let g = &self.globals.per_worker[self.id];
-                    g.total_connections.add(1);
-                    g.curr_connections.add(1);
-                    entry.insert(Client {
-                        stream,
-                        gen: self.next_gen,
-                        pool,
-                        rt,
-                        rbuf: ReadBuf::default(),
-                        wbuf: Vec::new(),
-                        wpos: 0,
-                        slots: VecDeque::new(),
-                        head_seq: 0,
-                        swallow: 0,
-                        closing: false,
-                        eof: false,
-                        paused: false,
-                        dirty: false,
-                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -497,6 +528,62 @@ impl Worker {
         }
     }
 
+    fn adopt(&mut self, stream: Stream, listen_key: &str) {
+        // Another worker accepted it, possibly under the previous configuration.
+        if let Some(pool) = self
+            .pools
+            .iter()
+            .position(|p| p.rt.listen_key() == listen_key)
+        {
+            self.add_client(stream, pool);
+        }
+    }
+
+    fn add_client(&mut self, mut stream: Stream, pool: usize) {
+        let rt = self.pools[pool].rt.clone();
+        let limit = rt.cfg.client_connections;
+        let n = rt
+            .clients
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if limit > 0 && n >= i64::from(limit) {
+            rt.clients
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            rt.counters[self.id].pool.client_err.add(1);
+            return;
+        }
+        let entry = self.clients.vacant_entry();
+        if stream
+            .register(self.poll.registry(), token(KIND_CLIENT, entry.key()))
+            .is_err()
+        {
+            rt.clients
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        self.next_gen = self.next_gen.wrapping_add(1);
+        rt.counters[self.id].pool.client_connections.add(1);
+        let g = &self.globals.per_worker[self.id];
+        g.total_connections.add(1);
+        g.curr_connections.add(1);
+        entry.insert(Client {
+            stream,
+            gen: self.next_gen,
+            pool,
+            rt,
+            rbuf: ReadBuf::default(),
+            wbuf: Vec::new(),
+            wpos: 0,
+            slots: VecDeque::new(),
+            head_seq: 0,
+            swallow: 0,
+            closing: false,
+            eof: false,
+            paused: false,
+            dirty: false,
+            authed: self.pools[pool].rt.cfg.client_auth.is_none(),
+        });
+    }
+
     fn mark_client(&mut self, ci: usize) {
         if let Some(c) = self.clients.get_mut(ci) {
             if !c.dirty {
@@ -506,20 +593,42 @@ impl Worker {
         }
     }
 
-    fn client_readable(&mut self, ci: usize) {
-        loop {
-            let Some(c) = self.clients.get_mut(ci) else { return };
+    /// Reads and parses until the socket is empty. `drain`: keep reading until `WouldBlock`
+    /// or EOF even after a short read (the peer closed, or events were skipped while paused).
+    fn client_readable(&mut self, ci: usize, drain: bool) {
+        for _ in 0..MAX_READS_PER_TURN {
+            let Some(c) = self.clients.get_mut(ci) else {
+                return;
+            };
             if c.paused || c.closing {
                 return;
             }
+            if !c.rbuf.has_storage() {
+                if let Some(storage) = self.read_pool.pop() {
+                    c.rbuf.set_storage(storage);
+                }
+            }
             match c.rbuf.read_from(&mut c.stream) {
-                Ok(0) => {
+                Ok((0, _)) => {
                     c.eof = true;
                     c.closing = true;
                     self.mark_client(ci);
                     return;
                 }
-                Ok(_) => self.parse_client(ci),
+                Ok((_, more)) => {
+                    self.parse_client(ci);
+                    // Idle connections hold no read buffer: it goes back to the pool.
+                    if let Some(c) = self.clients.get_mut(ci) {
+                        if let Some(storage) = c.rbuf.take_storage() {
+                            if self.read_pool.len() < READ_POOL_MAX {
+                                self.read_pool.push(storage);
+                            }
+                        }
+                    }
+                    if !more && !drain {
+                        return;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
@@ -528,10 +637,14 @@ impl Worker {
                 }
             }
         }
+        // A client that keeps its socket full gets another turn after everyone else.
+        self.read_again.push((ci, drain));
     }
 
     fn parse_client(&mut self, ci: usize) {
-        let Some(c) = self.clients.get_mut(ci) else { return };
+        let Some(c) = self.clients.get_mut(ci) else {
+            return;
+        };
         let mut rbuf = std::mem::take(&mut c.rbuf);
         loop {
             let c = &mut self.clients[ci];
@@ -580,7 +693,14 @@ impl Worker {
                 }
                 Parse::Request(req, n) => {
                     let pool = c.pool;
-                    self.route(ci, pool, req, &data[..n]);
+                    if c.authed {
+                        self.route(ci, pool, req, &data[..n]);
+                    } else {
+                        let reply = authenticate(&req, c.rt.cfg.client_auth.as_deref());
+                        c.authed = reply == proto::reply::STORED;
+                        c.reply(reply);
+                        self.mark_client(ci);
+                    }
                     rbuf.consume(n);
                 }
             }
@@ -591,7 +711,9 @@ impl Worker {
     }
 
     fn flush_client(&mut self, ci: usize) {
-        let Some(c) = self.clients.get_mut(ci) else { return };
+        let Some(c) = self.clients.get_mut(ci) else {
+            return;
+        };
         c.dirty = false;
         while c.wpos < c.wbuf.len() {
             match c.stream.write(&c.wbuf[c.wpos..]) {
@@ -611,7 +733,7 @@ impl Worker {
         if c.wpos == c.wbuf.len() {
             c.wbuf.clear();
             c.wpos = 0;
-            if c.wbuf.capacity() > 1024 * 1024 {
+            if c.wbuf.capacity() > 16 * 1024 {
                 c.wbuf = Vec::new();
             }
             if c.closing && c.slots.is_empty() {
@@ -622,7 +744,7 @@ impl Worker {
         if c.paused && c.slots.len() < MAX_SLOTS / 2 && c.unsent() < MAX_UNSENT / 2 {
             c.paused = false;
             self.parse_client(ci);
-            self.client_readable(ci);
+            self.client_readable(ci, true);
         }
     }
 
@@ -639,7 +761,8 @@ impl Worker {
         } else if c.eof {
             counters.client_eof.add(1);
         }
-        c.rt.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        c.rt.clients
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.globals.per_worker[self.id].curr_connections.add(-1);
     }
 
@@ -674,7 +797,14 @@ impl Worker {
             | Request::Touch { key, noreply, .. } => {
                 if noreply {
                     if let Some((line, rest)) = strip_noreply(raw) {
-                        self.route_key(ci, p, key, &[line, b"\r\n", rest], SlotKind::NoReply, false);
+                        self.route_key(
+                            ci,
+                            p,
+                            key,
+                            &[line, b"\r\n", rest],
+                            SlotKind::NoReply,
+                            false,
+                        );
                         return;
                     }
                 }
@@ -686,7 +816,14 @@ impl Worker {
             | Request::MetaArithmetic { key, flags, .. } => {
                 if flags.noreply() {
                     // The backend decides what q hides; `mn` marks where its answer ends.
-                    self.route_key(ci, p, key.as_bytes(), &[raw, b"mn\r\n"], SlotKind::Single, true);
+                    self.route_key(
+                        ci,
+                        p,
+                        key.as_bytes(),
+                        &[raw, b"mn\r\n"],
+                        SlotKind::Single,
+                        true,
+                    );
                 } else {
                     self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false);
                 }
@@ -728,7 +865,15 @@ impl Worker {
         pl.ring.server_for(key)
     }
 
-    fn route_key(&mut self, ci: usize, p: usize, key: &[u8], parts: &[&[u8]], kind: SlotKind, quiet: bool) {
+    fn route_key(
+        &mut self,
+        ci: usize,
+        p: usize,
+        key: &[u8],
+        parts: &[&[u8]],
+        kind: SlotKind,
+        quiet: bool,
+    ) {
         let Some(s) = self.server_for(p, key) else {
             self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
             self.local_reply(ci, NO_SERVER);
@@ -749,7 +894,10 @@ impl Worker {
     }
 
     fn route_get(&mut self, ci: usize, p: usize, raw: &[u8], cmd: &[u8], keys: proto::Keys<'_>) {
-        let mut list: Vec<(&[u8], usize)> = Vec::new();
+        // First pass without allocating: usually every key is on one server and the
+        // request goes out exactly as the client wrote it.
+        let mut first = None;
+        let mut same = true;
         for k in keys {
             let Ok(k) = k else {
                 self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
@@ -760,13 +908,17 @@ impl Worker {
                 self.local_reply(ci, NO_SERVER);
                 return;
             };
-            list.push((k, s));
+            match first {
+                None => first = Some(s),
+                Some(f) if f != s => same = false,
+                Some(_) => {}
+            }
         }
-        let Some(&(_, s0)) = list.first() else {
+        let Some(s0) = first else {
             self.local_reply(ci, proto::reply::ERROR);
             return;
         };
-        if list.iter().all(|&(_, s)| s == s0) {
+        if same {
             let b = match self.backend_for(p, s0) {
                 Ok(b) => b,
                 Err(msg) => {
@@ -780,6 +932,11 @@ impl Worker {
             let gen = c.gen;
             self.enqueue(b, &[raw], ci, gen, seq, 0, false);
             return;
+        }
+        let mut list: Vec<(&[u8], usize)> = Vec::with_capacity(16);
+        for k in keys.flatten() {
+            let s = self.server_for(p, k).unwrap_or(s0);
+            list.push((k, s));
         }
         // Split: one fragment per server, in order of first appearance.
         let mut servers: Vec<usize> = Vec::new();
@@ -796,7 +953,8 @@ impl Worker {
                     servers.len() - 1
                 }
             };
-            m.spans.push((m.keys.len() as u32, k.len() as u32, f as u16));
+            m.spans
+                .push((m.keys.len() as u32, k.len() as u32, f as u16));
             m.keys.extend_from_slice(k);
         }
         let mut backends = Vec::with_capacity(servers.len());
@@ -823,7 +981,10 @@ impl Worker {
             l.push(b' ');
             l.extend_from_slice(k);
         }
-        self.pools[p].rt.counters[self.id].pool.fragments.add(servers.len() as i64);
+        self.pools[p].rt.counters[self.id]
+            .pool
+            .fragments
+            .add(servers.len() as i64);
         let c = &mut self.clients[ci];
         let seq = c.push(servers.len() as u32, SlotKind::Multi(Box::new(m)));
         let gen = c.gen;
@@ -836,7 +997,9 @@ impl Worker {
     /// flush_all goes to every live server of the pool; OK when all say OK.
     fn broadcast(&mut self, ci: usize, p: usize, raw: &[u8], noreply: bool) {
         let rt = self.pools[p].rt.clone();
-        let live: Vec<usize> = (0..rt.servers.len()).filter(|&s| !rt.servers[s].is_ejected()).collect();
+        let live: Vec<usize> = (0..rt.servers.len())
+            .filter(|&s| !rt.servers[s].is_ejected())
+            .collect();
         let stripped = if noreply { strip_noreply(raw) } else { None };
         let mut backends = Vec::new();
         for &s in &live {
@@ -863,7 +1026,9 @@ impl Worker {
         let gen = c.gen;
         for (f, b) in backends.into_iter().enumerate() {
             match stripped {
-                Some((line, rest)) => self.enqueue(b, &[line, b"\r\n", rest], ci, gen, seq, f as u16, false),
+                Some((line, rest)) => {
+                    self.enqueue(b, &[line, b"\r\n", rest], ci, gen, seq, f as u16, false)
+                }
                 None => self.enqueue(b, &[raw], ci, gen, seq, f as u16, false),
             }
         }
@@ -916,7 +1081,16 @@ impl Worker {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn enqueue(&mut self, b: usize, parts: &[&[u8]], ci: usize, gen: u32, seq: u64, frag: u16, quiet: bool) {
+    fn enqueue(
+        &mut self,
+        b: usize,
+        parts: &[&[u8]],
+        ci: usize,
+        gen: u32,
+        seq: u64,
+        frag: u16,
+        quiet: bool,
+    ) {
         let be = &mut self.backends[b];
         let bytes: usize = parts.iter().map(|p| p.len()).sum();
         for part in parts {
@@ -943,7 +1117,9 @@ impl Worker {
     }
 
     fn flush_backend(&mut self, b: usize) {
-        let Some(be) = self.backends.get_mut(b) else { return };
+        let Some(be) = self.backends.get_mut(b) else {
+            return;
+        };
         be.dirty = false;
         if be.connecting {
             return;
@@ -965,7 +1141,9 @@ impl Worker {
     }
 
     fn backend_writable(&mut self, b: usize) {
-        let Some(be) = self.backends.get_mut(b) else { return };
+        let Some(be) = self.backends.get_mut(b) else {
+            return;
+        };
         if be.connecting {
             match be.stream.connect_result() {
                 Ok(true) => be.connecting = false,
@@ -976,14 +1154,19 @@ impl Worker {
         self.flush_backend(b);
     }
 
-    fn backend_readable(&mut self, b: usize) {
+    fn backend_readable(&mut self, b: usize, drain: bool) {
         loop {
-            let Some(be) = self.backends.get_mut(b) else { return };
+            let Some(be) = self.backends.get_mut(b) else {
+                return;
+            };
             match be.rbuf.read_from(&mut be.stream) {
-                Ok(0) => return self.fail_backend(b, Why::Eof),
-                Ok(_) => {
+                Ok((0, _)) => return self.fail_backend(b, Why::Eof),
+                Ok((_, more)) => {
                     if !self.backend_replies(b) {
                         return;
+                    }
+                    if !more && !drain {
+                        break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -1050,7 +1233,9 @@ impl Worker {
     /// Drops a broken backend connection: every request on it is answered with
     /// SERVER_ERROR and the failure counts towards ejection.
     fn fail_backend(&mut self, b: usize, why: Why) {
-        let Some(be) = self.backends.try_remove(b) else { return };
+        let Some(be) = self.backends.try_remove(b) else {
+            return;
+        };
         let mut be = be;
         let _ = self.poll.registry().deregister(be.stream.source());
         if let Some((p, k)) = be.place {
@@ -1084,7 +1269,13 @@ impl Worker {
         for p in be.pending.drain(..) {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
-            deliver(&mut self.clients, &mut self.dirty_clients, &p, msg.as_bytes(), true);
+            deliver(
+                &mut self.clients,
+                &mut self.dirty_clients,
+                &p,
+                msg.as_bytes(),
+                true,
+            );
         }
         be.rt.counters[self.id].pool.forward_error.add(failed);
         // An idle connection the server closed (restart, idle timeout) is not a failure.
@@ -1100,9 +1291,13 @@ impl Worker {
     }
 
     fn close_backend(&mut self, b: usize) {
-        let Some(mut be) = self.backends.try_remove(b) else { return };
+        let Some(mut be) = self.backends.try_remove(b) else {
+            return;
+        };
         let _ = self.poll.registry().deregister(be.stream.source());
-        be.rt.counters[self.id].servers[be.server].server_connections.add(-1);
+        be.rt.counters[self.id].servers[be.server]
+            .server_connections
+            .add(-1);
     }
 
     /// Fails backends whose oldest request is past the pool timeout; returns how long
@@ -1110,9 +1305,11 @@ impl Worker {
     fn check_timeouts(&mut self) -> Option<Duration> {
         let mut next: Option<Duration> = None;
         let mut expired = Vec::new();
-        let now = Instant::now();
+        let now = self.now;
         for (b, be) in self.backends.iter() {
-            let (Some(t), Some(front)) = (be.rt.timeout(), be.pending.front()) else { continue };
+            let (Some(t), Some(front)) = (be.rt.timeout(), be.pending.front()) else {
+                continue;
+            };
             let deadline = front.at + t;
             if deadline <= now {
                 expired.push(b);
@@ -1134,15 +1331,28 @@ impl Worker {
 }
 
 /// Gives one backend reply (or part of a quiet one) to the client waiting for it.
-fn deliver(clients: &mut Slab<Client>, dirty: &mut Vec<usize>, p: &Pending, reply: &[u8], done: bool) {
+fn deliver(
+    clients: &mut Slab<Client>,
+    dirty: &mut Vec<usize>,
+    p: &Pending,
+    reply: &[u8],
+    done: bool,
+) {
     let ci = p.client as usize;
     let Some(c) = clients.get_mut(ci) else { return };
     if c.gen != p.gen {
         return;
     }
-    let i = (p.seq - c.head_seq) as usize;
-    let Some(slot) = c.slots.get_mut(i) else { return };
-    if i == 0 && done && slot.remaining == 1 && slot.buf.is_empty() && matches!(slot.kind, SlotKind::Single) {
+    let i = p.seq.wrapping_sub(c.head_seq) as usize;
+    let Some(slot) = c.slots.get_mut(i) else {
+        return;
+    };
+    if i == 0
+        && done
+        && slot.remaining == 1
+        && slot.buf.is_empty()
+        && matches!(slot.kind, SlotKind::Single)
+    {
         // The common case: the reply the client waits for next, in one piece.
         c.wbuf.extend_from_slice(reply);
         c.slots.pop_front();
@@ -1156,7 +1366,9 @@ fn deliver(clients: &mut Slab<Client>, dirty: &mut Vec<usize>, p: &Pending, repl
                 }
             }
             SlotKind::Multi(m) => m.frags[usize::from(p.frag)].extend_from_slice(reply),
-            SlotKind::Broadcast { frags, .. } => frags[usize::from(p.frag)].extend_from_slice(reply),
+            SlotKind::Broadcast { frags, .. } => {
+                frags[usize::from(p.frag)].extend_from_slice(reply)
+            }
         }
         if done {
             slot.remaining = slot.remaining.saturating_sub(1);
@@ -1166,6 +1378,29 @@ fn deliver(clients: &mut Slab<Client>, dirty: &mut Vec<usize>, p: &Pending, repl
     if !c.dirty {
         c.dirty = true;
         dirty.push(ci);
+    }
+}
+
+/// memcached's text-protocol authentication (`-Y authfile`), against the pool's
+/// `client_auth` password: the first command must be `set <any key> <flags> <exptime>
+/// <bytes>` whose data is `<user> <password>`; any user name is accepted.
+fn authenticate(req: &Request<'_>, password: Option<&str>) -> &'static [u8] {
+    let Request::Store {
+        cmd: proto::StoreCmd::Set,
+        data,
+        ..
+    } = req
+    else {
+        return b"CLIENT_ERROR unauthenticated\r\n";
+    };
+    let mut tokens = data.split(|&b| b == b' ').filter(|t| !t.is_empty());
+    let (Some(_user), Some(pass)) = (tokens.next(), tokens.next()) else {
+        return b"CLIENT_ERROR bad authentication token format\r\n";
+    };
+    if Some(pass) == password.map(str::as_bytes) {
+        proto::reply::STORED
+    } else {
+        b"CLIENT_ERROR authentication failure\r\n"
     }
 }
 
@@ -1233,9 +1468,20 @@ mod tests {
             out,
             b"VALUE a 0 1\r\n1\r\nVALUE c 0 1\r\n3\r\nVALUE a 0 1\r\n1\r\nVALUE d 0 1\r\n4\r\nEND\r\n"
         );
-        let out = multi(&["a", "b"], &[0, 1], &[b"END\r\n", b"SERVER_ERROR Connection refused\r\n"]);
+        let out = multi(
+            &["a", "b"],
+            &[0, 1],
+            &[b"END\r\n", b"SERVER_ERROR Connection refused\r\n"],
+        );
         assert_eq!(out, b"SERVER_ERROR Connection refused\r\n");
-        let out = multi(&["x", "y"], &[1, 0], &[b"VALUE y 1 0\r\n\r\nEND\r\n", b"VALUE x 2 0 9\r\n\r\nEND\r\n"]);
+        let out = multi(
+            &["x", "y"],
+            &[1, 0],
+            &[
+                b"VALUE y 1 0\r\n\r\nEND\r\n",
+                b"VALUE x 2 0 9\r\n\r\nEND\r\n",
+            ],
+        );
         assert_eq!(out, b"VALUE x 2 0 9\r\n\r\nVALUE y 1 0\r\n\r\nEND\r\n");
     }
 
@@ -1253,7 +1499,10 @@ mod tests {
         finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], false), &mut out);
         assert_eq!(out, b"OK\r\n");
         out.clear();
-        finish_slot(slot(vec![b"OK\r\n", b"SERVER_ERROR x\r\n"], false), &mut out);
+        finish_slot(
+            slot(vec![b"OK\r\n", b"SERVER_ERROR x\r\n"], false),
+            &mut out,
+        );
         assert_eq!(out, b"SERVER_ERROR x\r\n");
         out.clear();
         finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], true), &mut out);
