@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import Server, memcached, memfleet  # noqa: E402
+from harness import Server, memcached, memfleet
 
 TARGET = os.environ.get("MEMFLEET_TEST_TARGET", "memfleet")
 

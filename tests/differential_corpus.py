@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import base64
 import itertools
-from typing import List
 
-Sequence_ = List[bytes]
+Sequence_ = list[bytes]
 
 
 def _storage() -> list[Sequence_]:

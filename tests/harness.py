@@ -8,8 +8,10 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+
+from typing_extensions import Self
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,15 +68,15 @@ class Server:
     def __init__(
         self,
         argv: Sequence[str],
-        port: Optional[int] = None,
-        unix_socket: Optional[str] = None,
+        port: int | None = None,
+        unix_socket: str | None = None,
     ) -> None:
         self.argv = list(argv)
         self.port = port
         self.unix_socket = unix_socket
-        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.proc = subprocess.Popen(
             self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
@@ -108,14 +110,14 @@ class Server:
         self.proc = None
         return code
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def memfleet(*args: str, port: Optional[int] = None) -> Server:
+def memfleet(*args: str, port: int | None = None) -> Server:
     """`memfleet serve` on 127.0.0.1 with memcached flags `args` (default -t 2)."""
     argv = [memfleet_bin(), "serve"]
     if "-s" in args:
@@ -128,7 +130,7 @@ def memfleet(*args: str, port: Optional[int] = None) -> Server:
     return Server(argv + ["-l", "127.0.0.1", "-p", str(port)] + extra, port=port)
 
 
-def memcached(*args: str, port: Optional[int] = None) -> Server:
+def memcached(*args: str, port: int | None = None) -> Server:
     """Debian's memcached 1.6 with the same flags."""
     exe = shutil.which("memcached") or "/usr/bin/memcached"
     user = ["-u", "root"] if os.geteuid() == 0 else []
@@ -190,7 +192,7 @@ class Conn:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "Conn":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Iterator, List, Tuple
+from collections.abc import Iterator
 
 import pytest
 from conftest import start_target
@@ -18,10 +18,10 @@ from harness import Server, memcached
 SENTINEL = b"mn\r\n"
 SENTINEL_REPLY = b"MN\r\n"
 
-CAS_IN_VALUE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+(\r?)$", re.M)
-META_NUMBERS = re.compile(rb"^((?:VA|HD|EN|NF|NS|EX)\b.*)$", re.M)
-VERSION = re.compile(rb"^VERSION .*$", re.M)
-ME_LINE = re.compile(rb"^ME \S+ .*$", re.M)
+CAS_IN_VALUE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+(\r?)$", re.MULTILINE)
+META_NUMBERS = re.compile(rb"^((?:VA|HD|EN|NF|NS|EX)\b.*)$", re.MULTILINE)
+VERSION = re.compile(rb"^VERSION .*$", re.MULTILINE)
+ME_LINE = re.compile(rb"^ME \S+ .*$", re.MULTILINE)
 
 
 def normalise(reply: bytes) -> bytes:
@@ -29,7 +29,7 @@ def normalise(reply: bytes) -> bytes:
     reply = VERSION.sub(b"VERSION <v>", reply)
     reply = ME_LINE.sub(b"ME <debug>", reply)
 
-    def meta_line(m: "re.Match[bytes]") -> bytes:
+    def meta_line(m: re.Match[bytes]) -> bytes:
         line = m.group(1)
         line = re.sub(rb" c\d+", b" c<cas>", line)
         line = re.sub(rb" l\d+", b" l<n>", line)
@@ -76,7 +76,7 @@ class Session:
 CORPUS = corpus()
 
 
-def run_sequence(port: int, n: int, seq: List[bytes]) -> List[Tuple[bytes, bytes]]:
+def run_sequence(port: int, n: int, seq: list[bytes]) -> list[tuple[bytes, bytes]]:
     s = Session(port)
     try:
         prefix = b"d%d_" % n
@@ -89,7 +89,7 @@ def run_sequence(port: int, n: int, seq: List[bytes]) -> List[Tuple[bytes, bytes
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[Tuple[Server, Server]]:
+def pair() -> Iterator[tuple[Server, Server]]:
     with memcached() as ref, start_target() as mine:
         yield ref, mine
 
@@ -100,7 +100,7 @@ def test_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize("n", range(len(CORPUS)))
-def test_same_replies_as_memcached(pair: Tuple[Server, Server], n: int) -> None:
+def test_same_replies_as_memcached(pair: tuple[Server, Server], n: int) -> None:
     ref, mine = pair
     seq = CORPUS[n]
     expected = run_sequence(ref.port or 0, n, seq)

@@ -83,7 +83,8 @@ def test_daemon_and_pidfile() -> None:
     deadline = time.monotonic() + 5
     while not os.path.exists(pidfile) and time.monotonic() < deadline:
         time.sleep(0.05)
-    pid = int(open(pidfile).read())
+    with open(pidfile) as f:
+        pid = int(f.read())
     with Conn(port) as c:
         assert c.request(b"version\r\n").startswith(b"VERSION")
     os.kill(pid, signal.SIGTERM)
@@ -111,7 +112,9 @@ def test_sigterm_and_sigint_stop_cleanly(make_server) -> None:  # type: ignore[n
 
 @memfleet_only
 def test_help_and_unknown_o_option() -> None:
-    out = subprocess.run([memfleet_bin(), "serve", "-h"], capture_output=True, text=True)
+    out = subprocess.run(
+        [memfleet_bin(), "serve", "-h"], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0
     for flag in ("-p", "-U", "-s", "-a", "-l", "-m", "-c", "-t", "-I", "-d", "-P", "-o"):
         assert f"{flag}," in out.stdout or f"{flag} " in out.stdout, flag
