@@ -875,15 +875,13 @@ impl Worker {
         quiet: bool,
     ) {
         let Some(s) = self.server_for(p, key) else {
-            self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
-            self.local_reply(ci, NO_SERVER);
+            self.fail_forward(ci, p, NO_SERVER);
             return;
         };
         let b = match self.backend_for(p, s) {
             Ok(b) => b,
             Err(msg) => {
-                self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
-                self.local_reply(ci, msg.as_bytes());
+                self.fail_forward(ci, p, msg.as_bytes());
                 return;
             }
         };
@@ -904,8 +902,7 @@ impl Worker {
                 return;
             };
             let Some(s) = self.server_for(p, k) else {
-                self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
-                self.local_reply(ci, NO_SERVER);
+                self.fail_forward(ci, p, NO_SERVER);
                 return;
             };
             match first {
@@ -922,8 +919,7 @@ impl Worker {
             let b = match self.backend_for(p, s0) {
                 Ok(b) => b,
                 Err(msg) => {
-                    self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
-                    self.local_reply(ci, msg.as_bytes());
+                    self.fail_forward(ci, p, msg.as_bytes());
                     return;
                 }
             };
@@ -962,8 +958,7 @@ impl Worker {
             match self.backend_for(p, s) {
                 Ok(b) => backends.push(b),
                 Err(msg) => {
-                    self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
-                    self.local_reply(ci, msg.as_bytes());
+                    self.fail_forward(ci, p, msg.as_bytes());
                     return;
                 }
             }
@@ -1038,6 +1033,12 @@ impl Worker {
 
     /// A connection to server `s` of pool `p`, round robin over `server_connections`,
     /// connecting when needed. `Err` is the SERVER_ERROR line to answer.
+    /// A request that cannot be forwarded: count it and answer the client at once.
+    fn fail_forward(&mut self, ci: usize, p: usize, reply: &[u8]) {
+        self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+        self.local_reply(ci, reply);
+    }
+
     fn backend_for(&mut self, p: usize, s: usize) -> Result<usize, String> {
         let pl = &mut self.pools[p];
         let n = pl.conns[s].len();

@@ -50,7 +50,9 @@ impl BufPool {
         let cap = buf.capacity();
         buf.clear();
         if cap == 0 {
-        } else if cap <= self.buf_size * 4 {
+            return;
+        }
+        if cap <= self.buf_size * 4 {
             if self.free.len() < self.max_free {
                 self.free.push(buf);
             }

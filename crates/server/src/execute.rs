@@ -205,7 +205,8 @@ fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'stati
     }
 }
 
-fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
+/// The store operation for a storage command; `cas` is the unique to compare for `Cas`.
+pub(crate) fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
     match cmd {
         StoreCmd::Set => StoreMode::Set,
         StoreCmd::Add => StoreMode::Add,

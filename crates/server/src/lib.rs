@@ -232,6 +232,7 @@ fn accept_loop(
 
 /// Over `-c`: tell the client as memcached does, then close.
 fn reject(shared: &Shared, incoming: Incoming) {
+    // Counters need a single writer per field: workers never touch this one, the acceptor owns it.
     shared.stats[0].rejected_connections.incr();
     if shared.verbose() > 0 {
         eprintln!("Too many open connections");

@@ -3,10 +3,10 @@
 use proto::reply::{self, write_i64, write_u64};
 use proto::{Key, MetaFlags, StoreCmd};
 use store::{
-    ArithOpts, ArithResult, DeleteOpts, DeleteResult, MetaGetOpts, StoreMode, StoreOpts,
-    StoreResult,
+    ArithOpts, ArithResult, DeleteOpts, DeleteResult, MetaGetOpts, StoreOpts, StoreResult,
 };
 
+use crate::execute::store_mode;
 use crate::worker::ExecEnv;
 
 /// ` k<key>`, plus ` b` when the key came base64-encoded.
@@ -136,14 +136,7 @@ pub fn set(
     let store = &env.shared.store;
     let now = env.now;
     let compare = flags.cas.unwrap_or(0);
-    let mode = match cmd {
-        StoreCmd::Set => StoreMode::Set,
-        StoreCmd::Add => StoreMode::Add,
-        StoreCmd::Replace => StoreMode::Replace,
-        StoreCmd::Append => StoreMode::Append,
-        StoreCmd::Prepend => StoreMode::Prepend,
-        StoreCmd::Cas => StoreMode::Cas(compare),
-    };
+    let mode = store_mode(cmd, compare);
     let opts = StoreOpts {
         compare_cas: if cmd == StoreCmd::Cas { 0 } else { compare },
         invalidate: flags.has(b'I'),
