@@ -310,6 +310,69 @@ def test_pipelined_requests_answer_in_order(router: Proxy) -> None:
     assert got == expect
 
 
+def mixed_script(prefix: str, shared: list[str], rounds: int) -> tuple[bytes, bytes]:
+    """Pipelined gets interleaved with writes to the same keys, and the replies a
+    one-request-at-a-time memcached gives: gets merged with other clients' gets must
+    still see this client's earlier writes and never a later one."""
+    store: dict[str, str] = {k: k for k in shared}
+    req = b""
+    expect = b""
+
+    def get(keys: list[str]) -> None:
+        nonlocal req, expect
+        req += ("get " + " ".join(keys) + "\r\n").encode()
+        for k in keys:
+            if k in store:
+                expect += f"VALUE {k} 0 {len(store[k])}\r\n{store[k]}\r\n".encode()
+        expect += b"END\r\n"
+
+    for i in range(rounds):
+        own = f"{prefix}{i % 7}"
+        value = f"{prefix}v{i}"
+        get([own])
+        req += f"set {own} 0 0 {len(value)}\r\n{value}\r\n".encode()
+        expect += b"STORED\r\n"
+        store[own] = value
+        get([own, shared[i % len(shared)], f"{prefix}{(i + 3) % 7}"])
+        get(shared[i % 5 : i % 5 + 4] + [own])
+        if i % 4 == 0:
+            req += f"delete {own}\r\n".encode()
+            expect += b"DELETED\r\n"
+            del store[own]
+            get([own])
+    return req, expect
+
+
+def test_merged_gets_keep_each_clients_order(router: Proxy) -> None:
+    shared = [f"shared{i}" for i in range(12)]
+    set_all(router.port, shared)
+    errors: list[str] = []
+
+    def client(n: int) -> None:
+        req, expect = mixed_script(f"c{n}_", shared, 150)
+        got = b""
+        with Conn(router.port, timeout=5) as c:
+            c.send(req)
+            try:
+                while len(got) < len(expect):
+                    chunk = c.sock.recv(1 << 16)
+                    if not chunk:
+                        break
+                    got += chunk
+            except OSError as e:  # a wrong (shorter) answer leaves us waiting
+                errors.append(f"client {n}: {e!r} after {len(got)} of {len(expect)} bytes")
+        if got != expect:
+            at = next((i for i, (a, b) in enumerate(zip(got, expect)) if a != b), len(got))
+            errors.append(f"client {n}: replies differ from byte {at}")
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
 def test_noreply_and_meta_quiet_mode(router: Proxy) -> None:
     with Conn(router.port) as c:
         c.send(b"set q 0 0 1 noreply\r\nv\r\nadd q 0 0 1 noreply\r\nw\r\ndelete nokey noreply\r\n")
@@ -767,6 +830,11 @@ def test_pid_file_and_daemonize(tmp_path: Path, backends: list[Server]) -> None:
     )
     assert r.returncode == 0
     wait_for_port(port)
+    # The port is bound before daemonizing (so errors reach the terminal); the daemon
+    # writes its pid a moment later.
+    deadline = time.monotonic() + 5
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     pid = int(pid_file.read_text())
     try:
         with Conn(port) as c:

@@ -8,6 +8,7 @@
 
 pub mod buf;
 pub mod config;
+pub mod get_batch;
 pub mod log;
 pub mod net;
 pub mod reply_frame;

@@ -19,6 +19,7 @@ use proto::{Limits, Parse, Request};
 use slab::Slab;
 
 use crate::buf::ReadBuf;
+use crate::get_batch::{GetBatch, Member};
 use crate::net::{error_text, Listener, Stream};
 use crate::reply_frame::{get_items, is_error_reply, is_get_reply, Frame, Framer};
 use crate::shared::{Globals, PoolRt, Shared};
@@ -223,6 +224,50 @@ struct Pending {
     quiet: bool,
     at: Instant,
     bytes: u32,
+    /// Several clients' gets merged into one line: the reply is split between them.
+    batch: Option<Box<GetBatch>>,
+}
+
+impl Pending {
+    /// Each request this entry answers: itself, or every member of its merged get.
+    fn targets(&self) -> impl Iterator<Item = Pending> + '_ {
+        let lone = self
+            .batch
+            .is_none()
+            .then(|| self.target(self.client, self.gen, self.seq, self.frag));
+        let merged = self
+            .batch
+            .iter()
+            .flat_map(|b| b.members())
+            .map(|m| self.target(m.client, m.gen, m.seq, m.frag));
+        lone.into_iter().chain(merged)
+    }
+
+    fn target(&self, client: u32, gen: u32, seq: u64, frag: u16) -> Pending {
+        Pending {
+            client,
+            gen,
+            seq,
+            frag,
+            quiet: self.quiet,
+            at: self.at,
+            bytes: 0,
+            batch: None,
+        }
+    }
+}
+
+/// A merged `get`/`gets` line still taking keys. Requests queued on the backend after it
+/// opened go out after it; a client that sent one of those may not join any more, or its
+/// get would overtake its own earlier request.
+struct OpenGet {
+    cas: bool,
+    at: Instant,
+    /// Bytes of `wbuf` and entries of `pending` queued since the line opened: the line and
+    /// its entry go in before them.
+    wbuf_after: usize,
+    pending_after: usize,
+    barred: Vec<(u32, u32)>,
 }
 
 struct Backend {
@@ -239,6 +284,13 @@ struct Backend {
     wpos: usize,
     pending: VecDeque<Pending>,
     dirty: bool,
+    open_get: Option<OpenGet>,
+    /// The keys of `open_get` as they go on the line, and its requests; the storage is
+    /// reused from batch to batch.
+    get_line: Vec<u8>,
+    batch: GetBatch,
+    /// Where split replies of a merged get are assembled.
+    scratch: Vec<u8>,
 }
 
 enum Why {
@@ -892,6 +944,12 @@ impl Worker {
     }
 
     fn route_get(&mut self, ci: usize, p: usize, raw: &[u8], cmd: &[u8], keys: proto::Keys<'_>) {
+        // get/gets (not gat) may share one line with other clients' gets.
+        let plain = match cmd {
+            b"get" => Some(false),
+            b"gets" => Some(true),
+            _ => None,
+        };
         // First pass without allocating: usually every key is on one server and the
         // request goes out exactly as the client wrote it.
         let mut first = None;
@@ -926,7 +984,10 @@ impl Worker {
             let c = &mut self.clients[ci];
             let seq = c.push(1, SlotKind::Single);
             let gen = c.gen;
-            self.enqueue(b, &[raw], ci, gen, seq, 0, false);
+            match plain {
+                Some(cas) => self.enqueue_get(b, cas, keys.flatten(), ci, gen, seq, 0),
+                None => self.enqueue(b, &[raw], ci, gen, seq, 0, false),
+            }
             return;
         }
         let mut list: Vec<(&[u8], usize)> = Vec::with_capacity(16);
@@ -984,8 +1045,19 @@ impl Worker {
         let seq = c.push(servers.len() as u32, SlotKind::Multi(Box::new(m)));
         let gen = c.gen;
         for (f, (mut line, b)) in lines.into_iter().zip(backends).enumerate() {
-            line.extend_from_slice(b"\r\n");
-            self.enqueue(b, &[&line], ci, gen, seq, f as u16, false);
+            match plain {
+                Some(cas) => {
+                    let frag_keys = list
+                        .iter()
+                        .filter(|&&(_, s)| s == servers[f])
+                        .map(|&(k, _)| k);
+                    self.enqueue_get(b, cas, frag_keys, ci, gen, seq, f as u16);
+                }
+                None => {
+                    line.extend_from_slice(b"\r\n");
+                    self.enqueue(b, &[&line], ci, gen, seq, f as u16, false);
+                }
+            }
         }
     }
 
@@ -1069,6 +1141,10 @@ impl Worker {
                     wpos: 0,
                     pending: VecDeque::new(),
                     dirty: false,
+                    open_get: None,
+                    get_line: Vec::new(),
+                    batch: GetBatch::default(),
+                    scratch: Vec::new(),
                 });
                 self.pools[p].conns[s][k] = Some(b);
                 Ok(b)
@@ -1097,6 +1173,13 @@ impl Worker {
         for part in parts {
             be.wbuf.extend_from_slice(part);
         }
+        if let Some(open) = &mut be.open_get {
+            open.wbuf_after += bytes;
+            open.pending_after += 1;
+            if !open.barred.contains(&(ci as u32, gen)) {
+                open.barred.push((ci as u32, gen));
+            }
+        }
         be.pending.push_back(Pending {
             client: ci as u32,
             gen,
@@ -1105,6 +1188,7 @@ impl Worker {
             quiet,
             at: self.now,
             bytes: bytes as u32,
+            batch: None,
         });
         let c = &be.rt.counters[self.id].servers[be.server];
         c.requests.add(1);
@@ -1117,7 +1201,103 @@ impl Worker {
         }
     }
 
+    /// Queues a plain get/gets, merged into the backend's open get line when it may join
+    /// (see get_batch.rs and [`OpenGet`]).
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_get<'k>(
+        &mut self,
+        b: usize,
+        cas: bool,
+        keys: impl Iterator<Item = &'k [u8]> + Clone,
+        ci: usize,
+        gen: u32,
+        seq: u64,
+        frag: u16,
+    ) {
+        let (nkeys, bytes) = keys
+            .clone()
+            .fold((0, 0), |(n, len), k| (n + 1, len + 1 + k.len()));
+        let be = &self.backends[b];
+        let joins = match &be.open_get {
+            Some(o) => {
+                o.cas == cas && be.batch.fits(nkeys, bytes) && !o.barred.contains(&(ci as u32, gen))
+            }
+            None => false,
+        };
+        if !joins {
+            self.close_get(b);
+            let be = &mut self.backends[b];
+            be.get_line
+                .extend_from_slice(if cas { b"gets" } else { b"get" });
+            be.open_get = Some(OpenGet {
+                cas,
+                at: self.now,
+                wbuf_after: 0,
+                pending_after: 0,
+                barred: Vec::new(),
+            });
+        }
+        let be = &mut self.backends[b];
+        for k in keys.clone() {
+            be.get_line.push(b' ');
+            be.get_line.extend_from_slice(k);
+        }
+        let member = Member {
+            client: ci as u32,
+            gen,
+            seq,
+            frag,
+            nkeys: 0,
+        };
+        be.batch.push(member, keys);
+        let c = &be.rt.counters[self.id].servers[be.server];
+        c.requests.add(1);
+        c.request_bytes.add(bytes as i64);
+        if !be.dirty {
+            be.dirty = true;
+            self.dirty_backends.push(b);
+        }
+    }
+
+    /// Ends the open get line, if any, and puts it and its queue entry where the line
+    /// opened.
+    fn close_get(&mut self, b: usize) {
+        let Some(be) = self.backends.get_mut(b) else {
+            return;
+        };
+        let Some(open) = be.open_get.take() else {
+            return;
+        };
+        be.get_line.extend_from_slice(b"\r\n");
+        let at = be.wbuf.len() - open.wbuf_after;
+        be.wbuf.splice(at..at, be.get_line.drain(..));
+        let bytes = (be.wbuf.len() - at - open.wbuf_after) as u32;
+        let first = be.batch.members()[0];
+        let batch = if be.batch.members().len() == 1 {
+            be.batch.clear();
+            None
+        } else {
+            Some(Box::new(std::mem::take(&mut be.batch)))
+        };
+        let entry = Pending {
+            client: first.client,
+            gen: first.gen,
+            seq: first.seq,
+            frag: first.frag,
+            quiet: false,
+            at: open.at,
+            bytes,
+            batch,
+        };
+        let at = be.pending.len() - open.pending_after;
+        be.pending.insert(at, entry);
+        let c = &be.rt.counters[self.id].servers[be.server];
+        c.out_queue.add(1);
+        c.out_queue_bytes.add(i64::from(bytes));
+    }
+
     fn flush_backend(&mut self, b: usize) {
+        self.close_get(b);
         let Some(be) = self.backends.get_mut(b) else {
             return;
         };
@@ -1198,8 +1378,16 @@ impl Worker {
                     };
                     let reply = &be.rbuf.filled()[..n];
                     let done = !p.quiet || reply == b"MN\r\n";
-                    let body: &[u8] = if p.quiet && done { b"" } else { reply };
-                    deliver(&mut self.clients, &mut self.dirty_clients, p, body, done);
+                    if let Some(batch) = &p.batch {
+                        let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
+                        batch.split_reply(reply, &mut be.scratch, |m, part| {
+                            let t = p.target(m.client, m.gen, m.seq, m.frag);
+                            deliver(clients, dirty, &t, part, true);
+                        });
+                    } else {
+                        let body: &[u8] = if p.quiet && done { b"" } else { reply };
+                        deliver(&mut self.clients, &mut self.dirty_clients, p, body, done);
+                    }
                     let c = &be.rt.counters[self.id].servers[be.server];
                     c.response_bytes.add(n as i64);
                     if done {
@@ -1234,6 +1422,7 @@ impl Worker {
     /// Drops a broken backend connection: every request on it is answered with
     /// SERVER_ERROR and the failure counts towards ejection.
     fn fail_backend(&mut self, b: usize, why: Why) {
+        self.close_get(b);
         let Some(be) = self.backends.try_remove(b) else {
             return;
         };
@@ -1266,17 +1455,20 @@ impl Worker {
                 "SERVER_ERROR invalid reply from server\r\n".to_owned()
             }
         };
-        let failed = be.pending.len() as i64;
+        let mut failed = 0;
         for p in be.pending.drain(..) {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
-            deliver(
-                &mut self.clients,
-                &mut self.dirty_clients,
-                &p,
-                msg.as_bytes(),
-                true,
-            );
+            for t in p.targets() {
+                failed += 1;
+                deliver(
+                    &mut self.clients,
+                    &mut self.dirty_clients,
+                    &t,
+                    msg.as_bytes(),
+                    true,
+                );
+            }
         }
         be.rt.counters[self.id].pool.forward_error.add(failed);
         // An idle connection the server closed (restart, idle timeout) is not a failure.
