@@ -1,0 +1,82 @@
+"""The constructor and plumbing shared by :class:`Client` and :class:`AsyncClient`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+from ._base import ClientConfig, Key, ServerSpec, normalize_servers
+from ._router import Router, ServerBase
+from .near import NearCache
+from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, SerializerSpec
+
+S = TypeVar("S", bound=ServerBase)
+
+
+class ClientCore(Generic[S]):
+    """Configuration, servers and router; subclasses say which server type they pool."""
+
+    _server_type: type[S]
+
+    def __init__(
+        self,
+        servers: ServerSpec | Sequence[ServerSpec],
+        *,
+        serializer: SerializerSpec = "msgpack",
+        compress_threshold: int | None = DEFAULT_COMPRESS_THRESHOLD,
+        compress_level: int = 3,
+        zstd_dictionary: bytes | None = None,
+        dict_min_size: int = DEFAULT_DICT_MIN_SIZE,
+        allow_pickle: bool = False,
+        connect_timeout: float | None = 1.0,
+        timeout: float | None = 1.0,
+        max_pool_size: int = 32,
+        protocol: str = "auto",
+        failure_limit: int = 2,
+        retry_timeout: float = 2.0,
+        key_prefix: str | bytes = "",
+        near_cache: None | bool | NearCache = None,
+        near_cache_size: int = 1024,
+        near_cache_ttl: float = 1.0,
+        ignore_errors: bool = False,
+    ) -> None:
+        self._cfg = ClientConfig(
+            serializer=serializer,
+            compress_threshold=compress_threshold,
+            compress_level=compress_level,
+            zstd_dictionary=zstd_dictionary,
+            dict_min_size=dict_min_size,
+            allow_pickle=allow_pickle,
+            key_prefix=key_prefix,
+            near_cache=near_cache,
+            near_cache_size=near_cache_size,
+            near_cache_ttl=near_cache_ttl,
+        )
+        servers_ = [
+            self._server_type(
+                h,
+                p,
+                w,
+                connect_timeout=connect_timeout,
+                timeout=timeout,
+                max_pool_size=max_pool_size,
+                protocol=protocol,
+            )
+            for h, p, w in normalize_servers(servers)
+        ]
+        self._router: Router[S] = Router(servers_, failure_limit, retry_timeout)
+        self.ignore_errors = ignore_errors
+        self._serde = self._cfg.serde
+        self._near = self._cfg.near
+
+    @property
+    def near_cache(self) -> NearCache | None:
+        return self._near
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.address for s in self._router.servers]
+
+    def server_for(self, key: Key) -> str:
+        """Address of the server that holds ``key`` right now."""
+        return self._router.server_for(self._cfg.key(key)[1]).address
