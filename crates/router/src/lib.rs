@@ -10,6 +10,7 @@ pub mod buf;
 pub mod config;
 pub mod log;
 pub mod net;
+pub mod redis_local;
 pub mod reply_frame;
 pub mod shared;
 pub mod stats;
@@ -93,7 +94,7 @@ server stats:
   out_queue_bytes     \"current request bytes in outgoing queue\"
 ";
 
-/// Reads and validates a configuration file, including what memfleet cannot serve.
+/// Reads and validates a configuration file.
 pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
@@ -103,15 +104,6 @@ pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
             path.display()
         )
     })?;
-    for pool in &config.pools {
-        if pool.redis {
-            return Err(format!(
-                "configuration file '{}': pool '{}' is a redis pool; memfleet route serves memcached pools only",
-                path.display(),
-                pool.name
-            ));
-        }
-    }
     Ok(config)
 }
 
