@@ -19,7 +19,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Token, Waker};
 use proto::redis_cmd::{self, Kind, Local};
 use proto::resp::{self, RespParse, RespRequest};
 use proto::{Limits, Parse, Request};
@@ -38,6 +38,8 @@ const KIND_LISTENER: usize = 2;
 
 /// Idle read buffers a worker keeps for reuse.
 const READ_POOL_MAX: usize = 256;
+/// Extra clients a worker keeps before it hands new connections to a less busy worker.
+const HANDOFF_SLACK: i64 = 16;
 /// Full reads from one client before other connections get their turn.
 const MAX_READS_PER_TURN: usize = 8;
 /// Stop reading a client that has this many unanswered requests...
@@ -455,20 +457,16 @@ impl Worker {
             match updates.get_mut(&key) {
                 Some(u) if u.new.is_none() => self.listeners[i].pool = u.pool,
                 _ => {
-                    let mut l = self.listeners.remove(i);
-                    let _ = self.poll.registry().deregister(l.listener.source());
+                    let l = self.listeners.remove(i);
+                    l.listener.unwatch(&self.poll);
                 }
             }
         }
         for (key, u) in updates.drain() {
-            if let Some(mut listener) = u.new {
+            if let Some(listener) = u.new {
                 let entry = self.listeners.vacant_entry();
                 let t = token(KIND_LISTENER, entry.key());
-                if let Err(e) =
-                    self.poll
-                        .registry()
-                        .register(listener.source(), t, Interest::READABLE)
-                {
+                if let Err(e) = listener.watch(&self.poll, t) {
                     crate::log::warn(&format!(
                         "worker {}: cannot watch listener {key}: {e}",
                         self.id
@@ -548,10 +546,14 @@ impl Worker {
 
     // ---- clients ----
 
-    /// Accepts every pending connection and deals them out round robin over the workers,
-    /// so a burst of connections (a pool of PHP workers starting) does not all land on
-    /// whichever thread happened to wake first.
+    /// Accepts every pending connection. A connection stays with the worker that accepted
+    /// it unless that worker has clearly more clients than another, which then gets it:
+    /// a burst of connections (a pool of PHP workers starting) does not all land on
+    /// whichever thread happened to wake first, and the common case of short-lived
+    /// connections costs no hand-over between threads.
     fn accept(&mut self, li: usize) {
+        // Connections handed to each worker in this call, not yet in its own count.
+        let mut handed = [0i64; 64];
         loop {
             let Some(l) = self.listeners.get(li) else {
                 return;
@@ -559,8 +561,10 @@ impl Worker {
             let pool = l.pool;
             match l.listener.accept() {
                 Ok(stream) => {
-                    let target = self.next_worker;
-                    self.next_worker = (self.next_worker + 1) % self.peers.len();
+                    let target = self.pick_worker(&handed);
+                    if let Some(h) = handed.get_mut(target) {
+                        *h += 1;
+                    }
                     if target == self.id {
                         self.add_client(stream, pool);
                     } else {
@@ -584,6 +588,32 @@ impl Worker {
                     return;
                 }
             }
+        }
+    }
+
+    /// This worker, or the least loaded one when this one has `HANDOFF_SLACK` more clients.
+    fn pick_worker(&mut self, handed: &[i64; 64]) -> usize {
+        let load = |w: usize| {
+            self.globals.per_worker[w].curr_connections.get() + handed.get(w).copied().unwrap_or(0)
+        };
+        let mine = load(self.id);
+        let n = self.peers.len();
+        // Start after the last choice so ties rotate.
+        let mut best = self.id;
+        let mut least = mine;
+        for i in 1..n {
+            let w = (self.next_worker + i) % n;
+            let l = load(w);
+            if l < least {
+                best = w;
+                least = l;
+            }
+        }
+        if best != self.id && mine > least + HANDOFF_SLACK {
+            self.next_worker = best;
+            best
+        } else {
+            self.id
         }
     }
 
@@ -867,8 +897,8 @@ impl Worker {
         if !self.clients.contains(ci) {
             return;
         }
-        let mut c = self.clients.remove(ci);
-        let _ = self.poll.registry().deregister(c.stream.source());
+        // Closing the socket removes it from epoll: no deregister call needed.
+        let c = self.clients.remove(ci);
         let counters = &c.rt.counters[self.id].pool;
         counters.client_connections.add(-1);
         if error {
