@@ -898,7 +898,15 @@ impl Worker {
             return;
         }
         // Closing the socket removes it from epoll: no deregister call needed.
-        let c = self.clients.remove(ci);
+        let mut c = self.clients.remove(ci);
+        // The read buffer goes back to the pool: freeing 16 KB per short-lived connection
+        // makes the allocator hand memory back to the kernel (madvise, TLB shootdowns).
+        c.rbuf.clear();
+        if let Some(storage) = c.rbuf.take_storage() {
+            if self.read_pool.len() < READ_POOL_MAX {
+                self.read_pool.push(storage);
+            }
+        }
         let counters = &c.rt.counters[self.id].pool;
         counters.client_connections.add(-1);
         if error {
