@@ -695,6 +695,55 @@ def test_dead_backend_gives_prompt_error(backends: list[Server]) -> None:
             v.stop()
 
 
+def test_ejected_backend_is_probed_with_auth_ping_and_returns(backends: list[Server]) -> None:
+    victims = [redis_server() for _ in range(2)]
+    port = my_port()
+    conf = pool_yaml(
+        f"127.0.0.1:{port}",
+        servers_of(victims),
+        hash="murmur",
+        redis_auth=BACKEND_PW,
+        timeout=1000,
+        auto_eject_hosts=True,
+        server_failure_limit=1,
+        server_retry_timeout=300,
+    )
+    try:
+        with Proxy(conf, port) as proxy, client(proxy) as r:
+            keys = [f"ej:{i}" for i in range(40)]
+            r.mset({k: "1" for k in keys})
+            placed = where(victims, keys)
+            key = next(k for k in keys if placed[k] == 1)
+            dead_port = victims[1].port
+            victims[1].stop()
+            with pytest.raises(redis.ResponseError):
+                r.get(key)
+            # Ejected: its keys now go to the live server (a miss, not an error).
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    assert r.get(key) is None
+                    break
+                except redis.ResponseError:
+                    assert time.monotonic() < deadline, "server never ejected"
+                    time.sleep(0.05)
+            assert proxy.stats()["rpool"]["server_ejects"] >= 1
+            # Back on the same port with the same password: the AUTH + PING probe lets it in.
+            back = Server(victims[1].argv, port=dead_port).start()
+            victims[1] = back
+            deadline = time.monotonic() + 10
+            while True:
+                r.set(key, "again")
+                with direct(back) as d:
+                    if d.get(key) == "again":
+                        break
+                assert time.monotonic() < deadline, "server never returned"
+                time.sleep(0.1)
+    finally:
+        for v in victims:
+            v.stop()
+
+
 def test_backend_refusing_auth_is_a_backend_failure(backends: list[Server]) -> None:
     port = my_port()
     conf = pool_yaml(f"127.0.0.1:{port}", servers_of(backends[:1]), redis_auth="not-the-password")

@@ -381,7 +381,8 @@ impl Running {
     }
 }
 
-/// Tries an ejected server once (connect + `version`) off the control thread; on success
+/// Tries an ejected server once (connect + `version`, or for a Redis pool `AUTH` if the
+/// pool has a password and `PING`) off the control thread; on success
 /// it rejoins the ring, else it waits another `server_retry_timeout`.
 fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
     // Push the retry time out first so the next control tick does not probe again.
@@ -393,15 +394,20 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
                 .timeout()
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
-            let ok = probe(&pool.servers[s].addr, wait);
+            let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
             if ok {
                 pool.retry_result(s, true);
             }
         });
 }
 
-fn probe(addr: &BackendAddr, wait: Duration) -> bool {
-    fn talk(mut s: impl Read + Write) -> bool {
+fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
+    let redis = cfg.redis;
+    let auth = cfg.redis_auth.as_deref();
+    fn talk(s: &mut (impl Read + Write), redis: bool, auth: Option<&str>) -> bool {
+        if redis {
+            return talk_redis(s, auth);
+        }
         if s.write_all(b"version\r\n").is_err() {
             return false;
         }
@@ -420,20 +426,44 @@ fn probe(addr: &BackendAddr, wait: Duration) -> bool {
     }
     match addr {
         BackendAddr::Tcp(a) => match std::net::TcpStream::connect_timeout(a, wait) {
-            Ok(s) => {
+            Ok(mut s) => {
                 let _ = s.set_read_timeout(Some(wait));
                 let _ = s.set_write_timeout(Some(wait));
-                talk(s)
+                talk(&mut s, redis, auth)
             }
             Err(_) => false,
         },
         BackendAddr::Unix(p) => match std::os::unix::net::UnixStream::connect(p) {
-            Ok(s) => {
+            Ok(mut s) => {
                 let _ = s.set_read_timeout(Some(wait));
                 let _ = s.set_write_timeout(Some(wait));
-                talk(s)
+                talk(&mut s, redis, auth)
             }
             Err(_) => false,
         },
     }
+}
+
+/// `[AUTH <password>] PING`: the server is back when it answers `[+OK] +PONG`.
+fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>) -> bool {
+    let mut req = Vec::new();
+    let mut expect = Vec::new();
+    if let Some(pw) = auth {
+        proto::resp::write_command(&mut req, 2, [&b"AUTH"[..], pw.as_bytes()]);
+        expect.extend_from_slice(b"+OK\r\n");
+    }
+    proto::resp::write_command(&mut req, 1, [&b"PING"[..]]);
+    expect.extend_from_slice(b"+PONG\r\n");
+    if s.write_all(&req).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 128];
+    let mut got = 0;
+    while got < expect.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got += n,
+        }
+    }
+    buf[..got] == expect[..]
 }
