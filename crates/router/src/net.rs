@@ -89,54 +89,22 @@ impl Listener {
         }
     }
 
-    fn raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
+    fn source(&mut self) -> &mut dyn Source {
         match self {
-            Listener::Tcp(l) => l.as_raw_fd(),
-            Listener::Unix(l) => l.as_raw_fd(),
+            Listener::Tcp(l) => l,
+            Listener::Unix(l) => l,
         }
     }
 
-    /// Watches the listener in `poll` with `EPOLLEXCLUSIVE`: every worker polls the same
-    /// socket, and a new connection wakes one of them instead of all (a woken worker that
-    /// finds nothing to accept is a wasted context switch per connection, which is most of
-    /// the cost of the short-lived connections PHP makes). Level-triggered, so a backlog a
-    /// busy worker leaves behind wakes another. mio has no flag for it, hence `epoll_ctl`;
-    /// mio reads the token back from the event's `u64` as for its own registrations.
-    pub fn watch(&self, poll: &mio::Poll, token: Token) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-            u64: token.0 as u64,
-        };
-        // SAFETY: both fds are open for the call; `ev` outlives it.
-        let r = unsafe {
-            libc::epoll_ctl(
-                poll.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                self.raw_fd(),
-                &mut ev,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+    /// Watches the listener in `poll`.
+    pub fn watch(&mut self, poll: &mio::Poll, token: Token) -> io::Result<()> {
+        poll.registry()
+            .register(self.source(), token, Interest::READABLE)
     }
 
-    /// Stops watching (the listener is about to be dropped).
-    pub fn unwatch(&self, poll: &mio::Poll) {
-        use std::os::fd::AsRawFd;
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: as in `watch`; a listener that was never watched only gets ENOENT.
-        unsafe {
-            libc::epoll_ctl(
-                poll.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                self.raw_fd(),
-                &mut ev,
-            );
-        }
+    /// Stops watching (the listener is about to be dropped); harmless if never watched.
+    pub fn unwatch(&mut self, poll: &mio::Poll) {
+        let _ = poll.registry().deregister(self.source());
     }
 }
 
