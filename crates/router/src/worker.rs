@@ -1828,6 +1828,57 @@ mod tests {
     }
 
     #[test]
+    fn redis_multi_merges_or_answers_an_error() {
+        let slot = |kind, frags: Vec<&[u8]>| Slot {
+            remaining: 0,
+            kind: SlotKind::RedisMulti(Box::new(RedisMulti {
+                kind,
+                nkeys: 3,
+                positions: vec![vec![0, 2], vec![1]],
+                frags: frags.into_iter().map(|f| f.to_vec()).collect(),
+            })),
+            buf: Vec::new(),
+        };
+        let mut out = Vec::new();
+        finish_slot(
+            slot(
+                Kind::MultiGet,
+                vec![b"*2\r\n$1\r\na\r\n$-1\r\n", b"*1\r\n$1\r\nb\r\n"],
+            ),
+            &mut out,
+        );
+        assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n");
+        out.clear();
+        finish_slot(slot(Kind::MultiSum, vec![b":2\r\n", b":1\r\n"]), &mut out);
+        assert_eq!(out, b":3\r\n");
+        out.clear();
+        let down: &[u8] = b"-ERR Connection refused\r\n";
+        finish_slot(slot(Kind::MultiSet, vec![b"+OK\r\n", down]), &mut out);
+        assert_eq!(out, down);
+        out.clear();
+        // A reply of the wrong shape never reaches the client half-merged.
+        finish_slot(
+            slot(Kind::MultiGet, vec![b"*1\r\n:1\r\n", b"+OK\r\n"]),
+            &mut out,
+        );
+        assert_eq!(out, b"-ERR invalid reply from server\r\n");
+    }
+
+    #[test]
+    fn error_replies_follow_the_pool_protocol() {
+        assert_eq!(
+            error_reply(true, "Connection refused"),
+            b"-ERR Connection refused\r\n"
+        );
+        assert_eq!(
+            error_reply(false, "Connection refused"),
+            b"SERVER_ERROR Connection refused\r\n"
+        );
+        assert_eq!(acceptor_of("127.0.0.1:1", 1), 0);
+        assert!(acceptor_of("/run/r.sock", 3) < 3);
+    }
+
+    #[test]
     fn broadcast_needs_every_ok() {
         let mut out = Vec::new();
         let slot = |frags: Vec<&[u8]>, noreply| Slot {
