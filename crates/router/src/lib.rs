@@ -11,6 +11,7 @@ pub mod config;
 pub mod get_batch;
 pub mod log;
 pub mod net;
+pub mod redis_local;
 pub mod reply_frame;
 pub mod shared;
 pub mod stats;
@@ -94,7 +95,7 @@ server stats:
   out_queue_bytes     \"current request bytes in outgoing queue\"
 ";
 
-/// Reads and validates a configuration file, including what memfleet cannot serve.
+/// Reads and validates a configuration file.
 pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
@@ -104,15 +105,6 @@ pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
             path.display()
         )
     })?;
-    for pool in &config.pools {
-        if pool.redis {
-            return Err(format!(
-                "configuration file '{}': pool '{}' is a redis pool; memfleet route serves memcached pools only",
-                path.display(),
-                pool.name
-            ));
-        }
-    }
     Ok(config)
 }
 
@@ -184,15 +176,8 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
     })?;
 
     if args.daemonize {
-        // SAFETY: no threads exist yet; daemon(3) forks and detaches.
-        if unsafe { libc::daemon(1, 0) } != 0 {
-            return Err(format!(
-                "daemonize failed: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    if let Some(p) = &args.pid_file {
+        daemonize(args.pid_file.as_deref())?;
+    } else if let Some(p) = &args.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write pid file '{}': {e}", p.display()))?;
     }
@@ -390,7 +375,50 @@ impl Running {
     }
 }
 
-/// Tries an ejected server once (connect + `version`) off the control thread; on success
+/// Forks and detaches like daemon(3) (new session, stdio on /dev/null, same directory).
+/// The parent writes the pid file with the child's pid before it exits, so whoever
+/// started the router finds the file as soon as the command returns.
+fn daemonize(pid_file: Option<&std::path::Path>) -> Result<(), String> {
+    // SAFETY: no threads exist yet, so the child may keep running Rust code after fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!(
+            "daemonize failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if pid > 0 {
+        let code = match pid_file.map(|p| (p, std::fs::write(p, format!("{pid}\n")))) {
+            Some((p, Err(e))) => {
+                eprintln!("memfleet: cannot write pid file '{}': {e}", p.display());
+                // SAFETY: plain libc call; the child is ours to stop.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+                1
+            }
+            _ => 0,
+        };
+        // SAFETY: leave without running the parent's destructors (the child owns the
+        // listeners and will remove the socket files and the pid file itself).
+        unsafe { libc::_exit(code) };
+    }
+    // SAFETY: plain libc calls on our own process and fds 0-2.
+    unsafe {
+        libc::setsid();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Tries an ejected server once (connect + `version`, or for a Redis pool `AUTH` if the
+/// pool has a password and `PING`) off the control thread; on success
 /// it rejoins the ring, else it waits another `server_retry_timeout`.
 fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
     // Push the retry time out first so the next control tick does not probe again.
@@ -402,15 +430,20 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
                 .timeout()
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
-            let ok = probe(&pool.servers[s].addr, wait);
+            let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
             if ok {
                 pool.retry_result(s, true);
             }
         });
 }
 
-fn probe(addr: &BackendAddr, wait: Duration) -> bool {
-    fn talk(mut s: impl Read + Write) -> bool {
+fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
+    let redis = cfg.redis;
+    let auth = cfg.redis_auth.as_deref();
+    fn talk(s: &mut (impl Read + Write), redis: bool, auth: Option<&str>) -> bool {
+        if redis {
+            return talk_redis(s, auth);
+        }
         if s.write_all(b"version\r\n").is_err() {
             return false;
         }
@@ -429,20 +462,44 @@ fn probe(addr: &BackendAddr, wait: Duration) -> bool {
     }
     match addr {
         BackendAddr::Tcp(a) => match std::net::TcpStream::connect_timeout(a, wait) {
-            Ok(s) => {
+            Ok(mut s) => {
                 let _ = s.set_read_timeout(Some(wait));
                 let _ = s.set_write_timeout(Some(wait));
-                talk(s)
+                talk(&mut s, redis, auth)
             }
             Err(_) => false,
         },
         BackendAddr::Unix(p) => match std::os::unix::net::UnixStream::connect(p) {
-            Ok(s) => {
+            Ok(mut s) => {
                 let _ = s.set_read_timeout(Some(wait));
                 let _ = s.set_write_timeout(Some(wait));
-                talk(s)
+                talk(&mut s, redis, auth)
             }
             Err(_) => false,
         },
     }
+}
+
+/// `[AUTH <password>] PING`: the server is back when it answers `[+OK] +PONG`.
+fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>) -> bool {
+    let mut req = Vec::new();
+    let mut expect = Vec::new();
+    if let Some(pw) = auth {
+        proto::resp::write_command(&mut req, 2, [&b"AUTH"[..], pw.as_bytes()]);
+        expect.extend_from_slice(b"+OK\r\n");
+    }
+    proto::resp::write_command(&mut req, 1, [&b"PING"[..]]);
+    expect.extend_from_slice(b"+PONG\r\n");
+    if s.write_all(&req).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 128];
+    let mut got = 0;
+    while got < expect.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got += n,
+        }
+    }
+    buf[..got] == expect[..]
 }

@@ -89,11 +89,22 @@ impl Listener {
         }
     }
 
-    pub fn source(&mut self) -> &mut dyn Source {
+    fn source(&mut self) -> &mut dyn Source {
         match self {
             Listener::Tcp(l) => l,
             Listener::Unix(l) => l,
         }
+    }
+
+    /// Watches the listener in `poll`.
+    pub fn watch(&mut self, poll: &mio::Poll, token: Token) -> io::Result<()> {
+        poll.registry()
+            .register(self.source(), token, Interest::READABLE)
+    }
+
+    /// Stops watching (the listener is about to be dropped); harmless if never watched.
+    pub fn unwatch(&mut self, poll: &mio::Poll) {
+        let _ = poll.registry().deregister(self.source());
     }
 }
 

@@ -1,4 +1,5 @@
-//! Where one memcached reply ends in a backend's byte stream, and the items of a get reply.
+//! Where one reply ends in a backend's byte stream: memcached replies ([`Framer`], and the
+//! items of a get reply) and RESP2 replies of Redis pools ([`RespFramer`]).
 //!
 //! The router never interprets a reply beyond its framing: it needs to know how many bytes
 //! belong to the request at the head of a backend connection's queue. Every memcached reply
@@ -80,6 +81,118 @@ impl Framer {
             // that cut a get reply short, which ends it just the same).
             self.pos = 0;
             return Frame::Complete(line_end);
+        }
+    }
+}
+
+/// Frames RESP2 replies. A long array reply arriving in many reads is scanned once: the
+/// framer remembers where its complete elements end.
+#[derive(Clone, Debug, Default)]
+pub struct RespFramer {
+    /// 0, or the end of the top-level array's elements known to be complete.
+    pos: usize,
+    /// Top-level array elements still to frame after `pos`.
+    left: u64,
+}
+
+impl RespFramer {
+    pub fn next(&mut self, buf: &[u8]) -> Frame {
+        if self.pos == 0 {
+            match buf.first() {
+                None => return Frame::Incomplete(None),
+                Some(b'*') => {
+                    let Some(nl) = memchr(b'\n', buf) else {
+                        return line_incomplete(buf.len());
+                    };
+                    if nl < 2 || buf[nl - 1] != b'\r' {
+                        return Frame::Invalid;
+                    }
+                    match proto::resp::parse_ll(&buf[1..nl - 1]) {
+                        Some(n) if (-1..=0).contains(&n) => return Frame::Complete(nl + 1),
+                        Some(n) if n > 0 => {
+                            self.pos = nl + 1;
+                            self.left = n as u64;
+                        }
+                        _ => return Frame::Invalid,
+                    }
+                }
+                Some(_) => {
+                    return match proto::resp::reply_len(buf) {
+                        Ok(Some(n)) => Frame::Complete(n),
+                        Ok(None) => incomplete(buf, 0),
+                        Err(_) => Frame::Invalid,
+                    }
+                }
+            }
+        }
+        while self.left > 0 {
+            match proto::resp::reply_len(&buf[self.pos..]) {
+                Ok(Some(n)) => {
+                    self.pos += n;
+                    self.left -= 1;
+                }
+                Ok(None) => return incomplete(buf, self.pos),
+                Err(_) => return Frame::Invalid,
+            }
+        }
+        let n = self.pos;
+        self.pos = 0;
+        Frame::Complete(n)
+    }
+}
+
+/// More bytes are needed for the reply element at `pos`: how many, when a bulk length says
+/// so; a line that never ends is not RESP.
+fn incomplete(buf: &[u8], pos: usize) -> Frame {
+    match bulk_total(buf, pos) {
+        Some(t) => Frame::Incomplete(Some(t)),
+        None if buf.len() - pos > MAX_REPLY_LINE && memchr(b'\n', &buf[pos..]).is_none() => {
+            Frame::Invalid
+        }
+        None => Frame::Incomplete(None),
+    }
+}
+
+fn line_incomplete(len: usize) -> Frame {
+    if len > MAX_REPLY_LINE {
+        Frame::Invalid
+    } else {
+        Frame::Incomplete(None)
+    }
+}
+
+/// When a bulk string starts at `pos` and its length line is complete: the buffer length
+/// that holds all of it.
+fn bulk_total(buf: &[u8], pos: usize) -> Option<usize> {
+    let rest = &buf[pos..];
+    if rest.first() != Some(&b'$') {
+        return None;
+    }
+    let nl = memchr(b'\n', rest)?;
+    let n = proto::resp::parse_ll(rest.get(1..nl.checked_sub(1)?)?)?;
+    (n >= 0).then(|| pos + nl + 1 + n as usize + 2)
+}
+
+/// One backend connection's reply framing, by pool protocol.
+#[derive(Clone, Debug)]
+pub enum ReplyFramer {
+    Memcached(Framer),
+    Resp(RespFramer),
+}
+
+impl ReplyFramer {
+    pub fn new(redis: bool) -> ReplyFramer {
+        if redis {
+            ReplyFramer::Resp(RespFramer::default())
+        } else {
+            ReplyFramer::Memcached(Framer::new())
+        }
+    }
+
+    pub fn next(&mut self, buf: &[u8]) -> Frame {
+        match self {
+            ReplyFramer::Memcached(f) => f.next(buf),
+            ReplyFramer::Resp(f) => f.next(buf),
         }
     }
 }
@@ -234,6 +347,77 @@ mod tests {
         assert!(is_get_reply(r) && is_get_reply(b"END\r\n"));
         assert!(!is_get_reply(b"SERVER_ERROR x\r\n"));
         assert!(is_error_reply(b"CLIENT_ERROR bad\r\n") && !is_error_reply(b"STORED\r\n"));
+    }
+
+    fn resp_frame_all(stream: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+        // Feed growing prefixes, as reads would, and frame what is complete.
+        let mut f = RespFramer::default();
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut end = 0;
+        while start < stream.len() {
+            end = (end + chunk).min(stream.len());
+            loop {
+                match f.next(&stream[start..end]) {
+                    Frame::Complete(n) => {
+                        out.push(stream[start..start + n].to_vec());
+                        start += n;
+                    }
+                    Frame::Incomplete(Some(t)) => {
+                        assert!(start + t > end, "hint {t} already satisfied");
+                        break;
+                    }
+                    Frame::Incomplete(None) => break,
+                    Frame::Invalid => panic!("invalid at {start}"),
+                }
+            }
+            if end == stream.len() && start < stream.len() {
+                panic!("left over bytes");
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn resp_frames_each_reply_kind_in_any_chunking() {
+        let replies: Vec<&[u8]> = vec![
+            b"+OK\r\n",
+            b"-ERR wrong\r\n",
+            b":42\r\n",
+            b"$5\r\nhello\r\n",
+            b"$-1\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*3\r\n$1\r\na\r\n$-1\r\n*2\r\n:1\r\n+x\r\n",
+            b"$0\r\n\r\n",
+        ];
+        let stream: Vec<u8> = replies.concat();
+        for chunk in [1, 2, 3, 7, 1000] {
+            let got = resp_frame_all(&stream, chunk);
+            assert_eq!(got, replies.iter().map(|r| r.to_vec()).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn resp_bulk_size_is_announced_and_garbage_refused() {
+        let mut f = RespFramer::default();
+        assert_eq!(f.next(b"$10\r\nab"), Frame::Incomplete(Some(17)));
+        let mut f = RespFramer::default();
+        assert_eq!(
+            f.next(b"*2\r\n$1\r\na\r\n$4\r\nx"),
+            Frame::Incomplete(Some(21))
+        );
+        assert_eq!(
+            f.next(b"*2\r\n$1\r\na\r\n$4\r\nwxyz\r\n"),
+            Frame::Complete(21)
+        );
+        assert_eq!(RespFramer::default().next(b"?x\r\n"), Frame::Invalid);
+        assert_eq!(RespFramer::default().next(b"*x\r\n"), Frame::Invalid);
+        assert_eq!(RespFramer::default().next(b"$3\r\nabcde"), Frame::Invalid);
+        assert_eq!(
+            RespFramer::default().next(&vec![b'+'; MAX_REPLY_LINE + 1]),
+            Frame::Invalid
+        );
     }
 
     proptest! {

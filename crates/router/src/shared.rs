@@ -234,14 +234,6 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(config: Config, threads: usize, started: Instant) -> Result<Shared, String> {
-        for pool in &config.pools {
-            if pool.redis {
-                return Err(format!(
-                    "pool '{}': redis pools are not supported by memfleet route yet",
-                    pool.name
-                ));
-            }
-        }
         let pools = config
             .pools
             .iter()
@@ -307,12 +299,10 @@ mod tests {
     }
 
     #[test]
-    fn redis_pools_are_refused() {
+    fn redis_pools_are_served() {
         let cfg = Config::from_yaml_str(&YAML.replace("  servers:", "  redis: true\n  servers:"))
             .unwrap();
-        assert!(Shared::new(cfg, 1, Instant::now())
-            .err()
-            .unwrap()
-            .contains("redis"));
+        let shared = Shared::new(cfg, 1, Instant::now()).unwrap();
+        assert!(shared.pools[0].cfg.redis);
     }
 }

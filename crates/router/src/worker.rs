@@ -7,6 +7,11 @@
 //! (FIFO: memcached answers in order) and handed to the client's reply queue, which keeps
 //! the client's request order even when its requests went to different servers; each
 //! client's ready replies are also written once per iteration.
+//!
+//! Pools speak memcached or, with `redis: true`, RESP2. The protocol shows in three places
+//! only: how a client's bytes are parsed and routed (`parse_client` / `parse_client_resp`),
+//! how a backend's replies are framed ([`ReplyFramer`]), and the wording of the errors the
+//! router makes up. Queues, batching, ordering, timeouts and ejection are shared.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
@@ -14,14 +19,17 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Token, Waker};
+use proto::redis_cmd::{self, Kind, Local};
+use proto::resp::{self, RespParse, RespRequest};
 use proto::{Limits, Parse, Request};
 use slab::Slab;
 
 use crate::buf::ReadBuf;
 use crate::get_batch::{GetBatch, Member};
 use crate::net::{error_text, Listener, Stream};
-use crate::reply_frame::{get_items, is_error_reply, is_get_reply, Frame, Framer};
+use crate::redis_local;
+use crate::reply_frame::{get_items, is_error_reply, is_get_reply, Frame, ReplyFramer};
 use crate::shared::{Globals, PoolRt, Shared};
 
 pub const WAKER: Token = Token(usize::MAX);
@@ -31,6 +39,8 @@ const KIND_LISTENER: usize = 2;
 
 /// Idle read buffers a worker keeps for reuse.
 const READ_POOL_MAX: usize = 256;
+/// Extra clients a worker keeps before it hands new connections to a less busy worker.
+const HANDOFF_SLACK: i64 = 64;
 /// Full reads from one client before other connections get their turn.
 const MAX_READS_PER_TURN: usize = 8;
 /// Stop reading a client that has this many unanswered requests...
@@ -38,7 +48,32 @@ const MAX_SLOTS: usize = 16 * 1024;
 /// ...or this many reply bytes it has not read yet.
 const MAX_UNSENT: usize = 8 * 1024 * 1024;
 
-const NO_SERVER: &[u8] = b"SERVER_ERROR no server is available\r\n";
+const NO_SERVER: &str = "no server is available";
+/// `Pending::client` of the AUTH / SELECT a Redis backend connection starts with.
+const HANDSHAKE: u32 = u32::MAX;
+
+/// redis-server's own limits; only what a client sends before AUTH is bounded tighter.
+const RESP_LIMITS: resp::Limits = resp::Limits {
+    max_multibulk_len: i32::MAX as i64,
+    max_bulk_len: 512 * 1024 * 1024,
+    max_inline_len: 64 * 1024,
+    unauthenticated: false,
+};
+const RESP_LIMITS_UNAUTH: resp::Limits = resp::Limits {
+    unauthenticated: true,
+    ..RESP_LIMITS
+};
+
+/// An error reply the router makes up, in the pool's protocol.
+fn error_reply(redis: bool, msg: &str) -> Vec<u8> {
+    if redis {
+        let mut out = Vec::with_capacity(msg.len() + 7);
+        resp::write_error(&mut out, format!("ERR {msg}").as_bytes());
+        out
+    } else {
+        format!("SERVER_ERROR {msg}\r\n").into_bytes()
+    }
+}
 const VERSION: &[u8] =
     concat!("VERSION memfleet-route-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes();
 
@@ -81,7 +116,6 @@ struct PoolLocal {
     ring: Arc<ring::Ring>,
     /// `[server][k]` → backend slab index.
     conns: Vec<Vec<Option<usize>>>,
-    next: Vec<usize>,
 }
 
 /// What a queued reply is waiting for and how it is written out.
@@ -96,6 +130,16 @@ enum SlotKind {
     Multi(Box<MultiGet>),
     /// flush_all sent to every server.
     Broadcast { frags: Vec<Vec<u8>>, noreply: bool },
+    /// A Redis multi-key command split over servers.
+    RedisMulti(Box<RedisMulti>),
+}
+
+struct RedisMulti {
+    kind: Kind,
+    nkeys: usize,
+    /// Per fragment: positions of its keys among the command's keys.
+    positions: Vec<Vec<usize>>,
+    frags: Vec<Vec<u8>>,
 }
 
 struct Slot {
@@ -127,8 +171,11 @@ struct Client {
     eof: bool,
     paused: bool,
     dirty: bool,
-    /// False until the client sent the pool's `client_auth` password.
+    /// False until the client sent the pool's password (`client_auth`, or for a Redis pool
+    /// also `redis_auth`).
     authed: bool,
+    /// Where parsing of a partly received RESP command stopped.
+    progress: resp::Progress,
 }
 
 impl Client {
@@ -175,6 +222,19 @@ fn finish_slot(slot: Slot, out: &mut Vec<u8>) {
     match slot.kind {
         SlotKind::Ready | SlotKind::Single | SlotKind::NoReply => out.extend_from_slice(&slot.buf),
         SlotKind::Multi(m) => merge_get(&m, out),
+        SlotKind::RedisMulti(m) => {
+            let parts: Vec<(&[usize], &[u8])> = m
+                .positions
+                .iter()
+                .zip(&m.frags)
+                .map(|(p, f)| (&p[..], &f[..]))
+                .collect();
+            let mark = out.len();
+            if redis_cmd::merge(m.kind, m.nkeys, &parts, out).is_err() {
+                out.truncate(mark);
+                out.extend_from_slice(b"-ERR invalid reply from server\r\n");
+            }
+        }
         SlotKind::Broadcast { frags, noreply } => {
             match frags.iter().find(|f| f.as_slice() != b"OK\r\n") {
                 Some(bad) if !noreply || is_error_reply(bad) => out.extend_from_slice(bad),
@@ -279,7 +339,7 @@ struct Backend {
     place: Option<(usize, usize)>,
     connecting: bool,
     rbuf: ReadBuf,
-    framer: Framer,
+    framer: ReplyFramer,
     wbuf: Vec<u8>,
     wpos: usize,
     pending: VecDeque<Pending>,
@@ -298,6 +358,8 @@ enum Why {
     Io(io::Error),
     Timeout,
     Protocol,
+    /// The backend refused the AUTH or SELECT the router sent for the pool.
+    Handshake(String),
 }
 
 pub struct Worker {
@@ -448,7 +510,7 @@ impl Worker {
                 Some(u) if u.new.is_none() => self.listeners[i].pool = u.pool,
                 _ => {
                     let mut l = self.listeners.remove(i);
-                    let _ = self.poll.registry().deregister(l.listener.source());
+                    l.listener.unwatch(&self.poll);
                 }
             }
         }
@@ -456,11 +518,17 @@ impl Worker {
             if let Some(mut listener) = u.new {
                 let entry = self.listeners.vacant_entry();
                 let t = token(KIND_LISTENER, entry.key());
-                if let Err(e) =
-                    self.poll
-                        .registry()
-                        .register(listener.source(), t, Interest::READABLE)
-                {
+                // One worker accepts on each listen address (see `accept`); the others keep
+                // the handle only so a reload can tell which addresses are unchanged.
+                if acceptor_of(&key, self.peers.len()) != self.id {
+                    entry.insert(ListenerLocal {
+                        key,
+                        pool: u.pool,
+                        listener,
+                    });
+                    continue;
+                }
+                if let Err(e) = listener.watch(&self.poll, t) {
                     crate::log::warn(&format!(
                         "worker {}: cannot watch listener {key}: {e}",
                         self.id
@@ -521,7 +589,6 @@ impl Worker {
                     vec![None; rt.cfg.server_connections.max(1) as usize];
                     rt.servers.len()
                 ],
-                next: vec![0; rt.servers.len()],
             })
             .collect();
         self.shared = shared;
@@ -531,8 +598,8 @@ impl Worker {
         for p in 0..self.pools.len() {
             if self.pools[p].rt.cfg.preconnect {
                 for s in 0..self.pools[p].conns.len() {
-                    for _ in 0..self.pools[p].conns[s].len() {
-                        let _ = self.backend_for(p, s);
+                    for k in 0..self.pools[p].conns[s].len() {
+                        let _ = self.backend_for(p, s, k);
                     }
                 }
             }
@@ -541,10 +608,16 @@ impl Worker {
 
     // ---- clients ----
 
-    /// Accepts every pending connection and deals them out round robin over the workers,
-    /// so a burst of connections (a pool of PHP workers starting) does not all land on
-    /// whichever thread happened to wake first.
+    /// Accepts every pending connection. One worker accepts for each listen address and
+    /// keeps the connection unless it already has `HANDOFF_SLACK` more clients than
+    /// another worker, which then gets it. So many long-lived connections spread over all
+    /// workers, while short-lived ones (PHP's connect, AUTH, GET, close) stay on one
+    /// thread with no hand-over: measured on 2 cores, spreading them over both workers
+    /// cost about 10% more CPU per connection (more sleeps and cross-CPU wakeups) than
+    /// serving them from one.
     fn accept(&mut self, li: usize) {
+        // Connections handed to each worker in this call, not yet in its own count.
+        let mut handed = [0i64; 64];
         loop {
             let Some(l) = self.listeners.get(li) else {
                 return;
@@ -552,8 +625,10 @@ impl Worker {
             let pool = l.pool;
             match l.listener.accept() {
                 Ok(stream) => {
-                    let target = self.next_worker;
-                    self.next_worker = (self.next_worker + 1) % self.peers.len();
+                    let target = self.pick_worker(&handed);
+                    if let Some(h) = handed.get_mut(target) {
+                        *h += 1;
+                    }
                     if target == self.id {
                         self.add_client(stream, pool);
                     } else {
@@ -577,6 +652,32 @@ impl Worker {
                     return;
                 }
             }
+        }
+    }
+
+    /// This worker, or the least loaded one when this one has `HANDOFF_SLACK` more clients.
+    fn pick_worker(&mut self, handed: &[i64; 64]) -> usize {
+        let load = |w: usize| {
+            self.globals.per_worker[w].curr_connections.get() + handed.get(w).copied().unwrap_or(0)
+        };
+        let mine = load(self.id);
+        let n = self.peers.len();
+        // Start after the last choice so ties rotate.
+        let mut best = self.id;
+        let mut least = mine;
+        for i in 1..n {
+            let w = (self.next_worker + i) % n;
+            let l = load(w);
+            if l < least {
+                best = w;
+                least = l;
+            }
+        }
+        if best != self.id && mine > least + HANDOFF_SLACK {
+            self.next_worker = best;
+            best
+        } else {
+            self.id
         }
     }
 
@@ -632,7 +733,8 @@ impl Worker {
             eof: false,
             paused: false,
             dirty: false,
-            authed: self.pools[pool].rt.cfg.client_auth.is_none(),
+            authed: !redis_local::needs_auth(&self.pools[pool].rt.cfg),
+            progress: resp::Progress::default(),
         });
     }
 
@@ -697,6 +799,9 @@ impl Worker {
         let Some(c) = self.clients.get_mut(ci) else {
             return;
         };
+        if c.rt.cfg.redis {
+            return self.parse_client_resp(ci);
+        }
         let mut rbuf = std::mem::take(&mut c.rbuf);
         loop {
             let c = &mut self.clients[ci];
@@ -762,6 +867,58 @@ impl Worker {
         }
     }
 
+    fn parse_client_resp(&mut self, ci: usize) {
+        let Some(c) = self.clients.get_mut(ci) else {
+            return;
+        };
+        let mut rbuf = std::mem::take(&mut c.rbuf);
+        loop {
+            let c = &mut self.clients[ci];
+            if c.closing {
+                rbuf.clear();
+                break;
+            }
+            if c.slots.len() >= MAX_SLOTS || c.unsent() >= MAX_UNSENT {
+                c.paused = true;
+                break;
+            }
+            if rbuf.is_empty() {
+                break;
+            }
+            let limits = if c.authed {
+                &RESP_LIMITS
+            } else {
+                &RESP_LIMITS_UNAUTH
+            };
+            let data = rbuf.filled();
+            match resp::parse_request_resume(data, limits, &mut c.progress) {
+                RespParse::Incomplete { total } => {
+                    if let Some(t) = total {
+                        rbuf.reserve_total(t);
+                    }
+                    break;
+                }
+                RespParse::Skip(n) => rbuf.consume(n),
+                RespParse::Error { reply, close } => {
+                    c.reply(reply);
+                    // redis-server always closes after a protocol error; where the bad
+                    // request ends is unknown, so nothing after it can be parsed.
+                    c.closing = close;
+                    rbuf.clear();
+                    self.mark_client(ci);
+                    break;
+                }
+                RespParse::Request(req, n) => {
+                    self.route_redis(ci, &req);
+                    rbuf.consume(n);
+                }
+            }
+        }
+        if let Some(c) = self.clients.get_mut(ci) {
+            c.rbuf = rbuf;
+        }
+    }
+
     fn flush_client(&mut self, ci: usize) {
         let Some(c) = self.clients.get_mut(ci) else {
             return;
@@ -804,8 +961,16 @@ impl Worker {
         if !self.clients.contains(ci) {
             return;
         }
+        // Closing the socket removes it from epoll: no deregister call needed.
         let mut c = self.clients.remove(ci);
-        let _ = self.poll.registry().deregister(c.stream.source());
+        // The read buffer goes back to the pool: freeing 16 KB per short-lived connection
+        // makes the allocator hand memory back to the kernel (madvise, TLB shootdowns).
+        c.rbuf.clear();
+        if let Some(storage) = c.rbuf.take_storage() {
+            if self.read_pool.len() < READ_POOL_MAX {
+                self.read_pool.push(storage);
+            }
+        }
         let counters = &c.rt.counters[self.id].pool;
         counters.client_connections.add(-1);
         if error {
@@ -908,6 +1073,135 @@ impl Worker {
         }
     }
 
+    /// Executes one command of a Redis pool client: answered here, forwarded to the server
+    /// owning its keys, or split per server.
+    fn route_redis(&mut self, ci: usize, req: &RespRequest<'_>) {
+        let c = &mut self.clients[ci];
+        let p = c.pool;
+        if req.name().eq_ignore_ascii_case(b"hello") {
+            let mut out = Vec::new();
+            c.authed = redis_local::hello(&c.rt.cfg, req, c.authed, &mut out);
+            return self.local_reply(ci, &out);
+        }
+        // Like redis-server: unknown commands and arity errors first, then authentication.
+        let plan = match redis_cmd::classify(req) {
+            Ok(plan) => plan,
+            Err(reply) => return self.local_reply(ci, reply),
+        };
+        let kind = plan.kind();
+        if !c.authed && !matches!(kind, Kind::Local(Local::Auth | Local::Quit)) {
+            return self.local_reply(ci, redis_cmd::ERR_NOAUTH);
+        }
+        match kind {
+            Kind::Local(Local::Auth) => {
+                let reply = redis_local::auth(&c.rt.cfg, req);
+                if reply == redis_local::OK {
+                    c.authed = true;
+                }
+                self.local_reply(ci, reply);
+            }
+            Kind::Local(Local::Quit) => {
+                c.reply(b"+OK\r\n");
+                c.closing = true;
+                self.mark_client(ci);
+            }
+            Kind::Local(Local::Select) => {
+                self.local_reply(ci, redis_cmd::select_reply(req.arg(1).unwrap_or_default()))
+            }
+            Kind::Local(_) => {
+                let mut out = Vec::new();
+                redis_cmd::answer_local(&plan, req, &mut out);
+                self.local_reply(ci, &out);
+            }
+            Kind::AnyServer => {
+                let rt = &self.pools[p].rt;
+                let s = (0..rt.servers.len())
+                    .find(|&s| !rt.servers[s].is_ejected())
+                    .unwrap_or(0);
+                self.forward_redis(ci, p, s, req);
+            }
+            Kind::Keyed => {
+                if self.pools[p].rt.servers.is_empty() {
+                    return self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
+                }
+                let mut none = false;
+                let server = plan.server(req, |k| {
+                    self.server_for(p, k).unwrap_or_else(|| {
+                        none = true;
+                        0
+                    })
+                });
+                match server {
+                    _ if none => self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER)),
+                    Ok(s) => self.forward_redis(ci, p, s, req),
+                    Err(reply) => self.local_reply(ci, reply),
+                }
+            }
+            Kind::MultiGet | Kind::MultiSum | Kind::MultiSet => {
+                let mut none = false;
+                let parts = redis_cmd::split_multi(&plan, req, |k| {
+                    self.server_for(p, k).unwrap_or_else(|| {
+                        none = true;
+                        0
+                    })
+                });
+                if none {
+                    return self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
+                }
+                if parts.len() == 1 {
+                    return self.forward_redis(ci, p, parts[0].server, req);
+                }
+                let mut backends = Vec::with_capacity(parts.len());
+                for part in &parts {
+                    match self.backend_for(p, part.server, ci) {
+                        Ok(b) => backends.push(b),
+                        Err(msg) => return self.fail_forward(ci, p, &msg),
+                    }
+                }
+                self.pools[p].rt.counters[self.id]
+                    .pool
+                    .fragments
+                    .add(parts.len() as i64);
+                let mut m = RedisMulti {
+                    kind,
+                    nkeys: plan.key_count(),
+                    positions: Vec::with_capacity(parts.len()),
+                    frags: vec![Vec::new(); parts.len()],
+                };
+                let mut frames = Vec::with_capacity(parts.len());
+                for part in parts {
+                    m.positions.push(part.positions);
+                    frames.push(part.bytes);
+                }
+                let c = &mut self.clients[ci];
+                let seq = c.push(frames.len() as u32, SlotKind::RedisMulti(Box::new(m)));
+                let gen = c.gen;
+                for (f, (frame, b)) in frames.iter().zip(backends).enumerate() {
+                    self.enqueue(b, &[frame], ci, gen, seq, f as u16, false);
+                }
+            }
+        }
+    }
+
+    /// Sends a command unchanged (inline commands as multibulk) to server `s`.
+    fn forward_redis(&mut self, ci: usize, p: usize, s: usize, req: &RespRequest<'_>) {
+        let b = match self.backend_for(p, s, ci) {
+            Ok(b) => b,
+            Err(msg) => return self.fail_forward(ci, p, &msg),
+        };
+        let c = &mut self.clients[ci];
+        let seq = c.push(1, SlotKind::Single);
+        let gen = c.gen;
+        match req.raw_multibulk() {
+            Some(raw) => self.enqueue(b, &[raw], ci, gen, seq, 0, false),
+            None => {
+                let mut frame = Vec::new();
+                req.write_multibulk(&mut frame);
+                self.enqueue(b, &[&frame], ci, gen, seq, 0, false);
+            }
+        }
+    }
+
     fn server_for(&mut self, p: usize, key: &[u8]) -> Option<usize> {
         let pl = &mut self.pools[p];
         if let Some((g, r)) = pl.rt.ring_if_newer(pl.ring_gen) {
@@ -927,13 +1221,13 @@ impl Worker {
         quiet: bool,
     ) {
         let Some(s) = self.server_for(p, key) else {
-            self.fail_forward(ci, p, NO_SERVER);
+            self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
             return;
         };
-        let b = match self.backend_for(p, s) {
+        let b = match self.backend_for(p, s, ci) {
             Ok(b) => b,
             Err(msg) => {
-                self.fail_forward(ci, p, msg.as_bytes());
+                self.fail_forward(ci, p, &msg);
                 return;
             }
         };
@@ -960,7 +1254,7 @@ impl Worker {
                 return;
             };
             let Some(s) = self.server_for(p, k) else {
-                self.fail_forward(ci, p, NO_SERVER);
+                self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
                 return;
             };
             match first {
@@ -974,10 +1268,10 @@ impl Worker {
             return;
         };
         if same {
-            let b = match self.backend_for(p, s0) {
+            let b = match self.backend_for(p, s0, ci) {
                 Ok(b) => b,
                 Err(msg) => {
-                    self.fail_forward(ci, p, msg.as_bytes());
+                    self.fail_forward(ci, p, &msg);
                     return;
                 }
             };
@@ -1016,10 +1310,10 @@ impl Worker {
         }
         let mut backends = Vec::with_capacity(servers.len());
         for &s in &servers {
-            match self.backend_for(p, s) {
+            match self.backend_for(p, s, ci) {
                 Ok(b) => backends.push(b),
                 Err(msg) => {
-                    self.fail_forward(ci, p, msg.as_bytes());
+                    self.fail_forward(ci, p, &msg);
                     return;
                 }
             }
@@ -1070,16 +1364,16 @@ impl Worker {
         let stripped = if noreply { strip_noreply(raw) } else { None };
         let mut backends = Vec::new();
         for &s in &live {
-            match self.backend_for(p, s) {
+            match self.backend_for(p, s, ci) {
                 Ok(b) => backends.push(b),
                 Err(msg) => {
-                    self.local_reply(ci, msg.as_bytes());
+                    self.local_reply(ci, &msg);
                     return;
                 }
             }
         }
         if backends.is_empty() {
-            self.local_reply(ci, NO_SERVER);
+            self.local_reply(ci, &self.pool_error(p, NO_SERVER));
             return;
         }
         let c = &mut self.clients[ci];
@@ -1103,19 +1397,25 @@ impl Worker {
 
     // ---- backends ----
 
-    /// A connection to server `s` of pool `p`, round robin over `server_connections`,
-    /// connecting when needed. `Err` is the SERVER_ERROR line to answer.
+    /// An error reply made up by the router, in pool `p`'s protocol.
+    fn pool_error(&self, p: usize, msg: &str) -> Vec<u8> {
+        error_reply(self.pools[p].rt.cfg.redis, msg)
+    }
+
     /// A request that cannot be forwarded: count it and answer the client at once.
     fn fail_forward(&mut self, ci: usize, p: usize, reply: &[u8]) {
         self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
         self.local_reply(ci, reply);
     }
 
-    fn backend_for(&mut self, p: usize, s: usize) -> Result<usize, String> {
+    /// A connection to server `s` of pool `p`, connecting when needed. With several
+    /// `server_connections` a client always uses the same one (`lane`: its index), so its
+    /// requests to one server stay in order: a pipelined SET then GET must not race. `Err` is the error reply to answer. A Redis backend
+    /// connection first authenticates and selects the pool's database; requests queued
+    /// behind that wait for it.
+    fn backend_for(&mut self, p: usize, s: usize, lane: usize) -> Result<usize, Vec<u8>> {
         let pl = &mut self.pools[p];
-        let n = pl.conns[s].len();
-        let k = pl.next[s] % n;
-        pl.next[s] = pl.next[s].wrapping_add(1);
+        let k = lane % pl.conns[s].len();
         if let Some(b) = pl.conns[s][k] {
             return Ok(b);
         }
@@ -1126,9 +1426,34 @@ impl Worker {
                 let entry = self.backends.vacant_entry();
                 let b = entry.key();
                 if let Err(e) = stream.register(self.poll.registry(), token(KIND_BACKEND, b)) {
-                    return Err(format!("SERVER_ERROR {}\r\n", error_text(&e)));
+                    return Err(error_reply(rt.cfg.redis, &error_text(&e)));
                 }
                 counters.server_connections.add(1);
+                let mut wbuf = Vec::new();
+                let mut pending = VecDeque::new();
+                if rt.cfg.redis {
+                    let now = self.now;
+                    let mut handshake = |args: &[&[u8]]| {
+                        resp::write_command(&mut wbuf, args.len(), args.iter().copied());
+                        pending.push_back(Pending {
+                            client: HANDSHAKE,
+                            gen: 0,
+                            seq: 0,
+                            frag: 0,
+                            quiet: false,
+                            at: now,
+                            bytes: 0,
+                            batch: None,
+                        });
+                    };
+                    if let Some(pw) = &rt.cfg.redis_auth {
+                        handshake(&[b"AUTH", pw.as_bytes()]);
+                    }
+                    if rt.cfg.redis_db != 0 {
+                        let db = rt.cfg.redis_db.to_string();
+                        handshake(&[b"SELECT", db.as_bytes()]);
+                    }
+                }
                 entry.insert(Backend {
                     stream,
                     rt: rt.clone(),
@@ -1136,10 +1461,10 @@ impl Worker {
                     place: Some((p, k)),
                     connecting: true,
                     rbuf: ReadBuf::default(),
-                    framer: Framer::new(),
-                    wbuf: Vec::new(),
+                    framer: ReplyFramer::new(rt.cfg.redis),
+                    wbuf,
                     wpos: 0,
-                    pending: VecDeque::new(),
+                    pending,
                     dirty: false,
                     open_get: None,
                     get_line: Vec::new(),
@@ -1152,7 +1477,7 @@ impl Worker {
             Err(e) => {
                 counters.server_err.add(1);
                 rt.record_failure(s);
-                Err(format!("SERVER_ERROR {}\r\n", error_text(&e)))
+                Err(error_reply(rt.cfg.redis, &error_text(&e)))
             }
         }
     }
@@ -1377,6 +1702,15 @@ impl Worker {
                         return self.fail_then(b, Why::Protocol);
                     };
                     let reply = &be.rbuf.filled()[..n];
+                    if p.client == HANDSHAKE {
+                        if reply.first() == Some(&b'-') {
+                            let text = String::from_utf8_lossy(&reply[1..n - 2]).into_owned();
+                            return self.fail_then(b, Why::Handshake(text));
+                        }
+                        be.pending.pop_front();
+                        be.rbuf.consume(n);
+                        continue;
+                    }
                     let done = !p.quiet || reply == b"MN\r\n";
                     if let Some(batch) = &p.batch {
                         let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
@@ -1437,49 +1771,48 @@ impl Worker {
         }
         let c = &be.rt.counters[self.id].servers[be.server];
         c.server_connections.add(-1);
-        let msg = match &why {
+        let text = match &why {
             Why::Eof => {
                 c.server_eof.add(1);
-                "SERVER_ERROR Connection closed by server\r\n".to_owned()
+                "Connection closed by server".to_owned()
             }
             Why::Io(e) => {
                 c.server_err.add(1);
-                format!("SERVER_ERROR {}\r\n", error_text(e))
+                error_text(e)
             }
             Why::Timeout => {
                 c.server_timedout.add(1);
-                "SERVER_ERROR Connection timed out\r\n".to_owned()
+                "Connection timed out".to_owned()
             }
             Why::Protocol => {
                 c.server_err.add(1);
-                "SERVER_ERROR invalid reply from server\r\n".to_owned()
+                "invalid reply from server".to_owned()
+            }
+            Why::Handshake(e) => {
+                c.server_err.add(1);
+                format!("server refused AUTH/SELECT: {e}")
             }
         };
+        let msg = error_reply(be.rt.cfg.redis, &text);
+        let handshake = be.pending.iter().any(|p| p.client == HANDSHAKE);
+        be.pending.retain(|p| p.client != HANDSHAKE);
         let mut failed = 0;
         for p in be.pending.drain(..) {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
             for t in p.targets() {
                 failed += 1;
-                deliver(
-                    &mut self.clients,
-                    &mut self.dirty_clients,
-                    &t,
-                    msg.as_bytes(),
-                    true,
-                );
+                deliver(&mut self.clients, &mut self.dirty_clients, &t, &msg, true);
             }
         }
         be.rt.counters[self.id].pool.forward_error.add(failed);
         // An idle connection the server closed (restart, idle timeout) is not a failure.
-        if failed > 0 || !matches!(why, Why::Eof) || be.connecting {
+        if failed > 0 || handshake || !matches!(why, Why::Eof) || be.connecting {
             be.rt.record_failure(be.server);
         }
         crate::log::info(&format!(
             "pool '{}': server '{}' connection dropped: {}",
-            be.rt.cfg.name,
-            be.rt.servers[be.server].stats_name,
-            msg.trim_end()
+            be.rt.cfg.name, be.rt.servers[be.server].stats_name, text
         ));
     }
 
@@ -1523,6 +1856,14 @@ impl Worker {
     }
 }
 
+/// The worker that accepts on listen address `key` (the same answer in every worker).
+fn acceptor_of(key: &str, workers: usize) -> usize {
+    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (h % workers.max(1) as u64) as usize
+}
+
 /// Gives one backend reply (or part of a quiet one) to the client waiting for it.
 fn deliver(
     clients: &mut Slab<Client>,
@@ -1562,6 +1903,7 @@ fn deliver(
             SlotKind::Broadcast { frags, .. } => {
                 frags[usize::from(p.frag)].extend_from_slice(reply)
             }
+            SlotKind::RedisMulti(m) => m.frags[usize::from(p.frag)].extend_from_slice(reply),
         }
         if done {
             slot.remaining = slot.remaining.saturating_sub(1);
@@ -1676,6 +2018,57 @@ mod tests {
             ],
         );
         assert_eq!(out, b"VALUE x 2 0 9\r\n\r\nVALUE y 1 0\r\n\r\nEND\r\n");
+    }
+
+    #[test]
+    fn redis_multi_merges_or_answers_an_error() {
+        let slot = |kind, frags: Vec<&[u8]>| Slot {
+            remaining: 0,
+            kind: SlotKind::RedisMulti(Box::new(RedisMulti {
+                kind,
+                nkeys: 3,
+                positions: vec![vec![0, 2], vec![1]],
+                frags: frags.into_iter().map(|f| f.to_vec()).collect(),
+            })),
+            buf: Vec::new(),
+        };
+        let mut out = Vec::new();
+        finish_slot(
+            slot(
+                Kind::MultiGet,
+                vec![b"*2\r\n$1\r\na\r\n$-1\r\n", b"*1\r\n$1\r\nb\r\n"],
+            ),
+            &mut out,
+        );
+        assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n");
+        out.clear();
+        finish_slot(slot(Kind::MultiSum, vec![b":2\r\n", b":1\r\n"]), &mut out);
+        assert_eq!(out, b":3\r\n");
+        out.clear();
+        let down: &[u8] = b"-ERR Connection refused\r\n";
+        finish_slot(slot(Kind::MultiSet, vec![b"+OK\r\n", down]), &mut out);
+        assert_eq!(out, down);
+        out.clear();
+        // A reply of the wrong shape never reaches the client half-merged.
+        finish_slot(
+            slot(Kind::MultiGet, vec![b"*1\r\n:1\r\n", b"+OK\r\n"]),
+            &mut out,
+        );
+        assert_eq!(out, b"-ERR invalid reply from server\r\n");
+    }
+
+    #[test]
+    fn error_replies_follow_the_pool_protocol() {
+        assert_eq!(
+            error_reply(true, "Connection refused"),
+            b"-ERR Connection refused\r\n"
+        );
+        assert_eq!(
+            error_reply(false, "Connection refused"),
+            b"SERVER_ERROR Connection refused\r\n"
+        );
+        assert_eq!(acceptor_of("127.0.0.1:1", 1), 0);
+        assert!(acceptor_of("/run/r.sock", 3) < 3);
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! The Redis connection commands a Redis pool answers itself because they are about the
+//! client's session with the router, not about data: AUTH and HELLO. Replies are worded as
+//! redis-server 7.0 words them (checked live).
+
+use proto::redis_cmd::{ERR_AUTH_NOT_SET, ERR_WRONGPASS};
+use proto::resp::{self, RespRequest};
+
+use crate::config::Pool;
+
+pub const OK: &[u8] = b"+OK\r\n";
+const ERR_HELLO_NOAUTH: &[u8] = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
+const ERR_NOPROTO: &[u8] = b"-NOPROTO unsupported protocol version\r\n";
+const ERR_PROTOVER: &[u8] = b"-ERR Protocol version is not an integer or out of range\r\n";
+
+/// True when clients of the pool must authenticate before any command runs.
+pub fn needs_auth(cfg: &Pool) -> bool {
+    cfg.client_auth.is_some() || (cfg.redis && cfg.redis_auth.is_some())
+}
+
+/// Checks `[user] password`. Accepted passwords: the pool's `redis_auth` and memfleet's
+/// `client_auth`; the only user is `default`. Ok(()) or the error reply.
+fn check_password(cfg: &Pool, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'static [u8]> {
+    let user_ok = user.is_none_or(|u| u == b"default");
+    if !needs_auth(cfg) {
+        // redis: the default user has no password, so only `AUTH default <any>` passes.
+        return match user {
+            Some(_) if user_ok => Ok(()),
+            Some(_) => Err(ERR_WRONGPASS),
+            None => Err(ERR_AUTH_NOT_SET),
+        };
+    }
+    let known = [cfg.redis_auth.as_deref(), cfg.client_auth.as_deref()];
+    if user_ok && known.iter().flatten().any(|pw| pw.as_bytes() == pass) {
+        Ok(())
+    } else {
+        Err(ERR_WRONGPASS)
+    }
+}
+
+/// The reply to `AUTH [user] password` (arity already checked by the command table).
+pub fn auth(cfg: &Pool, req: &RespRequest<'_>) -> &'static [u8] {
+    let (user, pass) = match req.argc() {
+        3 => (req.arg(1), req.arg(2).unwrap_or_default()),
+        _ => (None, req.arg(1).unwrap_or_default()),
+    };
+    match check_password(cfg, user, pass) {
+        Ok(()) => OK,
+        Err(e) => e,
+    }
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`. The router speaks RESP2 only (its
+/// backend connections are shared, and RESP3 changes reply types), so protocol 3 gets
+/// redis's NOPROTO and clients fall back or must be configured for RESP2. Appends the
+/// reply; returns true when the client is authenticated afterwards.
+pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>) -> bool {
+    let mut authed = authed;
+    if let Some(v) = req.arg(1) {
+        match resp::parse_ll(v) {
+            None => {
+                out.extend_from_slice(ERR_PROTOVER);
+                return authed;
+            }
+            Some(2) => {}
+            Some(_) => {
+                out.extend_from_slice(ERR_NOPROTO);
+                return authed;
+            }
+        }
+    }
+    let mut i = 2;
+    let mut login = None;
+    while let Some(opt) = req.arg(i) {
+        let left = req.argc() - i - 1;
+        if opt.eq_ignore_ascii_case(b"auth") && left >= 2 {
+            login = Some((
+                req.arg(i + 1).unwrap_or_default(),
+                req.arg(i + 2).unwrap_or_default(),
+            ));
+            i += 3;
+        } else if opt.eq_ignore_ascii_case(b"setname") && left >= 1 {
+            i += 2;
+        } else {
+            out.extend_from_slice(b"-ERR Syntax error in HELLO option '");
+            out.extend(
+                opt.iter()
+                    .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+            );
+            out.extend_from_slice(b"'\r\n");
+            return authed;
+        }
+    }
+    if let Some((user, pass)) = login {
+        if let Err(e) = check_password(cfg, Some(user), pass) {
+            out.extend_from_slice(e);
+            return authed;
+        }
+        authed = true;
+    }
+    if !authed {
+        out.extend_from_slice(ERR_HELLO_NOAUTH);
+        return false;
+    }
+    resp::write_array_header(out, 14);
+    for (k, v) in [
+        ("server", "memfleet-route"),
+        ("version", env!("CARGO_PKG_VERSION")),
+    ] {
+        resp::write_bulk(out, k.as_bytes());
+        resp::write_bulk(out, v.as_bytes());
+    }
+    resp::write_bulk(out, b"proto");
+    resp::write_integer(out, 2);
+    resp::write_bulk(out, b"id");
+    resp::write_integer(out, 0);
+    for (k, v) in [("mode", "proxy"), ("role", "master")] {
+        resp::write_bulk(out, k.as_bytes());
+        resp::write_bulk(out, v.as_bytes());
+    }
+    resp::write_bulk(out, b"modules");
+    resp::write_array_header(out, 0);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use proto::resp::{parse_request, write_command, Limits, RespParse};
+
+    fn pool(extra: &str) -> Pool {
+        let yaml = format!(
+            "p:\n  listen: 127.0.0.1:22121\n  redis: true\n{extra}  servers:\n   - 127.0.0.1:6379:1\n"
+        );
+        Config::from_yaml_str(&yaml).unwrap().pools.remove(0)
+    }
+
+    fn with_req<R>(args: &[&[u8]], f: impl FnOnce(&RespRequest<'_>) -> R) -> R {
+        let mut buf = Vec::new();
+        write_command(&mut buf, args.len(), args.iter().copied());
+        let RespParse::Request(r, _) = parse_request(&buf, &Limits::default()) else {
+            panic!()
+        };
+        f(&r)
+    }
+
+    fn hello_of(cfg: &Pool, args: &[&[u8]], authed: bool) -> (Vec<u8>, bool) {
+        with_req(args, |r| {
+            let mut out = Vec::new();
+            let ok = hello(cfg, r, authed, &mut out);
+            (out, ok)
+        })
+    }
+
+    #[test]
+    fn auth_accepts_either_password_for_the_default_user() {
+        let cfg = pool("  redis_auth: back\n  client_auth: front\n");
+        assert!(needs_auth(&cfg));
+        assert_eq!(with_req(&[b"AUTH", b"back"], |r| auth(&cfg, r)), OK);
+        assert_eq!(with_req(&[b"AUTH", b"front"], |r| auth(&cfg, r)), OK);
+        assert_eq!(
+            with_req(&[b"AUTH", b"default", b"front"], |r| auth(&cfg, r)),
+            OK
+        );
+        assert_eq!(
+            with_req(&[b"AUTH", b"bob", b"front"], |r| auth(&cfg, r)),
+            ERR_WRONGPASS
+        );
+        assert_eq!(
+            with_req(&[b"AUTH", b"nope"], |r| auth(&cfg, r)),
+            ERR_WRONGPASS
+        );
+        let open = pool("");
+        assert!(!needs_auth(&open));
+        assert_eq!(
+            with_req(&[b"AUTH", b"x"], |r| auth(&open, r)),
+            ERR_AUTH_NOT_SET
+        );
+        assert_eq!(
+            with_req(&[b"AUTH", b"default", b"x"], |r| auth(&open, r)),
+            OK
+        );
+    }
+
+    #[test]
+    fn hello_two_authenticates_three_is_refused() {
+        let cfg = pool("  redis_auth: pw\n");
+        let (out, ok) = hello_of(&cfg, &[b"HELLO", b"2"], false);
+        assert_eq!((out.as_slice(), ok), (ERR_HELLO_NOAUTH, false));
+        let (out, ok) = hello_of(&cfg, &[b"hello", b"2", b"AUTH", b"default", b"bad"], false);
+        assert_eq!((out.as_slice(), ok), (ERR_WRONGPASS, false));
+        let (out, ok) = hello_of(
+            &cfg,
+            &[b"HELLO", b"2", b"auth", b"default", b"pw", b"SETNAME", b"n"],
+            false,
+        );
+        assert!(ok);
+        assert!(out.starts_with(b"*14\r\n$6\r\nserver\r\n$14\r\nmemfleet-route\r\n"));
+        assert!(out.ends_with(b"$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:0\r\n$4\r\nmode\r\n$5\r\nproxy\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"));
+        assert_eq!(proto::resp::reply_len(&out), Ok(Some(out.len())));
+        assert_eq!(hello_of(&cfg, &[b"HELLO", b"3"], true).0, ERR_NOPROTO);
+        assert_eq!(hello_of(&cfg, &[b"HELLO", b"x"], true).0, ERR_PROTOVER);
+        assert_eq!(
+            hello_of(&cfg, &[b"HELLO", b"2", b"AUTH", b"u"], true).0,
+            b"-ERR Syntax error in HELLO option 'AUTH'\r\n"
+        );
+        assert!(hello_of(&cfg, &[b"HELLO"], true).1);
+    }
+}
