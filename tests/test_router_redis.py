@@ -111,6 +111,7 @@ class Proxy(Server):
 def rc(**kw: object) -> redis.Redis:
     """redis-py speaking RESP2: the router (like nutcracker) does not speak RESP3, and
     redis-py 8 asks for RESP3 by default (HELLO 3, refused with NOPROTO)."""
+    kw.setdefault("socket_timeout", 10)  # a hang fails the test instead of stalling it
     return redis.Redis(host="127.0.0.1", protocol=2, **kw)  # type: ignore[arg-type]
 
 
@@ -681,12 +682,12 @@ def test_dead_backend_gives_prompt_error(backends: list[Server]) -> None:
             assert alive, "keys spread over the backends"
             victims[dead].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
             victims[dead].proc.wait()  # type: ignore[union-attr]
-            t0 = time.monotonic()
-            with pytest.raises(redis.ResponseError):
+            # An error reply at once (the refused connection), not the pool's 3 s timeout.
+            with pytest.raises(redis.ResponseError) as err:
                 r.get(on_dead[0])
+            assert "timed out" not in str(err.value)
             with pytest.raises(redis.ResponseError):
                 r.mget(keys)
-            assert time.monotonic() - t0 < 2.0, "errors come at once, not after a timeout"
             assert r.get(alive[0]) == "1", "the connection stays usable"
             assert r.mget(alive) == ["1"] * len(alive)
             assert proxy.stats()["rpool"]["forward_error"] > 0
@@ -747,11 +748,12 @@ def test_ejected_backend_is_probed_with_auth_ping_and_returns(backends: list[Ser
 def test_backend_refusing_auth_is_a_backend_failure(backends: list[Server]) -> None:
     port = my_port()
     conf = pool_yaml(f"127.0.0.1:{port}", servers_of(backends[:1]), redis_auth="not-the-password")
-    with Proxy(conf, port), rc(port=port, password="not-the-password") as r:
-        t0 = time.monotonic()
-        with pytest.raises(redis.ResponseError, match="refused AUTH"):
-            r.get("x")
-        assert time.monotonic() - t0 < 2.0
+    with (
+        Proxy(conf, port),
+        rc(port=port, password="not-the-password") as r,
+        pytest.raises(redis.ResponseError, match="refused AUTH"),
+    ):
+        r.get("x")
 
 
 def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
@@ -761,11 +763,13 @@ def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
     port = my_port()
     conf = pool_yaml(f"127.0.0.1:{port}", [f"127.0.0.1:{silent.getsockname()[1]}:1"], timeout=300)
     try:
-        with Proxy(conf, port), rc(port=port, socket_timeout=5) as r:
-            t0 = time.monotonic()
-            with pytest.raises(redis.ResponseError, match="timed out"):
-                r.get("x")
-            assert time.monotonic() - t0 < 2.0
+        # The router's 300 ms timeout answers, not the client's 5 s socket timeout.
+        with (
+            Proxy(conf, port),
+            rc(port=port, socket_timeout=5) as r,
+            pytest.raises(redis.ResponseError, match="timed out"),
+        ):
+            r.get("x")
     finally:
         silent.close()
 
@@ -823,3 +827,68 @@ def test_config_test_flag_accepts_redis_pool(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "syntax is ok" in r.stderr
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_announced_bulk_size_is_not_allocated_up_front(backends: list[Server]) -> None:
+    port = my_port()
+    conf = pool_yaml(f"127.0.0.1:{port}", servers_of(backends[:1]), redis_auth=BACKEND_PW)
+    with Proxy(conf, port) as p:
+        assert p.proc is not None
+        before = rss_kb(p.proc.pid)
+        socks = [raw(port) for _ in range(8)]
+        try:
+            for s in socks:
+                # Authenticated (before AUTH redis's 16 KB limit would refuse it): 20 bytes
+                # announcing a 512 MB argument, then nothing.
+                s.sendall(cmd("AUTH", BACKEND_PW))
+                assert s.recv(100) == b"+OK\r\n"
+                s.sendall(b"*2\r\n$3\r\nGET\r\n$536870912\r\nabc")
+            with raw(port) as s:  # every request above has been read once this answers
+                s.sendall(cmd("AUTH", BACKEND_PW) + cmd("PING"))
+                assert s.recv(100) != b""
+            grown_mb = (rss_kb(p.proc.pid) - before) / 1024
+            assert grown_mb < 64, f"router grew {grown_mb:.0f} MB for 8 announced 512 MB values"
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_reload_with_a_new_password_asks_clients_to_authenticate_again(
+    backends: list[Server],
+) -> None:
+    port = my_port()
+    servers = servers_of(backends[:1])
+    conf = pool_yaml(f"127.0.0.1:{port}", servers, redis_auth=BACKEND_PW)
+    with Proxy(conf, port) as p, raw(port) as s:
+        s.sendall(cmd("AUTH", BACKEND_PW) + cmd("PING"))
+        got = b""
+        while got.count(b"\r\n") < 2:
+            got += s.recv(100)
+        assert got == b"+OK\r\n+PONG\r\n"
+        Path(p.conf_path).write_text(
+            pool_yaml(f"127.0.0.1:{port}", servers, redis_auth=BACKEND_PW, client_auth="new-pw")
+        )
+        assert p.proc is not None
+        p.proc.send_signal(signal.SIGHUP)
+        # The reload is asynchronous: ask until the new configuration answers.
+        deadline = time.monotonic() + 10
+        while True:
+            s.sendall(cmd("PING"))
+            reply = s.recv(200)
+            if reply.startswith(b"-NOAUTH"):
+                break
+            assert reply == b"+PONG\r\n", reply
+            assert time.monotonic() < deadline, "reload never took effect"
+            time.sleep(0.05)
+        s.sendall(cmd("AUTH", "new-pw") + cmd("PING"))
+        got = b""
+        while got.count(b"\r\n") < 2:
+            got += s.recv(100)
+        assert got == b"+OK\r\n+PONG\r\n"

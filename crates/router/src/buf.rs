@@ -8,6 +8,8 @@ const MIN_READ: usize = 16 * 1024;
 /// An idle buffer larger than this is freed so a one-off big value does not pin memory
 /// (client buffers go back to the worker pool when empty; this bounds backend buffers).
 const KEEP_IDLE: usize = 1024 * 1024;
+/// [`ReadBuf::reserve_total`] allocates at most this much (or twice what is buffered).
+const MAX_RESERVE_AHEAD: usize = 2 * 1024 * 1024;
 
 #[derive(Default)]
 pub struct ReadBuf {
@@ -74,12 +76,15 @@ impl ReadBuf {
     }
 
     /// Makes room for `total` bytes counted from the current start (a value whose size is
-    /// announced), so the rest of it arrives without reallocations.
+    /// announced), so the rest of it arrives with few reallocations. The room made ahead
+    /// of the bytes actually received is capped: a 20-byte request announcing a 512 MB
+    /// value must not make us allocate 512 MB; the buffer then grows as the bytes come.
     pub fn reserve_total(&mut self, total: usize) {
         if self.data.len() - self.start >= total {
             return;
         }
         self.compact();
+        let total = total.min(self.end.max(MAX_RESERVE_AHEAD) * 2);
         if self.data.len() < total {
             self.data.resize(total, 0);
         }
@@ -134,6 +139,12 @@ mod tests {
         assert_eq!(b.len(), 2_000_000);
         b.consume(2_000_000);
         assert!(b.is_empty());
+        b.reserve_total(512 << 20);
+        assert!(
+            b.data.len() <= 2 * MAX_RESERVE_AHEAD,
+            "an announced size is not trusted"
+        );
+        b.clear();
         assert_eq!(b.data.len(), 0, "big idle buffer is freed");
         let mut src: &[u8] = b"x";
         b.read_from(&mut src).unwrap();

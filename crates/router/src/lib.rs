@@ -438,11 +438,9 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
 }
 
 fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
-    let redis = cfg.redis;
-    let auth = cfg.redis_auth.as_deref();
-    fn talk(s: &mut (impl Read + Write), redis: bool, auth: Option<&str>) -> bool {
-        if redis {
-            return talk_redis(s, auth);
+    fn talk(s: &mut (impl Read + Write), cfg: &config::Pool) -> bool {
+        if cfg.redis {
+            return talk_redis(s, cfg.redis_auth.as_deref(), cfg.redis_db);
         }
         if s.write_all(b"version\r\n").is_err() {
             return false;
@@ -465,7 +463,7 @@ fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
             Ok(mut s) => {
                 let _ = s.set_read_timeout(Some(wait));
                 let _ = s.set_write_timeout(Some(wait));
-                talk(&mut s, redis, auth)
+                talk(&mut s, cfg)
             }
             Err(_) => false,
         },
@@ -473,7 +471,7 @@ fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
             Ok(mut s) => {
                 let _ = s.set_read_timeout(Some(wait));
                 let _ = s.set_write_timeout(Some(wait));
-                talk(&mut s, redis, auth)
+                talk(&mut s, cfg)
             }
             Err(_) => false,
         },
@@ -481,11 +479,18 @@ fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
 }
 
 /// `[AUTH <password>] PING`: the server is back when it answers `[+OK] +PONG`.
-fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>) -> bool {
+fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>, db: u32) -> bool {
     let mut req = Vec::new();
     let mut expect = Vec::new();
     if let Some(pw) = auth {
         proto::resp::write_command(&mut req, 2, [&b"AUTH"[..], pw.as_bytes()]);
+        expect.extend_from_slice(b"+OK\r\n");
+    }
+    // The same handshake as a real connection: a server that refuses the pool's database
+    // must not come back only to fail every connection.
+    if db != 0 {
+        let db = db.to_string();
+        proto::resp::write_command(&mut req, 2, [&b"SELECT"[..], db.as_bytes()]);
         expect.extend_from_slice(b"+OK\r\n");
     }
     proto::resp::write_command(&mut req, 1, [&b"PING"[..]]);

@@ -47,6 +47,8 @@ const MAX_READS_PER_TURN: usize = 8;
 const MAX_SLOTS: usize = 16 * 1024;
 /// ...or this many reply bytes it has not read yet.
 const MAX_UNSENT: usize = 8 * 1024 * 1024;
+/// A half-received Redis request may buffer this much (redis's client-query-buffer-limit).
+const MAX_QUERY_BUFFER: usize = 1024 * 1024 * 1024;
 
 const NO_SERVER: &str = "no server is available";
 /// `Pending::client` of the AUTH / SELECT a Redis backend connection starts with.
@@ -553,8 +555,19 @@ impl Worker {
         let mut to_close = Vec::new();
         for (ci, c) in self.clients.iter_mut() {
             match new_index.get(&c.rt.listen_key()) {
+                Some(&i) if shared.pools[i].cfg.redis != c.rt.cfg.redis => {
+                    // The listen address changed protocol: this stream cannot follow.
+                    c.closing = true;
+                    to_close.push(ci);
+                }
                 Some(&i) => {
                     let new_rt = shared.pools[i].clone();
+                    let (old, new) = (&c.rt.cfg, &new_rt.cfg);
+                    if old.client_auth != new.client_auth || old.redis_auth != new.redis_auth {
+                        // New passwords: a client authenticated under the old ones must
+                        // authenticate again.
+                        c.authed = !redis_local::needs_auth(new);
+                    }
                     c.rt.clients
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     c.rt.counters[id].pool.client_connections.add(-1);
@@ -892,6 +905,14 @@ impl Worker {
             };
             let data = rbuf.filled();
             match resp::parse_request_resume(data, limits, &mut c.progress) {
+                RespParse::Incomplete { .. } if rbuf.len() > MAX_QUERY_BUFFER => {
+                    // redis-server's client-query-buffer-limit: the same answer, a close.
+                    crate::log::warn("client closed: query buffer over 1 GB");
+                    c.closing = true;
+                    rbuf.clear();
+                    self.mark_client(ci);
+                    break;
+                }
                 RespParse::Incomplete { total } => {
                     if let Some(t) = total {
                         rbuf.reserve_total(t);
