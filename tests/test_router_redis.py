@@ -688,6 +688,15 @@ def test_dead_backend_gives_prompt_error(backends: list[Server]) -> None:
             assert "timed out" not in str(err.value)
             with pytest.raises(redis.ResponseError):
                 r.mget(keys)
+            # Split writes fail as a whole when one part fails (twemproxy does the same);
+            # the parts on live servers have been applied.
+            with pytest.raises(redis.ResponseError):
+                r.mset({k: "2" for k in keys})
+            assert r.mget(alive) == ["2"] * len(alive)
+            with pytest.raises(redis.ResponseError):
+                r.delete(*keys)
+            assert r.exists(*alive) == 0
+            r.mset({k: "1" for k in alive})
             assert r.get(alive[0]) == "1", "the connection stays usable"
             assert r.mget(alive) == ["1"] * len(alive)
             assert proxy.stats()["rpool"]["forward_error"] > 0

@@ -17,6 +17,12 @@ pub fn needs_auth(cfg: &Pool) -> bool {
     cfg.client_auth.is_some() || (cfg.redis && cfg.redis_auth.is_some())
 }
 
+/// Password equality whose time does not depend on where the bytes differ.
+pub fn same_secret(known: &[u8], given: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(known.ct_eq(given))
+}
+
 /// Checks `[user] password`. Accepted passwords: the pool's `redis_auth` and memfleet's
 /// `client_auth`; the only user is `default`. Ok(()) or the error reply.
 fn check_password(cfg: &Pool, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'static [u8]> {
@@ -30,7 +36,12 @@ fn check_password(cfg: &Pool, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'
         };
     }
     let known = [cfg.redis_auth.as_deref(), cfg.client_auth.as_deref()];
-    if user_ok && known.iter().flatten().any(|pw| pw.as_bytes() == pass) {
+    // Every known password is compared (no early exit) in constant time per byte.
+    let matched = known
+        .iter()
+        .flatten()
+        .fold(false, |m, pw| m | same_secret(pw.as_bytes(), pass));
+    if user_ok && matched {
         Ok(())
     } else {
         Err(ERR_WRONGPASS)

@@ -1953,7 +1953,7 @@ fn authenticate(req: &Request<'_>, password: Option<&str>) -> &'static [u8] {
     let (Some(_user), Some(pass)) = (tokens.next(), tokens.next()) else {
         return b"CLIENT_ERROR bad authentication token format\r\n";
     };
-    if Some(pass) == password.map(str::as_bytes) {
+    if password.is_some_and(|pw| redis_local::same_secret(pw.as_bytes(), pass)) {
         proto::reply::STORED
     } else {
         b"CLIENT_ERROR authentication failure\r\n"
