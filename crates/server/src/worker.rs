@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpStream, UdpSocket, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -33,6 +33,15 @@ const OUT_CAP: usize = 256 * 1024;
 const OUT_KEEP: usize = 2 << 20;
 /// Reads per wake-up before a busy connection yields to the others.
 const READS_PER_TURN: usize = 8;
+/// A worker that has found work at every poll for this long steps off its CPU for a moment.
+/// Under steady load it would otherwise never block and keep the CPU for a whole scheduler
+/// slice, while the threads queued behind it on that core (clients on the same machine,
+/// the other worker) wait: requests then see multi-millisecond delays (p99 4.5 ms vs a
+/// 0.06 ms median with 64 connections on two cores). Sleeping rather than sched_yield,
+/// which under foreign CPU load hands the core away for a full slice each time.
+const BUSY_MAX: Duration = Duration::from_micros(300);
+/// A poll that took longer than this blocked for new events: the worker was idle.
+const POLL_BLOCKED: Duration = Duration::from_micros(20);
 /// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
 const UDP_HEADER: usize = 8;
 const UDP_MAX_PAYLOAD: usize = 1400;
@@ -153,13 +162,26 @@ impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = unix_now();
+        let mut busy_since = Instant::now();
         loop {
             let timeout = if self.ready.is_empty() {
                 Duration::from_millis(500)
             } else {
                 Duration::ZERO
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            let mut before = Instant::now();
+            if before - busy_since >= BUSY_MAX {
+                // The shortest sleep the kernel grants (its timer slack, 50 µs by default).
+                std::thread::sleep(Duration::from_micros(1));
+                before = Instant::now();
+                busy_since = before;
+            }
+            let polled = self.poll.poll(&mut events, Some(timeout));
+            let after = Instant::now();
+            if events.is_empty() || after - before > POLL_BLOCKED {
+                busy_since = after;
+            }
+            if let Err(e) = polled {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("worker {}: poll failed: {e}", self.id);
                     break;
