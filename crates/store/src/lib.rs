@@ -238,6 +238,9 @@ impl Store {
             large_threshold: seg_size / 4,
             oldest_live: AtomicU32::new(0),
             hasher: foldhash::fast::RandomState::default(),
+            spare: Mutex::new(Vec::new()),
+            // A few segments' worth, and never a noticeable share of a small limit.
+            spare_max: ((limit / seg_size as u64) / 32).min(8) as usize,
         };
         let store = Store {
             shards: shards.into_boxed_slice(),

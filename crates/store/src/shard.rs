@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::index::Index;
 use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
@@ -15,6 +16,8 @@ const OFF_MASK: u64 = (1 << OFF_BITS) - 1;
 const LARGE_OVERHEAD: u64 = 64;
 /// How many FIFO-oldest segments eviction looks at for one that is mostly dead bytes.
 const VICTIM_WINDOW: usize = 4;
+/// Most live items a mostly dead segment may hold to be rewritten instead of growing memory.
+const RECYCLE_MAX_ITEMS: usize = 64;
 
 #[derive(Default)]
 pub struct SegFigures {
@@ -33,6 +36,11 @@ pub struct Global {
     pub large_threshold: usize,
     pub oldest_live: AtomicU32,
     pub hasher: foldhash::fast::RandomState,
+    /// Emptied segment buffers kept for reuse, still charged to `used`: a segment freed and
+    /// another allocated moments later (overwrites of large values) then costs no
+    /// munmap, fresh pages and page faults under a shard lock.
+    pub spare: Mutex<Vec<Box<[u8]>>>,
+    pub spare_max: usize,
 }
 
 impl Global {
@@ -59,6 +67,34 @@ impl Global {
 
     pub fn release(&self, n: u64) {
         self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Keeps an emptied segment buffer (charged) for reuse, or frees it when enough are kept.
+    pub fn put_spare(&self, buf: Box<[u8]>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < self.spare_max && !self.over_limit() {
+            spare.push(buf);
+        } else {
+            drop(spare);
+            self.release(buf.len() as u64);
+        }
+    }
+
+    /// A kept segment buffer; its memory is already charged.
+    pub fn take_spare(&self) -> Option<Box<[u8]>> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Frees one kept buffer so its charge can go elsewhere. False when none is kept.
+    pub fn drop_spare(&self) -> bool {
+        let buf = self.take_spare();
+        match buf {
+            Some(b) => {
+                self.release(b.len() as u64);
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn over_limit(&self) -> bool {
@@ -132,6 +168,8 @@ pub struct Shard {
     reclaim_layout: u32,
     nshards_bits: u32,
     pending_release: u64,
+    /// Emptied segment buffers (still charged) for `settle` to hand to `Global::put_spare`.
+    pending_spare: Vec<Box<[u8]>>,
     active_segs: usize,
     /// Latest `now` seen, for eviction paths that are not handed one.
     now: u32,
@@ -169,6 +207,7 @@ impl Shard {
             reclaim_layout: 0,
             nshards_bits,
             pending_release: 0,
+            pending_spare: Vec::new(),
             active_segs: 0,
             now: 0,
         }
@@ -273,7 +312,8 @@ impl Shard {
         let s = &mut self.segs[seg as usize];
         debug_assert!(s.active);
         let charge = s.charge();
-        s.buf = Box::new([]);
+        let buf = std::mem::take(&mut s.buf);
+        let large = s.large;
         s.active = false;
         s.used = 0;
         s.gen = s.gen.wrapping_add(1);
@@ -284,7 +324,11 @@ impl Shard {
             self.head = None;
         }
         self.charged -= charge;
-        self.pending_release += charge;
+        if large {
+            self.pending_release += charge;
+        } else {
+            self.pending_spare.push(buf);
+        }
     }
 
     /// Memory freed while the caller had no `Global` at hand; handed back by `settle`.
@@ -292,6 +336,9 @@ impl Shard {
         if self.pending_release > 0 {
             g.release(self.pending_release);
             self.pending_release = 0;
+        }
+        for buf in self.pending_spare.drain(..) {
+            g.put_spare(buf);
         }
     }
 
@@ -440,6 +487,15 @@ impl Shard {
                     return Ok(());
                 }
             }
+            let spare = if g.over_limit() { None } else { g.take_spare() };
+            if let Some(buf) = spare {
+                let id = self.new_seg(buf, false);
+                self.head = Some(id);
+                continue;
+            }
+            if !g.over_limit() && self.recycle_dead(g, now) {
+                continue;
+            }
             if !g.over_limit() && g.try_reserve(g.seg_size as u64) {
                 let id = self.new_seg(vec![0u8; g.seg_size].into_boxed_slice(), false);
                 self.head = Some(id);
@@ -481,16 +537,56 @@ impl Shard {
         if self.segs[victim as usize].large {
             return self.evict_oldest(g);
         }
+        // Keeping at most 3/4 frees at least a quarter segment, room for any non-large item.
+        // A mostly-dead segment keeps all its live items; the FIFO-oldest keeps only read ones.
+        self.recycle_in_place(g, victim, g.seg_size * 3 / 4, victim != oldest, now);
+        true
+    }
+
+    /// Under the limit, rewriting a mostly dead segment in place beats taking fresh memory
+    /// when only a few items have to move: a fresh segment costs a page fault per 4 KiB
+    /// written (values of 100 KB pay ~25 each), and memory would otherwise grow with dead
+    /// bytes up to the limit. The item bound keeps the stall under the shard lock short.
+    fn recycle_dead(&mut self, g: &Global, now: u32) -> bool {
+        // Drops stale entries so the window sees live segments.
+        if self.oldest().is_none() {
+            return false;
+        }
+        let mut victim = None;
+        let mut best_dead = 0;
+        for &(id, gen) in self.fifo.iter().take(VICTIM_WINDOW) {
+            let s = &self.segs[id as usize];
+            if !s.active || s.gen != gen || s.large || Some(id) == self.head {
+                continue;
+            }
+            let dead = s.used - s.live_bytes;
+            if dead * 2 >= s.used && s.live_items <= RECYCLE_MAX_ITEMS && dead > best_dead {
+                best_dead = dead;
+                victim = Some(id);
+            }
+        }
+        let Some(victim) = victim else {
+            return false;
+        };
+        self.recycle_in_place(g, victim, g.seg_size, true, now);
+        true
+    }
+
+    /// Compacts `victim` in place (see `compact`) and makes it the head, youngest in the FIFO.
+    fn recycle_in_place(
+        &mut self,
+        g: &Global,
+        victim: u32,
+        keep_budget: usize,
+        keep_all: bool,
+        now: u32,
+    ) {
         let pos = self
             .fifo
             .iter()
             .position(|&(id, gen)| id == victim && self.segs[id as usize].gen == gen)
             .expect("victim is queued");
         self.fifo.remove(pos);
-        // Keeping at most 3/4 frees at least a quarter segment, room for any non-large item.
-        let keep_budget = g.seg_size * 3 / 4;
-        // A mostly-dead segment keeps all its live items; the FIFO-oldest keeps only read ones.
-        let keep_all = victim != oldest;
         self.segs[victim as usize].live_items += 1;
         self.compact(victim, g, keep_budget, keep_all, now);
         self.segs[victim as usize].live_items -= 1;
@@ -499,7 +595,6 @@ impl Shard {
         self.fifo.push_back((victim, s.gen));
         self.head = Some(victim);
         self.settle(g);
-        true
     }
 
     /// Room for an item of `size` bytes. Returns the segment to write it in.
@@ -509,6 +604,9 @@ impl Shard {
             let charge = size as u64 + LARGE_OVERHEAD;
             let mut tries = 0;
             while !g.try_reserve(charge) {
+                if g.drop_spare() {
+                    continue;
+                }
                 tries += 1;
                 if tries > 100_000 || !self.evict_oldest(g) {
                     return Err(NeedMem);
@@ -600,6 +698,9 @@ impl Shard {
             if g.try_reserve(delta) {
                 break;
             }
+            if g.drop_spare() {
+                continue;
+            }
             if !self.evict_oldest(g) {
                 return Err(NeedMem);
             }
@@ -666,6 +767,7 @@ impl Shard {
         self.now = now;
         let before = self.stats.reclaimed;
         // A lowered limit: every shard gives back a few segments per call.
+        while g.over_limit() && g.drop_spare() {}
         let mut evicted = 0;
         while g.over_limit() && evicted < 16 && self.evict_oldest(g) {
             evicted += 1;
