@@ -188,6 +188,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         per_worker: (0..threads)
             .map(|_| stats::WorkerCounters::default())
             .collect(),
+        handed_over: (0..threads).map(|_| Default::default()).collect(),
     });
     let current = Arc::new(RwLock::new(shared.clone()));
     // All pollers first: every worker gets a handle on every other one to hand over

@@ -249,6 +249,9 @@ pub struct Globals {
     pub started: Instant,
     pub threads: usize,
     pub per_worker: Vec<crate::stats::WorkerCounters>,
+    /// Connections handed to each worker and not yet adopted by it: the acceptor counts
+    /// them as that worker's load so a burst of connects is dealt out evenly.
+    pub handed_over: Vec<std::sync::atomic::AtomicI64>,
 }
 
 #[cfg(test)]

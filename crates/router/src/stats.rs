@@ -248,6 +248,7 @@ mod tests {
             started: Instant::now(),
             threads: 2,
             per_worker: vec![WorkerCounters::default(), WorkerCounters::default()],
+            handed_over: vec![Default::default(), Default::default()],
         };
         let two = shared.pools[0]
             .servers
