@@ -255,7 +255,7 @@ def test_strings(router: Proxy) -> None:
         assert r.setrange("s:a", 6, "WORLD") == 11 and r.get("s:a") == "hello WORLD"
         assert r.incr("s:n") == 1 and r.incrby("s:n", 41) == 42 and r.decr("s:n") == 41
         assert r.decrby("s:n", 1) == 40 and r.incrbyfloat("s:n", 0.5) == 40.5
-        assert r.setex("s:e", 100, "v") is True
+        assert r.execute_command("SETEX", "s:e", 100, "v") is True  # SETEX itself, not SET EX
         assert 90 <= r.ttl("s:e") <= 100
         assert r.psetex("s:p", 100000, "v") is True and r.pttl("s:p") > 90000
         assert r.setnx("s:a", "x") is False and r.setnx("s:new", "x") is True
