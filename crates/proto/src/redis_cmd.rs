@@ -459,8 +459,8 @@ pub fn split_multi(
         .collect()
 }
 
-/// Why replies could not be merged; the router should answer with an error and may drop the
-/// backend connection that sent the unexpected reply.
+/// Why replies could not be merged. The client gets an error reply; the backend connection
+/// can stay, since each part was a well-framed reply (only its type or size did not fit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MergeError {
     Resp(RespError),
