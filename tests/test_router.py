@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, free_port, memcached, memfleet_bin, wait_for_port
-
-NUTCRACKER = shutil.which("nutcracker")
+from harness import Conn, Server, memcached, memfleet_bin, wait_for_port
+from proxy_harness import NUTCRACKER, Proxy, pool_yaml, port_in
 
 
 def my_port() -> int:
-    """A free port below the ephemeral range: other suites' free_port() and outgoing
-    connections cannot grab it between our check and the server's bind."""
-    for _ in range(100):
-        port = random.randrange(12000, 20000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    return free_port()
+    return port_in(12000, 20000)
 
 
 def mc(*args: str, port: int | None = None) -> Server:
@@ -44,98 +29,6 @@ def mc(*args: str, port: int | None = None) -> Server:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def pool_yaml(
-    name: str,
-    listen: str,
-    servers: list[str],
-    **opts: object,
-) -> str:
-    lines = [f"{name}:", f"  listen: {listen}"]
-    for k, v in opts.items():
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        lines.append(f"  {k}: {v}")
-    lines.append("  servers:")
-    lines += [f"   - {s}" for s in servers]
-    return "\n".join(lines) + "\n"
-
-
-class Proxy(Server):
-    """`memfleet route` (or nutcracker) with a config file and a stats port."""
-
-    def __init__(
-        self,
-        conf: str,
-        port: int | None,
-        unix: str | None = None,
-        nutcracker: bool = False,
-        threads: int = 2,
-    ) -> None:
-        self.dir = tempfile.mkdtemp()
-        self.conf_path = os.path.join(self.dir, "conf.yml")
-        Path(self.conf_path).write_text(conf)
-        self.stats_port = my_port()
-        self.log = os.path.join(self.dir, "log")
-        if nutcracker:
-            assert NUTCRACKER
-            argv = [
-                NUTCRACKER,
-                "-c",
-                self.conf_path,
-                "-s",
-                str(self.stats_port),
-                "-a",
-                "127.0.0.1",
-                "-o",
-                self.log,
-            ]
-        else:
-            argv = [
-                memfleet_bin(),
-                "route",
-                "-c",
-                self.conf_path,
-                "-s",
-                str(self.stats_port),
-                "-a",
-                "127.0.0.1",
-                "-o",
-                self.log,
-                "-T",
-                str(threads),
-            ]
-        super().__init__(argv, port=port, unix_socket=unix)
-
-    def start(self) -> Proxy:
-        super().start()
-        time.sleep(0.05)
-        assert self.proc is not None and self.proc.poll() is None, (
-            "proxy exited at start: " + self.log_text()
-        )
-        return self
-
-    def stats(self) -> dict:
-        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
-            buf = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        return json.loads(buf)
-
-    def reload(self, conf: str) -> None:
-        Path(self.conf_path).write_text(conf)
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGHUP)
-
-    def log_text(self) -> str:
-        try:
-            return Path(self.log).read_text()
-        except OSError:
-            return ""
 
 
 @pytest.fixture

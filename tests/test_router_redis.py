@@ -3,25 +3,24 @@ redis-cli and php-redis; nutcracker (twemproxy 0.5) as the reference for placeme
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import proxy_harness
 import pytest
 import redis
-from harness import Server, free_port, memfleet_bin
+from harness import Server, memfleet_bin
+from proxy_harness import port_in
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
-NUTCRACKER = shutil.which("nutcracker")
+NUTCRACKER = proxy_harness.NUTCRACKER
 PHP = shutil.which("php")
 
 BACKEND_PW = "backend-secret"
@@ -31,16 +30,8 @@ pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not i
 
 
 def my_port() -> int:
-    """A free port in 20000-24999 (test_router.py keeps to 12000-20000)."""
-    for _ in range(100):
-        port = random.randrange(20000, 25000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    return free_port()
+    """test_router.py keeps to 12000-20000."""
+    return port_in(20000, 25000)
 
 
 def redis_server(password: str | None = BACKEND_PW) -> Server:
@@ -68,44 +59,11 @@ def redis_server(password: str | None = BACKEND_PW) -> Server:
 
 
 def pool_yaml(listen: str, servers: list[str], **opts: object) -> str:
-    lines = ["rpool:", f"  listen: {listen}", "  redis: true"]
-    for k, v in opts.items():
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        lines.append(f"  {k}: {v}")
-    lines.append("  servers:")
-    lines += [f"   - {s}" for s in servers]
-    return "\n".join(lines) + "\n"
+    return proxy_harness.pool_yaml("rpool", listen, servers, redis=True, **opts)
 
 
-class Proxy(Server):
-    """`memfleet route` (or nutcracker) with a config file and a stats port."""
-
-    def __init__(
-        self, conf: str, port: int | None, unix: str | None = None, nutcracker: bool = False
-    ) -> None:
-        self.dir = tempfile.mkdtemp(prefix="route-redis-")
-        self.conf_path = os.path.join(self.dir, "conf.yml")
-        Path(self.conf_path).write_text(conf)
-        self.stats_port = my_port()
-        self.log = os.path.join(self.dir, "log")
-        exe = [NUTCRACKER or "nutcracker"] if nutcracker else [memfleet_bin(), "route", "-T", "2"]
-        argv = exe + ["-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1"]
-        argv += ["-o", self.log]
-        super().__init__(argv, port=port, unix_socket=unix)
-
-    def start(self) -> Proxy:
-        super().start()
-        time.sleep(0.05)
-        assert self.proc is not None and self.proc.poll() is None, "proxy exited at start"
-        return self
-
-    def stats(self) -> dict:
-        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
-            buf = b""
-            while chunk := s.recv(65536):
-                buf += chunk
-        return json.loads(buf)
+class Proxy(proxy_harness.Proxy):
+    ports = (20000, 25000)
 
 
 def rc(**kw: object) -> redis.Redis:

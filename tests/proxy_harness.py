@@ -1,0 +1,97 @@
+"""`memfleet route` (or nutcracker) as a test fixture: config file, ports, stats, reload."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from harness import Server, free_port, memfleet_bin
+
+NUTCRACKER = shutil.which("nutcracker")
+
+
+def port_in(lo: int, hi: int) -> int:
+    """A free port in [lo, hi), below the ephemeral range: other suites' free_port() and
+    outgoing connections cannot grab it between our check and the server's bind."""
+    for _ in range(100):
+        port = random.randrange(lo, hi)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    return free_port()
+
+
+def pool_yaml(name: str, listen: str, servers: list[str], **opts: object) -> str:
+    lines = [f"{name}:", f"  listen: {listen}"]
+    for k, v in opts.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        lines.append(f"  {k}: {v}")
+    lines.append("  servers:")
+    lines += [f"   - {s}" for s in servers]
+    return "\n".join(lines) + "\n"
+
+
+class Proxy(Server):
+    """`memfleet route` (or nutcracker) with a config file and a stats port."""
+
+    # Each suite keeps its ports in its own range (see port_in).
+    ports: tuple[int, int] = (12000, 20000)
+
+    def __init__(
+        self,
+        conf: str,
+        port: int | None,
+        unix: str | None = None,
+        nutcracker: bool = False,
+        threads: int = 2,
+    ) -> None:
+        self.dir = tempfile.mkdtemp(prefix="route-")
+        self.conf_path = os.path.join(self.dir, "conf.yml")
+        Path(self.conf_path).write_text(conf)
+        self.stats_port = port_in(*self.ports)
+        self.log = os.path.join(self.dir, "log")
+        if nutcracker:
+            assert NUTCRACKER, "nutcracker not installed"
+            exe = [NUTCRACKER]
+        else:
+            exe = [memfleet_bin(), "route", "-T", str(threads)]
+        argv = exe + ["-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1"]
+        argv += ["-o", self.log]
+        super().__init__(argv, port=port, unix_socket=unix)
+
+    def start(self) -> Proxy:
+        super().start()
+        time.sleep(0.05)
+        assert self.proc is not None and self.proc.poll() is None, (
+            "proxy exited at start: " + self.log_text()
+        )
+        return self
+
+    def stats(self) -> dict:
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
+            buf = b""
+            while chunk := s.recv(65536):
+                buf += chunk
+        return json.loads(buf)
+
+    def reload(self, conf: str) -> None:
+        Path(self.conf_path).write_text(conf)
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGHUP)
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log).read_text()
+        except OSError:
+            return ""
