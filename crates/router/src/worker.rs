@@ -190,6 +190,21 @@ impl Client {
         self.wbuf.len() - self.wpos
     }
 
+    /// Whether the next request in `rbuf` may be parsed now: not once the client is closing
+    /// (the rest is dropped), nor while it is too far behind reading its replies (paused
+    /// until it catches up).
+    fn may_parse(&mut self, rbuf: &mut ReadBuf) -> bool {
+        if self.closing {
+            rbuf.clear();
+            return false;
+        }
+        if self.slots.len() >= MAX_SLOTS || self.unsent() >= MAX_UNSENT {
+            self.paused = true;
+            return false;
+        }
+        true
+    }
+
     /// Moves finished replies at the head of the queue to the write buffer.
     fn drain_ready(&mut self) {
         while let Some(front) = self.slots.front() {
@@ -813,12 +828,7 @@ impl Worker {
         let mut rbuf = std::mem::take(&mut c.rbuf);
         loop {
             let c = &mut self.clients[ci];
-            if c.closing {
-                rbuf.clear();
-                break;
-            }
-            if c.slots.len() >= MAX_SLOTS || c.unsent() >= MAX_UNSENT {
-                c.paused = true;
+            if !c.may_parse(&mut rbuf) {
                 break;
             }
             if c.swallow > 0 {
@@ -882,12 +892,7 @@ impl Worker {
         let mut rbuf = std::mem::take(&mut c.rbuf);
         loop {
             let c = &mut self.clients[ci];
-            if c.closing {
-                rbuf.clear();
-                break;
-            }
-            if c.slots.len() >= MAX_SLOTS || c.unsent() >= MAX_UNSENT {
-                c.paused = true;
+            if !c.may_parse(&mut rbuf) {
                 break;
             }
             if rbuf.is_empty() {
