@@ -1340,17 +1340,15 @@ impl Worker {
             }
         }
         m.frags = vec![Vec::new(); servers.len()];
-        let mut lines: Vec<Vec<u8>> = (0..servers.len())
-            .map(|_| {
-                let mut l = Vec::with_capacity(64);
-                l.extend_from_slice(cmd);
-                l
-            })
-            .collect();
-        for (&(k, _), &(_, _, f)) in list.iter().zip(m.spans.iter()) {
-            let l = &mut lines[usize::from(f)];
-            l.push(b' ');
-            l.extend_from_slice(k);
+        // gat/gats lines are built here; plain gets join the servers' merged get lines.
+        let mut lines: Vec<Vec<u8>> = Vec::new();
+        if plain.is_none() {
+            lines = vec![cmd.to_vec(); servers.len()];
+            for (&(k, _), &(_, _, f)) in list.iter().zip(m.spans.iter()) {
+                let l = &mut lines[usize::from(f)];
+                l.push(b' ');
+                l.extend_from_slice(k);
+            }
         }
         self.pools[p].rt.counters[self.id]
             .pool
@@ -1359,7 +1357,7 @@ impl Worker {
         let c = &mut self.clients[ci];
         let seq = c.push(servers.len() as u32, SlotKind::Multi(Box::new(m)));
         let gen = c.gen;
-        for (f, (mut line, b)) in lines.into_iter().zip(backends).enumerate() {
+        for (f, b) in backends.into_iter().enumerate() {
             match plain {
                 Some(cas) => {
                     let frag_keys = list
@@ -1369,8 +1367,9 @@ impl Worker {
                     self.enqueue_get(b, cas, frag_keys, ci, gen, seq, f as u16);
                 }
                 None => {
+                    let line = &mut lines[f];
                     line.extend_from_slice(b"\r\n");
-                    self.enqueue(b, &[&line], ci, gen, seq, f as u16, false);
+                    self.enqueue(b, &[line], ci, gen, seq, f as u16, false);
                 }
             }
         }
