@@ -165,10 +165,11 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
                 merge_tick(&mut entry.1, msg);
                 if entry.0 == threads {
                     let (_, m) = pending.remove(&second).expect("present");
+                    let sec = tick_summary(&m);
                     if live {
-                        print_tick(&m);
+                        print_tick(&sec);
                     }
-                    timeline.push(tick_summary(&m));
+                    timeline.push(sec);
                 }
             }
         }
@@ -176,10 +177,11 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
     let elapsed = start.elapsed();
     // Seconds not every thread reported (the final partial one).
     for (_, (_, m)) in pending {
+        let sec = tick_summary(&m);
         if live {
-            print_tick(&m);
+            print_tick(&sec);
         }
-        timeline.push(tick_summary(&m));
+        timeline.push(sec);
     }
     for h in handles {
         let _ = h.join();
@@ -259,34 +261,21 @@ fn tick_summary(m: &Msg) -> crate::report::Second {
     }
 }
 
-fn print_tick(m: &Msg) {
-    if let Msg::Tick {
-        second,
-        ops,
-        hits,
-        misses,
-        errors,
-        hist,
-    } = m
-    {
-        let looked = hits + misses;
-        let hit = if looked == 0 {
-            "  n/a".to_string()
-        } else {
-            format!("{:5.1}%", *hits as f64 * 100.0 / looked as f64)
-        };
-        let p99 = if hist.is_empty() {
-            0.0
-        } else {
-            hist.value_at_quantile(0.99) as f64 / 1000.0
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "[{second:>4}s] {ops:>9} ops/s  hit {hit}  p99 {p99:8.3} ms  errors {errors}"
-        );
-        let _ = out.flush();
-    }
+fn print_tick(sec: &crate::report::Second) {
+    let looked = sec.hits + sec.misses;
+    let hit = if looked == 0 {
+        "  n/a".to_string()
+    } else {
+        format!("{:5.1}%", sec.hits as f64 * 100.0 / looked as f64)
+    };
+    let p99 = sec.p99_us as f64 / 1000.0;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "[{:>4}s] {:>9} ops/s  hit {hit}  p99 {p99:8.3} ms  errors {}",
+        sec.second, sec.ops, sec.errors
+    );
+    let _ = out.flush();
 }
 
 #[allow(clippy::too_many_arguments)]
