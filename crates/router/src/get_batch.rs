@@ -36,16 +36,8 @@ pub struct GetBatch {
 }
 
 impl GetBatch {
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
     pub fn members(&self) -> &[Member] {
         &self.members
-    }
-
-    pub fn key_bytes(&self) -> usize {
-        self.keys.len()
     }
 
     pub fn key_count(&self) -> usize {
@@ -186,7 +178,11 @@ mod tests {
         b.push(member(1), [&[b'k'; 100][..]]);
         assert!(!b.fits(1, MAX_BATCH_KEY_BYTES - 99));
         b.clear();
-        assert!(b.is_empty() && b.key_bytes() == 0);
+        assert!(b.members().is_empty() && b.key_count() == 0);
+        assert!(
+            b.fits(MAX_BATCH_KEYS, MAX_BATCH_KEY_BYTES),
+            "clear frees the whole budget"
+        );
     }
 
     proptest! {
