@@ -10,6 +10,7 @@ import stat
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -246,3 +247,45 @@ def test_request_and_close_in_one_send_is_answered_and_closed(server: Server) ->
                     break
                 buf += chunk
         assert buf == b"STORED\r\nVALUE fin 0 1\r\nx\r\nEND\r\n"
+
+
+@memfleet_only
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs")
+def test_connections_move_to_their_client_threads_worker(make_server) -> None:  # type: ignore[no-untyped-def]
+    """All connections are opened from CPU 0, then half are used from a thread on CPU 1:
+    workers hand those over while requests keep flowing, and no reply is lost or mixed up."""
+    srv = make_server("-t", "2")
+    os.sched_setaffinity(0, {0})
+    try:
+        conns = [Conn(srv.port) for _ in range(16)]
+    finally:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    errors: list[str] = []
+
+    def drive(cpu: int, mine: list[Conn], tag: str) -> None:
+        os.sched_setaffinity(0, {cpu})
+        deadline = time.monotonic() + 3.5
+        n = 0
+        while time.monotonic() < deadline and not errors:
+            for i, c in enumerate(mine):
+                key = b"%s-%d" % (tag.encode(), i)
+                value = b"%d" % n
+                reply = c.request(
+                    b"set %s 0 0 %d\r\n%s\r\nget %s\r\n" % (key, len(value), value, key), b"END\r\n"
+                )
+                want = b"STORED\r\nVALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(value), value)
+                if reply != want:
+                    errors.append(f"{key!r}: {reply!r}")
+                n += 1
+
+    threads = [
+        threading.Thread(target=drive, args=(cpu, conns[cpu::2], f"t{cpu}")) for cpu in (0, 1)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    stats = Conn(srv.port).request(b"stats\r\n", b"END\r\n")
+    moved = int(stats.split(b"STAT conns_moved ")[1].split(b"\r\n")[0])
+    assert moved > 0

@@ -1,6 +1,6 @@
 //! `memfleet serve`: the network layer of the cache server.
 //!
-//! An acceptor thread hands sockets round-robin to `-t` worker threads; each worker runs its own
+//! An acceptor thread hands sockets to `-t` worker threads (see `placement`); each worker runs its own
 //! mio event loop and owns its connections, so nothing on the request path takes a global lock.
 //! Protocol parsing lives in `proto`, item storage in `store`; `execute` joins the two.
 
@@ -8,6 +8,7 @@ pub mod bufpool;
 pub mod config;
 pub mod execute;
 mod meta;
+pub mod placement;
 mod report;
 pub mod shared;
 pub mod stats;
@@ -15,6 +16,7 @@ pub mod worker;
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
@@ -112,6 +114,14 @@ fn run(
         stats: (0..threads).map(|_| Arc::default()).collect(),
         registry: (0..threads).map(|_| Mutex::new(HashMap::new())).collect(),
         curr_conns: AtomicUsize::new(0),
+        worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
+        cpu_groups: (0..threads)
+            .map(|_| {
+                (0..placement::CPU_GROUPS)
+                    .map(|_| AtomicUsize::new(0))
+                    .collect()
+            })
+            .collect(),
         shutdown: AtomicBool::new(false),
         process_start: now,
         wakers: all_wakers,
@@ -120,14 +130,19 @@ fn run(
 
     install_signal_handler(shared.clone())?;
 
-    let mut senders = Vec::new();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel()).unzip();
     let mut handles = Vec::new();
     let mut udp = udp.into_iter();
-    for (id, poll) in polls.into_iter().enumerate() {
-        let (tx, rx) = mpsc::channel();
-        senders.push(tx);
-        let w = Worker::new(id, poll, rx, shared.clone(), udp.next().unwrap_or_default())
-            .map_err(|e| e.to_string())?;
+    for ((id, poll), rx) in polls.into_iter().enumerate().zip(receivers) {
+        let w = Worker::new(
+            id,
+            poll,
+            rx,
+            senders.clone(),
+            shared.clone(),
+            udp.next().unwrap_or_default(),
+        )
+        .map_err(|e| e.to_string())?;
         handles.push(
             thread::Builder::new()
                 .name(format!("worker-{id}"))
@@ -186,7 +201,8 @@ fn accept_loop(
         }
     }
     let mut events = Events::with_capacity(64);
-    let mut next = 0usize;
+    let mut rr = 0usize;
+    let mut open = vec![0usize; senders.len()];
     let limit = shared.settings.conn_limit;
     while !shared.shutdown.load(SeqCst) {
         if poll
@@ -218,11 +234,19 @@ fn accept_loop(
                     reject(shared, incoming);
                     continue;
                 }
-                let w = next % senders.len();
-                next = next.wrapping_add(1);
+                for (o, c) in open.iter_mut().zip(&shared.worker_conns) {
+                    *o = c.load(SeqCst);
+                }
+                let cpu = match &incoming {
+                    Incoming::Tcp(s, _, _) => placement::incoming_cpu(s.as_raw_fd()),
+                    _ => None,
+                };
+                let w = placement::choose(cpu, &open, &mut rr);
+                shared.worker_conns[w].fetch_add(1, SeqCst);
                 if senders[w].send(incoming).is_ok() {
                     worker::wake(&wakers[w]);
                 } else {
+                    shared.worker_conns[w].fetch_sub(1, SeqCst);
                     shared.curr_conns.fetch_sub(1, SeqCst);
                 }
             }
@@ -245,6 +269,8 @@ fn reject(shared: &Shared, incoming: Incoming) {
         Incoming::Unix(mut s, _) => {
             let _ = s.write(MSG);
         }
+        // Only workers hand these to each other; they were admitted already.
+        Incoming::Moved(_) => {}
     }
 }
 

@@ -101,6 +101,7 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "accepting_conns", 1);
     stat(out, "threads", shared.settings.threads);
     stat(out, "conn_yields", s.conn_yields);
+    stat(out, "conns_moved", s.conns_moved);
     stat(out, "udp_requests", s.udp_requests);
     stat(out, "bytes", c.bytes);
     stat(out, "curr_items", c.curr_items);

@@ -28,6 +28,11 @@ pub struct Shared {
     /// most once a second per busy connection; read by `stats conns`.
     pub registry: Vec<Mutex<HashMap<usize, ConnInfo>>>,
     pub curr_conns: AtomicUsize,
+    /// Open connections per worker: the acceptor adds, the worker subtracts on close.
+    pub worker_conns: Vec<AtomicUsize>,
+    /// Per worker, its recently busy connections counted by the CPU group their packets
+    /// arrive on (`placement::CPU_GROUPS`); only that worker writes its row.
+    pub cpu_groups: Vec<Vec<AtomicUsize>>,
     pub shutdown: AtomicBool,
     /// `verbosity` can change it at run time.
     pub verbosity: AtomicU8,

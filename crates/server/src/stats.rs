@@ -63,6 +63,7 @@ thread_stats!(
     bytes_read,
     bytes_written,
     conn_yields,
+    conns_moved,
     total_connections,
     rejected_connections,
     udp_requests,

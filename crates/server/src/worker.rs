@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use slab::Slab;
 
 use crate::bufpool::BufPool;
 use crate::execute::{self, Flow};
+use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
 
@@ -55,6 +56,14 @@ pub enum Incoming {
     /// Socket, peer address and the listener's name.
     Tcp(TcpStream, std::net::SocketAddr, Arc<str>),
     Unix(UnixStream, Arc<str>),
+    /// An idle connection another worker handed over (see `placement`).
+    Moved(Moved),
+}
+
+/// An idle connection on its way between workers: no buffered bytes, no pending replies.
+pub struct Moved {
+    stream: TcpStream,
+    info: ConnInfo,
 }
 
 enum Stream {
@@ -116,6 +125,8 @@ pub struct Worker {
     poll: Poll,
     conns: Slab<Conn>,
     rx: Receiver<Incoming>,
+    /// Every worker's queue (this one's too), for handing connections over.
+    peers: Vec<Sender<Incoming>>,
     pool: BufPool,
     out: Vec<u8>,
     shared: Arc<Shared>,
@@ -136,6 +147,7 @@ impl Worker {
         id: usize,
         poll: Poll,
         rx: Receiver<Incoming>,
+        peers: Vec<Sender<Incoming>>,
         shared: Arc<Shared>,
         udp: Vec<std::net::UdpSocket>,
     ) -> io::Result<Worker> {
@@ -145,6 +157,7 @@ impl Worker {
             poll,
             conns: Slab::new(),
             rx,
+            peers,
             pool: BufPool::new(READ_BUF, 256),
             out: Vec::with_capacity(READ_BUF),
             shared,
@@ -232,6 +245,7 @@ impl Worker {
             if now != last_sweep {
                 last_sweep = now;
                 self.sweep_idle(now);
+                self.move_to_home_workers(now);
             }
         }
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
@@ -242,10 +256,15 @@ impl Worker {
 
     fn accept_new(&mut self, now: u32) {
         while let Ok(inc) = self.rx.try_recv() {
-            let (stream, peer, listen) = match inc {
-                Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen),
-                Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen),
+            let (stream, peer, listen, moved_at) = match inc {
+                Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen, None),
+                Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),
+                Incoming::Moved(m) => {
+                    let i = m.info;
+                    (Stream::Tcp(m.stream), i.peer, i.listen, Some(i.last_cmd))
+                }
             };
+            let last_cmd = moved_at.unwrap_or(now);
             let entry = self.conns.vacant_entry();
             let token = entry.key();
             let mut conn = Conn {
@@ -253,7 +272,7 @@ impl Worker {
                 rbuf: Vec::new(),
                 wbuf: Vec::new(),
                 swallow: 0,
-                last_cmd: now,
+                last_cmd,
                 closing: false,
                 want_write: false,
                 pending: false,
@@ -266,13 +285,16 @@ impl Worker {
                 .is_err()
             {
                 self.shared.curr_conns.fetch_sub(1, SeqCst);
+                self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
                 continue;
             }
             let fd = conn.stream.fd();
             entry.insert(conn);
-            self.stats.total_connections.incr();
-            if self.shared.verbose() > 1 {
-                eprintln!("<{fd} new auto-negotiating client connection");
+            if moved_at.is_none() {
+                self.stats.total_connections.incr();
+                if self.shared.verbose() > 1 {
+                    eprintln!("<{fd} new auto-negotiating client connection");
+                }
             }
             if let Ok(mut reg) = self.shared.registry[self.id].lock() {
                 reg.insert(
@@ -281,7 +303,7 @@ impl Worker {
                         fd,
                         peer,
                         listen,
-                        last_cmd: now,
+                        last_cmd,
                     },
                 );
             }
@@ -453,6 +475,109 @@ impl Worker {
             reg.remove(&t);
         }
         self.shared.curr_conns.fetch_sub(1, SeqCst);
+        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+    }
+
+    /// Groups connections of one client thread on one worker (see `placement`): counts this
+    /// worker's recently busy TCP connections by the CPU group their packets arrive on, then
+    /// hands each idle one to the worker chosen for its group. Idle: nothing buffered
+    /// either way, so the connection is just its socket; bytes arriving meanwhile wait in
+    /// the socket, and registering it with the new worker's epoll reports them.
+    fn move_to_home_workers(&mut self, now: u32) {
+        let n = self.peers.len();
+        if n < 2 {
+            return;
+        }
+        let mut surveyed = Vec::new();
+        let mut mine = [0usize; placement::CPU_GROUPS];
+        for (t, c) in self.conns.iter() {
+            if !matches!(c.stream, Stream::Tcp(_)) || now.saturating_sub(c.last_cmd) > 1 {
+                continue;
+            }
+            let Some(cpu) = placement::incoming_cpu(c.stream.fd()) else {
+                continue;
+            };
+            let group = cpu % placement::CPU_GROUPS;
+            mine[group] += 1;
+            let idle = c.rbuf.is_empty()
+                && c.wbuf.is_empty()
+                && c.swallow == 0
+                && !c.pending
+                && !c.closing
+                && !c.peer_closed;
+            if idle {
+                surveyed.push((t, group));
+            }
+        }
+        for (slot, &count) in self.shared.cpu_groups[self.id].iter().zip(&mine) {
+            slot.store(count, Relaxed);
+        }
+        let mut open: Vec<usize> = self
+            .shared
+            .worker_conns
+            .iter()
+            .map(|c| c.load(SeqCst))
+            .collect();
+        let serving: Vec<[usize; placement::CPU_GROUPS]> = (0..n)
+            .map(|w| {
+                if w == self.id {
+                    return mine;
+                }
+                let mut row = [0; placement::CPU_GROUPS];
+                for (r, c) in row.iter_mut().zip(&self.shared.cpu_groups[w]) {
+                    *r = c.load(Relaxed);
+                }
+                row
+            })
+            .collect();
+        let homes = placement::homes(&serving);
+        for (t, group) in surveyed {
+            let Some(home) = homes[group] else {
+                continue;
+            };
+            if placement::may_move(self.id, home, &open) && self.hand_over(t, home) {
+                open[home] += 1;
+                open[self.id] -= 1;
+            }
+        }
+    }
+
+    /// Moves idle connection `t` to worker `to`. False if it stays here.
+    fn hand_over(&mut self, t: usize, to: usize) -> bool {
+        let Some(info) = self.shared.registry[self.id]
+            .lock()
+            .ok()
+            .and_then(|mut reg| reg.remove(&t))
+        else {
+            return false;
+        };
+        if self
+            .poll
+            .registry()
+            .deregister(self.conns[t].stream.source())
+            .is_err()
+        {
+            if let Ok(mut reg) = self.shared.registry[self.id].lock() {
+                reg.insert(t, info);
+            }
+            return false;
+        }
+        let mut conn = self.conns.remove(t);
+        self.pool.give(std::mem::take(&mut conn.rbuf));
+        let stream = match conn.stream {
+            Stream::Tcp(s) => s,
+            Stream::Unix(_) => unreachable!("only TCP connections are handed over"),
+        };
+        self.shared.worker_conns[to].fetch_add(1, SeqCst);
+        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+        self.stats.conns_moved.incr();
+        if self.peers[to]
+            .send(Incoming::Moved(Moved { stream, info }))
+            .is_ok()
+        {
+            wake(&self.shared.wakers[to]);
+        }
+        true
     }
 
     fn sweep_idle(&mut self, now: u32) {

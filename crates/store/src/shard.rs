@@ -16,6 +16,9 @@ const OFF_MASK: u64 = (1 << OFF_BITS) - 1;
 const LARGE_OVERHEAD: u64 = 64;
 /// How many FIFO-oldest segments eviction looks at for one that is mostly dead bytes.
 const VICTIM_WINDOW: usize = 4;
+/// Index buckets a shard starts with (32 KiB; 16 shards together match memcached's initial
+/// 2^16-bucket hash table).
+const INDEX_START_BUCKETS: usize = 512;
 /// Most live items a mostly dead segment may hold to be rewritten instead of growing memory.
 const RECYCLE_MAX_ITEMS: usize = 64;
 
@@ -160,6 +163,8 @@ pub struct Shard {
     fifo: VecDeque<(u32, u32)>,
     head: Option<u32>,
     pub index: Index,
+    /// Index buckets already charged to the limit: growing up to this costs no memory budget.
+    index_reserved: usize,
     cas_counter: u64,
     pub stats: Counters,
     pub charged: u64,
@@ -191,6 +196,8 @@ fn hash_at(segs: &[Seg], g: &Global, loc: u64) -> u64 {
 }
 
 impl Shard {
+    /// `index_buckets` is the index size charged up front; the index itself starts small
+    /// and doubles into that reservation as items arrive.
     pub fn new(id: u64, nshards_bits: u32, index_buckets: usize) -> Shard {
         Shard {
             id,
@@ -198,7 +205,8 @@ impl Shard {
             free_ids: Vec::new(),
             fifo: VecDeque::new(),
             head: None,
-            index: Index::new(index_buckets),
+            index: Index::new(index_buckets.min(INDEX_START_BUCKETS)),
+            index_reserved: index_buckets,
             cas_counter: 0,
             stats: Counters::default(),
             charged: 0,
@@ -691,6 +699,9 @@ impl Shard {
         if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
             return Ok(());
         }
+        if self.grow_index_within_reservation(g) {
+            return Ok(());
+        }
         let before = self.index.bytes() as u64;
         let mut n = self.index.nbuckets() * 3 / 2 + 1;
         let delta = (n * crate::index::WAYS * 8) as u64 - before;
@@ -722,6 +733,28 @@ impl Shard {
         Ok(())
     }
 
+    /// Doubles an index still smaller than its charged size (at most up to that size). A
+    /// small index keeps lookups in cache while the store holds few items: the full-size
+    /// index of a 1 GB limit is 64 MiB of mostly empty buckets, one cache and TLB miss per
+    /// lookup. False when the index already has its reserved size.
+    fn grow_index_within_reservation(&mut self, g: &Global) -> bool {
+        let mut n = self.index.nbuckets();
+        if n >= self.index_reserved {
+            return false;
+        }
+        let segs = &self.segs;
+        let hash_of = |l: u64| hash_at(segs, g, l);
+        loop {
+            n = (n * 2).min(self.index_reserved);
+            if self.index.rebuild(n, &hash_of) {
+                return true;
+            }
+            if n == self.index_reserved {
+                return false;
+            }
+        }
+    }
+
     fn index_insert(&mut self, g: &Global, h: u64, loc: u64) {
         let mut pending = (h, loc);
         loop {
@@ -731,6 +764,11 @@ impl Shard {
                 Ok(()) => return,
                 Err(homeless) => {
                     pending = homeless;
+                    if self.grow_index_within_reservation(g) {
+                        continue;
+                    }
+                    let segs = &self.segs;
+                    let hash_of = |l: u64| hash_at(segs, g, l);
                     let before = self.index.bytes() as u64;
                     let mut n = self.index.nbuckets() * 3 / 2 + 1;
                     while !self.index.rebuild(n, &hash_of) {

@@ -1222,3 +1222,30 @@ fn emptied_segments_are_reused_and_given_back_when_the_limit_drops() {
         "spare buffers go before items"
     );
 }
+
+#[test]
+fn index_starts_small_and_grows_into_its_charge() {
+    // At -m 64 the index is charged for 512K slots up front but allocated small, so a store
+    // with few items looks keys up in a few cache-resident buckets.
+    let s = store_mb(64);
+    let charged = s.mem_used();
+    let start = s.stats();
+    assert!(
+        start.index_bytes <= charged / 8,
+        "{} of {charged}",
+        start.index_bytes
+    );
+    let n = 300_000u32;
+    for i in 0..n {
+        set(&s, &format!("key:{i}"), "v", T0);
+    }
+    let st = s.stats();
+    assert_eq!(st.counters.curr_items, n as u64);
+    assert!(st.index_slots > n as u64);
+    assert!(st.index_bytes > start.index_bytes);
+    // Growing within the reservation charged nothing beyond the segments' memory.
+    assert_eq!(st.mem_used, charged + st.segments * (64 << 10));
+    assert!((0..n)
+        .step_by(97)
+        .all(|i| val(&s, &format!("key:{i}"), T0).is_some()));
+}
