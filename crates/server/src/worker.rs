@@ -576,6 +576,10 @@ impl Worker {
             .is_ok()
         {
             wake(&self.shared.wakers[to]);
+        } else {
+            // The other worker has stopped (shutdown): the connection was closed on drop.
+            self.shared.worker_conns[to].fetch_sub(1, SeqCst);
+            self.shared.curr_conns.fetch_sub(1, SeqCst);
         }
         true
     }
