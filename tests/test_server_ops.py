@@ -294,3 +294,21 @@ def test_connections_move_to_their_client_threads_worker(make_server) -> None:  
     stats = Conn(srv.port).request(b"stats\r\n", b"END\r\n")
     moved = int(stats.split(b"STAT conns_moved ")[1].split(b"\r\n")[0])
     assert moved > 0
+
+
+@memfleet_only
+def test_large_values_are_received_into_their_own_buffer(make_server) -> None:  # type: ignore[no-untyped-def]
+    """At -m 1024 segments are 1 MiB, so a 100 KB value would be copied into one; received in
+    place it becomes an item with its own buffer instead (stats slabs: large_items)."""
+    srv = make_server("-m", "1024")
+    with Conn(srv.port) as c:
+        value = b"v" * 100_000
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+        assert c.request(b"set small 0 0 10000\r\n%s\r\n" % (b"s" * 10_000)) == b"STORED\r\n"
+        slabs = c.request(b"stats slabs\r\n", b"END\r\n")
+        assert b"STAT 1:large_items 1\r\n" in slabs
+        got = c.request(b"get big small\r\n", b"END\r\n")
+        assert got == b"VALUE big 0 100000\r\n%s\r\nVALUE small 0 10000\r\n%s\r\nEND\r\n" % (
+            value,
+            b"s" * 10_000,
+        )

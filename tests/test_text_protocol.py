@@ -235,3 +235,32 @@ def test_large_values_in_a_multiget_with_a_bad_key(server: Server) -> None:
         assert c.request(b"get big " + bad + b"\r\n") == b"CLIENT_ERROR bad command line format\r\n"
         reply = c.request(b"get big big\r\n", b"END\r\n")
         assert reply == (b"VALUE big 0 %d\r\n%s\r\n" % (len(value), value)) * 2 + b"END\r\n"
+
+
+def test_large_sets_arriving_in_pieces(server: Server) -> None:
+    """Values of 64 KiB and more are received into their own buffer (memfleet) or item
+    (memcached): replies, modes and pipelining must be the same as for small values."""
+    value = bytes(range(256)) * 400  # 102,400 bytes
+    n = len(value)
+    with Conn(server.port) as c:
+        request = b"set big 5 0 %d\r\n%s\r\nget big\r\n" % (n, value)
+        for i in range(0, len(request), 7000):
+            c.send(request[i : i + 7000])
+            time.sleep(0.002)
+        assert c.read_until(b"END\r\n") == b"STORED\r\nVALUE big 5 %d\r\n%s\r\nEND\r\n" % (n, value)
+        c.send(b"set big2 0 0 %d noreply\r\n%s\r\nadd big 0 0 %d\r\n%s\r\ngets big2\r\n" % (n, value, n, value))
+        assert c.read_line() == b"NOT_STORED\r\n"
+        header = c.read_line()
+        assert header.startswith(b"VALUE big2 0 %d " % n)
+        cas = int(header.split()[-1])
+        assert c.read_until(b"END\r\n") == value + b"\r\nEND\r\n"
+        other = value[::-1]
+        c.send(b"cas big2 1 0 %d %d\r\n%s\r\n" % (n, cas + 1, other))
+        c.send(b"cas big2 1 0 %d %d\r\n%s\r\nget big2\r\n" % (n, cas, other))
+        assert c.read_until(b"END\r\n") == b"EXISTS\r\nSTORED\r\nVALUE big2 1 %d\r\n%s\r\nEND\r\n" % (n, other)
+        c.send(b"append big 0 0 3\r\nabc\r\nreplace big 0 0 %d\r\n%s\r\nget big\r\n" % (n, other))
+        assert c.read_until(b"END\r\n") == b"STORED\r\nSTORED\r\nVALUE big 0 %d\r\n%s\r\nEND\r\n" % (n, other)
+        # A value that does not end in \r\n is refused; the connection goes on.
+        c.send(b"set bad 0 0 70000\r\n" + b"x" * 70000 + b"XX")
+        assert c.read_line() == b"CLIENT_ERROR bad data chunk\r\n"
+        assert c.request(b"get bad\r\n", b"END\r\n") == b"END\r\n"

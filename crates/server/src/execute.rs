@@ -11,6 +11,7 @@ use store::{
 
 use crate::meta;
 use crate::report;
+use crate::stats::ThreadStats;
 use crate::worker::ExecEnv;
 
 /// What the connection does after a request.
@@ -40,21 +41,7 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
             st.cmd_set.incr();
             let mode = store_mode(cmd, cas_unique);
             let r = store.store(mode, key, flags, store.exptime(exptime, now), data, now);
-            if r.result == StoreResult::TooLarge {
-                st.store_too_large.incr();
-            } else if r.result == StoreResult::NoMemory {
-                st.store_no_memory.incr();
-            }
-            if !noreply {
-                out.extend_from_slice(match r.result {
-                    StoreResult::Stored => reply::STORED,
-                    StoreResult::NotStored => reply::NOT_STORED,
-                    StoreResult::Exists => reply::EXISTS,
-                    StoreResult::NotFound => reply::NOT_FOUND,
-                    StoreResult::TooLarge => reply::SERVER_ERROR_TOO_LARGE,
-                    StoreResult::NoMemory => reply::SERVER_ERROR_OOM_STORING,
-                });
-            }
+            reply_stored(st, r.result, noreply, out);
         }
         Request::Delete { key, noreply } => {
             let r = store.delete(key, now, &DeleteOpts::default());
@@ -198,6 +185,56 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
 
 /// memcached finds some meta errors only while writing the reply, after the lookup and its
 /// side effects: the error replaces this request's reply (from `mark` on).
+/// A text storage command whose value was received in place (see `worker::IN_PLACE_MIN`).
+pub struct Received {
+    pub cmd: StoreCmd,
+    pub key: Vec<u8>,
+    pub flags: u32,
+    pub exptime: i64,
+    pub cas_unique: u64,
+    pub noreply: bool,
+    /// Where the value sits in the buffer handed over with it.
+    pub value_at: usize,
+    pub value_len: usize,
+}
+
+/// Stores a value received straight into `item` (the request's own buffer) without copying.
+pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mut Vec<u8>) {
+    let store = &env.shared.store;
+    env.stats.cmd_set.incr();
+    let mode = store_mode(r.cmd, r.cas_unique);
+    let exptime = store.exptime(r.exptime, env.now);
+    let o = store.store_owned(
+        mode,
+        &r.key,
+        r.flags,
+        exptime,
+        item,
+        r.value_at,
+        r.value_len,
+        env.now,
+    );
+    reply_stored(env.stats, o.result, r.noreply, out);
+}
+
+fn reply_stored(st: &ThreadStats, result: StoreResult, noreply: bool, out: &mut Vec<u8>) {
+    if result == StoreResult::TooLarge {
+        st.store_too_large.incr();
+    } else if result == StoreResult::NoMemory {
+        st.store_no_memory.incr();
+    }
+    if !noreply {
+        out.extend_from_slice(match result {
+            StoreResult::Stored => reply::STORED,
+            StoreResult::NotStored => reply::NOT_STORED,
+            StoreResult::Exists => reply::EXISTS,
+            StoreResult::NotFound => reply::NOT_FOUND,
+            StoreResult::TooLarge => reply::SERVER_ERROR_TOO_LARGE,
+            StoreResult::NoMemory => reply::SERVER_ERROR_OOM_STORING,
+        });
+    }
+}
+
 fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'static [u8]>) {
     if let Some(err) = late_error {
         out.truncate(mark);

@@ -17,10 +17,11 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use crate::bufpool::BufPool;
-use crate::execute::{self, Flow};
+use crate::execute::{self, Flow, Received};
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
+use proto::StoreCmd;
 
 pub const WAKER: Token = Token(usize::MAX);
 const UDP_BASE: usize = usize::MAX - 1024;
@@ -32,6 +33,13 @@ const READ_BUF: usize = 16 * 1024;
 const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
 const OUT_KEEP: usize = 2 << 20;
+/// Values at least this large are received straight into a buffer that becomes the item's
+/// (`Store::store_owned`), instead of being copied from the read buffer into the store.
+const IN_PLACE_MIN: usize = 64 * 1024;
+/// Bytes kept free in front of such a request for the item header to be written over the
+/// command line (the header can be up to 12 bytes longer than the shortest command line, and
+/// the gap left in front must be 0 or at least a minimal item).
+const HEADROOM: usize = 32;
 /// Reads per wake-up before a busy connection yields to the others.
 const READS_PER_TURN: usize = 8;
 /// A worker that has found work at every poll for this long steps off its CPU for a moment,
@@ -96,6 +104,8 @@ struct Conn {
     stream: Stream,
     /// Holds bytes only while a request is incomplete; otherwise empty with no capacity.
     rbuf: Vec<u8>,
+    /// Bytes of `rbuf` kept free in front of a large request (`HEADROOM` or 0).
+    front: usize,
     /// Reply bytes the socket did not take yet.
     wbuf: Vec<u8>,
     /// Bytes still to discard (the data block of a refused value).
@@ -270,6 +280,7 @@ impl Worker {
             let mut conn = Conn {
                 stream,
                 rbuf: Vec::new(),
+                front: 0,
                 wbuf: Vec::new(),
                 swallow: 0,
                 last_cmd,
@@ -368,7 +379,11 @@ impl Worker {
         loop {
             let mut drained = false;
             if !pending {
-                if buf.capacity() - buf.len() < 1024 {
+                // A buffer sized for a large request (`front`) has room for all of it.
+                let conn = &self.conns[t];
+                if buf.capacity() - buf.len() < 1024
+                    && (conn.front == 0 || buf.len() == buf.capacity())
+                {
                     buf.reserve(buf.capacity().max(READ_BUF));
                 }
                 let room = buf.capacity() - buf.len();
@@ -666,7 +681,7 @@ fn process(
 ) -> bool {
     let limits = &env.shared.limits;
     let budget = env.shared.settings.max_reqs_per_event;
-    let mut pos = 0;
+    let mut pos = conn.front;
     let mut done = 0;
     let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
@@ -685,6 +700,46 @@ fn process(
                 if env.shared.verbose() > 1 {
                     log_request(env.fd, &buf[pos..pos + used]);
                 }
+                if let (
+                    true,
+                    proto::Request::Store {
+                        cmd,
+                        key,
+                        flags,
+                        exptime,
+                        data,
+                        cas_unique,
+                        noreply,
+                    },
+                ) = (pos == conn.front && conn.front > 0, &req)
+                {
+                    if data.len() >= IN_PLACE_MIN
+                        && *cmd != StoreCmd::Append
+                        && *cmd != StoreCmd::Prepend
+                    {
+                        let received = Received {
+                            cmd: *cmd,
+                            key: key.to_vec(),
+                            flags: *flags,
+                            exptime: *exptime,
+                            cas_unique: *cas_unique,
+                            noreply: *noreply,
+                            value_at: data.as_ptr() as usize - buf.as_ptr() as usize,
+                            value_len: data.len(),
+                        };
+                        // The bytes after this request start a fresh buffer; this one, cut
+                        // after the value, becomes the item's.
+                        let mut rest = pool.take();
+                        rest.extend_from_slice(&buf[pos + used..]);
+                        buf.truncate(received.value_at + received.value_len);
+                        let item = std::mem::replace(buf, rest).into_boxed_slice();
+                        conn.front = 0;
+                        pos = 0;
+                        done += 1;
+                        execute::store_received(env, &received, item, out);
+                        continue;
+                    }
+                }
                 pos += used;
                 done += 1;
                 match execute::run(env, req, out) {
@@ -694,9 +749,16 @@ fn process(
             }
             proto::Parse::Incomplete { total } => {
                 if let Some(total) = total {
-                    buf.drain(..pos);
-                    pos = 0;
-                    grow_for(pool, buf, total);
+                    let in_place = total >= IN_PLACE_MIN;
+                    // Keep a buffer already laid out for this request.
+                    if pos != conn.front
+                        || pos + total > buf.capacity()
+                        || in_place != (conn.front > 0)
+                    {
+                        buf.drain(..pos);
+                        pos = 0;
+                        conn.front = grow_for(pool, buf, total, in_place);
+                    }
                 }
                 break;
             }
@@ -724,26 +786,30 @@ fn process(
     }
     if pos >= buf.len() {
         buf.clear();
-    } else if pos > 0 {
+        conn.front = 0;
+    } else if pos > conn.front {
         buf.drain(..pos);
+        conn.front = 0;
     }
     stopped_early
 }
 
 /// Makes room for a request of `total` bytes (a large value), preferring a buffer the pool
-/// kept from an earlier large request over a fresh allocation.
-fn grow_for(pool: &mut BufPool, buf: &mut Vec<u8>, total: usize) {
-    if total <= buf.capacity() {
-        return;
+/// kept from an earlier large request over a fresh allocation. With `in_place`, the request
+/// starts `HEADROOM` bytes into the buffer (see `IN_PLACE_MIN`); returns that offset.
+fn grow_for(pool: &mut BufPool, buf: &mut Vec<u8>, total: usize, in_place: bool) -> usize {
+    let front = if in_place { HEADROOM } else { 0 };
+    if front == 0 && total <= buf.capacity() {
+        return 0;
     }
-    match pool.take_large(total) {
-        Some(mut big) => {
-            big.extend_from_slice(buf);
-            std::mem::swap(buf, &mut big);
-            pool.give(big);
-        }
-        None => buf.reserve(total - buf.len()),
-    }
+    let mut big = pool
+        .take_large(front + total)
+        .unwrap_or_else(|| Vec::with_capacity(front + total));
+    big.resize(front, 0);
+    big.extend_from_slice(buf);
+    std::mem::swap(buf, &mut big);
+    pool.give(big);
+    front
 }
 
 fn log_request(fd: i32, raw: &[u8]) {

@@ -150,6 +150,35 @@ pub fn flags(buf: &[u8], l: &Layout) -> u32 {
     }
 }
 
+/// Smallest item: empty key and value.
+pub const MIN_ITEM: usize = 19;
+
+/// Fills `buf` (empty, or at least `MIN_ITEM` and at most 16,403 bytes) with one dead item, so
+/// walks over a segment skip it: bytes in front of a value received in place.
+pub fn write_filler(buf: &mut [u8]) {
+    let n = buf.len();
+    if n == 0 {
+        return;
+    }
+    debug_assert!((MIN_ITEM..=16_403).contains(&n));
+    // value_len's varint takes one byte up to 127, two from 128.
+    let (key_len, value_len) = match n {
+        ..=146 => (0, n - MIN_ITEM),
+        147 => (1, 127),
+        _ => (0, n - MIN_ITEM - 1),
+    };
+    let h = Header {
+        bits: 0,
+        cas: 0,
+        exptime: 0,
+        time: 0,
+        flags: 0,
+    };
+    write_header(buf, &h, &[0u8; 1][..key_len], value_len);
+    buf[0] |= DEAD;
+    debug_assert_eq!(parse(buf).total(), n);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

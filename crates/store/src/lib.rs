@@ -500,11 +500,7 @@ impl Store {
         let max = self.item_size_max.load(Ordering::Relaxed) as usize;
         let fail = |res| {
             if mode == StoreMode::Set || opts.meta {
-                let mut s = self.lock(si);
-                if let Some(f) = s.find(h, key) {
-                    s.unlink(f, Unlink::Deleted);
-                }
-                s.settle(&self.g);
+                self.unlink_after_failed_set(si, h, key);
             }
             StoreOutcome {
                 result: res,
@@ -521,6 +517,105 @@ impl Store {
             Some((_, o)) => o,
             None => fail(StoreResult::NoMemory),
         }
+    }
+
+    /// A text storage command whose value the caller received straight into `buf`, at
+    /// `value_at..value_at + value_len`, with room in front for the item header (headroom
+    /// of at least `item::encoded_len(key, value_len, flags) - value_len` bytes, and either
+    /// none or `item::MIN_ITEM` more). The buffer becomes the item's own, as for a large
+    /// item, so the value is never copied (memcached likewise reads values into the item).
+    /// Appends, prepends and buffers without such room are stored by copying.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_owned(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime: u32,
+        buf: Box<[u8]>,
+        value_at: usize,
+        value_len: usize,
+        now: u32,
+    ) -> StoreOutcome {
+        let value_end = value_at + value_len;
+        let head = item::encoded_len(key.len(), value_len, flags) - value_len;
+        let room = value_at.checked_sub(head);
+        let in_place = matches!(
+            mode,
+            StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas(_)
+        ) && value_end <= buf.len()
+            && room.is_some_and(|r| r == 0 || (item::MIN_ITEM..=16_000).contains(&r));
+        let max = self.item_size_max.load(Ordering::Relaxed) as usize;
+        if !in_place
+            || key.is_empty()
+            || key.len() > 250
+            || item_too_large(key.len(), value_len, flags, max)
+        {
+            return self.store(
+                mode,
+                key,
+                flags,
+                exptime,
+                &buf[value_at.min(buf.len())..value_end.min(buf.len())],
+                now,
+            );
+        }
+        let item_off = value_at - head;
+        let (h, si) = self.route(key);
+        let opts = StoreOpts::default();
+        let mut owned = Some(buf);
+        let r = self.with_mem(si, |s, g| {
+            if let Err(o) = plan_store(
+                s, g, h, mode, key, flags, exptime, value_len, now, &opts, false,
+            ) {
+                return Ok(o);
+            }
+            let seg = s.adopt_large(g, &mut owned)?;
+            let plan = match plan_store(
+                s, g, h, mode, key, flags, exptime, value_len, now, &opts, true,
+            ) {
+                Ok(p) => p,
+                Err(o) => {
+                    s.unalloc(g, seg);
+                    return Ok(o);
+                }
+            };
+            let cas = s.next_cas();
+            let hdr = Header {
+                bits: plan.bits,
+                cas,
+                exptime: plan.exptime,
+                time: now,
+                flags: plan.flags,
+            };
+            s.write_in_place(seg, item_off, &hdr, key, value_len);
+            s.link(g, h, plan.old, seg, item_off);
+            Ok(StoreOutcome {
+                result: StoreResult::Stored,
+                cas,
+            })
+        });
+        match r {
+            Some((_, o)) => o,
+            None => {
+                if mode == StoreMode::Set {
+                    self.unlink_after_failed_set(si, h, key);
+                }
+                StoreOutcome {
+                    result: StoreResult::NoMemory,
+                    cas: 0,
+                }
+            }
+        }
+    }
+
+    /// memcached drops the old value when a set is refused (too large, out of memory).
+    fn unlink_after_failed_set(&self, si: usize, h: u64, key: &[u8]) {
+        let mut s = self.lock(si);
+        if let Some(f) = s.find(h, key) {
+            s.unlink(f, Unlink::Deleted);
+        }
+        s.settle(&self.g);
     }
 
     /// `delete` / `md`.

@@ -609,21 +609,62 @@ impl Shard {
     pub fn alloc(&mut self, g: &Global, size: usize, now: u32) -> Result<u32, NeedMem> {
         self.ensure_index_room(g)?;
         if size > g.large_threshold {
-            let charge = size as u64 + LARGE_OVERHEAD;
-            let mut tries = 0;
-            while !g.try_reserve(charge) {
-                if g.drop_spare() {
-                    continue;
-                }
-                tries += 1;
-                if tries > 100_000 || !self.evict_oldest(g) {
-                    return Err(NeedMem);
-                }
-            }
+            self.reserve_large(g, size as u64 + LARGE_OVERHEAD)?;
             return Ok(self.new_seg(vec![0u8; size].into_boxed_slice(), true));
         }
         self.make_room(g, size, now)?;
         Ok(self.head.expect("make_room leaves a head"))
+    }
+
+    /// Makes the buffer in `owned` (taken only on success) a large segment of its own, for
+    /// an item whose value was received straight into it (see `Store::store_owned`).
+    pub fn adopt_large(
+        &mut self,
+        g: &Global,
+        owned: &mut Option<Box<[u8]>>,
+    ) -> Result<u32, NeedMem> {
+        self.ensure_index_room(g)?;
+        let len = owned.as_ref().map_or(0, |b| b.len());
+        self.reserve_large(g, len as u64 + LARGE_OVERHEAD)?;
+        let buf = owned.take().expect("adopt_large needs a buffer");
+        Ok(self.new_seg(buf, true))
+    }
+
+    fn reserve_large(&mut self, g: &Global, charge: u64) -> Result<(), NeedMem> {
+        let mut tries = 0;
+        while !g.try_reserve(charge) {
+            if g.drop_spare() {
+                continue;
+            }
+            tries += 1;
+            if tries > 100_000 || !self.evict_oldest(g) {
+                return Err(NeedMem);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the header and key of an item whose value already sits in `seg` right after
+    /// them, at `off`; the bytes before `off` become one dead filler item.
+    pub fn write_in_place(
+        &mut self,
+        seg: u32,
+        off: usize,
+        h: &Header,
+        key: &[u8],
+        value_len: usize,
+    ) -> Layout {
+        let total = item::encoded_len(key.len(), value_len, h.flags);
+        let s = &mut self.segs[seg as usize];
+        item::write_filler(&mut s.buf[..off]);
+        let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
+        s.used = off + total;
+        s.live_bytes += total;
+        s.live_items += 1;
+        self.stats.curr_items += 1;
+        self.stats.total_items += 1;
+        self.stats.bytes += total as u64;
+        l
     }
 
     /// Gives back a large segment that `alloc` returned but that was not written.

@@ -1249,3 +1249,99 @@ fn index_starts_small_and_grows_into_its_charge() {
         .step_by(97)
         .all(|i| val(&s, &format!("key:{i}"), T0).is_some()));
 }
+
+/// A buffer as the server receives a large set: junk where the command line was, then the value.
+fn received(value: &[u8], in_front: usize) -> (Box<[u8]>, usize) {
+    let mut buf = vec![b'#'; in_front];
+    buf.extend_from_slice(value);
+    (buf.into_boxed_slice(), in_front)
+}
+
+#[test]
+fn a_value_received_in_place_is_stored_without_a_copy() {
+    let s = store_mb(64);
+    let value: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let (buf, at) = received(&value, 64);
+    let where_received = buf[at..].as_ptr();
+    let r = s.store_owned(StoreMode::Set, b"big", 7, 0, buf, at, value.len(), T0);
+    assert_eq!(r.result, StoreResult::Stored);
+    let (ptr, got) = s
+        .get(b"big", T0, |v| {
+            v.map(|v| (v.value.as_ptr(), v.value.to_vec()))
+        })
+        .unwrap();
+    assert_eq!(ptr, where_received);
+    assert_eq!(got, value);
+    assert_eq!(get(&s, "big", T0).map(|(_, f, c)| (f, c)), Some((7, r.cas)));
+    // Modes keep their rules: add refuses an existing key, cas compares.
+    let (buf, at) = received(&value, 64);
+    let add = s.store_owned(StoreMode::Add, b"big", 0, 0, buf, at, value.len(), T0);
+    assert_eq!(add.result, StoreResult::NotStored);
+    let (buf, at) = received(b"new", 40);
+    let cas = s.store_owned(StoreMode::Cas(r.cas + 1), b"big", 0, 0, buf, at, 3, T0);
+    assert_eq!(cas.result, StoreResult::Exists);
+    let (buf, at) = received(b"new", 40);
+    let cas = s.store_owned(StoreMode::Cas(r.cas), b"big", 0, 0, buf, at, 3, T0);
+    assert_eq!(cas.result, StoreResult::Stored);
+    assert_eq!(val(&s, "big", T0).as_deref(), Some("new"));
+    // No room for a header in front: stored by copying.
+    let (buf, at) = received(b"tight", 3);
+    let r = s.store_owned(StoreMode::Set, b"tight", 0, 0, buf, at, 5, T0);
+    assert_eq!(r.result, StoreResult::Stored);
+    assert_eq!(val(&s, "tight", T0).as_deref(), Some("tight"));
+    // Append copies (it needs the old value too).
+    let (buf, at) = received(b"!", 64);
+    let r = s.store_owned(StoreMode::Append, b"tight", 0, 0, buf, at, 1, T0);
+    assert_eq!(r.result, StoreResult::Stored);
+    assert_eq!(val(&s, "tight", T0).as_deref(), Some("tight!"));
+}
+
+#[test]
+fn values_received_in_place_survive_eviction_expiry_and_reclaim() {
+    // 4 MiB: 100 KB values evict each other; the filler in front of every value must keep
+    // segment walks (eviction, reclaim, flush) on item boundaries.
+    let s = store_mb(4);
+    for i in 0..200u32 {
+        let value = vec![b'a' + (i % 26) as u8; 100_000 + i as usize];
+        let in_front = 19 + (i as usize * 7) % 200;
+        let (buf, at) = received(&value, in_front + 30);
+        let exptime = if i % 3 == 0 { T0 + 5 } else { 0 };
+        let key = format!("v{i}");
+        let r = s.store_owned(
+            StoreMode::Set,
+            key.as_bytes(),
+            0,
+            exptime,
+            buf,
+            at,
+            value.len(),
+            T0,
+        );
+        assert_eq!(r.result, StoreResult::Stored);
+    }
+    assert!(s.stats().counters.evictions > 0);
+    s.reclaim(T0 + 10, 100_000);
+    for i in 0..200u32 {
+        if let Some(v) = val(&s, &format!("v{i}"), T0 + 10) {
+            assert_eq!(v.len(), 100_000 + i as usize);
+            assert!(v.bytes().all(|b| b == b'a' + (i % 26) as u8));
+            assert_ne!(i % 3, 0, "v{i} expired");
+        }
+    }
+    s.flush_all(0, T0 + 10);
+    assert!((0..200).all(|i| val(&s, &format!("v{i}"), T0 + 11).is_none()));
+    assert!(s.mem_used() <= s.mem_limit());
+}
+
+#[test]
+fn fillers_cover_every_gap_size() {
+    for n in [0, item::MIN_ITEM, 100, 146, 147, 148, 300, 2100, 16_403] {
+        let mut buf = vec![0xAAu8; n];
+        item::write_filler(&mut buf);
+        if n > 0 {
+            let l = item::parse(&buf);
+            assert_eq!(l.total(), n);
+            assert_ne!(l.bits & item::DEAD, 0);
+        }
+    }
+}
