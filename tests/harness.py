@@ -77,6 +77,10 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
+        if self.proc is not None and self.proc.poll() is None:
+            # Already running (e.g. `with started_server:`): a second process would fail to
+            # bind while this one's handle was lost, leaving it running after the test.
+            return self
         self.proc = subprocess.Popen(
             self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
