@@ -565,29 +565,24 @@ impl Store {
         let opts = StoreOpts::default();
         let mut owned = Some(buf);
         let r = self.with_mem(si, |s, g| {
-            if let Err(o) = plan_store(
-                s, g, h, mode, key, flags, exptime, value_len, now, &opts, false,
-            ) {
-                return Ok(o);
-            }
-            let seg = s.adopt_large(g, &mut owned)?;
-            let plan = match plan_store(
-                s, g, h, mode, key, flags, exptime, value_len, now, &opts, true,
-            ) {
+            let (plan, seg) = match plan_and_alloc(
+                s,
+                g,
+                h,
+                mode,
+                key,
+                flags,
+                exptime,
+                value_len,
+                now,
+                &opts,
+                |s, g, _| s.adopt_large(g, &mut owned),
+            )? {
                 Ok(p) => p,
-                Err(o) => {
-                    s.unalloc(g, seg);
-                    return Ok(o);
-                }
+                Err(o) => return Ok(o),
             };
             let cas = s.next_cas();
-            let hdr = Header {
-                bits: plan.bits,
-                cas,
-                exptime: plan.exptime,
-                time: now,
-                flags: plan.flags,
-            };
+            let hdr = plan.header(cas, now);
             s.write_in_place(seg, item_off, &hdr, key, value_len);
             s.link(g, h, plan.old, seg, item_off);
             Ok(StoreOutcome {
@@ -826,9 +821,7 @@ fn store_in_shard(
     now: u32,
     opts: &StoreOpts,
 ) -> Result<StoreOutcome, NeedMem> {
-    // Decide once to learn the size (and skip allocation for rejections), allocate, then
-    // decide again: allocation may have evicted or moved the old item.
-    let plan = match plan_store(
+    let (plan, seg) = match plan_and_alloc(
         s,
         g,
         h,
@@ -839,39 +832,13 @@ fn store_in_shard(
         value.len(),
         now,
         opts,
-        false,
-    ) {
+        |s, g, size| s.alloc(g, size, now),
+    )? {
         Ok(p) => p,
         Err(o) => return Ok(o),
     };
-    let seg = s.alloc(g, plan.size, now)?;
-    let plan = match plan_store(
-        s,
-        g,
-        h,
-        mode,
-        key,
-        flags,
-        exptime,
-        value.len(),
-        now,
-        opts,
-        true,
-    ) {
-        Ok(p) => p,
-        Err(o) => {
-            s.unalloc(g, seg);
-            return Ok(o);
-        }
-    };
     let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
-    let hdr = Header {
-        bits: plan.bits,
-        cas,
-        exptime: plan.exptime,
-        time: now,
-        flags: plan.flags,
-    };
+    let hdr = plan.header(cas, now);
     let total_len = plan.value_len;
     let (off, l) = s.write(seg, &hdr, key, total_len, |dst| match plan.kind {
         Kind::New => dst.copy_from_slice(value),
@@ -909,6 +876,49 @@ struct Plan {
     bits: u8,
     value_len: usize,
     size: usize,
+}
+
+impl Plan {
+    fn header(&self, cas: u64, now: u32) -> Header {
+        Header {
+            bits: self.bits,
+            cas,
+            exptime: self.exptime,
+            time: now,
+            flags: self.flags,
+        }
+    }
+}
+
+/// Decides once to learn the size (and to skip allocation for a refusal), allocates with
+/// `alloc(size)`, then decides again: allocation may have evicted or moved the old item.
+/// `Ok(Err(outcome))` is a final refusal (anything allocated has been given back).
+#[allow(clippy::too_many_arguments)]
+fn plan_and_alloc(
+    s: &mut Shard,
+    g: &Global,
+    h: u64,
+    mode: StoreMode,
+    key: &[u8],
+    flags: u32,
+    exptime: u32,
+    vlen: usize,
+    now: u32,
+    opts: &StoreOpts,
+    alloc: impl FnOnce(&mut Shard, &Global, usize) -> Result<u32, NeedMem>,
+) -> Result<Result<(Plan, u32), StoreOutcome>, NeedMem> {
+    let plan = match plan_store(s, g, h, mode, key, flags, exptime, vlen, now, opts, false) {
+        Ok(p) => p,
+        Err(o) => return Ok(Err(o)),
+    };
+    let seg = alloc(s, g, plan.size)?;
+    match plan_store(s, g, h, mode, key, flags, exptime, vlen, now, opts, true) {
+        Ok(p) => Ok(Ok((p, seg))),
+        Err(o) => {
+            s.unalloc(g, seg);
+            Ok(Err(o))
+        }
+    }
 }
 
 /// memcached's do_store_item decision. `Err` is a final (non-stored) outcome, counted at
