@@ -185,7 +185,11 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
 
 /// memcached finds some meta errors only while writing the reply, after the lookup and its
 /// side effects: the error replaces this request's reply (from `mark` on).
-/// A text storage command whose value was received in place (see `worker::IN_PLACE_MIN`).
+/// Values at least this large are received straight into a buffer that becomes the item's
+/// (`Store::store_owned`), instead of being copied from the read buffer into the store.
+pub const IN_PLACE_MIN: usize = 64 * 1024;
+
+/// A text storage command whose value was received in place (see `IN_PLACE_MIN`).
 pub struct Received {
     pub cmd: StoreCmd,
     pub key: Vec<u8>,
@@ -196,6 +200,38 @@ pub struct Received {
     /// Where the value sits in the buffer handed over with it.
     pub value_at: usize,
     pub value_len: usize,
+}
+
+impl Received {
+    /// The storage request `req`, parsed from `buf`, if its value is stored in place:
+    /// set/add/replace/cas of at least `IN_PLACE_MIN` bytes (append/prepend need the old value).
+    pub fn of(req: &Request<'_>, buf: &[u8]) -> Option<Received> {
+        let Request::Store {
+            cmd,
+            key,
+            flags,
+            exptime,
+            data,
+            cas_unique,
+            noreply,
+        } = *req
+        else {
+            return None;
+        };
+        if data.len() < IN_PLACE_MIN || matches!(cmd, StoreCmd::Append | StoreCmd::Prepend) {
+            return None;
+        }
+        Some(Received {
+            cmd,
+            key: key.to_vec(),
+            flags,
+            exptime,
+            cas_unique,
+            noreply,
+            value_at: data.as_ptr() as usize - buf.as_ptr() as usize,
+            value_len: data.len(),
+        })
+    }
 }
 
 /// Stores a value received straight into `item` (the request's own buffer) without copying.

@@ -21,7 +21,6 @@ use crate::execute::{self, Flow, Received};
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
-use proto::StoreCmd;
 
 pub const WAKER: Token = Token(usize::MAX);
 const UDP_BASE: usize = usize::MAX - 1024;
@@ -33,10 +32,8 @@ const READ_BUF: usize = 16 * 1024;
 const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
 const OUT_KEEP: usize = 2 << 20;
-/// Values at least this large are received straight into a buffer that becomes the item's
-/// (`Store::store_owned`), instead of being copied from the read buffer into the store.
-const IN_PLACE_MIN: usize = 64 * 1024;
-/// Bytes kept free in front of such a request for the item header to be written over the
+/// Bytes kept free in front of a request whose value is received in place
+/// (`execute::IN_PLACE_MIN`), for the item header to be written over the
 /// command line (the header can be up to 12 bytes longer than the shortest command line, and
 /// the gap left in front must be 0 or at least a minimal item).
 const HEADROOM: usize = 32;
@@ -700,45 +697,21 @@ fn process(
                 if env.shared.verbose() > 1 {
                     log_request(env.fd, &buf[pos..pos + used]);
                 }
-                if let (
-                    true,
-                    proto::Request::Store {
-                        cmd,
-                        key,
-                        flags,
-                        exptime,
-                        data,
-                        cas_unique,
-                        noreply,
-                    },
-                ) = (pos == conn.front && conn.front > 0, &req)
-                {
-                    if data.len() >= IN_PLACE_MIN
-                        && *cmd != StoreCmd::Append
-                        && *cmd != StoreCmd::Prepend
-                    {
-                        let received = Received {
-                            cmd: *cmd,
-                            key: key.to_vec(),
-                            flags: *flags,
-                            exptime: *exptime,
-                            cas_unique: *cas_unique,
-                            noreply: *noreply,
-                            value_at: data.as_ptr() as usize - buf.as_ptr() as usize,
-                            value_len: data.len(),
-                        };
-                        // The bytes after this request start a fresh buffer; this one, cut
-                        // after the value, becomes the item's.
-                        let mut rest = pool.take();
-                        rest.extend_from_slice(&buf[pos + used..]);
-                        buf.truncate(received.value_at + received.value_len);
-                        let item = std::mem::replace(buf, rest).into_boxed_slice();
-                        conn.front = 0;
-                        pos = 0;
-                        done += 1;
-                        execute::store_received(env, &received, item, out);
-                        continue;
-                    }
+                let received = (pos == conn.front && conn.front > 0)
+                    .then(|| Received::of(&req, buf))
+                    .flatten();
+                if let Some(received) = received {
+                    // The bytes after this request start a fresh buffer; this one, cut after
+                    // the value, becomes the item's.
+                    let mut rest = pool.take();
+                    rest.extend_from_slice(&buf[pos + used..]);
+                    buf.truncate(received.value_at + received.value_len);
+                    let item = std::mem::replace(buf, rest).into_boxed_slice();
+                    conn.front = 0;
+                    pos = 0;
+                    done += 1;
+                    execute::store_received(env, &received, item, out);
+                    continue;
                 }
                 pos += used;
                 done += 1;
@@ -749,7 +722,7 @@ fn process(
             }
             proto::Parse::Incomplete { total } => {
                 if let Some(total) = total {
-                    let in_place = total >= IN_PLACE_MIN;
+                    let in_place = total >= execute::IN_PLACE_MIN;
                     // Keep a buffer already laid out for this request.
                     if pos != conn.front
                         || pos + total > buf.capacity()
@@ -796,7 +769,7 @@ fn process(
 
 /// Makes room for a request of `total` bytes (a large value), preferring a buffer the pool
 /// kept from an earlier large request over a fresh allocation. With `in_place`, the request
-/// starts `HEADROOM` bytes into the buffer (see `IN_PLACE_MIN`); returns that offset.
+/// starts `HEADROOM` bytes into the buffer (see `execute::IN_PLACE_MIN`); returns that offset.
 fn grow_for(pool: &mut BufPool, buf: &mut Vec<u8>, total: usize, in_place: bool) -> usize {
     let front = if in_place { HEADROOM } else { 0 };
     if front == 0 && total <= buf.capacity() {
