@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from conftest import TARGET
@@ -232,6 +233,81 @@ def test_pipeline_of_large_gets_is_answered_in_full(server: Server) -> None:
             assert chunk.endswith(b"\r\nEND\r\n") and len(chunk) > len(value)
             received += 1
         assert received == count
+
+
+def large_value(letter: int) -> bytes:
+    """A value whose length follows from its byte, so a torn or mixed value shows."""
+    return bytes([letter]) * (70_000 + (letter - ord("a")) * 2_000)
+
+
+def check_multi_get(reply: bytes) -> int:
+    """Checks every VALUE of a get reply against `large_value`; returns how many there were."""
+    pos, found = 0, 0
+    while not reply.startswith(b"END\r\n", pos):
+        eol = reply.index(b"\r\n", pos)
+        word, _key, _flags, size = reply[pos:eol].split(b" ")
+        assert word == b"VALUE"
+        data = reply[eol + 2 : eol + 2 + int(size)]
+        assert data == large_value(data[0]), f"torn value of {len(data)} bytes"
+        pos = eol + 2 + int(size) + 2
+        found += 1
+    assert pos + 5 == len(reply)
+    return found
+
+
+def test_large_values_replaced_while_being_sent_stay_whole(server: Server) -> None:
+    """Large values are written to the socket from the item's own memory (memfleet without
+    holding its shard): sets and deletes of the same keys meanwhile must not tear a reply,
+    also when a slow reader makes the server send a reply in several goes."""
+    keys = [b"big%d" % i for i in range(4)]
+    with Conn(server.port) as c:
+        for k in keys:
+            value = large_value(ord("a"))
+            assert c.request(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(value), value)) == b"STORED\r\n"
+    done = threading.Event()
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    def write(seed: int) -> None:
+        rng = random.Random(seed)
+        with Conn(server.port) as c:
+            for i in range(200):
+                k = rng.choice(keys)
+                if i % 10 == 9:
+                    assert c.request(b"delete %s\r\n" % k) in (b"DELETED\r\n", b"NOT_FOUND\r\n")
+                    continue
+                value = large_value(rng.randrange(ord("a"), ord("z") + 1))
+                stored = c.request(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(value), value))
+                assert stored == b"STORED\r\n"
+
+    def read(slow: bool) -> None:
+        with Conn(server.port) as c:
+            if slow:
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            while not done.is_set():
+                c.send(b"get " + b" ".join(keys) + b"\r\n")
+                if slow:
+                    time.sleep(0.01)
+                seen.append(check_multi_get(c.read_until(b"\r\nEND\r\n", b"END\r\n")))
+
+    def guarded(f: Callable[..., None], *args: object) -> None:
+        try:
+            f(*args)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+            done.set()
+
+    readers = [threading.Thread(target=guarded, args=(read, slow)) for slow in (False, False, True)]
+    writers = [threading.Thread(target=guarded, args=(write, seed)) for seed in (1, 2)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    done.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors[0]
+    assert len(seen) > 10 and sum(seen) > 0
 
 
 def test_request_and_close_in_one_send_is_answered_and_closed(server: Server) -> None:

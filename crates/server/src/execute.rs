@@ -330,24 +330,34 @@ fn retrieve(
                 );
                 // The last key's value carries END along, so the reply is still one write.
                 let last = rest.clone().next().is_none();
-                let tail: &[u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
-                write_large_value(env, out, it.value, tail);
+                let tail: &'static [u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
                 end_written = last;
-                true
+                match it.pin() {
+                    Some(value) => Got::Pinned(value, tail),
+                    None => {
+                        write_large_value(env, out, it.value, tail);
+                        Got::Hit
+                    }
+                }
             }
             Some(it) => {
                 reply::write_value(out, key, it.flags, it.value, with_cas.then_some(it.cas));
-                true
+                Got::Hit
             }
-            None => false,
+            None => Got::Miss,
         };
-        let hit = match touch {
+        let got = match touch {
             Some(exptime) => {
                 st.cmd_touch.incr();
                 store.gat(key, exptime, now, write)
             }
             None => store.get(key, now, write),
         };
+        // The shard is unlocked by now: other requests for it need not wait for this write.
+        if let Got::Pinned(value, tail) = &got {
+            write_large_value(env, out, value.bytes(), tail);
+        }
+        let hit = !matches!(got, Got::Miss);
         st.cmd_get.incr();
         if hit {
             st.get_hits.incr();
@@ -360,6 +370,15 @@ fn retrieve(
     }
 }
 
+/// What a get found for one key.
+enum Got {
+    Miss,
+    /// The VALUE is in `out` (or already on the socket).
+    Hit,
+    /// A large value to write once the shard is unlocked, then the bytes that follow it.
+    Pinned(store::PinnedValue, &'static [u8]),
+}
+
 /// Values at least this large are written from store memory instead of copied into `out`.
 const DIRECT_WRITE_MIN: usize = 64 * 1024;
 
@@ -367,8 +386,8 @@ const DIRECT_WRITE_MIN: usize = 64 * 1024;
 /// the store's memory (memcached likewise writes values from item memory). Whatever the
 /// socket does not take now is copied into `out` and goes out with the rest of the batch.
 ///
-/// This runs inside the store's closure, so the shard lock is held for one non-blocking
-/// writev: worth it only for large values, where the copy would cost more than the wait.
+/// A value pinned out of a large segment is written with the shard unlocked. Otherwise this
+/// runs inside the store's closure, holding the shard lock for one non-blocking writev.
 fn write_large_value(env: &ExecEnv<'_>, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) {
     let iov = [
         libc::iovec {

@@ -9,6 +9,7 @@
 mod index;
 mod item;
 mod numeric;
+mod segbuf;
 mod shard;
 mod stats;
 
@@ -16,6 +17,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use item::{Header, ACCESSED, FETCHED, STALE, TOKEN_SENT};
+pub use segbuf::PinnedValue;
+use segbuf::ValueAt;
 use shard::{Found, Global, NeedMem, Shard, Unlink};
 pub use stats::{Counters, Stats};
 
@@ -64,6 +67,16 @@ pub struct ItemView<'a> {
     pub fetched: bool,
     pub stale: bool,
     pub token_sent: bool,
+    value_at: ValueAt<'a>,
+}
+
+impl ItemView<'_> {
+    /// The value, kept readable once the read closure has returned and the shard is
+    /// unlocked: for large items only (None otherwise), which a reply then writes without
+    /// holding up other requests for the shard.
+    pub fn pin(&self) -> Option<PinnedValue> {
+        self.value_at.pin()
+    }
 }
 
 /// Storage commands. `Cas` carries the client's cas unique.
@@ -336,6 +349,7 @@ impl Store {
             fetched: pre_bits & FETCHED != 0,
             stale: pre_bits & STALE != 0,
             token_sent: pre_bits & TOKEN_SENT != 0,
+            value_at: s.value_at(f),
         }
     }
 
@@ -1073,9 +1087,10 @@ fn arith_in_shard(
     let digits = value.to_string();
     let flags = item::flags(buf, &l);
     let mut exptime = item::exptime(buf, &l);
-    if digits.len() <= l.value_len {
-        // memcached rewrites in place, padding with spaces to the old length.
-        let v = s.value_mut(&it);
+    // memcached rewrites in place, padding with spaces to the old length, unless the item is
+    // being sent.
+    let in_place = digits.len() <= l.value_len;
+    if let Some(v) = s.value_mut(&it).filter(|_| in_place) {
         v[..digits.len()].copy_from_slice(digits.as_bytes());
         v[digits.len()..].iter_mut().for_each(|b| *b = b' ');
         let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());

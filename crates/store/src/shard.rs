@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use crate::index::Index;
 use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
+use crate::segbuf::{SegBuf, ValueAt};
 use crate::stats::Counters;
 
 const OFF_BITS: u64 = 24;
@@ -116,7 +117,7 @@ fn expired(exptime: u32, now: u32) -> bool {
 }
 
 struct Seg {
-    buf: Box<[u8]>,
+    buf: SegBuf,
     used: usize,
     live_bytes: usize,
     live_items: usize,
@@ -230,8 +231,9 @@ impl Shard {
     pub fn buf(&self, seg: u32, off: usize) -> &[u8] {
         &self.segs[seg as usize].buf[off..]
     }
-    fn buf_mut(&mut self, seg: u32, off: usize) -> &mut [u8] {
-        &mut self.segs[seg as usize].buf[off..]
+    /// The header and key of the item at `off` (what changes once an item is stored).
+    fn header_mut(&mut self, seg: u32, off: usize, l: &Layout) -> &mut [u8] {
+        self.segs[seg as usize].buf.header_mut(off, off + l.value)
     }
 
     pub fn segment_count(&self) -> usize {
@@ -284,7 +286,7 @@ impl Shard {
     fn mark_dead(&mut self, seg: u32, off: usize, l: &Layout, why: Unlink) {
         let total = l.total();
         let bits = self.buf(seg, off)[0];
-        self.buf_mut(seg, off)[0] = bits | DEAD;
+        self.header_mut(seg, off, l)[0] = bits | DEAD;
         let s = &mut self.segs[seg as usize];
         s.live_bytes -= total;
         s.live_items -= 1;
@@ -332,10 +334,10 @@ impl Shard {
             self.head = None;
         }
         self.charged -= charge;
-        if large {
-            self.pending_release += charge;
-        } else {
-            self.pending_spare.push(buf);
+        match buf.into_owned() {
+            Some(buf) if !large => self.pending_spare.push(buf),
+            // A large segment's memory goes when its last reader lets go of it.
+            _ => self.pending_release += charge,
         }
     }
 
@@ -352,7 +354,11 @@ impl Shard {
 
     fn new_seg(&mut self, buf: Box<[u8]>, large: bool) -> u32 {
         let seg = Seg {
-            buf,
+            buf: if large {
+                SegBuf::shared(buf)
+            } else {
+                SegBuf::Owned(buf)
+            },
             used: 0,
             live_bytes: 0,
             live_items: 0,
@@ -998,26 +1004,40 @@ impl Shard {
     }
 
     pub fn bump(&mut self, f: &Found, now: u32) {
-        let buf = self.buf_mut(f.seg, f.off);
+        let buf = self.header_mut(f.seg, f.off, &f.l);
         buf[0] |= FETCHED | ACCESSED;
         item::set_time(buf, &f.l, now);
     }
 
     pub fn set_bits(&mut self, f: &Found, set: u8, clear: u8) {
-        let b = &mut self.buf_mut(f.seg, f.off)[0];
+        let b = &mut self.header_mut(f.seg, f.off, &f.l)[0];
         *b = (*b | set) & !clear;
     }
 
     pub fn set_exptime(&mut self, f: &Found, e: u32) {
-        item::set_exptime(self.buf_mut(f.seg, f.off), &f.l, e);
+        item::set_exptime(self.header_mut(f.seg, f.off, &f.l), &f.l, e);
     }
 
     pub fn set_cas(&mut self, f: &Found, c: u64) {
-        item::set_cas(self.buf_mut(f.seg, f.off), &f.l, c);
+        item::set_cas(self.header_mut(f.seg, f.off, &f.l), &f.l, c);
     }
 
-    pub fn value_mut(&mut self, f: &Found) -> &mut [u8] {
-        let (v, n) = (f.l.value, f.l.value_len);
-        &mut self.buf_mut(f.seg, f.off)[v..v + n]
+    /// The item's value for a rewrite in place; None while a reply may be reading it
+    /// (the caller then stores a new item, as memcached does for an item it is sending).
+    pub fn value_mut(&mut self, f: &Found) -> Option<&mut [u8]> {
+        if self.segs[f.seg as usize].buf.is_pinned() {
+            return None;
+        }
+        let v = f.off + f.l.value;
+        Some(&mut self.segs[f.seg as usize].buf[v..v + f.l.value_len])
+    }
+
+    /// Where the item's value lives, for `ValueAt::pin`.
+    pub fn value_at(&self, f: &Found) -> ValueAt<'_> {
+        ValueAt::new(
+            &self.segs[f.seg as usize].buf,
+            f.off + f.l.value,
+            f.l.value_len,
+        )
     }
 }

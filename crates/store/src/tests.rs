@@ -1345,3 +1345,63 @@ fn fillers_cover_every_gap_size() {
         }
     }
 }
+
+#[test]
+fn a_pinned_large_value_outlives_its_item() {
+    let s = store_mb(8);
+    let old = vec![b'a'; 50_000];
+    s.store(StoreMode::Set, b"big", 0, 0, &old, T0);
+    let used = s.stats().mem_used;
+    let pin = s
+        .get(b"big", T0, |it| it.unwrap().pin())
+        .expect("a large item pins");
+    // Replaced, then deleted, while a reply is still writing the old value.
+    s.store(StoreMode::Set, b"big", 0, 0, &[b'b'; 50_000], T0);
+    assert_eq!(get(&s, "big", T0).unwrap().0, vec![b'b'; 50_000]);
+    s.delete(b"big", T0, &DeleteOpts::default());
+    assert_eq!(pin.bytes(), &old[..]);
+    // The limit counts stored items: the pinned buffer is no longer charged.
+    assert!(s.stats().mem_used < used);
+    assert_eq!(s.stats().large_items, 0);
+    set(&s, "small", "x", T0);
+    assert!(s.get(b"small", T0, |it| it.unwrap().pin()).is_none());
+}
+
+#[test]
+fn incr_replaces_a_large_value_that_is_being_read() {
+    let s = store_mb(8);
+    let none = ArithOpts::default();
+    let mut padded = b"41".to_vec();
+    padded.resize(20_000, b' ');
+    s.store(StoreMode::Set, b"n", 0, 0, &padded, T0);
+    let pin = s.get(b"n", T0, |it| it.unwrap().pin()).unwrap();
+    let r = s.incr_decr(b"n", true, 1, T0, &none);
+    assert!(matches!(r, ArithResult::Ok { value: 42, .. }));
+    assert_eq!(pin.bytes(), &padded[..]);
+    assert_eq!(val(&s, "n", T0).as_deref(), Some("42"));
+    drop(pin);
+    // Nobody reading: memcached's rewrite in place, padded to the old length.
+    s.store(StoreMode::Set, b"n", 0, 0, &padded, T0);
+    let r = s.incr_decr(b"n", true, 1, T0, &none);
+    assert!(matches!(r, ArithResult::Ok { value: 42, .. }));
+    let v = get(&s, "n", T0).unwrap().0;
+    assert_eq!(v.len(), 20_000);
+    assert!(v.starts_with(b"42 "));
+}
+
+#[test]
+fn a_pinned_value_is_read_while_its_header_changes() {
+    let s = Arc::new(store_mb(8));
+    let v = vec![b'p'; 10_000];
+    s.store(StoreMode::Set, b"big", 0, 0, &v, T0);
+    let pin = s.get(b"big", T0, |it| it.unwrap().pin()).unwrap();
+    let reader =
+        std::thread::spawn(move || (0..20).all(|_| pin.bytes().iter().all(|&b| b == b'p')));
+    for i in 0..20 {
+        // Each get rewrites the item's header (fetched bit, last access); gat its exptime.
+        assert!(s.get(b"big", T0 + i, |it| it.is_some()));
+        assert!(s.gat(b"big", T0 + 1000, T0 + i, |it| it.is_some()));
+    }
+    s.delete(b"big", T0, &DeleteOpts::default());
+    assert!(reader.join().unwrap());
+}
