@@ -58,6 +58,21 @@ pub fn incoming_cpu(fd: i32) -> Option<usize> {
     usize::try_from(cpu).ok().filter(|_| r == 0)
 }
 
+/// Whether worker `me` is home to the CPU groups of (nearly) all its busy connections, given
+/// how many it serves per group (`mine`) and the groups' homes. Such a worker's clients wait
+/// on it alone: when it runs out of their requests it blocks by itself, so it need not step
+/// aside for them (see `worker::BUSY_MAX`).
+pub fn settled(me: usize, mine: &[usize; CPU_GROUPS], homes: &[Option<usize>; CPU_GROUPS]) -> bool {
+    let total: usize = mine.iter().sum();
+    let at_home: usize = mine
+        .iter()
+        .zip(homes)
+        .filter(|(_, home)| **home == Some(me))
+        .map(|(count, _)| count)
+        .sum();
+    total > 0 && at_home * 10 >= total * 9
+}
+
 /// CPUs are told apart modulo this many when connections are grouped by CPU.
 pub const CPU_GROUPS: usize = 64;
 
@@ -128,6 +143,25 @@ mod tests {
         assert!(got.iter().zip(&cpus).all(|(&w, c)| Some(w) == *c));
         // More CPUs than workers: CPU modulo workers.
         assert_eq!(place(&[Some(5), Some(6), Some(7)], 4), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn settled_when_nine_in_ten_busy_connections_are_at_home() {
+        let mut homes = [None; CPU_GROUPS];
+        homes[0] = Some(0);
+        homes[1] = Some(1);
+        let mut mine = [0; CPU_GROUPS];
+        assert!(!settled(0, &mine, &homes), "no busy connection");
+        mine[0] = 27;
+        mine[1] = 3;
+        assert!(settled(0, &mine, &homes));
+        assert!(!settled(1, &mine, &homes), "home to only 3 of 30");
+        mine[1] = 4;
+        assert!(!settled(0, &mine, &homes), "27 of 31 is under 90%");
+        // Connections of a group nobody is home to count against it.
+        mine[1] = 0;
+        mine[5] = 27;
+        assert!(!settled(0, &mine, &homes));
     }
 
     #[test]
