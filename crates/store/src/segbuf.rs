@@ -25,12 +25,8 @@ impl SegBuf {
         SegBuf::Shared(Arc::new(SharedBytes::new(buf)))
     }
 
-    /// The buffer, when it belongs to the shard alone (it can then be reused).
-    pub fn into_owned(self) -> Option<Box<[u8]>> {
-        match self {
-            SegBuf::Owned(b) => Some(b),
-            SegBuf::Shared(_) => None,
-        }
+    pub fn is_shared(&self) -> bool {
+        matches!(self, SegBuf::Shared(_))
     }
 
     /// `len` bytes at `off`, kept readable after the caller lets go of the shard. None for
@@ -193,12 +189,12 @@ mod tests {
     }
 
     #[test]
-    fn owned_segments_do_not_pin_and_can_be_reused() {
+    fn owned_segments_do_not_pin() {
         let seg = SegBuf::Owned(vec![0u8; 8].into_boxed_slice());
         assert!(seg.pin(0, 8).is_none());
         assert!(!seg.is_pinned());
-        assert_eq!(seg.into_owned().map(|b| b.len()), Some(8));
-        assert!(SegBuf::shared(Box::default()).into_owned().is_none());
+        assert!(!seg.is_shared());
+        assert!(SegBuf::shared(Box::default()).is_shared());
     }
 
     #[test]

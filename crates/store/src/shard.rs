@@ -125,13 +125,17 @@ struct Seg {
     /// Bumped whenever items move or the segment is reset, so a saved walk position
     /// (the reclaim cursor) is known to be stale.
     layout: u32,
-    large: bool,
     active: bool,
 }
 
 impl Seg {
+    /// A large item's own buffer (the only segments that are shared).
+    fn large(&self) -> bool {
+        self.buf.is_shared()
+    }
+
     fn charge(&self) -> u64 {
-        self.buf.len() as u64 + if self.large { LARGE_OVERHEAD } else { 0 }
+        self.buf.len() as u64 + if self.large() { LARGE_OVERHEAD } else { 0 }
     }
 }
 
@@ -308,7 +312,7 @@ impl Shard {
         }
         let s = &mut self.segs[seg as usize];
         if s.live_items == 0 {
-            if s.large || Some(seg) != self.head {
+            if s.large() || Some(seg) != self.head {
                 self.free_seg(seg);
             } else {
                 // An empty head is kept for writes, from its start.
@@ -323,7 +327,6 @@ impl Shard {
         debug_assert!(s.active);
         let charge = s.charge();
         let buf = std::mem::take(&mut s.buf);
-        let large = s.large;
         s.active = false;
         s.used = 0;
         s.gen = s.gen.wrapping_add(1);
@@ -334,10 +337,10 @@ impl Shard {
             self.head = None;
         }
         self.charged -= charge;
-        match buf.into_owned() {
-            Some(buf) if !large => self.pending_spare.push(buf),
+        match buf {
+            SegBuf::Owned(buf) => self.pending_spare.push(buf),
             // A large segment's memory goes when its last reader lets go of it.
-            _ => self.pending_release += charge,
+            SegBuf::Shared(_) => self.pending_release += charge,
         }
     }
 
@@ -364,7 +367,6 @@ impl Shard {
             live_items: 0,
             gen: 0,
             layout: 0,
-            large,
             active: true,
         };
         let id = match self.free_ids.pop() {
@@ -411,7 +413,7 @@ impl Shard {
         self.fifo.pop_front();
         match self.head {
             // Second chance for recently read items while the head has room.
-            Some(head) if head != seg && !self.segs[seg as usize].large => {
+            Some(head) if head != seg && !self.segs[seg as usize].large() => {
                 self.move_to_head(g, seg, head, true)
             }
             _ => {
@@ -539,7 +541,7 @@ impl Shard {
         let mut best_dead = 0;
         for &(id, gen) in self.fifo.iter().take(VICTIM_WINDOW) {
             let s = &self.segs[id as usize];
-            if !s.active || s.gen != gen || s.large {
+            if !s.active || s.gen != gen || s.large() {
                 continue;
             }
             let dead = s.used - s.live_bytes;
@@ -548,7 +550,7 @@ impl Shard {
                 victim = id;
             }
         }
-        if self.segs[victim as usize].large {
+        if self.segs[victim as usize].large() {
             return self.evict_oldest(g);
         }
         // Keeping at most 3/4 frees at least a quarter segment, room for any non-large item.
@@ -570,7 +572,7 @@ impl Shard {
         let mut best_dead = 0;
         for &(id, gen) in self.fifo.iter().take(VICTIM_WINDOW) {
             let s = &self.segs[id as usize];
-            if !s.active || s.gen != gen || s.large || Some(id) == self.head {
+            if !s.active || s.gen != gen || s.large() || Some(id) == self.head {
                 continue;
             }
             let dead = s.used - s.live_bytes;
@@ -676,7 +678,7 @@ impl Shard {
     /// Gives back a large segment that `alloc` returned but that was not written.
     pub fn unalloc(&mut self, g: &Global, seg: u32) {
         let s = &self.segs[seg as usize];
-        if s.large && s.used == 0 {
+        if s.large() && s.used == 0 {
             self.free_seg(seg);
             self.settle(g);
         }
@@ -876,7 +878,7 @@ impl Shard {
                 self.reclaim_off = 0;
             }
             if !s.active || self.reclaim_off >= s.used {
-                let compactable = s.active && Some(seg) != self.head && !s.large && s.used > 0;
+                let compactable = s.active && Some(seg) != self.head && !s.large() && s.used > 0;
                 self.reclaim_seg += 1;
                 self.reclaim_off = 0;
                 segs_seen += 1;
@@ -990,7 +992,7 @@ impl Shard {
     pub fn segment_figures(&self) -> SegFigures {
         let mut f = SegFigures::default();
         for s in self.segs.iter().filter(|s| s.active) {
-            if s.large {
+            if s.large() {
                 f.large_items += 1;
                 f.large_bytes += s.buf.len() as u64;
             } else {
