@@ -579,22 +579,21 @@ impl Store {
         let opts = StoreOpts::default();
         let mut owned = Some(buf);
         let r = self.with_mem(si, |s, g| {
-            let (plan, seg) = match plan_and_alloc(
-                s,
-                g,
+            let req = StoreReq {
                 h,
                 mode,
                 key,
                 flags,
                 exptime,
-                value_len,
+                vlen: value_len,
                 now,
-                &opts,
-                |s, g, _| s.adopt_large(g, &mut owned),
-            )? {
-                Ok(p) => p,
-                Err(o) => return Ok(o),
+                opts: &opts,
             };
+            let (plan, seg) =
+                match plan_and_alloc(s, g, &req, |s, g, _| s.adopt_large(g, &mut owned))? {
+                    Ok(p) => p,
+                    Err(o) => return Ok(o),
+                };
             let cas = s.next_cas();
             let hdr = plan.header(cas, now);
             s.write_in_place(seg, item_off, &hdr, key, value_len);
@@ -835,19 +834,17 @@ fn store_in_shard(
     now: u32,
     opts: &StoreOpts,
 ) -> Result<StoreOutcome, NeedMem> {
-    let (plan, seg) = match plan_and_alloc(
-        s,
-        g,
+    let req = StoreReq {
         h,
         mode,
         key,
         flags,
         exptime,
-        value.len(),
+        vlen: value.len(),
         now,
         opts,
-        |s, g, size| s.alloc(g, size, now),
-    )? {
+    };
+    let (plan, seg) = match plan_and_alloc(s, g, &req, |s, g, size| s.alloc(g, size, now))? {
         Ok(p) => p,
         Err(o) => return Ok(o),
     };
@@ -904,29 +901,35 @@ impl Plan {
     }
 }
 
-/// Decides once to learn the size (and to skip allocation for a refusal), allocates with
-/// `alloc(size)`, then decides again: allocation may have evicted or moved the old item.
-/// `Ok(Err(outcome))` is a final refusal (anything allocated has been given back).
-#[allow(clippy::too_many_arguments)]
-fn plan_and_alloc(
-    s: &mut Shard,
-    g: &Global,
+/// One storage request as `plan_store` decides it: the key's hash, the command and the new
+/// value's length (its bytes are written only after the decision).
+#[derive(Clone, Copy)]
+struct StoreReq<'a> {
     h: u64,
     mode: StoreMode,
-    key: &[u8],
+    key: &'a [u8],
     flags: u32,
     exptime: u32,
     vlen: usize,
     now: u32,
-    opts: &StoreOpts,
+    opts: &'a StoreOpts,
+}
+
+/// Decides once to learn the size (and to skip allocation for a refusal), allocates with
+/// `alloc(size)`, then decides again: allocation may have evicted or moved the old item.
+/// `Ok(Err(outcome))` is a final refusal (anything allocated has been given back).
+fn plan_and_alloc(
+    s: &mut Shard,
+    g: &Global,
+    req: &StoreReq<'_>,
     alloc: impl FnOnce(&mut Shard, &Global, usize) -> Result<u32, NeedMem>,
 ) -> Result<Result<(Plan, u32), StoreOutcome>, NeedMem> {
-    let plan = match plan_store(s, g, h, mode, key, flags, exptime, vlen, now, opts, false) {
+    let plan = match plan_store(s, g, req, false) {
         Ok(p) => p,
         Err(o) => return Ok(Err(o)),
     };
     let seg = alloc(s, g, plan.size)?;
-    match plan_store(s, g, h, mode, key, flags, exptime, vlen, now, opts, true) {
+    match plan_store(s, g, req, true) {
         Ok(p) => Ok(Ok((p, seg))),
         Err(o) => {
             s.unalloc(g, seg);
@@ -937,20 +940,22 @@ fn plan_and_alloc(
 
 /// memcached's do_store_item decision. `Err` is a final (non-stored) outcome, counted at
 /// once; hits are counted on the final pass only.
-#[allow(clippy::too_many_arguments)]
 fn plan_store(
     s: &mut Shard,
     g: &Global,
-    h: u64,
-    mode: StoreMode,
-    key: &[u8],
-    flags: u32,
-    exptime: u32,
-    vlen: usize,
-    now: u32,
-    opts: &StoreOpts,
+    req: &StoreReq<'_>,
     last: bool,
 ) -> Result<Plan, StoreOutcome> {
+    let StoreReq {
+        h,
+        mode,
+        key,
+        flags,
+        exptime,
+        vlen,
+        now,
+        opts,
+    } = *req;
     let reject = |result| StoreOutcome { result, cas: 0 };
     let old = s.find_live(g, h, key, now);
     let mut plan = Plan {
