@@ -183,8 +183,6 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
     Flow::Continue
 }
 
-/// memcached finds some meta errors only while writing the reply, after the lookup and its
-/// side effects: the error replaces this request's reply (from `mark` on).
 /// Values at least this large are received straight into a buffer that becomes the item's
 /// (`Store::store_owned`), instead of being copied from the read buffer into the store.
 pub const IN_PLACE_MIN: usize = 64 * 1024;
@@ -271,6 +269,8 @@ fn reply_stored(st: &ThreadStats, result: StoreResult, noreply: bool, out: &mut 
     }
 }
 
+/// memcached finds some meta errors only while writing the reply, after the lookup and its
+/// side effects: the error replaces this request's reply (from `mark` on).
 fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'static [u8]>) {
     if let Some(err) = late_error {
         out.truncate(mark);
