@@ -14,7 +14,7 @@ from pymemcache.client.hash import HashClient  # noqa: F401  (documented alterna
 
 import memfleet
 
-VECTORS = Path(__file__).resolve().parents[3] / ".." / "shared" / "vectors" / "ketama.json"
+VECTORS = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "ketama.json"
 
 SHARED_VALUES: list[Any] = [b"bytes \x00\xff", "text é", 42, -7, 2**65, {"pickled": [1, 2]}, 1.25, None]
 

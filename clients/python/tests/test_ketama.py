@@ -8,8 +8,8 @@ import pytest
 
 from memfleet.ketama import Ring, key_hash, point_name, points_for
 
-# tests/ -> clients/python -> clients -> repo root; the vectors live beside the repo in shared/
-VECTORS = Path(__file__).resolve().parents[3] / ".." / "shared" / "vectors" / "ketama.json"
+# tests/ -> clients/python -> clients -> repo root; the vectors are kept in the repo under tests/vectors/
+VECTORS = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "ketama.json"
 IMPLEMENTATIONS = ("libmemcached-ketama-weighted", "twemproxy:ketama:md5")
 
 

@@ -398,7 +398,7 @@ mod tests {
         assert!("nope".parse::<Hash>().is_err());
     }
 
-    /// Known answers from shared/vectors/ketama.json `computed_hash_values`, whose
+    /// Known answers from tests/vectors/ketama.json `computed_hash_values`, whose
     /// placements matched every observed twemproxy vector (UTF-8 keys included).
     #[test]
     fn known_answers_from_vectors() {

@@ -1,4 +1,4 @@
-//! Checks every case and every key of shared/vectors/ketama.json: placements observed
+//! Checks every case and every key of tests/vectors/ketama.json: placements observed
 //! on real libmemcached 1.1.4 and nutcracker 0.5.0.
 
 use ring::{Distribution, Hash, Ring, Server};
@@ -6,7 +6,7 @@ use serde_json::Value;
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/vectors/ketama.json"
+    "/../../tests/vectors/ketama.json"
 );
 
 fn load() -> Value {
