@@ -130,13 +130,18 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
         }
         Request::Stats { args } => report::stats(env, args, out),
         Request::CacheMemlimit { megabytes, noreply } => {
-            if megabytes < 8 {
-                out.extend_from_slice(reply::MEMLIMIT_TOO_SMALL);
+            // memcached's bounds: under 8 MB is refused, and so is anything over 10^9 MB,
+            // which is surely a byte count given by mistake.
+            let answer = if megabytes < 8 {
+                reply::MEMLIMIT_TOO_SMALL
+            } else if megabytes > MEMLIMIT_MAX_MB {
+                reply::MEMLIMIT_ADJUST_FAILED_UNITS
             } else {
                 store.set_mem_limit(u64::from(megabytes) << 20);
-                if !noreply {
-                    out.extend_from_slice(reply::OK);
-                }
+                reply::OK
+            };
+            if !noreply {
+                out.extend_from_slice(answer);
             }
         }
         // slabs/lru/lru_crawler/watch/extstore tune memcached's slab allocator and crawler,
@@ -182,6 +187,9 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
     }
     Flow::Continue
 }
+
+/// The largest `cache_memlimit` memcached accepts, in megabytes.
+const MEMLIMIT_MAX_MB: u32 = 1_000_000_000;
 
 /// Values at least this large are received straight into a buffer that becomes the item's
 /// (`Store::store_owned`), instead of being copied from the read buffer into the store.

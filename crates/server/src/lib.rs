@@ -87,6 +87,7 @@ fn run(
         mem_limit: settings.mem_limit as u64,
         item_size_max: settings.item_size_max,
         process_start: now,
+        evictions: settings.evictions,
     });
     let limits = proto::Limits {
         item_size_max: settings.item_size_max,
@@ -332,21 +333,24 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
     Ok(per_worker)
 }
 
+/// SIGINT/SIGTERM stop the server. SIGHUP is caught and ignored, as memcached ignores it: a
+/// terminal closing or a log rotator's HUP must not take the cache down.
 fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| e.to_string())?;
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                let name = if sig == SIGINT {
-                    "Interrupt"
-                } else {
-                    "Terminated"
+            for sig in signals.forever() {
+                let name = match sig {
+                    SIGINT => "Interrupt",
+                    SIGTERM => "Terminated",
+                    _ => continue,
                 };
                 eprintln!("Signal handled: {name}.");
                 shared.request_shutdown();
+                return;
             }
         })
         .map_err(|e| e.to_string())?;

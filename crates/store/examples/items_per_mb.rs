@@ -19,6 +19,7 @@ fn main() {
         mem_limit: mb << 20,
         item_size_max: 1 << 20,
         process_start: now - 100,
+        evictions: true,
     });
     let v = vec![b'v'; vlen];
     let t = Instant::now();

@@ -38,6 +38,8 @@ pub struct Config {
     pub item_size_max: usize,
     /// Unix time the process started; absolute exptimes at or before it are already expired.
     pub process_start: u32,
+    /// False (`-M`): when memory is full, stores fail instead of evicting items.
+    pub evictions: bool,
 }
 
 impl Default for Config {
@@ -46,6 +48,7 @@ impl Default for Config {
             mem_limit: 64 << 20,
             item_size_max: 1 << 20,
             process_start: 0,
+            evictions: true,
         }
     }
 }
@@ -254,6 +257,7 @@ impl Store {
             spare: Mutex::new(Vec::new()),
             // A few segments' worth, and never a noticeable share of a small limit.
             spare_max: ((limit / seg_size as u64) / 32).min(8) as usize,
+            evictions: cfg.evictions,
         };
         let store = Store {
             shards: shards.into_boxed_slice(),
@@ -300,8 +304,13 @@ impl Store {
                     return Some((s, v));
                 }
             }
-            if !self.steal(si) && attempt > NSHARDS {
-                std::thread::yield_now();
+            if !self.steal(si) {
+                if !self.g.evictions {
+                    return None;
+                }
+                if attempt > NSHARDS {
+                    std::thread::yield_now();
+                }
             }
         }
         None
@@ -744,6 +753,29 @@ impl Store {
             .sum()
     }
 
+    /// Charges `bytes` to the memory limit for a value still being received (memcached
+    /// receives values into item memory), evicting as a store would. False when no room can
+    /// be made (evictions disabled, or everything left is itself reserved).
+    pub fn reserve(&self, bytes: u64) -> bool {
+        for attempt in 0..1024 {
+            if self.g.try_reserve(bytes) {
+                return true;
+            }
+            if self.g.drop_spare() {
+                continue;
+            }
+            if !self.steal(NSHARDS) && (!self.g.evictions || attempt > NSHARDS) {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// Gives back a `reserve` charge.
+    pub fn unreserve(&self, bytes: u64) {
+        self.g.release(bytes);
+    }
+
     /// `cache_memlimit`: takes effect at once for new allocations; `reclaim` evicts down.
     pub fn set_mem_limit(&self, bytes: u64) {
         self.g.limit.store(bytes, Ordering::Relaxed);
@@ -782,6 +814,7 @@ impl Store {
             st.dead_bytes += f.written - f.live;
             st.free_segment_bytes += f.free;
             st.index_bytes += s.index.bytes() as u64;
+            st.index_reserved_bytes += s.index_reserved_bytes();
             st.index_slots += s.index.capacity() as u64;
         }
         st

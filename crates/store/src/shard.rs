@@ -45,6 +45,8 @@ pub struct Global {
     /// munmap, fresh pages and page faults under a shard lock.
     pub spare: Mutex<Vec<Box<[u8]>>>,
     pub spare_max: usize,
+    /// False (`-M`): items are never evicted to make room.
+    pub evictions: bool,
 }
 
 impl Global {
@@ -240,6 +242,10 @@ impl Shard {
         self.segs[seg as usize].buf.header_mut(off, off + l.value)
     }
 
+    pub fn index_reserved_bytes(&self) -> u64 {
+        (self.index_reserved * crate::index::WAYS * 8) as u64
+    }
+
     pub fn segment_count(&self) -> usize {
         self.active_segs
     }
@@ -407,6 +413,9 @@ impl Shard {
 
     /// Drops every item of the oldest segment and gives its memory back.
     pub fn evict_oldest(&mut self, g: &Global) -> bool {
+        if !g.evictions {
+            return false;
+        }
         let Some(seg) = self.oldest() else {
             return false;
         };
@@ -523,7 +532,7 @@ impl Shard {
                 }
                 continue;
             }
-            if !self.recycle(g, now) {
+            if !g.evictions || !self.recycle(g, now) {
                 return Err(NeedMem);
             }
         }

@@ -82,6 +82,8 @@ pub struct Stats {
     /// Unwritten room at the end of regular segments.
     pub free_segment_bytes: u64,
     pub index_bytes: u64,
+    /// Index bytes charged to the limit up front (the index grows into them).
+    pub index_reserved_bytes: u64,
     pub index_slots: u64,
     pub shards: u64,
 }

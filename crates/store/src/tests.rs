@@ -9,6 +9,7 @@ fn store_mb(mb: u64) -> Store {
         mem_limit: mb << 20,
         item_size_max: 1 << 20,
         process_start: START,
+        evictions: true,
     })
 }
 
@@ -1404,4 +1405,42 @@ fn a_pinned_value_is_read_while_its_header_changes() {
     }
     s.delete(b"big", T0, &DeleteOpts::default());
     assert!(reader.join().unwrap());
+}
+
+#[test]
+fn reserving_for_a_value_under_way_evicts_and_counts_against_the_limit() {
+    let s = store_mb(8);
+    let v = "r".repeat(100_000);
+    for i in 0..70 {
+        set(&s, &format!("r{i}"), &v, T0);
+    }
+    let before = s.mem_used();
+    assert!(s.reserve(4 << 20), "evicts to make room");
+    let kept = (0..70)
+        .filter(|i| val(&s, &format!("r{i}"), T0).is_some())
+        .count();
+    assert!(kept < 70, "items evicted for the reservation");
+    assert!(s.mem_used() <= 8 << 20);
+    assert!(!s.reserve(16 << 20), "more than the limit");
+    s.unreserve(4 << 20);
+    assert!(s.mem_used() < before);
+}
+
+#[test]
+fn without_evictions_a_full_store_refuses_stores_and_reservations() {
+    let s = Store::new(Config {
+        mem_limit: 8 << 20,
+        item_size_max: 1 << 20,
+        process_start: START,
+        evictions: false,
+    });
+    let v = "n".repeat(100_000);
+    let refused = (0..200)
+        .map(|i| set(&s, &format!("n{i}"), &v, T0).result)
+        .filter(|r| *r == StoreResult::NoMemory)
+        .count();
+    assert!(refused > 50, "{refused}");
+    assert_eq!(val(&s, "n0", T0).as_deref(), Some(v.as_str()));
+    assert_eq!(s.stats().counters.evictions, 0);
+    assert!(!s.reserve(1 << 20));
 }

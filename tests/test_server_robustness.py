@@ -1,0 +1,283 @@
+"""Adversarial clients against `memfleet serve`, each run side by side with memcached 1.6.18.
+
+Memory is judged by the server's resident set (VmRSS) against memcached's under the same
+load and against `-m`: memcached survives every one of these with a few MB, and memfleet
+must stay in the same region. No timing is asserted; the loads are sized so that an
+unbounded server would exceed the bounds by hundreds of MB.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from harness import Conn, Server, memcached, memfleet
+
+MB = 1 << 20
+
+
+def rss_mb(server: Server) -> float:
+    assert server.proc is not None
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def settled_rss_mb(server: Server, rounds: int = 8) -> float:
+    """The largest RSS seen while the server works through what was sent (it only grows)."""
+    peak = 0.0
+    for _ in range(rounds):
+        time.sleep(0.25)
+        peak = max(peak, rss_mb(server))
+    return peak
+
+
+def both(*args: str) -> Iterator[tuple[str, Server]]:
+    for name, make in (("memfleet", memfleet), ("memcached", memcached)):
+        with make(*args) as server:
+            yield name, server
+
+
+def nonblocking_flood(sock: socket.socket, data: bytes, limit: int) -> int:
+    """Sends copies of `data` until the peer stops reading (or `limit` bytes). Bytes sent."""
+    sock.setblocking(False)
+    sent = 0
+    while sent < limit:
+        try:
+            sent += sock.send(data)
+        except BlockingIOError:
+            break
+    return sent
+
+
+def slow_reader(port: int) -> socket.socket:
+    """A client with a small receive window, so the kernel holds little of the replies."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def stats(port: int, sub: str = "") -> dict[str, str]:
+    with Conn(port) as c:
+        raw = c.request(f"stats {sub}".strip().encode() + b"\r\n", b"END\r\n")
+    return {
+        parts[1]: parts[2] if len(parts) > 2 else ""
+        for parts in (line.split(" ", 2) for line in raw.decode().splitlines())
+        if parts[0] == "STAT"
+    }
+
+
+def test_sighup_does_not_stop_the_server() -> None:
+    for name, server in both("-m", "64"):
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert server.proc.poll() is None, f"{name} died of SIGHUP"
+        with Conn(server.port or 0) as c:
+            assert c.request(b"version\r\n").startswith(b"VERSION "), name
+        print(f"{name}: RSS {rss_mb(server):.1f} MB after SIGHUP")
+
+
+def store_value(port: int, key: bytes, size: int) -> None:
+    with Conn(port) as c:
+        reply = c.request(b"set %s 0 0 %d\r\n" % (key, size) + b"v" * size + b"\r\n")
+        assert reply == b"STORED\r\n"
+
+
+def measure(args: tuple[str, ...], load: Callable[[int], list[socket.socket]]) -> dict[str, float]:
+    """Runs `load` (which returns the sockets it keeps open) against both servers."""
+    rss: dict[str, float] = {}
+    for name, server in both(*args):
+        socks = load(server.port or 0)
+        rss[name] = settled_rss_mb(server)
+        assert server.proc is not None and server.proc.poll() is None, name
+        # Still serving other clients while the slow ones hold their replies.
+        with Conn(server.port or 0) as c:
+            assert c.request(b"version\r\n").startswith(b"VERSION "), name
+        for s in socks:
+            s.close()
+    print(f"RSS MB: {rss}")
+    return rss
+
+
+def test_multiget_of_large_values_for_a_client_that_never_reads() -> None:
+    def load(port: int) -> list[socket.socket]:
+        store_value(port, b"big", 1000 * 1000)
+        s = slow_reader(port)
+        s.sendall(b"get" + b" big" * 1000 + b"\r\n")
+        return [s]
+
+    rss = measure(("-m", "64"), load)
+    # 1000 copies of the value would be ~1 GB; memcached stays at a few MB.
+    assert rss["memfleet"] < rss["memcached"] + 32, rss
+
+
+def test_pipelined_large_gets_on_many_connections_that_never_read() -> None:
+    def load(port: int) -> list[socket.socket]:
+        store_value(port, b"half", 512 * 1024)
+        socks = []
+        for _ in range(40):
+            s = slow_reader(port)
+            # Single-key gets and eight-key gets (4 MB of reply each) in one pipeline.
+            nonblocking_flood(s, b"get" + b" half" * 8 + b"\r\nget half\r\n" * 40, 4 * MB)
+            socks.append(s)
+        return socks
+
+    rss = measure(("-m", "64"), load)
+    assert rss["memfleet"] < rss["memcached"] + 48, rss
+
+
+def test_stalled_large_sets_count_against_the_memory_limit() -> None:
+    size = 1000 * 1000
+    conns = 800
+
+    def load(port: int) -> list[socket.socket]:
+        socks = []
+        for i in range(conns):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"set stalled%d 0 0 %d\r\n" % (i, size) + b"s" * (size - 100 * 1000))
+            socks.append(s)
+        return socks
+
+    rss = measure(("-m", "64", "-c", "1024"), load)
+    # Values under way are item memory (-m 64), as in memcached; not 800 MB beside it.
+    assert rss["memfleet"] < 64 + 48, rss
+
+
+def test_stalled_set_refused_when_memory_is_taken_then_finishes() -> None:
+    """Once in-flight values fill -m, a further large set gets memcached's reply and its
+    value is swallowed; the connection stays usable. A finished one is stored."""
+    size = 1000 * 1000
+    for name, server in both("-m", "64", "-M"):
+        port = server.port or 0
+        held = []
+        for i in range(80):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"set held%d 0 0 %d\r\n" % (i, size) + b"h" * 1000)
+            held.append(s)
+        with Conn(port) as c:
+            c.send(b"set late 0 0 %d\r\n" % size)
+            assert c.read_line() == b"SERVER_ERROR out of memory storing object\r\n", name
+            c.send(b"x" * size + b"\r\n")
+            assert c.request(b"version\r\n").startswith(b"VERSION "), name
+        for s in held[1:]:
+            s.close()
+        time.sleep(0.2)
+        first = held[0]
+        first.sendall(b"h" * (size - 1000) + b"\r\n")
+        first.settimeout(5)
+        assert first.recv(100) == b"STORED\r\n", name
+        first.close()
+
+
+MEMLIMITS = [b"7", b"8", b"1000000000", b"1000000001", b"4294967295", b"4294967296",
+             b"99999999999", b"-1", b"abc", b"100", b"2000000000 noreply", b"7 noreply"]
+
+
+def test_cache_memlimit_bounds_like_memcached() -> None:
+    answers: dict[str, list[bytes]] = {}
+    for name, server in both("-m", "64"):
+        with Conn(server.port or 0) as c:
+            got = []
+            for v in MEMLIMITS:
+                got.append(c.request(b"cache_memlimit " + v + b"\r\nmn\r\n", b"MN\r\n"))
+            answers[name] = got
+        limit = int(stats(server.port or 0)["limit_maxbytes"])
+        assert limit == 100 * MB, (name, limit)
+    assert answers["memfleet"] == answers["memcached"]
+    assert b"MEMLIMIT_ADJUST_FAILED" in answers["memfleet"][3]
+
+
+def test_disable_evictions_refuses_stores_when_full() -> None:
+    for name, server in both("-m", "8", "-M"):
+        port = server.port or 0
+        value = b"e" * 100_000
+        replies = []
+        with Conn(port) as c:
+            for i in range(300):
+                replies.append(c.request(b"set ev%d 0 0 %d\r\n" % (i, len(value)) + value + b"\r\n"))
+            first = c.request(b"get ev0\r\n", b"END\r\n")
+        assert b"SERVER_ERROR out of memory storing object\r\n" in replies, name
+        assert first.startswith(b"VALUE ev0 "), name
+        st = stats(port)
+        assert st["evictions"] == "0", name
+        assert int(st["store_no_memory"]) > 0 or name == "memcached"
+
+
+def test_refused_oversized_stores_are_counted() -> None:
+    for name, server in both("-m", "64"):
+        with Conn(server.port or 0) as c:
+            big = 2 * MB
+            reply = c.request(b"set huge 0 0 %d\r\n" % big + b"x" * big + b"\r\n")
+            assert reply == b"SERVER_ERROR object too large for cache\r\n", name
+            reply = c.request(b"ms huge %d T0\r\n" % big + b"x" * big + b"\r\n")
+            assert reply.startswith(b"SERVER_ERROR object too large"), name
+        assert stats(server.port or 0)["store_too_large"] == "2", name
+
+
+def test_verbose_logs_replies_and_unknown_commands() -> None:
+    requests = b"set a 0 0 1\r\nx\r\nget a\r\nbogus cmd\r\nget nope\r\ndelete a\r\nincr x 1\r\n"
+    logs: dict[str, list[str]] = {}
+    for name, server in both("-vv"):
+        with Conn(server.port or 0) as c:
+            c.send(requests)
+            c.request(b"mn\r\n", b"MN\r\n")
+        assert server.proc is not None and server.proc.stderr is not None
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=10)
+        text = server.proc.stderr.read().decode()
+        logs[name] = [
+            line.split(" ", 1)[0][0] + " " + line.split(" ", 1)[1]
+            for line in text.splitlines()
+            if line[:1] in "<>" and " " in line and "connection" not in line
+            and "server listening" not in line
+        ]
+    assert logs["memfleet"] == logs["memcached"], logs
+
+
+def test_stats_names_match_memcached() -> None:
+    names: dict[str, dict[str, str]] = {}
+    settings: dict[str, dict[str, str]] = {}
+    for name, server in both("-m", "4096", "-B", "auto"):
+        port = server.port or 0
+        store_value(port, b"one", 10)
+        names[name] = stats(port)
+        settings[name] = stats(port, "settings")
+        items = stats(port, "items")
+        for field in ("age", "evicted_time", "outofmemory"):
+            assert f"items:1:{field}" in items, (name, field, items)
+        if name == "memfleet":
+            # One small item: what is in use, not the index reserved for a 4 GB cache.
+            assert int(names[name]["mem_used"]) < 8 * MB, names[name]["mem_used"]
+            assert int(stats(port, "slabs")["total_malloced"]) < 8 * MB
+            assert rss_mb(server) < 64
+    for field in ("listen_disabled_num", "malloc_fails", "hash_bytes"):
+        assert field in names["memfleet"], field
+    for field in ("shutdown_command", "binding_protocol", "flush_enabled", "evictions"):
+        assert settings["memfleet"][field] == settings["memcached"][field], field
+
+
+def test_unwritable_pid_file_warns_and_runs() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "no", "such", "dir", "mf.pid")
+        for name, server in both("-P", path):
+            assert server.proc is not None and server.proc.poll() is None, name
+            with Conn(server.port or 0) as c:
+                assert c.request(b"version\r\n").startswith(b"VERSION "), name
+
+
+@pytest.fixture(autouse=True)
+def _fd_room() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096 <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
