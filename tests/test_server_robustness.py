@@ -153,10 +153,12 @@ def test_stalled_large_sets_count_against_the_memory_limit() -> None:
 
 
 def test_stalled_set_refused_when_memory_is_taken_then_finishes() -> None:
-    """Once in-flight values fill -m, a further large set gets memcached's reply and its
-    value is swallowed; the connection stays usable. A finished one is stored."""
+    """Once values under way fill -m, a further large set gets memcached's reply at its
+    command line and its value is swallowed; the connection stays usable, and a held one
+    that finishes is stored. (memcached allocates a large item's chunks as they arrive, so
+    whether it refuses here depends on timing: only memfleet is checked.)"""
     size = 1000 * 1000
-    for name, server in both("-m", "64", "-M"):
+    with memfleet("-m", "64", "-M") as server:
         port = server.port or 0
         held = []
         for i in range(80):
@@ -164,18 +166,18 @@ def test_stalled_set_refused_when_memory_is_taken_then_finishes() -> None:
             s.sendall(b"set held%d 0 0 %d\r\n" % (i, size) + b"h" * 1000)
             held.append(s)
         with Conn(port) as c:
-            c.send(b"set late 0 0 %d\r\n" % size)
-            assert c.read_line() == b"SERVER_ERROR out of memory storing object\r\n", name
-            c.send(b"x" * size + b"\r\n")
-            assert c.request(b"version\r\n").startswith(b"VERSION "), name
+            c.send(b"set late 0 0 %d\r\n" % size + b"x" * size + b"\r\n")
+            assert c.read_line() == b"SERVER_ERROR out of memory storing object\r\n"
+            assert c.request(b"version\r\n").startswith(b"VERSION ")
+            assert c.request(b"get late\r\n", b"END\r\n") == b"END\r\n"
         for s in held[1:]:
             s.close()
-        time.sleep(0.2)
         first = held[0]
         first.sendall(b"h" * (size - 1000) + b"\r\n")
         first.settimeout(5)
-        assert first.recv(100) == b"STORED\r\n", name
+        assert first.recv(100) == b"STORED\r\n"
         first.close()
+        assert int(stats(port)["store_no_memory"]) > 0
 
 
 MEMLIMITS = [b"7", b"8", b"1000000000", b"1000000001", b"4294967295", b"4294967296",

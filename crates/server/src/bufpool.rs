@@ -62,6 +62,7 @@ impl BufPool {
         }
     }
 
+    #[cfg(test)]
     pub fn free_count(&self) -> usize {
         self.free.len() + self.large.len()
     }

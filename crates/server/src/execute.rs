@@ -1,6 +1,6 @@
 //! Runs parsed requests against the store and writes memcached's replies.
 //!
-//! No I/O here: the worker hands in a request and an output buffer. Parsing decisions (what is
+//! No I/O here: the worker hands in a request and an output buffer, and writes what comes back. Parsing decisions (what is
 //! malformed) belong to `proto`; item semantics to `store`; this module maps one onto the other.
 
 use proto::reply::{self, write_u64};
@@ -11,24 +11,48 @@ use store::{
 
 use crate::meta;
 use crate::report;
+use crate::shared::Shared;
 use crate::stats::ThreadStats;
-use crate::worker::ExecEnv;
 
 /// What the connection does after a request.
-#[derive(Debug, PartialEq, Eq)]
 pub enum Flow {
     Continue,
     Close,
+    /// Replies must be written before the request goes on (see `retrieve`).
+    Paused(Paused),
 }
 
-/// Executes one request, appending its reply (if any) to `out`.
-pub fn run(env: &ExecEnv<'_>, req: Request<'_>, out: &mut Vec<u8>) -> Flow {
+/// A get that stopped part-way.
+pub struct Paused {
+    /// The key to resume at; None when the request is complete.
+    pub next_key: Option<usize>,
+    /// A large value to write after the replies in `out`, then the bytes that follow it.
+    pub value: Option<(store::PinnedValue, &'static [u8])>,
+}
+
+/// What a worker needs to run requests; also used by the UDP path.
+pub struct ExecEnv<'a> {
+    pub shared: &'a Shared,
+    pub stats: &'a ThreadStats,
+    pub now: u32,
+    /// Whether large values may be handed back for the worker to write from the item's
+    /// own buffer (`Paused::value`). False for UDP.
+    pub direct: bool,
+    /// Reply bytes a request may build before it pauses (see `retrieve`).
+    pub reply_cap: usize,
+}
+
+/// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
+/// already answered before it paused.
+pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) -> Flow {
     let store = &env.shared.store;
     let st = env.stats;
     let now = env.now;
     match req {
-        Request::Get { keys, cas } => retrieve(env, keys, cas, None, out),
-        Request::Gat { exptime, keys, cas } => retrieve(env, keys, cas, Some(exptime), out),
+        Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, out),
+        Request::Gat { exptime, keys, cas } => {
+            return retrieve(env, keys, cas, Some(exptime), skip, out)
+        }
         Request::Store {
             cmd,
             key,
@@ -298,52 +322,53 @@ pub(crate) fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
     }
 }
 
-/// get/gets/gat/gats: one VALUE per hit, then END; a too-long key discards the VALUEs.
+/// get/gets/gat/gats from key `skip` on: one VALUE per hit, then END; a too-long key
+/// discards the VALUEs. Replies beyond `env.reply_cap` wait: the request pauses and resumes
+/// at the next key once they are written, so a long multi-get never builds its whole reply.
 fn retrieve(
     env: &ExecEnv<'_>,
     keys: proto::Keys<'_>,
     with_cas: bool,
     touch: Option<i64>,
+    skip: usize,
     out: &mut Vec<u8>,
-) {
-    let store = &env.shared.store;
-    let st = env.stats;
-    let now = env.now;
-    let mark = out.len();
-    let touch = touch.map(|e| store.exptime(e, now));
-    let mut keys = keys;
-    // Set when a large value was written directly together with the closing END.
-    let mut end_written = false;
-    while let Some(key) = keys.next() {
-        let Ok(key) = key else {
-            out.truncate(mark);
-            out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
-            return;
-        };
-        let rest = &keys;
-        let write = |v: Option<store::ItemView<'_>>| match v {
-            // Once written to the socket a VALUE cannot be withdrawn, which memcached does
-            // when a later key is too long: go direct only when every later key is valid.
-            Some(it)
-                if env.direct
-                    && it.value.len() >= DIRECT_WRITE_MIN
-                    && rest.clone().all(|k| k.is_ok()) =>
-            {
-                reply::write_value_header(
-                    out,
-                    key,
-                    it.flags,
-                    it.value.len(),
-                    with_cas.then_some(it.cas),
-                );
-                // The last key's value carries END along, so the reply is still one write.
-                let last = rest.clone().next().is_none();
-                let tail: &'static [u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
-                end_written = last;
+) -> Flow {
+    let touch = touch.map(|e| env.shared.store.exptime(e, env.now));
+    // Replies already sent cannot be withdrawn, so a bad key is found before any lookup.
+    // memcached still looks up the keys before it, then answers only the error.
+    if skip == 0 && keys.clone().any(|k| k.is_err()) {
+        for key in keys.map_while(Result::ok) {
+            lookup(env, key, touch, |v| {
+                if v.is_some() {
+                    Got::Hit
+                } else {
+                    Got::Miss
+                }
+            });
+        }
+        out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
+        return Flow::Continue;
+    }
+    let mut keys = keys.skip(skip).map_while(Result::ok).enumerate().peekable();
+    while let Some((i, key)) = keys.next() {
+        if i > 0 && out.len() >= env.reply_cap {
+            return Flow::Paused(Paused {
+                next_key: Some(skip + i),
+                value: None,
+            });
+        }
+        let got = lookup(env, key, touch, |v| match v {
+            // The worker writes a large value from the item's own buffer, once the shard is
+            // unlocked (memcached likewise writes values from item memory).
+            Some(it) if env.direct && it.value.len() >= DIRECT_WRITE_MIN => {
+                let cas = with_cas.then_some(it.cas);
                 match it.pin() {
-                    Some(value) => Got::Pinned(value, tail),
+                    Some(value) => {
+                        reply::write_value_header(out, key, it.flags, it.value.len(), cas);
+                        Got::Pinned(value)
+                    }
                     None => {
-                        write_large_value(env, out, it.value, tail);
+                        reply::write_value(out, key, it.flags, it.value, cas);
                         Got::Hit
                     }
                 }
@@ -353,84 +378,56 @@ fn retrieve(
                 Got::Hit
             }
             None => Got::Miss,
-        };
-        let got = match touch {
-            Some(exptime) => {
-                st.cmd_touch.incr();
-                store.gat(key, exptime, now, write)
-            }
-            None => store.get(key, now, write),
-        };
-        // The shard is unlocked by now: other requests for it need not wait for this write.
-        if let Got::Pinned(value, tail) = &got {
-            write_large_value(env, out, value.bytes(), tail);
-        }
-        let hit = !matches!(got, Got::Miss);
-        st.cmd_get.incr();
-        if hit {
-            st.get_hits.incr();
-        } else {
-            st.get_misses.incr();
+        });
+        if let Got::Pinned(value) = got {
+            // The last key's value carries END along, so the reply is still one write.
+            let last = keys.peek().is_none();
+            return Flow::Paused(Paused {
+                next_key: (!last).then_some(skip + i + 1),
+                value: Some((value, if last { b"\r\nEND\r\n" } else { b"\r\n" })),
+            });
         }
     }
-    if !end_written {
-        out.extend_from_slice(reply::END);
+    out.extend_from_slice(reply::END);
+    Flow::Continue
+}
+
+/// One key of a get (a gat when `touch` has the new exptime), counted in the stats.
+fn lookup(
+    env: &ExecEnv<'_>,
+    key: &[u8],
+    touch: Option<u32>,
+    write: impl FnOnce(Option<store::ItemView<'_>>) -> Got,
+) -> Got {
+    let store = &env.shared.store;
+    let st = env.stats;
+    let got = match touch {
+        Some(exptime) => {
+            st.cmd_touch.incr();
+            store.gat(key, exptime, env.now, write)
+        }
+        None => store.get(key, env.now, write),
+    };
+    st.cmd_get.incr();
+    if matches!(got, Got::Miss) {
+        st.get_misses.incr();
+    } else {
+        st.get_hits.incr();
     }
+    got
 }
 
 /// What a get found for one key.
 enum Got {
     Miss,
-    /// The VALUE is in `out` (or already on the socket).
+    /// The VALUE is in `out`.
     Hit,
-    /// A large value to write once the shard is unlocked, then the bytes that follow it.
-    Pinned(store::PinnedValue, &'static [u8]),
+    /// The VALUE header is in `out`; the value goes out from the item's buffer.
+    Pinned(store::PinnedValue),
 }
 
 /// Values at least this large are written from store memory instead of copied into `out`.
 const DIRECT_WRITE_MIN: usize = 64 * 1024;
-
-/// Sends the pending replies in `out` and then `value` + `tail` with one writev, straight from
-/// the store's memory (memcached likewise writes values from item memory). Whatever the
-/// socket does not take now is copied into `out` and goes out with the rest of the batch.
-///
-/// A value pinned out of a large segment is written with the shard unlocked. Otherwise this
-/// runs inside the store's closure, holding the shard lock for one non-blocking writev.
-fn write_large_value(env: &ExecEnv<'_>, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) {
-    let iov = [
-        libc::iovec {
-            iov_base: out.as_ptr() as *mut libc::c_void,
-            iov_len: out.len(),
-        },
-        libc::iovec {
-            iov_base: value.as_ptr() as *mut libc::c_void,
-            iov_len: value.len(),
-        },
-        libc::iovec {
-            iov_base: tail.as_ptr() as *mut libc::c_void,
-            iov_len: tail.len(),
-        },
-    ];
-    // SAFETY: the iovecs point at live, initialised buffers that outlive the call; writev
-    // only reads them. A negative result (EAGAIN or a socket error) counts as nothing sent:
-    // the bytes stay queued and the normal write path reports any error.
-    let sent = unsafe { libc::writev(env.fd, iov.as_ptr(), iov.len() as libc::c_int) };
-    let mut sent = usize::try_from(sent).unwrap_or(0);
-    env.stats.bytes_written.add(sent as u64);
-    if sent < out.len() {
-        out.drain(..sent);
-        sent = 0;
-    } else {
-        sent -= out.len();
-        out.clear();
-    }
-    if sent < value.len() {
-        out.extend_from_slice(&value[sent..]);
-        out.extend_from_slice(tail);
-    } else {
-        out.extend_from_slice(&tail[sent - value.len()..]);
-    }
-}
 
 /// A UDP datagram holds whole requests; replies go back in one framed response.
 pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
@@ -439,7 +436,7 @@ pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
         match proto::parse(&payload[pos..], &env.shared.limits) {
             proto::Parse::Request(req, used) => {
                 pos += used;
-                if run(env, req, out) == Flow::Close {
+                if let Flow::Close = run(env, req, 0, out) {
                     return;
                 }
             }

@@ -4,15 +4,19 @@
 //! mio event loop and owns its connections, so nothing on the request path takes a global lock.
 //! Protocol parsing lives in `proto`, item storage in `store`; `execute` joins the two.
 
-pub mod bufpool;
-pub mod config;
-pub mod execute;
+mod batch;
+mod bufpool;
+mod config;
+mod conn;
+mod execute;
 mod meta;
-pub mod placement;
+mod placement;
 mod report;
-pub mod shared;
-pub mod stats;
-pub mod worker;
+mod shared;
+mod stats;
+mod udp;
+mod verbose;
+mod worker;
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -7,7 +7,7 @@ use store::{
 };
 
 use crate::execute::store_mode;
-use crate::worker::ExecEnv;
+use crate::execute::ExecEnv;
 
 /// ` k<key>`, plus ` b` when the key came base64-encoded.
 fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use proto::Tokens;
 
+use crate::execute::ExecEnv;
 use crate::stats::merge;
-use crate::worker::ExecEnv;
 
 fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
     use std::io::Write;

@@ -1,12 +1,9 @@
-//! A worker thread: one mio event loop owning its connections.
+//! A worker thread: one mio event loop owning its connections (see `conn`).
 //!
-//! A connection is a small struct: its socket, plus a read buffer only while a request is
-//! half-received and a write buffer only while the socket pushes back. Replies to every request
-//! found in one read go out in one write.
+//! Replies to every request found in one read go out in one write.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::io;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -16,11 +13,14 @@ use mio::net::{TcpStream, UdpSocket, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
+use crate::batch;
 use crate::bufpool::BufPool;
-use crate::execute::{self, Flow, Received};
+use crate::conn::{recv_into, write_out, Conn, Stream};
+use crate::execute::ExecEnv;
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
+use crate::udp;
 
 pub const WAKER: Token = Token(usize::MAX);
 const UDP_BASE: usize = usize::MAX - 1024;
@@ -32,11 +32,6 @@ const READ_BUF: usize = 16 * 1024;
 const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
 const OUT_KEEP: usize = 2 << 20;
-/// Bytes kept free in front of a request whose value is received in place
-/// (`execute::IN_PLACE_MIN`), for the item header to be written over the
-/// command line (the header can be up to 12 bytes longer than the shortest command line, and
-/// the gap left in front must be 0 or at least a minimal item).
-const HEADROOM: usize = 32;
 /// Reads per wake-up before a busy connection yields to the others.
 const READS_PER_TURN: usize = 8;
 /// A worker that has found work at every poll for this long steps off its CPU for a moment,
@@ -54,9 +49,6 @@ const BUSY_MAX: Duration = Duration::from_micros(300);
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 /// A poll that took longer than this blocked for new events: the worker was idle.
 const POLL_BLOCKED: Duration = Duration::from_micros(20);
-/// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
-const UDP_HEADER: usize = 8;
-const UDP_MAX_PAYLOAD: usize = 1400;
 
 /// A socket handed from the acceptor to a worker.
 pub enum Incoming {
@@ -71,62 +63,6 @@ pub enum Incoming {
 pub struct Moved {
     stream: TcpStream,
     info: ConnInfo,
-}
-
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    fn fd(&self) -> i32 {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-    fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(b),
-            Stream::Unix(s) => s.write(b),
-        }
-    }
-}
-
-struct Conn {
-    stream: Stream,
-    /// Holds bytes only while a request is incomplete; otherwise empty with no capacity.
-    rbuf: Vec<u8>,
-    /// Bytes of `rbuf` kept free in front of a large request (`HEADROOM` or 0).
-    front: usize,
-    /// Reply bytes the socket did not take yet.
-    wbuf: Vec<u8>,
-    /// Bytes still to discard (the data block of a refused value).
-    swallow: usize,
-    last_cmd: u32,
-    closing: bool,
-    want_write: bool,
-    /// Complete requests wait in `rbuf` (the last batch's replies reached `OUT_CAP`).
-    pending: bool,
-    /// The peer shut down its side; read to EOF instead of trusting a short read.
-    peer_closed: bool,
-}
-
-/// What a worker needs to run requests; also used by the UDP path.
-pub struct ExecEnv<'a> {
-    pub shared: &'a Shared,
-    pub stats: &'a ThreadStats,
-    pub now: u32,
-    pub fd: i32,
-    /// A stream socket whose pending replies are all in `out`, so a large value may be
-    /// written to it directly (see `execute::write_large_value`). False for UDP.
-    pub direct: bool,
 }
 
 pub struct Worker {
@@ -231,7 +167,16 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => self.accept_new(now),
-                    Token(t) if t >= UDP_BASE => self.serve_udp(t - UDP_BASE, now),
+                    Token(t) if t >= UDP_BASE => {
+                        let env = ExecEnv {
+                            shared: &self.shared,
+                            stats: &self.stats,
+                            now,
+                            direct: false,
+                            reply_cap: usize::MAX,
+                        };
+                        udp::serve(&self.udp[t - UDP_BASE], &env, &mut self.pool, &mut self.out);
+                    }
                     Token(t) => {
                         if ev.is_writable() {
                             self.on_writable(t);
@@ -280,18 +225,7 @@ impl Worker {
             let last_cmd = moved_at.unwrap_or(now);
             let entry = self.conns.vacant_entry();
             let token = entry.key();
-            let mut conn = Conn {
-                stream,
-                rbuf: Vec::new(),
-                front: 0,
-                wbuf: Vec::new(),
-                swallow: 0,
-                last_cmd,
-                closing: false,
-                want_write: false,
-                pending: false,
-                peer_closed: false,
-            };
+            let mut conn = Conn::new(stream, last_cmd);
             if self
                 .poll
                 .registry()
@@ -328,10 +262,10 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
-        if conn.wbuf.is_empty() {
+        if !conn.has_unsent() {
             return;
         }
-        match write_some(&mut conn.stream, &conn.wbuf, &self.stats) {
+        match write_out(conn.stream.fd(), &conn.wbuf, &mut conn.unsent, &self.stats) {
             Ok(n) => {
                 conn.wbuf.drain(..n);
             }
@@ -340,7 +274,7 @@ impl Worker {
                 return;
             }
         }
-        if conn.wbuf.is_empty() {
+        if !conn.has_unsent() {
             let buf = std::mem::take(&mut conn.wbuf);
             self.pool.give(buf);
             if conn.closing {
@@ -356,7 +290,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
-        if !conn.wbuf.is_empty() {
+        if conn.has_unsent() {
             return; // backpressure: resume when the socket drains
         }
         if conn.last_cmd != now {
@@ -376,7 +310,8 @@ impl Worker {
         };
         let mut eof = false;
         let mut reads = 0;
-        // Requests left unparsed because a batch's replies hit OUT_CAP: run them before reading.
+        // Requests left unparsed because a batch's replies hit OUT_CAP, or a get that paused
+        // for its replies to be written: run them before reading.
         let mut pending = std::mem::take(&mut conn.pending);
         let peer_closed = conn.peer_closed;
         loop {
@@ -416,16 +351,18 @@ impl Worker {
                 shared: &self.shared,
                 stats: &self.stats,
                 now,
-                fd,
-                direct: true,
+                // Under -vv every reply goes through `out`, where it is logged.
+                direct: self.shared.verbose() < 2,
+                reply_cap: OUT_CAP,
             };
-            pending = process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
-            if !self.out.is_empty() {
+            pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
+            if !self.out.is_empty() || conn.unsent.is_some() {
                 let out = std::mem::take(&mut self.out);
-                let sent = match write_some(&mut conn.stream, &out, &self.stats) {
+                let sent = match write_out(fd, &out, &mut conn.unsent, &self.stats) {
                     Ok(n) => n,
                     Err(_) => {
                         conn.closing = true;
+                        conn.unsent = None;
                         out.len()
                     }
                 };
@@ -438,7 +375,7 @@ impl Worker {
                     self.out = Vec::with_capacity(READ_BUF);
                 }
             }
-            if conn.closing || !conn.wbuf.is_empty() {
+            if conn.closing || conn.has_unsent() {
                 conn.pending = pending;
                 break;
             }
@@ -459,11 +396,11 @@ impl Worker {
         } else {
             conn.rbuf = buf;
         }
-        if conn.closing && conn.wbuf.is_empty() || eof {
+        if conn.closing && !conn.has_unsent() || eof {
             self.close(t);
             return;
         }
-        let want_write = !conn.wbuf.is_empty();
+        let want_write = conn.has_unsent();
         if want_write != conn.want_write {
             conn.want_write = want_write;
             let interest = if want_write {
@@ -489,6 +426,7 @@ impl Worker {
         }
         self.pool.give(std::mem::take(&mut conn.rbuf));
         self.pool.give(std::mem::take(&mut conn.wbuf));
+        conn.release_reservation(&self.shared.store);
         if let Ok(mut reg) = self.shared.registry[self.id].lock() {
             reg.remove(&t);
         }
@@ -517,13 +455,7 @@ impl Worker {
             };
             let group = cpu % placement::CPU_GROUPS;
             mine[group] += 1;
-            let idle = c.rbuf.is_empty()
-                && c.wbuf.is_empty()
-                && c.swallow == 0
-                && !c.pending
-                && !c.closing
-                && !c.peer_closed;
-            if idle {
+            if c.is_idle() {
                 surveyed.push((t, group));
             }
         }
@@ -618,217 +550,6 @@ impl Worker {
             self.close(t);
         }
     }
-
-    /// One request per datagram, as memcached: replies are split into frames of at most 1400 bytes.
-    fn serve_udp(&mut self, i: usize, now: u32) {
-        let mut dgram = self.pool.take();
-        dgram.resize(64 * 1024, 0);
-        while let Ok((n, peer)) = self.udp[i].recv_from(&mut dgram) {
-            self.stats.bytes_read.add(n as u64);
-            self.stats.udp_requests.incr();
-            if n < UDP_HEADER {
-                continue;
-            }
-            let header = &dgram[..UDP_HEADER];
-            let req_id = [header[0], header[1]];
-            let total = u16::from_be_bytes([header[4], header[5]]);
-            self.out.clear();
-            if total != 1 {
-                self.out
-                    .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-            } else {
-                let env = ExecEnv {
-                    shared: &self.shared,
-                    stats: &self.stats,
-                    now,
-                    fd: self.udp[i].as_raw_fd(),
-                    direct: false,
-                };
-                execute::run_datagram(&env, &dgram[UDP_HEADER..n], &mut self.out);
-            }
-            if self.out.is_empty() {
-                continue;
-            }
-            let frames = self
-                .out
-                .len()
-                .div_ceil(UDP_MAX_PAYLOAD)
-                .min(u16::MAX as usize);
-            let mut frame = Vec::with_capacity(UDP_HEADER + UDP_MAX_PAYLOAD);
-            for (seq, chunk) in self.out.chunks(UDP_MAX_PAYLOAD).take(frames).enumerate() {
-                frame.clear();
-                frame.extend_from_slice(&req_id);
-                frame.extend_from_slice(&(seq as u16).to_be_bytes());
-                frame.extend_from_slice(&(frames as u16).to_be_bytes());
-                frame.extend_from_slice(&[0, 0]);
-                frame.extend_from_slice(chunk);
-                if let Ok(sent) = self.udp[i].send_to(&frame, peer) {
-                    self.stats.bytes_written.add(sent as u64);
-                }
-            }
-        }
-        self.out.clear();
-        dgram.clear();
-        self.pool.give(dgram);
-    }
-}
-
-/// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
-/// Returns true when it stopped early, with requests left in `buf`: after `-R` requests (so one
-/// pipelining client cannot starve the others) or when `out` reached `OUT_CAP`.
-fn process(
-    env: &ExecEnv<'_>,
-    conn: &mut Conn,
-    pool: &mut BufPool,
-    buf: &mut Vec<u8>,
-    out: &mut Vec<u8>,
-) -> bool {
-    let limits = &env.shared.limits;
-    let budget = env.shared.settings.max_reqs_per_event;
-    let mut pos = conn.front;
-    let mut done = 0;
-    let mut stopped_early = false;
-    while pos < buf.len() && !conn.closing {
-        if out.len() >= OUT_CAP || done >= budget {
-            stopped_early = true;
-            break;
-        }
-        if conn.swallow > 0 {
-            let k = conn.swallow.min(buf.len() - pos);
-            pos += k;
-            conn.swallow -= k;
-            continue;
-        }
-        match proto::parse(&buf[pos..], limits) {
-            proto::Parse::Request(req, used) => {
-                if env.shared.verbose() > 1 {
-                    log_request(env.fd, &buf[pos..pos + used]);
-                }
-                let received = (pos == conn.front && conn.front > 0)
-                    .then(|| Received::of(&req, buf))
-                    .flatten();
-                if let Some(received) = received {
-                    // The bytes after this request start a fresh buffer; this one, cut after
-                    // the value, becomes the item's.
-                    let mut rest = pool.take();
-                    rest.extend_from_slice(&buf[pos + used..]);
-                    buf.truncate(received.value_at + received.value_len);
-                    let item = std::mem::replace(buf, rest).into_boxed_slice();
-                    conn.front = 0;
-                    pos = 0;
-                    done += 1;
-                    execute::store_received(env, &received, item, out);
-                    continue;
-                }
-                pos += used;
-                done += 1;
-                match execute::run(env, req, out) {
-                    Flow::Continue => {}
-                    Flow::Close => conn.closing = true,
-                }
-            }
-            proto::Parse::Incomplete { total } => {
-                if let Some(total) = total {
-                    let in_place = total >= execute::IN_PLACE_MIN;
-                    // Keep a buffer already laid out for this request.
-                    if pos != conn.front
-                        || pos + total > buf.capacity()
-                        || in_place != (conn.front > 0)
-                    {
-                        buf.drain(..pos);
-                        pos = 0;
-                        conn.front = grow_for(pool, buf, total, in_place);
-                    }
-                }
-                break;
-            }
-            proto::Parse::Error {
-                reply,
-                consumed,
-                swallow,
-                close,
-                unlink,
-            } => {
-                if let Some(key) = unlink {
-                    let _ = env
-                        .shared
-                        .store
-                        .delete(key.as_bytes(), env.now, &Default::default());
-                }
-                out.extend_from_slice(reply);
-                pos += consumed;
-                conn.swallow = swallow;
-                if close {
-                    conn.closing = true;
-                }
-            }
-        }
-    }
-    if pos >= buf.len() {
-        buf.clear();
-        conn.front = 0;
-    } else if pos > conn.front {
-        buf.drain(..pos);
-        conn.front = 0;
-    }
-    stopped_early
-}
-
-/// Makes room for a request of `total` bytes (a large value), preferring a buffer the pool
-/// kept from an earlier large request over a fresh allocation. With `in_place`, the request
-/// starts `HEADROOM` bytes into the buffer (see `execute::IN_PLACE_MIN`); returns that offset.
-fn grow_for(pool: &mut BufPool, buf: &mut Vec<u8>, total: usize, in_place: bool) -> usize {
-    let front = if in_place { HEADROOM } else { 0 };
-    if front == 0 && total <= buf.capacity() {
-        return 0;
-    }
-    let mut big = pool
-        .take_large(front + total)
-        .unwrap_or_else(|| Vec::with_capacity(front + total));
-    big.resize(front, 0);
-    big.extend_from_slice(buf);
-    std::mem::swap(buf, &mut big);
-    pool.give(big);
-    front
-}
-
-fn log_request(fd: i32, raw: &[u8]) {
-    let line_end = raw
-        .iter()
-        .position(|&b| b == b'\r' || b == b'\n')
-        .unwrap_or(raw.len());
-    eprintln!("<{fd} {}", String::from_utf8_lossy(&raw[..line_end]));
-}
-
-/// Reads into the spare capacity of `buf` with one recv(2).
-fn recv_into(fd: i32, buf: &mut Vec<u8>) -> io::Result<usize> {
-    let spare = buf.spare_capacity_mut();
-    // SAFETY: recv writes at most spare.len() bytes into memory we own; we only mark as
-    // initialised the n bytes it reports written.
-    let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = n as usize;
-    // SAFETY: the kernel initialised n bytes just past len.
-    unsafe { buf.set_len(buf.len() + n) };
-    Ok(n)
-}
-
-/// Writes as much as the socket takes now; `Ok(n)` may be short, never blocks.
-fn write_some(stream: &mut Stream, data: &[u8], stats: &ThreadStats) -> io::Result<usize> {
-    let mut sent = 0;
-    while sent < data.len() {
-        match stream.write(&data[sent..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    stats.bytes_written.add(sent as u64);
-    Ok(sent)
 }
 
 /// Times this thread was preempted (involuntary context switches).

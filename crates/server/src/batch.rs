@@ -1,0 +1,219 @@
+//! Runs the requests one read brought in: parses them out of the connection's read buffer,
+//! executes them, and lays the buffer out for a large request still arriving.
+//!
+//! A value of at least `execute::IN_PLACE_MIN` bytes is received into a buffer of its own
+//! that becomes the item's. That buffer is item memory before it is an item: it is charged
+//! to the store's limit (`store::Store::reserve`) while the value arrives, as memcached
+//! receives values into memory under `-m`, and refused with memcached's reply when no room
+//! can be made.
+
+use proto::reply;
+
+use crate::bufpool::BufPool;
+use crate::conn::{Conn, Unsent};
+use crate::execute::{self, ExecEnv, Flow, Received};
+use crate::verbose;
+
+/// Bytes kept free in front of a request whose value is received in place
+/// (`execute::IN_PLACE_MIN`), for the item header to be written over the
+/// command line (the header can be up to 12 bytes longer than the shortest command line, and
+/// the gap left in front must be 0 or at least a minimal item).
+const HEADROOM: usize = 32;
+
+/// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
+/// Returns true when it stopped early, with requests left in `buf`: after `-R` requests (so one
+/// pipelining client cannot starve the others), when `out` reached `env.reply_cap`, or when
+/// a get paused for its replies to be written (`conn.resume`, `conn.unsent`).
+pub fn process(
+    env: &ExecEnv<'_>,
+    conn: &mut Conn,
+    pool: &mut BufPool,
+    buf: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let limits = &env.shared.limits;
+    let budget = env.shared.settings.max_reqs_per_event;
+    let fd = conn.stream.fd();
+    let mut pos = conn.front;
+    let mut done = 0;
+    let mut stopped_early = false;
+    while pos < buf.len() && !conn.closing {
+        if out.len() >= env.reply_cap || done >= budget {
+            stopped_early = true;
+            break;
+        }
+        if conn.swallow > 0 {
+            let k = conn.swallow.min(buf.len() - pos);
+            pos += k;
+            conn.swallow -= k;
+            continue;
+        }
+        match proto::parse(&buf[pos..], limits) {
+            proto::Parse::Request(req, used) => {
+                let log = env.shared.verbose() > 1;
+                if log && conn.resume == 0 {
+                    verbose::request(fd, &buf[pos..pos + used]);
+                }
+                let received = (pos == conn.front && conn.front > 0)
+                    .then(|| Received::of(&req, buf))
+                    .flatten();
+                if let Some(received) = received {
+                    // The bytes after this request start a fresh buffer; this one, cut after
+                    // the value, becomes the item's (charged by the store from here on).
+                    let mut rest = pool.take();
+                    rest.extend_from_slice(&buf[pos + used..]);
+                    buf.truncate(received.value_at + received.value_len);
+                    let item = std::mem::replace(buf, rest).into_boxed_slice();
+                    conn.front = 0;
+                    pos = 0;
+                    done += 1;
+                    conn.release_reservation(&env.shared.store);
+                    let mark = out.len();
+                    execute::store_received(env, &received, item, out);
+                    if log {
+                        verbose::replies(fd, &out[mark..]);
+                    }
+                    continue;
+                }
+                let log_replies = log && verbose::logs_replies(&req);
+                let mark = out.len();
+                let flow = execute::run(env, req, conn.resume, out);
+                if log_replies {
+                    verbose::replies(fd, &out[mark..]);
+                }
+                done += 1;
+                match flow {
+                    Flow::Continue => {}
+                    Flow::Close => conn.closing = true,
+                    Flow::Paused(p) => {
+                        conn.unsent = p.value.map(|(value, tail)| Unsent::new(value, tail));
+                        stopped_early = true;
+                        if let Some(next) = p.next_key {
+                            conn.resume = next;
+                            break;
+                        }
+                    }
+                }
+                conn.resume = 0;
+                pos += used;
+                if stopped_early {
+                    break;
+                }
+            }
+            proto::Parse::Incomplete { total } => {
+                if let Some(total) = total {
+                    let in_place = total >= execute::IN_PLACE_MIN;
+                    // Keep a buffer already laid out for this request.
+                    if pos != conn.front
+                        || pos + total > buf.capacity()
+                        || in_place != (conn.front > 0)
+                    {
+                        buf.drain(..pos);
+                        pos = 0;
+                        if in_place && !reserve(env, conn, total) {
+                            refuse_value(env, conn, buf, total, out);
+                            break;
+                        }
+                        conn.front = grow_for(pool, buf, total, in_place);
+                    }
+                }
+                break;
+            }
+            proto::Parse::Error {
+                reply,
+                consumed,
+                swallow,
+                close,
+                unlink,
+            } => {
+                if env.shared.verbose() > 1 {
+                    verbose::request(fd, &buf[pos..pos + consumed]);
+                    verbose::replies(fd, reply);
+                }
+                if let Some(key) = unlink {
+                    let _ = env
+                        .shared
+                        .store
+                        .delete(key.as_bytes(), env.now, &Default::default());
+                }
+                if reply == reply::SERVER_ERROR_TOO_LARGE {
+                    env.stats.store_too_large.incr();
+                }
+                out.extend_from_slice(reply);
+                pos += consumed;
+                conn.swallow = swallow;
+                if close {
+                    conn.closing = true;
+                }
+            }
+        }
+    }
+    if pos >= buf.len() {
+        buf.clear();
+        conn.front = 0;
+    } else if pos > conn.front {
+        buf.drain(..pos);
+        conn.front = 0;
+    }
+    if conn.front == 0 {
+        conn.release_reservation(&env.shared.store);
+    }
+    stopped_early
+}
+
+/// Charges the buffer for a large request of `total` bytes to the store's memory limit.
+fn reserve(env: &ExecEnv<'_>, conn: &mut Conn, total: usize) -> bool {
+    if conn.reserved > 0 {
+        return true;
+    }
+    let charge = (HEADROOM + total) as u64;
+    if !env.shared.store.reserve(charge) {
+        return false;
+    }
+    conn.reserved = charge;
+    true
+}
+
+/// No memory for a large value under way: answer as memcached does when it cannot allocate
+/// the item, and discard the value (the part in `buf` now, the rest as it arrives).
+fn refuse_value(
+    env: &ExecEnv<'_>,
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    total: usize,
+    out: &mut Vec<u8>,
+) {
+    env.stats.store_no_memory.incr();
+    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    let noreply = buf[..line_end]
+        .split(|b| b.is_ascii_whitespace())
+        .rfind(|t| !t.is_empty())
+        == Some(b"noreply");
+    if !noreply {
+        out.extend_from_slice(reply::SERVER_ERROR_OOM_STORING);
+    }
+    if env.shared.verbose() > 1 {
+        verbose::request(conn.stream.fd(), &buf[..line_end]);
+        verbose::replies(conn.stream.fd(), reply::SERVER_ERROR_OOM_STORING);
+    }
+    conn.swallow = total - buf.len();
+    buf.clear();
+}
+
+/// Makes room for a request of `total` bytes (a large value), preferring a buffer the pool
+/// kept from an earlier large request over a fresh allocation. With `in_place`, the request
+/// starts `HEADROOM` bytes into the buffer (see `execute::IN_PLACE_MIN`); returns that offset.
+fn grow_for(pool: &mut BufPool, buf: &mut Vec<u8>, total: usize, in_place: bool) -> usize {
+    let front = if in_place { HEADROOM } else { 0 };
+    if front == 0 && total <= buf.capacity() {
+        return 0;
+    }
+    let mut big = pool
+        .take_large(front + total)
+        .unwrap_or_else(|| Vec::with_capacity(front + total));
+    big.resize(front, 0);
+    big.extend_from_slice(buf);
+    std::mem::swap(buf, &mut big);
+    pool.give(big);
+    front
+}

@@ -1,0 +1,193 @@
+//! One client connection: its socket and what it holds either way, and the socket I/O.
+//!
+//! A connection is small: its socket, plus a read buffer only while a request is
+//! half-received, and replies only while the socket pushes back. While replies wait, the
+//! connection's requests wait too (as in memcached), so one slow reader holds at most about
+//! one batch of replies and one large value, which is referenced, not copied.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use mio::net::{TcpStream, UnixStream};
+
+use crate::stats::ThreadStats;
+
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub fn fd(&self) -> i32 {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
+/// A large value being written from the item's own buffer, then the bytes after it.
+pub struct Unsent {
+    value: store::PinnedValue,
+    tail: &'static [u8],
+    /// Bytes of value + tail already written.
+    sent: usize,
+}
+
+impl Unsent {
+    pub fn new(value: store::PinnedValue, tail: &'static [u8]) -> Unsent {
+        Unsent {
+            value,
+            tail,
+            sent: 0,
+        }
+    }
+
+    /// What is left of the value and of the tail.
+    fn rest(&self) -> (&[u8], &[u8]) {
+        let value = self.value.bytes();
+        if self.sent < value.len() {
+            (&value[self.sent..], self.tail)
+        } else {
+            (&[], &self.tail[self.sent - value.len()..])
+        }
+    }
+}
+
+pub struct Conn {
+    pub stream: Stream,
+    /// Holds bytes only while a request is incomplete; otherwise empty with no capacity.
+    pub rbuf: Vec<u8>,
+    /// Bytes of `rbuf` kept free in front of a large request (`batch::HEADROOM` or 0).
+    pub front: usize,
+    /// Reply bytes the socket did not take yet; they go before `unsent`.
+    pub wbuf: Vec<u8>,
+    pub unsent: Option<Unsent>,
+    /// Keys of the get at the front of `rbuf` already answered: it paused while its
+    /// replies were written (see `execute::retrieve`).
+    pub resume: usize,
+    /// Bytes charged to the store's memory limit for the large value being received into
+    /// `rbuf` (see `batch`); given back once the request is done or the connection closes.
+    pub reserved: u64,
+    /// Bytes still to discard (the data block of a refused value).
+    pub swallow: usize,
+    pub last_cmd: u32,
+    pub closing: bool,
+    pub want_write: bool,
+    /// Complete requests wait in `rbuf` (the last batch's replies reached the reply cap).
+    pub pending: bool,
+    /// The peer shut down its side; read to EOF instead of trusting a short read.
+    pub peer_closed: bool,
+}
+
+impl Conn {
+    pub fn new(stream: Stream, last_cmd: u32) -> Conn {
+        Conn {
+            stream,
+            rbuf: Vec::new(),
+            front: 0,
+            wbuf: Vec::new(),
+            unsent: None,
+            resume: 0,
+            reserved: 0,
+            swallow: 0,
+            last_cmd,
+            closing: false,
+            want_write: false,
+            pending: false,
+            peer_closed: false,
+        }
+    }
+
+    /// Replies wait for the socket: no request is processed until they are written.
+    pub fn has_unsent(&self) -> bool {
+        !self.wbuf.is_empty() || self.unsent.is_some()
+    }
+
+    /// Nothing buffered either way: the connection is just its socket.
+    pub fn is_idle(&self) -> bool {
+        self.rbuf.is_empty()
+            && !self.has_unsent()
+            && self.swallow == 0
+            && !self.pending
+            && !self.closing
+            && !self.peer_closed
+    }
+
+    /// Gives the memory reserved for a value under way back to the store.
+    pub fn release_reservation(&mut self, store: &store::Store) {
+        if self.reserved > 0 {
+            store.unreserve(self.reserved);
+            self.reserved = 0;
+        }
+    }
+}
+
+/// Writes `head` and then what is left of `unsent` (clearing it once written) with as few
+/// writev calls as the socket takes now; never blocks. Returns the bytes of `head` written.
+pub fn write_out(
+    fd: i32,
+    head: &[u8],
+    unsent: &mut Option<Unsent>,
+    stats: &ThreadStats,
+) -> io::Result<usize> {
+    let mut head_sent = 0;
+    loop {
+        let (value, tail) = unsent.as_ref().map_or((&[][..], &[][..]), Unsent::rest);
+        let parts = [&head[head_sent..], value, tail];
+        if parts.iter().all(|p| p.is_empty()) {
+            break;
+        }
+        let iov = parts.map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        });
+        let count = if unsent.is_some() { 3 } else { 1 };
+        // SAFETY: the iovecs point at live, initialised buffers that outlive the call;
+        // writev only reads them.
+        let n = unsafe { libc::writev(fd, iov.as_ptr(), count) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let n = n as usize;
+        stats.bytes_written.add(n as u64);
+        let from_head = n.min(head.len() - head_sent);
+        head_sent += from_head;
+        if let Some(u) = unsent {
+            u.sent += n - from_head;
+            if u.sent == u.value.bytes().len() + u.tail.len() {
+                *unsent = None;
+            }
+        }
+    }
+    Ok(head_sent)
+}
+
+/// Reads into the spare capacity of `buf` with one recv(2).
+pub fn recv_into(fd: i32, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: recv writes at most spare.len() bytes into memory we own; we only mark as
+    // initialised the n bytes it reports written.
+    let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised n bytes just past len.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}

@@ -1,0 +1,66 @@
+//! `-vv` logging of requests and replies on stderr, in memcached's format
+//! (`<fd request line`, `>fd reply line`, `>fd sending key K` for each VALUE).
+
+use proto::Request;
+
+/// Logs the command line of a request.
+pub fn request(fd: i32, raw: &[u8]) {
+    let line_end = raw
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(raw.len());
+    eprintln!("<{fd} {}", String::from_utf8_lossy(&raw[..line_end]));
+}
+
+/// Whether memcached logs this request's replies: its classic commands' status lines, but
+/// not `stats` output or meta replies (but `mn`'s).
+pub fn logs_replies(req: &Request<'_>) -> bool {
+    !matches!(
+        req,
+        Request::Stats { .. }
+            | Request::MetaGet { .. }
+            | Request::MetaSet { .. }
+            | Request::MetaDelete { .. }
+            | Request::MetaArithmetic { .. }
+            | Request::MetaDebug { .. }
+    )
+}
+
+/// Logs the reply lines in `out`; a VALUE is logged by its key, its data skipped.
+pub fn replies(fd: i32, out: &[u8]) {
+    let mut rest = out;
+    while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+        let line = &rest[..end];
+        rest = &rest[end + 2..];
+        match value_header(line) {
+            Some((key, len)) => {
+                eprintln!(">{fd} sending key {}", String::from_utf8_lossy(key));
+                rest = rest.get(len + 2..).unwrap_or_default();
+            }
+            None => eprintln!(">{fd} {}", String::from_utf8_lossy(line)),
+        }
+    }
+}
+
+/// The key and data length of a `VALUE <key> <flags> <bytes> [<cas>]` line.
+fn value_header(line: &[u8]) -> Option<(&[u8], usize)> {
+    let mut tokens = line.split(|&b| b == b' ');
+    if tokens.next()? != b"VALUE" {
+        return None;
+    }
+    let key = tokens.next()?;
+    let len = std::str::from_utf8(tokens.nth(1)?).ok()?.parse().ok()?;
+    Some((key, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_lines_give_their_key_and_length() {
+        assert_eq!(value_header(b"VALUE k 5 3 77"), Some((&b"k"[..], 3usize)));
+        assert_eq!(value_header(b"STORED"), None);
+        assert_eq!(value_header(b"VALUE k 5"), None);
+    }
+}
