@@ -175,11 +175,11 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         )
     })?;
 
+    // As nutcracker: an unwritable pid file stops the start.
     if args.daemonize {
-        daemonize(args.pid_file.as_deref())?;
+        daemon::daemonize(false, args.pid_file.as_deref(), daemon::PidFileError::Fail)?;
     } else if let Some(p) = &args.pid_file {
-        std::fs::write(p, format!("{}\n", std::process::id()))
-            .map_err(|e| format!("cannot write pid file '{}': {e}", p.display()))?;
+        daemon::write_pid_file(p, daemon::PidFileError::Fail)?;
     }
 
     let globals = Arc::new(Globals {
@@ -374,48 +374,6 @@ impl Running {
         let _ = &self.globals;
         std::process::exit(0);
     }
-}
-
-/// Forks and detaches like daemon(3) (new session, stdio on /dev/null, same directory).
-/// The parent writes the pid file with the child's pid before it exits, so whoever
-/// started the router finds the file as soon as the command returns.
-fn daemonize(pid_file: Option<&std::path::Path>) -> Result<(), String> {
-    // SAFETY: no threads exist yet, so the child may keep running Rust code after fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!(
-            "daemonize failed: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    if pid > 0 {
-        let code = match pid_file.map(|p| (p, std::fs::write(p, format!("{pid}\n")))) {
-            Some((p, Err(e))) => {
-                eprintln!("memfleet: cannot write pid file '{}': {e}", p.display());
-                // SAFETY: plain libc call; the child is ours to stop.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-                1
-            }
-            _ => 0,
-        };
-        // SAFETY: leave without running the parent's destructors (the child owns the
-        // listeners and will remove the socket files and the pid file itself).
-        unsafe { libc::_exit(code) };
-    }
-    // SAFETY: plain libc calls on our own process and fds 0-2.
-    unsafe {
-        libc::setsid();
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Tries an ejected server once (connect + `version`, or for a Redis pool `AUTH` if the

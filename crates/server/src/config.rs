@@ -114,6 +114,8 @@ pub struct Settings {
     pub enable_shutdown: bool,
     pub disable_flush_all: bool,
     pub evictions: bool,
+    /// `-B` as `stats settings` names it: "auto-negotiate" or "ascii".
+    pub binding_protocol: &'static str,
     pub max_reqs_per_event: usize,
     pub idle_timeout: u32,
     pub daemon: bool,
@@ -156,11 +158,12 @@ impl ServeArgs {
         if self.threads == 0 {
             return Err("Number of threads must be greater than 0".into());
         }
-        match self.protocol.as_str() {
-            "auto" | "ascii" => {}
+        let binding_protocol = match self.protocol.as_str() {
+            "auto" => "auto-negotiate",
+            "ascii" => "ascii",
             "binary" => return Err("binary protocol is not supported by memfleet".into()),
             other => return Err(format!("Invalid value for binding protocol: {other}")),
-        }
+        };
         let unix_mask = u32::from_str_radix(&self.unix_mask, 8)
             .map_err(|_| format!("invalid unix socket mask '{}'", self.unix_mask))?;
 
@@ -239,6 +242,7 @@ impl ServeArgs {
             enable_shutdown: self.enable_shutdown,
             disable_flush_all: self.disable_flush_all,
             evictions: !self.disable_evictions,
+            binding_protocol,
             max_reqs_per_event: self.max_reqs_per_event.max(1),
             idle_timeout,
             daemon: self.daemon,

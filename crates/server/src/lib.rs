@@ -60,15 +60,15 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     raise_fd_limit(settings.conn_limit);
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
+    // As memcached: an unwritable pid file is reported, and the server runs anyway.
+    let pidfile = settings.pidfile.as_deref().map(std::path::Path::new);
     if settings.daemon {
-        daemonize(settings.verbose > 0)?;
+        daemon::daemonize(settings.verbose > 0, pidfile, daemon::PidFileError::Warn)?;
+    } else if let Some(path) = pidfile {
+        daemon::write_pid_file(path, daemon::PidFileError::Warn)?;
     }
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
-    }
-    if let Some(path) = &settings.pidfile {
-        std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|e| format!("could not write pid file {path}: {e}"))?;
     }
     let result = run(settings.clone(), listeners, udp);
     if let Some((path, _)) = &settings.unix_socket {
@@ -372,32 +372,6 @@ fn raise_fd_limit(conn_limit: usize) {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
-}
-
-fn daemonize(keep_stdio: bool) -> Result<(), String> {
-    // SAFETY: called before any thread is spawned, so fork duplicates only this thread.
-    unsafe {
-        match libc::fork() {
-            -1 => return Err("fork failed".into()),
-            0 => {}
-            _ => libc::_exit(0),
-        }
-        if libc::setsid() == -1 {
-            return Err("setsid failed".into());
-        }
-        if !keep_stdio {
-            let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-            if fd >= 0 {
-                libc::dup2(fd, 0);
-                libc::dup2(fd, 1);
-                libc::dup2(fd, 2);
-                if fd > 2 {
-                    libc::close(fd);
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn drop_privileges(user: &str) -> Result<(), String> {

@@ -93,15 +93,21 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "touch_misses", c.touch_misses);
     stat(out, "store_too_large", s.store_too_large);
     stat(out, "store_no_memory", s.store_no_memory);
+    // Allocation failures abort the process in Rust; a refused store is store_no_memory.
+    stat(out, "malloc_fails", 0);
     stat(out, "auth_cmds", 0);
     stat(out, "auth_errors", 0);
     stat(out, "bytes_read", s.bytes_read);
     stat(out, "bytes_written", s.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);
     stat(out, "accepting_conns", 1);
+    // The acceptor never stops listening (over -c it answers and closes instead).
+    stat(out, "listen_disabled_num", 0);
     stat(out, "threads", shared.settings.threads);
     stat(out, "conn_yields", s.conn_yields);
     stat(out, "conns_moved", s.conns_moved);
+    // The key index (memcached's hash table) as allocated now.
+    stat(out, "hash_bytes", store.index_bytes);
     stat(out, "udp_requests", s.udp_requests);
     stat(out, "bytes", c.bytes);
     stat(out, "curr_items", c.curr_items);
@@ -110,7 +116,7 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "evicted_unfetched", c.evicted_unfetched);
     stat(out, "evictions", c.evictions);
     stat(out, "reclaimed", c.reclaimed);
-    stat(out, "mem_used", store.mem_used);
+    stat(out, "mem_used", mem_in_use(&store));
     out.extend_from_slice(b"END\r\n");
 }
 
@@ -155,7 +161,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "reqs_per_event", s.max_reqs_per_event);
     stat(out, "cas_enabled", "yes");
     stat(out, "tcp_backlog", s.backlog);
-    stat(out, "binding_protocol", "ascii");
+    stat(out, "binding_protocol", s.binding_protocol);
     stat(out, "item_size_max", s.item_size_max);
     stat(out, "maxconns_fast", "yes");
     stat(
@@ -165,7 +171,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     );
     stat(
         out,
-        "shutdown_enabled",
+        "shutdown_command",
         if s.enable_shutdown { "yes" } else { "no" },
     );
     stat(out, "idle_timeout", s.idle_timeout);
@@ -183,6 +189,17 @@ fn items(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         stat(out, "items:1:evicted_unfetched", c.evicted_unfetched);
         stat(out, "items:1:expired_unfetched", c.expired_unfetched);
         stat(out, "items:1:reclaimed", c.reclaimed);
+        let age = match st.oldest_item_time {
+            0 => 0,
+            t => env.now.saturating_sub(t),
+        };
+        stat(out, "items:1:age", age);
+        stat(out, "items:1:evicted_time", c.evicted_time);
+        stat(
+            out,
+            "items:1:outofmemory",
+            merge(&env.shared.stats).store_no_memory,
+        );
     }
     out.extend_from_slice(b"END\r\n");
 }
@@ -201,11 +218,18 @@ fn slabs(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         stat(out, "1:large_bytes", st.large_bytes);
     }
     stat(out, "active_slabs", u64::from(st.segments > 0));
-    stat(out, "total_malloced", st.mem_used);
+    stat(out, "total_malloced", mem_in_use(&st));
     stat(out, "index_bytes", st.index_bytes);
     stat(out, "index_slots", st.index_slots);
     stat(out, "shards", st.shards);
     out.extend_from_slice(b"END\r\n");
+}
+
+/// Item memory in use: everything charged to the limit except the part of the index
+/// reservation the index has not grown into yet (see docs/storage.md).
+fn mem_in_use(st: &store::Stats) -> u64 {
+    let unused_index = st.index_reserved_bytes.saturating_sub(st.index_bytes);
+    st.mem_used.saturating_sub(unused_index)
 }
 
 fn conns(env: &ExecEnv<'_>, out: &mut Vec<u8>) {

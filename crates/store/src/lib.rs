@@ -815,6 +815,11 @@ impl Store {
             st.free_segment_bytes += f.free;
             st.index_bytes += s.index.bytes() as u64;
             st.index_reserved_bytes += s.index_reserved_bytes();
+            if let Some(t) = s.oldest_item_time() {
+                if st.oldest_item_time == 0 || t < st.oldest_item_time {
+                    st.oldest_item_time = t;
+                }
+            }
             st.index_slots += s.index.capacity() as u64;
         }
         st

@@ -246,6 +246,24 @@ impl Shard {
         (self.index_reserved * crate::index::WAYS * 8) as u64
     }
 
+    /// Last access time of the first live item of the oldest segment: about the oldest
+    /// item's (memcached's per-class `age`).
+    pub fn oldest_item_time(&self) -> Option<u32> {
+        let &(seg, _) = self.fifo.iter().find(|&&(id, gen)| {
+            self.segs[id as usize].active && self.segs[id as usize].gen == gen
+        })?;
+        let s = &self.segs[seg as usize];
+        let mut off = 0;
+        while off < s.used {
+            let l = item::parse(&s.buf[off..]);
+            if l.bits & DEAD == 0 {
+                return Some(item::time(&s.buf[off..], &l));
+            }
+            off += l.total();
+        }
+        None
+    }
+
     pub fn segment_count(&self) -> usize {
         self.active_segs
     }
@@ -305,6 +323,8 @@ impl Shard {
         match why {
             Unlink::Evicted => {
                 self.stats.evictions += 1;
+                let last_access = item::time(self.buf(seg, off), l);
+                self.stats.evicted_time = u64::from(self.now.saturating_sub(last_access));
                 if bits & FETCHED == 0 {
                     self.stats.evicted_unfetched += 1;
                 }

@@ -12,6 +12,9 @@ pub struct Counters {
     pub expired_unfetched: u64,
     /// Expired or flushed items whose memory was taken back by eviction or `reclaim`.
     pub reclaimed: u64,
+    /// Seconds between the last access and the eviction of the latest evicted item (a
+    /// gauge; summed shards report the largest).
+    pub evicted_time: u64,
     pub get_expired: u64,
     pub get_flushed: u64,
     pub delete_hits: u64,
@@ -36,6 +39,7 @@ impl Counters {
         self.evicted_unfetched += o.evicted_unfetched;
         self.expired_unfetched += o.expired_unfetched;
         self.reclaimed += o.reclaimed;
+        self.evicted_time = self.evicted_time.max(o.evicted_time);
         self.get_expired += o.get_expired;
         self.get_flushed += o.get_flushed;
         self.delete_hits += o.delete_hits;
@@ -85,5 +89,7 @@ pub struct Stats {
     /// Index bytes charged to the limit up front (the index grows into them).
     pub index_reserved_bytes: u64,
     pub index_slots: u64,
+    /// Last access time of about the oldest item (0: no items), see `Shard::oldest_item_time`.
+    pub oldest_item_time: u32,
     pub shards: u64,
 }
