@@ -11,7 +11,8 @@ use proto::reply;
 
 use crate::bufpool::BufPool;
 use crate::conn::{Conn, Unsent};
-use crate::execute::{self, ExecEnv, Flow, Received};
+use crate::env::ExecEnv;
+use crate::execute::{self, Flow, Received};
 use crate::verbose;
 
 /// Bytes kept free in front of a request whose value is received in place

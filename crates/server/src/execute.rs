@@ -1,17 +1,16 @@
 //! Runs parsed requests against the store and writes memcached's replies.
 //!
-//! No I/O here: the worker hands in a request and an output buffer, and writes what comes back. Parsing decisions (what is
-//! malformed) belong to `proto`; item semantics to `store`; this module maps one onto the other.
+//! No I/O here: the worker hands in a request and an output buffer, and writes what comes
+//! back. Parsing decisions (what is malformed) belong to `proto`; item semantics to `store`;
+//! this module maps one onto the other.
 
 use proto::reply::{self, write_u64};
 use proto::{Request, ShutdownMode, StoreCmd};
-use store::{
-    ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreMode, StoreResult, TouchResult,
-};
+use store::{ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreResult, TouchResult};
 
-use crate::meta;
+use crate::env::ExecEnv;
+use crate::meta::{self, store_mode};
 use crate::report;
-use crate::shared::Shared;
 use crate::stats::ThreadStats;
 
 /// What the connection does after a request.
@@ -28,18 +27,6 @@ pub struct Paused {
     pub next_key: Option<usize>,
     /// A large value to write after the replies in `out`, then the bytes that follow it.
     pub value: Option<(store::PinnedValue, &'static [u8])>,
-}
-
-/// What a worker needs to run requests; also used by the UDP path.
-pub struct ExecEnv<'a> {
-    pub shared: &'a Shared,
-    pub stats: &'a ThreadStats,
-    pub now: u32,
-    /// Whether large values may be handed back for the worker to write from the item's
-    /// own buffer (`Paused::value`). False for UDP.
-    pub direct: bool,
-    /// Reply bytes a request may build before it pauses (see `retrieve`).
-    pub reply_cap: usize,
 }
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
@@ -127,7 +114,7 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
         }
         Request::Version => {
             out.extend_from_slice(b"VERSION ");
-            out.extend_from_slice(crate::VERSION.as_bytes());
+            out.extend_from_slice(crate::config::VERSION.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         Request::Verbosity { level, noreply } => {
@@ -307,18 +294,6 @@ fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'stati
     if let Some(err) = late_error {
         out.truncate(mark);
         out.extend_from_slice(err);
-    }
-}
-
-/// The store operation for a storage command; `cas` is the unique to compare for `Cas`.
-pub(crate) fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
-    match cmd {
-        StoreCmd::Set => StoreMode::Set,
-        StoreCmd::Add => StoreMode::Add,
-        StoreCmd::Replace => StoreMode::Replace,
-        StoreCmd::Append => StoreMode::Append,
-        StoreCmd::Prepend => StoreMode::Prepend,
-        StoreCmd::Cas => StoreMode::Cas(cas),
     }
 }
 

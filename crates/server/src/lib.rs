@@ -8,6 +8,7 @@ mod batch;
 mod bufpool;
 mod config;
 mod conn;
+mod env;
 mod execute;
 mod meta;
 mod placement;
@@ -30,13 +31,9 @@ use std::time::Duration;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-pub use config::{ServeArgs, Settings};
+pub use config::{ServeArgs, Settings, VERSION};
 use shared::Shared;
 use worker::{unix_now, Incoming, Worker, WAKER};
-
-/// The version string clients see (`version`, `stats`). Starts with memcached's so that clients
-/// that parse the version for feature checks treat memfleet as memcached 1.6.18.
-pub const VERSION: &str = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION"));
 
 /// A listening socket and its name as `stats conns` prints it (shared by its connections).
 enum Listener {

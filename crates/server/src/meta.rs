@@ -3,11 +3,11 @@
 use proto::reply::{self, write_i64, write_u64};
 use proto::{Key, MetaFlags, StoreCmd};
 use store::{
-    ArithOpts, ArithResult, DeleteOpts, DeleteResult, MetaGetOpts, StoreOpts, StoreResult,
+    ArithOpts, ArithResult, DeleteOpts, DeleteResult, MetaGetOpts, StoreMode, StoreOpts,
+    StoreResult,
 };
 
-use crate::execute::store_mode;
-use crate::execute::ExecEnv;
+use crate::env::ExecEnv;
 
 /// ` k<key>`, plus ` b` when the key came base64-encoded.
 fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
@@ -315,4 +315,16 @@ pub fn debug(env: &ExecEnv<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
             }
             None => out.extend_from_slice(reply::EN),
         });
+}
+
+/// The store operation for a storage command; `cas` is the unique to compare for `Cas`.
+pub fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
+    match cmd {
+        StoreCmd::Set => StoreMode::Set,
+        StoreCmd::Add => StoreMode::Add,
+        StoreCmd::Replace => StoreMode::Replace,
+        StoreCmd::Append => StoreMode::Append,
+        StoreCmd::Prepend => StoreMode::Prepend,
+        StoreCmd::Cas => StoreMode::Cas(cas),
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use proto::Tokens;
 
-use crate::execute::ExecEnv;
+use crate::env::ExecEnv;
 use crate::stats::merge;
 
 fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
@@ -58,7 +58,7 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "pid", std::process::id());
     stat(out, "uptime", env.now.saturating_sub(shared.process_start));
     stat(out, "time", env.now);
-    stat(out, "version", crate::VERSION);
+    stat(out, "version", crate::config::VERSION);
     stat(out, "pointer_size", 64);
     stat(out, "rusage_user", user);
     stat(out, "rusage_system", system);

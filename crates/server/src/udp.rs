@@ -3,7 +3,8 @@
 use mio::net::UdpSocket;
 
 use crate::bufpool::BufPool;
-use crate::execute::{self, ExecEnv};
+use crate::env::ExecEnv;
+use crate::execute;
 
 /// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
 const UDP_HEADER: usize = 8;

@@ -16,7 +16,7 @@ use slab::Slab;
 use crate::batch;
 use crate::bufpool::BufPool;
 use crate::conn::{recv_into, write_out, Conn, Stream};
-use crate::execute::ExecEnv;
+use crate::env::ExecEnv;
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
