@@ -283,3 +283,20 @@ def _fd_room() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 4096 <= hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
+
+
+def test_bad_key_after_paused_replies_still_discards_them() -> None:
+    """A get pauses at large values and at 256 KiB of replies; a too-long key later in it
+    must still make the whole reply `CLIENT_ERROR` alone, as in memcached."""
+    bad = b"x" * 251
+    for name, server in both("-m", "64"):
+        port = server.port or 0
+        store_value(port, b"large", 200_000)
+        store_value(port, b"small", 2000)
+        with Conn(port) as c:
+            for keys in (b"large large " + bad, b"small " * 300 + bad):
+                reply = c.request(b"get " + keys + b"\r\nmn\r\n", b"MN\r\n")
+                assert reply == b"CLIENT_ERROR bad command line format\r\nMN\r\n", name
+            reply = c.request(b"get large small large\r\n", b"END\r\n")
+            assert reply.count(b"VALUE ") == 3 and len(reply) > 400_000, name
+        assert stats(port)["get_hits"] == str(2 + 300 + 3), name

@@ -309,29 +309,29 @@ fn retrieve(
     out: &mut Vec<u8>,
 ) -> Flow {
     let touch = touch.map(|e| env.shared.store.exptime(e, env.now));
-    // Replies already sent cannot be withdrawn, so a bad key is found before any lookup.
-    // memcached still looks up the keys before it, then answers only the error.
-    if skip == 0 && keys.clone().any(|k| k.is_err()) {
-        for key in keys.map_while(Result::ok) {
-            lookup(env, key, touch, |v| {
-                if v.is_some() {
-                    Got::Hit
-                } else {
-                    Got::Miss
-                }
-            });
-        }
-        out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
-        return Flow::Continue;
+    let mark = out.len();
+    let mut keys = keys;
+    for _ in 0..skip {
+        keys.next();
     }
-    let mut keys = keys.skip(skip).map_while(Result::ok).enumerate().peekable();
-    while let Some((i, key)) = keys.next() {
-        if i > 0 && out.len() >= env.reply_cap {
+    let mut index = skip;
+    while let Some(key) = keys.next() {
+        let Ok(key) = key else {
+            return bad_key(out, mark);
+        };
+        if index > skip && out.len() >= env.reply_cap {
+            // Replies once written cannot be withdrawn: a bad key later in the request
+            // must be found now (a request that paused before has none).
+            let rest = std::iter::once(Ok(key)).chain(keys);
+            if skip == 0 && rest.clone().any(|k| k.is_err()) {
+                return look_up_until_bad_key(env, rest, touch, out, mark);
+            }
             return Flow::Paused(Paused {
-                next_key: Some(skip + i),
+                next_key: Some(index),
                 value: None,
             });
         }
+        index += 1;
         let got = lookup(env, key, touch, |v| match v {
             // The worker writes a large value from the item's own buffer, once the shard is
             // unlocked (memcached likewise writes values from item memory).
@@ -355,15 +355,46 @@ fn retrieve(
             None => Got::Miss,
         });
         if let Got::Pinned(value) = got {
+            if skip == 0 && keys.clone().any(|k| k.is_err()) {
+                return look_up_until_bad_key(env, keys, touch, out, mark);
+            }
             // The last key's value carries END along, so the reply is still one write.
-            let last = keys.peek().is_none();
+            let last = keys.clone().next().is_none();
             return Flow::Paused(Paused {
-                next_key: (!last).then_some(skip + i + 1),
+                next_key: (!last).then_some(index),
                 value: Some((value, if last { b"\r\nEND\r\n" } else { b"\r\n" })),
             });
         }
     }
     out.extend_from_slice(reply::END);
+    Flow::Continue
+}
+
+/// A get with a key over 250 bytes: memcached answers only the error, after looking up the
+/// keys before it. Looks up the good keys of `rest` (counting them), then drops the VALUEs
+/// built since `mark`.
+fn look_up_until_bad_key<'a>(
+    env: &ExecEnv<'_>,
+    rest: impl Iterator<Item = Result<&'a [u8], proto::KeyTooLong>>,
+    touch: Option<u32>,
+    out: &mut Vec<u8>,
+    mark: usize,
+) -> Flow {
+    for key in rest.map_while(Result::ok) {
+        lookup(env, key, touch, |v| {
+            if v.is_some() {
+                Got::Hit
+            } else {
+                Got::Miss
+            }
+        });
+    }
+    bad_key(out, mark)
+}
+
+fn bad_key(out: &mut Vec<u8>, mark: usize) -> Flow {
+    out.truncate(mark);
+    out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
     Flow::Continue
 }
 
