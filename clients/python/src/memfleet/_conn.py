@@ -119,6 +119,12 @@ class Connection:
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
         """Read and parse one reply; the commonest meta replies skip the generator parser."""
+        if parse is P.parse_store:
+            line = self.readline()
+            ok = P.STORED.get(line)
+            if ok is None:
+                raise P.raise_for(line)
+            return ok
         if meta:
             if parse is P.parse_get:
                 return self.read_meta_get()

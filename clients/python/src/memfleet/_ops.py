@@ -92,23 +92,35 @@ class Operations(ClientCore[S]):
     # -- reads ---------------------------------------------------------------------------------
     def _get(self, key: Key, default: Any = None) -> Op[Any]:
         """The value of ``key``, or ``default`` on a miss."""
+        wire, server = self._get_start(key)
+        if server is None:
+            return wire  # a near cache hit
+        try:
+            r = yield Call(server, lambda meta: P.req_get(wire, meta), P.parse_get)
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return default
+            raise
+        return self._get_end(wire, r, default)
+
+    # get and set in two halves around their one request, so that the blocking client's fast
+    # path (Client.get, Client.set) shares everything but the I/O with the generator
+    def _get_start(self, key: Key) -> tuple[Any, S | None]:
+        """(wire key, its server), or (the near cache's value, None)."""
         wire, rk = self._cfg.key(key)
         near = self._near
         if near is not None:
             v = near.get(wire)
             if v is not MISSING:
-                return v
-        try:
-            r = yield Call(self._router.server_for(rk), lambda meta: P.req_get(wire, meta), P.parse_get)
-        except MemfleetConnectionError:
-            if self.ignore_errors:
-                return default
-            raise
+                return v, None
+        return wire, self._router.server_for(rk)
+
+    def _get_end(self, wire: bytes, r: tuple[bytes, int, int] | None, default: Any) -> Any:
         if r is None:
             return default
         value = self._serde.decode(r[0], r[1])
-        if near is not None:
-            near.put(wire, value)
+        if self._near is not None:
+            self._near.put(wire, value)
         return value
 
     get = operation(_get)
@@ -165,24 +177,28 @@ class Operations(ClientCore[S]):
 
     # -- writes --------------------------------------------------------------------------------
     def _store(self, cmd: bytes, key: Key, value: Any, ttl: int, cas: int = 0) -> Op[bool]:
-        data, flags = self._serde.encode(value)
-        wire, rk = self._cfg.key(key)
-        near = self._near
-        if near is not None:
-            near.discard(wire)
+        wire, server, data, flags = self._store_start(key, value)
         try:
             ok: bool = yield Call(
-                self._router.server_for(rk),
-                lambda meta: P.store_head(cmd, wire, len(data), flags, ttl, meta, cas),
-                P.parse_store,
-                data,
+                server, lambda meta: P.store_head(cmd, wire, len(data), flags, ttl, meta, cas), P.parse_store, data
             )
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return False
             raise
-        if ok and near is not None:
-            near.put(wire, value, lifetime(ttl))
+        return self._store_end(wire, value, ttl, ok)
+
+    def _store_start(self, key: Key, value: Any) -> tuple[bytes, S, bytes, int]:
+        """(wire key, server, encoded value, flags); the key leaves the near cache."""
+        data, flags = self._serde.encode(value)
+        wire, rk = self._cfg.key(key)
+        if self._near is not None:
+            self._near.discard(wire)
+        return wire, self._router.server_for(rk), data, flags
+
+    def _store_end(self, wire: bytes, value: Any, ttl: int, ok: bool) -> bool:
+        if ok and self._near is not None:
+            self._near.put(wire, value, lifetime(ttl))
         return ok
 
     def _set(self, key: Key, value: Any, ttl: int = 0) -> Op[bool]:

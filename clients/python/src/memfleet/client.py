@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from . import _proto as P
+from ._base import Key
 from ._conn import Connection, Server
 from ._ops import Operations
+from ._proto import Parser
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetError, MemfleetServerError
 
@@ -104,10 +107,57 @@ class Client(Operations[Server]):
         return result
 
     def _call(self, call: Call) -> Any:
-        server: Server = call.server  # type: ignore[assignment]
+        return self._exchange(call.server, call.build, call.parse, call.value)  # type: ignore[arg-type]
+
+    def _exchange(
+        self, server: Server, build: Callable[[bool], bytes], parse: Callable[[bool], Parser], value: bytes | None
+    ) -> Any:
+        """One request and its reply on a pooled connection (a Call, unpacked: the hot path)."""
         conn = self._acquire(server)
-        self._send(server, conn, call)
-        return self._reply(server, conn, call)
+        meta = conn.meta
+        try:
+            if value is None:
+                conn.send(build(meta))
+            else:
+                conn.send_value(build(meta), value)
+            result = conn.reply(parse, meta)
+        except MemfleetServerError:
+            conn.close()  # the rest of the reply is unread
+            raise
+        except OSError as exc:
+            self._lost(server, conn, exc)
+        server.release(conn)
+        if server.failures:
+            server.failures = 0
+        return result
+
+    # -- fast path: get and set skip the generator; the halves around their request are the
+    # operation's own (Operations._get_start/_get_end, _store_start/_store_end)
+    def get(self, key: Key, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` on a miss."""
+        wire, server = self._get_start(key)
+        if server is None:
+            return wire  # a near cache hit
+        try:
+            r = self._exchange(server, lambda meta: P.req_get(wire, meta), P.parse_get, None)
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return default
+            raise
+        return self._get_end(wire, r, default)
+
+    def set(self, key: Key, value: Any, ttl: int = 0) -> bool:
+        """Store ``value``; ``ttl`` in seconds (0 = never expires)."""
+        wire, server, data, flags = self._store_start(key, value)
+        try:
+            ok = self._exchange(
+                server, lambda meta: P.store_head(b"set", wire, len(data), flags, ttl, meta), P.parse_store, data
+            )
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return False
+            raise
+        return self._store_end(wire, value, ttl, ok)
 
     def _round(self, calls: list[Call]) -> list[Any]:
         """Send every call, then read every reply; failures become outcomes."""
