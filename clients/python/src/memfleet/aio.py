@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any, Callable
 
 from ._aconn import AsyncServer
@@ -39,33 +40,35 @@ class AsyncClient(Operations[AsyncServer]):
         return method
 
     async def _run(self, op: Op[Any]) -> Any:
-        """Run an operation to its end: do each step it yields and send the outcome back."""
-        try:
-            step = op.send(None)
-            while True:
-                try:
-                    if type(step) is Call:
-                        outcome = await self._call(step)
-                    elif type(step) is Round:
-                        outcome = await asyncio.gather(*(self._call(c) for c in step.calls), return_exceptions=True)
-                    elif type(step) is Load:
-                        outcome = step.loader()
-                        if asyncio.iscoroutine(outcome) or isinstance(outcome, asyncio.Future):
-                            outcome = await outcome
-                    elif type(step) is Sleep:
-                        await asyncio.sleep(step.seconds)
-                        outcome = None
-                    else:
-                        assert type(step) is Connect
-                        server: AsyncServer = step.server  # type: ignore[assignment]
-                        server.release(await self._acquire(server))
-                        outcome = None
-                except BaseException as exc:
-                    step = op.throw(exc)
-                else:
-                    step = op.send(outcome)
-        except StopIteration as stop:
-            return stop.value
+        """Run an operation to its end: do each step it yields, then resume it with the outcome
+        (or throw in the exception the step raised)."""
+        outcome: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = op.send(outcome) if error is None else op.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                outcome, error = await self._DO[type(step)](self, step), None
+            except BaseException as exc:
+                outcome, error = None, exc
+
+    async def _round(self, step: Round) -> list[Any]:
+        return await asyncio.gather(*(self._call(c) for c in step.calls), return_exceptions=True)
+
+    async def _load(self, step: Load) -> Any:
+        value = step.loader()
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        return value
+
+    async def _sleep(self, step: Sleep) -> None:
+        await asyncio.sleep(step.seconds)
+
+    async def _connect(self, step: Connect) -> None:
+        server: AsyncServer = step.server  # type: ignore[assignment]
+        server.release(await self._acquire(server))
 
     async def _acquire(self, server: AsyncServer) -> Any:
         try:
@@ -93,3 +96,11 @@ class AsyncClient(Operations[AsyncServer]):
         server.release(conn)
         server.failures = 0
         return result
+
+    _DO: dict[type, Callable[[AsyncClient, Any], Awaitable[Any]]] = {
+        Call: _call,
+        Round: _round,
+        Load: _load,
+        Sleep: _sleep,
+        Connect: _connect,
+    }

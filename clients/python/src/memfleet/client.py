@@ -79,33 +79,6 @@ class Client(Operations[Server]):
             self._router.failed(server)
             raise MemfleetConnectionError(f"{server.address}: {exc}") from exc
 
-    def _send(self, server: Server, conn: Connection, call: Call) -> None:
-        try:
-            if call.value is None:
-                conn.send(call.build(conn.meta))
-            else:
-                conn.send_value(call.build(conn.meta), call.value)
-        except OSError as exc:
-            self._lost(server, conn, exc)
-
-    def _lost(self, server: Server, conn: Connection, exc: OSError) -> None:
-        conn.close()
-        self._router.failed(server)
-        raise MemfleetConnectionError(f"{server.address}: {exc}") from exc
-
-    def _reply(self, server: Server, conn: Connection, call: Call) -> Any:
-        try:
-            result = conn.reply(call.parse, conn.meta)
-        except MemfleetServerError:
-            conn.close()  # the rest of the reply is unread
-            raise
-        except OSError as exc:
-            self._lost(server, conn, exc)
-        server.release(conn)
-        if server.failures:
-            server.failures = 0
-        return result
-
     def _call(self, call: Call) -> Any:
         return self._exchange(call.server, call.build, call.parse, call.value)  # type: ignore[arg-type]
 
@@ -114,13 +87,26 @@ class Client(Operations[Server]):
     ) -> Any:
         """One request and its reply on a pooled connection (a Call, unpacked: the hot path)."""
         conn = self._acquire(server)
-        meta = conn.meta
+        self._send(server, conn, build, value)
+        return self._reply(server, conn, parse)
+
+    def _send(self, server: Server, conn: Connection, build: Callable[[bool], bytes], value: bytes | None) -> None:
         try:
             if value is None:
-                conn.send(build(meta))
+                conn.send(build(conn.meta))
             else:
-                conn.send_value(build(meta), value)
-            result = conn.reply(parse, meta)
+                conn.send_value(build(conn.meta), value)
+        except OSError as exc:
+            self._lost(server, conn, exc)
+
+    def _lost(self, server: Server, conn: Connection, exc: OSError) -> None:
+        conn.close()
+        self._router.failed(server)
+        raise MemfleetConnectionError(f"{server.address}: {exc}") from exc
+
+    def _reply(self, server: Server, conn: Connection, parse: Callable[[bool], Parser]) -> Any:
+        try:
+            result = conn.reply(parse, conn.meta)
         except MemfleetServerError:
             conn.close()  # the rest of the reply is unread
             raise
@@ -130,6 +116,26 @@ class Client(Operations[Server]):
         if server.failures:
             server.failures = 0
         return result
+
+    def _round(self, calls: list[Call]) -> list[Any]:
+        """Send every call, then read every reply; failures become outcomes."""
+        outcomes: list[Any] = [None] * len(calls)
+        sent: list[tuple[int, Server, Connection]] = []
+        for i, call in enumerate(calls):
+            server: Server = call.server  # type: ignore[assignment]
+            try:
+                conn = self._acquire(server)
+                self._send(server, conn, call.build, call.value)
+            except MemfleetError as exc:
+                outcomes[i] = exc
+                continue
+            sent.append((i, server, conn))
+        for i, server, conn in sent:
+            try:
+                outcomes[i] = self._reply(server, conn, calls[i].parse)
+            except MemfleetError as exc:
+                outcomes[i] = exc
+        return outcomes
 
     # -- fast path: get and set skip the generator; the halves around their request are the
     # operation's own (Operations._get_start/_get_end, _store_start/_store_end)
@@ -158,25 +164,6 @@ class Client(Operations[Server]):
                 return False
             raise
         return self._store_end(wire, value, ttl, ok)
-
-    def _round(self, calls: list[Call]) -> list[Any]:
-        """Send every call, then read every reply; failures become outcomes."""
-        outcomes: list[Any] = [None] * len(calls)
-        sent: list[tuple[int, Connection]] = []
-        for i, call in enumerate(calls):
-            try:
-                conn = self._acquire(call.server)  # type: ignore[arg-type]
-                self._send(call.server, conn, call)  # type: ignore[arg-type]
-            except MemfleetError as exc:
-                outcomes[i] = exc
-                continue
-            sent.append((i, conn))
-        for i, conn in sent:
-            try:
-                outcomes[i] = self._reply(calls[i].server, conn, calls[i])  # type: ignore[arg-type]
-            except MemfleetError as exc:
-                outcomes[i] = exc
-        return outcomes
 
 
 __all__ = ["Client", "MemfleetError"]
