@@ -118,18 +118,15 @@ class Connection:
         return buf[:n]
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
-        """Read and parse one reply; the commonest meta replies skip the generator parser."""
+        """Read and parse one reply; store replies and meta multigets skip the generator parser."""
         if parse is P.parse_store:
             line = self.readline()
             ok = P.STORED.get(line)
             if ok is None:
                 raise P.raise_for(line)
             return ok
-        if meta:
-            if parse is P.parse_get:
-                return self.read_meta_get()
-            if parse is P.parse_get_many:
-                return self.read_meta_multiget()
+        if meta and parse is P.parse_get_many:
+            return self.read_meta_multiget()
         gen = parse(meta)
         try:
             need = next(gen)
@@ -137,25 +134,6 @@ class Connection:
                 need = gen.send(self.readline() if need < 0 else self.read_value(need))
         except StopIteration as stop:
             return stop.value
-
-    def read_meta_get(self) -> tuple[bytes, int, int] | None:
-        """``P.parse_get(True)`` without a generator: (data, flags, cas) or None on a miss."""
-        line = self.readline()
-        if line[:3] == b"VA ":
-            parts = line.split()
-            data = self.read_value(int(parts[1]))
-            if len(parts) == 3 and parts[2][:1] == b"f":
-                return data, int(parts[2][1:]), 0
-            flags = cas = 0
-            for t in parts[2:]:
-                if t[:1] == b"f":
-                    flags = int(t[1:])
-                elif t[:1] == b"c":
-                    cas = int(t[1:])
-            return data, flags, cas
-        if line == b"EN":
-            return None
-        raise P.raise_for(line)
 
     def probe(self) -> bool | None:
         """Does the server speak meta? ``mn`` gets ``MN`` from a meta server and ``ERROR`` from an

@@ -101,7 +101,7 @@ class Operations(ClientCore[S]):
             if self.ignore_errors:
                 return default
             raise
-        return self._get_end(wire, r, default)
+        return default if r is None else self._get_end(wire, r[0], r[1], default)
 
     # get and set in two halves around their one request, so that the blocking client's fast
     # path (Client.get, Client.set) shares everything but the I/O with the generator
@@ -115,10 +115,10 @@ class Operations(ClientCore[S]):
                 return v, None
         return wire, self._router.server_for(rk)
 
-    def _get_end(self, wire: bytes, r: tuple[bytes, int, int] | None, default: Any) -> Any:
-        if r is None:
+    def _get_end(self, wire: bytes, data: bytes | None, flags: int, default: Any) -> Any:
+        if data is None:
             return default
-        value = self._serde.decode(r[0], r[1])
+        value = self._serde.decode(data, flags)
         if self._near is not None:
             self._near.put(wire, value)
         return value

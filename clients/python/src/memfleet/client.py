@@ -87,10 +87,6 @@ class Client(Operations[Server]):
     ) -> Any:
         """One request and its reply on a pooled connection (a Call, unpacked: the hot path)."""
         conn = self._acquire(server)
-        self._send(server, conn, build, value)
-        return self._reply(server, conn, parse)
-
-    def _send(self, server: Server, conn: Connection, build: Callable[[bool], bytes], value: bytes | None) -> None:
         try:
             if value is None:
                 conn.send(build(conn.meta))
@@ -98,6 +94,7 @@ class Client(Operations[Server]):
                 conn.send_value(build(conn.meta), value)
         except OSError as exc:
             self._lost(server, conn, exc)
+        return self._reply(server, conn, parse)
 
     def _lost(self, server: Server, conn: Connection, exc: OSError) -> None:
         conn.close()
@@ -125,9 +122,18 @@ class Client(Operations[Server]):
             server: Server = call.server  # type: ignore[assignment]
             try:
                 conn = self._acquire(server)
-                self._send(server, conn, call.build, call.value)
             except MemfleetError as exc:
                 outcomes[i] = exc
+                continue
+            try:
+                if call.value is None:
+                    conn.send(call.build(conn.meta))
+                else:
+                    conn.send_value(call.build(conn.meta), call.value)
+            except OSError as exc:
+                conn.close()
+                self._router.failed(server)
+                outcomes[i] = MemfleetConnectionError(f"{server.address}: {exc}")
                 continue
             sent.append((i, server, conn))
         for i, server, conn in sent:
@@ -137,32 +143,67 @@ class Client(Operations[Server]):
                 outcomes[i] = exc
         return outcomes
 
-    # -- fast path: get and set skip the generator; the halves around their request are the
-    # operation's own (Operations._get_start/_get_end, _store_start/_store_end)
+    # -- fast path: get and set skip the generator and the driver's layers. What they do besides
+    # I/O is the operation's own (Operations._get_start/_get_end, _store_start/_store_end), and
+    # the tests run every case through both this path and the asyncio client's generator path.
     def get(self, key: Key, default: Any = None) -> Any:
         """The value of ``key``, or ``default`` on a miss."""
         wire, server = self._get_start(key)
         if server is None:
             return wire  # a near cache hit
         try:
-            r = self._exchange(server, lambda meta: P.req_get(wire, meta), P.parse_get, None)
+            conn = self._acquire(server)
+            try:
+                if conn.meta:
+                    conn.send(b"mg " + wire + b" f v\r\n")
+                    line = conn.readline()
+                    if line[:3] == b"VA ":  # "VA <n> f<flags>"
+                        parts = line.split()
+                        data: bytes | None = conn.read_value(int(parts[1]))
+                        flags = int(parts[2][1:]) if len(parts) > 2 else 0
+                    elif line == b"EN":
+                        data, flags = None, 0
+                    else:
+                        raise P.raise_for(line)
+                else:
+                    conn.send(b"get " + wire + b"\r\n")
+                    r = conn.reply(P.parse_get, False)
+                    data, flags = (None, 0) if r is None else (r[0], r[1])
+            except MemfleetServerError:
+                conn.close()
+                raise
+            except OSError as exc:
+                self._lost(server, conn, exc)
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return default
             raise
-        return self._get_end(wire, r, default)
+        server.release(conn)
+        if server.failures:
+            server.failures = 0
+        return self._get_end(wire, data, flags, default)
 
     def set(self, key: Key, value: Any, ttl: int = 0) -> bool:
         """Store ``value``; ``ttl`` in seconds (0 = never expires)."""
         wire, server, data, flags = self._store_start(key, value)
         try:
-            ok = self._exchange(
-                server, lambda meta: P.store_head(b"set", wire, len(data), flags, ttl, meta), P.parse_store, data
-            )
+            conn = self._acquire(server)
+            try:
+                conn.send_value(P.store_head(b"set", wire, len(data), flags, ttl, conn.meta), data)
+                line = conn.readline()
+            except OSError as exc:
+                self._lost(server, conn, exc)
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return False
             raise
+        ok = P.STORED.get(line)
+        if ok is None:
+            conn.close()
+            raise P.raise_for(line)
+        server.release(conn)
+        if server.failures:
+            server.failures = 0
         return self._store_end(wire, value, ttl, ok)
 
 
