@@ -198,8 +198,11 @@ impl Segments {
             mem.release(self.pending_release);
             self.pending_release = 0;
         }
-        for buf in self.pending_spare.drain(..) {
-            mem.put_spare(buf);
+        // Every operation settles; skipping an empty drain saves a get ~20 instructions.
+        if !self.pending_spare.is_empty() {
+            for buf in self.pending_spare.drain(..) {
+                mem.put_spare(buf);
+            }
         }
     }
 
