@@ -7,10 +7,11 @@
 //! See docs/storage.md for the design and the per-item byte budget.
 //!
 //! Modules, lowest layer first (each uses only those before it):
-//! - `types`, `exptime`, `item`, `segbuf`, `stats`, `numeric`: public vocabulary, expiry
-//!   rules, the item byte layout, segment buffers, counters, decimal parsing;
-//! - `index` (key → location hash index), `segments` (segment table, FIFO, head),
-//!   `budget` (memory charged against the limit, spare buffers);
+//! - `segbuf`, `item`, `stats`, `numeric`, `exptime`, `types`: segment buffers (the one
+//!   `unsafe` module), the item byte layout, counters, decimal parsing, expiry rules, the
+//!   public vocabulary (commands, options, outcomes, `StoreRequest`);
+//! - `index` (key → location hash index), `budget` (memory charged against the limit,
+//!   spare buffers), `segments` (segment table, FIFO by age, write head);
 //! - `shard`: one shard tying them together (lookup, link, unlink);
 //! - `eviction` (finding memory for a write) and `reclaim` (background expiry, compaction);
 //! - `write` (storage commands), `delete`, `arith` (incr/decr), `read` (get, meta get leases);
