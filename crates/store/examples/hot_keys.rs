@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use store::{Config, Store, StoreMode};
+use store::{Config, Store, StoreMode, StoreRequest};
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -45,7 +45,7 @@ fn main() {
                     let u = (rng >> 11) as f64 / (1u64 << 53) as f64;
                     let k = &keys[cdf.partition_point(|&c| c < u).min(99)];
                     if rng & 1 == 0 {
-                        s.store(StoreMode::Set, k, 0, 0, &v, now);
+                        s.store(StoreRequest::new(StoreMode::Set, k, &v), now);
                     } else if s.get(k, now, |x| x.is_some()) {
                         hits += 1;
                     }
