@@ -35,11 +35,13 @@
 //!
 //! [`stream::run`] is the reference consume/swallow loop (used by the fuzz target and tests).
 
+pub mod forward;
 mod meta;
 mod num;
 pub mod redis_cmd;
 pub mod reply;
 pub mod resp;
+pub mod response;
 #[doc(hidden)]
 pub mod stream;
 mod text;

@@ -1,9 +1,11 @@
-//! The Redis connection commands a Redis pool answers itself because they are about the
-//! client's session with the router, not about data: AUTH and HELLO. Replies are worded as
-//! redis-server 7.0 words them (checked live).
+//! Client authentication, for both protocols: memcached's `set`-based login against
+//! `client_auth`, and the Redis connection commands a Redis pool answers itself because they
+//! are about the client's session with the router, not about data (AUTH and HELLO; replies
+//! worded as redis-server 7.0 words them, checked live).
 
 use proto::redis_cmd::{ERR_AUTH_NOT_SET, ERR_WRONGPASS};
 use proto::resp::{self, RespRequest};
+use proto::Request;
 
 use crate::config::Pool;
 
@@ -11,6 +13,29 @@ pub const OK: &[u8] = b"+OK\r\n";
 const ERR_HELLO_NOAUTH: &[u8] = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
 const ERR_NOPROTO: &[u8] = b"-NOPROTO unsupported protocol version\r\n";
 const ERR_PROTOVER: &[u8] = b"-ERR Protocol version is not an integer or out of range\r\n";
+
+/// memcached's text-protocol authentication (`-Y authfile`), against the pool's
+/// `client_auth` password: the first command must be `set <any key> <flags> <exptime>
+/// <bytes>` whose data is `<user> <password>`; any user name is accepted.
+pub fn memcached_login(req: &Request<'_>, password: Option<&str>) -> &'static [u8] {
+    let Request::Store {
+        cmd: proto::StoreCmd::Set,
+        data,
+        ..
+    } = req
+    else {
+        return b"CLIENT_ERROR unauthenticated\r\n";
+    };
+    let mut tokens = data.split(|&b| b == b' ').filter(|t| !t.is_empty());
+    let (Some(_user), Some(pass)) = (tokens.next(), tokens.next()) else {
+        return b"CLIENT_ERROR bad authentication token format\r\n";
+    };
+    if password.is_some_and(|pw| same_secret(pw.as_bytes(), pass)) {
+        proto::reply::STORED
+    } else {
+        b"CLIENT_ERROR authentication failure\r\n"
+    }
+}
 
 /// True when clients of the pool must authenticate before any command runs.
 pub fn needs_auth(cfg: &Pool) -> bool {
