@@ -49,14 +49,22 @@ impl Default for Limits {
     }
 }
 
+/// The error reply `-ERR Protocol error: invalid multibulk length`.
 pub const ERR_INVALID_MULTIBULK: &[u8] = b"-ERR Protocol error: invalid multibulk length\r\n";
+/// The error reply `-ERR Protocol error: invalid bulk length`.
 pub const ERR_INVALID_BULK: &[u8] = b"-ERR Protocol error: invalid bulk length\r\n";
+/// The error reply `-ERR Protocol error: too big inline request`.
 pub const ERR_TOO_BIG_INLINE: &[u8] = b"-ERR Protocol error: too big inline request\r\n";
+/// The error reply `-ERR Protocol error: too big mbulk count string`.
 pub const ERR_TOO_BIG_MBULK: &[u8] = b"-ERR Protocol error: too big mbulk count string\r\n";
+/// The error reply `-ERR Protocol error: too big bulk count string`.
 pub const ERR_TOO_BIG_BULK: &[u8] = b"-ERR Protocol error: too big bulk count string\r\n";
+/// The error reply `-ERR Protocol error: unbalanced quotes in request`.
 pub const ERR_UNBALANCED: &[u8] = b"-ERR Protocol error: unbalanced quotes in request\r\n";
+/// The error reply `-ERR Protocol error: unauthenticated multibulk length`.
 pub const ERR_UNAUTH_MULTIBULK: &[u8] =
     b"-ERR Protocol error: unauthenticated multibulk length\r\n";
+/// The error reply `-ERR Protocol error: unauthenticated bulk length`.
 pub const ERR_UNAUTH_BULK: &[u8] = b"-ERR Protocol error: unauthenticated bulk length\r\n";
 
 const EXPECTED_PREFIX: &[u8] = b"-ERR Protocol error: expected '$', got '";
@@ -94,9 +102,17 @@ pub enum RespParse<'a> {
     /// Bytes redis-server drops without a reply.
     Skip(usize),
     /// Read more; `total` is the needed buffer length when known.
-    Incomplete { total: Option<usize> },
+    Incomplete {
+        /// The buffer size needed, when known.
+        total: Option<usize>,
+    },
     /// Protocol error: write `reply`, then close if `close`.
-    Error { reply: &'static [u8], close: bool },
+    Error {
+        /// redis-server's error reply.
+        reply: &'static [u8],
+        /// Close after writing it (always true).
+        close: bool,
+    },
 }
 
 /// Arguments kept inline in [`RespRequest`] for O(1) access; later ones are found by scanning.

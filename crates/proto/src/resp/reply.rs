@@ -95,9 +95,13 @@ pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, RespError> {
 /// A complete reply seen from outside (for merging split commands).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyView<'a> {
+    /// `+<text>`
     Simple(&'a [u8]),
+    /// `-<text>`
     Error(&'a [u8]),
+    /// `:<n>`
     Integer(i64),
+    /// `$<len>` data, None for `$-1`.
     Bulk(Option<&'a [u8]>),
     /// `None` for a nil array; else the element count and the bytes of all elements.
     Array(Option<(usize, &'a [u8])>),

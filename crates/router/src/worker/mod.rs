@@ -9,9 +9,16 @@
 //! client's ready replies are also written once per iteration.
 //!
 //! Pools speak memcached or, with `redis: true`, RESP2. The protocol shows in three places
-//! only: how a client's bytes are parsed and routed (`parse_client` / `parse_client_resp`),
-//! how a backend's replies are framed ([`ReplyFramer`]), and the wording of the errors the
-//! router makes up. Queues, batching, ordering, timeouts and ejection are shared.
+//! only: how a client's bytes are parsed and routed (`memcached.rs`, `redis.rs`), how a
+//! backend's replies are framed (`proto::response::ReplyFramer`), and the wording of the
+//! errors the router makes up. Queues, batching, ordering, timeouts and ejection are shared.
+//!
+//! Modules, one concept each: this one is the event loop (poll, control messages, reload);
+//! `accept` takes new connections and hands them over, `client` is a client connection and
+//! its reply queue, `backend` a server connection and its queue of requests in flight
+//! (`get_batch`: gets of many clients merged on one line), `memcached` and `redis` parse and
+//! route each protocol's requests (asking `crate::route::Placement` where they go), and
+//! `auth` answers client authentication for both.
 
 mod accept;
 mod auth;
