@@ -21,7 +21,9 @@
 //! store (NOT_FOUND, EXISTS, ...) or on server settings (`-A` for shutdown, `-F` for flush_all)
 //! is left to the server; the relevant fields are in [`Request`].
 //!
-//! Replies are built with the helpers in [`reply`].
+//! Replies are built with the helpers in [`reply`]; a client or proxy reads them back with
+//! [`response`] (memcached) and [`resp`] (RESP2, for Redis pools), and passes a parsed request
+//! on to another server with [`forward`].
 //!
 //! Server duties that mirror memcached but are not visible to a parser:
 //! * get/gets/gat/gats: iterate [`Keys`]; on `Err(KeyTooLong)` drop the VALUEs built so far and
