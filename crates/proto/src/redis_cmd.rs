@@ -595,20 +595,12 @@ pub fn answer_local(plan: &CommandPlan, req: &RespRequest<'_>, out: &mut Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::{parse_request, write_command, Limits, RespParse};
+    use crate::resp::drive::with_command;
+    use crate::resp::write_command;
     use proptest::prelude::*;
 
-    fn with_req<R>(args: &[&[u8]], f: impl FnOnce(&RespRequest<'_>) -> R) -> R {
-        let mut buf = Vec::new();
-        write_command(&mut buf, args.len(), args.iter().copied());
-        let RespParse::Request(r, _) = parse_request(&buf, &Limits::default()) else {
-            panic!()
-        };
-        f(&r)
-    }
-
     fn plan_of(args: &[&[u8]]) -> Result<(Kind, Vec<usize>), &'static [u8]> {
-        with_req(args, |r| {
+        with_command(args, |r| {
             classify(r).map(|p| (p.kind(), p.key_indexes().collect()))
         })
     }
@@ -814,19 +806,19 @@ mod tests {
             assert_eq!(plan_of(&[c, b"x"]), Err(ERR_UNSUPPORTED));
         }
         let mut out = Vec::new();
-        with_req(&[b"ping"], |r| {
+        with_command(&[b"ping"], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"ping", b"hi"], |r| {
+        with_command(&[b"ping", b"hi"], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"echo", b""], |r| {
+        with_command(&[b"echo", b""], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"quit"], |r| {
+        with_command(&[b"quit"], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"auth", b"x"], |r| {
+        with_command(&[b"auth", b"x"], |r| {
             assert!(!answer_local(&classify(r).unwrap(), r, &mut out))
         });
         assert_eq!(out, b"+PONG\r\n$2\r\nhi\r\n$0\r\n\r\n+OK\r\n");
@@ -842,16 +834,16 @@ mod tests {
 
     #[test]
     fn co_location_is_checked() {
-        with_req(&[b"smove", b"a1", b"a2", b"m"], |r| {
+        with_command(&[b"smove", b"a1", b"a2", b"m"], |r| {
             assert_eq!(classify(r).unwrap().server(r, by_first_byte), Ok(97 % 3));
         });
-        with_req(&[b"smove", b"a", b"b", b"m"], |r| {
+        with_command(&[b"smove", b"a", b"b", b"m"], |r| {
             assert_eq!(
                 classify(r).unwrap().server(r, by_first_byte),
                 Err(ERR_CROSS_SERVER)
             );
         });
-        with_req(&[b"get", b"b"], |r| {
+        with_command(&[b"get", b"b"], |r| {
             assert_eq!(classify(r).unwrap().server(r, by_first_byte), Ok(98 % 3));
         });
     }
@@ -860,7 +852,7 @@ mod tests {
     fn split_mget_and_merge_in_order() {
         // a (97%3=1), b (98%3=2), c (99%3=0), d (100%3=1)
         let args: [&[u8]; 5] = [b"MGET", b"a", b"b", b"c", b"d"];
-        let parts = with_req(&args, |r| {
+        let parts = with_command(&args, |r| {
             split_multi(&classify(r).unwrap(), r, by_first_byte)
         });
         assert_eq!(parts.len(), 3);
@@ -890,7 +882,7 @@ mod tests {
     #[test]
     fn split_mset_keeps_pairs() {
         let args: [&[u8]; 5] = [b"mset", b"a", b"1", b"b", b"2"];
-        let parts = with_req(&args, |r| {
+        let parts = with_command(&args, |r| {
             split_multi(&classify(r).unwrap(), r, by_first_byte)
         });
         assert_eq!(
@@ -972,7 +964,7 @@ mod tests {
             let server_of = |k: &[u8]| k.iter().map(|&b| usize::from(b)).sum::<usize>() % nservers;
             let mut args: Vec<&[u8]> = vec![b"mget"];
             args.extend(keys.iter().map(|k| &k[..]));
-            let parts = with_req(&args, |r| split_multi(&classify(r).unwrap(), r, server_of));
+            let parts = with_command(&args, |r| split_multi(&classify(r).unwrap(), r, server_of));
             let mut seen = vec![false; keys.len()];
             let replies: Vec<Vec<u8>> = parts.iter().map(|p| {
                 let mut b = Vec::new();

@@ -610,6 +610,16 @@ pub mod drive {
     //! the parser's invariants. Panics if one breaks.
     use super::*;
 
+    /// Calls `f` with the command `args` as parsed from its multibulk encoding.
+    pub fn with_command<R>(args: &[&[u8]], f: impl FnOnce(&RespRequest<'_>) -> R) -> R {
+        let mut buf = Vec::new();
+        write_command(&mut buf, args.len(), args.iter().copied());
+        let RespParse::Request(r, _) = parse_request(&buf, &Limits::default()) else {
+            panic!("not a command: {args:?}")
+        };
+        f(&r)
+    }
+
     #[derive(Debug, Default, Clone, PartialEq, Eq)]
     pub struct Outcome {
         pub requests: Vec<Vec<Vec<u8>>>,

@@ -162,7 +162,7 @@ pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>)
 mod tests {
     use super::*;
     use crate::config::Config;
-    use proto::resp::{parse_request, write_command, Limits, RespParse};
+    use proto::resp::drive::with_command;
 
     fn pool(extra: &str) -> Pool {
         let yaml = format!(
@@ -171,17 +171,8 @@ mod tests {
         Config::from_yaml_str(&yaml).unwrap().pools.remove(0)
     }
 
-    fn with_req<R>(args: &[&[u8]], f: impl FnOnce(&RespRequest<'_>) -> R) -> R {
-        let mut buf = Vec::new();
-        write_command(&mut buf, args.len(), args.iter().copied());
-        let RespParse::Request(r, _) = parse_request(&buf, &Limits::default()) else {
-            panic!()
-        };
-        f(&r)
-    }
-
     fn hello_of(cfg: &Pool, args: &[&[u8]], authed: bool) -> (Vec<u8>, bool) {
-        with_req(args, |r| {
+        with_command(args, |r| {
             let mut out = Vec::new();
             let ok = hello(cfg, r, authed, &mut out);
             (out, ok)
@@ -192,28 +183,28 @@ mod tests {
     fn auth_accepts_either_password_for_the_default_user() {
         let cfg = pool("  redis_auth: back\n  client_auth: front\n");
         assert!(needs_auth(&cfg));
-        assert_eq!(with_req(&[b"AUTH", b"back"], |r| auth(&cfg, r)), OK);
-        assert_eq!(with_req(&[b"AUTH", b"front"], |r| auth(&cfg, r)), OK);
+        assert_eq!(with_command(&[b"AUTH", b"back"], |r| auth(&cfg, r)), OK);
+        assert_eq!(with_command(&[b"AUTH", b"front"], |r| auth(&cfg, r)), OK);
         assert_eq!(
-            with_req(&[b"AUTH", b"default", b"front"], |r| auth(&cfg, r)),
+            with_command(&[b"AUTH", b"default", b"front"], |r| auth(&cfg, r)),
             OK
         );
         assert_eq!(
-            with_req(&[b"AUTH", b"bob", b"front"], |r| auth(&cfg, r)),
+            with_command(&[b"AUTH", b"bob", b"front"], |r| auth(&cfg, r)),
             ERR_WRONGPASS
         );
         assert_eq!(
-            with_req(&[b"AUTH", b"nope"], |r| auth(&cfg, r)),
+            with_command(&[b"AUTH", b"nope"], |r| auth(&cfg, r)),
             ERR_WRONGPASS
         );
         let open = pool("");
         assert!(!needs_auth(&open));
         assert_eq!(
-            with_req(&[b"AUTH", b"x"], |r| auth(&open, r)),
+            with_command(&[b"AUTH", b"x"], |r| auth(&open, r)),
             ERR_AUTH_NOT_SET
         );
         assert_eq!(
-            with_req(&[b"AUTH", b"default", b"x"], |r| auth(&open, r)),
+            with_command(&[b"AUTH", b"default", b"x"], |r| auth(&open, r)),
             OK
         );
     }
