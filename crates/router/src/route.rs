@@ -62,3 +62,33 @@ impl Placement {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::time::Instant;
+
+    const YAML: &str = "p:\n  listen: 127.0.0.1:22121\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  servers:\n   - 127.0.0.1:1:1 one\n   - 127.0.0.1:2:1 two\n";
+
+    #[test]
+    fn follows_ejections() {
+        let cfg = Config::from_yaml_str(YAML).unwrap();
+        let rt = Arc::new(PoolRt::new(cfg.pools[0].clone(), 1, Instant::now()).unwrap());
+        let mut placement = Placement::new(rt.clone());
+        let key = (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| placement.for_key(k.as_bytes()) == Some(0))
+            .unwrap();
+        assert_eq!(placement.for_all(), vec![0, 1]);
+        assert_eq!(placement.for_any(), Some(0));
+        assert!(rt.record_failure(0), "one failure ejects");
+        assert_eq!(placement.for_key(key.as_bytes()), Some(1), "the new ring");
+        assert_eq!(placement.for_all(), vec![1]);
+        assert_eq!(placement.for_any(), Some(1));
+        assert!(rt.record_failure(1));
+        assert_eq!(placement.for_key(key.as_bytes()), None);
+        assert!(placement.for_all().is_empty());
+        assert_eq!(placement.for_any(), Some(0), "all ejected: the first");
+    }
+}
