@@ -7,12 +7,15 @@ The server command is ``$MEMFLEET_TEST_SERVER`` (a command prefix, default ``mem
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import shlex
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -87,21 +90,65 @@ def fresh_servers3() -> Iterator[list[ServerProcess]]:
         s.stop()
 
 
+def raw_request(client: Any, request: bytes) -> bytes:
+    """Send ``request`` to the client's first server on a fresh connection; the first reply chunk."""
+    host, port = client.servers[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=2) as s:
+        s.sendall(request)
+        return s.recv(65536)
+
+
+class Blocking:
+    """An AsyncClient whose coroutine methods run to completion on a private event loop, so one
+    test body checks both drivers."""
+
+    def __init__(self, async_client: memfleet.AsyncClient) -> None:
+        self._client = async_client
+        self._loop = asyncio.new_event_loop()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+        return lambda *args, **kwargs: self._loop.run_until_complete(attr(*args, **kwargs))
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.close())
+        self._loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def make_client(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """``make_client(servers, **options)``: a Client, or an AsyncClient behind :class:`Blocking`."""
+    made: list[Any] = []
+
+    def make(servers: Any, **options: Any) -> Any:
+        if request.param == "sync":
+            c: Any = memfleet.Client(servers, **options)
+        else:
+            c = Blocking(memfleet.AsyncClient(servers, **options))
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
 @pytest.fixture(params=["meta", "text"])
-def client(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[memfleet.Client]:
-    c = memfleet.Client([server.address], protocol=request.param)
+def client(request: pytest.FixtureRequest, server: ServerProcess, make_client: Any) -> Any:
+    """Either driver over either protocol."""
+    c = make_client([server.address], protocol=request.param)
     c.flush_all()
-    yield c
-    c.close()
+    return c
 
 
 @pytest.fixture()
-def mclient(server: ServerProcess) -> Iterator[memfleet.Client]:
-    """Meta-protocol client."""
-    c = memfleet.Client([server.address])
+def mclient(server: ServerProcess, make_client: Any) -> Any:
+    """Either driver, meta protocol."""
+    c = make_client([server.address])
     c.flush_all()
-    yield c
-    c.close()
+    return c
 
 
 @pytest.fixture()

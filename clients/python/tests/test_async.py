@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import socket
 import time
 from typing import Any
 
@@ -51,7 +53,8 @@ def test_async_methods(servers3: list[Any], protocol: str) -> None:
     run(main())
 
 
-def test_async_stampede_loader_runs_once(server: Any) -> None:
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_async_stampede_loader_runs_once(server: Any, protocol: str) -> None:
     calls = []
 
     async def loader() -> str:
@@ -60,7 +63,7 @@ def test_async_stampede_loader_runs_once(server: Any) -> None:
         return "loaded"
 
     async def main() -> list[Any]:
-        c = memfleet.AsyncClient([server.address], max_pool_size=64)
+        c = memfleet.AsyncClient([server.address], max_pool_size=64, protocol=protocol)
         await c.flush_all()
         return list(await asyncio.gather(*(c.get_or_set("hot", loader, ttl=30) for _ in range(50))))
 
@@ -91,3 +94,57 @@ def test_async_connection_errors() -> None:
         assert await q.get("x", "d") == "d"
 
     run(main())
+
+
+def test_async_invalidate_serves_stale_while_one_task_reloads(server: Any) -> None:
+    async def main() -> None:
+        c = memfleet.AsyncClient([server.address])
+        await c.flush_all()
+        await c.set("page", "v1", ttl=60)
+        assert await c.invalidate("page")
+        loading = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow_loader() -> str:
+            loading.set()
+            await release.wait()
+            return "v2"
+
+        winner = asyncio.ensure_future(c.get_or_set("page", slow_loader, ttl=60))
+        await asyncio.wait_for(loading.wait(), 5)
+        # while the winner reloads, other tasks get the stale value without running the loader
+        assert await c.get_or_set("page", lambda: "must not run", ttl=60) == "v1"
+        release.set()
+        assert await winner == "v2"
+        assert await c.get_or_set("page", lambda: "must not run", ttl=60) == "v2"
+
+    run(main())
+
+
+def test_async_many_tasks_share_a_small_pool(server: Any) -> None:
+    async def worker(c: memfleet.AsyncClient, n: int) -> None:
+        for i in range(50):
+            assert await c.set(f"t{n}-{i}", {"n": n, "i": i})
+            assert await c.get(f"t{n}-{i}") == {"n": n, "i": i}
+
+    async def main() -> None:
+        c = memfleet.AsyncClient([server.address], max_pool_size=2)
+        await asyncio.gather(*(worker(c, n) for n in range(16)))
+        srv = c._router.servers[0]
+        assert len(srv._idle) <= 2
+        conn = await srv.acquire()
+        sock = conn.writer.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        await c.close()
+
+    run(main())
+
+
+def test_methods_are_bound_once_with_their_signature(server: Any) -> None:
+    c = memfleet.Client([server.address])
+    a = memfleet.AsyncClient([server.address])
+    assert inspect.signature(c.incr) == inspect.signature(a.incr)
+    assert list(inspect.signature(a.get_or_set).parameters)[:3] == ["key", "loader", "ttl"]
+    assert inspect.iscoroutinefunction(a.delete) and not inspect.iscoroutinefunction(c.delete)
+    assert c.delete is c.delete  # stored on the instance at first use
+    assert a.touch.__doc__ == c.touch.__doc__ and a.touch.__doc__

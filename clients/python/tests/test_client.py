@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from conftest import raw_request
 
 import memfleet
 from memfleet.serde import FLAG_INTEGER, FLAG_MSGPACK, FLAG_TEXT
@@ -33,24 +34,24 @@ VALUES: list[Any] = [
 
 
 @pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
-def test_set_get_roundtrip(client: memfleet.Client, value: Any) -> None:
+def test_set_get_roundtrip(client: Any, value: Any) -> None:
     assert client.set("k", value)
     got = client.get("k")
     assert got == value
     assert type(got) is type(value)
 
 
-def test_get_miss_returns_default(client: memfleet.Client) -> None:
+def test_get_miss_returns_default(client: Any) -> None:
     assert client.get("missing") is None
     assert client.get("missing", "dflt") == "dflt"
 
 
-def test_tuple_comes_back_as_list(client: memfleet.Client) -> None:
+def test_tuple_comes_back_as_list(client: Any) -> None:
     client.set("t", (1, 2))
     assert client.get("t") == [1, 2]
 
 
-def test_add_replace(client: memfleet.Client) -> None:
+def test_add_replace(client: Any) -> None:
     assert client.add("a", 1)
     assert not client.add("a", 2)
     assert client.get("a") == 1
@@ -60,7 +61,7 @@ def test_add_replace(client: memfleet.Client) -> None:
     assert client.get("nope") is None
 
 
-def test_append_prepend(client: memfleet.Client) -> None:
+def test_append_prepend(client: Any) -> None:
     assert not client.append("ap", b"x")
     client.set("ap", b"mid")
     assert client.append("ap", b">")
@@ -68,7 +69,7 @@ def test_append_prepend(client: memfleet.Client) -> None:
     assert client.get("ap") == b"<mid>"
 
 
-def test_gets_and_cas(client: memfleet.Client) -> None:
+def test_gets_and_cas(client: Any) -> None:
     assert client.gets("c") == (None, None)
     client.set("c", {"v": 1})
     value, token = client.gets("c")
@@ -78,14 +79,14 @@ def test_gets_and_cas(client: memfleet.Client) -> None:
     assert client.get("c") == {"v": 2}
 
 
-def test_delete(client: memfleet.Client) -> None:
+def test_delete(client: Any) -> None:
     client.set("d", 1)
     assert client.delete("d")
     assert not client.delete("d")
     assert client.get("d") is None
 
 
-def test_incr_decr(client: memfleet.Client) -> None:
+def test_incr_decr(client: Any) -> None:
     assert client.incr("n") is None
     client.set("n", 10)
     assert client.incr("n") == 11
@@ -98,7 +99,7 @@ def test_incr_decr(client: memfleet.Client) -> None:
         client.incr("n", -1)
 
 
-def test_touch_and_ttl(client: memfleet.Client) -> None:
+def test_touch_and_ttl(client: Any) -> None:
     assert not client.touch("t", 10)
     client.set("t", "v", ttl=1)
     assert client.touch("t", 100)
@@ -108,7 +109,7 @@ def test_touch_and_ttl(client: memfleet.Client) -> None:
     assert client.get("gone") is None
 
 
-def test_get_many_set_many_delete_many(client: memfleet.Client) -> None:
+def test_get_many_set_many_delete_many(client: Any) -> None:
     data = {f"k{i}": {"i": i} for i in range(1200)}  # more than one pipeline batch
     assert client.set_many(data) == []
     got = client.get_many(list(data) + ["absent"])
@@ -118,16 +119,16 @@ def test_get_many_set_many_delete_many(client: memfleet.Client) -> None:
     assert client.get_many([]) == {}
 
 
-def test_set_many_reports_failures(client: memfleet.Client) -> None:
+def test_set_many_reports_failures(client: Any, make_client: Any) -> None:
     # an item larger than the server's 1 MB limit is refused
-    huge = memfleet.Client([client.servers[0]], compress_threshold=None, protocol="meta")
+    huge = make_client([client.servers[0]], compress_threshold=None, protocol="meta")
     failed = huge.set_many({"ok": 1, "big": b"x" * (2 * 1024 * 1024)})
     assert failed == ["big"]
     assert huge.get("ok") == 1
 
 
-def test_key_prefix_and_validation(server: Any) -> None:
-    c = memfleet.Client([server.address], key_prefix="app1:")
+def test_key_prefix_and_validation(server: Any, make_client: Any) -> None:
+    c = make_client([server.address], key_prefix="app1:")
     plain = memfleet.Client([server.address])
     c.set("k", "v")
     assert plain.get("app1:k") == "v"
@@ -139,7 +140,21 @@ def test_key_prefix_and_validation(server: Any) -> None:
     assert plain.get("ключ") == "utf-8 keys work"
 
 
-def test_stats_version_flush(client: memfleet.Client) -> None:
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_get_or_set_with_key_prefix_releases_its_lock(server: Any, make_client: Any, protocol: str) -> None:
+    c = make_client([server.address], protocol=protocol, key_prefix="app1:")
+    plain = memfleet.Client([server.address])
+    c.flush_all()
+    assert c.get_or_set("k", lambda: "v1", ttl=60) == "v1"
+    assert plain.get("app1:k") == "v1"
+    # the text protocol's lock key (the prefix is in it once) is gone, so the next miss loads at once
+    assert raw_request(c, b"mg memfleet-lock:app1:k v\r\n") == b"EN\r\n"
+    assert c.delete("k")
+    assert c.get_or_set("k", lambda: "v2", ttl=60) == "v2"
+    assert plain.get("app1:k") == "v2"
+
+
+def test_stats_version_flush(client: Any) -> None:
     (version,) = client.version().values()
     assert version[0].isdigit()
     (stats,) = client.stats().values()
@@ -149,7 +164,7 @@ def test_stats_version_flush(client: memfleet.Client) -> None:
     assert client.get("f") is None
 
 
-def test_flags_on_the_wire(mclient: memfleet.Client, server: Any) -> None:
+def test_flags_on_the_wire(mclient: Any, server: Any) -> None:
     mclient.set("s", "text")
     mclient.set("i", 42)
     mclient.set("m", {"a": 1})
@@ -160,8 +175,8 @@ def test_flags_on_the_wire(mclient: memfleet.Client, server: Any) -> None:
     assert reply == b"HD f%d\r\nHD f%d\r\nHD f%d\r\n" % (FLAG_TEXT, FLAG_INTEGER, FLAG_MSGPACK)
 
 
-def test_protocol_autodetect_uses_meta(server: Any) -> None:
-    c = memfleet.Client([server.address])
+def test_protocol_autodetect_uses_meta(server: Any, make_client: Any) -> None:
+    c = make_client([server.address])
     c.get("x")
     assert c._router.servers[0].meta is True
 
@@ -195,23 +210,23 @@ def _text_only_server(stop: threading.Event) -> int:
     return int(lsock.getsockname()[1])
 
 
-def test_protocol_autodetect_falls_back_to_text() -> None:
+def test_protocol_autodetect_falls_back_to_text(make_client: Any) -> None:
     stop = threading.Event()
     port = _text_only_server(stop)
     try:
-        c = memfleet.Client([f"127.0.0.1:{port}"])
+        c = make_client([f"127.0.0.1:{port}"])
         assert c.get("x") is None
         assert c._router.servers[0].meta is False
     finally:
         stop.set()
 
 
-def test_timeout_on_silent_server() -> None:
+def test_timeout_on_silent_server(make_client: Any) -> None:
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
     lsock.listen()
     try:
-        c = memfleet.Client([f"127.0.0.1:{lsock.getsockname()[1]}"], timeout=0.3, protocol="meta")
+        c = make_client([f"127.0.0.1:{lsock.getsockname()[1]}"], timeout=0.3, protocol="meta")
         t0 = time.monotonic()
         with pytest.raises(memfleet.MemfleetConnectionError):
             c.get("x")
@@ -220,12 +235,12 @@ def test_timeout_on_silent_server() -> None:
         lsock.close()
 
 
-def test_connect_refused_raises_and_ignore_errors() -> None:
+def test_connect_refused_raises_and_ignore_errors(make_client: Any) -> None:
     port = _closed_port()
-    c = memfleet.Client([f"127.0.0.1:{port}"], failure_limit=0)
+    c = make_client([f"127.0.0.1:{port}"], failure_limit=0)
     with pytest.raises(memfleet.MemfleetConnectionError):
         c.get("x")
-    quiet = memfleet.Client([f"127.0.0.1:{port}"], ignore_errors=True, failure_limit=0)
+    quiet = make_client([f"127.0.0.1:{port}"], ignore_errors=True, failure_limit=0)
     assert quiet.get("x", "d") == "d"
     assert quiet.set("x", 1) is False
     assert quiet.get_many(["a", "b"]) == {}

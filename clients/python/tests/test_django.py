@@ -37,6 +37,12 @@ def cache(server: Any) -> Iterator[Any]:
             "VERSION": 2,
             "OPTIONS": {"near_cache": False, "serializer": "json"},
         },
+        "near": {
+            "BACKEND": "memfleet.django.MemfleetCache",
+            "LOCATION": server.address,
+            "KEY_PREFIX": "near",
+            "OPTIONS": {"near_cache": True, "near_cache_ttl": 60},
+        },
     }
     with override_settings(CACHES=conf):
         c = caches["default"]
@@ -85,6 +91,18 @@ def test_timeouts(cache: Any) -> None:
     assert cache.get_backend_timeout(None) == 0
     assert cache.get_backend_timeout(0) == -1
     assert cache.get_backend_timeout(60 * 60 * 24 * 31) > time.time()
+
+
+def test_timeout_zero_expires_at_once_with_the_near_cache(cache: Any) -> None:
+    near = caches["near"]
+    near.set("now", 1, timeout=0)
+    assert near.get("now") is None
+    near.set("soon", 1, timeout=60)
+    assert near.get("soon") == 1
+    assert near.touch("soon", timeout=0)  # expire it now
+    assert near.get("soon") is None
+    assert near.get_or_set("lazy", 2, timeout=0) == 2
+    assert near.get("lazy") is None
 
 
 def test_many_incr_decr(cache: Any) -> None:

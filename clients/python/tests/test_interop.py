@@ -23,9 +23,9 @@ def _pylibmc(addresses: list[str]) -> Any:
     return pylibmc.Client(addresses, binary=False, behaviors={"ketama_weighted": True})
 
 
-def test_memfleet_reads_pylibmc_values(server: Any) -> None:
+def test_memfleet_reads_pylibmc_values(server: Any, make_client: Any) -> None:
     mc = _pylibmc([server.address])
-    m = memfleet.Client([server.address], allow_pickle=True)
+    m = make_client([server.address], allow_pickle=True)
     for i, value in enumerate(SHARED_VALUES + [True, "z" * 3000]):
         mc.set(f"pl{i}", value)
         got = m.get(f"pl{i}")
@@ -37,22 +37,22 @@ def test_memfleet_reads_pylibmc_values(server: Any) -> None:
     assert m.get("plz") == "compressed " * 500
 
 
-def test_pylibmc_reads_memfleet_values(server: Any) -> None:
+def test_pylibmc_reads_memfleet_values(server: Any, make_client: Any) -> None:
     mc = _pylibmc([server.address])
-    m = memfleet.Client([server.address], serializer="pickle")
+    m = make_client([server.address], serializer="pickle")
     for i, value in enumerate(SHARED_VALUES):
         m.set(f"mf{i}", value)
         got = mc.get(f"mf{i}")
         assert got == value and type(got) is type(value)
 
 
-def test_memfleet_and_pymemcache_both_ways(server: Any) -> None:
+def test_memfleet_and_pymemcache_both_ways(server: Any, make_client: Any) -> None:
     host, port = server.address.split(":")
     pm = PymemcacheClient((host, int(port)), serde=pm_serde.pickle_serde, default_noreply=False)
     pmz = PymemcacheClient(
         (host, int(port)), serde=pm_serde.CompressedSerde(min_compress_len=10), default_noreply=False
     )
-    m = memfleet.Client([server.address], serializer="pickle")
+    m = make_client([server.address], serializer="pickle")
     for i, value in enumerate(SHARED_VALUES):
         pm.set(f"pm{i}", value)
         got = m.get(f"pm{i}")
@@ -64,12 +64,12 @@ def test_memfleet_and_pymemcache_both_ways(server: Any) -> None:
     assert m.get("pmz") == "zlib " * 400
 
 
-def test_memfleet_finds_every_key_pylibmc_stored(servers3: list[Any]) -> None:
+def test_memfleet_finds_every_key_pylibmc_stored(servers3: list[Any], make_client: Any) -> None:
     data = json.loads(VECTORS.read_text(encoding="utf-8"))
     keys = list(next(c for c in data["cases"] if c["implementation"] == "libmemcached-ketama-weighted")["keys"])
     addresses = [s.address for s in servers3]
     mc = _pylibmc(addresses)
-    m = memfleet.Client(addresses)
+    m = make_client(addresses)
     m.flush_all()
     for k in keys:
         mc.set(k, "v:" + k)
@@ -86,11 +86,11 @@ def test_memfleet_finds_every_key_pylibmc_stored(servers3: list[Any]) -> None:
 
 
 @pytest.mark.parametrize("weights", [(1, 2, 5)])
-def test_weighted_placement_matches_pylibmc(servers3: list[Any], weights: Any) -> None:
+def test_weighted_placement_matches_pylibmc(servers3: list[Any], weights: Any, make_client: Any) -> None:
     specs = [f"{s.address}:{w}" for s, w in zip(servers3, weights)]
     tuples = [(s.address.split(":")[0], int(s.address.split(":")[1]), w) for s, w in zip(servers3, weights)]
     mc = _pylibmc(specs)
-    m = memfleet.Client(tuples)
+    m = make_client(tuples)
     m.flush_all()
     keys = [f"weighted-key-{i}" for i in range(500)]
     for k in keys:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
+
+import pytest
 
 import memfleet
 from memfleet.near import NearCache
 
 
-def test_near_cache_hits_and_local_updates(server: Any) -> None:
-    c = memfleet.Client([server.address], near_cache=True, near_cache_size=2, near_cache_ttl=0.5)
+def test_near_cache_hits_and_local_updates(server: Any, make_client: Any) -> None:
+    c = make_client([server.address], near_cache=True, near_cache_size=2, near_cache_ttl=0.5)
     other = memfleet.Client([server.address])
     c.flush_all()
     nc = c.near_cache
@@ -32,10 +34,57 @@ def test_near_cache_hits_and_local_updates(server: Any) -> None:
     assert c.get_many(["b", "c", "d"]) == {"b": "b", "c": "c", "d": "d"}
     assert nc.misses == misses + 1
     assert nc.stats()["hits"] >= 3
-    c.incr("n", 1, initial=5)
-    assert c.get("n") is not None
+    c.set("n", 5)
+    assert c.incr("n", 1) == 6
+    assert c.get("n") == 6  # incr dropped the near copy
     c.flush_all()
     assert len(nc) == 0
+
+
+WRITES: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    # what each write does to "k" (5 in the near cache, 7 on the server), and what get sees next
+    "set": (lambda c: c.set("k", 9), 9),
+    "add": (lambda c: c.add("k", 9), 7),
+    "replace": (lambda c: c.replace("k", 9), 9),
+    "cas": (lambda c: c.cas("k", 9, 1), 7),
+    "append": (lambda c: c.append("k", b"0"), 70),
+    "prepend": (lambda c: c.prepend("k", b"1"), 17),
+    "set_many": (lambda c: c.set_many({"k": 9}), 9),
+    "delete": (lambda c: c.delete("k"), None),
+    "delete_many": (lambda c: c.delete_many(["k"]), None),
+    "incr": (lambda c: c.incr("k", 1), 8),
+    "decr": (lambda c: c.decr("k", 1), 6),
+    "touch": (lambda c: c.touch("k", 100), 7),
+    "invalidate": (lambda c: c.invalidate("k"), 7),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_every_write_drops_the_near_copy(server: Any, make_client: Any, write: str) -> None:
+    c = make_client([server.address], near_cache=True, near_cache_ttl=60)
+    other = memfleet.Client([server.address])
+    c.flush_all()
+    c.set("k", 5)
+    assert c.get("k") == 5
+    other.set("k", 7)
+    assert c.get("k") == 5  # served from the near cache
+    do, seen = WRITES[write]
+    do(c)
+    assert c.get("k") == seen
+
+
+def test_near_cache_never_serves_an_expired_write(server: Any, make_client: Any) -> None:
+    c = make_client([server.address], near_cache=True, near_cache_ttl=60)
+    c.flush_all()
+    assert c.set("z", 1, ttl=-1)  # Django's timeout=0: expired at once
+    assert c.get("z") is None
+    assert c.set("past", 1, ttl=int(time.time()) - 10)  # an absolute time in the past
+    assert c.get("past") is None
+    assert c.get_or_set("lazy", lambda: 1, ttl=-1) == 1
+    assert c.get("lazy") is None
+    assert c.set("short", 1, ttl=1)
+    time.sleep(2.1)
+    assert c.get("short") is None  # the near copy lives no longer than the item
 
 
 def test_near_cache_instance_and_lru_order() -> None:

@@ -6,6 +6,9 @@ import threading
 import time
 from typing import Any
 
+import pytest
+from conftest import raw_request
+
 import memfleet
 
 
@@ -44,7 +47,9 @@ def test_fifty_thread_stampede_runs_loader_once(server: Any) -> None:
         assert c.get("hot") == {"expensive": True}
 
 
-def test_invalidate_serves_stale_while_one_caller_reloads(mclient: memfleet.Client) -> None:
+def test_invalidate_serves_stale_while_one_caller_reloads(server: Any) -> None:
+    mclient = memfleet.Client([server.address])  # threads: the blocking client only
+    mclient.flush_all()
     mclient.set("page", "v1", ttl=60)
     assert mclient.invalidate("page")
     loaded = threading.Event()
@@ -66,18 +71,19 @@ def test_invalidate_serves_stale_while_one_caller_reloads(mclient: memfleet.Clie
     assert mclient.get("page") == "v2"
 
 
-def test_loader_error_releases_the_lease(mclient: memfleet.Client) -> None:
+def test_loader_error_releases_the_lease(client: Any) -> None:
     def broken() -> Any:
         raise RuntimeError("db down")
 
-    try:
-        mclient.get_or_set("k", broken)
-    except RuntimeError:
-        pass
-    assert mclient.get_or_set("k", lambda: "ok", wait_timeout=1) == "ok"
+    with pytest.raises(RuntimeError):
+        client.get_or_set("k", broken)
+    # neither the meta lease's placeholder nor the text protocol's lock key is left behind
+    assert raw_request(client, b"mg k v\r\n") == b"EN\r\n"
+    assert raw_request(client, b"mg memfleet-lock:k v\r\n") == b"EN\r\n"
+    assert client.get_or_set("k", lambda: "ok") == "ok"
 
 
-def test_recache_before_expiry(mclient: memfleet.Client) -> None:
+def test_recache_before_expiry(mclient: Any) -> None:
     mclient.set("r", "old", ttl=5)
     calls = []
     # the first caller inside the recache window wins and refreshes; it returns the new value
@@ -86,10 +92,9 @@ def test_recache_before_expiry(mclient: memfleet.Client) -> None:
     assert mclient.get_or_set("r", lambda: "x", ttl=60, recache_before=10) == "new"
 
 
-def test_waiter_times_out_and_loads_itself(mclient: memfleet.Client) -> None:
+def test_waiter_times_out_and_loads_itself(mclient: Any) -> None:
     # someone vivified the key and never filled it
-    raw = memfleet.Client(mclient.servers)
-    raw._call(raw._router.servers[0], lambda meta: b"mg stuck v N30\r\n", memfleet._proto.parse_lease)
+    assert b"W" in raw_request(mclient, b"mg stuck v N30\r\n").split(b"\r\n")[0].split()
     t0 = time.monotonic()
     assert mclient.get_or_set("stuck", lambda: "mine", wait_timeout=0.3) == "mine"
     assert time.monotonic() - t0 >= 0.3

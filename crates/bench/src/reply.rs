@@ -3,6 +3,8 @@
 //! The parser is resumable: it consumes what it can from the bytes given, including
 //! part of a value's data, so the caller's read buffer only ever has to hold one line.
 
+use proto::response::{parse_line, Line};
+
 /// What reply the oldest outstanding request expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -99,7 +101,7 @@ impl ReplyParser {
                 }
                 State::Line => {
                     let rest = &buf[pos..];
-                    let Some(nl) = memchr_nl(rest) else {
+                    let Some(nl) = rest.iter().position(|&c| c == b'\n') else {
                         if rest.len() > MAX_LINE {
                             return Err(ProtocolError("reply line too long".into()));
                         }
@@ -119,80 +121,63 @@ impl ReplyParser {
         std::mem::take(&mut self.acc)
     }
 
-    /// Handles one line; returns the reply if this line ends it.
+    /// Handles one line; returns the reply if this line ends it. Lines are classified by
+    /// [`proto::response::parse_line`], the same reader the router frames replies with.
     fn line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
-        if is_error_line(line) {
+        let parsed = parse_line(line).map_err(|_| bad(line))?;
+        if parsed == Line::Error {
             // memcached ends any reply, even a multi-get in progress, with the error line.
             self.acc.error = true;
             return Ok(Some(self.finish()));
         }
-        match expect {
-            Expect::Store => {
-                match line {
+        let multi = expect == Expect::MetaMultiGet;
+        match (expect, parsed) {
+            (Expect::Store, Line::Other(status)) => {
+                match status {
                     b"STORED" => {}
                     b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" => self.acc.error = true,
                     _ => return Err(bad(line)),
                 }
                 Ok(Some(self.finish()))
             }
-            Expect::MetaStore => {
-                let code = line.split(|&b| b == b' ').next().unwrap_or(b"");
-                match code {
+            (Expect::MetaStore, Line::Other(status)) => {
+                match status.split(|&b| b == b' ').next().unwrap_or(b"") {
                     b"HD" => {}
                     b"NS" | b"EX" | b"NF" => self.acc.error = true,
                     _ => return Err(bad(line)),
                 }
                 Ok(Some(self.finish()))
             }
-            Expect::Get => {
-                if line == b"END" {
-                    return Ok(Some(self.finish()));
-                }
-                if let Some(rest) = line.strip_prefix(b"VALUE ") {
-                    // VALUE <key> <flags> <bytes> [<cas>]
-                    let len = rest
-                        .split(|&b| b == b' ')
-                        .filter(|f| !f.is_empty())
-                        .nth(2)
-                        .and_then(parse_usize)
-                        .ok_or_else(|| bad(line))?;
-                    self.acc.hits += 1;
-                    self.state = State::Data {
-                        remaining: len + 2,
-                        then_done: false,
-                    };
-                    return Ok(None);
-                }
-                Err(bad(line))
+            (Expect::Get, Line::End) => Ok(Some(self.finish())),
+            (Expect::Get, Line::Value { len, .. }) => {
+                self.acc.hits += 1;
+                self.state = State::Data {
+                    remaining: len + 2,
+                    then_done: false,
+                };
+                Ok(None)
             }
-            Expect::MetaGet | Expect::MetaMultiGet => {
-                let multi = expect == Expect::MetaMultiGet;
-                if let Some(rest) = line.strip_prefix(b"VA ") {
-                    let len = rest
-                        .split(|&b| b == b' ')
-                        .next()
-                        .and_then(parse_usize)
-                        .ok_or_else(|| bad(line))?;
-                    self.acc.hits += 1;
-                    self.state = State::Data {
-                        remaining: len + 2,
-                        then_done: !multi,
-                    };
-                    return Ok(None);
-                }
-                if line == b"EN" {
+            (Expect::MetaGet | Expect::MetaMultiGet, Line::Va { len }) => {
+                self.acc.hits += 1;
+                self.state = State::Data {
+                    remaining: len + 2,
+                    then_done: !multi,
+                };
+                Ok(None)
+            }
+            (Expect::MetaGet | Expect::MetaMultiGet, Line::Other(status)) => {
+                if status == b"EN" {
                     self.acc.misses += 1;
-                    return Ok(if multi { None } else { Some(self.finish()) });
-                }
-                if line == b"HD" || line.starts_with(b"HD ") {
+                } else if status == b"HD" || status.starts_with(b"HD ") {
                     self.acc.hits += 1;
-                    return Ok(if multi { None } else { Some(self.finish()) });
-                }
-                if multi && line == b"MN" {
+                } else if multi && status == b"MN" {
                     return Ok(Some(self.finish()));
+                } else {
+                    return Err(bad(line));
                 }
-                Err(bad(line))
+                Ok(if multi { None } else { Some(self.finish()) })
             }
+            _ => Err(bad(line)),
         }
     }
 }
@@ -202,35 +187,9 @@ fn bad(line: &[u8]) -> ProtocolError {
     ProtocolError(format!("unexpected reply line `{shown}`"))
 }
 
-fn is_error_line(line: &[u8]) -> bool {
-    line == b"ERROR"
-        || line.starts_with(b"ERROR ")
-        || line.starts_with(b"CLIENT_ERROR")
-        || line.starts_with(b"SERVER_ERROR")
-}
-
-#[inline]
-fn memchr_nl(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
-}
-
 #[inline]
 fn trim_cr(b: &[u8]) -> &[u8] {
     b.strip_suffix(b"\r").unwrap_or(b)
-}
-
-fn parse_usize(b: &[u8]) -> Option<usize> {
-    if b.is_empty() || b.len() > 12 {
-        return None;
-    }
-    let mut v: usize = 0;
-    for &c in b {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v * 10 + (c - b'0') as usize;
-    }
-    Some(v)
 }
 
 #[cfg(test)]

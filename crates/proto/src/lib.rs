@@ -21,7 +21,9 @@
 //! store (NOT_FOUND, EXISTS, ...) or on server settings (`-A` for shutdown, `-F` for flush_all)
 //! is left to the server; the relevant fields are in [`Request`].
 //!
-//! Replies are built with the helpers in [`reply`].
+//! Replies are built with the helpers in [`reply`]; a client or proxy reads them back with
+//! [`response`] (memcached) and [`resp`] (RESP2, for Redis pools), and passes a parsed request
+//! on to another server with [`forward`].
 //!
 //! Server duties that mirror memcached but are not visible to a parser:
 //! * get/gets/gat/gats: iterate [`Keys`]; on `Err(KeyTooLong)` drop the VALUEs built so far and
@@ -35,11 +37,15 @@
 //!
 //! [`stream::run`] is the reference consume/swallow loop (used by the fuzz target and tests).
 
+#![warn(missing_docs)]
+
+pub mod forward;
 mod meta;
 mod num;
 pub mod redis_cmd;
 pub mod reply;
 pub mod resp;
+pub mod response;
 #[doc(hidden)]
 pub mod stream;
 mod text;
@@ -93,12 +99,19 @@ pub enum Parse<'a> {
     /// One whole request and the number of bytes of `buf` it used.
     Request(Request<'a>, usize),
     /// More bytes are needed; `total` is how many (from the start of `buf`) when known.
-    Incomplete { total: Option<usize> },
+    Incomplete {
+        /// The buffer size needed, when known.
+        total: Option<usize>,
+    },
     /// Malformed or refused input; see the crate documentation for the server's duties.
     Error {
+        /// The error reply to write (possibly empty for `noreply`).
         reply: &'static [u8],
+        /// Bytes of the buffer to drop.
         consumed: usize,
+        /// Bytes to discard after those (a refused data block), from the buffer and then the socket.
         swallow: usize,
+        /// Close the connection once the reply is written.
         close: bool,
         /// Delete this key from the store (memcached's "avoid stale data" on a too large set).
         unlink: Option<Key<'a>>,
@@ -108,11 +121,17 @@ pub enum Parse<'a> {
 /// Classic storage commands (and what `ms` maps to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoreCmd {
+    /// `set`
     Set,
+    /// `add`
     Add,
+    /// `replace`
     Replace,
+    /// `append`
     Append,
+    /// `prepend`
     Prepend,
+    /// `cas`
     Cas,
 }
 
@@ -120,7 +139,9 @@ pub enum StoreCmd {
 /// it was not started with `-A`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShutdownMode {
+    /// `shutdown` (or `shutdown immediate`).
     Immediate,
+    /// `shutdown graceful`.
     Graceful,
     /// Reply `CLIENT_ERROR invalid shutdown mode` (when shutdown is enabled).
     Invalid,
@@ -131,103 +152,151 @@ pub enum ShutdownMode {
 pub enum Request<'a> {
     /// get / gets / bget. Reply VALUE lines then `END`; see [`KeyTooLong`].
     Get {
+        /// The requested keys, in order.
         keys: Keys<'a>,
+        /// `gets` / `gats`: reply with each item's CAS unique.
         cas: bool,
     },
     /// gat / gats: `exptime` is memcached's int32 value; reply like get.
     Gat {
+        /// The expiration time as memcached reads it (int32).
         exptime: i64,
+        /// The requested keys, in order.
         keys: Keys<'a>,
+        /// `gets` / `gats`: reply with each item's CAS unique.
         cas: bool,
     },
     /// set/add/replace/append/prepend/cas. `data` excludes the trailing CRLF.
     Store {
+        /// Which storage command.
         cmd: StoreCmd,
+        /// The key.
         key: &'a [u8],
+        /// The client flags stored with the item.
         flags: u32,
+        /// The expiration time as memcached reads it (int32).
         exptime: i64,
+        /// The data block, without its CRLF.
         data: &'a [u8],
         /// The `cas` command's unique (0 for the others).
         cas_unique: u64,
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
+    /// `delete <key> [noreply]`.
     Delete {
+        /// The key.
         key: &'a [u8],
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
     /// incr/decr: reply the new value, `NOT_FOUND`, or
     /// `CLIENT_ERROR cannot increment or decrement non-numeric value`.
     Arith {
+        /// incr (true) or decr (false).
         incr: bool,
+        /// The key.
         key: &'a [u8],
+        /// The amount to add or subtract.
         delta: u64,
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
+    /// `touch <key> <exptime> [noreply]`.
     Touch {
+        /// The key.
         key: &'a [u8],
+        /// The expiration time as memcached reads it (int32).
         exptime: i64,
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
     /// `delay` 0 when absent. memcached answers `CLIENT_ERROR flush_all not allowed` with -F.
     FlushAll {
+        /// Seconds until the flush takes effect.
         delay: i64,
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
     /// Reply `VERSION <version>`.
     Version,
+    /// `verbosity <level> [noreply]`: reply `OK`.
     Verbosity {
+        /// The requested level.
         level: u32,
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
     /// Close the connection after writing pending replies.
     Quit,
+    /// `shutdown [graceful|immediate]`.
     Shutdown(ShutdownMode),
     /// `stats [args...]`; `args` are the tokens after `stats`.
     Stats {
+        /// The tokens after the command name.
         args: Tokens<'a>,
     },
     /// `cache_memlimit <megabytes> [noreply]`.
     CacheMemlimit {
+        /// The new memory limit in megabytes.
         megabytes: u32,
+        /// `noreply` was given: no reply unless an error.
         noreply: bool,
     },
     /// Administrative commands memcached knows but whose effect is server specific:
     /// slabs, lru, lru_crawler, watch, extstore, refresh_certs. `args` after the command name.
     Admin {
+        /// The command name.
         command: &'a [u8],
+        /// The tokens after the command name.
         args: Tokens<'a>,
     },
     /// mg. `late_error`: perform the lookup (with its side effects) but answer this error
     /// instead of the normal reply (memcached checks opaque length while writing the reply).
     MetaGet {
+        /// The key (base64-decoded on demand with the `b` flag).
         key: Key<'a>,
+        /// The meta flags.
         flags: MetaFlags<'a>,
+        /// An error to answer after executing (see the variant).
         late_error: Option<&'static [u8]>,
     },
     /// ms. `cmd` is memcached's mapping of the M flag, upgraded to `Cas` when a C flag is
     /// given in set/replace mode. `data` excludes the trailing CRLF.
     MetaSet {
+        /// The key (base64-decoded on demand with the `b` flag).
         key: Key<'a>,
+        /// The meta flags.
         flags: MetaFlags<'a>,
+        /// Which storage command.
         cmd: StoreCmd,
+        /// The data block, without its CRLF.
         data: &'a [u8],
     },
+    /// md.
     MetaDelete {
+        /// The key (base64-decoded on demand with the `b` flag).
         key: Key<'a>,
+        /// The meta flags.
         flags: MetaFlags<'a>,
     },
     /// ma. Delta is `flags.delta.unwrap_or(1)`, initial value `flags.initial.unwrap_or(0)`.
     /// `late_error` as for MetaGet (memcached applies the delta, then reports the error).
     MetaArithmetic {
+        /// The key (base64-decoded on demand with the `b` flag).
         key: Key<'a>,
+        /// The meta flags.
         flags: MetaFlags<'a>,
+        /// incr (true) or decr (false).
         incr: bool,
+        /// An error to answer after executing (see the variant).
         late_error: Option<&'static [u8]>,
     },
     /// mn: reply `MN`.
     MetaNoop,
     /// `me <key> [b]`: reply `ME <key> exp=.. la=.. cas=.. fetch=.. cls=.. size=..` or `EN`.
     MetaDebug {
+        /// The key (base64-decoded on demand with the `b` flag).
         key: Key<'a>,
     },
 }

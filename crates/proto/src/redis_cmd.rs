@@ -19,16 +19,22 @@ use crate::resp::{self, view_reply, ReplyView, RespError, RespRequest};
 /// Commands the router answers itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Local {
+    /// `PING`
     Ping,
+    /// `ECHO`
     Echo,
+    /// `QUIT`
     Quit,
+    /// `AUTH`
     Auth,
+    /// `SELECT`
     Select,
 }
 
 /// How a command is executed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// Goes to the server that owns its key(s) (all on one server).
     Keyed,
     /// MGET: array reply in the original key order.
     MultiGet,
@@ -36,7 +42,9 @@ pub enum Kind {
     MultiSum,
     /// MSET: `+OK` when every part answered `+OK`.
     MultiSet,
+    /// Answered by the router itself.
     Local(Local),
+    /// Needs no key: any server may answer.
     AnyServer,
 }
 
@@ -63,6 +71,7 @@ enum KeyArgs {
 pub struct CommandSpec {
     /// Lower-case name, as redis spells it in errors.
     pub name: &'static str,
+    /// How the command is routed.
     pub kind: Kind,
     keys: KeyArgs,
     /// redis's `-ERR wrong number of arguments for '<name>' command`.
@@ -240,16 +249,23 @@ static COMMANDS: &[CommandSpec] = &[
     spec!("zunionstore", K, NumKeys { at: 2, dest: true }),
 ];
 
+/// The error reply `-ERR unsupported command: memfleet route does not proxy this command`.
 pub const ERR_UNSUPPORTED: &[u8] =
     b"-ERR unsupported command: memfleet route does not proxy this command\r\n";
+/// The error reply `-ERR keys of this command hash to different servers; use a hash tag to keep them together`.
 pub const ERR_CROSS_SERVER: &[u8] =
     b"-ERR keys of this command hash to different servers; use a hash tag to keep them together\r\n";
+/// The error reply `-ERR memfleet route needs at least one key to route EVAL/EVALSHA`.
 pub const ERR_EVAL_NO_KEYS: &[u8] =
     b"-ERR memfleet route needs at least one key to route EVAL/EVALSHA\r\n";
+/// The error reply `-ERR value is not an integer or out of range`.
 pub const ERR_NOT_INTEGER: &[u8] = b"-ERR value is not an integer or out of range\r\n";
+/// The error reply `-ERR Number of keys can't be negative`.
 pub const ERR_NEGATIVE_KEYS: &[u8] = b"-ERR Number of keys can't be negative\r\n";
+/// The error reply `-ERR Number of keys can't be greater than number of args`.
 pub const ERR_TOO_MANY_KEYS: &[u8] =
     b"-ERR Number of keys can't be greater than number of args\r\n";
+/// The error reply `-ERR syntax error`.
 pub const ERR_SYNTAX: &[u8] = b"-ERR syntax error\r\n";
 
 /// Looks a command name up, case-insensitively.
@@ -270,6 +286,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
 /// What to do with one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CommandPlan {
+    /// The command table entry.
     pub spec: &'static CommandSpec,
     /// Argument indexes holding keys: `dest` (if any), then `first..end` by `step`.
     dest: Option<usize>,
@@ -286,10 +303,12 @@ impl PartialEq for CommandSpec {
 impl Eq for CommandSpec {}
 
 impl CommandPlan {
+    /// How the command is routed.
     pub fn kind(&self) -> Kind {
         self.spec.kind
     }
 
+    /// The command's name as the table spells it.
     pub fn name(&self) -> &'static str {
         self.spec.name
     }
@@ -410,6 +429,7 @@ pub fn classify(req: &RespRequest<'_>) -> Result<CommandPlan, &'static [u8]> {
 /// One per-server part of a split multi-key command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubRequest {
+    /// The server this part goes to.
     pub server: usize,
     /// The multibulk frame to send to `server`.
     pub bytes: Vec<u8>,
@@ -463,6 +483,7 @@ pub fn split_multi(
 /// can stay, since each part was a well-framed reply (only its type or size did not fit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MergeError {
+    /// A reply that is not valid RESP.
     Resp(RespError),
     /// A reply of the wrong type or size for its part.
     Unexpected,
@@ -537,10 +558,12 @@ pub fn merge(
 /// redis 7's replies for a connection that must authenticate first / gave a wrong password.
 /// (nutcracker says `-NOAUTH Authentication required` and `-ERR invalid password`.)
 pub const ERR_NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
+/// The error reply `-WRONGPASS invalid username-password pair or user is disabled.`.
 pub const ERR_WRONGPASS: &[u8] =
     b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 /// redis 7's reply to AUTH when no password is configured.
 pub const ERR_AUTH_NOT_SET: &[u8] = b"-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n";
+/// The error reply `-ERR memfleet route only supports SELECT 0 (the pool's redis_db selects the database)`.
 pub const ERR_SELECT_NONZERO: &[u8] =
     b"-ERR memfleet route only supports SELECT 0 (the pool's redis_db selects the database)\r\n";
 
@@ -572,20 +595,12 @@ pub fn answer_local(plan: &CommandPlan, req: &RespRequest<'_>, out: &mut Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::{parse_request, write_command, Limits, RespParse};
+    use crate::resp::drive::with_command;
+    use crate::resp::write_command;
     use proptest::prelude::*;
 
-    fn with_req<R>(args: &[&[u8]], f: impl FnOnce(&RespRequest<'_>) -> R) -> R {
-        let mut buf = Vec::new();
-        write_command(&mut buf, args.len(), args.iter().copied());
-        let RespParse::Request(r, _) = parse_request(&buf, &Limits::default()) else {
-            panic!()
-        };
-        f(&r)
-    }
-
     fn plan_of(args: &[&[u8]]) -> Result<(Kind, Vec<usize>), &'static [u8]> {
-        with_req(args, |r| {
+        with_command(args, |r| {
             classify(r).map(|p| (p.kind(), p.key_indexes().collect()))
         })
     }
@@ -791,19 +806,19 @@ mod tests {
             assert_eq!(plan_of(&[c, b"x"]), Err(ERR_UNSUPPORTED));
         }
         let mut out = Vec::new();
-        with_req(&[b"ping"], |r| {
+        with_command(&[b"ping"], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"ping", b"hi"], |r| {
+        with_command(&[b"ping", b"hi"], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"echo", b""], |r| {
+        with_command(&[b"echo", b""], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"quit"], |r| {
+        with_command(&[b"quit"], |r| {
             assert!(answer_local(&classify(r).unwrap(), r, &mut out))
         });
-        with_req(&[b"auth", b"x"], |r| {
+        with_command(&[b"auth", b"x"], |r| {
             assert!(!answer_local(&classify(r).unwrap(), r, &mut out))
         });
         assert_eq!(out, b"+PONG\r\n$2\r\nhi\r\n$0\r\n\r\n+OK\r\n");
@@ -819,16 +834,16 @@ mod tests {
 
     #[test]
     fn co_location_is_checked() {
-        with_req(&[b"smove", b"a1", b"a2", b"m"], |r| {
+        with_command(&[b"smove", b"a1", b"a2", b"m"], |r| {
             assert_eq!(classify(r).unwrap().server(r, by_first_byte), Ok(97 % 3));
         });
-        with_req(&[b"smove", b"a", b"b", b"m"], |r| {
+        with_command(&[b"smove", b"a", b"b", b"m"], |r| {
             assert_eq!(
                 classify(r).unwrap().server(r, by_first_byte),
                 Err(ERR_CROSS_SERVER)
             );
         });
-        with_req(&[b"get", b"b"], |r| {
+        with_command(&[b"get", b"b"], |r| {
             assert_eq!(classify(r).unwrap().server(r, by_first_byte), Ok(98 % 3));
         });
     }
@@ -837,7 +852,7 @@ mod tests {
     fn split_mget_and_merge_in_order() {
         // a (97%3=1), b (98%3=2), c (99%3=0), d (100%3=1)
         let args: [&[u8]; 5] = [b"MGET", b"a", b"b", b"c", b"d"];
-        let parts = with_req(&args, |r| {
+        let parts = with_command(&args, |r| {
             split_multi(&classify(r).unwrap(), r, by_first_byte)
         });
         assert_eq!(parts.len(), 3);
@@ -867,7 +882,7 @@ mod tests {
     #[test]
     fn split_mset_keeps_pairs() {
         let args: [&[u8]; 5] = [b"mset", b"a", b"1", b"b", b"2"];
-        let parts = with_req(&args, |r| {
+        let parts = with_command(&args, |r| {
             split_multi(&classify(r).unwrap(), r, by_first_byte)
         });
         assert_eq!(
@@ -949,7 +964,7 @@ mod tests {
             let server_of = |k: &[u8]| k.iter().map(|&b| usize::from(b)).sum::<usize>() % nservers;
             let mut args: Vec<&[u8]> = vec![b"mget"];
             args.extend(keys.iter().map(|k| &k[..]));
-            let parts = with_req(&args, |r| split_multi(&classify(r).unwrap(), r, server_of));
+            let parts = with_command(&args, |r| split_multi(&classify(r).unwrap(), r, server_of));
             let mut seen = vec![false; keys.len()];
             let replies: Vec<Vec<u8>> = parts.iter().map(|p| {
                 let mut b = Vec::new();

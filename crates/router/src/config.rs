@@ -5,7 +5,7 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives ([`MEMFLEET_DIRECTIVES`]) are accepted, and `reuseport`
+//! - memfleet-only directives (`client_auth`) are accepted, and `reuseport`
 //!   from twemproxy's master branch too.
 //!
 //! YAML is read with `yaml-rust2` at the token and event level, as twemproxy does with
@@ -19,9 +19,6 @@ use std::time::Duration;
 use ring::{Distribution, Hash, Ring, KETAMA_DEFAULT_PORT};
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker, Scanner, TokenType};
-
-/// Directives that only memfleet understands. nutcracker would reject them.
-pub const MEMFLEET_DIRECTIVES: &[&str] = &["client_auth"];
 
 /// twemproxy defaults (nc_conf.h).
 pub const DEFAULT_HASH: Hash = Hash::Fnv1a64;
@@ -454,7 +451,7 @@ fn set_directive(
             parse_num(value).and_then(|n| once(&mut pool.server_failure_limit, n))
         }
         "servers" => parse_server(value).map(|s| pool.servers.push(s)),
-        // ---- memfleet-only directives (see MEMFLEET_DIRECTIVES) ----
+        // ---- memfleet-only directives (nutcracker rejects them) ----
         "client_auth" => once(&mut pool.client_auth, value.to_owned()),
         _ => Err("is unknown"),
     };

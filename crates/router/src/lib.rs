@@ -1,21 +1,24 @@
 //! `memfleet route`: a multi-threaded, drop-in replacement for twemproxy (nutcracker) in
 //! front of memcached pools. Reads nutcracker.yml unchanged and accepts nutcracker's flags.
 //!
-//! Threads: N workers (`-T`, default one per core), each a mio loop that accepts clients
-//! from every pool's listening socket (shared; the kernel wakes whoever is idle) and owns
-//! its own backend connections. One control thread handles SIGHUP (reload), SIGTERM/SIGINT
-//! and the re-probing of ejected servers; one thread serves the stats port.
+//! Threads: N workers (`-T`, default one per core), each a mio loop that owns its client
+//! connections and its own backend connections. One worker accepts on each listen address
+//! and hands new connections to a less busy worker when it has more than its share (see
+//! `worker::accept`). One control thread handles SIGHUP (reload), SIGTERM/SIGINT and the
+//! re-probing of ejected servers; one thread serves the stats port.
+//!
+//! Modules: `config` reads nutcracker.yml, `shared` holds a configuration generation and
+//! server health, `route` chooses the server(s) of a request, `worker` is the event loop
+//! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
 
-pub mod buf;
-pub mod config;
-pub mod get_batch;
-pub mod log;
-pub mod net;
-pub mod redis_local;
-pub mod reply_frame;
-pub mod shared;
-pub mod stats;
-pub mod worker;
+mod buf;
+mod config;
+mod log;
+mod net;
+mod route;
+mod shared;
+mod stats;
+mod worker;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -440,18 +443,9 @@ fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
 /// `[AUTH <password>] PING`: the server is back when it answers `[+OK] +PONG`.
 fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>, db: u32) -> bool {
     let mut req = Vec::new();
-    let mut expect = Vec::new();
-    if let Some(pw) = auth {
-        proto::resp::write_command(&mut req, 2, [&b"AUTH"[..], pw.as_bytes()]);
-        expect.extend_from_slice(b"+OK\r\n");
-    }
     // The same handshake as a real connection: a server that refuses the pool's database
     // must not come back only to fail every connection.
-    if db != 0 {
-        let db = db.to_string();
-        proto::resp::write_command(&mut req, 2, [&b"SELECT"[..], db.as_bytes()]);
-        expect.extend_from_slice(b"+OK\r\n");
-    }
+    let mut expect = b"+OK\r\n".repeat(worker::redis_handshake(auth, db, &mut req));
     proto::resp::write_command(&mut req, 1, [&b"PING"[..]]);
     expect.extend_from_slice(b"+PONG\r\n");
     if s.write_all(&req).is_err() {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ring::Ring;
 
-use crate::config::{Config, Pool, ServerAddr, ServerSpec};
+use crate::config::{Config, Pool, ServerAddr};
 use crate::stats::PoolCounters;
 
 /// Where a backend is reached.
@@ -26,7 +26,6 @@ pub enum BackendAddr {
 
 /// One backend server of a pool and its health.
 pub struct ServerRt {
-    pub spec: ServerSpec,
     /// The name nutcracker's stats use (its `server->name`, which ketama also hashes).
     pub stats_name: String,
     pub addr: BackendAddr,
@@ -85,7 +84,6 @@ impl PoolRt {
             };
             servers.push(ServerRt {
                 stats_name: spec.ketama_name.clone(),
-                spec: spec.clone(),
                 addr,
                 failures: AtomicU32::new(0),
                 ejected: AtomicBool::new(false),
@@ -228,7 +226,6 @@ pub fn epoch_us() -> i64 {
 
 /// One configuration generation.
 pub struct Shared {
-    pub config: Config,
     pub pools: Vec<Arc<PoolRt>>,
 }
 
@@ -239,7 +236,7 @@ impl Shared {
             .iter()
             .map(|p| PoolRt::new(p.clone(), threads, started).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Shared { config, pools })
+        Ok(Shared { pools })
     }
 }
 

@@ -6,7 +6,9 @@
 
 use proto::reply::{self, write_u64};
 use proto::{Request, ShutdownMode, StoreCmd};
-use store::{ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreResult, TouchResult};
+use store::{
+    ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreRequest, StoreResult, TouchResult,
+};
 
 use crate::env::ExecEnv;
 use crate::meta::{self, store_mode};
@@ -51,7 +53,10 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
         } => {
             st.cmd_set.incr();
             let mode = store_mode(cmd, cas_unique);
-            let r = store.store(mode, key, flags, store.exptime(exptime, now), data, now);
+            let req = StoreRequest::new(mode, key, data)
+                .flags(flags)
+                .exptime(store.exptime(exptime, now));
+            let r = store.store(req, now);
             reply_stored(st, r.result, noreply, out);
         }
         Request::Delete { key, noreply } => {
@@ -203,7 +208,7 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
 const MEMLIMIT_MAX_MB: u32 = 1_000_000_000;
 
 /// Values at least this large are received straight into a buffer that becomes the item's
-/// (`Store::store_owned`), instead of being copied from the read buffer into the store.
+/// (`store::Value::Received`), instead of being copied from the read buffer into the store.
 pub const IN_PLACE_MIN: usize = 64 * 1024;
 
 /// A text storage command whose value was received in place (see `IN_PLACE_MIN`).
@@ -257,16 +262,10 @@ pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mu
     env.stats.cmd_set.incr();
     let mode = store_mode(r.cmd, r.cas_unique);
     let exptime = store.exptime(r.exptime, env.now);
-    let o = store.store_owned(
-        mode,
-        &r.key,
-        r.flags,
-        exptime,
-        item,
-        r.value_at,
-        r.value_len,
-        env.now,
-    );
+    let req = StoreRequest::received(mode, &r.key, item, r.value_at, r.value_len)
+        .flags(r.flags)
+        .exptime(exptime);
+    let o = store.store(req, env.now);
     reply_stored(env.stats, o.result, r.noreply, out);
 }
 

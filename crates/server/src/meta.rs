@@ -4,7 +4,7 @@ use proto::reply::{self, write_i64, write_u64};
 use proto::{Key, MetaFlags, StoreCmd};
 use store::{
     ArithOpts, ArithResult, DeleteOpts, DeleteResult, MetaGetOpts, StoreMode, StoreOpts,
-    StoreResult,
+    StoreRequest, StoreResult,
 };
 
 use crate::env::ExecEnv;
@@ -144,15 +144,11 @@ pub fn set(
         meta: true,
     };
     let exptime = store.exptime(flags.exptime.unwrap_or(0), now);
-    let r = store.store_ext(
-        mode,
-        key.as_bytes(),
-        flags.client_flags,
-        exptime,
-        data,
-        now,
-        &opts,
-    );
+    let req = StoreRequest::new(mode, key.as_bytes(), data)
+        .flags(flags.client_flags)
+        .exptime(exptime)
+        .opts(opts);
+    let r = store.store(req, now);
     let status: &[u8] = match r.result {
         StoreResult::Stored if flags.noreply() => return,
         StoreResult::Stored => b"HD",

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use store::{Config, Store, StoreMode};
+use store::{Config, Store, StoreMode, StoreRequest};
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -16,6 +16,7 @@ fn main() {
     let now = 1_700_000_000;
     let s = Arc::new(Store::new(Config {
         process_start: now - 100,
+        evictions: true,
         ..Config::default()
     }));
     let keys: Vec<Vec<u8>> = (0..100).map(|i| format!("hot:{i}").into_bytes()).collect();
@@ -45,7 +46,7 @@ fn main() {
                     let u = (rng >> 11) as f64 / (1u64 << 53) as f64;
                     let k = &keys[cdf.partition_point(|&c| c < u).min(99)];
                     if rng & 1 == 0 {
-                        s.store(StoreMode::Set, k, 0, 0, &v, now);
+                        s.store(StoreRequest::new(StoreMode::Set, k, &v), now);
                     } else if s.get(k, now, |x| x.is_some()) {
                         hits += 1;
                     }

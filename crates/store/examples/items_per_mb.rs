@@ -4,7 +4,7 @@
 //! cargo run --release -p store --example items_per_mb [-- MiB COUNT VALUE_LEN]
 
 use std::time::Instant;
-use store::{Config, Store, StoreMode, StoreResult};
+use store::{Config, Store, StoreMode, StoreRequest, StoreResult};
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -25,7 +25,7 @@ fn main() {
     let t = Instant::now();
     for i in 0..count {
         let k = format!("key:{:07}", i);
-        let r = s.store(StoreMode::Set, k.as_bytes(), 0, 0, &v, now);
+        let r = s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), now);
         assert_eq!(r.result, StoreResult::Stored);
     }
     let el = t.elapsed();

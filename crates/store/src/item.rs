@@ -213,4 +213,17 @@ mod tests {
         // The headline item: 11-byte key, 100-byte value, no flags => 19 bytes of header.
         assert_eq!(encoded_len(11, 100, 0), 19 + 111);
     }
+
+    #[test]
+    fn fillers_cover_every_gap_size() {
+        for n in [0, MIN_ITEM, 100, 146, 147, 148, 300, 2100, 16_403] {
+            let mut buf = vec![0xAAu8; n];
+            write_filler(&mut buf);
+            if n > 0 {
+                let l = parse(&buf);
+                assert_eq!(l.total(), n);
+                assert_ne!(l.bits & DEAD, 0);
+            }
+        }
+    }
 }

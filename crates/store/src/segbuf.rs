@@ -160,6 +160,7 @@ pub struct PinnedValue {
 }
 
 impl PinnedValue {
+    /// The value's bytes.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `pin` checked the range; the Arc keeps the memory alive, and the shard does
         // not write these bytes while this pin exists.

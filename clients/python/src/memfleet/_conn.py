@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import socket
-from collections import deque
+from typing import Any, Callable
 
+from . import _proto as P
 from ._router import ServerBase
 from .errors import MemfleetConnectionError, MemfleetServerError
 
@@ -116,6 +117,33 @@ class Connection:
         self.pos = need
         return buf[:n]
 
+    def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
+        """Read and parse one reply; store replies and meta multigets skip the generator parser."""
+        if parse is P.parse_store:
+            line = self.readline()
+            ok = P.STORED.get(line)
+            if ok is None:
+                raise P.raise_for(line)
+            return ok
+        if meta and parse is P.parse_get_many:
+            return self.read_meta_multiget()
+        gen = parse(meta)
+        try:
+            need = next(gen)
+            while True:
+                need = gen.send(self.readline() if need < 0 else self.read_value(need))
+        except StopIteration as stop:
+            return stop.value
+
+    def probe(self) -> bool | None:
+        """Does the server speak meta? ``mn`` gets ``MN`` from a meta server and ``ERROR`` from an
+        old one; twemproxy closes the connection instead (None)."""
+        try:
+            self.send(b"mn\r\n")
+            return self.readline() == b"MN"
+        except ConnectionError:  # closed or reset; a timeout is not one
+            return None
+
     def read_meta_multiget(self) -> dict[bytes, tuple[bytes, int]]:
         """Replies to pipelined ``mg <key> f v k q`` ... ``mn``: {key: (data, flags)} of the hits."""
         out: dict[bytes, tuple[bytes, int]] = {}
@@ -142,53 +170,24 @@ class Connection:
             out[key] = (data, flags)
 
 
-class Server(ServerBase):
+class Server(ServerBase[Connection]):
     """A configured server: its pool of idle blocking connections and failure state."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        weight: int,
-        *,
-        connect_timeout: float | None,
-        timeout: float | None,
-        max_pool_size: int,
-        protocol: str,
-    ) -> None:
-        super().__init__(host, port, weight, connect_timeout, timeout, max_pool_size, protocol)
-        self._idle: deque[Connection] = deque()
-
     def acquire(self) -> Connection:
+        """An idle connection, or a new one (the first one learns the server's protocol)."""
         try:
             return self._idle.pop()
         except IndexError:
             pass
         conn = Connection(self.host, self.port, self.connect_timeout, self.timeout)
         if self.meta is None:
-            self.meta = self._probe(conn)
-        conn.meta = self.meta
-        return conn
-
-    def _probe(self, conn: Connection) -> bool:
-        """Does the server speak the meta protocol? ``mn`` answers ``MN``; old servers say ERROR."""
-        try:
-            conn.send(b"mn\r\n")
-            line = conn.readline()
-        except OSError as exc:
-            conn.close()
-            raise MemfleetConnectionError(f"{self.address}: {exc}") from exc
-        return line == b"MN"
-
-    def release(self, conn: Connection) -> None:
-        if len(self._idle) < self.max_pool_size:
-            self._idle.append(conn)
-        else:
-            conn.close()
-
-    def close(self) -> None:
-        while True:
             try:
-                self._idle.pop().close()
-            except IndexError:
-                break
+                reconnect = self.learn_protocol(conn.probe())
+            except OSError as exc:
+                conn.close()
+                raise MemfleetConnectionError(f"{self.address}: {exc}") from exc
+            if reconnect:
+                conn.close()
+                conn = Connection(self.host, self.port, self.connect_timeout, self.timeout)
+        conn.meta = bool(self.meta)
+        return conn

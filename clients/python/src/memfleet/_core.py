@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._base import ClientConfig, Key, ServerSpec, normalize_servers
 from ._router import Router, ServerBase
 from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, SerializerSpec
 
-S = TypeVar("S", bound=ServerBase)
+S = TypeVar("S", bound="ServerBase[Any]")
 
 
 class ClientCore(Generic[S]):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import NoServersError
 from .ketama import Ring, point_name
@@ -14,8 +15,16 @@ _INF = float("inf")
 _MEMO_MAX = 65536
 
 
-class ServerBase:
-    """Address, weight and libmemcached-style failure counting shared by sync and async servers."""
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+
+
+class ServerBase(Generic[C]):
+    """Address, weight, the pool of idle connections and libmemcached-style failure counting,
+    shared by the blocking and the asyncio server (which say how to open a connection)."""
 
     def __init__(
         self,
@@ -41,12 +50,33 @@ class ServerBase:
         self.failures = 0
         self.dead_until = 0.0
         self._lock = threading.Lock()
+        self._idle: deque[C] = deque()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address} weight={self.weight}>"
 
+    def learn_protocol(self, probe: bool | None) -> bool:
+        """Record what the probe of a first connection found; True if that connection is unusable.
+
+        ``None`` means the server closed the connection on ``mn``, as twemproxy does: it speaks the
+        text protocol only, and the caller opens a new connection.
+        """
+        self.meta = bool(probe)
+        return probe is None
+
+    def release(self, conn: C) -> None:
+        if len(self._idle) < self.max_pool_size:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
     def close(self) -> None:
         """Drop idle connections."""
+        while True:
+            try:
+                self._idle.pop().close()
+            except IndexError:
+                break
 
     def mark_failed(self, limit: int, retry_timeout: float) -> bool:
         """Count a failure; returns True when this failure ejects the server."""
@@ -58,7 +88,7 @@ class ServerBase:
         return False
 
 
-S = TypeVar("S", bound=ServerBase)
+S = TypeVar("S", bound="ServerBase[Any]")
 
 
 class Router(Generic[S]):

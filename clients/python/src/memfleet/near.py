@@ -36,9 +36,14 @@ class NearCache:
             self.misses += 1
             return _MISSING
 
-    def put(self, key: bytes, value: Any) -> None:
+    def put(self, key: bytes, value: Any, max_age: float | None = None) -> None:
+        """Keep ``value`` for ``ttl`` seconds, or ``max_age`` if shorter (<= 0: drop the key)."""
+        age = self.ttl if max_age is None or max_age > self.ttl else max_age
         with self._lock:
-            self._data[key] = (time.monotonic() + self.ttl, value)
+            if age <= 0:
+                self._data.pop(key, None)
+                return
+            self._data[key] = (time.monotonic() + age, value)
             self._data.move_to_end(key)
             if len(self._data) > self.max_items:
                 self._data.popitem(last=False)

@@ -1,9 +1,11 @@
-//! The Redis connection commands a Redis pool answers itself because they are about the
-//! client's session with the router, not about data: AUTH and HELLO. Replies are worded as
-//! redis-server 7.0 words them (checked live).
+//! Client authentication, for both protocols: memcached's `set`-based login against
+//! `client_auth`, and the Redis connection commands a Redis pool answers itself because they
+//! are about the client's session with the router, not about data (AUTH and HELLO; replies
+//! worded as redis-server 7.0 words them, checked live).
 
 use proto::redis_cmd::{ERR_AUTH_NOT_SET, ERR_WRONGPASS};
 use proto::resp::{self, RespRequest};
+use proto::Request;
 
 use crate::config::Pool;
 
@@ -11,6 +13,29 @@ pub const OK: &[u8] = b"+OK\r\n";
 const ERR_HELLO_NOAUTH: &[u8] = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
 const ERR_NOPROTO: &[u8] = b"-NOPROTO unsupported protocol version\r\n";
 const ERR_PROTOVER: &[u8] = b"-ERR Protocol version is not an integer or out of range\r\n";
+
+/// memcached's text-protocol authentication (`-Y authfile`), against the pool's
+/// `client_auth` password: the first command must be `set <any key> <flags> <exptime>
+/// <bytes>` whose data is `<user> <password>`; any user name is accepted.
+pub fn memcached_login(req: &Request<'_>, password: Option<&str>) -> &'static [u8] {
+    let Request::Store {
+        cmd: proto::StoreCmd::Set,
+        data,
+        ..
+    } = req
+    else {
+        return b"CLIENT_ERROR unauthenticated\r\n";
+    };
+    let mut tokens = data.split(|&b| b == b' ').filter(|t| !t.is_empty());
+    let (Some(_user), Some(pass)) = (tokens.next(), tokens.next()) else {
+        return b"CLIENT_ERROR bad authentication token format\r\n";
+    };
+    if password.is_some_and(|pw| same_secret(pw.as_bytes(), pass)) {
+        proto::reply::STORED
+    } else {
+        b"CLIENT_ERROR authentication failure\r\n"
+    }
+}
 
 /// True when clients of the pool must authenticate before any command runs.
 pub fn needs_auth(cfg: &Pool) -> bool {
@@ -137,7 +162,7 @@ pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>)
 mod tests {
     use super::*;
     use crate::config::Config;
-    use proto::resp::{parse_request, write_command, Limits, RespParse};
+    use proto::resp::drive::with_command;
 
     fn pool(extra: &str) -> Pool {
         let yaml = format!(
@@ -146,17 +171,8 @@ mod tests {
         Config::from_yaml_str(&yaml).unwrap().pools.remove(0)
     }
 
-    fn with_req<R>(args: &[&[u8]], f: impl FnOnce(&RespRequest<'_>) -> R) -> R {
-        let mut buf = Vec::new();
-        write_command(&mut buf, args.len(), args.iter().copied());
-        let RespParse::Request(r, _) = parse_request(&buf, &Limits::default()) else {
-            panic!()
-        };
-        f(&r)
-    }
-
     fn hello_of(cfg: &Pool, args: &[&[u8]], authed: bool) -> (Vec<u8>, bool) {
-        with_req(args, |r| {
+        with_command(args, |r| {
             let mut out = Vec::new();
             let ok = hello(cfg, r, authed, &mut out);
             (out, ok)
@@ -167,28 +183,28 @@ mod tests {
     fn auth_accepts_either_password_for_the_default_user() {
         let cfg = pool("  redis_auth: back\n  client_auth: front\n");
         assert!(needs_auth(&cfg));
-        assert_eq!(with_req(&[b"AUTH", b"back"], |r| auth(&cfg, r)), OK);
-        assert_eq!(with_req(&[b"AUTH", b"front"], |r| auth(&cfg, r)), OK);
+        assert_eq!(with_command(&[b"AUTH", b"back"], |r| auth(&cfg, r)), OK);
+        assert_eq!(with_command(&[b"AUTH", b"front"], |r| auth(&cfg, r)), OK);
         assert_eq!(
-            with_req(&[b"AUTH", b"default", b"front"], |r| auth(&cfg, r)),
+            with_command(&[b"AUTH", b"default", b"front"], |r| auth(&cfg, r)),
             OK
         );
         assert_eq!(
-            with_req(&[b"AUTH", b"bob", b"front"], |r| auth(&cfg, r)),
+            with_command(&[b"AUTH", b"bob", b"front"], |r| auth(&cfg, r)),
             ERR_WRONGPASS
         );
         assert_eq!(
-            with_req(&[b"AUTH", b"nope"], |r| auth(&cfg, r)),
+            with_command(&[b"AUTH", b"nope"], |r| auth(&cfg, r)),
             ERR_WRONGPASS
         );
         let open = pool("");
         assert!(!needs_auth(&open));
         assert_eq!(
-            with_req(&[b"AUTH", b"x"], |r| auth(&open, r)),
+            with_command(&[b"AUTH", b"x"], |r| auth(&open, r)),
             ERR_AUTH_NOT_SET
         );
         assert_eq!(
-            with_req(&[b"AUTH", b"default", b"x"], |r| auth(&open, r)),
+            with_command(&[b"AUTH", b"default", b"x"], |r| auth(&open, r)),
             OK
         );
     }

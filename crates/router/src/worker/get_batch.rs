@@ -7,22 +7,20 @@
 //! back: memcached returns the hits in the order the keys were asked, so walking the key
 //! list alongside the items tells whose item each one is.
 
-use std::ops::Range;
+use proto::response::{is_get_reply, Item};
 
-use crate::reply_frame::{get_items, is_get_reply};
+use super::backend::ReplyTo;
 
 /// A merged get line may not grow past this many bytes of keys...
 pub const MAX_BATCH_KEY_BYTES: usize = 8 * 1024;
 /// ... nor past this many keys (one reply holds every value of the batch).
 pub const MAX_BATCH_KEYS: usize = 128;
 
-/// Where one merged request's reply goes: the same fields a lone request carries.
+/// One request of a merged get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Member {
-    pub client: u32,
-    pub gen: u32,
-    pub seq: u64,
-    pub frag: u16,
+    /// Where its reply goes.
+    pub to: ReplyTo,
     /// How many consecutive keys of the batch are this request's.
     pub nkeys: u32,
 }
@@ -75,37 +73,40 @@ impl GetBatch {
         &self.keys[start..self.key_ends[i] as usize]
     }
 
-    /// Splits the backend's reply to the merged line: calls `each` with every member and
-    /// its own reply (its items then `END`; an error reply goes to every member whole).
+    /// Splits the backend's reply to the merged line (`items`: its items, from the framer):
+    /// calls `each` with every member, its own reply (its items then `END`; an error reply
+    /// goes to every member whole) and that reply's items. `scratch` holds the parts.
     pub fn split_reply(
         &self,
         reply: &[u8],
-        scratch: &mut Vec<u8>,
-        mut each: impl FnMut(&Member, &[u8]),
+        items: &[Item],
+        scratch: &mut (Vec<u8>, Vec<Item>),
+        mut each: impl FnMut(&Member, &[u8], &[Item]),
     ) {
         if !is_get_reply(reply) {
             for m in &self.members {
-                each(m, reply);
+                each(m, reply, &[]);
             }
             return;
         }
-        let items = get_items(reply);
-        let key_of = |r: &Range<usize>| &reply[r.clone()];
+        let (part, part_items) = scratch;
         let mut next_item = 0;
         let mut next_key = 0;
         for m in &self.members {
-            scratch.clear();
+            part.clear();
+            part_items.clear();
             for k in next_key..next_key + m.nkeys as usize {
                 if let Some(item) = items.get(next_item) {
-                    if key_of(&item.key) == self.key(k) {
-                        scratch.extend_from_slice(&reply[item.item.clone()]);
+                    if reply[item.key.clone()] == *self.key(k) {
+                        part_items.push(item.moved(item.item.start, part.len()));
+                        part.extend_from_slice(&reply[item.item.clone()]);
                         next_item += 1;
                     }
                 }
             }
             next_key += m.nkeys as usize;
-            scratch.extend_from_slice(b"END\r\n");
-            each(m, scratch);
+            part.extend_from_slice(b"END\r\n");
+            each(m, part, part_items);
         }
     }
 }
@@ -114,13 +115,16 @@ impl GetBatch {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proto::response::{Frame, Framer};
 
     fn member(client: u32) -> Member {
         Member {
-            client,
-            gen: 7,
-            seq: u64::from(client) * 10,
-            frag: 0,
+            to: ReplyTo {
+                client,
+                gen: 7,
+                seq: u64::from(client) * 10,
+                frag: 0,
+            },
             nkeys: 0,
         }
     }
@@ -131,8 +135,19 @@ mod tests {
 
     fn split(batch: &GetBatch, reply: &[u8]) -> Vec<(u32, Vec<u8>)> {
         let mut out = Vec::new();
-        let mut scratch = Vec::new();
-        batch.split_reply(reply, &mut scratch, |m, r| out.push((m.client, r.to_vec())));
+        let mut scratch = Default::default();
+        let mut framer = Framer::new();
+        let items = match framer.next(reply) {
+            Frame::Complete(_) => framer.items().to_vec(),
+            other => panic!("{other:?}"),
+        };
+        batch.split_reply(reply, &items, &mut scratch, |m, r, r_items| {
+            // Each part's items are where its bytes are.
+            let mut f = Framer::new();
+            assert_eq!(f.next(r), Frame::Complete(r.len()));
+            assert_eq!(f.items(), r_items);
+            out.push((m.to.client, r.to_vec()))
+        });
         out
     }
 

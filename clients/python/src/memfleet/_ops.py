@@ -1,0 +1,474 @@
+"""Every public operation of both clients, written once as a generator of steps (see ``_steps``).
+
+Near cache rule, the same for every operation: a read that reaches the server (``get``,
+``get_many``, ``get_or_set``) fills it; every write drops the key before it is sent (``set``,
+``add``, ``replace`` and ``cas`` then put the value they stored, for no longer than the item
+lives); ``flush_all`` clears it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, TypeVar
+
+from . import _proto as P
+from ._base import Key, as_list
+from ._core import ClientCore, S
+from ._steps import Call, Connect, Load, Op, Round, Sleep, operation
+from .errors import MemfleetConnectionError
+from .near import MISSING
+
+T = TypeVar("T")
+_BATCH = 512  # keys per server per round trip in multi-key commands
+_THIRTY_DAYS = 60 * 60 * 24 * 30
+
+
+def lock_key(wire: bytes) -> bytes:
+    """The text protocol's stand-in for a lease: a key taken with ``add``."""
+    k = b"memfleet-lock:" + wire
+    if len(k) > P.MAX_KEY:
+        k = b"memfleet-lock:" + hashlib.md5(wire).hexdigest().encode()
+    return k
+
+
+def lifetime(ttl: int) -> float | None:
+    """Seconds an item stored with memcached TTL ``ttl`` lives; None for ever, <= 0 if already gone."""
+    if ttl == 0:
+        return None
+    if ttl > _THIRTY_DAYS:  # an absolute Unix time
+        return ttl - time.time()
+    return float(ttl)
+
+
+class Operations(ClientCore[S]):
+    """The operations; :class:`Client` and :class:`AsyncClient` add a driver that runs them."""
+
+    # -- shapes shared by several operations ---------------------------------------------------
+    def _on_key(
+        self,
+        key: Key,
+        build: Callable[[bytes, bool], bytes],
+        parse: Callable[[bool], P.Parser],
+        default: T,
+        write: bool,
+    ) -> Op[Any]:
+        """One request about one key; a ``write`` drops the key from the near cache first."""
+        wire, rk = self._cfg.key(key)
+        if write and self._near is not None:
+            self._near.discard(wire)
+        try:
+            return (yield Call(self._router.server_for(rk), lambda meta: build(wire, meta), parse))
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return default
+            raise
+
+    def _fanout(self, groups: dict[S, list[T]], call: Callable[[S, list[T]], Call]) -> Op[list[Any]]:
+        """One call per server and batch; a round sends every server's batch before reading replies."""
+        batches = {s: [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] for s, items in groups.items()}
+        results: list[Any] = []
+        error: BaseException | None = None
+        for r in range(max(len(b) for b in batches.values())):
+            outcomes = yield Round([call(s, b[r]) for s, b in batches.items() if r < len(b)])
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    error = outcome
+                else:
+                    results.append(outcome)
+        if error is not None and not (self.ignore_errors and isinstance(error, MemfleetConnectionError)):
+            raise error
+        return results
+
+    def _each_server(self, request: bytes, parse: Callable[[bool], P.Parser]) -> Op[dict[str, Any]]:
+        live = self._router.live
+        outcomes = yield Round([Call(s, lambda meta: request, parse) for s in live])
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return {s.address: r for s, r in zip(live, outcomes)}
+
+    # -- reads ---------------------------------------------------------------------------------
+    def _get(self, key: Key, default: Any = None) -> Op[Any]:
+        """The value of ``key``, or ``default`` on a miss."""
+        wire, server = self._get_start(key)
+        if server is None:
+            return wire  # a near cache hit
+        try:
+            r = yield Call(server, lambda meta: P.req_get(wire, meta), P.parse_get)
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return default
+            raise
+        return default if r is None else self._get_end(wire, r[0], r[1], default)
+
+    # get and set in two halves around their one request, so that the blocking client's fast
+    # path (Client.get, Client.set) shares everything but the I/O with the generator
+    def _get_start(self, key: Key) -> tuple[Any, S | None]:
+        """(wire key, its server), or (the near cache's value, None)."""
+        wire, rk = self._cfg.key(key)
+        near = self._near
+        if near is not None:
+            v = near.get(wire)
+            if v is not MISSING:
+                return v, None
+        return wire, self._router.server_for(rk)
+
+    def _get_end(self, wire: bytes, data: bytes | None, flags: int, default: Any) -> Any:
+        if data is None:
+            return default
+        value = self._serde.decode(data, flags)
+        if self._near is not None:
+            self._near.put(wire, value)
+        return value
+
+    get = operation(_get)
+
+    def _gets(self, key: Key) -> Op[tuple[Any, int | None]]:
+        """(value, cas token), or (None, None) on a miss."""
+        r = yield from self._on_key(key, lambda kb, meta: P.req_get(kb, meta, cas=True), P.parse_get, None, False)
+        if r is None:
+            return None, None
+        return self._serde.decode(r[0], r[1]), r[2]
+
+    gets = operation(_gets)
+
+    def _get_many(self, keys: Iterable[Key]) -> Op[dict[Key, Any]]:
+        """Values of the keys that exist. Requests go to every server before any reply is read."""
+        cfg = self._cfg
+        near = self._near
+        out: dict[Key, Any] = {}
+        by_wire: dict[bytes, Key] = {}
+        groups: dict[S, list[bytes]] = {}
+        route = self._router.server_for
+        for key in as_list(keys):
+            wire, rk = cfg.key(key)
+            if near is not None:
+                v = near.get(wire)
+                if v is not MISSING:
+                    out[key] = v
+                    continue
+            by_wire[wire] = key
+            server = route(rk)
+            g = groups.get(server)
+            if g is None:
+                groups[server] = [wire]
+            else:
+                g.append(wire)
+        if not groups:
+            return out
+        raw = yield from self._fanout(
+            groups, lambda s, batch: Call(s, lambda meta: P.req_get_many(batch, meta), P.parse_get_many)
+        )
+        decode = self._serde.decode
+        for res in raw:
+            for wire, (data, flags) in res.items():
+                orig = by_wire.get(wire)
+                if orig is None:
+                    continue
+                value = decode(data, flags)
+                out[orig] = value
+                if near is not None:
+                    near.put(wire, value)
+        return out
+
+    get_many = operation(_get_many)
+
+    # -- writes --------------------------------------------------------------------------------
+    def _store(self, cmd: bytes, key: Key, value: Any, ttl: int, cas: int = 0) -> Op[bool]:
+        wire, server, data, flags = self._store_start(key, value)
+        try:
+            ok: bool = yield Call(
+                server, lambda meta: P.store_head(cmd, wire, len(data), flags, ttl, meta, cas), P.parse_store, data
+            )
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return False
+            raise
+        return self._store_end(wire, value, ttl, ok)
+
+    def _store_start(self, key: Key, value: Any) -> tuple[bytes, S, bytes, int]:
+        """(wire key, server, encoded value, flags); the key leaves the near cache."""
+        data, flags = self._serde.encode(value)
+        wire, rk = self._cfg.key(key)
+        if self._near is not None:
+            self._near.discard(wire)
+        return wire, self._router.server_for(rk), data, flags
+
+    def _store_end(self, wire: bytes, value: Any, ttl: int, ok: bool) -> bool:
+        if ok and self._near is not None:
+            self._near.put(wire, value, lifetime(ttl))
+        return ok
+
+    def _set(self, key: Key, value: Any, ttl: int = 0) -> Op[bool]:
+        """Store ``value``; ``ttl`` in seconds (0 = never expires)."""
+        return (yield from self._store(b"set", key, value, ttl))
+
+    set = operation(_set)
+
+    def _add(self, key: Key, value: Any, ttl: int = 0) -> Op[bool]:
+        """Store only if the key does not exist."""
+        return (yield from self._store(b"add", key, value, ttl))
+
+    add = operation(_add)
+
+    def _replace(self, key: Key, value: Any, ttl: int = 0) -> Op[bool]:
+        """Store only if the key exists."""
+        return (yield from self._store(b"replace", key, value, ttl))
+
+    replace = operation(_replace)
+
+    def _cas(self, key: Key, value: Any, cas: int, ttl: int = 0) -> Op[bool]:
+        """Store only if the item's cas token is still ``cas`` (from :meth:`gets`)."""
+        return (yield from self._store(b"cas", key, value, ttl, cas))
+
+    cas = operation(_cas)
+
+    def _store_raw(self, cmd: bytes, key: Key, value: bytes | str) -> Op[bool]:
+        raw = value.encode("utf-8") if isinstance(value, str) else value
+
+        def build(kb: bytes, meta: bool) -> bytes:
+            return P.req_store(cmd, kb, raw, 0, 0, meta)
+
+        return bool((yield from self._on_key(key, build, P.parse_store, False, True)))
+
+    def _append(self, key: Key, value: bytes | str) -> Op[bool]:
+        """Append raw bytes (or UTF-8 text) to an existing uncompressed value."""
+        return (yield from self._store_raw(b"append", key, value))
+
+    append = operation(_append)
+
+    def _prepend(self, key: Key, value: bytes | str) -> Op[bool]:
+        """Prepend raw bytes (or UTF-8 text) to an existing uncompressed value."""
+        return (yield from self._store_raw(b"prepend", key, value))
+
+    prepend = operation(_prepend)
+
+    def _set_many(self, mapping: Mapping[Key, Any], ttl: int = 0) -> Op[list[Key]]:
+        """Store several values, pipelined per server; returns the keys that failed."""
+        cfg = self._cfg
+        encode = self._serde.encode
+        near = self._near
+        groups: dict[S, list[tuple[bytes, bytes, int]]] = {}
+        by_wire: dict[bytes, Key] = {}
+        for key, value in mapping.items():
+            wire, rk = cfg.key(key)
+            data, flags = encode(value)
+            by_wire[wire] = key
+            if near is not None:
+                near.discard(wire)
+            groups.setdefault(self._router.server_for(rk), []).append((wire, data, flags))
+        if not groups:
+            return []
+        try:
+            raw = yield from self._fanout(
+                groups,
+                lambda s, batch: Call(
+                    s,
+                    lambda meta: P.req_set_many(batch, ttl, meta),
+                    lambda meta: P.parse_set_many(meta, [b[0] for b in batch]),
+                ),
+            )
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return list(mapping)
+            raise
+        return [by_wire[w] for res in raw for w in res if w in by_wire]
+
+    set_many = operation(_set_many)
+
+    def _delete(self, key: Key) -> Op[bool]:
+        """Remove ``key``; True if it existed."""
+        return bool((yield from self._on_key(key, P.req_delete, P.parse_delete, False, True)))
+
+    delete = operation(_delete)
+
+    def _delete_many(self, keys: Iterable[Key]) -> Op[int]:
+        """Remove several keys, pipelined per server; returns how many existed."""
+        groups: dict[S, list[bytes]] = {}
+        for key in as_list(keys):
+            wire, rk = self._cfg.key(key)
+            if self._near is not None:
+                self._near.discard(wire)
+            groups.setdefault(self._router.server_for(rk), []).append(wire)
+        if not groups:
+            return 0
+        try:
+            raw = yield from self._fanout(
+                groups,
+                lambda s, batch: Call(
+                    s, lambda meta: P.req_delete_many(batch, meta), lambda meta: P.parse_delete_many(meta, len(batch))
+                ),
+            )
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return 0
+            raise
+        return sum(raw)
+
+    delete_many = operation(_delete_many)
+
+    def _arith(self, key: Key, delta: int, decr: bool, initial: int | None, ttl: int) -> Op[int | None]:
+        if delta < 0:
+            raise ValueError("delta must be >= 0")
+        wire, rk = self._cfg.key(key)
+        if self._near is not None:
+            self._near.discard(wire)
+        server = self._router.server_for(rk)
+        try:
+            r: int | None = yield Call(
+                server, lambda meta: P.req_arith(wire, delta, decr, initial, ttl, meta), P.parse_arith
+            )
+            if r is None and initial is not None and server.meta is False:
+                # text protocol has no auto-vivify: add the initial value, or retry if someone else did
+                if (yield from self._store(b"add", key, initial, ttl)):
+                    return initial
+                r = yield Call(server, lambda meta: P.req_arith(wire, delta, decr, None, ttl, meta), P.parse_arith)
+            return r
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return None
+            raise
+
+    def _incr(self, key: Key, delta: int = 1, initial: int | None = None, ttl: int = 0) -> Op[int | None]:
+        """Add ``delta``; returns the new value, or None if the key is missing and no ``initial``."""
+        return (yield from self._arith(key, delta, False, initial, ttl))
+
+    incr = operation(_incr)
+
+    def _decr(self, key: Key, delta: int = 1, initial: int | None = None, ttl: int = 0) -> Op[int | None]:
+        """Subtract ``delta`` (memcached stops at 0)."""
+        return (yield from self._arith(key, delta, True, initial, ttl))
+
+    decr = operation(_decr)
+
+    def _touch(self, key: Key, ttl: int) -> Op[bool]:
+        """Update the TTL; True if the key exists."""
+        r = yield from self._on_key(key, lambda kb, meta: P.req_touch(kb, ttl, meta), P.parse_touch, False, True)
+        return bool(r)
+
+    touch = operation(_touch)
+
+    # -- stampede protection -------------------------------------------------------------------
+    def _invalidate(self, key: Key, stale_ttl: int | None = None) -> Op[bool]:
+        """Mark ``key`` stale (meta ``md <key> I``) instead of deleting it.
+
+        The next :meth:`get_or_set` wins the right to reload it while other callers keep getting
+        the stale value. ``stale_ttl`` limits how long the stale item lives. On a text-protocol
+        server this deletes the key.
+        """
+        r = yield from self._on_key(
+            key,
+            lambda kb, meta: P.req_invalidate(kb, stale_ttl) if meta else P.req_delete(kb, meta),
+            P.parse_delete,
+            False,
+            True,
+        )
+        return bool(r)
+
+    invalidate = operation(_invalidate)
+
+    def _get_or_set(
+        self,
+        key: Key,
+        loader: Callable[[], Any],
+        ttl: int = 0,
+        *,
+        lock_ttl: int = 30,
+        recache_before: int = 0,
+        wait_timeout: float = 10.0,
+        poll_interval: float = 0.02,
+    ) -> Op[Any]:
+        """The cached value, or ``loader()`` stored with ``ttl``; one caller loads per miss.
+
+        Uses meta get ``N`` (vivify on miss, win flag ``W``), ``R`` (win a recache
+        ``recache_before`` seconds before expiry), ``X`` (stale after :meth:`invalidate`) and
+        ``Z`` (someone else won). Losers return the stale value when there is one, else wait
+        ``poll_interval`` and retry; after ``wait_timeout`` they run the loader themselves.
+        On a text-protocol server an ``add``-based lock key stands in for the lease. The
+        asyncio client also accepts an ``async`` loader.
+        """
+        wire, rk = self._cfg.key(key)
+        near = self._near
+        if near is not None:
+            v = near.get(wire)
+            if v is not MISSING:
+                return v
+        deadline = time.monotonic() + wait_timeout
+        delay = poll_interval
+        missing = object()
+        while True:
+            server = self._router.server_for(rk)
+            if server.meta is None:
+                yield Connect(server)  # learn the protocol first: leases need meta
+            if not server.meta:
+                value = yield from self._get(key, missing)
+                if value is not missing:
+                    return value
+                won, value = yield from self._load_locked(key, wire, loader, ttl, lock_ttl)
+                if won:
+                    return value
+            else:
+                lease: P.Lease = yield Call(
+                    server, lambda meta: P.req_lease_get(wire, lock_ttl, recache_before), P.parse_lease
+                )
+                if lease.win:
+                    try:
+                        value = yield Load(loader)
+                    except BaseException:
+                        if not lease.hit:
+                            # release the stub so the next caller can win
+                            yield Call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
+                        raise
+                    yield from self._store(b"set", key, value, ttl)
+                    return value
+                if lease.hit:
+                    value = self._serde.decode(lease.data, lease.flags)
+                    if near is not None and not lease.stale:
+                        near.put(wire, value)
+                    return value
+            if time.monotonic() >= deadline:
+                value = yield Load(loader)
+                yield from self._store(b"set", key, value, ttl)
+                return value
+            yield Sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    get_or_set = operation(_get_or_set)
+
+    def _load_locked(
+        self, key: Key, wire: bytes, loader: Callable[[], Any], ttl: int, lock_ttl: int
+    ) -> Op[tuple[bool, Any]]:
+        """Text protocol's stand-in for a lease: load only if ``add`` takes the lock key."""
+        lk = lock_key(wire)
+        lock_server = self._router.server_for(lk)
+        if not (yield Call(lock_server, lambda meta: P.req_store(b"add", lk, b"1", 0, lock_ttl, meta), P.parse_store)):
+            return False, None
+        try:
+            value = yield Load(loader)
+            yield from self._store(b"set", key, value, ttl)
+            return True, value
+        finally:
+            yield Call(lock_server, lambda meta: P.req_delete(lk, meta), P.parse_delete)
+
+    # -- servers -------------------------------------------------------------------------------
+    def _flush_all(self) -> Op[bool]:
+        """Invalidate every item on every live server."""
+        if self._near is not None:
+            self._near.clear()
+        return all((yield from self._each_server(b"flush_all\r\n", P.parse_ok)).values())
+
+    flush_all = operation(_flush_all)
+
+    def _version(self) -> Op[dict[str, str]]:
+        """Each live server's version."""
+        return (yield from self._each_server(b"version\r\n", P.parse_version))
+
+    version = operation(_version)
+
+    def _stats(self) -> Op[dict[str, dict[str, str]]]:
+        """Each live server's general statistics."""
+        return (yield from self._each_server(b"stats\r\n", P.parse_stats))
+
+    stats = operation(_stats)

@@ -1,0 +1,94 @@
+//! Choosing where a request goes, apart from any I/O: the worker asks a pool's
+//! [`Placement`] for the server(s) of each request and then does the sending.
+//!
+//! Today a pool places a key by hashing it over the pool's ring (nutcracker's `hash` and
+//! `distribution`); a request without a key goes to every live server (`flush_all`) or to
+//! any live one (Redis commands such as `PING`). Every routing decision of both protocols
+//! goes through these three calls, so a per-request route tree (mcrouter route handles) can
+//! replace the ring behind them without touching the connection code.
+
+use std::sync::Arc;
+
+use crate::shared::PoolRt;
+
+/// One pool's placement as one worker sees it: the pool and its ring snapshot.
+pub(crate) struct Placement {
+    rt: Arc<PoolRt>,
+    ring_gen: u64,
+    ring: Arc<ring::Ring>,
+}
+
+impl Placement {
+    /// The placement of pool `rt` under its configured ring.
+    pub(crate) fn new(rt: Arc<PoolRt>) -> Placement {
+        let ring = Arc::new(rt.cfg.ring());
+        Placement {
+            rt,
+            ring_gen: 0,
+            ring,
+        }
+    }
+
+    /// The server that owns `key`, None when no server is available. Picks up the pool's
+    /// latest ring first (ejections and returns change it).
+    #[inline]
+    pub(crate) fn for_key(&mut self, key: &[u8]) -> Option<usize> {
+        if let Some((g, r)) = self.rt.ring_if_newer(self.ring_gen) {
+            self.ring_gen = g;
+            self.ring = r;
+        }
+        self.ring.server_for(key)
+    }
+
+    /// Every live server (for a request all of them must execute).
+    pub(crate) fn for_all(&self) -> Vec<usize> {
+        let servers = &self.rt.servers;
+        (0..servers.len())
+            .filter(|&s| !servers[s].is_ejected())
+            .collect()
+    }
+
+    /// One live server, or the first when all are ejected (for a request any can answer).
+    /// None when the pool has no servers.
+    pub(crate) fn for_any(&self) -> Option<usize> {
+        let servers = &self.rt.servers;
+        if servers.is_empty() {
+            return None;
+        }
+        Some(
+            (0..servers.len())
+                .find(|&s| !servers[s].is_ejected())
+                .unwrap_or(0),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::time::Instant;
+
+    const YAML: &str = "p:\n  listen: 127.0.0.1:22121\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  servers:\n   - 127.0.0.1:1:1 one\n   - 127.0.0.1:2:1 two\n";
+
+    #[test]
+    fn follows_ejections() {
+        let cfg = Config::from_yaml_str(YAML).unwrap();
+        let rt = Arc::new(PoolRt::new(cfg.pools[0].clone(), 1, Instant::now()).unwrap());
+        let mut placement = Placement::new(rt.clone());
+        let key = (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| placement.for_key(k.as_bytes()) == Some(0))
+            .unwrap();
+        assert_eq!(placement.for_all(), vec![0, 1]);
+        assert_eq!(placement.for_any(), Some(0));
+        assert!(rt.record_failure(0), "one failure ejects");
+        assert_eq!(placement.for_key(key.as_bytes()), Some(1), "the new ring");
+        assert_eq!(placement.for_all(), vec![1]);
+        assert_eq!(placement.for_any(), Some(1));
+        assert!(rt.record_failure(1));
+        assert_eq!(placement.for_key(key.as_bytes()), None);
+        assert!(placement.for_all().is_empty());
+        assert_eq!(placement.for_any(), Some(0), "all ejected: the first");
+    }
+}

@@ -1,0 +1,616 @@
+//! Backend connections: the requests in flight on each (FIFO, as servers answer in order),
+//! merged get lines, framing the replies and handing them to their clients, failures.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+use proto::resp;
+use proto::response::{Frame, Item, ReplyFramer};
+
+use super::client::deliver;
+use super::get_batch::{GetBatch, Member};
+use super::{error_reply, token, Worker, KIND_BACKEND};
+use crate::buf::ReadBuf;
+use crate::net::{error_text, Stream};
+use crate::shared::PoolRt;
+use std::sync::Arc;
+
+/// Where a backend reply goes: request `seq` of client `client` (slab index, and `gen` to
+/// tell a reused index from the client that sent the request), part `frag` of it when the
+/// request was split over servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReplyTo {
+    pub client: u32,
+    pub gen: u32,
+    pub seq: u64,
+    pub frag: u16,
+}
+
+impl ReplyTo {
+    /// The AUTH / SELECT a Redis backend connection starts with: no client waits for it.
+    const HANDSHAKE: ReplyTo = ReplyTo {
+        client: u32::MAX,
+        gen: 0,
+        seq: 0,
+        frag: 0,
+    };
+}
+
+/// One request in flight on a backend connection.
+pub(super) struct Pending {
+    to: ReplyTo,
+    /// Quiet meta command followed by `mn`: the reply is everything up to `MN`.
+    quiet: bool,
+    at: Instant,
+    bytes: u32,
+    /// Several clients' gets merged into one line: the reply is split between them.
+    batch: Option<Box<GetBatch>>,
+}
+
+impl Pending {
+    /// Each request this entry answers: itself, or every member of its merged get.
+    pub(super) fn targets(&self) -> impl Iterator<Item = ReplyTo> + '_ {
+        let lone = self.batch.is_none().then_some(self.to);
+        let merged = self.batch.iter().flat_map(|b| b.members()).map(|m| m.to);
+        lone.into_iter().chain(merged)
+    }
+}
+
+/// `AUTH <password>` and `SELECT <db>` as a Redis pool's connections start (each only when
+/// configured): appends the commands, returns how many replies to expect.
+pub(crate) fn redis_handshake(auth: Option<&str>, db: u32, out: &mut Vec<u8>) -> usize {
+    let mut n = 0;
+    if let Some(pw) = auth {
+        resp::write_command(out, 2, [&b"AUTH"[..], pw.as_bytes()]);
+        n += 1;
+    }
+    if db != 0 {
+        let db = db.to_string();
+        resp::write_command(out, 2, [&b"SELECT"[..], db.as_bytes()]);
+        n += 1;
+    }
+    n
+}
+
+/// A merged `get`/`gets` line still taking keys. Requests queued on the backend after it
+/// opened go out after it; a client that sent one of those may not join any more, or its
+/// get would overtake its own earlier request.
+struct OpenGet {
+    cas: bool,
+    at: Instant,
+    /// Bytes of `wbuf` and entries of `pending` queued since the line opened: the line and
+    /// its entry go in before them.
+    wbuf_after: usize,
+    pending_after: usize,
+    barred: Vec<(u32, u32)>,
+}
+
+/// One connection to one server of a pool, owned by one worker.
+pub(super) struct Backend {
+    stream: Stream,
+    rt: Arc<PoolRt>,
+    /// The worker that owns it (its index into the per-worker counters).
+    worker: usize,
+    pub(super) server: usize,
+    /// `(pool index, connection index)` in the worker's current pools; None once retired
+    /// by a reload (it then closes when its queue is empty).
+    pub(super) place: Option<(usize, usize)>,
+    connecting: bool,
+    rbuf: ReadBuf,
+    framer: ReplyFramer,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    pub(super) pending: VecDeque<Pending>,
+    dirty: bool,
+    open_get: Option<OpenGet>,
+    /// The keys of `open_get` as they go on the line, and its requests; the storage is
+    /// reused from batch to batch.
+    get_line: Vec<u8>,
+    batch: GetBatch,
+    /// Where split replies of a merged get (and their items) are assembled.
+    scratch: (Vec<u8>, Vec<Item>),
+}
+
+/// Why a backend connection is dropped.
+pub(super) enum Why {
+    Eof,
+    Io(io::Error),
+    Timeout,
+    Protocol,
+    /// The backend refused the AUTH or SELECT the router sent for the pool.
+    Handshake(String),
+}
+
+impl Worker {
+    /// An error reply made up by the router, in pool `p`'s protocol.
+    pub(super) fn pool_error(&self, p: usize, msg: &str) -> Vec<u8> {
+        error_reply(self.pools[p].rt.cfg.redis, msg)
+    }
+
+    /// A request that cannot be forwarded: count it and answer the client at once.
+    pub(super) fn fail_forward(&mut self, ci: usize, p: usize, reply: &[u8]) {
+        self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+        self.local_reply(ci, reply);
+    }
+
+    /// A connection to server `s` of pool `p`, connecting when needed. With several
+    /// `server_connections` a client always uses the same one (`lane`: its index), so its
+    /// requests to one server stay in order: a pipelined SET then GET must not race. `Err` is the error reply to answer. A Redis backend
+    /// connection first authenticates and selects the pool's database; requests queued
+    /// behind that wait for it.
+    pub(super) fn backend_for(
+        &mut self,
+        p: usize,
+        s: usize,
+        lane: usize,
+    ) -> Result<usize, Vec<u8>> {
+        let pl = &mut self.pools[p];
+        let k = lane % pl.conns[s].len();
+        if let Some(b) = pl.conns[s][k] {
+            return Ok(b);
+        }
+        let rt = pl.rt.clone();
+        let counters = &rt.counters[self.id].servers[s];
+        match Stream::connect(&rt.servers[s].addr, rt.cfg.tcpkeepalive) {
+            Ok(mut stream) => {
+                let entry = self.backends.vacant_entry();
+                let b = entry.key();
+                if let Err(e) = stream.register(self.poll.registry(), token(KIND_BACKEND, b)) {
+                    return Err(error_reply(rt.cfg.redis, &error_text(&e)));
+                }
+                counters.server_connections.add(1);
+                let mut wbuf = Vec::new();
+                let mut pending = VecDeque::new();
+                if rt.cfg.redis {
+                    let n =
+                        redis_handshake(rt.cfg.redis_auth.as_deref(), rt.cfg.redis_db, &mut wbuf);
+                    for _ in 0..n {
+                        pending.push_back(Pending {
+                            to: ReplyTo::HANDSHAKE,
+                            quiet: false,
+                            at: self.now,
+                            bytes: 0,
+                            batch: None,
+                        });
+                    }
+                }
+                entry.insert(Backend {
+                    stream,
+                    rt: rt.clone(),
+                    worker: self.id,
+                    server: s,
+                    place: Some((p, k)),
+                    connecting: true,
+                    rbuf: ReadBuf::default(),
+                    framer: ReplyFramer::new(rt.cfg.redis),
+                    wbuf,
+                    wpos: 0,
+                    pending,
+                    dirty: false,
+                    open_get: None,
+                    get_line: Vec::new(),
+                    batch: GetBatch::default(),
+                    scratch: (Vec::new(), Vec::new()),
+                });
+                self.pools[p].conns[s][k] = Some(b);
+                Ok(b)
+            }
+            Err(e) => {
+                counters.server_err.add(1);
+                rt.record_failure(s);
+                Err(error_reply(rt.cfg.redis, &error_text(&e)))
+            }
+        }
+    }
+
+    /// Queues a request on backend `b`; its reply goes to `to`. `parts` are written one
+    /// after the other.
+    pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, quiet: bool) {
+        self.backends[b].enqueue(parts, to, quiet, self.now);
+        self.mark_backend(b);
+    }
+
+    /// Queues a plain get/gets on backend `b`; see [`Backend::enqueue_get`].
+    pub(super) fn enqueue_get<'k>(
+        &mut self,
+        b: usize,
+        cas: bool,
+        keys: impl Iterator<Item = &'k [u8]> + Clone,
+        to: ReplyTo,
+    ) {
+        self.backends[b].enqueue_get(cas, keys, to, self.now);
+        self.mark_backend(b);
+    }
+
+    /// Backend `b` has bytes to write: it is flushed at the end of the loop iteration.
+    pub(super) fn mark_backend(&mut self, b: usize) {
+        let be = &mut self.backends[b];
+        if !be.dirty {
+            be.dirty = true;
+            self.dirty_backends.push(b);
+        }
+    }
+
+    pub(super) fn flush_backend(&mut self, b: usize) {
+        let Some(be) = self.backends.get_mut(b) else {
+            return;
+        };
+        be.close_get();
+        be.dirty = false;
+        if be.connecting {
+            return;
+        }
+        while be.wpos < be.wbuf.len() {
+            match be.stream.write(&be.wbuf[be.wpos..]) {
+                Ok(0) => return self.fail_backend(b, Why::Eof),
+                Ok(n) => be.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail_backend(b, Why::Io(e)),
+            }
+        }
+        be.wbuf.clear();
+        be.wpos = 0;
+        if be.wbuf.capacity() > 1024 * 1024 {
+            be.wbuf = Vec::new();
+        }
+    }
+
+    pub(super) fn backend_writable(&mut self, b: usize) {
+        let Some(be) = self.backends.get_mut(b) else {
+            return;
+        };
+        if be.connecting {
+            match be.stream.connect_result() {
+                Ok(true) => be.connecting = false,
+                Ok(false) => return,
+                Err(e) => return self.fail_backend(b, Why::Io(e)),
+            }
+        }
+        self.flush_backend(b);
+    }
+
+    pub(super) fn backend_readable(&mut self, b: usize, drain: bool) {
+        loop {
+            let Some(be) = self.backends.get_mut(b) else {
+                return;
+            };
+            match be.rbuf.read_from(&mut be.stream) {
+                Ok((0, _)) => return self.fail_backend(b, Why::Eof),
+                Ok((_, more)) => {
+                    if !self.backend_replies(b) {
+                        return;
+                    }
+                    if !more && !drain {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail_backend(b, Why::Io(e)),
+            }
+        }
+        if let Some(be) = self.backends.get(b) {
+            if be.place.is_none() && be.pending.is_empty() {
+                self.close_backend(b);
+            }
+        }
+    }
+
+    /// Hands every complete reply in the backend's buffer to its client. False when the
+    /// connection was dropped.
+    pub(super) fn backend_replies(&mut self, b: usize) -> bool {
+        let be = &mut self.backends[b];
+        if be.connecting {
+            be.connecting = false;
+        }
+        let mut any = false;
+        loop {
+            match be.framer.next(be.rbuf.filled()) {
+                Frame::Complete(n) => {
+                    let Some(p) = be.pending.front() else {
+                        return self.fail_then(b, Why::Protocol);
+                    };
+                    let reply = &be.rbuf.filled()[..n];
+                    if p.to == ReplyTo::HANDSHAKE {
+                        if reply.first() == Some(&b'-') {
+                            let text = String::from_utf8_lossy(&reply[1..n - 2]).into_owned();
+                            return self.fail_then(b, Why::Handshake(text));
+                        }
+                        be.pending.pop_front();
+                        be.rbuf.consume(n);
+                        continue;
+                    }
+                    let done = !p.quiet || reply == b"MN\r\n";
+                    let items = be.framer.items();
+                    if let Some(batch) = &p.batch {
+                        let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
+                        let scratch = &mut be.scratch;
+                        batch.split_reply(reply, items, scratch, |m, part, part_items| {
+                            deliver(clients, dirty, m.to, part, part_items, true);
+                        });
+                    } else if p.quiet && done {
+                        deliver(
+                            &mut self.clients,
+                            &mut self.dirty_clients,
+                            p.to,
+                            b"",
+                            &[],
+                            done,
+                        );
+                    } else {
+                        deliver(
+                            &mut self.clients,
+                            &mut self.dirty_clients,
+                            p.to,
+                            reply,
+                            items,
+                            done,
+                        );
+                    }
+                    let c = &be.rt.counters[self.id].servers[be.server];
+                    c.response_bytes.add(n as i64);
+                    if done {
+                        c.responses.add(1);
+                        c.out_queue.add(-1);
+                        c.out_queue_bytes.add(-i64::from(p.bytes));
+                        be.pending.pop_front();
+                    }
+                    be.rbuf.consume(n);
+                    any = true;
+                }
+                Frame::Incomplete(total) => {
+                    if let Some(t) = total {
+                        be.rbuf.reserve_total(t);
+                    }
+                    break;
+                }
+                Frame::Invalid => return self.fail_then(b, Why::Protocol),
+            }
+        }
+        if any {
+            be.rt.record_success(be.server);
+        }
+        true
+    }
+
+    pub(super) fn fail_then(&mut self, b: usize, why: Why) -> bool {
+        self.fail_backend(b, why);
+        false
+    }
+
+    /// Drops a broken backend connection: every request on it is answered with
+    /// SERVER_ERROR and the failure counts towards ejection.
+    pub(super) fn fail_backend(&mut self, b: usize, why: Why) {
+        let Some(mut be) = self.backends.try_remove(b) else {
+            return;
+        };
+        be.close_get();
+        let _ = self.poll.registry().deregister(be.stream.source());
+        if let Some((p, k)) = be.place {
+            if let Some(pl) = self.pools.get_mut(p) {
+                if pl.conns[be.server][k] == Some(b) {
+                    pl.conns[be.server][k] = None;
+                }
+            }
+        }
+        let c = &be.rt.counters[self.id].servers[be.server];
+        c.server_connections.add(-1);
+        let text = match &why {
+            Why::Eof => {
+                c.server_eof.add(1);
+                "Connection closed by server".to_owned()
+            }
+            Why::Io(e) => {
+                c.server_err.add(1);
+                error_text(e)
+            }
+            Why::Timeout => {
+                c.server_timedout.add(1);
+                "Connection timed out".to_owned()
+            }
+            Why::Protocol => {
+                c.server_err.add(1);
+                "invalid reply from server".to_owned()
+            }
+            Why::Handshake(e) => {
+                c.server_err.add(1);
+                format!("server refused AUTH/SELECT: {e}")
+            }
+        };
+        let msg = error_reply(be.rt.cfg.redis, &text);
+        let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
+        be.pending.retain(|p| p.to != ReplyTo::HANDSHAKE);
+        let mut failed = 0;
+        for p in be.pending.drain(..) {
+            c.out_queue.add(-1);
+            c.out_queue_bytes.add(-i64::from(p.bytes));
+            for t in p.targets() {
+                failed += 1;
+                deliver(
+                    &mut self.clients,
+                    &mut self.dirty_clients,
+                    t,
+                    &msg,
+                    &[],
+                    true,
+                );
+            }
+        }
+        be.rt.counters[self.id].pool.forward_error.add(failed);
+        // An idle connection the server closed (restart, idle timeout) is not a failure.
+        if failed > 0 || handshake || !matches!(why, Why::Eof) || be.connecting {
+            be.rt.record_failure(be.server);
+        }
+        crate::log::info(&format!(
+            "pool '{}': server '{}' connection dropped: {}",
+            be.rt.cfg.name, be.rt.servers[be.server].stats_name, text
+        ));
+    }
+
+    pub(super) fn close_backend(&mut self, b: usize) {
+        let Some(mut be) = self.backends.try_remove(b) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(be.stream.source());
+        be.rt.counters[self.id].servers[be.server]
+            .server_connections
+            .add(-1);
+    }
+
+    /// Fails backends whose oldest request is past the pool timeout; returns how long
+    /// until the next deadline.
+    pub(super) fn check_timeouts(&mut self) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut expired = Vec::new();
+        let now = self.now;
+        for (b, be) in self.backends.iter() {
+            let (Some(t), Some(front)) = (be.rt.timeout(), be.pending.front()) else {
+                continue;
+            };
+            let deadline = front.at + t;
+            if deadline <= now {
+                expired.push(b);
+            } else {
+                let left = deadline - now;
+                next = Some(next.map_or(left, |n| n.min(left)));
+            }
+        }
+        if !expired.is_empty() {
+            self.now = now;
+            for b in expired {
+                self.fail_backend(b, Why::Timeout);
+            }
+            self.flush_all();
+            return Some(Duration::from_millis(1));
+        }
+        next.map(|n| n + Duration::from_micros(200))
+    }
+}
+
+impl Backend {
+    pub(super) fn counters(&self) -> &crate::stats::ServerCounters {
+        &self.rt.counters[self.worker].servers[self.server]
+    }
+
+    /// Appends a request to the write buffer and its entry to the queue.
+    pub(super) fn enqueue(&mut self, parts: &[&[u8]], to: ReplyTo, quiet: bool, now: Instant) {
+        let bytes: usize = parts.iter().map(|p| p.len()).sum();
+        for part in parts {
+            self.wbuf.extend_from_slice(part);
+        }
+        if let Some(open) = &mut self.open_get {
+            open.wbuf_after += bytes;
+            open.pending_after += 1;
+            if !open.barred.contains(&(to.client, to.gen)) {
+                open.barred.push((to.client, to.gen));
+            }
+        }
+        self.pending.push_back(Pending {
+            to,
+            quiet,
+            at: now,
+            bytes: bytes as u32,
+            batch: None,
+        });
+        let c = self.counters();
+        c.requests.add(1);
+        c.request_bytes.add(bytes as i64);
+        c.out_queue.add(1);
+        c.out_queue_bytes.add(bytes as i64);
+    }
+
+    /// Queues a plain get/gets, merged into the open get line when it may join (see
+    /// get_batch.rs and [`OpenGet`]).
+    pub(super) fn enqueue_get<'k>(
+        &mut self,
+        cas: bool,
+        keys: impl Iterator<Item = &'k [u8]> + Clone,
+        to: ReplyTo,
+        now: Instant,
+    ) {
+        let (nkeys, bytes) = keys
+            .clone()
+            .fold((0, 0), |(n, len), k| (n + 1, len + 1 + k.len()));
+        let joins = match &self.open_get {
+            Some(o) => {
+                o.cas == cas
+                    && self.batch.fits(nkeys, bytes)
+                    && !o.barred.contains(&(to.client, to.gen))
+            }
+            None => false,
+        };
+        if !joins {
+            self.close_get();
+            self.get_line
+                .extend_from_slice(if cas { b"gets" } else { b"get" });
+            self.open_get = Some(OpenGet {
+                cas,
+                at: now,
+                wbuf_after: 0,
+                pending_after: 0,
+                barred: Vec::new(),
+            });
+        }
+        for k in keys.clone() {
+            self.get_line.push(b' ');
+            self.get_line.extend_from_slice(k);
+        }
+        self.batch.push(Member { to, nkeys: 0 }, keys);
+        let c = self.counters();
+        c.requests.add(1);
+        c.request_bytes.add(bytes as i64);
+    }
+
+    /// Ends the open get line, if any, and puts it and its queue entry where the line
+    /// opened.
+    pub(super) fn close_get(&mut self) {
+        let Some(open) = self.open_get.take() else {
+            return;
+        };
+        self.get_line.extend_from_slice(b"\r\n");
+        let at = self.wbuf.len() - open.wbuf_after;
+        self.wbuf.splice(at..at, self.get_line.drain(..));
+        let bytes = (self.wbuf.len() - at - open.wbuf_after) as u32;
+        let first = self.batch.members()[0];
+        let batch = if self.batch.members().len() == 1 {
+            self.batch.clear();
+            None
+        } else {
+            Some(Box::new(std::mem::take(&mut self.batch)))
+        };
+        let entry = Pending {
+            to: first.to,
+            quiet: false,
+            at: open.at,
+            bytes,
+            batch,
+        };
+        let at = self.pending.len() - open.pending_after;
+        self.pending.insert(at, entry);
+        let c = self.counters();
+        c.out_queue.add(1);
+        c.out_queue_bytes.add(i64::from(bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_handshake_sends_only_what_is_configured() {
+        let mut out = Vec::new();
+        assert_eq!(redis_handshake(None, 0, &mut out), 0);
+        assert!(out.is_empty());
+        assert_eq!(redis_handshake(Some("pw"), 3, &mut out), 2);
+        assert_eq!(
+            out,
+            b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"
+        );
+        out.clear();
+        assert_eq!(redis_handshake(None, 1, &mut out), 1);
+        assert!(out.starts_with(b"*2\r\n$6\r\nSELECT"));
+    }
+}

@@ -1,0 +1,460 @@
+//! A client connection: its reply queue (one slot per request, answered in request order
+//! whichever servers replied first), reading it and writing its replies.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+
+use proto::redis_cmd::{self, Kind};
+use proto::resp;
+use proto::response::{self, Fragment, Item};
+use slab::Slab;
+
+use super::backend::ReplyTo;
+use super::{Worker, MAX_READS_PER_TURN, MAX_SLOTS, MAX_UNSENT, READ_POOL_MAX};
+use crate::buf::ReadBuf;
+use crate::net::Stream;
+use crate::shared::PoolRt;
+use std::sync::Arc;
+
+/// What a queued reply is waiting for and how it is written out.
+pub(super) enum SlotKind {
+    /// The reply is complete in `buf`.
+    Ready,
+    /// One backend reply (or, for quiet meta, everything before `MN`).
+    Single,
+    /// A `noreply` request: the backend's reply is dropped unless it is an error.
+    NoReply,
+    /// A get split over servers: merged in the client's key order.
+    Multi(Box<MultiGet>),
+    /// flush_all sent to every server.
+    Broadcast { frags: Vec<Vec<u8>>, noreply: bool },
+    /// A Redis multi-key command split over servers.
+    RedisMulti(Box<RedisMulti>),
+}
+
+/// A Redis multi-key command split over servers.
+pub(super) struct RedisMulti {
+    pub(super) kind: Kind,
+    pub(super) nkeys: usize,
+    /// Per fragment: positions of its keys among the command's keys.
+    pub(super) positions: Vec<Vec<usize>>,
+    pub(super) frags: Vec<Vec<u8>>,
+}
+
+/// The reply to one request, in the client's queue.
+pub(super) struct Slot {
+    pub(super) remaining: u32,
+    pub(super) kind: SlotKind,
+    pub(super) buf: Vec<u8>,
+}
+
+/// A get split over servers: the keys in the client's order and each server's reply.
+pub(super) struct MultiGet {
+    pub(super) keys: Vec<u8>,
+    /// (start in `keys`, length, fragment) per requested key, in request order.
+    pub(super) spans: Vec<(u32, u32, u16)>,
+    pub(super) frags: Vec<Vec<u8>>,
+    /// The items of each fragment's reply (from the backend's framer).
+    pub(super) items: Vec<Vec<Item>>,
+}
+
+/// One client connection of a pool.
+pub(super) struct Client {
+    pub(super) stream: Stream,
+    pub(super) gen: u32,
+    pub(super) pool: usize,
+    pub(super) rt: Arc<PoolRt>,
+    pub(super) rbuf: ReadBuf,
+    pub(super) wbuf: Vec<u8>,
+    pub(super) wpos: usize,
+    pub(super) slots: VecDeque<Slot>,
+    pub(super) head_seq: u64,
+    pub(super) swallow: usize,
+    /// Close once every reply is written (quit, EOF, fatal parse error).
+    pub(super) closing: bool,
+    pub(super) eof: bool,
+    pub(super) paused: bool,
+    pub(super) dirty: bool,
+    /// False until the client sent the pool's password (`client_auth`, or for a Redis pool
+    /// also `redis_auth`).
+    pub(super) authed: bool,
+    /// Where parsing of a partly received RESP command stopped.
+    pub(super) progress: resp::Progress,
+}
+
+impl Client {
+    pub(super) fn unsent(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Whether the next request in `rbuf` may be parsed now: not once the client is closing
+    /// (the rest is dropped), nor while it is too far behind reading its replies (paused
+    /// until it catches up).
+    pub(super) fn may_parse(&mut self, rbuf: &mut ReadBuf) -> bool {
+        if self.closing {
+            rbuf.clear();
+            return false;
+        }
+        if self.slots.len() >= MAX_SLOTS || self.unsent() >= MAX_UNSENT {
+            self.paused = true;
+            return false;
+        }
+        true
+    }
+
+    /// Moves finished replies at the head of the queue to the write buffer.
+    pub(super) fn drain_ready(&mut self) {
+        while let Some(front) = self.slots.front() {
+            if front.remaining > 0 {
+                break;
+            }
+            let slot = self.slots.pop_front().expect("front exists");
+            self.head_seq += 1;
+            finish_slot(slot, &mut self.wbuf);
+        }
+    }
+
+    /// Queues a reply made here (nothing to wait for).
+    pub(super) fn reply(&mut self, bytes: &[u8]) {
+        if self.slots.is_empty() {
+            self.wbuf.extend_from_slice(bytes);
+        } else {
+            self.slots.push_back(Slot {
+                remaining: 0,
+                kind: SlotKind::Ready,
+                buf: bytes.to_vec(),
+            });
+        }
+    }
+
+    /// Queues a slot for a request that `remaining` backend replies answer; returns where
+    /// they go (`ci`: this client's index), as fragment 0.
+    pub(super) fn push(&mut self, ci: usize, remaining: u32, kind: SlotKind) -> ReplyTo {
+        let seq = self.head_seq + self.slots.len() as u64;
+        self.slots.push_back(Slot {
+            remaining,
+            kind,
+            buf: Vec::new(),
+        });
+        ReplyTo {
+            client: ci as u32,
+            gen: self.gen,
+            seq,
+            frag: 0,
+        }
+    }
+}
+
+fn finish_slot(slot: Slot, out: &mut Vec<u8>) {
+    match slot.kind {
+        SlotKind::Ready | SlotKind::Single | SlotKind::NoReply => out.extend_from_slice(&slot.buf),
+        SlotKind::Multi(m) => {
+            let keys = m.spans.iter().map(|&(start, len, f)| {
+                let key = &m.keys[start as usize..(start + len) as usize];
+                (key, usize::from(f))
+            });
+            let frags: Vec<Fragment> = m
+                .frags
+                .iter()
+                .zip(&m.items)
+                .map(|(reply, items)| Fragment { reply, items })
+                .collect();
+            response::merge_get(keys, &frags, out);
+        }
+        SlotKind::RedisMulti(m) => {
+            let parts: Vec<(&[usize], &[u8])> = m
+                .positions
+                .iter()
+                .zip(&m.frags)
+                .map(|(p, f)| (&p[..], &f[..]))
+                .collect();
+            let mark = out.len();
+            if redis_cmd::merge(m.kind, m.nkeys, &parts, out).is_err() {
+                out.truncate(mark);
+                out.extend_from_slice(b"-ERR invalid reply from server\r\n");
+            }
+        }
+        SlotKind::Broadcast { frags, noreply } => {
+            match frags.iter().find(|f| f.as_slice() != b"OK\r\n") {
+                Some(bad) if !noreply || response::is_error_reply(bad) => {
+                    out.extend_from_slice(bad)
+                }
+                Some(_) => {}
+                None if noreply => {}
+                None => out.extend_from_slice(b"OK\r\n"),
+            }
+        }
+    }
+}
+
+/// Gives one backend reply (or part of a quiet one) to the client waiting for it. `items`:
+/// the reply's items when it is a get reply.
+pub(super) fn deliver(
+    clients: &mut Slab<Client>,
+    dirty: &mut Vec<usize>,
+    to: ReplyTo,
+    reply: &[u8],
+    items: &[Item],
+    done: bool,
+) {
+    let ci = to.client as usize;
+    let Some(c) = clients.get_mut(ci) else { return };
+    if c.gen != to.gen {
+        return;
+    }
+    let i = to.seq.wrapping_sub(c.head_seq) as usize;
+    let Some(slot) = c.slots.get_mut(i) else {
+        return;
+    };
+    if i == 0
+        && done
+        && slot.remaining == 1
+        && slot.buf.is_empty()
+        && matches!(slot.kind, SlotKind::Single)
+    {
+        // The common case: the reply the client waits for next, in one piece.
+        c.wbuf.extend_from_slice(reply);
+        c.slots.pop_front();
+        c.head_seq += 1;
+    } else {
+        match &mut slot.kind {
+            SlotKind::Single | SlotKind::Ready => slot.buf.extend_from_slice(reply),
+            SlotKind::NoReply => {
+                if response::is_error_reply(reply) {
+                    slot.buf.extend_from_slice(reply)
+                }
+            }
+            SlotKind::Multi(m) => {
+                let f = usize::from(to.frag);
+                let at = m.frags[f].len();
+                m.items[f].extend(items.iter().map(|it| it.moved(0, at)));
+                m.frags[f].extend_from_slice(reply);
+            }
+            SlotKind::Broadcast { frags, .. } => {
+                frags[usize::from(to.frag)].extend_from_slice(reply)
+            }
+            SlotKind::RedisMulti(m) => m.frags[usize::from(to.frag)].extend_from_slice(reply),
+        }
+        if done {
+            slot.remaining = slot.remaining.saturating_sub(1);
+        }
+    }
+    c.drain_ready();
+    if !c.dirty {
+        c.dirty = true;
+        dirty.push(ci);
+    }
+}
+
+impl Worker {
+    pub(super) fn mark_client(&mut self, ci: usize) {
+        if let Some(c) = self.clients.get_mut(ci) {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty_clients.push(ci);
+            }
+        }
+    }
+
+    /// Reads and parses until the socket is empty. `drain`: keep reading until `WouldBlock`
+    /// or EOF even after a short read (the peer closed, or events were skipped while paused).
+    pub(super) fn client_readable(&mut self, ci: usize, drain: bool) {
+        for _ in 0..MAX_READS_PER_TURN {
+            let Some(c) = self.clients.get_mut(ci) else {
+                return;
+            };
+            if c.paused || c.closing {
+                return;
+            }
+            if !c.rbuf.has_storage() {
+                if let Some(storage) = self.read_pool.pop() {
+                    c.rbuf.set_storage(storage);
+                }
+            }
+            match c.rbuf.read_from(&mut c.stream) {
+                Ok((0, _)) => {
+                    c.eof = true;
+                    c.closing = true;
+                    self.mark_client(ci);
+                    return;
+                }
+                Ok((_, more)) => {
+                    self.parse_client(ci);
+                    // Idle connections hold no read buffer: it goes back to the pool.
+                    if let Some(c) = self.clients.get_mut(ci) {
+                        if let Some(storage) = c.rbuf.take_storage() {
+                            if self.read_pool.len() < READ_POOL_MAX {
+                                self.read_pool.push(storage);
+                            }
+                        }
+                    }
+                    if !more && !drain {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close_client(ci, true);
+                    return;
+                }
+            }
+        }
+        // A client that keeps its socket full gets another turn after everyone else.
+        self.read_again.push((ci, drain));
+    }
+
+    pub(super) fn flush_client(&mut self, ci: usize) {
+        let Some(c) = self.clients.get_mut(ci) else {
+            return;
+        };
+        c.dirty = false;
+        while c.wpos < c.wbuf.len() {
+            match c.stream.write(&c.wbuf[c.wpos..]) {
+                Ok(0) => {
+                    self.close_client(ci, true);
+                    return;
+                }
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close_client(ci, true);
+                    return;
+                }
+            }
+        }
+        if c.wpos == c.wbuf.len() {
+            c.wbuf.clear();
+            c.wpos = 0;
+            if c.wbuf.capacity() > 16 * 1024 {
+                c.wbuf = Vec::new();
+            }
+            if c.closing && c.slots.is_empty() {
+                self.close_client(ci, false);
+                return;
+            }
+        }
+        if c.paused && c.slots.len() < MAX_SLOTS / 2 && c.unsent() < MAX_UNSENT / 2 {
+            c.paused = false;
+            self.parse_client(ci);
+            self.client_readable(ci, true);
+        }
+    }
+
+    pub(super) fn close_client(&mut self, ci: usize, error: bool) {
+        if !self.clients.contains(ci) {
+            return;
+        }
+        // Closing the socket removes it from epoll: no deregister call needed.
+        let mut c = self.clients.remove(ci);
+        // The read buffer goes back to the pool: freeing 16 KB per short-lived connection
+        // makes the allocator hand memory back to the kernel (madvise, TLB shootdowns).
+        c.rbuf.clear();
+        if let Some(storage) = c.rbuf.take_storage() {
+            if self.read_pool.len() < READ_POOL_MAX {
+                self.read_pool.push(storage);
+            }
+        }
+        let counters = &c.rt.counters[self.id].pool;
+        counters.client_connections.add(-1);
+        if error {
+            counters.client_err.add(1);
+        } else if c.eof {
+            counters.client_eof.add(1);
+        }
+        c.rt.clients
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.globals.per_worker[self.id].curr_connections.add(-1);
+    }
+
+    pub(super) fn local_reply(&mut self, ci: usize, bytes: &[u8]) {
+        if let Some(c) = self.clients.get_mut(ci) {
+            c.reply(bytes);
+        }
+        self.mark_client(ci);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_multi_merges_or_answers_an_error() {
+        let slot = |kind, frags: Vec<&[u8]>| Slot {
+            remaining: 0,
+            kind: SlotKind::RedisMulti(Box::new(RedisMulti {
+                kind,
+                nkeys: 3,
+                positions: vec![vec![0, 2], vec![1]],
+                frags: frags.into_iter().map(|f| f.to_vec()).collect(),
+            })),
+            buf: Vec::new(),
+        };
+        let mut out = Vec::new();
+        finish_slot(
+            slot(
+                Kind::MultiGet,
+                vec![b"*2\r\n$1\r\na\r\n$-1\r\n", b"*1\r\n$1\r\nb\r\n"],
+            ),
+            &mut out,
+        );
+        assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n");
+        out.clear();
+        finish_slot(slot(Kind::MultiSum, vec![b":2\r\n", b":1\r\n"]), &mut out);
+        assert_eq!(out, b":3\r\n");
+        out.clear();
+        let down: &[u8] = b"-ERR Connection refused\r\n";
+        finish_slot(slot(Kind::MultiSet, vec![b"+OK\r\n", down]), &mut out);
+        assert_eq!(out, down);
+        out.clear();
+        // A reply of the wrong shape never reaches the client half-merged.
+        finish_slot(
+            slot(Kind::MultiGet, vec![b"*1\r\n:1\r\n", b"+OK\r\n"]),
+            &mut out,
+        );
+        assert_eq!(out, b"-ERR invalid reply from server\r\n");
+    }
+
+    #[test]
+    fn broadcast_needs_every_ok() {
+        let mut out = Vec::new();
+        let slot = |frags: Vec<&[u8]>, noreply| Slot {
+            remaining: 0,
+            kind: SlotKind::Broadcast {
+                frags: frags.into_iter().map(|f| f.to_vec()).collect(),
+                noreply,
+            },
+            buf: Vec::new(),
+        };
+        finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], false), &mut out);
+        assert_eq!(out, b"OK\r\n");
+        out.clear();
+        finish_slot(
+            slot(vec![b"OK\r\n", b"SERVER_ERROR x\r\n"], false),
+            &mut out,
+        );
+        assert_eq!(out, b"SERVER_ERROR x\r\n");
+        out.clear();
+        finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], true), &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn noreply_drops_all_but_errors() {
+        let mut out = Vec::new();
+        let slot = |buf: &[u8]| Slot {
+            remaining: 0,
+            kind: SlotKind::Broadcast {
+                frags: vec![b"OK\r\n".to_vec(), buf.to_vec()],
+                noreply: true,
+            },
+            buf: Vec::new(),
+        };
+        finish_slot(slot(b"ERRORX\r\n"), &mut out);
+        assert!(out.is_empty(), "not an error line: dropped");
+        finish_slot(slot(b"ERROR\r\n"), &mut out);
+        assert_eq!(out, b"ERROR\r\n");
+    }
+}

@@ -1,0 +1,344 @@
+//! memcached pools: parsing a client's requests and routing each to the server(s) that own
+//! its keys, or answering it here.
+
+use proto::{forward, Parse, Request};
+
+use super::auth;
+use super::backend::ReplyTo;
+use super::client::{MultiGet, SlotKind};
+use super::{Worker, NO_SERVER, VERSION};
+
+impl Worker {
+    pub(super) fn parse_client(&mut self, ci: usize) {
+        let Some(c) = self.clients.get_mut(ci) else {
+            return;
+        };
+        if c.rt.cfg.redis {
+            return self.parse_client_resp(ci);
+        }
+        let mut rbuf = std::mem::take(&mut c.rbuf);
+        loop {
+            let c = &mut self.clients[ci];
+            if !c.may_parse(&mut rbuf) {
+                break;
+            }
+            if c.swallow > 0 {
+                let n = c.swallow.min(rbuf.len());
+                rbuf.consume(n);
+                c.swallow -= n;
+                if c.swallow > 0 {
+                    break;
+                }
+                continue;
+            }
+            if rbuf.is_empty() {
+                break;
+            }
+            let data = rbuf.filled();
+            match proto::parse(data, &self.limits) {
+                Parse::Incomplete { total } => {
+                    if let Some(t) = total {
+                        rbuf.reserve_total(t);
+                    }
+                    break;
+                }
+                Parse::Error {
+                    reply,
+                    consumed,
+                    swallow,
+                    close,
+                    ..
+                } => {
+                    c.reply(reply);
+                    c.swallow = swallow;
+                    if close {
+                        c.closing = true;
+                    }
+                    rbuf.consume(consumed);
+                    self.mark_client(ci);
+                }
+                Parse::Request(req, n) => {
+                    let pool = c.pool;
+                    if c.authed {
+                        self.route(ci, pool, req, &data[..n]);
+                    } else {
+                        let reply = auth::memcached_login(&req, c.rt.cfg.client_auth.as_deref());
+                        c.authed = reply == proto::reply::STORED;
+                        c.reply(reply);
+                        self.mark_client(ci);
+                    }
+                    rbuf.consume(n);
+                }
+            }
+        }
+        if let Some(c) = self.clients.get_mut(ci) {
+            c.rbuf = rbuf;
+        }
+    }
+
+    pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        match req {
+            Request::Get { keys, cas } => {
+                let cmd: &[u8] = if cas { b"gets" } else { b"get" };
+                self.route_get(ci, p, raw, cmd, keys);
+            }
+            Request::Gat { keys, .. } => {
+                self.route_get(ci, p, raw, forward::gat_command(raw), keys);
+            }
+            Request::Store { key, noreply, .. }
+            | Request::Delete { key, noreply }
+            | Request::Arith { key, noreply, .. }
+            | Request::Touch { key, noreply, .. } => {
+                if noreply {
+                    if let Some((line, rest)) = forward::strip_noreply(raw) {
+                        self.route_key(
+                            ci,
+                            p,
+                            key,
+                            &[line, b"\r\n", rest],
+                            SlotKind::NoReply,
+                            false,
+                        );
+                        return;
+                    }
+                }
+                self.route_key(ci, p, key, &[raw], SlotKind::Single, false);
+            }
+            Request::MetaGet { key, flags, .. }
+            | Request::MetaSet { key, flags, .. }
+            | Request::MetaDelete { key, flags }
+            | Request::MetaArithmetic { key, flags, .. } => {
+                if flags.noreply() {
+                    // The backend decides what q hides; `mn` marks where its answer ends.
+                    self.route_key(
+                        ci,
+                        p,
+                        key.as_bytes(),
+                        &[raw, b"mn\r\n"],
+                        SlotKind::Single,
+                        true,
+                    );
+                } else {
+                    self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false);
+                }
+            }
+            Request::MetaDebug { key } => {
+                self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false)
+            }
+            Request::FlushAll { noreply, .. } => self.broadcast(ci, p, raw, noreply),
+            Request::MetaNoop => self.local_reply(ci, b"MN\r\n"),
+            Request::Version => self.local_reply(ci, VERSION),
+            Request::Verbosity { noreply, .. } => {
+                if !noreply {
+                    self.local_reply(ci, b"OK\r\n")
+                }
+            }
+            Request::Stats { .. } => {
+                let text = crate::stats::text(&self.shared, &self.globals, p);
+                self.local_reply(ci, &text);
+            }
+            Request::Quit => {
+                if let Some(c) = self.clients.get_mut(ci) {
+                    c.closing = true;
+                }
+                self.mark_client(ci);
+            }
+            Request::Shutdown(_) => self.local_reply(ci, proto::reply::ERROR_SHUTDOWN_NOT_ENABLED),
+            Request::CacheMemlimit { .. } | Request::Admin { .. } => {
+                self.local_reply(ci, proto::reply::ERROR)
+            }
+        }
+    }
+
+    pub(super) fn route_key(
+        &mut self,
+        ci: usize,
+        p: usize,
+        key: &[u8],
+        parts: &[&[u8]],
+        kind: SlotKind,
+        quiet: bool,
+    ) {
+        let Some(s) = self.pools[p].placement.for_key(key) else {
+            self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
+            return;
+        };
+        let b = match self.backend_for(p, s, ci) {
+            Ok(b) => b,
+            Err(msg) => {
+                self.fail_forward(ci, p, &msg);
+                return;
+            }
+        };
+        let to = self.clients[ci].push(ci, 1, kind);
+        self.enqueue(b, parts, to, quiet);
+    }
+
+    pub(super) fn route_get(
+        &mut self,
+        ci: usize,
+        p: usize,
+        raw: &[u8],
+        cmd: &[u8],
+        keys: proto::Keys<'_>,
+    ) {
+        // get/gets (not gat) may share one line with other clients' gets.
+        let plain = match cmd {
+            b"get" => Some(false),
+            b"gets" => Some(true),
+            _ => None,
+        };
+        // First pass without allocating: usually every key is on one server and the
+        // request goes out exactly as the client wrote it.
+        let mut first = None;
+        let mut same = true;
+        for k in keys {
+            let Ok(k) = k else {
+                self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
+                return;
+            };
+            let Some(s) = self.pools[p].placement.for_key(k) else {
+                self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
+                return;
+            };
+            match first {
+                None => first = Some(s),
+                Some(f) if f != s => same = false,
+                Some(_) => {}
+            }
+        }
+        let Some(s0) = first else {
+            self.local_reply(ci, proto::reply::ERROR);
+            return;
+        };
+        if same {
+            let b = match self.backend_for(p, s0, ci) {
+                Ok(b) => b,
+                Err(msg) => {
+                    self.fail_forward(ci, p, &msg);
+                    return;
+                }
+            };
+            let to = self.clients[ci].push(ci, 1, SlotKind::Single);
+            match plain {
+                Some(cas) => self.enqueue_get(b, cas, keys.flatten(), to),
+                None => self.enqueue(b, &[raw], to, false),
+            }
+            return;
+        }
+        let mut list: Vec<(&[u8], usize)> = Vec::with_capacity(16);
+        for k in keys.flatten() {
+            let s = self.pools[p].placement.for_key(k).unwrap_or(s0);
+            list.push((k, s));
+        }
+        // Split: one fragment per server, in order of first appearance.
+        let mut servers: Vec<usize> = Vec::new();
+        let mut m = MultiGet {
+            keys: Vec::new(),
+            spans: Vec::with_capacity(list.len()),
+            frags: Vec::new(),
+            items: Vec::new(),
+        };
+        for &(k, s) in &list {
+            let f = match servers.iter().position(|&x| x == s) {
+                Some(f) => f,
+                None => {
+                    servers.push(s);
+                    servers.len() - 1
+                }
+            };
+            m.spans
+                .push((m.keys.len() as u32, k.len() as u32, f as u16));
+            m.keys.extend_from_slice(k);
+        }
+        let mut backends = Vec::with_capacity(servers.len());
+        for &s in &servers {
+            match self.backend_for(p, s, ci) {
+                Ok(b) => backends.push(b),
+                Err(msg) => {
+                    self.fail_forward(ci, p, &msg);
+                    return;
+                }
+            }
+        }
+        m.frags = vec![Vec::new(); servers.len()];
+        m.items = vec![Vec::new(); servers.len()];
+        // gat/gats lines are built here; plain gets join the servers' merged get lines.
+        let mut lines: Vec<Vec<u8>> = Vec::new();
+        if plain.is_none() {
+            lines = vec![cmd.to_vec(); servers.len()];
+            for (&(k, _), &(_, _, f)) in list.iter().zip(m.spans.iter()) {
+                let l = &mut lines[usize::from(f)];
+                l.push(b' ');
+                l.extend_from_slice(k);
+            }
+        }
+        self.pools[p].rt.counters[self.id]
+            .pool
+            .fragments
+            .add(servers.len() as i64);
+        let to = self.clients[ci].push(ci, servers.len() as u32, SlotKind::Multi(Box::new(m)));
+        for (f, b) in backends.into_iter().enumerate() {
+            let to = ReplyTo {
+                frag: f as u16,
+                ..to
+            };
+            match plain {
+                Some(cas) => {
+                    let frag_keys = list
+                        .iter()
+                        .filter(|&&(_, s)| s == servers[f])
+                        .map(|&(k, _)| k);
+                    self.enqueue_get(b, cas, frag_keys, to);
+                }
+                None => {
+                    let line = &mut lines[f];
+                    line.extend_from_slice(b"\r\n");
+                    self.enqueue(b, &[line], to, false);
+                }
+            }
+        }
+    }
+
+    /// flush_all goes to every live server of the pool; OK when all say OK.
+    pub(super) fn broadcast(&mut self, ci: usize, p: usize, raw: &[u8], noreply: bool) {
+        let live = self.pools[p].placement.for_all();
+        let stripped = if noreply {
+            forward::strip_noreply(raw)
+        } else {
+            None
+        };
+        let mut backends = Vec::new();
+        for &s in &live {
+            match self.backend_for(p, s, ci) {
+                Ok(b) => backends.push(b),
+                Err(msg) => {
+                    self.local_reply(ci, &msg);
+                    return;
+                }
+            }
+        }
+        if backends.is_empty() {
+            self.local_reply(ci, &self.pool_error(p, NO_SERVER));
+            return;
+        }
+        let to = self.clients[ci].push(
+            ci,
+            backends.len() as u32,
+            SlotKind::Broadcast {
+                frags: vec![Vec::new(); backends.len()],
+                noreply,
+            },
+        );
+        for (f, b) in backends.into_iter().enumerate() {
+            let to = ReplyTo {
+                frag: f as u16,
+                ..to
+            };
+            match stripped {
+                Some((line, rest)) => self.enqueue(b, &[line, b"\r\n", rest], to, false),
+                None => self.enqueue(b, &[raw], to, false),
+            }
+        }
+    }
+}

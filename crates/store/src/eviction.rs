@@ -1,0 +1,730 @@
+//! Finding memory for a write, under the shard lock: room in the index and in the head
+//! segment, or a buffer of its own for a large item. Under the limit a shard takes fresh
+//! memory or rewrites a mostly dead segment; at the limit it evicts its FIFO-oldest segment,
+//! giving recently read items a second chance (see docs/storage.md, "Eviction").
+
+use crate::index::WAYS;
+use crate::item::{self, ACCESSED, DEAD};
+use crate::segments::LARGE_OVERHEAD;
+use crate::shard::{loc_of, Found, Global, NeedMem, Shard, Unlink};
+
+/// How many FIFO-oldest segments eviction looks at for one that is mostly dead bytes.
+const VICTIM_WINDOW: usize = 4;
+/// Most live items a mostly dead segment may hold to be rewritten instead of growing memory.
+const RECYCLE_MAX_ITEMS: usize = 64;
+
+impl Shard {
+    /// Room for an item of `size` bytes. Returns the segment to write it in.
+    pub fn alloc(&mut self, g: &Global, size: usize, now: u32) -> Result<u32, NeedMem> {
+        self.ensure_index_room(g)?;
+        if size > g.large_threshold {
+            self.reserve_large(g, size as u64 + LARGE_OVERHEAD)?;
+            return Ok(self.segs.add(vec![0u8; size].into_boxed_slice(), true));
+        }
+        self.make_room(g, size, now)?;
+        Ok(self.segs.head.expect("make_room leaves a head"))
+    }
+
+    /// Makes the buffer in `owned` (taken only on success) a large segment of its own, for
+    /// an item whose value was received straight into it (see `Value::Received`).
+    pub fn adopt_large(
+        &mut self,
+        g: &Global,
+        owned: &mut Option<Box<[u8]>>,
+    ) -> Result<u32, NeedMem> {
+        self.ensure_index_room(g)?;
+        let len = owned.as_ref().map_or(0, |b| b.len());
+        self.reserve_large(g, len as u64 + LARGE_OVERHEAD)?;
+        let buf = owned.take().expect("adopt_large needs a buffer");
+        Ok(self.segs.add(buf, true))
+    }
+
+    fn reserve_large(&mut self, g: &Global, charge: u64) -> Result<(), NeedMem> {
+        let mut tries = 0;
+        while !g.mem.try_reserve(charge) {
+            if g.mem.drop_spare() {
+                continue;
+            }
+            tries += 1;
+            if tries > 100_000 || !self.evict_oldest(g) {
+                return Err(NeedMem);
+            }
+        }
+        Ok(())
+    }
+
+    /// Grows the index before it gets too full to insert cheaply, taking the memory from
+    /// this shard's oldest segments if needed.
+    fn ensure_index_room(&mut self, g: &Global) -> Result<(), NeedMem> {
+        if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
+            return Ok(());
+        }
+        if self.grow_index_within_reservation(g) {
+            return Ok(());
+        }
+        let n = self.index.nbuckets() * 3 / 2 + 1;
+        let delta = (n * WAYS * 8) as u64 - self.index.bytes() as u64;
+        loop {
+            if g.mem.try_reserve(delta) {
+                break;
+            }
+            if g.mem.drop_spare() {
+                continue;
+            }
+            if !self.evict_oldest(g) {
+                return Err(NeedMem);
+            }
+            if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
+                return Ok(());
+            }
+        }
+        self.grow_index(g, delta);
+        Ok(())
+    }
+
+    /// Frees memory or space for a normal item of `size` bytes in the head segment.
+    fn make_room(&mut self, g: &Global, size: usize, now: u32) -> Result<(), NeedMem> {
+        for _ in 0..64 {
+            if let Some(h) = self.segs.head {
+                let s = &self.segs[h];
+                if s.buf.len() - s.used >= size {
+                    return Ok(());
+                }
+            }
+            let spare = if g.mem.over_limit() {
+                None
+            } else {
+                g.mem.take_spare()
+            };
+            if let Some(buf) = spare {
+                let id = self.segs.add(buf, false);
+                self.segs.head = Some(id);
+                continue;
+            }
+            if !g.mem.over_limit() && self.recycle_dead(g, now) {
+                continue;
+            }
+            if !g.mem.over_limit() && g.mem.try_reserve(g.seg_size as u64) {
+                let id = self
+                    .segs
+                    .add(vec![0u8; g.seg_size].into_boxed_slice(), false);
+                self.segs.head = Some(id);
+                continue;
+            }
+            if g.mem.over_limit() {
+                if !self.evict_oldest(g) {
+                    return Err(NeedMem);
+                }
+                continue;
+            }
+            if !g.evictions || !self.recycle(g, now) {
+                return Err(NeedMem);
+            }
+        }
+        Err(NeedMem)
+    }
+
+    /// Drops every item of the oldest segment and gives its memory back.
+    pub fn evict_oldest(&mut self, g: &Global) -> bool {
+        if !g.evictions {
+            return false;
+        }
+        let Some(seg) = self.segs.oldest() else {
+            return false;
+        };
+        self.segs.dequeue_oldest();
+        match self.segs.head {
+            // Second chance for recently read items while the head has room.
+            Some(head) if head != seg && !self.segs[seg].large() => {
+                self.move_to_head(g, seg, head, true)
+            }
+            _ => {
+                let now = self.now;
+                self.compact(seg, g, 0, false, now);
+                if self.segs[seg].active {
+                    self.segs.free(seg);
+                }
+                self.settle(g);
+            }
+        }
+        true
+    }
+
+    /// Segment-level second chance: the victim (FIFO-oldest, or among the few oldest one that
+    /// is mostly dead bytes) is compacted in place keeping recently read items (up to 3/4 of a
+    /// segment) and becomes the new head.
+    fn recycle(&mut self, g: &Global, now: u32) -> bool {
+        let Some(oldest) = self.segs.oldest() else {
+            return false;
+        };
+        let mut victim = oldest;
+        let mut best_dead = 0;
+        for id in self.segs.oldest_few(VICTIM_WINDOW) {
+            let s = &self.segs[id];
+            if s.large() {
+                continue;
+            }
+            let dead = s.used - s.live_bytes;
+            if dead * 2 >= s.used && dead > best_dead {
+                best_dead = dead;
+                victim = id;
+            }
+        }
+        if self.segs[victim].large() {
+            return self.evict_oldest(g);
+        }
+        // Keeping at most 3/4 frees at least a quarter segment, room for any non-large item.
+        // A mostly-dead segment keeps all its live items; the FIFO-oldest keeps only read ones.
+        self.recycle_in_place(g, victim, g.seg_size * 3 / 4, victim != oldest, now);
+        true
+    }
+
+    /// Under the limit, rewriting a mostly dead segment in place beats taking fresh memory
+    /// when only a few items have to move: a fresh segment costs a page fault per 4 KiB
+    /// written (values of 100 KB pay ~25 each), and memory would otherwise grow with dead
+    /// bytes up to the limit. The item bound keeps the stall under the shard lock short.
+    fn recycle_dead(&mut self, g: &Global, now: u32) -> bool {
+        // Drops stale entries so the window sees live segments.
+        if self.segs.oldest().is_none() {
+            return false;
+        }
+        let mut victim = None;
+        let mut best_dead = 0;
+        for id in self.segs.oldest_few(VICTIM_WINDOW) {
+            let s = &self.segs[id];
+            if s.large() || Some(id) == self.segs.head {
+                continue;
+            }
+            let dead = s.used - s.live_bytes;
+            if dead * 2 >= s.used && s.live_items <= RECYCLE_MAX_ITEMS && dead > best_dead {
+                best_dead = dead;
+                victim = Some(id);
+            }
+        }
+        let Some(victim) = victim else {
+            return false;
+        };
+        self.recycle_in_place(g, victim, g.seg_size, true, now);
+        true
+    }
+
+    /// Compacts `victim` in place (see `compact`) and makes it the head, youngest in the FIFO.
+    fn recycle_in_place(
+        &mut self,
+        g: &Global,
+        victim: u32,
+        keep_budget: usize,
+        keep_all: bool,
+        now: u32,
+    ) {
+        self.segs[victim].live_items += 1;
+        self.compact(victim, g, keep_budget, keep_all, now);
+        self.segs[victim].live_items -= 1;
+        self.segs.requeue_as_head(victim);
+        self.settle(g);
+    }
+
+    /// Walks a segment: live items are kept (moved to the front of the same buffer) while
+    /// they fit in `keep_budget` bytes and are recently read (or `keep_all_live`), else
+    /// evicted; expired and flushed ones are reclaimed. Returns the compacted length.
+    fn compact(
+        &mut self,
+        seg: u32,
+        g: &Global,
+        keep_budget: usize,
+        keep_all_live: bool,
+        now: u32,
+    ) -> usize {
+        let used = self.segs[seg].used;
+        let mut off = 0;
+        let mut write = 0;
+        // Items are visited in order and only ever move left, so the walk stays valid.
+        while off < used {
+            let l = item::parse(self.segs.buf(seg, off));
+            let total = l.total();
+            let bits = l.bits;
+            if bits & DEAD == 0 {
+                let buf = self.segs.buf(seg, off);
+                let gone = g.gone(buf, &l, now);
+                let h = g.hash(&buf[l.key..l.key + l.key_len]);
+                let slot = self
+                    .index
+                    .find_loc(h, loc_of(seg, off))
+                    .expect("live item is indexed");
+                let keep = gone.is_none()
+                    && (keep_all_live || bits & ACCESSED != 0)
+                    && write + total <= keep_budget;
+                if keep {
+                    let s = &mut self.segs[seg];
+                    if write != off {
+                        s.buf.copy_within(off..off + total, write);
+                    }
+                    s.buf[write] &= !ACCESSED;
+                    self.index.set_loc(slot, loc_of(seg, write));
+                    write += total;
+                } else {
+                    let f = Found { slot, seg, off, l };
+                    if gone.is_some() {
+                        self.stats.reclaimed += 1;
+                    }
+                    // Keep the segment alive while we walk it.
+                    self.segs[seg].live_items += 1;
+                    self.unlink(f, gone.unwrap_or(Unlink::Evicted));
+                    self.segs[seg].live_items -= 1;
+                }
+            }
+            off += total;
+        }
+        let s = &mut self.segs[seg];
+        s.used = write;
+        s.layout = s.layout.wrapping_add(1);
+        write
+    }
+
+    /// Moves a sealed segment's live items into the head while they fit (only recently read
+    /// ones if `only_accessed`), evicts the rest, and frees the segment.
+    pub fn move_to_head(&mut self, g: &Global, seg: u32, head: u32, only_accessed: bool) {
+        let used = self.segs[seg].used;
+        let now = self.now;
+        let mut off = 0;
+        // Keep the segment from being freed under us while items die.
+        self.segs[seg].live_items += 1;
+        while off < used {
+            let l = item::parse(self.segs.buf(seg, off));
+            let total = l.total();
+            if l.bits & DEAD == 0 {
+                let buf = self.segs.buf(seg, off);
+                let gone = g.gone(buf, &l, now);
+                let h = g.hash(&buf[l.key..l.key + l.key_len]);
+                let slot = self.index.find_loc(h, loc_of(seg, off)).expect("indexed");
+                let hs = &self.segs[head];
+                let fits = hs.buf.len() - hs.used >= total;
+                if gone.is_none() && fits && (!only_accessed || l.bits & ACCESSED != 0) {
+                    let dst = hs.used;
+                    self.segs.copy((seg, off), total, (head, dst));
+                    let hs = &mut self.segs[head];
+                    if only_accessed {
+                        hs.buf[dst] &= !ACCESSED;
+                    }
+                    hs.used += total;
+                    hs.live_bytes += total;
+                    hs.live_items += 1;
+                    self.index.set_loc(slot, loc_of(head, dst));
+                    let s = &mut self.segs[seg];
+                    s.buf[off] |= DEAD;
+                    s.live_bytes -= total;
+                    s.live_items -= 1;
+                } else {
+                    if gone.is_some() {
+                        self.stats.reclaimed += 1;
+                    }
+                    let f = Found { slot, seg, off, l };
+                    self.unlink(f, gone.unwrap_or(Unlink::Evicted));
+                }
+            }
+            off += total;
+        }
+        self.segs[seg].live_items -= 1;
+        self.segs.free(seg);
+        self.settle(g);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_util::*;
+    use crate::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn eviction_never_exceeds_limit_nor_fails() {
+        let s = store_mb(2);
+        let limit = s.mem_limit();
+        let mut rng = 12345u64;
+        for i in 0..200_000u64 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = if i % 1000 == 0 {
+                60_000
+            } else {
+                (rng >> 33) as usize % 400
+            };
+            let v = vec![b'v'; len];
+            let r = s.store(
+                StoreRequest::new(StoreMode::Set, format!("key:{i}").as_bytes(), &v),
+                T0,
+            );
+            assert_eq!(r.result, StoreResult::Stored, "set {i} failed");
+            assert!(s.mem_used() <= limit, "used {} > {}", s.mem_used(), limit);
+            if i % 10_000 == 0 {
+                assert_eq!(val(&s, &format!("key:{i}"), T0).map(|v| v.len()), Some(len));
+            }
+        }
+        let st = s.stats();
+        assert!(st.counters.evictions > 100_000);
+        assert_eq!(st.counters.curr_items, s.len());
+    }
+
+    #[test]
+    fn hot_keys_survive_a_scan() {
+        let s = store_mb(4);
+        let hot: Vec<String> = (0..100).map(|i| format!("hot:{i}")).collect();
+        let v = vec![b'h'; 100];
+        for k in &hot {
+            s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), T0);
+        }
+        // Scan 10x the cache size of cold keys, reading the hot set now and then (as LRU would
+        // need to keep them).
+        for i in 0..300_000u64 {
+            s.store(
+                StoreRequest::new(StoreMode::Set, format!("cold:{i}").as_bytes(), &v),
+                T0,
+            );
+            if i % 2_000 == 0 {
+                for k in &hot {
+                    assert!(
+                        get(&s, k, T0).is_some(),
+                        "hot key {k} evicted after {i} cold sets"
+                    );
+                }
+            }
+        }
+        assert!(s.stats().counters.evictions > 200_000);
+        assert!(val(&s, "cold:0", T0).is_none());
+    }
+
+    #[test]
+    fn large_item_churn_keeps_bookkeeping_bounded() {
+        let s = store_mb(8);
+        let v = vec![b'L'; 50_000];
+        for i in 0..5_000 {
+            s.store(StoreRequest::new(StoreMode::Set, b"big", &v), T0);
+            if i % 2 == 0 {
+                s.delete(b"big", T0, &DeleteOpts::default());
+            }
+        }
+        let st = s.stats();
+        assert!(st.large_items <= 1);
+        assert!(
+            st.mem_used < 1 << 20,
+            "large buffers given back: {}",
+            st.mem_used
+        );
+    }
+
+    #[test]
+    fn overwrites_under_the_limit_reuse_dead_space() {
+        // 2000 keys x 2 KB = ~4 MB live, overwritten at random 40 times (~160 MB written) at
+        // -m 64: mostly dead segments are rewritten in place instead of filling the budget.
+        let s = store_mb(64);
+        let mut rng = 12345u64;
+        for round in 0..40u32 {
+            for i in 0..2000u32 {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let k = (rng >> 33) % 2000;
+                let v = vec![b'a' + (round % 26) as u8; 2_000 + (i as usize % 7)];
+                let r = s.store(
+                    StoreRequest::new(StoreMode::Set, format!("k{k}").as_bytes(), &v),
+                    T0,
+                );
+                assert_eq!(r.result, StoreResult::Stored);
+            }
+        }
+        let st = s.stats();
+        assert_eq!(st.counters.evictions, 0);
+        // ~4 MiB of index plus under 2x the live bytes (growing instead reaches ~21 MiB).
+        assert!(
+            st.mem_used < 15 << 20,
+            "memory grew with dead bytes: {}",
+            st.mem_used
+        );
+        let live = (0..2000)
+            .filter(|k| val(&s, &format!("k{k}"), T0).is_some())
+            .count();
+        assert_eq!(live as u64, st.counters.curr_items);
+    }
+
+    #[test]
+    fn emptied_segments_are_reused_and_given_back_when_the_limit_drops() {
+        let s = store_mb(16);
+        // A hot set of keys: whole segments die and their (dirty) buffers are reused; every
+        // value read back must be the last one written, never stale bytes of a reused buffer.
+        for round in 0..400u32 {
+            let v = vec![b'a' + (round % 26) as u8; 1000 + (round as usize % 13)];
+            for i in 0..50 {
+                s.store(
+                    StoreRequest::new(StoreMode::Set, format!("k{i}").as_bytes(), &v),
+                    T0,
+                );
+            }
+        }
+        let last = vec![b'a' + (399 % 26) as u8; 1000 + 399 % 13];
+        for i in 0..50 {
+            assert_eq!(
+                get(&s, &format!("k{i}"), T0).map(|g| g.0),
+                Some(last.clone())
+            );
+        }
+        let st = s.stats();
+        assert_eq!(st.counters.curr_items, 50);
+        assert_eq!(st.counters.evictions, 0);
+        // Kept buffers stay charged; a lower limit makes reclaim hand them back.
+        let used = s.mem_used();
+        s.set_mem_limit(used - 1);
+        s.reclaim(T0, 1000);
+        assert!(s.mem_used() < used);
+        assert_eq!(
+            s.stats().counters.curr_items,
+            50,
+            "spare buffers go before items"
+        );
+    }
+
+    /// Under heavy eviction the cache may forget keys but must never return a wrong value, and
+    /// its counters must agree with what it serves.
+    #[test]
+    fn eviction_stress_never_corrupts() {
+        use std::collections::HashMap;
+        let s = store_mb(1);
+        let limit = s.mem_limit();
+        let mut model: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut now = T0;
+        for step in 0..60_000u64 {
+            let r = next();
+            let key = format!("k{}", r % 3000);
+            let op = (r >> 20) % 10;
+            let len = match (r >> 30) % 50 {
+                0 => 20_000 + (r >> 40) as usize % 40_000,
+                _ => (r >> 40) as usize % 300,
+            };
+            let byte = b'a' + (step % 26) as u8;
+            match op {
+                0..=3 => {
+                    let v = vec![byte; len];
+                    let o = s.store(StoreRequest::new(StoreMode::Set, key.as_bytes(), &v), now);
+                    assert_eq!(o.result, StoreResult::Stored);
+                    model.insert(key, v);
+                }
+                4 => {
+                    let v = vec![byte; len % 50];
+                    let o = s.store(
+                        StoreRequest::new(StoreMode::Append, key.as_bytes(), &v),
+                        now,
+                    );
+                    if o.result == StoreResult::Stored {
+                        model.get_mut(&key).unwrap().extend_from_slice(&v);
+                    }
+                }
+                5 => {
+                    let v = vec![byte; len % 50];
+                    let o = s.store(
+                        StoreRequest::new(StoreMode::Prepend, key.as_bytes(), &v),
+                        now,
+                    );
+                    if o.result == StoreResult::Stored {
+                        let m = model.get_mut(&key).unwrap();
+                        *m = [v, m.clone()].concat();
+                    }
+                }
+                6 => {
+                    s.delete(key.as_bytes(), now, &DeleteOpts::default());
+                    model.remove(&key);
+                }
+                7 => {
+                    let v = (r % 1000).to_string().into_bytes();
+                    s.store(StoreRequest::new(StoreMode::Set, key.as_bytes(), &v), now);
+                    model.insert(key.clone(), v);
+                    if let ArithResult::Ok { value, .. } =
+                        s.incr_decr(key.as_bytes(), true, 12345, now, &ArithOpts::default())
+                    {
+                        assert_eq!(value, r % 1000 + 12345);
+                        model.insert(key, value.to_string().into_bytes());
+                    }
+                }
+                _ => {
+                    let got = s.get(key.as_bytes(), now, |v| v.map(|v| v.value.to_vec()));
+                    if let Some(g) = got {
+                        assert_eq!(Some(&g), model.get(&key), "step {step} key {key}");
+                    }
+                }
+            }
+            assert!(s.mem_used() <= limit);
+            if step % 5_000 == 0 {
+                now += 1;
+                s.reclaim(now, 2_000);
+            }
+        }
+        let mut present = 0;
+        for (k, v) in &model {
+            if let Some(g) = s.peek(k.as_bytes(), now, |x| x.map(|x| x.value.to_vec())) {
+                assert_eq!(&g, v);
+                present += 1;
+            }
+        }
+        assert!(present > 0);
+        assert_eq!(s.len(), present);
+        let st = s.stats();
+        assert_eq!(st.live_bytes, st.counters.bytes);
+    }
+
+    /// Several writers, readers and a maintenance thread on a tiny cache: values always belong to
+    /// their key, the limit holds, no set of an allowed size fails.
+    #[test]
+    fn concurrent_eviction_with_reclaim() {
+        let s = Arc::new(store_mb(2));
+        let limit = s.mem_limit();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let maint = {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut now = T0;
+                while !stop.load(Ordering::Relaxed) {
+                    s.reclaim(now, 1_000);
+                    now += 1;
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut rng = 0x9E37_79B9u64 * (t + 1);
+                    for i in 0..40_000u64 {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let k = format!("c{}", rng % 20_000);
+                        let len = if i % 500 == 0 {
+                            30_000
+                        } else {
+                            (rng >> 32) as usize % 500
+                        };
+                        let exp = if rng % 7 < 1 { T0 + 2 } else { 0 };
+                        if rng % 3 < 1 {
+                            let tag = k.as_bytes()[1];
+                            let ok = s.get(k.as_bytes(), T0, |v| match v {
+                                None => true,
+                                Some(v) => v.value.iter().all(|&b| b == tag),
+                            });
+                            assert!(ok, "value of {k} does not belong to it");
+                        } else {
+                            let v = vec![k.as_bytes()[1]; len];
+                            let r = s.store(
+                                StoreRequest::new(StoreMode::Set, k.as_bytes(), &v).exptime(exp),
+                                T0,
+                            );
+                            assert_eq!(r.result, StoreResult::Stored);
+                        }
+                        assert!(s.mem_used() <= limit);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        maint.join().unwrap();
+        assert!(s.mem_used() <= limit);
+        assert_eq!(s.stats().counters.curr_items, s.len());
+    }
+
+    /// Hot/cold read-through workload: the segment second-chance policy's hit ratio is at least an
+    /// exact LRU's holding the same number of items.
+    #[test]
+    fn hit_ratio_at_least_lru() {
+        use std::collections::{HashMap, VecDeque};
+        let s = store_mb(2);
+        let v = vec![b'x'; 100];
+        let mut rng = 42u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Fill to learn the capacity in items.
+        for i in 0..40_000 {
+            s.store(
+                StoreRequest::new(StoreMode::Set, format!("fill{i}").as_bytes(), &v),
+                T0,
+            );
+        }
+        let cap = s.len() as usize;
+        let keyspace = cap * 4;
+        let hot = cap / 4;
+        let mut keys = Vec::with_capacity(200_000);
+        for _ in 0..200_000 {
+            let r = next();
+            let k = if r % 100 < 80 {
+                (r >> 8) as usize % hot
+            } else {
+                hot + (r >> 8) as usize % (keyspace - hot)
+            };
+            keys.push(k);
+        }
+        let mut store_hits = 0;
+        for &k in &keys {
+            let key = format!("w{k}");
+            if s.get(key.as_bytes(), T0, |x| x.is_some()) {
+                store_hits += 1;
+            } else {
+                s.store(StoreRequest::new(StoreMode::Set, key.as_bytes(), &v), T0);
+            }
+        }
+        // Exact LRU with `cap` items: recency stamps plus a queue with lazy deletion.
+        let mut stamp: HashMap<usize, u64> = HashMap::new();
+        let mut queue: VecDeque<(usize, u64)> = VecDeque::new();
+        let mut lru_hits = 0;
+        for (t, &k) in keys.iter().enumerate() {
+            let t = t as u64;
+            if stamp.contains_key(&k) {
+                lru_hits += 1;
+            } else if stamp.len() == cap {
+                while let Some((old, st)) = queue.pop_front() {
+                    if stamp.get(&old) == Some(&st) {
+                        stamp.remove(&old);
+                        break;
+                    }
+                }
+            }
+            stamp.insert(k, t);
+            queue.push_back((k, t));
+        }
+        let (a, b) = (store_hits as f64 / 2e5, lru_hits as f64 / 2e5);
+        println!("hit ratio: store {a:.3}, exact LRU {b:.3} ({cap} items)");
+        assert!(a >= b * 0.98, "store hit ratio {a:.3} vs LRU {b:.3}");
+    }
+
+    /// Items kept at -m 64 after 1,000,000 sets of ~11-byte keys and 100-byte values.
+    pub fn items_retained_at_64mib() -> u64 {
+        let s = store_mb(64);
+        let v = [b'v'; 100];
+        for i in 0..1_000_000u64 {
+            let k = format!("key:{:07}", i);
+            let r = s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), T0);
+            assert_eq!(r.result, StoreResult::Stored);
+        }
+        assert!(s.mem_used() <= 64 << 20);
+        s.len()
+    }
+
+    #[test]
+    #[ignore = "slow in debug builds; run with --release -- --ignored"]
+    fn items_per_64mib() {
+        let n = items_retained_at_64mib();
+        println!("items retained at 64 MiB: {n}");
+        assert!(n >= 454_000, "{n}");
+    }
+}

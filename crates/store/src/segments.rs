@@ -1,0 +1,467 @@
+//! One shard's segments and their lifecycle: buffers items are written into back to back
+//! (plus one dedicated, shared buffer per large item), the FIFO of segments by age that
+//! eviction takes victims from, the open head segment writes go to, and the memory each
+//! segment is charged for. What happens to the items inside a victim is `eviction`'s business.
+
+use std::collections::VecDeque;
+use std::ops::{Index, IndexMut};
+
+use crate::budget::Budget;
+use crate::item::{self, Header, Layout};
+use crate::segbuf::SegBuf;
+
+/// Bookkeeping charged for a dedicated large-item buffer besides its bytes.
+pub(crate) const LARGE_OVERHEAD: u64 = 64;
+
+/// One segment: a buffer filled from the front, with the live share of what was written.
+pub(crate) struct Seg {
+    pub buf: SegBuf,
+    /// Bytes written (live or dead); writes go here.
+    pub used: usize,
+    pub live_bytes: usize,
+    pub live_items: usize,
+    /// Bumped when the segment is freed or requeued, so older FIFO entries are known stale.
+    pub gen: u32,
+    /// Bumped whenever items move or the segment is reset, so a saved walk position
+    /// (the reclaim cursor) is known to be stale.
+    pub layout: u32,
+    pub active: bool,
+}
+
+impl Seg {
+    /// A large item's own buffer (the only segments that are shared).
+    pub fn large(&self) -> bool {
+        self.buf.is_shared()
+    }
+
+    /// Bytes charged to the budget for this segment.
+    pub fn charge(&self) -> u64 {
+        self.buf.len() as u64 + if self.large() { LARGE_OVERHEAD } else { 0 }
+    }
+}
+
+/// Per-shard figures for `stats slabs` / `stats items`.
+#[derive(Default)]
+pub(crate) struct SegFigures {
+    pub segments: u64,
+    pub large_items: u64,
+    pub large_bytes: u64,
+    pub written: u64,
+    pub live: u64,
+    pub free: u64,
+}
+
+/// A shard's segment table. Ids are reused after a segment is freed.
+#[derive(Default)]
+pub(crate) struct Segments {
+    segs: Vec<Seg>,
+    free_ids: Vec<u32>,
+    /// (id, gen) by age, oldest first; entries whose gen no longer matches are stale.
+    fifo: VecDeque<(u32, u32)>,
+    /// The open segment small items are written to.
+    pub head: Option<u32>,
+    active: usize,
+    charged: u64,
+    /// Memory freed while no budget was at hand; handed back by `settle`.
+    pending_release: u64,
+    /// Emptied segment buffers (still charged) for `settle` to hand to `Budget::put_spare`.
+    pending_spare: Vec<Box<[u8]>>,
+}
+
+impl Index<u32> for Segments {
+    type Output = Seg;
+    fn index(&self, id: u32) -> &Seg {
+        &self.segs[id as usize]
+    }
+}
+
+impl IndexMut<u32> for Segments {
+    fn index_mut(&mut self, id: u32) -> &mut Seg {
+        &mut self.segs[id as usize]
+    }
+}
+
+impl Segments {
+    /// Segments in use.
+    pub fn count(&self) -> usize {
+        self.active
+    }
+
+    /// Size of the table (ids in use or free), for walks over it.
+    pub fn table_len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// Bytes charged for the segments in use.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// The bytes of segment `seg` from `off`.
+    pub fn buf(&self, seg: u32, off: usize) -> &[u8] {
+        &self.segs[seg as usize].buf[off..]
+    }
+
+    /// The header and key of the item at `off` (what changes once an item is stored).
+    pub fn header_mut(&mut self, seg: u32, off: usize, l: &Layout) -> &mut [u8] {
+        self.segs[seg as usize].buf.header_mut(off, off + l.value)
+    }
+
+    /// Puts `buf` (already charged to the budget) in use as the youngest segment.
+    pub fn add(&mut self, buf: Box<[u8]>, large: bool) -> u32 {
+        let seg = Seg {
+            buf: if large {
+                SegBuf::shared(buf)
+            } else {
+                SegBuf::Owned(buf)
+            },
+            used: 0,
+            live_bytes: 0,
+            live_items: 0,
+            gen: 0,
+            layout: 0,
+            active: true,
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                let old = &self.segs[id as usize];
+                let (gen, layout) = (old.gen, old.layout.wrapping_add(1));
+                self.segs[id as usize] = Seg { gen, layout, ..seg };
+                id
+            }
+            None => {
+                self.segs.push(seg);
+                (self.segs.len() - 1) as u32
+            }
+        };
+        self.charged += self.segs[id as usize].charge();
+        self.active += 1;
+        if self.fifo.len() > 2 * self.active + 64 {
+            // Drop entries of freed segments so the queue stays proportional to live ones.
+            let segs = &self.segs;
+            self.fifo
+                .retain(|&(i, gen)| segs[i as usize].active && segs[i as usize].gen == gen);
+        }
+        self.fifo.push_back((id, self.segs[id as usize].gen));
+        id
+    }
+
+    /// Takes a segment out of use; its memory goes back at the next `settle`.
+    pub fn free(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        debug_assert!(s.active);
+        let charge = s.charge();
+        let buf = std::mem::take(&mut s.buf);
+        s.active = false;
+        s.used = 0;
+        s.gen = s.gen.wrapping_add(1);
+        s.layout = s.layout.wrapping_add(1);
+        self.free_ids.push(seg);
+        self.active -= 1;
+        if self.head == Some(seg) {
+            self.head = None;
+        }
+        self.charged -= charge;
+        match buf {
+            SegBuf::Owned(buf) => self.pending_spare.push(buf),
+            // A large segment's memory goes when its last reader lets go of it.
+            SegBuf::Shared(_) => self.pending_release += charge,
+        }
+    }
+
+    /// A segment whose last live item just died: freed, except that an empty head is kept
+    /// for writes, from its start.
+    pub fn emptied(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        if s.large() || Some(seg) != self.head {
+            self.free(seg);
+        } else {
+            s.used = 0;
+            s.layout = s.layout.wrapping_add(1);
+        }
+    }
+
+    /// Frees every segment (flush_all).
+    pub fn free_all(&mut self) {
+        for id in 0..self.segs.len() as u32 {
+            if self.segs[id as usize].active {
+                self.free(id);
+            }
+        }
+        self.fifo.clear();
+        self.head = None;
+    }
+
+    /// Hands memory freed since the last call back to the budget.
+    pub fn settle(&mut self, mem: &Budget) {
+        if self.pending_release > 0 {
+            mem.release(self.pending_release);
+            self.pending_release = 0;
+        }
+        // Every operation settles; skipping an empty drain saves a get ~20 instructions.
+        if !self.pending_spare.is_empty() {
+            for buf in self.pending_spare.drain(..) {
+                mem.put_spare(buf);
+            }
+        }
+    }
+
+    fn is_current(&self, id: u32, gen: u32) -> bool {
+        let s = &self.segs[id as usize];
+        s.active && s.gen == gen
+    }
+
+    /// Oldest segment still in use, dropping stale FIFO entries on the way.
+    pub fn oldest(&mut self) -> Option<u32> {
+        while let Some(&(id, gen)) = self.fifo.front() {
+            if self.is_current(id, gen) {
+                return Some(id);
+            }
+            self.fifo.pop_front();
+        }
+        None
+    }
+
+    /// Removes the oldest entry from the FIFO (after `oldest` returned it).
+    pub fn dequeue_oldest(&mut self) {
+        self.fifo.pop_front();
+    }
+
+    /// Segments in use among the first `n` FIFO entries, oldest first.
+    pub fn oldest_few(&self, n: usize) -> impl Iterator<Item = u32> + '_ {
+        self.fifo
+            .iter()
+            .take(n)
+            .filter(|&&(id, gen)| self.is_current(id, gen))
+            .map(|&(id, _)| id)
+    }
+
+    /// Makes `seg` the youngest segment and the head (it was rewritten in place).
+    pub fn requeue_as_head(&mut self, seg: u32) {
+        let pos = self
+            .fifo
+            .iter()
+            .position(|&(id, gen)| id == seg && self.segs[id as usize].gen == gen)
+            .expect("segment is queued");
+        self.fifo.remove(pos);
+        let s = &mut self.segs[seg as usize];
+        s.gen = s.gen.wrapping_add(1);
+        self.fifo.push_back((seg, s.gen));
+        self.head = Some(seg);
+    }
+
+    /// Writes an item at the end of `seg`; the value is produced by `fill` into a slice of
+    /// exactly `value_len` bytes. Returns its offset and layout.
+    pub fn write(
+        &mut self,
+        seg: u32,
+        h: &Header,
+        key: &[u8],
+        value_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> (usize, Layout) {
+        let total = item::encoded_len(key.len(), value_len, h.flags);
+        let s = &mut self.segs[seg as usize];
+        let off = s.used;
+        let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
+        fill(&mut s.buf[off + l.value..off + l.value + value_len]);
+        s.used += total;
+        s.live_bytes += total;
+        s.live_items += 1;
+        (off, l)
+    }
+
+    /// Writes the header and key of an item whose value already sits in `seg` right after
+    /// them, at `off`; the bytes before `off` become one dead filler item.
+    pub fn write_in_place(
+        &mut self,
+        seg: u32,
+        off: usize,
+        h: &Header,
+        key: &[u8],
+        value_len: usize,
+    ) -> Layout {
+        let total = item::encoded_len(key.len(), value_len, h.flags);
+        let s = &mut self.segs[seg as usize];
+        item::write_filler(&mut s.buf[..off]);
+        let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
+        s.used = off + total;
+        s.live_bytes += total;
+        s.live_items += 1;
+        l
+    }
+
+    /// Copies `len` bytes from `src` to `dst` (segment, offset), which may be one segment.
+    pub fn copy(&mut self, src: (u32, usize), len: usize, dst: (u32, usize)) {
+        if len == 0 {
+            return;
+        }
+        let (ss, so) = src;
+        let (ds, d) = dst;
+        if ss == ds {
+            self.segs[ss as usize].buf.copy_within(so..so + len, d);
+        } else {
+            let (a, b) = if ss < ds {
+                let (lo, hi) = self.segs.split_at_mut(ds as usize);
+                (&lo[ss as usize], &mut hi[0])
+            } else {
+                let (lo, hi) = self.segs.split_at_mut(ss as usize);
+                (&hi[0], &mut lo[ds as usize])
+            };
+            b.buf[d..d + len].copy_from_slice(&a.buf[so..so + len]);
+        }
+    }
+
+    /// Per-shard figures for `stats slabs` / `stats items`.
+    pub fn figures(&self) -> SegFigures {
+        let mut f = SegFigures::default();
+        for s in self.segs.iter().filter(|s| s.active) {
+            if s.large() {
+                f.large_items += 1;
+                f.large_bytes += s.buf.len() as u64;
+            } else {
+                f.segments += 1;
+                f.free += (s.buf.len() - s.used) as u64;
+            }
+            f.written += s.used as u64;
+            f.live += s.live_bytes as u64;
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr() -> Header {
+        Header {
+            bits: 0,
+            cas: 7,
+            exptime: 0,
+            time: 0,
+            flags: 0,
+        }
+    }
+
+    fn buf(n: usize) -> Box<[u8]> {
+        vec![0u8; n].into_boxed_slice()
+    }
+
+    #[test]
+    fn segments_age_in_fifo_order_and_freed_ones_drop_out() {
+        let mut t = Segments::default();
+        let a = t.add(buf(1024), false);
+        let b = t.add(buf(1024), false);
+        let c = t.add(buf(1024), false);
+        assert_eq!(t.count(), 3);
+        assert_eq!(t.charged(), 3 * 1024);
+        assert_eq!(t.oldest(), Some(a));
+        t.free(a);
+        assert_eq!(t.oldest(), Some(b), "a freed segment's entry is skipped");
+        assert_eq!(t.oldest_few(4).collect::<Vec<_>>(), vec![b, c]);
+        t.dequeue_oldest();
+        assert_eq!(t.oldest(), Some(c));
+        assert_eq!(t.count(), 2);
+        assert_eq!(t.charged(), 2 * 1024);
+    }
+
+    #[test]
+    fn a_freed_id_is_reused_with_a_new_generation() {
+        let mut t = Segments::default();
+        let a = t.add(buf(1024), false);
+        let (gen, layout) = (t[a].gen, t[a].layout);
+        t.free(a);
+        assert!(!t[a].active);
+        let again = t.add(buf(1024), false);
+        assert_eq!(again, a);
+        assert_ne!(t[a].gen, gen, "the old FIFO entry must read as stale");
+        assert_ne!(
+            t[a].layout, layout,
+            "a saved walk position must read as stale"
+        );
+        // Only the new entry counts.
+        assert_eq!(t.oldest_few(8).count(), 1);
+        assert_eq!(t.table_len(), 1);
+    }
+
+    #[test]
+    fn freed_memory_goes_back_at_settle_small_as_spare_large_released() {
+        let mem = Budget::new(1 << 20, 0, 4);
+        let mut t = Segments::default();
+        assert!(mem.try_reserve(4096 + 100 + LARGE_OVERHEAD));
+        let small = t.add(buf(4096), false);
+        let large = t.add(buf(100), true);
+        assert!(t[large].large() && !t[small].large());
+        assert_eq!(t.charged(), 4096 + 100 + LARGE_OVERHEAD);
+        t.free(small);
+        t.free(large);
+        assert_eq!(
+            mem.used(),
+            4096 + 100 + LARGE_OVERHEAD,
+            "nothing given back before settle"
+        );
+        t.settle(&mem);
+        assert_eq!(
+            mem.used(),
+            4096,
+            "the small buffer is kept as a spare, still charged"
+        );
+        assert_eq!(mem.take_spare().map(|b| b.len()), Some(4096));
+        assert_eq!(t.charged(), 0);
+    }
+
+    #[test]
+    fn writes_append_and_an_emptied_head_is_kept_for_writes() {
+        let mut t = Segments::default();
+        let s = t.add(buf(1024), false);
+        t.head = Some(s);
+        let (o1, l1) = t.write(s, &hdr(), b"k1", 5, |v| v.copy_from_slice(b"hello"));
+        let (o2, l2) = t.write(s, &hdr(), b"k2", 3, |v| v.copy_from_slice(b"abc"));
+        assert_eq!(o1, 0);
+        assert_eq!(o2, l1.total());
+        assert_eq!(t[s].used, l1.total() + l2.total());
+        assert_eq!(t[s].live_items, 2);
+        assert_eq!(&t.buf(s, o2)[l2.value..l2.value + 3], b"abc");
+        // Copy a value across segments.
+        let d = t.add(buf(1024), false);
+        t.copy((s, o1 + l1.value), 5, (d, 10));
+        assert_eq!(&t.buf(d, 10)[..5], b"hello");
+        // The head, emptied, is rewound instead of freed; another segment is freed.
+        t[s].live_items = 0;
+        t.emptied(s);
+        assert!(t[s].active);
+        assert_eq!(t[s].used, 0);
+        t.emptied(d);
+        assert!(!t[d].active);
+        assert_eq!(t.count(), 1);
+    }
+
+    #[test]
+    fn a_requeued_segment_becomes_the_youngest_head() {
+        let mut t = Segments::default();
+        let a = t.add(buf(1024), false);
+        let b = t.add(buf(1024), false);
+        t.requeue_as_head(a);
+        assert_eq!(t.head, Some(a));
+        assert_eq!(t.oldest(), Some(b));
+        assert_eq!(t.oldest_few(8).collect::<Vec<_>>(), vec![b, a]);
+        t.free_all();
+        assert_eq!(t.count(), 0);
+        assert_eq!(t.head, None);
+        assert_eq!(t.oldest(), None);
+    }
+
+    #[test]
+    fn figures_count_small_and_large_segments_apart() {
+        let mut t = Segments::default();
+        let s = t.add(buf(1024), false);
+        t.write(s, &hdr(), b"k", 10, |_| {});
+        let l = t.add(buf(5000), true);
+        t.write(l, &hdr(), b"big", 4900, |_| {});
+        let f = t.figures();
+        assert_eq!((f.segments, f.large_items, f.large_bytes), (1, 1, 5000));
+        assert_eq!(f.written, f.live);
+        assert_eq!(f.free, 1024 - t[s].used as u64);
+    }
+}
