@@ -920,7 +920,11 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// An empty pool or child list is allowed: requests through it get an error reply.
     fn check_hash(&mut self, hash: &PoolHash, servers: usize) -> Result<()> {
+        if servers == 0 {
+            return Ok(());
+        }
         match hash.check(servers) {
             Ok(()) => Ok(()),
             Err(e) => self.fail(e.to_string()),
@@ -941,7 +945,7 @@ impl<'a> Builder<'a> {
             "Crc32" => Ok(PoolHash::Crc32),
             "WeightedCh3" => {
                 let mut list = match (weights, pool_weights) {
-                    (Some(v), _) => self.key("weights", |b| b.weights(v))?,
+                    (Some(v), _) => self.key("weights", |b| b.weights(v, n))?,
                     (None, Some(w)) => w.to_vec(),
                     (None, None) => return self.fail("WeightedCh3 needs 'weights'"),
                 };
@@ -963,12 +967,13 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn weights(&mut self, v: &Value) -> Result<Vec<f64>> {
+    /// The first `n` weights (mcrouter reads no further).
+    fn weights(&mut self, v: &Value, n: usize) -> Result<Vec<f64>> {
         let Value::Array(items) = v else {
             return self.fail("weights must be an array of numbers in [0, 1]");
         };
-        let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
+        let mut out = Vec::with_capacity(items.len().min(n));
+        for (i, item) in items.iter().take(n).enumerate() {
             let w = self.at(Seg::Index(i), |b| {
                 let w = b.number(item, "a weight")?;
                 if !(0.0..=1.0).contains(&w) {
@@ -1126,10 +1131,8 @@ impl<'a> Builder<'a> {
         let pool = match args {
             Args::None => return self.fail("Pool needs a pool name"),
             Args::Str(name) => self.pool_by_name(name)?,
-            Args::Object(map) => match map.get("pool") {
-                Some(p) => self.key("pool", |b| b.pool(p))?,
-                None => return self.fail("Pool has no 'pool'"),
-            },
+            // {"type": "Pool", "name": ..., "servers": [...]} is itself an inline pool.
+            Args::Object(map) => self.inline_pool(map)?,
         };
         let n = self.pools[pool].servers.len();
         Ok((0..n).map(|index| Target::Server { pool, index }).collect())
@@ -1139,20 +1142,56 @@ impl<'a> Builder<'a> {
     fn pool(&mut self, v: &'a Value) -> Result<PoolId> {
         match v {
             Value::String(name) => self.pool_by_name(name),
-            Value::Object(map) => {
-                let Some(Value::String(name)) = map.get("name") else {
-                    return self.fail("an inline pool needs a string 'name'");
-                };
-                if let Some(&id) = self.pool_ids.get(name.as_str()) {
-                    return Ok(id);
-                }
-                self.define_pool(name, map)
-            }
+            Value::Object(map) => self.inline_pool(map),
             other => self.fail(format!(
                 "pool must be a name or an object, not {}",
                 kind(other)
             )),
         }
+    }
+
+    /// A pool defined where it is used; a pool already known by its name wins (as mcrouter).
+    fn inline_pool(&mut self, map: &Object) -> Result<PoolId> {
+        let Some(Value::String(name)) = map.get("name") else {
+            return self.fail("an inline pool needs a string 'name'");
+        };
+        if let Some(&id) = self.pool_ids.get(name.as_str()) {
+            return Ok(id);
+        }
+        if self.pools_json.is_some_and(|p| p.contains_key(name)) {
+            return self.pool_by_name(name);
+        }
+        let mut visiting = vec![name.clone()];
+        let merged = self.inherited(map, &mut visiting)?;
+        self.define_pool(name, &merged)
+    }
+
+    /// `map` with the keys it lacks taken from the pool it `inherit`s (transitively).
+    fn inherited(&mut self, map: &Object, visiting: &mut Vec<String>) -> Result<Object> {
+        let mut merged = map.clone();
+        let Some(parent) = merged.remove("inherit") else {
+            return Ok(merged);
+        };
+        let Value::String(parent) = parent else {
+            return self.key("inherit", |b| b.fail("inherit must be a pool name"));
+        };
+        if visiting.contains(&parent) {
+            visiting.push(parent);
+            let chain = visiting.join(" -> ");
+            return self.key("inherit", |b| {
+                b.fail(format!("pool inheritance cycle: {chain}"))
+            });
+        }
+        let Some(Value::Object(parent_map)) = self.pools_json.and_then(|p| p.get(&parent)) else {
+            let msg = format!("inherited pool '{parent}' is not defined");
+            return self.key("inherit", |b| b.fail(msg));
+        };
+        visiting.push(parent);
+        let parent_merged = self.inherited(parent_map, visiting)?;
+        for (k, v) in parent_merged {
+            merged.entry(k).or_insert(v);
+        }
+        Ok(merged)
     }
 
     fn pool_by_name(&mut self, name: &str) -> Result<PoolId> {
@@ -1179,14 +1218,24 @@ impl<'a> Builder<'a> {
             vec![Seg::Key("pools".into()), Seg::Key(key.clone())],
         );
         let result = match def {
-            Value::Object(map) => self.define_pool(key, map),
+            Value::Object(map) => {
+                let mut visiting = vec![key.clone()];
+                self.inherited(map, &mut visiting)
+                    .and_then(|merged| self.define_pool(key, &merged))
+            }
             other => self.fail(format!("a pool must be an object, not {}", kind(other))),
         };
         self.path = here;
         result
     }
 
-    fn define_pool(&mut self, name: &str, map: &'a Object) -> Result<PoolId> {
+    fn define_pool(&mut self, name: &str, map: &Object) -> Result<PoolId> {
+        if let Some(protocol) = map.get("protocol") {
+            if protocol.as_str() != Some("ascii") {
+                let msg = format!("protocol {protocol} is not spoken by memfleet (ascii only)");
+                return self.key("protocol", |b| b.fail(msg));
+            }
+        }
         let Some(servers) = map.get("servers") else {
             return self.fail(format!("pool '{name}' has no 'servers'"));
         };
@@ -1219,7 +1268,8 @@ impl<'a> Builder<'a> {
         // mcrouter uses pool weights only when there is one per server.
         let weights = match map.get("weights") {
             Some(w) => {
-                let list = self.key("weights", |b| b.weights(w))?;
+                let all = w.as_array().map_or(0, Vec::len);
+                let list = self.key("weights", |b| b.weights(w, all))?;
                 if list.len() == servers.len() {
                     Some(list)
                 } else {
@@ -1285,9 +1335,6 @@ pub fn parse_server(s: &str) -> std::result::Result<Server, String> {
         let Some((host, rest)) = inner.split_once(']') else {
             return Err(bad("missing ']' after the IPv6 address"));
         };
-        if host.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(bad("not an IPv6 address in brackets"));
-        }
         let Some(rest) = rest.strip_prefix(':') else {
             return Err(bad("expected ':port' after ']'"));
         };
@@ -1304,10 +1351,10 @@ pub fn parse_server(s: &str) -> std::result::Result<Server, String> {
     let mut parts = rest.split(':');
     let port = parts.next().unwrap_or("");
     let port: u16 = match port.parse() {
-        Ok(p) if p > 0 => p,
+        Ok(p) => p,
         _ => {
             return Err(bad(
-                "the port must be a number from 1 to 65535 (IPv6 needs [brackets])",
+                "the port must be a number up to 65535 (IPv6 needs [brackets])",
             ))
         }
     };

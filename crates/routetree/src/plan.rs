@@ -245,6 +245,10 @@ impl Eval<'_, '_> {
                 asynclog,
             } => {
                 let n = config.pools[*pool].servers.len();
+                if n == 0 {
+                    let name = &config.pools[*pool].name;
+                    return Plan::Error(format!("pool {name} has no servers"));
+                }
                 let index = hash.index(&self.hashed(salt), n);
                 let main = self.send(*pool, index, asynclog.as_ref());
                 self.shadowed(main, index, shadows)
@@ -254,7 +258,7 @@ impl Eval<'_, '_> {
                 hash,
                 salt,
             } => match children.len() {
-                0 => Plan::Null,
+                0 => Plan::Error("HashRoute with empty children".into()),
                 n => {
                     let index = hash.index(&self.hashed(salt), n);
                     self.target(children[index])
