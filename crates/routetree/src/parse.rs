@@ -1375,3 +1375,7 @@ pub fn parse_server(s: &str) -> std::result::Result<Server, String> {
         security,
     })
 }
+
+#[cfg(test)]
+#[path = "parse_tests.rs"]
+mod tests;

@@ -418,3 +418,7 @@ mod tests {
         assert_eq!(send(vec![]).exptime_for(7), 7);
     }
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod handle_tests;

@@ -144,8 +144,12 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
 
 /// The path of the innermost value open at `offset` (for syntax errors).
 fn path_at(text: &str, offset: usize) -> Path {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
     let mut last = Path::default();
-    walk(&text[..offset.min(text.len())], |_, current| {
+    walk(&text[..end], |_, current| {
         last = Path(current.to_vec());
         true
     });
@@ -289,6 +293,15 @@ mod tests {
         assert_eq!(err.line, 3);
         assert_eq!(err.path.to_string(), "pools.A.servers[0]");
         assert!(err.to_string().contains("p.json:3:"), "{err}");
+    }
+
+    /// Found by fuzzing: a syntax error inside a multi-byte character.
+    #[test]
+    fn syntax_error_inside_a_multibyte_character() {
+        let text = "{\"route\": {\"typels\u{fffd}\u{fffd}";
+        let src = Source::new("m.json", text).unwrap();
+        let err = src.parse().expect_err("error");
+        assert_eq!(err.line, 1);
     }
 
     #[test]
