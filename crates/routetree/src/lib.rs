@@ -24,3 +24,47 @@ pub use crate::error::{ConfigError, Path, Seg};
 pub use crate::model::*;
 pub use crate::parse::{parse_config, parse_server, OPERATIONS};
 pub use crate::plan::{Plan, Send};
+
+/// mcrouter's default routing prefix when `--route-prefix` is not given.
+pub const DEFAULT_ROUTE_PREFIX: &str = "/././";
+
+/// What `--validate-config` checks: the config parses and validates, and when it routes by
+/// alias, the router's default routing prefix is one of them (mcrouter refuses it otherwise).
+pub fn validate(file: &str, text: &str, default_prefix: &str) -> Result<Config, ConfigError> {
+    let config = parse_config(file, text)?;
+    if let Entry::Aliases(table) = &config.entry {
+        if !table.iter().any(|(alias, _)| alias == default_prefix) {
+            let aliases: Vec<&str> = table.iter().map(|(a, _)| a.as_str()).collect();
+            let mut err = ConfigError::at(
+                file,
+                0,
+                0,
+                &format!(
+                    "the default routing prefix {default_prefix} (--route-prefix) is not among \
+                     the routes' aliases ({})",
+                    aliases.join(", ")
+                ),
+            );
+            err.path = Path(vec![Seg::Key("routes".into())]);
+            return Err(err);
+        }
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_prefix_must_be_routed() {
+        let text = r#"{"routes": [{"aliases": ["/a/b/"], "route": "NullRoute"}]}"#;
+        assert!(super::validate("v.json", text, "/a/b/").is_ok());
+        let e = super::validate("v.json", text, super::DEFAULT_ROUTE_PREFIX).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("/././ (--route-prefix) is not among"),
+            "{e}"
+        );
+        // A single "route" serves whatever the default prefix is.
+        assert!(super::validate("v.json", r#"{"route": "NullRoute"}"#, "/x/y/").is_ok());
+    }
+}
