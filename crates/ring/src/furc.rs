@@ -15,21 +15,26 @@ const MAX_TRIES: u32 = 32;
 /// The largest pool furc places keys in: 2^23 = 8,388,608 servers.
 pub const FURC_MAX_POOL_SIZE: u32 = 1 << SHIFT;
 
-/// The lazily extended stream of 64-bit words furc draws its bits from.
+/// Words a lookup can reach: bit positions stay below `32 + MAX_TRIES * SHIFT * 32` (each
+/// try reads at most 32 bits, SHIFT apart, and a reset only moves back down).
+const MAX_WORDS: usize = (32 + (MAX_TRIES * SHIFT * 32) as usize) / 64 + 1;
+
+/// The lazily extended stream of 64-bit words furc draws its bits from, on the stack.
 struct BitStream<'k> {
     key: &'k [u8],
-    words: Vec<u64>,
+    words: [u64; MAX_WORDS],
+    filled: usize,
 }
 
 impl BitStream<'_> {
     fn bit(&mut self, index: u32) -> bool {
         let word = (index >> 6) as usize;
-        while self.words.len() <= word {
-            let next = match self.words.last() {
-                None => murmur2::murmur64a(self.key, FURC_SEED),
-                Some(prev) => murmur2::murmur64a(&prev.to_le_bytes(), FURC_SEED),
+        while self.filled <= word {
+            self.words[self.filled] = match self.filled {
+                0 => murmur2::murmur64a(self.key, FURC_SEED),
+                n => murmur2::murmur64a(&self.words[n - 1].to_le_bytes(), FURC_SEED),
             };
-            self.words.push(next);
+            self.filled += 1;
         }
         (self.words[word] >> (index & 63)) & 1 == 1
     }
@@ -45,7 +50,8 @@ pub fn furc_hash(key: &[u8], pool_size: u32) -> u32 {
     }
     let mut bits = BitStream {
         key,
-        words: Vec::with_capacity(8),
+        words: [0; MAX_WORDS],
+        filled: 0,
     };
     // Depth of the tree: the number of bits in pool_size - 1.
     let mut depth = 32 - (pool_size - 1).leading_zeros();
@@ -111,6 +117,16 @@ mod tests {
         assert_eq!(furc_hash(&key, 99_999), 31_015);
         key.reverse();
         assert_eq!(furc_hash(&key, 99_999), 67_101);
+    }
+
+    proptest::proptest! {
+        /// Any key and any pool size (beyond furc's maximum too, as the C accepts) gives an
+        /// index inside the pool without running off the bit stream.
+        #[test]
+        fn index_is_in_range(key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+                             pool in 1u32..=u32::MAX) {
+            proptest::prop_assert!(furc_hash(&key, pool) < pool);
+        }
     }
 
     #[test]
