@@ -3,6 +3,10 @@
 //! unweighted ketama, modula and random distribution, hash tags and live-server
 //! ejection. Pure computation, no I/O.
 //!
+//! mcrouter's pool hash functions live beside them: [`furc`] (Ch3 and Crc32),
+//! [`spooky`] (SpookyHash V2, used by WeightedCh3) and [`mcrouter`] (the hash functions as a
+//! pool names them, and the routing key they hash).
+//!
 //! ```
 //! use ring::{Distribution, Hash, Ring, Server};
 //! let servers = vec![
@@ -15,10 +19,15 @@
 //! assert_ne!(ring.server_for(b"user:42"), Some(idx));
 //! ```
 
+pub mod furc;
 pub mod hash;
+pub mod mcrouter;
 pub mod ring;
+pub mod spooky;
 
+pub use crate::furc::{crc32_hash, furc_hash, FURC_MAX_POOL_SIZE};
 pub use crate::hash::{Hash, UnknownName};
+pub use crate::mcrouter::{PoolHash, PoolHashError, RoutingKey};
 pub use crate::ring::{
     hash_tag_slice, ketama_points, Distribution, Point, Ring, Server, KETAMA_DEFAULT_PORT,
 };

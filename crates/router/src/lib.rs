@@ -14,6 +14,7 @@
 mod buf;
 mod config;
 mod log;
+mod mcrouter_config;
 mod net;
 mod route;
 mod shared;
@@ -72,6 +73,22 @@ pub struct RouteArgs {
     /// Worker threads (default: number of cores).
     #[arg(short = 'T', long = "threads")]
     pub threads: Option<usize>,
+    /// mcrouter: check the mcrouter config and exit (`exit`, the default) with 0 or 1.
+    #[arg(long = "validate-config", num_args = 0..=1, require_equals = true,
+          default_missing_value = "exit", value_name = "exit|run")]
+    pub validate_config: Option<String>,
+    /// mcrouter: the config, as `file:PATH` or inline JSON.
+    #[arg(long = "config", value_name = "file:PATH|JSON")]
+    pub config: Option<String>,
+    /// mcrouter (deprecated there): the config file.
+    #[arg(long = "config-file", value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
+    /// mcrouter (deprecated there): the config as a JSON string.
+    #[arg(long = "config-str", value_name = "JSON")]
+    pub config_str: Option<String>,
+    /// mcrouter: the default routing prefix (`/region/cluster/`).
+    #[arg(short = 'R', long = "route-prefix", default_value = routetree::DEFAULT_ROUTE_PREFIX)]
+    pub route_prefix: String,
 }
 
 const DESCRIBE: &str = "pool stats:
@@ -123,6 +140,9 @@ struct Running {
 
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), String> {
+    if mcrouter_config::requested(&args) {
+        return mcrouter_config::run(&args);
+    }
     if args.describe_stats {
         print!("{DESCRIBE}");
         return Ok(());

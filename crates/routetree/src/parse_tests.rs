@@ -1,0 +1,520 @@
+//! Config reading: forms mcrouter accepts, and refusals that name file, line and key.
+
+use super::*;
+
+fn ok(text: &str) -> Config {
+    parse_config("t.json", text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn err(text: &str) -> ConfigError {
+    match parse_config("t.json", text) {
+        Ok(c) => panic!("accepted: {c:?}"),
+        Err(e) => e,
+    }
+}
+
+fn entry_route(c: &Config) -> &Route {
+    match &c.entry {
+        Entry::Default(id) => &c.routes[*id],
+        Entry::Aliases(t) => &c.routes[t[0].1],
+    }
+}
+
+const POOLS: &str = r#""pools": {"A": {"servers": ["127.0.0.1:5000", "127.0.0.1:5001", "[::1]:5002"]},
+                              "B": {"servers": ["localhost:6000"]}}"#;
+
+fn with_route(route: &str) -> String {
+    format!("{{{POOLS}, \"route\": {route}}}")
+}
+
+#[test]
+fn string_and_object_forms_are_the_same_handle() {
+    let a = ok(&with_route(r#""PoolRoute|A""#));
+    let b = ok(&with_route(r#"{"type": "PoolRoute", "pool": "A"}"#));
+    assert_eq!(entry_route(&a), entry_route(&b));
+    assert_eq!(a.pools[0].servers.len(), 3);
+    assert_eq!(a.pools[0].servers[2].host, "::1");
+    assert_eq!(a.pools[0].servers[2].port, 5002);
+    // Only the pools a route uses are built, as in mcrouter.
+    assert_eq!(a.pools.len(), 1);
+}
+
+#[test]
+fn pool_list_expands_to_its_servers() {
+    let c = ok(&with_route(r#""AllSyncRoute|Pool|A""#));
+    let Route::All { mode, children } = entry_route(&c) else {
+        panic!("{c:?}")
+    };
+    assert_eq!(*mode, AllMode::Sync);
+    let want: Vec<Target> = (0..3)
+        .map(|index| Target::Server { pool: 0, index })
+        .collect();
+    assert_eq!(children, &want);
+    // Arrays of lists flatten.
+    let c = ok(&with_route(
+        r#"{"type": "AllAsyncRoute", "children": ["Pool|A", ["Pool|B"], ""]}"#,
+    ));
+    let Route::All { children, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(children.len(), 4);
+}
+
+#[test]
+fn named_handles_are_built_once_and_shared() {
+    let c = ok(&format!(
+        r#"{{{POOLS}, "named_handles": {{"main": {{"type": "PoolRoute", "pool": "A"}}}},
+             "route": {{"type": "FailoverRoute", "children": ["main", "main", "PoolRoute|B"]}}}}"#
+    ));
+    let Route::Failover { children, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(children[0], children[1]);
+    assert_ne!(children[0], children[2]);
+    // The array form names handles with "name"; later strings refer to them.
+    let c = ok(&format!(
+        r#"{{{POOLS}, "named_handles": [{{"name": "n", "type": "NullRoute"}}],
+             "route": "AllSyncRoute|n"}}"#
+    ));
+    let Route::All { children, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(
+        c.routes[match children[0] {
+            Target::Route(id) => id,
+            _ => panic!(),
+        }],
+        Route::Null
+    );
+}
+
+#[test]
+fn route_cycles_are_refused_with_the_chain() {
+    let e = err(&format!(
+        r#"{{{POOLS}, "named_handles": {{
+              "a": {{"type": "FailoverRoute", "children": ["PoolRoute|A", "b"]}},
+              "b": {{"type": "AllSyncRoute", "children": ["a"]}}}},
+            "route": "a"}}"#
+    ));
+    assert!(e.message.contains("route cycle: a -> b -> a"), "{e}");
+    assert_eq!(e.path.to_string(), "named_handles.b.children[0]");
+    assert_eq!(e.line, 4);
+    // A handle naming itself.
+    let e = err(&format!(
+        r#"{{{POOLS}, "named_handles": {{"x": "AllSyncRoute|x"}}, "route": "x"}}"#
+    ));
+    assert!(e.message.contains("route cycle: x -> x"), "{e}");
+}
+
+#[test]
+fn unknown_type_is_refused_where_it_is() {
+    let e = err(&with_route(
+        "{\n \"type\": \"FancyRoute\", \"children\": []}",
+    ));
+    assert!(
+        e.message.contains("unknown route handle type 'FancyRoute'"),
+        "{e}"
+    );
+    assert_eq!(
+        (e.file.as_str(), e.path.to_string().as_str()),
+        ("t.json", "route")
+    );
+    assert_eq!(e.line, 2);
+    let e = err(&with_route(r#""NoSuchThing""#));
+    assert!(
+        e.message
+            .contains("neither a route handle type nor a named handle"),
+        "{e}"
+    );
+    let e = err(&with_route(r#""MigrateRoute|x""#));
+    assert!(e.message.contains("not supported by memfleet yet"), "{e}");
+}
+
+#[test]
+fn missing_pool_names_it_and_the_known_ones() {
+    let e = err(&with_route(
+        r#"{"type": "HashRoute", "children": ["PoolRoute|A", "PoolRoute|C"]}"#,
+    ));
+    assert_eq!(e.message, "pool 'C' is not defined (pools: A, B)");
+    assert_eq!(e.path.to_string(), "route.children[1]");
+}
+
+#[test]
+fn jsonm_is_refused_naming_the_macro() {
+    let e = err(r#"{"macros": {"m": {}}, "route": "NullRoute"}"#);
+    assert!(e.message.contains("JSONM 'macros'"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "ModifyExptimeRoute", "target": "NullRoute", "exptime": "@int(%ttl%)"}"#,
+    ));
+    assert!(e.message.contains("macro call '@int(...)'"), "{e}");
+    assert_eq!(e.path.to_string(), "route.exptime");
+    let e = err(r#"{"pools": {"A": {"servers": ["h:%PORT%"]}}, "route": "PoolRoute|A"}"#);
+    assert!(e.message.contains("variable '%PORT%'"), "{e}");
+    // A lone '%' or '@' is plain text.
+    ok(&with_route(r#""ErrorRoute|100% @home""#));
+}
+
+#[test]
+fn malformed_json_names_file_line_and_key() {
+    let text = "{\n  \"pools\": {\n    \"A\": {\"servers\": [\"h:1\",, \"h:2\"]}\n  },\n  \"route\": \"PoolRoute|A\"\n}";
+    let e = err(text);
+    assert_eq!(e.line, 3);
+    assert_eq!(e.path.to_string(), "pools.A.servers[0]");
+    assert!(e.to_string().starts_with("t.json:3:"), "{e}");
+}
+
+#[test]
+fn comments_and_trailing_commas_are_accepted() {
+    let c = ok("// leading\n{ /* pools */ \"pools\": {\"A\": {\"servers\": [\"h:1\", /* two */ \"h:2\",],},},\n \"route\": \"PoolRoute|A\", // end\n}");
+    assert_eq!(c.pools[0].servers.len(), 2);
+}
+
+#[test]
+fn route_and_routes_are_exclusive_and_required() {
+    assert!(err(r#"{"route": "NullRoute", "routes": []}"#)
+        .message
+        .contains("both"));
+    assert!(err(r#"{"pools": {}}"#)
+        .message
+        .contains("no 'route' or 'routes'"));
+    assert!(err("[]").message.contains("must be an object"));
+}
+
+#[test]
+fn routes_by_alias_in_both_forms() {
+    let c = ok(&format!(
+        r#"{{{POOLS}, "routes": [{{"aliases": ["/r/c1/", "/r/c2/"], "route": "PoolRoute|A"}},
+                                {{"aliases": ["/r/c3/"], "route": "PoolRoute|B"}}]}}"#
+    ));
+    let Entry::Aliases(table) = &c.entry else {
+        panic!()
+    };
+    let names: Vec<&str> = table.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(names, ["/r/c1/", "/r/c2/", "/r/c3/"]);
+    assert_eq!(table[0].1, table[1].1);
+    let c = ok(&format!(
+        r#"{{{POOLS}, "routes": {{"/r/c1/": "PoolRoute|A"}}}}"#
+    ));
+    assert!(matches!(&c.entry, Entry::Aliases(t) if t.len() == 1));
+    let e = err(&format!(
+        r#"{{{POOLS}, "routes": [{{"aliases": ["r/c1"], "route": "PoolRoute|A"}}]}}"#
+    ));
+    assert!(
+        e.message.contains("not of the form /region/cluster/"),
+        "{e}"
+    );
+    assert_eq!(e.path.to_string(), "routes[0].aliases[0]");
+}
+
+#[test]
+fn servers() {
+    let s = parse_server("cache-1.example:11211").unwrap();
+    assert_eq!(
+        (s.host.as_str(), s.port, s.protocol),
+        ("cache-1.example", 11211, None)
+    );
+    let s = parse_server("[2001:db8::1]:11211:ascii:plain").unwrap();
+    assert_eq!(s.host, "2001:db8::1");
+    assert_eq!(s.protocol.as_deref(), Some("ascii"));
+    assert_eq!(s.security.as_deref(), Some("plain"));
+    for bad in [
+        "host",
+        "host:",
+        "host:99999",
+        "::1:11211",
+        "[::1]11211",
+        "[::1:11211",
+        ":11211",
+        "h:1:smoke",
+    ] {
+        assert!(parse_server(bad).is_err(), "{bad}");
+    }
+    let e = err(r#"{"pools": {"A": {"servers": ["h:1", "h:2:caret"]}}, "route": "PoolRoute|A"}"#);
+    assert!(e.message.contains("ascii only"), "{e}");
+    assert_eq!(e.path.to_string(), "pools.A.servers[1]");
+}
+
+#[test]
+fn hash_functions() {
+    let hash_of = |c: &Config| match entry_route(c) {
+        Route::Pool { hash, .. } => hash.clone(),
+        other => panic!("{other:?}"),
+    };
+    let c = ok(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "hash": "Crc32"}"#,
+    ));
+    assert_eq!(hash_of(&c), PoolHash::Crc32);
+    let c = ok(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "hash": {"hash_func": "WeightedCh3", "weights": [1, 0.5, 0, 0.9]}}"#,
+    ));
+    // mcrouter reads as many weights as there are servers.
+    assert_eq!(hash_of(&c), PoolHash::WeightedCh3(vec![1.0, 0.5, 0.0]));
+    let c = ok(
+        r#"{"pools": {"W": {"servers": ["h:1", "h:2"], "weights": [0.2, 1]}}, "route": "PoolRoute|W"}"#,
+    );
+    assert_eq!(hash_of(&c), PoolHash::WeightedCh3(vec![0.2, 1.0]));
+    let c = ok(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "hash": {"hash_func": "WeightedCh3", "weights": [1]}}"#,
+    ));
+    assert_eq!(hash_of(&c), PoolHash::WeightedCh3(vec![1.0, 0.5, 0.5]));
+    assert!(
+        c.warnings[0].contains("missing ones are 0.5"),
+        "{:?}",
+        c.warnings
+    );
+    let e = err(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "hash": {"hash_func": "WeightedCh3", "weights": [1, 1.5, 1]}}"#,
+    ));
+    assert!(e.message.contains("outside [0, 1]"), "{e}");
+    assert_eq!(e.path.to_string(), "route.hash.weights[1]");
+    let e = err(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "hash": "Rendezvous"}"#,
+    ));
+    assert!(e.message.contains("not supported"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "HashRoute", "children": "Pool|A", "hash_func": "Nope"}"#,
+    ));
+    assert!(e.message.contains("unknown hash function 'Nope'"), "{e}");
+}
+
+#[test]
+fn failover_with_exptime_caps_failover_children() {
+    let c = ok(&with_route(
+        r#"{"type": "FailoverWithExptimeRoute", "normal": "PoolRoute|A", "failover": ["PoolRoute|B"], "failover_exptime": 30}"#,
+    ));
+    let Route::Failover {
+        children, errors, ..
+    } = entry_route(&c)
+    else {
+        panic!()
+    };
+    assert_eq!(children.len(), 2);
+    let Target::Route(capped) = children[1] else {
+        panic!()
+    };
+    assert!(matches!(
+        c.routes[capped],
+        Route::ModifyExptime {
+            exptime: 30,
+            action: ExptimeAction::Min,
+            ..
+        }
+    ));
+    assert!(errors.gets.contains(&"tko".to_owned()));
+    let c = ok(&with_route(
+        r#"{"type": "FailoverWithExptimeRoute", "normal": "PoolRoute|A", "failover": "PoolRoute|B", "failover_exptime": 0}"#,
+    ));
+    let Route::Failover { children, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert!(matches!(
+        c.routes[match children[1] {
+            Target::Route(id) => id,
+            _ => panic!(),
+        }],
+        Route::Pool { .. }
+    ));
+}
+
+#[test]
+fn failover_errors_and_limit() {
+    let c = ok(&with_route(
+        r#"{"type": "FailoverRoute", "children": ["PoolRoute|A", "PoolRoute|B"],
+            "failover_errors": {"gets": ["timeout"], "deletes": []}, "failover_limit": {"rate": 2}}"#,
+    ));
+    let Route::Failover { errors, limit, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(errors.gets, ["timeout"]);
+    assert!(errors.deletes.is_empty());
+    assert!(errors.updates.contains(&"connect_error".to_owned()));
+    assert_eq!(
+        *limit,
+        Some(FailoverLimit {
+            rate: 1.0,
+            burst: 1000.0
+        })
+    );
+    let e = err(&with_route(
+        r#"{"type": "FailoverRoute", "children": "Pool|A", "failover_errors": ["timeout", "oops"]}"#,
+    ));
+    assert!(e.message.contains("'oops' is not an error result"), "{e}");
+    assert_eq!(e.path.to_string(), "route.failover_errors[1]");
+}
+
+#[test]
+fn selectors_and_exptime() {
+    let c = ok(&with_route(
+        r#"{"type": "OperationSelectorRoute", "operation_policies": {"set": "PoolRoute|A", "delete": "AllSyncRoute|Pool|A"},
+            "default_policy": "PoolRoute|B"}"#,
+    ));
+    let Route::OperationSelector { policies, default } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(
+        policies.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
+        ["delete", "set"]
+    );
+    assert!(default.is_some());
+    let e = err(&with_route(
+        r#"{"type": "OperationSelectorRoute", "operation_policies": {"fetch": "NullRoute"}}"#,
+    ));
+    assert!(e.message.contains("unknown operation 'fetch'"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "ModifyExptimeRoute", "target": "NullRoute", "exptime": 0, "action": "min"}"#,
+    ));
+    assert!(e.message.contains("non-zero"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "ModifyExptimeRoute", "target": "NullRoute", "exptime": 5, "action": "max"}"#,
+    ));
+    assert_eq!(e.path.to_string(), "route.action");
+    let e = err(&with_route(r#"{"type": "PrefixSelectorRoute"}"#));
+    assert!(e.message.contains("'policies' or 'wildcard'"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "WarmUpRoute", "cold": "PoolRoute|A"}"#,
+    ));
+    assert!(e.message.contains("no 'warm'"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "PrefixSelectorRoute", "wildcard": "Pool|A"}"#,
+    ));
+    assert!(
+        e.message.contains("expected one route handle, got 3"),
+        "{e}"
+    );
+}
+
+#[test]
+fn shadows() {
+    let c = ok(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "shadows": [
+            {"target": "PoolRoute|B", "index_range": [0, 2], "key_fraction_range": [0, 0.5]}]}"#,
+    ));
+    let Route::Pool { shadows, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(shadows[0].index_range, (0, 2));
+    assert_eq!(shadows[0].key_fraction_range, (0.0, 0.5));
+    let e = err(&with_route(
+        r#"{"type": "PoolRoute", "pool": "A", "shadows": [{"target": "NullRoute", "index_range": [3, 1]}]}"#,
+    ));
+    assert_eq!(e.path.to_string(), "route.shadows[0].index_range");
+}
+
+#[test]
+fn pool_inheritance() {
+    let c = ok(
+        r#"{"pools": {"base": {"servers": ["h:1", "h:2"], "keep_routing_prefix": true},
+                              "child": {"inherit": "base", "keep_routing_prefix": false}},
+                   "route": "PoolRoute|child"}"#,
+    );
+    assert_eq!(c.pools[0].servers.len(), 2);
+    assert!(!c.pools[0].keep_routing_prefix);
+    let e =
+        err(r#"{"pools": {"a": {"inherit": "b"}, "b": {"inherit": "a"}}, "route": "PoolRoute|a"}"#);
+    assert!(
+        e.message.contains("pool inheritance cycle: a -> b -> a"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unterminated_comment_is_refused() {
+    let e = err("{\"route\": \"NullRoute\" /* open");
+    assert!(e.message.contains("unterminated"), "{e}");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Fragments of mcrouter configs, so random text often gets deep into the parser.
+    fn fragment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("{".to_owned()),
+            Just("}".to_owned()),
+            Just("[".to_owned()),
+            Just("]".to_owned()),
+            Just(",".to_owned()),
+            Just(":".to_owned()),
+            Just("\"route\"".to_owned()),
+            Just("\"routes\"".to_owned()),
+            Just("\"pools\"".to_owned()),
+            Just("\"servers\"".to_owned()),
+            Just("\"type\"".to_owned()),
+            Just("\"children\"".to_owned()),
+            Just("\"name\"".to_owned()),
+            Just("\"named_handles\"".to_owned()),
+            Just("\"PoolRoute|A\"".to_owned()),
+            Just("\"Pool|A\"".to_owned()),
+            Just("\"A\"".to_owned()),
+            Just("\"h:1\"".to_owned()),
+            Just("\"AllSyncRoute\"".to_owned()),
+            Just("\"FailoverRoute\"".to_owned()),
+            Just("\"HashRoute\"".to_owned()),
+            Just("\"weights\"".to_owned()),
+            Just("\"WeightedCh3\"".to_owned()),
+            Just("//".to_owned()),
+            Just("/*".to_owned()),
+            Just("*/".to_owned()),
+            Just("\n".to_owned()),
+            "[ -~]{0,4}",
+            any::<u32>().prop_map(|n| n.to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any text gets a config or an error, never a panic, and errors say where.
+        #[test]
+        fn any_text_is_accepted_or_refused(parts in proptest::collection::vec(fragment(), 0..60)) {
+            let text = parts.concat();
+            match parse_config("f.json", &text) {
+                Ok(c) => {
+                    let _ = c.plan("get", b"/r/c/k", "/r/c/");
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("f.json"), "{e}"),
+            }
+        }
+
+        /// A PoolRoute over n servers places every key exactly where Ch3 does.
+        #[test]
+        fn pool_route_agrees_with_ch3(n in 1usize..40, keys in proptest::collection::vec("[!-~]{0,40}", 1..20)) {
+            let servers: Vec<String> = (0..n).map(|i| format!("\"h{i}:11211\"")).collect();
+            let text = format!(r#"{{"pools": {{"P": {{"servers": [{}]}}}}, "route": "PoolRoute|P"}}"#, servers.join(","));
+            let c = parse_config("p.json", &text).unwrap();
+            for key in keys {
+                let want = PoolHash::Ch3.index(ring::RoutingKey::parse(key.as_bytes()).hashed, n);
+                match c.plan("get", key.as_bytes(), "/r/c/") {
+                    crate::Plan::Send(s) => prop_assert_eq!(s.index, want),
+                    crate::Plan::Error(_) => prop_assert!(key.starts_with('/')),
+                    other => prop_assert!(false, "{:?}", other),
+                }
+            }
+        }
+
+        /// Comments and trailing commas anywhere between tokens change nothing.
+        #[test]
+        fn comments_between_tokens_change_nothing(seed in proptest::collection::vec(0u8..4, 40)) {
+            let tokens = [
+                "{", "\"pools\"", ":", "{", "\"A\"", ":", "{", "\"servers\"", ":", "[",
+                "\"h:1\"", ",", "\"h:2\"", "]", "}", "}", ",", "\"route\"", ":",
+                "\"PoolRoute|A\"", "}",
+            ];
+            let plain = ok(&tokens.concat());
+            let mut text = String::new();
+            for (i, t) in tokens.iter().enumerate() {
+                if matches!(*t, "}" | "]") && seed[i % seed.len()] == 3 && !text.trim_end().ends_with(['{', '[', ',']) {
+                    text.push(',');
+                }
+                text.push_str(t);
+                match seed[i % seed.len()] {
+                    0 => text.push_str(" // c\n"),
+                    1 => text.push_str("/* c */"),
+                    _ => text.push(' '),
+                }
+            }
+            prop_assert_eq!(ok(&text), plain);
+        }
+    }
+}

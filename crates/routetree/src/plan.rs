@@ -1,0 +1,424 @@
+//! Per-request evaluation: (operation, key) through the route tree to a [`Plan`] that names
+//! servers by (pool, index) and says how their replies combine. No I/O: the router runs it.
+
+use ring::{spooky, RoutingKey};
+
+use crate::model::*;
+
+/// What to do with one request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Send to one server.
+    Send(Send),
+    /// Send to every plan; `mode` says which reply to return.
+    All { mode: AllMode, plans: Vec<Plan> },
+    /// Run plans in order while the reply is one of `errors` (`limit` caps how often).
+    Failover {
+        plans: Vec<Plan>,
+        errors: Vec<String>,
+        limit: Option<FailoverLimit>,
+    },
+    /// Run plans in order until a hit; if none hits, the last reply (or with
+    /// `return_best_on_error`, the best one).
+    MissFailover {
+        plans: Vec<Plan>,
+        return_best_on_error: bool,
+    },
+    /// Get from `cold`; on a miss get from `warm`, and on a hit there add it to `cold`
+    /// with `exptime`.
+    WarmUp {
+        cold: Box<Plan>,
+        warm: Box<Plan>,
+        exptime: u32,
+    },
+    /// Run `main` and reply with its reply; also send each shadow (with its probability),
+    /// ignoring the shadows' replies.
+    Shadowed {
+        main: Box<Plan>,
+        shadows: Vec<(f64, Plan)>,
+    },
+    /// The default reply (miss / NOT_STORED / NOT_FOUND).
+    Null,
+    /// An error reply with this message.
+    Error(String),
+}
+
+/// One server and how the request reaches it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Send {
+    pub pool: PoolId,
+    pub index: usize,
+    /// Send the key with its routing prefix (the pool's `keep_routing_prefix`).
+    pub keep_prefix: bool,
+    /// Exptime rewrites from enclosing ModifyExptimeRoutes, outermost first.
+    pub exptime: Vec<(ExptimeAction, i64)>,
+    /// For deletes through a PoolRoute with asynclog: the log name for failed deletes.
+    pub asynclog: Option<String>,
+}
+
+impl Send {
+    /// The exptime the server should get for a request that asked for `requested`
+    /// (0 = never expires). Deletes carry no exptime and are not rewritten.
+    pub fn exptime_for(&self, requested: i64) -> i64 {
+        self.exptime
+            .iter()
+            .fold(requested, |current, &(action, exptime)| match action {
+                ExptimeAction::Set => exptime,
+                ExptimeAction::Min if current == 0 || current > exptime => exptime,
+                ExptimeAction::Min => current,
+            })
+    }
+}
+
+/// Which failover error list applies to an operation.
+fn op_class(op: &str) -> OpClass {
+    match op {
+        "get" | "gets" | "gat" | "gats" | "metaget" | "lease-get" => OpClass::Get,
+        "delete" => OpClass::Delete,
+        _ => OpClass::Update,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpClass {
+    Get,
+    Update,
+    Delete,
+}
+
+/// Plans bigger than this (a config whose shared handles multiply) become an error reply.
+const MAX_PLAN_NODES: usize = 100_000;
+/// The broadcast routing prefix: every route.
+const BROADCAST: &str = "/*/*/";
+
+impl Config {
+    /// The plan for `op` (a name from [`crate::OPERATIONS`]) on `key` (with any routing
+    /// prefix). Keys without one use `default_prefix` (the router's `--route-prefix`).
+    pub fn plan(&self, op: &str, key: &[u8], default_prefix: &str) -> Plan {
+        let rk = RoutingKey::parse(key);
+        let routes = match self.entry_routes(rk.prefix, default_prefix) {
+            Ok(routes) => routes,
+            Err(message) => return Plan::Error(message),
+        };
+        let mut eval = Eval {
+            config: self,
+            op,
+            class: op_class(op),
+            rk,
+            exptime: Vec::new(),
+            nodes: 0,
+        };
+        let mut plans: Vec<Plan> = routes.into_iter().map(|id| eval.route(id)).collect();
+        if eval.nodes > MAX_PLAN_NODES {
+            return Plan::Error("route tree too large for one request".into());
+        }
+        match plans.len() {
+            1 => plans.pop().unwrap_or(Plan::Null),
+            // Several prefixes: the first (the default route when it matches) replies; the
+            // rest run in the background, as mcrouter does for /*/*/.
+            _ => Plan::All {
+                mode: AllMode::Initial,
+                plans,
+            },
+        }
+    }
+
+    /// The route(s) a key's routing prefix selects, default route first.
+    fn entry_routes(&self, prefix: &[u8], default_prefix: &str) -> Result<Vec<RouteId>, String> {
+        let prefix = std::str::from_utf8(prefix).map_err(|_| "routing prefix is not UTF-8")?;
+        let aliases = match &self.entry {
+            Entry::Default(id) => vec![(default_prefix.to_owned(), *id)],
+            Entry::Aliases(table) => table.clone(),
+        };
+        let by_alias = |p: &str| aliases.iter().find(|(a, _)| a == p).map(|(_, id)| *id);
+        if prefix.is_empty() || prefix == default_prefix {
+            return by_alias(default_prefix).map(|id| vec![id]).ok_or_else(|| {
+                format!("no route for the default routing prefix {default_prefix}")
+            });
+        }
+        if !prefix.contains('*') {
+            if let Some(id) = by_alias(prefix) {
+                return Ok(vec![id]);
+            }
+            // An unknown cluster falls back to /region/fallback/ when that exists.
+            let region = prefix[1..].split('/').next().unwrap_or("");
+            return by_alias(&format!("/{region}/fallback/"))
+                .map(|id| vec![id])
+                .ok_or_else(|| format!("no route for routing prefix {prefix}"));
+        }
+        let mut ids = Vec::new();
+        let mut push = |id| {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        };
+        if glob_matches(prefix, default_prefix) {
+            if let Some(id) = by_alias(default_prefix) {
+                push(id);
+            }
+        }
+        for (alias, id) in &aliases {
+            if prefix == BROADCAST || glob_matches(prefix, alias) {
+                push(*id);
+            }
+        }
+        if ids.is_empty() {
+            return Err(format!("no route matches routing prefix {prefix}"));
+        }
+        Ok(ids)
+    }
+}
+
+/// `*` matches any run of characters other than `/`.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, tail)) => {
+            let Some(rest) = text.strip_prefix(head) else {
+                return false;
+            };
+            let mut end = 0;
+            loop {
+                if glob_matches(tail, &rest[end..]) {
+                    return true;
+                }
+                match rest[end..].chars().next() {
+                    Some(c) if c != '/' => end += c.len_utf8(),
+                    _ => return false,
+                }
+            }
+        }
+    }
+}
+
+struct Eval<'c, 'k> {
+    config: &'c Config,
+    op: &'k str,
+    class: OpClass,
+    rk: RoutingKey<'k>,
+    exptime: Vec<(ExptimeAction, i64)>,
+    nodes: usize,
+}
+
+impl Eval<'_, '_> {
+    fn target(&mut self, target: Target) -> Plan {
+        match target {
+            Target::Route(id) => self.route(id),
+            Target::Server { pool, index } => self.send(pool, index, None),
+        }
+    }
+
+    fn send(&mut self, pool: PoolId, index: usize, asynclog: Option<&String>) -> Plan {
+        self.nodes += 1;
+        Plan::Send(Send {
+            pool,
+            index,
+            keep_prefix: self.config.pools[pool].keep_routing_prefix,
+            exptime: self.exptime.clone(),
+            asynclog: asynclog.filter(|_| self.class == OpClass::Delete).cloned(),
+        })
+    }
+
+    fn targets(&mut self, targets: &[Target]) -> Vec<Plan> {
+        targets.iter().map(|t| self.target(*t)).collect()
+    }
+
+    /// The bytes a hash function sees: the routing key (no prefix, up to `|#|`) and salt.
+    fn hashed(&self, salt: &str) -> Vec<u8> {
+        let mut bytes = self.rk.hashed.to_vec();
+        bytes.extend_from_slice(salt.as_bytes());
+        bytes
+    }
+
+    fn route(&mut self, id: RouteId) -> Plan {
+        self.nodes += 1;
+        if self.nodes > MAX_PLAN_NODES {
+            return Plan::Null;
+        }
+        let config = self.config;
+        match &config.routes[id] {
+            Route::Pool {
+                pool,
+                hash,
+                salt,
+                shadows,
+                asynclog,
+            } => {
+                let n = config.pools[*pool].servers.len();
+                if n == 0 {
+                    let name = &config.pools[*pool].name;
+                    return Plan::Error(format!("pool {name} has no servers"));
+                }
+                let index = hash.index(&self.hashed(salt), n);
+                let main = self.send(*pool, index, asynclog.as_ref());
+                self.shadowed(main, index, shadows)
+            }
+            Route::Hash {
+                children,
+                hash,
+                salt,
+            } => match children.len() {
+                0 => Plan::Error("HashRoute with empty children".into()),
+                n => {
+                    let index = hash.index(&self.hashed(salt), n);
+                    self.target(children[index])
+                }
+            },
+            Route::All { mode, children } => match children.len() {
+                0 => Plan::Null,
+                _ => Plan::All {
+                    mode: *mode,
+                    plans: self.targets(children),
+                },
+            },
+            Route::Failover {
+                children,
+                errors,
+                limit,
+            } => {
+                let mut plans = self.targets(children);
+                match plans.len() {
+                    0 => Plan::Null,
+                    1 => plans.pop().unwrap_or(Plan::Null),
+                    _ => Plan::Failover {
+                        plans,
+                        errors: match self.class {
+                            OpClass::Get => errors.gets.clone(),
+                            OpClass::Update => errors.updates.clone(),
+                            OpClass::Delete => errors.deletes.clone(),
+                        },
+                        limit: *limit,
+                    },
+                }
+            }
+            Route::MissFailover {
+                children,
+                return_best_on_error,
+            } => match children.len() {
+                0 => Plan::Null,
+                _ if children.len() == 1 || self.class != OpClass::Get => self.target(children[0]),
+                _ => Plan::MissFailover {
+                    plans: self.targets(children),
+                    return_best_on_error: *return_best_on_error,
+                },
+            },
+            Route::WarmUp {
+                cold,
+                warm,
+                exptime,
+            } => {
+                if self.class == OpClass::Get {
+                    Plan::WarmUp {
+                        cold: Box::new(self.target(*cold)),
+                        warm: Box::new(self.target(*warm)),
+                        exptime: *exptime,
+                    }
+                } else {
+                    self.target(*cold)
+                }
+            }
+            Route::PrefixSelector { policies, wildcard } => {
+                let key = self.rk.key;
+                // Sorted, so the last matching policy is the longest prefix.
+                let chosen = policies
+                    .iter()
+                    .rev()
+                    .find(|(prefix, _)| key.starts_with(prefix.as_bytes()))
+                    .map(|(_, t)| *t)
+                    .or(*wildcard);
+                match chosen {
+                    Some(t) => self.target(t),
+                    None => Plan::Error("no PrefixSelectorRoute policy matches the key".into()),
+                }
+            }
+            Route::OperationSelector { policies, default } => {
+                let chosen = policies
+                    .iter()
+                    .find(|(op, _)| op == self.op)
+                    .map(|(_, t)| *t)
+                    .or(*default);
+                match chosen {
+                    Some(t) => self.target(t),
+                    None => Plan::Null,
+                }
+            }
+            Route::ModifyExptime {
+                target,
+                exptime,
+                action,
+            } => {
+                self.exptime.push((*action, *exptime));
+                let plan = self.target(*target);
+                self.exptime.pop();
+                plan
+            }
+            Route::Null => Plan::Null,
+            Route::Error { message } => Plan::Error(message.clone()),
+        }
+    }
+
+    fn shadowed(&mut self, main: Plan, index: usize, shadows: &[Shadow]) -> Plan {
+        let key_hash = u64::from(spooky::hash32(self.rk.hashed, 0));
+        let max = f64::from(u32::MAX);
+        let mut copies = Vec::new();
+        for s in shadows {
+            let (lo, hi) = s.key_fraction_range;
+            let in_range = (s.index_range.0..s.index_range.1).contains(&index)
+                && (lo * max) as u64 <= key_hash
+                && key_hash <= (hi * max) as u64;
+            if in_range {
+                copies.push((s.requests_fraction, self.target(s.target)));
+            }
+        }
+        if copies.is_empty() {
+            main
+        } else {
+            Plan::Shadowed {
+                main: Box::new(main),
+                shadows: copies,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob() {
+        assert!(glob_matches("/*/*/", "/a/b/"));
+        assert!(glob_matches("/a/*/", "/a/b/"));
+        assert!(!glob_matches("/a/*/", "/c/b/"));
+        assert!(glob_matches("/a/b*/", "/a/bc/"));
+        assert!(!glob_matches("/*/", "/a/b/"));
+    }
+
+    #[test]
+    fn exptime_rules_apply_outermost_first() {
+        let send = |rules: Vec<(ExptimeAction, i64)>| Send {
+            pool: 0,
+            index: 0,
+            keep_prefix: false,
+            exptime: rules,
+            asynclog: None,
+        };
+        let min10 = (ExptimeAction::Min, 10);
+        assert_eq!(send(vec![min10]).exptime_for(0), 10);
+        assert_eq!(send(vec![min10]).exptime_for(5), 5);
+        assert_eq!(send(vec![min10]).exptime_for(50), 10);
+        assert_eq!(
+            send(vec![(ExptimeAction::Set, 99), min10]).exptime_for(5),
+            10
+        );
+        assert_eq!(
+            send(vec![min10, (ExptimeAction::Set, 99)]).exptime_for(5),
+            99
+        );
+        assert_eq!(send(vec![]).exptime_for(7), 7);
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod handle_tests;
