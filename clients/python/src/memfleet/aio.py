@@ -21,6 +21,8 @@ class AsyncClient(Operations[AsyncServer]):
     _server_type = AsyncServer
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         for s in self._router.servers:
             s.close()
 
@@ -53,6 +55,19 @@ class AsyncClient(Operations[AsyncServer]):
                 outcome, error = await self._DO[type(step)](self, step), None
             except BaseException as exc:
                 outcome, error = None, exc
+
+    @property
+    def _tasks(self) -> set[asyncio.Task[Any]]:
+        """Background operations in flight (publishing or refreshing dictionaries)."""
+        tasks: set[asyncio.Task[Any]] | None = self.__dict__.get("_bg_tasks")
+        if tasks is None:
+            tasks = self.__dict__["_bg_tasks"] = set()
+        return tasks
+
+    def _background(self, op: Op[Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(op))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _round(self, step: Round) -> list[Any]:
         return await asyncio.gather(*(self._call(c) for c in step.calls), return_exceptions=True)
