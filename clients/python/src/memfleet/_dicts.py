@@ -116,7 +116,7 @@ class Dictionary:
         self.key = dict_key(self.id)
         self.digest = hashlib.sha256(data).digest()[:_DIGEST]
         self.family = family
-        self.baseline = 1.0  # compressed/raw on held-out samples
+        self.baseline = 1.0  # size with it / size with plain zstd, on held-out samples
         self.level = level
         self._zdict = zstandard.ZstdCompressionDict(data)
         self._local = threading.local()  # zstd contexts are not shared between threads
@@ -184,9 +184,11 @@ class Family:
         self.pending: Dictionary | None = None  # trained, not published yet
         self.publishing = False
         self.publish_after = 0.0
-        self.raw = 0  # bytes in, bytes out, values: the current drift window
-        self.packed = 0
+        # the current drift window: values written, and for every 16th one its size with the
+        # dictionary and with plain zstd
         self.count = 0
+        self.with_dict = 0
+        self.without = 0
 
 
 _UNSEEN = Family(b"")  # a key whose family has not been looked up yet
@@ -221,6 +223,7 @@ class Dictionaries:
         self._jobs: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._logged: set[int] = set()
+        self._local = threading.local()
         self.counts = {"trained": 0, "published": 0, "fetched": 0, "unreadable": 0, "lost": 0}
         serde.managed = self
 
@@ -246,11 +249,12 @@ class Dictionaries:
             return serde.compress(data, flags)
         packed = d.compress(data)
         m = len(packed)
-        fam.raw += n
-        fam.packed += m
         fam.count += 1
-        if fam.count >= self.policy.drift_window:  # type: ignore[union-attr]
-            self._check_drift(fam, d)
+        if not fam.count & 15:
+            fam.with_dict += m
+            fam.without += len(self._plain(data))
+            if fam.count >= self.policy.drift_window:  # type: ignore[union-attr]
+                self._check_drift(fam, d)
         self._cover(d, ttl)
         if m * 10 <= n * 9:
             return packed, flags | FLAG_ZSTD | FLAG_ZSTD_MANAGED
@@ -317,13 +321,21 @@ class Dictionaries:
             fam.sampling = True
             return
         d = Dictionary(zd.as_bytes(), self._level, fam)
-        d.baseline = sum(len(d.compress(s)) for s in held_out) / max(1, sum(map(len, held_out)))
+        with_dict = sum(len(d.compress(s)) for s in held_out)
+        d.baseline = with_dict / max(1, sum(len(self._plain(s)) for s in held_out))
         self.counts["trained"] += 1
-        if d.baseline > 0.9:
-            # the family's values do not compress by 10% even with a dictionary: stay plain
-            log.info("memfleet: family %r does not gain from a dictionary (%.2f)", fam.name, d.baseline)
+        if with_dict * 10 > sum(map(len, held_out)) * 9:
+            # the family's values do not shrink by 10% even with a dictionary: stay plain
+            log.info("memfleet: family %r does not gain from a dictionary", fam.name)
             return
         fam.pending = d
+
+    def _plain(self, data: bytes) -> bytes:
+        """``data`` compressed without a dictionary, to see what the dictionary gains."""
+        c = getattr(self._local, "c", None)
+        if c is None:
+            c = self._local.c = zstandard.ZstdCompressor(level=self._level)
+        return c.compress(data)
 
     def _publish(self, fam: Family) -> None:
         now = time.monotonic()
@@ -334,10 +346,11 @@ class Dictionaries:
         self._start(fam.pending, True)
 
     def _check_drift(self, fam: Family, d: Dictionary) -> None:
-        ratio = fam.packed / max(1, fam.raw)
-        fam.raw = fam.packed = fam.count = 0
-        if ratio > d.baseline * self.policy.drift and not fam.sampling and fam.pending is None:  # type: ignore[union-attr]
-            log.info("memfleet: family %r drifted (%.2f vs %.2f): retraining", fam.name, ratio, d.baseline)
+        """Retrain when the dictionary saves much less over plain zstd than it did on held-out samples."""
+        gain = fam.with_dict / max(1, fam.without)
+        fam.count = fam.with_dict = fam.without = 0
+        if gain > d.baseline * self.policy.drift and not fam.sampling and fam.pending is None:  # type: ignore[union-attr]
+            log.info("memfleet: family %r drifted (%.2f vs %.2f): retraining", fam.name, gain, d.baseline)
             fam.sampling = True
 
     def _cover(self, d: Dictionary, ttl: int) -> None:
@@ -379,7 +392,7 @@ class Dictionaries:
         self.counts["published"] += 1
         if fam is not None:
             fam.active, fam.pending, fam.publishing = d, None, False
-            fam.raw = fam.packed = fam.count = 0
+            fam.count = fam.with_dict = fam.without = 0
 
     def publish_failed(self, d: Dictionary) -> None:
         fam = d.family
@@ -395,7 +408,7 @@ class Dictionaries:
         log.warning("memfleet: dictionary %08x was evicted from every server; retraining", d.id)
         if fam is not None and fam.active is d:
             fam.active = None
-            fam.raw = fam.packed = fam.count = 0
+            fam.count = fam.with_dict = fam.without = 0
             fam.sampling = True
 
     # -- reads ---------------------------------------------------------------------------------
