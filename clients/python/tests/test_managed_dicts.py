@@ -17,12 +17,11 @@ from typing import Any, Callable
 
 import msgpack
 import pytest
+from conftest import ServerProcess
 
 import memfleet
 from memfleet import _dicts
 from memfleet.serde import FLAG_ZSTD, FLAG_ZSTD_MANAGED
-
-from conftest import ServerProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from samples import feed_entry, small_profile  # noqa: E402
