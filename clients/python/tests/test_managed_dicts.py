@@ -212,7 +212,7 @@ def drifting(i: int, phase: int) -> Any:
 
 def test_rollover_under_concurrent_readers_and_writers(servers3: list[ServerProcess]) -> None:
     addrs = [s.address for s in servers3]
-    policy = small_policy(drift_window=200)
+    policy = small_policy(drift_window=400)
     writer = memfleet.Client(addrs, managed_dicts=policy)
     writer.flush_all()
     n_keys = 400
@@ -271,7 +271,7 @@ def test_rollover_with_asyncio_tasks(servers3: list[ServerProcess]) -> None:
     addrs = [s.address for s in servers3]
 
     async def main() -> None:
-        writer = memfleet.AsyncClient(addrs, managed_dicts=small_policy(drift_window=200))
+        writer = memfleet.AsyncClient(addrs, managed_dicts=small_policy(drift_window=400))
         reader = memfleet.AsyncClient(addrs)
         await writer.flush_all()
         bad: list[str] = []
