@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from ._php import PhpSerde
 from ._proto import check_key
 from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, Serde, SerializerSpec
@@ -68,15 +69,25 @@ class ClientConfig:
         near_cache: None | bool | NearCache,
         near_cache_size: int,
         near_cache_ttl: float,
+        value_format: str = "memfleet",
+        php_compression: str = "zlib",
     ) -> None:
-        self.serde = Serde(
-            serializer=serializer,
-            compress_threshold=compress_threshold,
-            compress_level=compress_level,
-            zstd_dictionary=zstd_dictionary,
-            dict_min_size=dict_min_size,
-            allow_pickle=allow_pickle,
-        )
+        self.serde: Serde | PhpSerde
+        if value_format == "php-memcached":
+            if zstd_dictionary is not None:
+                raise ValueError("php-memcached cannot read values compressed with a zstd dictionary")
+            self.serde = PhpSerde(serializer, compress_threshold, compress_level, php_compression)
+        elif value_format == "memfleet":
+            self.serde = Serde(
+                serializer=serializer,
+                compress_threshold=compress_threshold,
+                compress_level=compress_level,
+                zstd_dictionary=zstd_dictionary,
+                dict_min_size=dict_min_size,
+                allow_pickle=allow_pickle,
+            )
+        else:
+            raise ValueError(f'value_format must be "memfleet" or "php-memcached", not {value_format!r}')
         self.key_prefix = key_prefix.encode("utf-8") if isinstance(key_prefix, str) else bytes(key_prefix)
         # memo of validated keys: hot keys skip encoding and validation
         self._keys: dict[Key, tuple[bytes, bytes]] = {}

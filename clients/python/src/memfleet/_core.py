@@ -42,6 +42,8 @@ class ClientCore(Generic[S]):
         near_cache_ttl: float = 1.0,
         ignore_errors: bool = False,
         managed_dicts: bool | ManagedDicts = True,
+        value_format: str = "memfleet",
+        php_compression: str = "zlib",
     ) -> None:
         self._cfg = ClientConfig(
             serializer=serializer,
@@ -54,6 +56,8 @@ class ClientCore(Generic[S]):
             near_cache=near_cache,
             near_cache_size=near_cache_size,
             near_cache_ttl=near_cache_ttl,
+            value_format=value_format,
+            php_compression=php_compression,
         )
         servers_ = [
             self._server_type(
@@ -72,9 +76,9 @@ class ClientCore(Generic[S]):
         self._serde = self._cfg.serde
         self._near = self._cfg.near
         # managed dictionaries: every client reads with them; writes use them unless turned off,
-        # compression is off, or the user gave a dictionary of their own
+        # compression is off, the user gave a dictionary of their own, or values are PHP's
         policy: ManagedDicts | None = None
-        if managed_dicts and compress_threshold is not None and zstd_dictionary is None:
+        if managed_dicts and compress_threshold is not None and zstd_dictionary is None and value_format == "memfleet":
             policy = managed_dicts if isinstance(managed_dicts, ManagedDicts) else ManagedDicts()
         self._dicts = Dictionaries(self._serde, policy, compress_level, dict_min_size, self._start_dict_op)
         serde = self._serde

@@ -23,6 +23,7 @@ from typing import Any, Callable, Union
 
 import zstandard
 
+from ._php import PhpSerde
 from .serde import (
     FLAG_BYTES,
     FLAG_INTEGER,
@@ -217,7 +218,7 @@ class Dictionaries:
 
     def __init__(
         self,
-        serde: Serde,
+        serde: Serde | PhpSerde,
         policy: ManagedDicts | None,
         level: int,
         min_size: int,
