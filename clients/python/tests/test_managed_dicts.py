@@ -133,7 +133,7 @@ def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: ServerProc
     old = wait_active(writer)
     writer.set("rec:1:v", small_profile(1))
     assert stored(writer, "rec:1:v")[1] & FLAG_ZSTD_MANAGED
-    plain = memfleet.Client([server.address], managed_dicts=False)
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
     assert plain.delete(f"memfleet-dict:{old}")  # as if evicted
 
     reader = make_client([server.address])
@@ -162,7 +162,7 @@ def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: ServerProc
 def test_dictionary_id_collision_takes_a_new_id(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = iter([0x40000001, 0x40000001, 0x40000002, 0x40000003])
     monkeypatch.setattr(_dicts, "new_id", lambda: next(ids))
-    plain = memfleet.Client([server.address], managed_dicts=False)
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
     plain.flush_all()
     someone_elses = b"MFD1" + bytes(16) + b"another client's dictionary"
     plain.set("memfleet-dict:40000001", someone_elses)
@@ -176,6 +176,29 @@ def test_dictionary_id_collision_takes_a_new_id(server: ServerProcess, monkeypat
     assert memfleet.Client([server.address]).get("rec:5:v") == small_profile(5)
 
 
+def test_a_dictionary_is_used_only_once_published(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every id the writer draws is taken by someone else's dictionary, so publishing never
+    succeeds: the writer keeps storing values without it, and a reader reads every one."""
+    monkeypatch.setattr(_dicts, "new_id", lambda: 0x40000001)
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
+    plain.flush_all()
+    plain.set("memfleet-dict:40000001", b"MFD1" + bytes(16) + b"another client's dictionary")
+    c = memfleet.Client([server.address], managed_dicts=small_policy())
+    deadline = time.monotonic() + 20
+    i = 0
+    while c.dictionaries.stats()["trained"] == 0 or i < 600:
+        assert time.monotonic() < deadline, c.dictionaries.stats()
+        c.set(f"rec:{i % 300}:v", small_profile(i % 300))
+        i += 1
+        time.sleep(0.001)
+    assert active_id(c, FAMILY) is None
+    reader = memfleet.Client([server.address])
+    assert reader.get_many([f"rec:{i}:v" for i in range(300)]) == {f"rec:{i}:v": small_profile(i) for i in range(300)}
+    assert reader.dictionaries.stats()["unreadable"] == 0
+    for x in (c, reader, plain):
+        x.close()
+
+
 def test_a_dictionary_item_that_fails_its_hash_is_refused(server: ServerProcess) -> None:
     c = memfleet.Client([server.address], managed_dicts=small_policy())
     c.flush_all()
@@ -184,7 +207,7 @@ def test_a_dictionary_item_that_fails_its_hash_is_refused(server: ServerProcess)
     wait_active(c)
     key = f"memfleet-dict:{active_id(c, FAMILY)}"
     c.set("rec:7:v", small_profile(7))
-    plain = memfleet.Client([server.address], managed_dicts=False)
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
     item = plain.get(key)
     assert isinstance(item, bytes)
     # same id and length, one byte of the dictionary changed: the stored hash no longer matches
