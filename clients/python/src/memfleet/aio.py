@@ -21,8 +21,10 @@ class AsyncClient(Operations[AsyncServer]):
     _server_type = AsyncServer
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for s in self._router.servers:
             s.close()
 
