@@ -80,7 +80,7 @@ class ClientCore(Generic[S]):
         policy: ManagedDicts | None = None
         if managed_dicts and compress_threshold is not None and zstd_dictionary is None and value_format == "memfleet":
             policy = managed_dicts if isinstance(managed_dicts, ManagedDicts) else ManagedDicts()
-        self._dicts = Dictionaries(self._serde, policy, compress_level, dict_min_size, self._start_dict_op)
+        self._dicts = Dictionaries(self._serde, policy, dict_min_size, self._start_dict_op)
         serde = self._serde
         self._encode = self._dicts.encode if policy is not None else lambda rk, value, ttl: serde.encode(value)
 

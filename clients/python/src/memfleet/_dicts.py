@@ -68,7 +68,8 @@ class ManagedDicts:
     live at least ``dict_ttl`` seconds on the servers (longer if values written with them do), and
     are touched every ``refresh_interval`` seconds while in use. A family retrains when its values
     save ``drift`` times less over plain zstd than the dictionary did on held-out samples
-    (checked on every 64th value, over windows of ``drift_window`` values).
+    (checked on every 64th value, over windows of ``drift_window`` values). Dictionaries are trained
+    for, and values compressed at, zstd ``level``.
     """
 
     def __init__(
@@ -83,6 +84,7 @@ class ManagedDicts:
         refresh_interval: float = 60.0,
         drift: float = 1.25,
         drift_window: int = 2000,
+        level: int = 3,
     ) -> None:
         if min_samples < 10:
             raise ValueError("min_samples must be >= 10")
@@ -95,6 +97,7 @@ class ManagedDicts:
         self.refresh_interval = refresh_interval
         self.drift = drift
         self.drift_window = drift_window
+        self.level = level
 
 
 def dict_key(dict_id: int) -> bytes:
@@ -220,13 +223,12 @@ class Dictionaries:
         self,
         serde: Serde | PhpSerde,
         policy: ManagedDicts | None,
-        level: int,
         min_size: int,
         start: Callable[[Dictionary, bool], None],
     ) -> None:
         self._serde = serde
         self.policy = policy
-        self._level = level
+        self._level = policy.level if policy is not None else 3
         self._min = min_size
         self._start = start
         self._known: dict[int, Dictionary] = {}
