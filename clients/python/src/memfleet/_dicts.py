@@ -154,12 +154,19 @@ class Dictionary:
     def compress(self, data: bytes) -> bytes:
         c = getattr(self.local, "c", None)
         if c is None:
+            # tables sized for a dictionary and a small value (not zstd's defaults for a stream of
+            # unknown size, ten times larger), prepared once and shared by every thread's compressor
+            params = zstandard.ZstdCompressionParameters.from_level(
+                self.level,
+                source_size=2048,
+                dict_size=len(self.data),
+                write_dict_id=1,
+                write_content_size=1,
+            )
             if not self._precomputed:
-                # built once and shared by every thread's compressor: a small value then costs
-                # about what it costs without a dictionary
-                self._zdict.precompute_compress(level=self.level)
+                self._zdict.precompute_compress(compression_params=params)
                 self._precomputed = True
-            c = self.local.c = zstandard.ZstdCompressor(level=self.level, dict_data=self._zdict)
+            c = self.local.c = zstandard.ZstdCompressor(compression_params=params, dict_data=self._zdict)
         return c.compress(data)
 
     def decompress(self, data: bytes) -> bytes:
