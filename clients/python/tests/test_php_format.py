@@ -164,12 +164,44 @@ def test_zstd_layout_reads_back(server: ServerProcess) -> None:
     c.close()
 
 
-def test_fastlz_values_say_how_to_fix_them(server: ServerProcess) -> None:
-    php(server, "msgpack", "$m->set('lz', str_repeat('abcdefgh', 500));", compression="FASTLZ")
+def test_python_reads_php_fastlz(server: ServerProcess) -> None:
+    """PHP's default compression: FastLZ level 1 below 64 KB, level 2 from 64 KB."""
+    php(
+        server,
+        "msgpack",
+        "mt_srand(7); $words = ['cache', 'fleet', 'memory', 'php', 'python', 'zstd', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'];"
+        "$s = ''; for ($i = 0; $i < 30000; $i++) { $s .= $words[mt_rand(0, 6)] . chr(mt_rand(0, 255)); }"
+        "$m->set('short', substr($s, 0, 3000)); $m->set('long', $s); $m->set('rec', array_fill(0, 200, ['a' => 1]));"
+        "$m->set('run', str_repeat('x', 100000));"
+        "echo json_encode(['short' => bin2hex(substr($s, 0, 3000)), 'long' => bin2hex($s)]);",
+        compression="FASTLZ",
+    )
     c = memfleet.Client([server.address], value_format="php-memcached")
-    with pytest.raises(memfleet.SerializationError, match="compression_type=zlib"):
-        c.get("lz")
+    want = php(
+        server,
+        "msgpack",
+        "mt_srand(7); $words = ['cache', 'fleet', 'memory', 'php', 'python', 'zstd', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'];"
+        "$s = ''; for ($i = 0; $i < 30000; $i++) { $s .= $words[mt_rand(0, 6)] . chr(mt_rand(0, 255)); }"
+        "echo json_encode(['short' => bin2hex(substr($s, 0, 3000)), 'long' => bin2hex($s)]);",
+    )
+    for key in ("short", "long", "rec", "run"):
+        assert raw_flags(server, key) & (_php.COMPRESSED | _php.FASTLZ) == _php.COMPRESSED | _php.FASTLZ, key
+    assert len(bytes.fromhex(want["long"])) > 65536  # FastLZ level 2
+    got = c.get_many(["short", "long", "rec", "run"])
+    for key in ("short", "long"):
+        v = got[key]
+        assert (v.encode("utf-8") if isinstance(v, str) else v) == bytes.fromhex(want[key]), key
+    assert got["rec"] == [{"a": 1}] * 200
+    assert got["run"] == "x" * 100000
     c.close()
+
+
+def test_corrupt_fastlz_is_an_error_not_garbage() -> None:
+    with pytest.raises(ValueError):
+        _php.fastlz_decompress(b"\x1f" + b"ab", 100)  # a literal run longer than the block
+    with pytest.raises(ValueError):
+        _php.fastlz_decompress(b"\x00a\xe0\x05", 100)  # a match reaching before the start
+    assert _php.fastlz_decompress(b"\x02abc\x20\x02", 6) == b"abcabc"
 
 
 def test_php_format_has_no_managed_dictionaries(server: ServerProcess) -> None:

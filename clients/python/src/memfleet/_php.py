@@ -11,7 +11,7 @@ The 32-bit flags, as php-memcached lays them out:
 - bits 16-31: the PHP application's own flags (``Memcached::OPT_USER_FLAGS``), ignored here.
 
 A compressed value starts with its uncompressed length (4 bytes, little-endian), then the zlib
-stream or zstd frame.
+stream, the zstd frame or the FastLZ block (read only: PHP's default compression).
 """
 
 from __future__ import annotations
@@ -34,6 +34,69 @@ FASTLZ = 1 << 6
 ZSTD = 1 << 7
 _STORAGE_MASK = 0xFFF0
 _DOUBLE_WORDS = {math.inf: b"Infinity", -math.inf: b"-Infinity"}
+
+
+def fastlz_decompress(src: bytes, size: int) -> bytes:
+    """Decode a FastLZ block (levels 1 and 2) of ``size`` bytes; ValueError if it is malformed.
+
+    A block is a series of instructions; the first byte's top 3 bits give the level. An
+    instruction byte below 32 is a run of that many plus one literal bytes. Otherwise its top 3
+    bits are the match length minus 2 (7: more length bytes follow, one at level 1, a series
+    ending below 255 at level 2), its low 5 bits and the next byte the distance back minus 1; at
+    level 2, distance bits all ones are followed by a 16-bit big-endian distance beyond 8191.
+    """
+    if not src:
+        raise ValueError("empty FastLZ block")
+    level = (src[0] >> 5) + 1
+    if level > 2:
+        raise ValueError(f"unknown FastLZ level {level}")
+    out = bytearray()
+    end = len(src)
+    ip = 1
+    ctrl = src[0] & 31
+    try:
+        while True:
+            if ctrl < 32:
+                run = ctrl + 1
+                if ip + run > end:
+                    raise ValueError("FastLZ literal run past the end")
+                out += src[ip : ip + run]
+                ip += run
+            else:
+                length = (ctrl >> 5) + 2
+                if length == 9:
+                    if level == 1:
+                        length += src[ip]
+                        ip += 1
+                    else:
+                        while True:
+                            code = src[ip]
+                            ip += 1
+                            length += code
+                            if code != 255:
+                                break
+                code = src[ip]
+                ip += 1
+                distance = ((ctrl & 31) << 8) + code
+                if level == 2 and code == 255 and ctrl & 31 == 31:
+                    distance = (src[ip] << 8 | src[ip + 1]) + 8191
+                    ip += 2
+                start = len(out) - distance - 1
+                if start < 0:
+                    raise ValueError("FastLZ match before the start")
+                if distance + 1 >= length:
+                    out += out[start : start + length]
+                else:  # the match overlaps what it writes: a repeating pattern
+                    for i in range(start, start + length):
+                        out.append(out[i])
+            if len(out) > size:
+                raise ValueError("FastLZ block longer than its header says")
+            if ip >= end:
+                return bytes(out)
+            ctrl = src[ip]
+            ip += 1
+    except IndexError:
+        raise ValueError("FastLZ block cut short") from None
 
 
 def _loads_text(data: bytes) -> Any:
@@ -143,13 +206,10 @@ class PhpSerde:
             elif flags & ZSTD:
                 out = self._dctx.decompress(body, max_output_size=size)
             elif flags & FASTLZ:
-                raise SerializationError(
-                    "value is fastlz-compressed (php-memcached's default): set "
-                    "memcached.compression_type=zlib (or Memcached::OPT_COMPRESSION_TYPE) in PHP"
-                )
+                out = fastlz_decompress(body, size)
             else:
                 raise SerializationError(f"unknown php-memcached compression in flags {flags & _STORAGE_MASK:#x}")
-        except (zlib.error, zstandard.ZstdError) as exc:
+        except (zlib.error, zstandard.ZstdError, ValueError) as exc:
             raise SerializationError(f"bad compressed php-memcached value: {exc}") from exc
         if len(out) != size:
             raise SerializationError("php-memcached value's length does not match its header")
