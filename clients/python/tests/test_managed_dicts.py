@@ -45,13 +45,13 @@ def active_id(client: Any, family: str) -> str | None:
     return client.dictionaries.stats()["families"].get(family)  # type: ignore[no-any-return]
 
 
-def wait_active(client: Any, family: str = FAMILY, gen: Callable[[int], Any] = small_profile) -> str:
+def wait_active(client: Any, family: str = FAMILY, gen: Callable[[int], Any] = small_profile, ttl: int = 0) -> str:
     """Write to ``family`` until it has a dictionary in use (a trained dictionary is published at
     the family's next write); its id."""
     deadline = time.monotonic() + 20
     while active_id(client, family) is None:
         assert time.monotonic() < deadline, client.dictionaries.stats()
-        client.set(family.replace("*", "0"), gen(0))
+        client.set(family.replace("*", "0"), gen(0), ttl=ttl)
         time.sleep(0.01)
     return active_id(client, family)  # type: ignore[return-value]
 
@@ -216,6 +216,38 @@ def test_a_dictionary_item_that_fails_its_hash_is_refused(server: ServerProcess)
     reader = memfleet.Client([server.address])
     assert reader.get("rec:7:v") is None
     assert reader.dictionaries.stats()["unreadable"] == 1
+
+
+def item_ttl(server: ServerProcess, key: str) -> int:
+    """Seconds the server will keep ``key`` (-1: no expiry)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
+        s.sendall(b"mg " + key.encode() + b" t\r\n")
+        head = s.recv(4096).split(b"\r\n")[0].split()
+    assert head[0] == b"HD", head
+    return int(head[1][1:])
+
+
+def test_dictionary_outlives_the_values_written_with_it(server: ServerProcess, make_client: Any) -> None:
+    c = make_client([server.address], managed_dicts=small_policy(dict_ttl=50))
+    c.flush_all()
+    for i in range(300):
+        c.set(f"rec:{i}:v", small_profile(i), ttl=10)
+    key = f"memfleet-dict:{wait_active(c, ttl=10)}"
+    assert 0 < item_ttl(server, key) <= 50  # dict_ttl covers values of 10 s
+
+    def ttl_after_write(ttl: int, done: Callable[[int], bool]) -> int:
+        c.set("rec:1:v", small_profile(1), ttl=ttl)
+        deadline = time.monotonic() + 10
+        while True:  # the refresh runs in the background
+            t = item_ttl(server, key)
+            if done(t) or time.monotonic() > deadline:
+                return t
+            c.get("rec:1:v")
+            time.sleep(0.01)
+
+    assert ttl_after_write(5000, lambda t: t >= 5000) >= 5000
+    # a value that never expires: neither does its dictionary
+    assert ttl_after_write(0, lambda t: t == -1) == -1
 
 
 def test_managed_dicts_off(server: ServerProcess) -> None:

@@ -405,7 +405,6 @@ class Dictionaries:
         now = time.time()
         d.covered_until = _FOREVER if ttl == 0 else float(ttl) if ttl > _THIRTY_DAYS else now + ttl
         d.next_refresh = now + (self.policy.refresh_interval if self.policy else 60.0)
-        d.refreshing = False
 
     def published(self, d: Dictionary, ttl: int) -> None:
         fam = d.family

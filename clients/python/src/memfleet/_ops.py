@@ -593,20 +593,28 @@ class Operations(ClientCore[S]):
             for s in servers
         ]
 
+    @staticmethod
+    def _dict_touches(servers: list[S], key: bytes, ttl: int) -> list[Call]:
+        return [Call(s, lambda meta: P.req_touch(key, ttl, meta), P.parse_touch) for s in servers]
+
     def _refresh_dict(self, d: Dictionary) -> Op[None]:
         """Touch ``d`` on every live server so it outlives the values written with it; put it back
-        where it was evicted; if no server has it any more, its family retrains."""
+        where it was evicted; if no server has it any more, its family retrains. Values written
+        meanwhile that live longer make it go round again."""
         dicts = self._dicts
-        key, ttl = d.key, dicts.item_ttl(d)
         try:
-            live = self._router.live
-            outcomes = yield Round([Call(s, lambda meta: P.req_touch(key, ttl, meta), P.parse_touch) for s in live])
-            gone = [s for s, o in zip(live, outcomes) if o is False]
-            if gone and not any(o is True for o in outcomes):
-                dicts.lost(d)
-                return
-            if gone:
-                yield Round(self._dict_adds(gone, d, ttl))
-            dicts.covered(d, ttl)
+            while True:
+                ttl = dicts.item_ttl(d)
+                live = self._router.live
+                outcomes = yield Round(self._dict_touches(live, d.key, ttl))
+                gone = [s for s, o in zip(live, outcomes) if o is False]
+                if gone and not any(o is True for o in outcomes):
+                    dicts.lost(d)
+                    return
+                if gone:
+                    yield Round(self._dict_adds(gone, d, ttl))
+                dicts.covered(d, ttl)
+                if d.need_until <= d.covered_until:
+                    return
         finally:
             d.refreshing = False
