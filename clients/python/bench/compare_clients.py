@@ -181,6 +181,7 @@ def bench_managed(addresses: list[str], n: int) -> list[dict[str, Any]]:
     clients = {
         "default (managed dictionaries)": memfleet.Client(one),
         "no compression": memfleet.Client(one, compress_threshold=None),
+        "dictionaries off": memfleet.Client(one, managed_dicts=False),
     }
     rows: list[dict[str, Any]] = []
     for gen in (small_profile, feed_entry):
@@ -291,15 +292,15 @@ def main() -> int:
     for r in ops:
         speed = f"{r['pymemcache'] / r['memfleet']:.2f}×" if "pymemcache" in r else "-"
         print(f"| {r['case']} | " + " | ".join(f"{r[c]:.1f}" for c in clients) + f" | {speed} |")
-    print("\n## Managed dictionaries vs no compression (µs per call, 1 server, interleaved)\n")
-    print("| case | default (managed dictionaries) | no compression | throughput ratio | stored × pickle |")
-    print("|---|---|---|---|---|")
+    print("\n## Managed dictionaries vs no compression and vs dictionaries off (µs per call, 1 server, interleaved)\n")
+    print("| case | default (managed dicts) | no compression | ratio | dictionaries off | ratio | stored × pickle |")
+    print("|---|---|---|---|---|---|---|")
     for r in managed:
         if "x_pickle" in r:
-            print(f"| {r['case']} | | | | {r['x_pickle']:.2f} |")
+            print(f"| {r['case']} | | | | | | {r['x_pickle']:.2f} |")
         else:
-            a, b = r["default (managed dictionaries)"], r["no compression"]
-            print(f"| {r['case']} | {a:.1f} | {b:.1f} | {b / a:.2f}× | |")
+            a, b, c = r["default (managed dictionaries)"], r["no compression"], r["dictionaries off"]
+            print(f"| {r['case']} | {a:.1f} | {b:.1f} | {b / a:.2f}× | {c:.1f} | {c / a:.2f}× | |")
     print("\n## Values: stored size and codec speed\n")
     print("| value | codec | bytes | × pickle | encode µs | decode µs |")
     print("|---|---|---|---|---|---|")
