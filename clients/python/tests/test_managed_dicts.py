@@ -69,6 +69,23 @@ def test_default_family_rule() -> None:
     assert f(b"user:ada:profile") == b"user:ada:profile"
 
 
+def test_a_frame_read_with_another_dictionary_of_the_same_id_fails() -> None:
+    """Ids are random, so two dictionaries may share one (an item evicted everywhere, then its id
+    drawn again): the frame's checksum makes such a read an error, never a wrong value."""
+    import zstandard
+
+    samples: list[Any] = [msgpack.packb(small_profile(i)) for i in range(500)]
+    mine = _dicts.Dictionary(zstandard.train_dictionary(4096, samples, dict_id=77777).as_bytes(), 3)
+    # the same id and entropy tables, other content: without the checksum, frames that copy from
+    # the changed bytes would decode to wrong values
+    other = _dicts.Dictionary(mine.data[:-400] + bytes(b ^ 0x55 for b in mine.data[-400:]), 3)
+    for i in range(1000, 1100):
+        frame = mine.compress(msgpack.packb(small_profile(i)))
+        assert msgpack.unpackb(mine.decompress(frame)) == small_profile(i)
+        with pytest.raises(zstandard.ZstdError):
+            other.decompress(frame)
+
+
 def test_records_shrink_after_training(servers3: list[ServerProcess], make_client: Any) -> None:
     """Default settings: after 2,000 writes, small records are stored at <= 0.4x pickle and ~1 KB
     JSON-like records at <= 0.5x msgpack."""

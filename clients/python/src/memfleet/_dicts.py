@@ -162,6 +162,8 @@ class Dictionary:
                 dict_size=len(self.data),
                 write_dict_id=1,
                 write_content_size=1,
+                # 4 bytes that make a frame read with any other dictionary fail instead of decode
+                write_checksum=1,
             )
             if not self._precomputed:
                 self._zdict.precompute_compress(compression_params=params)
