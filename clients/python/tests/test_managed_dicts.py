@@ -86,6 +86,24 @@ def test_a_frame_read_with_another_dictionary_of_the_same_id_fails() -> None:
             other.decompress(frame)
 
 
+def test_a_family_function_groups_keys(server: ServerProcess) -> None:
+    def family(key: bytes) -> str | None:
+        return None if key.startswith(b"skip") else "people"
+
+    c = memfleet.Client([server.address], managed_dicts=small_policy(family=family))
+    for i in range(150):
+        c.set(f"a{i}", small_profile(i))
+        c.set(f"b{i}", small_profile(i + 1000))
+        c.set(f"skip{i}", small_profile(i))
+    wait_active(c, "people")
+    c.set("a1", small_profile(1))
+    c.set("skip1", small_profile(1))
+    assert stored(c, "a1")[1] & FLAG_ZSTD_MANAGED
+    assert not stored(c, "skip1")[1] & FLAG_ZSTD_MANAGED
+    assert list(c.dictionaries.stats()["families"]) == ["people"]
+    c.close()
+
+
 def test_records_shrink_after_training(servers3: list[ServerProcess], make_client: Any) -> None:
     """Default settings: after 2,000 writes, small records are stored at <= 0.4x pickle and ~1 KB
     JSON-like records at <= 0.5x msgpack."""
