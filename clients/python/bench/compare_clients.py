@@ -26,7 +26,7 @@ import memfleet
 from memfleet.serde import Serde
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from samples import html_page, int_list, user_profile  # noqa: E402
+from samples import feed_entry, html_page, int_list, small_profile, user_profile  # noqa: E402
 
 try:
     import pylibmc
@@ -174,6 +174,50 @@ def bench_ops(addresses: list[str], n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def bench_managed(addresses: list[str], n: int) -> list[dict[str, Any]]:
+    """Managed dictionaries (the default) against the same client with compression off, on small
+    records and ~1 KB feed entries: µs per get and set, interleaved A/B, and stored bytes."""
+    one = addresses[:1]
+    clients = {
+        "default (managed dictionaries)": memfleet.Client(one),
+        "no compression": memfleet.Client(one, compress_threshold=None),
+        "dictionaries off": memfleet.Client(one, managed_dicts=False),
+    }
+    rows: list[dict[str, Any]] = []
+    for gen in (small_profile, feed_entry):
+        name = gen.__name__
+        values = [gen(i) for i in range(1000)]
+        for label, c in clients.items():
+            for i in range(2000):
+                c.set(f"{label[:2]}:{name}:{i}", gen(10_000 + i))
+        managed = clients["default (managed dictionaries)"]
+        deadline = time.monotonic() + 30
+        while not managed.dictionaries.stats()["families"].get(f"de:{name}:*") and time.monotonic() < deadline:
+            managed.set(f"de:{name}:0", values[0])
+            time.sleep(0.01)
+        for label, c in clients.items():
+            c.set_many({f"{label[:2]}:{name}:{i}": v for i, v in enumerate(values)})
+        row_get: dict[str, Any] = {"case": f"get {name}"}
+        row_set: dict[str, Any] = {"case": f"set {name}"}
+        for _ in range(7):  # interleaved, best of 7
+            for label, c in clients.items():
+                keys = [f"{label[:2]}:{name}:{i}" for i in range(1000)]
+                pairs = list(zip(keys, values))
+                gets = iter(keys * (n // 1000 + 1))
+                sets = iter(pairs * (n // 1000 + 1))
+                t_get = per_op(lambda c=c, it=gets: c.get(next(it)), n, repeats=1)
+                t_set = per_op(lambda c=c, it=sets: c.set(*next(it)), n, repeats=1)
+                row_get[label] = min(row_get.get(label, float("inf")), t_get)
+                row_set[label] = min(row_set.get(label, float("inf")), t_set)
+        base = sum(len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)) for v in values)
+        stored = sum(len(managed._encode(f"de:{name}:{i}".encode(), v, 0)[0]) for i, v in enumerate(values))
+        rows += [row_get, row_set]
+        rows.append({"case": f"stored {name}", "x_pickle": stored / base})
+    for c in clients.values():
+        c.close()
+    return rows
+
+
 def bench_values(n: int) -> list[dict[str, Any]]:
     zdict = memfleet.train_dictionary([user_profile(i) for i in range(1000, 3000)], size=16384)
     codecs: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {}
@@ -232,6 +276,7 @@ def main() -> int:
     else:
         addresses, procs = start_servers(args.server_cmd, 3)
     try:
+        managed = bench_managed(addresses, n // 2)
         ops = bench_ops(addresses, n)
         vals = bench_values(max(200, n // 10))
     finally:
@@ -247,6 +292,15 @@ def main() -> int:
     for r in ops:
         speed = f"{r['pymemcache'] / r['memfleet']:.2f}×" if "pymemcache" in r else "-"
         print(f"| {r['case']} | " + " | ".join(f"{r[c]:.1f}" for c in clients) + f" | {speed} |")
+    print("\n## Managed dictionaries vs no compression and vs dictionaries off (µs per call, 1 server, interleaved)\n")
+    print("| case | default (managed dicts) | no compression | ratio | dictionaries off | ratio | stored × pickle |")
+    print("|---|---|---|---|---|---|---|")
+    for r in managed:
+        if "x_pickle" in r:
+            print(f"| {r['case']} | | | | | | {r['x_pickle']:.2f} |")
+        else:
+            a, b, c = r["default (managed dictionaries)"], r["no compression"], r["dictionaries off"]
+            print(f"| {r['case']} | {a:.1f} | {b:.1f} | {b / a:.2f}× | {c:.1f} | {c / a:.2f}× | |")
     print("\n## Values: stored size and codec speed\n")
     print("| value | codec | bytes | × pickle | encode µs | decode µs |")
     print("|---|---|---|---|---|---|")
@@ -257,7 +311,7 @@ def main() -> int:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"operations": ops, "values": vals}, f, indent=2)
+            json.dump({"operations": ops, "managed": managed, "values": vals}, f, indent=2)
     return 0
 
 

@@ -45,6 +45,52 @@ def user_profile(i: int = 1) -> dict[str, Any]:
     }
 
 
+def small_profile(i: int = 1) -> dict[str, Any]:
+    """A small user record with a 50-int friends list (pickle: ~350 bytes, msgpack ~0.83x that)."""
+    rnd = random.Random(i)
+    first = rnd.choice(["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis"])
+    last = rnd.choice(["Lovelace", "Turing", "Hopper", "Torvalds", "Liskov", "Thompson", "Hamilton", "Ritchie"])
+    return {
+        "id": 100000 + i,
+        "username": f"{first.lower()}{i}",
+        "name": f"{first} {last}",
+        "email": f"{first.lower()}.{last.lower()}{i}@example.com",
+        "active": rnd.random() < 0.9,
+        "plan": rnd.choice(["free", "pro", "team"]),
+        "country": rnd.choice(["FR", "DE", "US", "GB", "JP"]),
+        "created_at": "2024-%02d-%02dT%02d:%02d:00Z"
+        % (rnd.randint(1, 12), rnd.randint(1, 28), rnd.randint(0, 23), rnd.randint(0, 59)),
+        "last_login": 1_700_000_000 + rnd.randrange(10_000_000),
+        "headline": " ".join(
+            rnd.choice(["Engineer", "at", "Example", "Corp", "loves", "caching", "and", "coffee"]) for _ in range(6)
+        ),
+        "friends": [rnd.randrange(256) for _ in range(50)],
+    }
+
+
+def feed_entry(i: int = 1) -> dict[str, Any]:
+    """A ~1 KB JSON-like feed entry (msgpack: ~600 bytes)."""
+    rnd = random.Random(i)
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "cache", "memory", "fleet"]
+    return {
+        "id": 7000000 + i,
+        "type": rnd.choice(["post", "share", "comment"]),
+        "author": {
+            "id": rnd.randint(1, 10**6),
+            "name": "user%d" % rnd.randint(1, 10**6),
+            "avatar": "https://cdn.example.com/a/%d.jpg" % rnd.randint(1, 10**6),
+        },
+        "title": " ".join(rnd.choice(words) for _ in range(8)),
+        "body": " ".join(rnd.choice(words) for _ in range(110)),
+        "likes": rnd.randint(0, 5000),
+        "comments": rnd.randint(0, 300),
+        "tags": rnd.sample(["news", "tech", "python", "cache", "db", "web", "ops"], 3),
+        "created_at": "2024-05-%02dT%02d:%02d:00Z" % (rnd.randint(1, 28), rnd.randint(0, 23), rnd.randint(0, 59)),
+        "visibility": "public",
+        "lang": "en",
+    }
+
+
 def int_list() -> list[int]:
     rnd = random.Random(7)
     return [rnd.randint(0, 1_000_000) for _ in range(1000)]

@@ -5,6 +5,7 @@ with pylibmc/pymemcache-compatible flags, stampede-safe ``get_or_set``, an optio
 an asyncio client and a Django cache backend.
 """
 
+from ._dicts import ManagedDicts, default_family
 from .aio import AsyncClient
 from .client import Client
 from .errors import (
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncClient",
     "Client",
+    "ManagedDicts",
     "MemfleetConnectionError",
     "MemfleetError",
     "MemfleetServerError",
@@ -29,5 +31,6 @@ __all__ = [
     "NoServersError",
     "SerializationError",
     "Serde",
+    "default_family",
     "train_dictionary",
 ]

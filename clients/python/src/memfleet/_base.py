@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from ._php import PhpSerde
 from ._proto import check_key
 from .near import NearCache
-from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, Serde, SerializerSpec
+from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, Serde
 
 ServerSpec = Union[str, tuple[str, int], tuple[str, int, int]]
 Key = Union[str, bytes]
@@ -58,25 +59,29 @@ class ClientConfig:
     def __init__(
         self,
         *,
-        serializer: SerializerSpec,
-        compress_threshold: int | None,
-        compress_level: int,
-        zstd_dictionary: bytes | None,
-        dict_min_size: int,
-        allow_pickle: bool,
         key_prefix: str | bytes,
         near_cache: None | bool | NearCache,
         near_cache_size: int,
         near_cache_ttl: float,
+        value_format: str = "memfleet",
+        php_compression: str = "zlib",
+        **serde_options: Any,
     ) -> None:
-        self.serde = Serde(
-            serializer=serializer,
-            compress_threshold=compress_threshold,
-            compress_level=compress_level,
-            zstd_dictionary=zstd_dictionary,
-            dict_min_size=dict_min_size,
-            allow_pickle=allow_pickle,
-        )
+        """``serde_options`` are :class:`Serde`'s arguments."""
+        self.serde: Serde | PhpSerde
+        if value_format == "php-memcached":
+            if serde_options.get("zstd_dictionary") is not None:
+                raise ValueError("php-memcached cannot read values compressed with a zstd dictionary")
+            self.serde = PhpSerde(
+                serde_options.get("serializer", "msgpack"),
+                serde_options.get("compress_threshold", DEFAULT_COMPRESS_THRESHOLD),
+                serde_options.get("compress_level", 3),
+                php_compression,
+            )
+        elif value_format == "memfleet":
+            self.serde = Serde(**serde_options)
+        else:
+            raise ValueError(f'value_format must be "memfleet" or "php-memcached", not {value_format!r}')
         self.key_prefix = key_prefix.encode("utf-8") if isinstance(key_prefix, str) else bytes(key_prefix)
         # memo of validated keys: hot keys skip encoding and validation
         self._keys: dict[Key, tuple[bytes, bytes]] = {}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from ._base import ClientConfig, Key, ServerSpec, normalize_servers
+from ._dicts import Dictionaries, Dictionary, ManagedDicts
 from ._router import Router, ServerBase
 from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, SerializerSpec
@@ -17,6 +18,7 @@ class ClientCore(Generic[S]):
     """Configuration, servers and router; subclasses say which server type they pool."""
 
     _server_type: type[S]
+    _start_dict_op: Callable[[Dictionary, bool], None]  # Operations: publish or refresh in the background
 
     def __init__(
         self,
@@ -39,6 +41,9 @@ class ClientCore(Generic[S]):
         near_cache_size: int = 1024,
         near_cache_ttl: float = 1.0,
         ignore_errors: bool = False,
+        managed_dicts: bool | ManagedDicts = True,
+        value_format: str = "memfleet",
+        php_compression: str = "zlib",
     ) -> None:
         self._cfg = ClientConfig(
             serializer=serializer,
@@ -51,6 +56,8 @@ class ClientCore(Generic[S]):
             near_cache=near_cache,
             near_cache_size=near_cache_size,
             near_cache_ttl=near_cache_ttl,
+            value_format=value_format,
+            php_compression=php_compression,
         )
         servers_ = [
             self._server_type(
@@ -68,6 +75,19 @@ class ClientCore(Generic[S]):
         self.ignore_errors = ignore_errors
         self._serde = self._cfg.serde
         self._near = self._cfg.near
+        # managed dictionaries: every client reads with them; writes use them unless turned off,
+        # compression is off, the user gave a dictionary of their own, or values are PHP's
+        policy: ManagedDicts | None = None
+        if managed_dicts and compress_threshold is not None and zstd_dictionary is None and value_format == "memfleet":
+            policy = managed_dicts if isinstance(managed_dicts, ManagedDicts) else ManagedDicts()
+        self._dicts = Dictionaries(self._serde, policy, dict_min_size, self._start_dict_op)
+        serde = self._serde
+        self._encode = self._dicts.encode if policy is not None else lambda rk, value, ttl: serde.encode(value)
+
+    @property
+    def dictionaries(self) -> Dictionaries:
+        """Managed dictionaries: ``stats()`` counts values read as misses for want of one."""
+        return self._dicts
 
     @property
     def near_cache(self) -> NearCache | None:

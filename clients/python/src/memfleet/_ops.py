@@ -16,13 +16,17 @@ from typing import Any, Callable, TypeVar
 from . import _proto as P
 from ._base import Key, as_list
 from ._core import ClientCore, S
+from ._dicts import ITEM_FLAGS, Dictionary, dict_key
 from ._steps import Call, Connect, Load, Op, Round, Sleep, operation
 from .errors import MemfleetConnectionError
 from .near import MISSING
+from .serde import MissingDictionary
 
 T = TypeVar("T")
 _BATCH = 512  # keys per server per round trip in multi-key commands
 _THIRTY_DAYS = 60 * 60 * 24 * 30
+_FETCH_WAIT = 1.0  # seconds a reader waits for another caller's fetch of the same dictionary
+NEEDS_DICT = object()  # _get_end's answer when the value's dictionary is not loaded yet
 
 
 def lock_key(wire: bytes) -> bytes:
@@ -44,6 +48,8 @@ def lifetime(ttl: int) -> float | None:
 
 class Operations(ClientCore[S]):
     """The operations; :class:`Client` and :class:`AsyncClient` add a driver that runs them."""
+
+    _background: Callable[[Op[Any]], None]  # the driver's: run an operation without waiting for it
 
     # -- shapes shared by several operations ---------------------------------------------------
     def _on_key(
@@ -101,7 +107,12 @@ class Operations(ClientCore[S]):
             if self.ignore_errors:
                 return default
             raise
-        return default if r is None else self._get_end(wire, r[0], r[1], default)
+        if r is None:
+            return default
+        value = self._get_end(wire, r[0], r[1], default)
+        if value is NEEDS_DICT:
+            value = yield from self._get_fetching(wire, r[0], r[1], default)
+        return value
 
     # get and set in two halves around their one request, so that the blocking client's fast
     # path (Client.get, Client.set) shares everything but the I/O with the generator
@@ -116,9 +127,21 @@ class Operations(ClientCore[S]):
         return wire, self._router.server_for(rk)
 
     def _get_end(self, wire: bytes, data: bytes | None, flags: int, default: Any) -> Any:
+        """The decoded value, or NEEDS_DICT: then finish with :meth:`_get_fetching`."""
         if data is None:
             return default
-        value = self._serde.decode(data, flags)
+        try:
+            value = self._serde.decode(data, flags)
+        except MissingDictionary:
+            return NEEDS_DICT
+        if self._near is not None:
+            self._near.put(wire, value)
+        return value
+
+    def _get_fetching(self, wire: bytes, data: bytes, flags: int, default: Any) -> Op[Any]:
+        value = yield from self._decode(data, flags, MISSING)
+        if value is MISSING:
+            return default
         if self._near is not None:
             self._near.put(wire, value)
         return value
@@ -130,7 +153,8 @@ class Operations(ClientCore[S]):
         r = yield from self._on_key(key, lambda kb, meta: P.req_get(kb, meta, cas=True), P.parse_get, None, False)
         if r is None:
             return None, None
-        return self._serde.decode(r[0], r[1]), r[2]
+        value = yield from self._decode(r[0], r[1], MISSING)
+        return (None, None) if value is MISSING else (value, r[2])
 
     gets = operation(_gets)
 
@@ -162,22 +186,31 @@ class Operations(ClientCore[S]):
             groups, lambda s, batch: Call(s, lambda meta: P.req_get_many(batch, meta), P.parse_get_many)
         )
         decode = self._serde.decode
+        later: list[tuple[Key, bytes, bytes, int]] = []  # values whose dictionary is not loaded yet
         for res in raw:
             for wire, (data, flags) in res.items():
                 orig = by_wire.get(wire)
                 if orig is None:
                     continue
-                value = decode(data, flags)
+                try:
+                    value = decode(data, flags)
+                except MissingDictionary:
+                    later.append((orig, wire, data, flags))
+                    continue
                 out[orig] = value
                 if near is not None:
                     near.put(wire, value)
+        for orig, wire, data, flags in later:
+            value = yield from self._get_fetching(wire, data, flags, MISSING)
+            if value is not MISSING:
+                out[orig] = value
         return out
 
     get_many = operation(_get_many)
 
     # -- writes --------------------------------------------------------------------------------
     def _store(self, cmd: bytes, key: Key, value: Any, ttl: int, cas: int = 0) -> Op[bool]:
-        wire, server, data, flags = self._store_start(key, value)
+        wire, server, data, flags = self._store_start(key, value, ttl)
         try:
             ok: bool = yield Call(
                 server, lambda meta: P.store_head(cmd, wire, len(data), flags, ttl, meta, cas), P.parse_store, data
@@ -188,10 +221,10 @@ class Operations(ClientCore[S]):
             raise
         return self._store_end(wire, value, ttl, ok)
 
-    def _store_start(self, key: Key, value: Any) -> tuple[bytes, S, bytes, int]:
+    def _store_start(self, key: Key, value: Any, ttl: int) -> tuple[bytes, S, bytes, int]:
         """(wire key, server, encoded value, flags); the key leaves the near cache."""
-        data, flags = self._serde.encode(value)
         wire, rk = self._cfg.key(key)
+        data, flags = self._encode(rk, value, ttl)
         if self._near is not None:
             self._near.discard(wire)
         return wire, self._router.server_for(rk), data, flags
@@ -248,13 +281,13 @@ class Operations(ClientCore[S]):
     def _set_many(self, mapping: Mapping[Key, Any], ttl: int = 0) -> Op[list[Key]]:
         """Store several values, pipelined per server; returns the keys that failed."""
         cfg = self._cfg
-        encode = self._serde.encode
+        encode = self._encode
         near = self._near
         groups: dict[S, list[tuple[bytes, bytes, int]]] = {}
         by_wire: dict[bytes, Key] = {}
         for key, value in mapping.items():
             wire, rk = cfg.key(key)
-            data, flags = encode(value)
+            data, flags = encode(rk, value, ttl)
             by_wire[wire] = key
             if near is not None:
                 near.discard(wire)
@@ -424,7 +457,11 @@ class Operations(ClientCore[S]):
                     yield from self._store(b"set", key, value, ttl)
                     return value
                 if lease.hit:
-                    value = self._serde.decode(lease.data, lease.flags)
+                    value = yield from self._decode(lease.data, lease.flags, MISSING)
+                    if value is MISSING:
+                        # unreadable for good (its dictionary is gone): drop it, and win the reload
+                        yield Call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
+                        continue
                     if near is not None and not lease.stale:
                         near.put(wire, value)
                     return value
@@ -472,3 +509,112 @@ class Operations(ClientCore[S]):
         return (yield from self._each_server(b"stats\r\n", P.parse_stats))
 
     stats = operation(_stats)
+
+    # -- managed dictionaries (see _dicts) -------------------------------------------------------
+    def _decode(self, data: bytes, flags: int, miss: Any) -> Op[Any]:
+        """Decode a value, fetching its dictionary first if this client has not loaded it; a value
+        whose dictionary is on no server reads as ``miss``."""
+        try:
+            return self._serde.decode(data, flags)
+        except MissingDictionary as exc:
+            dict_id = exc.dict_id
+        yield from self._fetch_dict(dict_id)
+        try:
+            return self._serde.decode(data, flags)
+        except MissingDictionary:
+            self._dicts.unreadable(dict_id)
+            return miss
+
+    def _fetch_dict(self, dict_id: int) -> Op[None]:
+        """Load dictionary ``dict_id`` from the first server that has it intact (one fetch at a
+        time per dictionary; other callers wait for it)."""
+        dicts = self._dicts
+        deadline = time.monotonic() + _FETCH_WAIT
+        while dict_id in dicts.fetching and time.monotonic() < deadline:
+            yield Sleep(0.002)
+        if not dicts.wanted(dict_id):
+            return
+        dicts.fetching.add(dict_id)
+        try:
+            key = dict_key(dict_id)
+            outcomes = yield Round([Call(s, lambda meta: P.req_get(key, meta), P.parse_get) for s in self._router.live])
+            if not any(isinstance(o, tuple) and dicts.fetched(dict_id, o[0]) for o in outcomes):
+                dicts.not_found(dict_id)
+        finally:
+            dicts.fetching.discard(dict_id)
+
+    def _start_dict_op(self, d: Dictionary, publish: bool) -> None:
+        self._background(self._publish_dict(d) if publish else self._refresh_dict(d))
+
+    def _publish_dict(self, d: Dictionary) -> Op[None]:
+        """Store ``d`` with ``add`` on every live server, then start using it. A server that already
+        has a different dictionary under that id makes it take a new id."""
+        dicts = self._dicts
+        try:
+            for _attempt in range(3):
+                ttl = dicts.item_ttl(d)
+                outcome = yield from self._add_dict(d, ttl)
+                if outcome is None:
+                    d = d.renumbered()
+                elif outcome:
+                    dicts.published(d, ttl)
+                    return
+                else:
+                    break
+        except MemfleetConnectionError:
+            pass
+        dicts.publish_failed(d)
+
+    def _add_dict(self, d: Dictionary, ttl: int) -> Op[bool | None]:
+        """One attempt: True if some server now holds ``d``, False if none answered, None if a
+        server holds another dictionary under its id (then ``d`` is removed where it was added)."""
+        live = self._router.live
+        outcomes = yield Round(self._dict_adds(live, d, ttl))
+        key = d.key
+        for s, o in zip(live, outcomes):
+            if o is False:
+                r = yield Call(s, lambda meta: P.req_get(key, meta), P.parse_get)
+                if r is not None and r[0] != d.payload:
+                    yield Round(
+                        [
+                            Call(s, lambda meta: P.req_delete(key, meta), P.parse_delete)
+                            for s, o in zip(live, outcomes)
+                            if o is True
+                        ]
+                    )
+                    return None
+        return any(o is True or o is False for o in outcomes)
+
+    @staticmethod
+    def _dict_adds(servers: list[S], d: Dictionary, ttl: int) -> list[Call]:
+        key, payload = d.key, d.payload
+        return [
+            Call(s, lambda meta: P.store_head(b"add", key, len(payload), ITEM_FLAGS, ttl, meta), P.parse_store, payload)
+            for s in servers
+        ]
+
+    @staticmethod
+    def _dict_touches(servers: list[S], key: bytes, ttl: int) -> list[Call]:
+        return [Call(s, lambda meta: P.req_touch(key, ttl, meta), P.parse_touch) for s in servers]
+
+    def _refresh_dict(self, d: Dictionary) -> Op[None]:
+        """Touch ``d`` on every live server so it outlives the values written with it; put it back
+        where it was evicted; if no server has it any more, its family retrains. Values written
+        meanwhile that live longer make it go round again."""
+        dicts = self._dicts
+        try:
+            while True:
+                ttl = dicts.item_ttl(d)
+                live = self._router.live
+                outcomes = yield Round(self._dict_touches(live, d.key, ttl))
+                gone = [s for s, o in zip(live, outcomes) if o is False]
+                if gone and not any(o is True for o in outcomes):
+                    dicts.lost(d)
+                    return
+                if gone:
+                    yield Round(self._dict_adds(gone, d, ttl))
+                dicts.covered(d, ttl)
+                if d.need_until <= d.covered_until:
+                    return
+        finally:
+            d.refreshing = False

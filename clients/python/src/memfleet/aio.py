@@ -21,6 +21,10 @@ class AsyncClient(Operations[AsyncServer]):
     _server_type = AsyncServer
 
     async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for s in self._router.servers:
             s.close()
 
@@ -53,6 +57,19 @@ class AsyncClient(Operations[AsyncServer]):
                 outcome, error = await self._DO[type(step)](self, step), None
             except BaseException as exc:
                 outcome, error = None, exc
+
+    @property
+    def _tasks(self) -> set[asyncio.Task[Any]]:
+        """Background operations in flight (publishing or refreshing dictionaries)."""
+        tasks: set[asyncio.Task[Any]] | None = self.__dict__.get("_bg_tasks")
+        if tasks is None:
+            tasks = self.__dict__["_bg_tasks"] = set()
+        return tasks
+
+    def _background(self, op: Op[Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(op))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _round(self, step: Round) -> list[Any]:
         return await asyncio.gather(*(self._call(c) for c in step.calls), return_exceptions=True)

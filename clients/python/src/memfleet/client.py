@@ -8,7 +8,7 @@ from typing import Any, Callable
 from . import _proto as P
 from ._base import Key
 from ._conn import Connection, Server
-from ._ops import Operations
+from ._ops import NEEDS_DICT, Operations
 from ._proto import Parser
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetError, MemfleetServerError
@@ -41,6 +41,9 @@ class Client(Operations[Server]):
             return run(op(self, *args, **kwargs))
 
         return method
+
+    def _background(self, op: Op[Any]) -> None:
+        self._dicts.submit(lambda: self._run(op))
 
     def _run(self, op: Op[Any]) -> Any:
         """Run an operation to its end: do each step it yields and send the outcome back."""
@@ -181,11 +184,14 @@ class Client(Operations[Server]):
         server.release(conn)
         if server.failures:
             server.failures = 0
-        return self._get_end(wire, data, flags, default)
+        value = self._get_end(wire, data, flags, default)
+        if value is NEEDS_DICT:
+            value = self._run(self._get_fetching(wire, data, flags, default))  # type: ignore[arg-type]
+        return value
 
     def set(self, key: Key, value: Any, ttl: int = 0) -> bool:
         """Store ``value``; ``ttl`` in seconds (0 = never expires)."""
-        wire, server, data, flags = self._store_start(key, value)
+        wire, server, data, flags = self._store_start(key, value, ttl)
         try:
             conn = self._acquire(server)
             try:

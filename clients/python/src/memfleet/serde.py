@@ -16,6 +16,8 @@ bit    name             meaning
 1024   FLAG_CUSTOM      custom serializer               (memfleet)
 4096   FLAG_ZSTD        zstd-compressed                 (memfleet)
 8192   FLAG_ZSTD_DICT   zstd with the trained dictionary (memfleet, with FLAG_ZSTD)
+16384  FLAG_ZSTD_MANAGED zstd with a managed dictionary named by the frame's dictionary id
+                        (memfleet, with FLAG_ZSTD; see ``_dicts``)
 ====== ================ ======================================================
 """
 
@@ -25,7 +27,7 @@ import json
 import pickle
 import zlib
 from collections.abc import Iterable
-from typing import Any, Callable, Union
+from typing import Any, Callable, Protocol, Union
 
 import msgpack
 import zstandard
@@ -41,8 +43,9 @@ FLAG_JSON = 1 << 9
 FLAG_CUSTOM = 1 << 10
 FLAG_ZSTD = 1 << 12
 FLAG_ZSTD_DICT = 1 << 13
+FLAG_ZSTD_MANAGED = 1 << 14
 
-_COMPRESSION_MASK = FLAG_ZLIB | FLAG_ZSTD | FLAG_ZSTD_DICT
+_COMPRESSION_MASK = FLAG_ZLIB | FLAG_ZSTD | FLAG_ZSTD_DICT | FLAG_ZSTD_MANAGED
 _TYPE_MASK = ~_COMPRESSION_MASK & 0xFFFFFFFF
 
 # Default compression threshold, from measurements of zstd level 3 on msgpack'd records and HTML
@@ -63,6 +66,21 @@ SerializerSpec = Union[str, tuple[Dumps, Loads]]
 
 class SerializationError(ValueError):
     """A value could not be encoded or decoded."""
+
+
+class MissingDictionary(Exception):
+    """A value needs managed dictionary ``dict_id``, which this client has not loaded."""
+
+    def __init__(self, dict_id: int) -> None:
+        super().__init__(f"zstd dictionary {dict_id:08x} is not loaded")
+        self.dict_id = dict_id
+
+
+class DictionarySource(Protocol):
+    """Where a :class:`Serde` finds managed dictionaries (``_dicts.Dictionaries``)."""
+
+    def decompress(self, data: bytes) -> bytes:
+        """Decompress a frame made with a managed dictionary; raises :class:`MissingDictionary`."""
 
 
 def _msgpack_dumps(value: Any) -> bytes:
@@ -109,7 +127,9 @@ class Serde:
         zstd_dictionary: bytes | None = None,
         dict_min_size: int = DEFAULT_DICT_MIN_SIZE,
         allow_pickle: bool = False,
+        managed: DictionarySource | None = None,
     ) -> None:
+        self.managed = managed
         self._type_flag: int
         self._dumps: Dumps
         if isinstance(serializer, tuple):
@@ -152,6 +172,13 @@ class Serde:
 
     # -- encoding ---------------------------------------------------------------------------
     def encode(self, value: Any) -> tuple[bytes, int]:
+        data, flags = self.serialize(value)
+        if len(data) < self._min_compress:
+            return data, flags
+        return self.compress(data, flags)
+
+    def serialize(self, value: Any) -> tuple[bytes, int]:
+        """(bytes, type flag), uncompressed."""
         t = type(value)
         if t is bytes:
             data: bytes = value
@@ -171,11 +198,10 @@ class Serde:
             except Exception as exc:
                 raise SerializationError(f"cannot serialize {t.__name__}: {exc}") from exc
             flags = self._type_flag
-        if len(data) < self._min_compress:
-            return data, flags
-        return self._compress(data, flags)
+        return data, flags
 
-    def _compress(self, data: bytes, flags: int) -> tuple[bytes, int]:
+    def compress(self, data: bytes, flags: int) -> tuple[bytes, int]:
+        """Compress a serialized value if that pays (the threshold and the 10% rule)."""
         n = len(data)
         if self._dict_cctx is not None and n >= self._dict_min:
             packed = self._dict_cctx.compress(data)
@@ -222,6 +248,10 @@ class Serde:
         return loads(data)
 
     def _decompress(self, data: bytes, flags: int) -> bytes:
+        if flags & FLAG_ZSTD_MANAGED:
+            if self.managed is None:
+                raise SerializationError("value was compressed with a managed dictionary; none available")
+            return self.managed.decompress(data)
         if flags & FLAG_ZSTD_DICT:
             if self._dict_dctx is None:
                 raise SerializationError("value was compressed with a zstd dictionary; none configured")

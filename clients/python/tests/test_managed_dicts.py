@@ -1,0 +1,397 @@
+"""Managed dictionaries: families, training, publishing, fetching, loss and rollover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import msgpack
+import pytest
+from conftest import ServerProcess
+
+import memfleet
+from memfleet import _dicts
+from memfleet.serde import FLAG_ZSTD, FLAG_ZSTD_MANAGED
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from samples import feed_entry, small_profile  # noqa: E402
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+FAMILY = "rec:*:v"
+
+
+def stored(client: Any, key: str) -> tuple[int, int]:
+    """(size, flags) of the item as the server holds it."""
+    host, port = client.server_for(key).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=2) as s:
+        s.sendall(b"mg " + key.encode() + b" s f\r\n")
+        head = s.recv(4096).split(b"\r\n")[0].split()
+    assert head[0] == b"HD", head
+    f = {t[:1]: t[1:] for t in head[1:]}
+    return int(f[b"s"]), int(f[b"f"])
+
+
+def active_id(client: Any, family: str) -> str | None:
+    return client.dictionaries.stats()["families"].get(family)  # type: ignore[no-any-return]
+
+
+def wait_active(client: Any, family: str = FAMILY, gen: Callable[[int], Any] = small_profile, ttl: int = 0) -> str:
+    """Write to ``family`` until it has a dictionary in use (a trained dictionary is published at
+    the family's next write); its id."""
+    deadline = time.monotonic() + 20
+    while active_id(client, family) is None:
+        assert time.monotonic() < deadline, client.dictionaries.stats()
+        client.set(family.replace("*", "0"), gen(0), ttl=ttl)
+        time.sleep(0.01)
+    return active_id(client, family)  # type: ignore[return-value]
+
+
+def small_policy(**kw: Any) -> memfleet.ManagedDicts:
+    return memfleet.ManagedDicts(**{"min_samples": 200, "refresh_interval": 0.2, **kw})
+
+
+def test_default_family_rule() -> None:
+    f = memfleet.default_family
+    assert f(b"user:42:profile") == b"user:*:profile"
+    assert f(b"session:9f2c41") == b"session:*"
+    assert f(b"feed:2024-05-01:top") == b"feed:*:top"
+    assert f(b"config") == b"config"
+    assert f(b"user:ada:profile") == b"user:ada:profile"
+
+
+def test_a_frame_read_with_another_dictionary_of_the_same_id_fails() -> None:
+    """Ids are random, so two dictionaries may share one (an item evicted everywhere, then its id
+    drawn again): the frame's checksum makes such a read an error, never a wrong value."""
+    import zstandard
+
+    samples: list[Any] = [msgpack.packb(small_profile(i)) for i in range(500)]
+    mine = _dicts.Dictionary(zstandard.train_dictionary(4096, samples, dict_id=77777).as_bytes(), 3)
+    # the same id and entropy tables, other content: without the checksum, frames that copy from
+    # the changed bytes would decode to wrong values
+    other = _dicts.Dictionary(mine.data[:-400] + bytes(b ^ 0x55 for b in mine.data[-400:]), 3)
+    for i in range(1000, 1100):
+        frame = mine.compress(msgpack.packb(small_profile(i)))
+        assert msgpack.unpackb(mine.decompress(frame)) == small_profile(i)
+        with pytest.raises(zstandard.ZstdError):
+            other.decompress(frame)
+
+
+def test_a_family_function_groups_keys(server: ServerProcess) -> None:
+    def family(key: bytes) -> str | None:
+        return None if key.startswith(b"skip") else "people"
+
+    c = memfleet.Client([server.address], managed_dicts=small_policy(family=family))
+    for i in range(150):
+        c.set(f"a{i}", small_profile(i))
+        c.set(f"b{i}", small_profile(i + 1000))
+        c.set(f"skip{i}", small_profile(i))
+    wait_active(c, "people")
+    c.set("a1", small_profile(1))
+    c.set("skip1", small_profile(1))
+    assert stored(c, "a1")[1] & FLAG_ZSTD_MANAGED
+    assert not stored(c, "skip1")[1] & FLAG_ZSTD_MANAGED
+    assert list(c.dictionaries.stats()["families"]) == ["people"]
+    c.close()
+
+
+def test_records_shrink_after_training(servers3: list[ServerProcess], make_client: Any) -> None:
+    """Default settings: after 2,000 writes, small records are stored at <= 0.4x pickle and ~1 KB
+    JSON-like records at <= 0.5x msgpack."""
+    c = make_client([s.address for s in servers3])
+    c.flush_all()
+    for gen, limit, base in (
+        (small_profile, 0.4, lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)),
+        (feed_entry, 0.5, msgpack.packb),
+    ):
+        name = gen.__name__
+        for i in range(2000):
+            c.set(f"{name}:{i}:v", gen(i))
+        wait_active(c, f"{name}:*:v", gen)
+        size = base_size = 0
+        for i in range(10_000, 10_200):
+            key = f"{name}:{i}:v"
+            c.set(key, gen(i))
+            n, flags = stored(c, key)
+            assert flags & (FLAG_ZSTD | FLAG_ZSTD_MANAGED) == FLAG_ZSTD | FLAG_ZSTD_MANAGED
+            assert c.get(key) == gen(i)
+            size += n
+            base_size += len(base(gen(i)))
+        assert size / base_size <= limit, (name, size / base_size)
+    assert c.dictionaries.stats()["unreadable"] == 0
+
+
+def test_second_process_reads_compressed_values(servers3: list[ServerProcess]) -> None:
+    addrs = [s.address for s in servers3]
+    c = memfleet.Client(addrs, managed_dicts=small_policy())
+    c.flush_all()
+    for i in range(300):
+        c.set(f"rec:{i}:v", small_profile(i))
+    wait_active(c)
+    keys = [f"rec:{i}:v" for i in range(1000, 1050)]
+    c.set_many({k: small_profile(i) for i, k in enumerate(keys, 1000)})
+    assert all(stored(c, k)[1] & FLAG_ZSTD_MANAGED for k in keys)
+    # a new process, no state, managed writes off: it still reads them (get, get_many, gets)
+    script = (
+        "import json, sys, memfleet\n"
+        "c = memfleet.Client(sys.argv[1].split(','), managed_dicts=False)\n"
+        "keys = sys.argv[2].split(',')\n"
+        "one = c.get(keys[0]); many = c.get_many(keys); val, cas = c.gets(keys[1])\n"
+        "print(json.dumps({'one': one, 'many': many, 'gets': val, 'stats': c.dictionaries.stats()}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    out = subprocess.run(
+        [sys.executable, "-c", script, ",".join(addrs), ",".join(keys)], env=env, capture_output=True, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["one"] == small_profile(1000)
+    assert got["gets"] == small_profile(1001)
+    assert got["many"] == {k: small_profile(i) for i, k in enumerate(keys, 1000)}
+    assert got["stats"]["fetched"] == 1  # once, though 52 values needed it
+    assert got["stats"]["unreadable"] == 0
+
+
+def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: ServerProcess, make_client: Any) -> None:
+    writer = make_client([server.address], managed_dicts=small_policy())
+    writer.flush_all()
+    for i in range(300):
+        writer.set(f"rec:{i}:v", small_profile(i))
+    old = wait_active(writer)
+    writer.set("rec:1:v", small_profile(1))
+    assert stored(writer, "rec:1:v")[1] & FLAG_ZSTD_MANAGED
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
+    assert plain.delete(f"memfleet-dict:{old}")  # as if evicted
+
+    reader = make_client([server.address])
+    assert reader.get("rec:1:v", "miss") == "miss"
+    assert reader.get_many(["rec:1:v"]) == {}
+    assert reader.gets("rec:1:v") == (None, None)
+    assert reader.dictionaries.stats()["unreadable"] >= 3
+    # get_or_set loads afresh instead of returning garbage or waiting
+    assert reader.get_or_set("rec:1:v", lambda: "reloaded") == "reloaded"
+
+    # the writer notices at its next refresh, samples again and publishes a new dictionary
+    i = 1000
+    deadline = time.monotonic() + 20
+    while active_id(writer, FAMILY) in (None, old):
+        assert time.monotonic() < deadline, writer.dictionaries.stats()
+        writer.set(f"rec:{i}:v", small_profile(i))
+        i += 1
+        time.sleep(0.002)
+    assert writer.dictionaries.stats()["lost"] == 1
+    writer.set("rec:2:v", small_profile(2))
+    assert stored(writer, "rec:2:v")[1] & FLAG_ZSTD_MANAGED
+    assert make_client([server.address]).get("rec:2:v") == small_profile(2)
+    plain.close()
+
+
+def test_dictionary_id_collision_takes_a_new_id(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = iter([0x40000001, 0x40000001, 0x40000002, 0x40000003])
+    monkeypatch.setattr(_dicts, "new_id", lambda: next(ids))
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
+    plain.flush_all()
+    someone_elses = b"MFD1" + bytes(16) + b"another client's dictionary"
+    plain.set("memfleet-dict:40000001", someone_elses)
+    c = memfleet.Client([server.address], managed_dicts=small_policy())
+    for i in range(300):
+        c.set(f"rec:{i}:v", small_profile(i))
+    wait_active(c)
+    assert active_id(c, FAMILY) == "40000002"
+    assert plain.get("memfleet-dict:40000001") == someone_elses  # left alone
+    c.set("rec:5:v", small_profile(5))
+    assert memfleet.Client([server.address]).get("rec:5:v") == small_profile(5)
+
+
+def test_a_dictionary_is_used_only_once_published(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every id the writer draws is taken by someone else's dictionary, so publishing never
+    succeeds: the writer keeps storing values without it, and a reader reads every one."""
+    monkeypatch.setattr(_dicts, "new_id", lambda: 0x40000001)
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
+    plain.flush_all()
+    plain.set("memfleet-dict:40000001", b"MFD1" + bytes(16) + b"another client's dictionary")
+    c = memfleet.Client([server.address], managed_dicts=small_policy())
+    deadline = time.monotonic() + 20
+    i = 0
+    while c.dictionaries.stats()["trained"] == 0 or i < 600:
+        assert time.monotonic() < deadline, c.dictionaries.stats()
+        c.set(f"rec:{i % 300}:v", small_profile(i % 300))
+        i += 1
+        time.sleep(0.001)
+    assert active_id(c, FAMILY) is None
+    reader = memfleet.Client([server.address])
+    assert reader.get_many([f"rec:{i}:v" for i in range(300)]) == {f"rec:{i}:v": small_profile(i) for i in range(300)}
+    assert reader.dictionaries.stats()["unreadable"] == 0
+    for x in (c, reader, plain):
+        x.close()
+
+
+def test_a_dictionary_item_that_fails_its_hash_is_refused(server: ServerProcess) -> None:
+    c = memfleet.Client([server.address], managed_dicts=small_policy())
+    c.flush_all()
+    for i in range(300):
+        c.set(f"rec:{i}:v", small_profile(i))
+    wait_active(c)
+    key = f"memfleet-dict:{active_id(c, FAMILY)}"
+    c.set("rec:7:v", small_profile(7))
+    plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
+    item = plain.get(key)
+    assert isinstance(item, bytes)
+    # same id and length, one byte of the dictionary changed: the stored hash no longer matches
+    bad = item[:-1] + bytes([item[-1] ^ 1])
+    plain.set(key, bad)
+    reader = memfleet.Client([server.address])
+    assert reader.get("rec:7:v") is None
+    assert reader.dictionaries.stats()["unreadable"] == 1
+
+
+def item_ttl(server: ServerProcess, key: str) -> int:
+    """Seconds the server will keep ``key`` (-1: no expiry)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
+        s.sendall(b"mg " + key.encode() + b" t\r\n")
+        head = s.recv(4096).split(b"\r\n")[0].split()
+    assert head[0] == b"HD", head
+    return int(head[1][1:])
+
+
+def test_dictionary_outlives_the_values_written_with_it(server: ServerProcess, make_client: Any) -> None:
+    c = make_client([server.address], managed_dicts=small_policy(dict_ttl=50))
+    c.flush_all()
+    for i in range(300):
+        c.set(f"rec:{i}:v", small_profile(i), ttl=10)
+    key = f"memfleet-dict:{wait_active(c, ttl=10)}"
+    assert 0 < item_ttl(server, key) <= 50  # dict_ttl covers values of 10 s
+
+    def ttl_after_write(ttl: int, done: Callable[[int], bool]) -> int:
+        c.set("rec:1:v", small_profile(1), ttl=ttl)
+        deadline = time.monotonic() + 10
+        while True:  # the refresh runs in the background
+            t = item_ttl(server, key)
+            if done(t) or time.monotonic() > deadline:
+                return t
+            c.get("rec:1:v")
+            time.sleep(0.01)
+
+    assert ttl_after_write(5000, lambda t: t >= 5000) >= 5000
+    # a value that never expires: neither does its dictionary
+    assert ttl_after_write(0, lambda t: t == -1) == -1
+
+
+def test_managed_dicts_off(server: ServerProcess) -> None:
+    for options in ({"managed_dicts": False}, {"compress_threshold": None}):
+        c = memfleet.Client([server.address], **options)  # type: ignore[arg-type]
+        for i in range(1200):
+            c.set(f"rec:{i}:v", small_profile(i))
+        assert c.dictionaries.stats()["families"] == {}
+        assert stored(c, "rec:1:v")[1] & FLAG_ZSTD_MANAGED == 0
+        c.close()
+
+
+def drifting(i: int, phase: int) -> Any:
+    """Phase 0 writes small profiles; phase 1 writes feed entries into the same family."""
+    return small_profile(i) if phase == 0 else feed_entry(i)
+
+
+def test_rollover_under_concurrent_readers_and_writers(servers3: list[ServerProcess]) -> None:
+    addrs = [s.address for s in servers3]
+    policy = small_policy(drift_window=400)
+    writer = memfleet.Client(addrs, managed_dicts=policy)
+    writer.flush_all()
+    n_keys = 400
+    written: dict[int, set[int]] = {i: set() for i in range(n_keys)}  # phases written, per key
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def write(lo: int, hi: int) -> None:
+        for phase in (0, 1):
+            for _ in range(3):
+                for i in range(lo, hi):
+                    writer.set(f"rec:{i}:v", drifting(i, phase))
+                    written[i].add(phase)
+
+    def read(seed: int) -> None:
+        reader = memfleet.Client(addrs)
+        rnd = random.Random(seed)
+        while not stop.is_set():
+            i = rnd.randrange(n_keys)
+            before = set(written[i])
+            v = reader.get(f"rec:{i}:v")
+            if v is None:
+                if before:
+                    errors.append(f"rec:{i}:v missing")
+            elif v not in [drifting(i, p) for p in (0, 1)]:
+                errors.append(f"rec:{i}:v wrong")
+        if reader.dictionaries.stats()["unreadable"]:
+            errors.append("unreadable values")
+        reader.close()
+
+    writers = [threading.Thread(target=write, args=(k * 100, k * 100 + 100)) for k in range(4)]
+    readers = [threading.Thread(target=read, args=(k,)) for k in range(3)]
+    for t in writers + readers:
+        t.start()
+    try:
+        for t in writers:
+            t.join()
+        # keep the family busy until the drifted values have their own dictionary
+        deadline = time.monotonic() + 20
+        while writer.dictionaries.stats()["published"] < 2:
+            assert time.monotonic() < deadline, writer.dictionaries.stats()
+            i = random.randrange(n_keys)
+            writer.set(f"rec:{i}:v", drifting(i, 1))
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert errors == [], errors[:5]
+    fresh = memfleet.Client(addrs)
+    got = fresh.get_many([f"rec:{i}:v" for i in range(n_keys)])
+    assert got == {f"rec:{i}:v": drifting(i, 1) for i in range(n_keys)}
+    assert fresh.dictionaries.stats()["unreadable"] == 0
+
+
+def test_rollover_with_asyncio_tasks(servers3: list[ServerProcess]) -> None:
+    addrs = [s.address for s in servers3]
+
+    async def main() -> None:
+        writer = memfleet.AsyncClient(addrs, managed_dicts=small_policy(drift_window=400))
+        reader = memfleet.AsyncClient(addrs)
+        await writer.flush_all()
+        bad: list[str] = []
+
+        async def write(phase: int, lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                await writer.set(f"rec:{i}:v", drifting(i, phase))
+                await asyncio.sleep(0)
+
+        async def read(phase: int) -> None:
+            for i in range(400):
+                v = await reader.get(f"rec:{i}:v")
+                if v is not None and v not in [drifting(i, p) for p in (0, phase)]:
+                    bad.append(f"rec:{i}:v")
+
+        for phase in (0, 1):
+            for _ in range(3):
+                await asyncio.gather(*(write(phase, k * 100, k * 100 + 100) for k in range(4)), read(phase))
+        deadline = time.monotonic() + 20
+        while writer.dictionaries.stats()["published"] < 2:
+            assert time.monotonic() < deadline, writer.dictionaries.stats()
+            await write(1, 0, 50)
+        assert bad == []
+        await write(1, 0, 400)
+        fresh = memfleet.AsyncClient(addrs)
+        got = await fresh.get_many([f"rec:{i}:v" for i in range(400)])
+        assert got == {f"rec:{i}:v": drifting(i, 1) for i in range(400)}
+        assert reader.dictionaries.stats()["unreadable"] == 0
+        assert fresh.dictionaries.stats()["fetched"] >= 1
+        for c in (writer, reader, fresh):
+            await c.close()
+
+    asyncio.run(main())
