@@ -191,14 +191,20 @@ fn parse_addr(s: &str, what: &str) -> Result<Addr, ConfigError> {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
             Ok(Addr::Tcp(s.to_owned()))
         }
-        _ => err(format!("{what} {s:?} is not host:port or /unix/socket/path")),
+        _ => err(format!(
+            "{what} {s:?} is not host:port or /unix/socket/path"
+        )),
     }
 }
 
 /// A pool server as nutcracker.yml writes it: `host:port:weight [name]`, or `host:port`
 /// (weight 1). Placed on the ring exactly as `memfleet route` places it.
 fn parse_pool_server(s: &str) -> Result<PoolServer, ConfigError> {
-    let bad = || err(format!("pool server {s:?} is not \"host:port[:weight] [name]\""));
+    let bad = || {
+        err(format!(
+            "pool server {s:?} is not \"host:port[:weight] [name]\""
+        ))
+    };
     let (spec, name) = match s.split_once(' ') {
         Some((spec, name)) if !name.trim().is_empty() => (spec, Some(name.trim())),
         Some(_) => return bad(),
@@ -235,7 +241,11 @@ fn parse_target(y: &Yaml) -> Result<TargetSpec, ConfigError> {
     let Some(pool) = get(y, "pool") else {
         return err("each target must be {memcached: host:port} or {pool: {servers: [...]}}");
     };
-    check_keys(pool, "pool", &["servers", "hash", "distribution", "hash_tag"])?;
+    check_keys(
+        pool,
+        "pool",
+        &["servers", "hash", "distribution", "hash_tag"],
+    )?;
     let servers = match get(pool, "servers").and_then(Yaml::as_vec) {
         Some(v) if !v.is_empty() => v
             .iter()
@@ -247,7 +257,8 @@ fn parse_target(y: &Yaml) -> Result<TargetSpec, ConfigError> {
         None => Hash::Fnv1a64,
         Some(h) => {
             let h = string(h, "pool.hash")?;
-            Hash::from_name(&h).ok_or_else(|| ConfigError(format!("pool.hash {h:?} is not a known hash")))?
+            Hash::from_name(&h)
+                .ok_or_else(|| ConfigError(format!("pool.hash {h:?} is not a known hash")))?
         }
     };
     let distribution = match get(pool, "distribution") {
@@ -287,7 +298,8 @@ fn parse_table(name: &str, y: &Yaml) -> Result<TableSpec, ConfigError> {
         Yaml::Array(_) => (y, Changes::ALL),
         Yaml::Hash(_) => {
             check_keys(y, &format!("table {name}"), &["keys", "changes"])?;
-            let keys = get(y, "keys").ok_or_else(|| ConfigError(format!("table {name}: keys is missing")))?;
+            let keys = get(y, "keys")
+                .ok_or_else(|| ConfigError(format!("table {name}: keys is missing")))?;
             let changes = match get(y, "changes") {
                 None => Changes::ALL,
                 Some(list) => {
@@ -301,10 +313,18 @@ fn parse_table(name: &str, y: &Yaml) -> Result<TableSpec, ConfigError> {
                             Some("insert") => c.insert = true,
                             Some("update") => c.update = true,
                             Some("delete") => c.delete = true,
-                            _ => return err(format!("table {name}: changes lists insert, update or delete")),
+                            _ => {
+                                return err(format!(
+                                    "table {name}: changes lists insert, update or delete"
+                                ))
+                            }
                         }
                     }
-                    if c == (Changes { insert: false, update: false, delete: false }) {
+                    if c == (Changes {
+                        insert: false,
+                        update: false,
+                        delete: false,
+                    }) {
                         return err(format!("table {name}: changes must list at least one of insert, update, delete"));
                     }
                     c
@@ -322,7 +342,11 @@ fn parse_table(name: &str, y: &Yaml) -> Result<TableSpec, ConfigError> {
                 Template::parse(&t).map_err(|e| ConfigError(format!("table {name}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?,
-        _ => return err(format!("table {name}: give a non-empty list of key templates")),
+        _ => {
+            return err(format!(
+                "table {name}: give a non-empty list of key templates"
+            ))
+        }
     };
     Ok(TableSpec {
         schema: schema.to_owned(),
@@ -334,7 +358,8 @@ fn parse_table(name: &str, y: &Yaml) -> Result<TableSpec, ConfigError> {
 
 impl Config {
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
-        let docs = YamlLoader::load_from_str(text).map_err(|e| ConfigError(format!("YAML: {e}")))?;
+        let docs =
+            YamlLoader::load_from_str(text).map_err(|e| ConfigError(format!("YAML: {e}")))?;
         let [root] = docs.as_slice() else {
             return err("the file must hold exactly one YAML document");
         };
@@ -353,7 +378,8 @@ impl Config {
                 "stats",
             ],
         )?;
-        let source_y = get(root, "source").ok_or_else(|| ConfigError("source is missing".into()))?;
+        let source_y =
+            get(root, "source").ok_or_else(|| ConfigError("source is missing".into()))?;
         check_keys(source_y, "source", &["dsn", "slot", "publication"])?;
         let field = |k: &str, default: &str| -> Result<String, ConfigError> {
             match get(source_y, k) {
@@ -371,7 +397,9 @@ impl Config {
         check_name(&source.publication, "publication")?;
 
         let targets = match get(root, "targets").and_then(Yaml::as_vec) {
-            Some(v) if !v.is_empty() => v.iter().map(parse_target).collect::<Result<Vec<_>, _>>()?,
+            Some(v) if !v.is_empty() => {
+                v.iter().map(parse_target).collect::<Result<Vec<_>, _>>()?
+            }
             _ => return err("targets must be a non-empty list"),
         };
         let tables = match get(root, "tables").and_then(Yaml::as_hash) {
@@ -382,7 +410,10 @@ impl Config {
             _ => return err("tables must be a non-empty mapping of table: [key templates]"),
         };
         for (i, t) in tables.iter().enumerate() {
-            if tables[..i].iter().any(|u| u.schema == t.schema && u.name == t.name) {
+            if tables[..i]
+                .iter()
+                .any(|u| u.schema == t.schema && u.name == t.name)
+            {
                 return err(format!("table {} is listed twice", t.display_name()));
             }
         }
@@ -434,8 +465,17 @@ tables:
     fn parses_the_sample() {
         let c = Config::from_yaml_str(SAMPLE).unwrap();
         assert_eq!(c.source.slot, "memfleet");
-        assert_eq!(c.targets[0], TargetSpec::Memcached(Addr::Tcp("127.0.0.1:11211".into())));
-        let TargetSpec::Pool { servers, hash, distribution, hash_tag } = &c.targets[1] else {
+        assert_eq!(
+            c.targets[0],
+            TargetSpec::Memcached(Addr::Tcp("127.0.0.1:11211".into()))
+        );
+        let TargetSpec::Pool {
+            servers,
+            hash,
+            distribution,
+            hash_tag,
+        } = &c.targets[1]
+        else {
             panic!("not a pool");
         };
         assert_eq!(*hash, Hash::Md5);

@@ -144,7 +144,11 @@ impl Sink {
             self.stats.replayed += chunk.len() as u64;
         }
         self.spool.clear()?;
-        info!("target {}: back; {} spooled deletes replayed", self.label, keys.len());
+        info!(
+            "target {}: back; {} spooled deletes replayed",
+            self.label,
+            keys.len()
+        );
         Ok(())
     }
 }
@@ -165,7 +169,13 @@ fn spool_name(index: usize, addr: &Addr) -> String {
     let text: String = addr
         .to_string()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("{index}-{text}")
 }
@@ -182,7 +192,10 @@ impl Fanout {
         let mut add = |label: String, addr: Addr| -> io::Result<usize> {
             let spool = Spool::open(&config.spool_dir, &spool_name(sinks.len(), &addr))?;
             if !spool.is_empty() {
-                info!("target {label}: spool {} has deletes to replay", spool.path().display());
+                info!(
+                    "target {label}: spool {} has deletes to replay",
+                    spool.path().display()
+                );
             }
             sinks.push(Sink {
                 label,

@@ -79,41 +79,45 @@ impl KeyMaker {
     /// notes on keys that were rendered but cannot be sent.
     pub fn apply(&mut self, msg: &Message<'_>, out: &mut Vec<Vec<u8>>) -> Vec<SkipNote> {
         let mut notes = Vec::new();
-        let (relation, new, old, want): (u32, Option<&[Value<'_>]>, Option<&[Value<'_>]>, fn(Changes) -> bool) =
-            match msg {
-                Message::Relation {
-                    id,
-                    namespace,
-                    name,
-                    columns,
-                    ..
-                } => {
-                    let table = self
-                        .tables
-                        .iter()
-                        .position(|t| &t.schema == namespace && &t.name == name);
-                    let columns = columns
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| (c.name.clone(), i))
-                        .collect();
-                    self.relations.insert(*id, Relation { table, columns });
-                    return notes;
-                }
-                Message::Insert { relation, new } => (*relation, Some(new), None, |c| c.insert),
-                Message::Update { relation, old, new } => (
-                    *relation,
-                    Some(new),
-                    old.as_ref().map(|(_, o)| o.as_slice()),
-                    |c| c.update,
-                ),
-                Message::Delete { relation, old } => (*relation, None, Some(&old.1), |c| c.delete),
-                Message::Truncate { .. } => {
-                    self.truncates += 1;
-                    return notes;
-                }
-                _ => return notes,
-            };
+        let (relation, new, old, want): (
+            u32,
+            Option<&[Value<'_>]>,
+            Option<&[Value<'_>]>,
+            fn(Changes) -> bool,
+        ) = match msg {
+            Message::Relation {
+                id,
+                namespace,
+                name,
+                columns,
+                ..
+            } => {
+                let table = self
+                    .tables
+                    .iter()
+                    .position(|t| &t.schema == namespace && &t.name == name);
+                let columns = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name.clone(), i))
+                    .collect();
+                self.relations.insert(*id, Relation { table, columns });
+                return notes;
+            }
+            Message::Insert { relation, new } => (*relation, Some(new), None, |c| c.insert),
+            Message::Update { relation, old, new } => (
+                *relation,
+                Some(new),
+                old.as_ref().map(|(_, o)| o.as_slice()),
+                |c| c.update,
+            ),
+            Message::Delete { relation, old } => (*relation, None, Some(&old.1), |c| c.delete),
+            Message::Truncate { .. } => {
+                self.truncates += 1;
+                return notes;
+            }
+            _ => return notes,
+        };
         let Some(rel) = self.relations.get(&relation) else {
             // pgoutput always describes a relation before its first change; a change for
             // an unknown one means a decoding bug, so it is counted rather than guessed at.
@@ -177,7 +181,8 @@ mod tests {
     use crate::pgoutput::{Column, OldKind};
 
     fn maker(tables: &str) -> KeyMaker {
-        let text = format!("source: {{dsn: x}}\ntargets: [{{memcached: 127.0.0.1:1}}]\ntables:\n{tables}");
+        let text =
+            format!("source: {{dsn: x}}\ntargets: [{{memcached: 127.0.0.1:1}}]\ntables:\n{tables}");
         KeyMaker::new(Config::from_yaml_str(&text).unwrap().tables)
     }
 
@@ -203,7 +208,9 @@ mod tests {
     fn keys(m: &mut KeyMaker, msg: Message<'_>) -> Vec<String> {
         let mut out = Vec::new();
         m.apply(&msg, &mut out);
-        out.into_iter().map(|k| String::from_utf8(k).unwrap()).collect()
+        out.into_iter()
+            .map(|k| String::from_utf8(k).unwrap())
+            .collect()
     }
 
     #[test]
@@ -212,33 +219,73 @@ mod tests {
         keys(&mut m, relation(5, "users", &["id", "email", "bio"]));
         let row = vec![Value::Text(b"7"), Value::Text(b"a@x"), Value::Null];
         assert_eq!(
-            keys(&mut m, Message::Insert { relation: 5, new: row.clone() }),
+            keys(
+                &mut m,
+                Message::Insert {
+                    relation: 5,
+                    new: row.clone()
+                }
+            ),
             ["user:7", "user:7:profile", "email:a@x"]
         );
         // An update that changes the email, with the full old row: both emails go.
-        let new = vec![Value::Text(b"7"), Value::Text(b"b@x"), Value::UnchangedToast];
+        let new = vec![
+            Value::Text(b"7"),
+            Value::Text(b"b@x"),
+            Value::UnchangedToast,
+        ];
         assert_eq!(
             keys(
                 &mut m,
-                Message::Update { relation: 5, old: Some((OldKind::Full, row.clone())), new: new.clone() }
+                Message::Update {
+                    relation: 5,
+                    old: Some((OldKind::Full, row.clone())),
+                    new: new.clone()
+                }
             ),
             ["user:7", "user:7:profile", "email:b@x", "email:a@x"]
         );
         // Without an old row only the new keys are known.
         assert_eq!(
-            keys(&mut m, Message::Update { relation: 5, old: None, new: new.clone() }),
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 5,
+                    old: None,
+                    new: new.clone()
+                }
+            ),
             ["user:7", "user:7:profile", "email:b@x"]
         );
         // A key-only old row (primary key changed, REPLICA IDENTITY DEFAULT): the old id's
         // keys go; the old email is unknowable and counted.
         let key_only = vec![Value::Text(b"6"), Value::Null, Value::Null];
         assert_eq!(
-            keys(&mut m, Message::Update { relation: 5, old: Some((OldKind::Key, key_only.clone())), new }),
-            ["user:7", "user:6", "user:7:profile", "user:6:profile", "email:b@x"]
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 5,
+                    old: Some((OldKind::Key, key_only.clone())),
+                    new
+                }
+            ),
+            [
+                "user:7",
+                "user:6",
+                "user:7:profile",
+                "user:6:profile",
+                "email:b@x"
+            ]
         );
         assert_eq!(m.skipped.unresolved, 1);
         assert_eq!(
-            keys(&mut m, Message::Delete { relation: 5, old: (OldKind::Key, key_only) }),
+            keys(
+                &mut m,
+                Message::Delete {
+                    relation: 5,
+                    old: (OldKind::Key, key_only)
+                }
+            ),
             ["user:6", "user:6:profile"]
         );
         assert_eq!(m.skipped.unresolved, 2);
@@ -251,7 +298,14 @@ mod tests {
         let old = vec![Value::Text(b"1"), Value::Text(b"intro")];
         let new = vec![Value::Text(b"1"), Value::UnchangedToast];
         assert_eq!(
-            keys(&mut m, Message::Update { relation: 1, old: Some((OldKind::Full, old)), new }),
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 1,
+                    old: Some((OldKind::Full, old)),
+                    new
+                }
+            ),
             ["doc:intro"]
         );
     }
@@ -262,10 +316,40 @@ mod tests {
         keys(&mut m, relation(1, "users", &["id"]));
         keys(&mut m, relation(2, "other", &["id"]));
         let row = vec![Value::Text(b"1")];
-        assert!(keys(&mut m, Message::Insert { relation: 1, new: row.clone() }).is_empty());
-        assert_eq!(keys(&mut m, Message::Delete { relation: 1, old: (OldKind::Key, row.clone()) }), ["user:1"]);
-        assert!(keys(&mut m, Message::Insert { relation: 2, new: row.clone() }).is_empty());
-        assert!(keys(&mut m, Message::Insert { relation: 3, new: row }).is_empty());
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 1,
+                new: row.clone()
+            }
+        )
+        .is_empty());
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Delete {
+                    relation: 1,
+                    old: (OldKind::Key, row.clone())
+                }
+            ),
+            ["user:1"]
+        );
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 2,
+                new: row.clone()
+            }
+        )
+        .is_empty());
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 3,
+                new: row
+            }
+        )
+        .is_empty());
         assert_eq!(m.ignored_changes, 2);
     }
 
@@ -275,15 +359,38 @@ mod tests {
         keys(&mut m, relation(1, "users", &["name"]));
         let long = vec![b'x'; 250];
         let mut out = Vec::new();
-        let notes = m.apply(&Message::Insert { relation: 1, new: vec![Value::Text(&long)] }, &mut out);
+        let notes = m.apply(
+            &Message::Insert {
+                relation: 1,
+                new: vec![Value::Text(&long)],
+            },
+            &mut out,
+        );
         assert!(out.is_empty());
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].reason, BadKey::TooLong);
         assert_eq!(m.skipped.too_long, 1);
-        assert!(keys(&mut m, Message::Insert { relation: 1, new: vec![Value::Text(b"a b")] }).is_empty());
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 1,
+                new: vec![Value::Text(b"a b")]
+            }
+        )
+        .is_empty());
         assert_eq!(m.skipped.bad_byte, 1);
         // 245 bytes of value + "user:" is exactly 250: sent.
         let fits = vec![b'y'; 245];
-        assert_eq!(keys(&mut m, Message::Insert { relation: 1, new: vec![Value::Text(&fits)] }).len(), 1);
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Insert {
+                    relation: 1,
+                    new: vec![Value::Text(&fits)]
+                }
+            )
+            .len(),
+            1
+        );
     }
 }

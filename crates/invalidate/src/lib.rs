@@ -49,7 +49,8 @@ pub struct InvalidateArgs {
 pub fn run(args: InvalidateArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&args.config)
         .map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let config = Config::from_yaml_str(&text).map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let config =
+        Config::from_yaml_str(&text).map_err(|e| format!("{}: {e}", args.config.display()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -108,12 +109,30 @@ async fn flush(
     if let Some(lsn) = batch.last_commit {
         s.confirmed_lsn = lsn.to_string();
     }
-    s.sinks = fanout.sinks.iter().map(|k| (k.label.clone(), k.stats)).collect();
+    s.sinks = fanout
+        .sinks
+        .iter()
+        .map(|k| (k.label.clone(), k.stats))
+        .collect();
     drop(s);
     batch.keys.clear();
     batch.seen.clear();
     batch.commits.clear();
     batch.last_commit = None;
+    Ok(())
+}
+
+/// Tries targets with spooled deletes again, and publishes what the targets did.
+async fn replay(fanout: &mut Fanout, stats: &Mutex<Stats>) -> Result<(), String> {
+    fanout
+        .replay_spools()
+        .await
+        .map_err(|e| format!("cannot rewrite the spool: {e}"))?;
+    stats.lock().expect("stats lock").sinks = fanout
+        .sinks
+        .iter()
+        .map(|k| (k.label.clone(), k.stats))
+        .collect();
     Ok(())
 }
 
@@ -151,7 +170,16 @@ async fn stream(config: Config, check_only: bool) -> Result<(), String> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("signal handler: {e}"))?;
     loop {
-        let ended = session(&config, &mut client, &mut keys, &mut batch, &mut fanout, &stats, &mut terminate).await?;
+        let ended = session(
+            &config,
+            &mut client,
+            &mut keys,
+            &mut batch,
+            &mut fanout,
+            &stats,
+            &mut terminate,
+        )
+        .await?;
         let Some(why) = ended else { break };
         // The stream broke (PostgreSQL restarted, the network failed): everything not
         // confirmed comes again from the slot, so the half-received batch is dropped.
@@ -206,10 +234,7 @@ async fn session(
         let event = match event {
             Err(_idle) => {
                 flush(batch, fanout, client, stats).await?;
-                fanout
-                    .replay_spools()
-                    .await
-                    .map_err(|e| format!("cannot rewrite the spool: {e}"))?;
+                replay(fanout, stats).await?;
                 continue;
             }
             Ok(Err(e)) => return Ok(Some(format!("replication stream: {e}"))),
@@ -231,7 +256,8 @@ async fn session(
                         BadKey::TooLong => "longer than 250 bytes",
                         BadKey::BadByte => "contains a space or control character",
                     };
-                    let shown = String::from_utf8_lossy(&note.key[..note.key.len().min(80)]).into_owned();
+                    let shown =
+                        String::from_utf8_lossy(&note.key[..note.key.len().min(80)]).into_owned();
                     warn!(
                         "table {} template {:?}: key {shown:?}... ({} bytes) is {why}; not sent",
                         note.table,
@@ -261,10 +287,7 @@ async fn session(
         }
         if batch.keys.len() >= config.max_batch_keys {
             flush(batch, fanout, client, stats).await?;
-            fanout
-                .replay_spools()
-                .await
-                .map_err(|e| format!("cannot rewrite the spool: {e}"))?;
+            replay(fanout, stats).await?;
         }
     }
 }

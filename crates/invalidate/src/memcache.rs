@@ -82,7 +82,10 @@ impl Conn {
             Stream::Unix(s) => s.read(&mut chunk).await?,
         };
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            ));
         }
         self.rbuf.extend_from_slice(&chunk[..n]);
         Ok(())
@@ -151,8 +154,14 @@ mod tests {
     fn replies() {
         assert_eq!(parse_reply(b"DELETED\r"), Reply::Deleted);
         assert_eq!(parse_reply(b"NOT_FOUND\r"), Reply::NotFound);
-        assert_eq!(parse_reply(b"CLIENT_ERROR bad command line format\r"), Reply::ClientError);
-        assert_eq!(parse_reply(b"SERVER_ERROR no server available\r"), Reply::Failed);
+        assert_eq!(
+            parse_reply(b"CLIENT_ERROR bad command line format\r"),
+            Reply::ClientError
+        );
+        assert_eq!(
+            parse_reply(b"SERVER_ERROR no server available\r"),
+            Reply::Failed
+        );
         assert_eq!(parse_reply(b"ERROR\r"), Reply::Failed);
         assert!(!Reply::Failed.settled() && Reply::ClientError.settled());
     }

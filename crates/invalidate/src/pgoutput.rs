@@ -104,7 +104,9 @@ impl fmt::Display for DecodeError {
         match self {
             DecodeError::Truncated(what) => write!(f, "pgoutput: truncated {what}"),
             DecodeError::UnknownMessage(b) => write!(f, "pgoutput: unknown message type 0x{b:02x}"),
-            DecodeError::UnknownTupleKind(b) => write!(f, "pgoutput: unknown tuple column kind 0x{b:02x}"),
+            DecodeError::UnknownTupleKind(b) => {
+                write!(f, "pgoutput: unknown tuple column kind 0x{b:02x}")
+            }
             DecodeError::UnexpectedByte { what, byte } => {
                 write!(f, "pgoutput: unexpected byte 0x{byte:02x} in {what}")
             }
@@ -182,7 +184,8 @@ impl<'a> Reader<'a> {
                 b'u' => Value::UnchangedToast,
                 kind @ (b't' | b'b') => {
                     let len = self.i32("column length")?;
-                    let len = usize::try_from(len).map_err(|_| DecodeError::Truncated("column value"))?;
+                    let len =
+                        usize::try_from(len).map_err(|_| DecodeError::Truncated("column value"))?;
                     let data = self.take(len, "column value")?;
                     if kind == b't' {
                         Value::Text(data)
@@ -245,7 +248,8 @@ pub fn decode(buf: &[u8]) -> Result<Message<'_>, DecodeError> {
             let name = r.string("relation name")?;
             let replica_identity = r.u8("replica identity")?;
             let n = r.i16("relation column count")?;
-            let n = usize::try_from(n).map_err(|_| DecodeError::Truncated("relation column count"))?;
+            let n =
+                usize::try_from(n).map_err(|_| DecodeError::Truncated("relation column count"))?;
             if n > r.buf.len() {
                 return Err(DecodeError::Truncated("relation columns"));
             }
@@ -306,7 +310,8 @@ pub fn decode(buf: &[u8]) -> Result<Message<'_>, DecodeError> {
         }
         b'T' => {
             let n = r.i32("truncate relation count")?;
-            let n = usize::try_from(n).map_err(|_| DecodeError::Truncated("truncate relation count"))?;
+            let n = usize::try_from(n)
+                .map_err(|_| DecodeError::Truncated("truncate relation count"))?;
             let options = r.u8("truncate options")?;
             if n > r.buf.len() / 4 {
                 return Err(DecodeError::Truncated("truncate relations"));
@@ -322,7 +327,8 @@ pub fn decode(buf: &[u8]) -> Result<Message<'_>, DecodeError> {
             let lsn = r.i64("message lsn")? as u64;
             let prefix = r.cstr("message prefix")?;
             let len = r.i32("message length")?;
-            let len = usize::try_from(len).map_err(|_| DecodeError::Truncated("message content"))?;
+            let len =
+                usize::try_from(len).map_err(|_| DecodeError::Truncated("message content"))?;
             Message::Message {
                 flags,
                 lsn,
@@ -355,7 +361,11 @@ pub(crate) mod encode {
                 Value::Null => out.push(b'n'),
                 Value::UnchangedToast => out.push(b'u'),
                 Value::Text(d) | Value::Binary(d) => {
-                    out.push(if matches!(v, Value::Text(_)) { b't' } else { b'b' });
+                    out.push(if matches!(v, Value::Text(_)) {
+                        b't'
+                    } else {
+                        b'b'
+                    });
                     out.extend_from_slice(&(d.len() as i32).to_be_bytes());
                     out.extend_from_slice(d);
                 }
@@ -421,7 +431,11 @@ pub(crate) mod encode {
                     out.extend_from_slice(&c.type_modifier.to_be_bytes());
                 }
             }
-            Message::Type { id, namespace, name } => {
+            Message::Type {
+                id,
+                namespace,
+                name,
+            } => {
                 out.push(b'Y');
                 out.extend_from_slice(&id.to_be_bytes());
                 cstr(&mut out, namespace);
@@ -433,7 +447,11 @@ pub(crate) mod encode {
                 out.push(b'N');
                 tuple(&mut out, new);
             }
-            Message::Update { relation, old: o, new } => {
+            Message::Update {
+                relation,
+                old: o,
+                new,
+            } => {
                 out.push(b'U');
                 out.extend_from_slice(&relation.to_be_bytes());
                 if let Some(o) = o {
@@ -509,7 +527,10 @@ mod tests {
         else {
             panic!("not a relation");
         };
-        assert_eq!((id, namespace.as_str(), name.as_str()), (16385, "public", "users"));
+        assert_eq!(
+            (id, namespace.as_str(), name.as_str()),
+            (16385, "public", "users")
+        );
         assert_eq!(replica_identity, b'd');
         assert_eq!(columns.len(), 2);
         assert!(columns[0].key && !columns[1].key);
@@ -560,7 +581,10 @@ mod tests {
         // A delete whose old tuple is tagged 'N' is not a valid delete.
         let mut d = vec![b'D', 0, 0, 0, 1, b'N'];
         d.extend_from_slice(&0i16.to_be_bytes());
-        assert!(matches!(decode(&d), Err(DecodeError::UnexpectedByte { .. })));
+        assert!(matches!(
+            decode(&d),
+            Err(DecodeError::UnexpectedByte { .. })
+        ));
         // A column length past the end of the message.
         let mut i = vec![b'I', 0, 0, 0, 1, b'N', 0, 1, b't'];
         i.extend_from_slice(&1000i32.to_be_bytes());

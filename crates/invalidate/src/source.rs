@@ -35,7 +35,11 @@ fn pg_error(e: &tokio_postgres::Error) -> String {
 
 async fn connect(pg: &tokio_postgres::Config) -> Result<Client, String> {
     let (client, conn) = pg.connect(NoTls).await.map_err(|e| {
-        format!("cannot connect to PostgreSQL at {}: {}", describe(pg), pg_error(&e))
+        format!(
+            "cannot connect to PostgreSQL at {}: {}",
+            describe(pg),
+            pg_error(&e)
+        )
     })?;
     tokio::spawn(async move {
         let _ = conn.await;
@@ -118,7 +122,9 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
                     list.join(", ")
                 ))
                 .await
-                .map_err(|e| format!("cannot create publication {publication}: {}", pg_error(&e)))?;
+                .map_err(|e| {
+                    format!("cannot create publication {publication}: {}", pg_error(&e))
+                })?;
             created.push(format!("publication {publication}"));
         }
         Some(row) => {
@@ -176,7 +182,10 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
             .map_err(q)?;
         let Some(row) = row else {
             client
-                .query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[slot])
+                .query(
+                    "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                    &[slot],
+                )
                 .await
                 .map_err(|e| format!("cannot create replication slot {slot}: {}", pg_error(&e)))?;
             created.push(format!("replication slot {slot}"));
@@ -205,7 +214,10 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
 }
 
 /// The replication connection's settings, from the same DSN.
-pub fn replication_config(config: &Config, pg: &tokio_postgres::Config) -> Result<ReplicationConfig, String> {
+pub fn replication_config(
+    config: &Config,
+    pg: &tokio_postgres::Config,
+) -> Result<ReplicationConfig, String> {
     let user = match pg.get_user() {
         Some(u) => u.to_owned(),
         None => std::env::var("USER").map_err(|_| "source.dsn names no user".to_string())?,
@@ -231,9 +243,16 @@ pub fn replication_config(config: &Config, pg: &tokio_postgres::Config) -> Resul
             source.slot.clone(),
             source.publication.clone(),
         ),
-        _ => ReplicationConfig::new(host, user, password, dbname, source.slot.clone(), source.publication.clone())
-            .with_port(port)
-            .with_tls(TlsConfig::disabled()),
+        _ => ReplicationConfig::new(
+            host,
+            user,
+            password,
+            dbname,
+            source.slot.clone(),
+            source.publication.clone(),
+        )
+        .with_port(port)
+        .with_tls(TlsConfig::disabled()),
     };
     // Report progress soon after it is made, so the slot (and WAL retention) follows
     // closely behind the acknowledged deletes.

@@ -100,7 +100,10 @@ mod tests {
         drop(s);
         let mut s = Spool::open(&dir, "t").unwrap();
         assert!(!s.is_empty());
-        assert_eq!(s.read_all().unwrap(), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(
+            s.read_all().unwrap(),
+            [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
         s.clear().unwrap();
         assert!(s.is_empty());
         s.append(&[b"d"]).unwrap();

@@ -63,7 +63,13 @@ impl Stats {
         stat("ignored_changes", self.ignored_changes.to_string());
         stat("truncates", self.truncates.to_string());
         stat("confirmed_lsn", self.confirmed_lsn.clone());
-        let total = |f: fn(&SinkStats) -> u64| self.sinks.iter().map(|(_, s)| f(s)).sum::<u64>().to_string();
+        let total = |f: fn(&SinkStats) -> u64| {
+            self.sinks
+                .iter()
+                .map(|(_, s)| f(s))
+                .sum::<u64>()
+                .to_string()
+        };
         stat("deleted", total(|s| s.deleted));
         stat("not_found", total(|s| s.not_found));
         stat("refused", total(|s| s.refused));
@@ -73,7 +79,10 @@ impl Stats {
         let h = &self.latency;
         stat("latency_count", h.len().to_string());
         for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
-            stat(&format!("latency_{name}_us"), h.value_at_quantile(q).to_string());
+            stat(
+                &format!("latency_{name}_us"),
+                h.value_at_quantile(q).to_string(),
+            );
         }
         stat("latency_max_us", h.max().to_string());
         out.push_str("END\r\n");

@@ -66,9 +66,15 @@ impl Template {
                     }
                     parts.push(Part::Column(name));
                 }
-                '}' => return Err(err("has a '}' without '{' (write '}}' for a literal brace)")),
+                '}' => {
+                    return Err(err(
+                        "has a '}' without '{' (write '}}' for a literal brace)",
+                    ))
+                }
                 c if c.is_whitespace() || c.is_control() => {
-                    return Err(err("contains whitespace or a control character, which memcached keys cannot"))
+                    return Err(err(
+                        "contains whitespace or a control character, which memcached keys cannot",
+                    ))
                 }
                 c => literal.push(c),
             }
@@ -178,7 +184,15 @@ mod tests {
 
     #[test]
     fn refuses_bad_templates() {
-        for bad in ["", "user:{id", "user:{}", "a}b", "a b:{id}", "x:{a{b}}", "tab\t{id}"] {
+        for bad in [
+            "",
+            "user:{id",
+            "user:{}",
+            "a}b",
+            "a b:{id}",
+            "x:{a{b}}",
+            "tab\t{id}",
+        ] {
             assert!(Template::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
