@@ -72,30 +72,29 @@ class Postgres:
         return f"host=127.0.0.1 port={self.port} user=postgres password={PASSWORD} dbname=postgres"
 
     def start(self) -> Postgres:
-        log = open(self.log, "ab")
-        self.proc = subprocess.Popen(  # type: ignore[call-overload]
-            [
-                str(self.bindir / "postgres"),
-                "-D", str(self.data),
-                "-c", f"port={self.port}",
-                "-c", "listen_addresses=127.0.0.1",
-                "-c", f"unix_socket_directories={self.dir}",
-                "-c", "wal_level=logical",
-                "-c", "max_wal_senders=10",
-                "-c", "max_replication_slots=10",
-                # A test database need not survive a power cut; the machine is shared.
-                "-c", "fsync=off",
-                "-c", "full_page_writes=off",
-            ],
-            cwd=self.dir,
-            **_as_postgres(),
-            stdout=log,
-            stderr=log,
-        )
-        log.close()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(  # type: ignore[call-overload]
+                [
+                    str(self.bindir / "postgres"),
+                    "-D", str(self.data),
+                    "-c", f"port={self.port}",
+                    "-c", "listen_addresses=127.0.0.1",
+                    "-c", f"unix_socket_directories={self.dir}",
+                    "-c", "wal_level=logical",
+                    "-c", "max_wal_senders=10",
+                    "-c", "max_replication_slots=10",
+                    # A test database need not survive a power cut; the machine is shared.
+                    "-c", "fsync=off",
+                    "-c", "full_page_writes=off",
+                ],
+                cwd=self.dir,
+                **_as_postgres(),
+                stdout=log,
+                stderr=log,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            r = subprocess.run(self._psql("SELECT 1"), capture_output=True)
+            r = subprocess.run(self._psql("SELECT 1"), capture_output=True, check=False)
             if r.returncode == 0:
                 return self
             if self.proc.poll() is not None:
@@ -134,14 +133,14 @@ class Postgres:
 
     def sql(self, sql: str) -> list[list[str]]:
         """Runs one statement; the rows, each as a list of text fields."""
-        r = subprocess.run(self._psql(sql), capture_output=True, text=True)
+        r = subprocess.run(self._psql(sql), capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise RuntimeError(f"psql: {r.stderr.strip()}")
         return [line.split("|") for line in r.stdout.splitlines() if line]
 
     def script(self, text: str) -> None:
         """Runs a script (many statements and transactions) through one psql."""
-        r = subprocess.run(self._psql(), input=text, capture_output=True, text=True)
+        r = subprocess.run(self._psql(), input=text, capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise RuntimeError(f"psql: {r.stderr.strip()}")
 

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,9 +96,8 @@ class Invalidator:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Invalidator:
-        log = open(self.log, "ab")
-        self.proc = subprocess.Popen([memfleet_bin(), "invalidate", "-c", str(self.path)], stderr=log)
-        log.close()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([memfleet_bin(), "invalidate", "-c", str(self.path)], stderr=log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -312,7 +310,11 @@ def refusal(config: dict[str, Any], workdir: Path) -> str:
     path = workdir / "bad.yml"
     path.write_text(json.dumps({"spool_dir": str(workdir / "spool"), **config}))
     r = subprocess.run(
-        [memfleet_bin(), "invalidate", "-c", str(path)], capture_output=True, text=True, timeout=60
+        [memfleet_bin(), "invalidate", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode != 0, r.stderr
     return r.stderr

@@ -36,6 +36,14 @@ pub struct SkipNote {
     pub key: Vec<u8>,
 }
 
+/// A row change's relation, new row, old row, and whether the table wants its kind.
+type RowChange<'m, 'v> = (
+    u32,
+    Option<&'m [Value<'v>]>,
+    Option<&'m [Value<'v>]>,
+    fn(Changes) -> bool,
+);
+
 pub struct KeyMaker {
     tables: Vec<TableSpec>,
     relations: HashMap<u32, Relation>,
@@ -79,12 +87,7 @@ impl KeyMaker {
     /// notes on keys that were rendered but cannot be sent.
     pub fn apply(&mut self, msg: &Message<'_>, out: &mut Vec<Vec<u8>>) -> Vec<SkipNote> {
         let mut notes = Vec::new();
-        let (relation, new, old, want): (
-            u32,
-            Option<&[Value<'_>]>,
-            Option<&[Value<'_>]>,
-            fn(Changes) -> bool,
-        ) = match msg {
+        let (relation, new, old, want): RowChange<'_, '_> = match msg {
             Message::Relation {
                 id,
                 namespace,
