@@ -365,3 +365,79 @@ def test_bad_input_is_refused_at_start(pg: Postgres, cache: Server, workdir: Pat
 def test_config_errors_name_the_problem(workdir: Path) -> None:
     cfg = {"source": {"dsn": "host=127.0.0.1"}, "targets": [{"memcached": "127.0.0.1:1"}], "tables": {"t": ["k:{id"]}}
     assert "unclosed" in refusal(cfg, workdir)
+
+
+def test_leases_leave_no_stale_value(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """The NSDI'13 race: a reader misses, loads the row, and fills the cache while a writer
+    commits a newer version and the invalidator deletes the key. With lease fills
+    (`get_or_set`) no stale value may survive once the writers stop."""
+    import random
+    import threading
+
+    from memfleet import Client
+
+    rows = 20
+    pg.script(
+        "DROP TABLE IF EXISTS kv; CREATE TABLE kv (id int PRIMARY KEY, v int NOT NULL);"
+        f"INSERT INTO kv SELECT i, 0 FROM generate_series(1, {rows}) i;"
+    )
+    cfg = base_config(pg, "f", cache.port or 0, {"kv": ["kv:{id}"]})
+    inv = Invalidator(cfg, workdir).start()
+    invalidators.append(inv)
+
+    def writes(seed: int) -> str:
+        rnd = random.Random(seed)
+        out = []
+        for _ in range(300):
+            out.append(f"UPDATE kv SET v = v + 1 WHERE id = {rnd.randint(1, rows)};")
+            out.append("SELECT pg_sleep(0.005);")
+        return "\n".join(out) + "\n"
+
+    writers = [pg.script_async(writes(seed)) for seed in (1, 2)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    loads = [0]
+
+    def read(seed: int) -> None:
+        rnd = random.Random(seed)
+        client = Client([f"127.0.0.1:{cache.port}"])
+        try:
+            while not stop.is_set():
+                i = rnd.randint(1, rows)
+
+                def load(i: int = i) -> int:
+                    loads[0] += 1
+                    return int(pg.sql(f"SELECT v FROM kv WHERE id = {i}")[0][0])
+
+                client.get_or_set(f"kv:{i}", load)
+        except BaseException as e:  # surfaced by the main thread
+            errors.append(e)
+        finally:
+            client.close()
+
+    readers = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    for t in readers:
+        t.start()
+    try:
+        for w in writers:
+            assert w.wait(timeout=180) == 0
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors
+    assert loads[0] > 0
+    time.sleep(10)
+    truth = {int(i): int(v) for i, v in pg.sql("SELECT id, v FROM kv")}
+    client = Client([f"127.0.0.1:{cache.port}"])
+    stale = {}
+    for i, v in truth.items():
+        cached = client.get(f"kv:{i}")
+        if cached is not None and cached != v:
+            stale[i] = (cached, v)
+    client.close()
+    assert not stale, f"cached (stale, current) by id: {stale}"
+    inv.stop()
+    drop_slot(pg, "f")

@@ -443,7 +443,11 @@ class AsyncClient(ClientCore[AsyncServer]):
                         if not lease.hit:
                             await self._call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
                         raise
-                    await self.set(key, value, ttl)
+                    # Fill only over the item we won (see Client.get_or_set).
+                    if lease.cas:
+                        await self.cas(key, value, lease.cas, ttl)
+                    else:
+                        await self.set(key, value, ttl)
                     return value
                 if lease.hit:
                     value = self._serde.decode(lease.data, lease.flags)

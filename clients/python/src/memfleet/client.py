@@ -475,7 +475,12 @@ class Client(ClientCore[Server]):
                         # release the stub so the next caller can win
                         self._call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
                     raise
-                self.set(key, value, ttl)
+                # Fill only over the item we won: if it was deleted meanwhile (a write
+                # invalidated the row), the value loaded may predate that write.
+                if lease.cas:
+                    self.cas(key, value, lease.cas, ttl)
+                else:
+                    self.set(key, value, ttl)
                 return value
             if lease.hit:
                 value = self._serde.decode(lease.data, lease.flags)
