@@ -412,7 +412,7 @@ def test_leases_leave_no_stale_value(
                     return int(pg.sql(f"SELECT v FROM kv WHERE id = {i}")[0][0])
 
                 client.get_or_set(f"kv:{i}", load)
-        except BaseException as e:  # surfaced by the main thread
+        except (OSError, RuntimeError, ValueError) as e:  # surfaced by the main thread
             errors.append(e)
         finally:
             client.close()
@@ -441,3 +441,54 @@ def test_leases_leave_no_stale_value(
     assert not stale, f"cached (stale, current) by id: {stale}"
     inv.stop()
     drop_slot(pg, "f")
+
+
+def set_acked(port: int, keys: list[str]) -> None:
+    """Sets each key (value "v") through any memcached-protocol listener, waiting for every
+    STORED."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"".join(f"set {k} 0 0 1\r\nv\r\n".encode() for k in keys))
+        buf = b""
+        while buf.count(b"\r\n") < len(keys):
+            chunk = s.recv(1 << 20)
+            assert chunk, "connection closed"
+            buf += chunk
+    assert buf == b"STORED\r\n" * len(keys), buf[:200]
+
+
+def test_pool_target_hashes_like_the_router(
+    pg: Postgres, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """Keys cached through `memfleet route` (ketama over three servers) are deleted by an
+    invalidator that talks to the servers directly, hashing as the router does."""
+    from proxy_harness import Proxy, pool_yaml
+
+    rows = 2000
+    pg.script(
+        "DROP TABLE IF EXISTS acct; CREATE TABLE acct (id int PRIMARY KEY, n int);"
+        f"INSERT INTO acct SELECT i, 0 FROM generate_series(1, {rows}) i;"
+    )
+    backends = [memcached().start() for _ in range(3)]
+    servers = [f"127.0.0.1:{b.port}:1" for b in backends]
+    port = free_port()
+    router = Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port)
+    try:
+        router.start()
+        cfg = base_config(pg, "g", 0, {"acct": ["acct:{id}"]})
+        cfg["targets"] = [{"pool": {"servers": servers, "hash": "md5", "distribution": "ketama"}}]
+        inv = Invalidator(cfg, workdir).start()
+        invalidators.append(inv)
+        keys = [f"acct:{i}" for i in range(1, rows + 1)]
+        set_acked(port, keys)
+        # Every server holds a share, so a delete sent to the wrong one leaves a key behind.
+        assert all(Cache(b.port or 0).present(keys) for b in backends)
+        pg.script("BEGIN; UPDATE acct SET n = 1 WHERE id <= 1000; COMMIT; UPDATE acct SET n = 1 WHERE id > 1000;")
+        via_router = Cache(port)
+        assert wait_until(lambda: not via_router.present(keys)), sorted(via_router.present(keys))[:10]
+        assert inv.stats()["not_found"] == "0"
+        inv.stop()
+        drop_slot(pg, "g")
+    finally:
+        router.stop()
+        for b in backends:
+            b.stop()
