@@ -210,62 +210,78 @@ def drop_slot(pg: Postgres, name: str) -> None:
     pg.sql(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 's_{name}'")
 
 
+class UsersCase:
+    """A users table of ROWS rows, its keys cached, and an invalidator following it."""
+
+    def __init__(
+        self,
+        pg: Postgres,
+        cache: Server,
+        workdir: Path,
+        invalidators: list[Invalidator],
+        name: str,
+        **settings: Any,
+    ) -> None:
+        self.pg, self.name, self.table = pg, name, f"users_{name}"
+        make_users(pg, self.table)
+        self.cache = Cache(cache.port or 0)
+        cfg = base_config(pg, name, cache.port or 0, {f"public.{self.table}": ["user:{id}", "email:{email}"]})
+        self.inv = Invalidator({**cfg, **settings}, workdir).start()
+        invalidators.append(self.inv)
+        self.affected, self.control = fill_cache(self.cache)
+
+    def write(self, pause: float) -> subprocess.Popen[str]:
+        return self.pg.script_async(update_script(self.table, pause))
+
+    def wait_transactions(self, n: int) -> None:
+        assert wait_until(lambda: int(self.inv.stats()["transactions"]) >= n, step=0.02)
+
+    def check_all_invalidated(self) -> None:
+        c = self.cache
+        assert wait_until(lambda: not c.present(self.affected)), sorted(c.present(self.affected))[:10]
+        assert c.present(self.control) == set(self.control)
+
+    def finish(self) -> None:
+        self.inv.stop()
+        drop_slot(self.pg, self.name)
+
+
 def test_updates_delete_every_affected_key(
     pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:
-    make_users(pg, "users_a")
-    c = Cache(cache.port or 0)
-    cfg = base_config(pg, "a", cache.port or 0, {"public.users_a": ["user:{id}", "email:{email}"]})
-    inv = Invalidator(cfg, workdir).start()
-    invalidators.append(inv)
-    affected, control = fill_cache(c)
-    pg.script(update_script("users_a"))
-    assert wait_until(lambda: not c.present(affected)), sorted(c.present(affected))[:10]
-    assert c.present(control) == set(control)
-    st = inv.stats()
+    case = UsersCase(pg, cache, workdir, invalidators, "a")
+    pg.script(update_script(case.table))
+    case.check_all_invalidated()
+    st = case.inv.stats()
     assert int(st["transactions"]) >= TXNS
     assert int(st["row_changes"]) == ROWS
     # Every row's user and old email key, and the new email of every tenth row.
-    assert int(st["keys_sent"]) == len(affected)
-    inv.stop()
-    drop_slot(pg, "a")
+    assert int(st["keys_sent"]) == len(case.affected)
+    case.finish()
 
 
 def test_kill9_midstream_loses_nothing(
     pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:
-    make_users(pg, "users_b")
-    c = Cache(cache.port or 0)
-    cfg = base_config(pg, "b", cache.port or 0, {"public.users_b": ["user:{id}", "email:{email}"]})
     # Small batches, so the kill lands between many confirmed and unconfirmed ones.
-    cfg["max_batch_keys"] = 64
-    inv = Invalidator(cfg, workdir).start()
-    invalidators.append(inv)
-    affected, control = fill_cache(c)
-    writer = pg.script_async(update_script("users_b", pause=0.004))
-    assert wait_until(lambda: int(inv.stats()["transactions"]) >= 100, step=0.02)
-    inv.kill9()
+    case = UsersCase(pg, cache, workdir, invalidators, "b", max_batch_keys=64)
+    writer = case.write(pause=0.004)
+    case.wait_transactions(100)
+    case.inv.kill9()
     # Changes keep committing while no invalidator runs.
     time.sleep(1.0)
-    inv.start()
+    case.inv.start()
     assert writer.wait(timeout=120) == 0
-    assert wait_until(lambda: not c.present(affected)), sorted(c.present(affected))[:10]
-    assert c.present(control) == set(control)
-    inv.stop()
-    drop_slot(pg, "b")
+    case.check_all_invalidated()
+    case.finish()
 
 
 def test_stopped_cache_server_loses_nothing(
     pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:
-    make_users(pg, "users_c")
-    c = Cache(cache.port or 0)
-    cfg = base_config(pg, "c", cache.port or 0, {"public.users_c": ["user:{id}", "email:{email}"]})
-    inv = Invalidator(cfg, workdir).start()
-    invalidators.append(inv)
-    affected, control = fill_cache(c)
-    writer = pg.script_async(update_script("users_c", pause=0.01))
-    assert wait_until(lambda: int(inv.stats()["transactions"]) >= 50, step=0.02)
+    case = UsersCase(pg, cache, workdir, invalidators, "c")
+    writer = case.write(pause=0.01)
+    case.wait_transactions(50)
     assert cache.proc is not None
     cache.proc.send_signal(signal.SIGSTOP)
     try:
@@ -273,15 +289,13 @@ def test_stopped_cache_server_loses_nothing(
     finally:
         cache.proc.send_signal(signal.SIGCONT)
     assert writer.wait(timeout=120) == 0
-    assert wait_until(lambda: not c.present(affected)), sorted(c.present(affected))[:10]
-    assert c.present(control) == set(control)
-    st = inv.stats()
+    case.check_all_invalidated()
+    st = case.inv.stats()
     # The outage was noticed and bridged through the spool.
     assert int(st["target_failures"]) > 0
     assert int(st["spooled"]) > 0
     assert int(st["replayed"]) > 0
-    inv.stop()
-    drop_slot(pg, "c")
+    case.finish()
 
 
 def test_overlong_key_is_counted_not_sent(
