@@ -109,7 +109,8 @@ class Postgres:
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                # Immediate shutdown: the postmaster still takes its children down.
+                self.proc.send_signal(signal.SIGQUIT)
                 self.proc.wait()
         self.proc = None
 

@@ -298,6 +298,32 @@ def test_stopped_cache_server_loses_nothing(
     case.finish()
 
 
+def test_postgres_restart_loses_nothing(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """PostgreSQL stops mid-stream (the writer dies with it) and comes back: every row
+    whose update committed has its keys deleted, and no other row's keys are touched."""
+    case = UsersCase(pg, cache, workdir, invalidators, "h")
+    writer = case.write(pause=0.01)
+    case.wait_transactions(50)
+    pg.stop()
+    writer.wait(timeout=60)
+    pg.start()
+    # A change after the restart, on rows the interrupted writer never reached.
+    pg.script(f"UPDATE {case.table} SET name = 'n1' WHERE id > {ROWS - 5};")
+    emails = {int(i): e for i, e in pg.sql(f"SELECT id, email FROM {case.table} WHERE name = 'n1'")}
+    updated = set(emails)
+    assert 0 < len(updated) < ROWS
+    # Each updated row's id key, its first email, and its email now (changed or not).
+    gone = [k for i, e in emails.items() for k in (f"user:{i}", f"email:u{i}@x", f"email:{e}")]
+    kept = [k for i in range(1, ROWS + 1) if i not in updated for k in (f"user:{i}", f"email:u{i}@x")]
+    c = case.cache
+    assert wait_until(lambda: not c.present(gone)), sorted(c.present(gone))[:10]
+    assert c.present(kept) == set(kept)
+    assert "reconnecting" in case.inv.log.read_text()
+    case.finish()
+
+
 def test_overlong_key_is_counted_not_sent(
     pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:

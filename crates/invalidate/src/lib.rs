@@ -218,6 +218,8 @@ async fn session(
     terminate: &mut tokio::signal::unix::Signal,
 ) -> Result<Option<String>, String> {
     let mut fresh = Vec::new();
+    // Between a Begin and its Commit: the server's position is not ours to confirm.
+    let mut in_transaction = false;
     loop {
         // Wait for the stream only as long as there is nothing else to do: a pending batch
         // goes out as soon as the stream has nothing more ready.
@@ -275,13 +277,21 @@ async fn session(
                 s.ignored_changes = keys.ignored_changes;
                 s.truncates = keys.truncates;
             }
+            ReplicationEvent::Begin { .. } => in_transaction = true,
             ReplicationEvent::Commit {
                 end_lsn,
                 commit_time_micros,
                 ..
             } => {
+                in_transaction = false;
                 batch.last_commit = Some(end_lsn);
                 batch.commits.push(commit_time_micros);
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } if !in_transaction && batch.is_empty() => {
+                // Everything before the server's send position was received and is
+                // acknowledged, so the slot may move past WAL that held no changes for us
+                // (other tables, a shutdown checkpoint PostgreSQL waits on us to confirm).
+                client.update_applied_lsn(wal_end);
             }
             _ => {}
         }
