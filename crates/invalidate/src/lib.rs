@@ -63,8 +63,9 @@ pub fn run(args: InvalidateArgs) -> Result<(), String> {
 struct Batch {
     keys: Vec<Vec<u8>>,
     seen: HashSet<Vec<u8>>,
-    /// Commit times (PostgreSQL epoch, µs) of the transactions the batch completes.
-    commits: Vec<i64>,
+    /// Commit times (PostgreSQL epoch, µs) of the transactions the batch completes, and
+    /// when their Commit messages arrived here.
+    commits: Vec<(i64, std::time::Instant)>,
     last_commit: Option<Lsn>,
 }
 
@@ -100,11 +101,15 @@ async fn flush(
         client.update_applied_lsn(lsn);
     }
     let now = now_unix_micros();
+    let acked = std::time::Instant::now();
     let mut s = stats.lock().expect("stats lock");
     s.keys_sent += batch.keys.len() as u64;
     s.transactions += batch.commits.len() as u64;
-    for &c in &batch.commits {
-        s.record_latency(now - (c + PG_EPOCH_OFFSET_MICROS));
+    for &(c, received) in &batch.commits {
+        s.record_latency(
+            now - (c + PG_EPOCH_OFFSET_MICROS),
+            acked.duration_since(received).as_micros() as i64,
+        );
     }
     if let Some(lsn) = batch.last_commit {
         s.confirmed_lsn = lsn.to_string();
@@ -285,7 +290,9 @@ async fn session(
             } => {
                 in_transaction = false;
                 batch.last_commit = Some(end_lsn);
-                batch.commits.push(commit_time_micros);
+                batch
+                    .commits
+                    .push((commit_time_micros, std::time::Instant::now()));
             }
             ReplicationEvent::KeepAlive { wal_end, .. } if !in_transaction && batch.is_empty() => {
                 // Everything before the server's send position was received and is

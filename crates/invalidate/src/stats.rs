@@ -22,6 +22,8 @@ pub struct Stats {
     /// Microseconds from a transaction's commit (PostgreSQL's clock) to the moment all its
     /// deletes were acknowledged or spooled (ours); both clocks are the same on one host.
     latency: Histogram<u64>,
+    /// Microseconds from the Commit message's arrival here to the same moment: our share.
+    local_latency: Histogram<u64>,
 }
 
 impl Default for Stats {
@@ -36,13 +38,18 @@ impl Default for Stats {
             confirmed_lsn: String::new(),
             sinks: Vec::new(),
             latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
+            local_latency: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("histogram bounds"),
         }
     }
 }
 
 impl Stats {
-    pub fn record_latency(&mut self, micros: i64) {
-        self.latency.saturating_record(micros.max(1) as u64);
+    /// Records one transaction: from its commit, and from its arrival here, to its ack.
+    pub fn record_latency(&mut self, since_commit: i64, since_arrival: i64) {
+        self.latency.saturating_record(since_commit.max(1) as u64);
+        self.local_latency
+            .saturating_record(since_arrival.max(1) as u64);
     }
 
     pub fn render(&self) -> String {
@@ -76,15 +83,19 @@ impl Stats {
         stat("spooled", total(|s| s.spooled));
         stat("replayed", total(|s| s.replayed));
         stat("target_failures", total(|s| s.failures));
-        let h = &self.latency;
-        stat("latency_count", h.len().to_string());
-        for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
-            stat(
-                &format!("latency_{name}_us"),
-                h.value_at_quantile(q).to_string(),
-            );
+        stat("latency_count", self.latency.len().to_string());
+        for (prefix, h) in [
+            ("latency", &self.latency),
+            ("local_latency", &self.local_latency),
+        ] {
+            for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
+                stat(
+                    &format!("{prefix}_{name}_us"),
+                    h.value_at_quantile(q).to_string(),
+                );
+            }
+            stat(&format!("{prefix}_max_us"), h.max().to_string());
         }
-        stat("latency_max_us", h.max().to_string());
         out.push_str("END\r\n");
         out
     }
@@ -106,7 +117,10 @@ pub async fn listen(addr: &str, stats: Arc<Mutex<Stats>>) -> Result<(), String> 
                     let reply = match line.trim() {
                         "stats" => stats.lock().expect("stats lock").render(),
                         "reset" => {
-                            stats.lock().expect("stats lock").latency.reset();
+                            let mut s = stats.lock().expect("stats lock");
+                            s.latency.reset();
+                            s.local_latency.reset();
+                            drop(s);
                             "RESET\r\n".to_owned()
                         }
                         "quit" => break,
