@@ -324,6 +324,21 @@ def test_postgres_restart_loses_nothing(
     case.finish()
 
 
+def test_unix_socket_dsn(pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]) -> None:
+    """`host=/dir` in the DSN: both the SQL and the replication connection use the socket."""
+    pg.script("DROP TABLE IF EXISTS sock; CREATE TABLE sock (id int PRIMARY KEY); INSERT INTO sock VALUES (1);")
+    c = Cache(cache.port or 0)
+    cfg = base_config(pg, "u", cache.port or 0, {"sock": ["sock:{id}"]})
+    cfg["source"]["dsn"] = f"host={pg.dir} port={pg.port} user=postgres dbname=postgres"
+    inv = Invalidator(cfg, workdir).start()
+    invalidators.append(inv)
+    c.set_many({"sock:1": "v", "sock:2": "v"})
+    pg.script("UPDATE sock SET id = 2;")
+    assert wait_until(lambda: not c.present(["sock:1", "sock:2"]))
+    inv.stop()
+    drop_slot(pg, "u")
+
+
 def test_overlong_key_is_counted_not_sent(
     pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:
