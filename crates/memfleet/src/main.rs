@@ -21,6 +21,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Route memcached traffic to pools of servers (a drop-in for twemproxy/nutcracker).
     Route(router::RouteArgs),
+    /// Delete cache keys as PostgreSQL rows change (logical replication, pgoutput).
+    Invalidate(invalidate::InvalidateArgs),
 }
 
 fn main() {
@@ -29,6 +31,7 @@ fn main() {
         Command::Serve(args) => server::serve(args),
         Command::Bench(args) => bench::run(args).map(|_| ()),
         Command::Route(args) => router::run(args),
+        Command::Invalidate(args) => invalidate::run(args),
     };
     if let Err(e) = result {
         eprintln!("memfleet: {e}");

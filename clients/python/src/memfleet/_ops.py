@@ -454,7 +454,12 @@ class Operations(ClientCore[S]):
                             # release the stub so the next caller can win
                             yield Call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
                         raise
-                    yield from self._store(b"set", key, value, ttl)
+                    # Fill only over the item we won: if it was deleted meanwhile (a write
+                    # invalidated the row), the value loaded may predate that write.
+                    if lease.cas:
+                        yield from self._store(b"cas", key, value, ttl, lease.cas)
+                    else:
+                        yield from self._store(b"set", key, value, ttl)
                     return value
                 if lease.hit:
                     value = yield from self._decode(lease.data, lease.flags, MISSING)

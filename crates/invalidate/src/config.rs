@@ -1,0 +1,516 @@
+//! `invalidate.yml`: what to read (source, tables and key templates) and where to send
+//! deletes (targets). Pure: text in, a checked `Config` or one-line error out.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ring::{Distribution, Hash};
+use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::template::Template;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// libpq keyword/value string or `postgres://` URL.
+    pub dsn: String,
+    pub slot: String,
+    pub publication: String,
+}
+
+/// Where a server listens: `host:port` or a unix socket path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Addr {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Addr::Tcp(a) => f.write_str(a),
+            Addr::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolServer {
+    pub addr: Addr,
+    pub ring: ring::Server,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// One memcached server or `memfleet route` listener: every key goes there.
+    Memcached(Addr),
+    /// Servers a key is spread over as the router spreads it: each key goes to one.
+    Pool {
+        servers: Vec<PoolServer>,
+        hash: Hash,
+        distribution: Distribution,
+        hash_tag: Option<[u8; 2]>,
+    },
+}
+
+/// Which row changes of a table cause deletes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Changes {
+    pub insert: bool,
+    pub update: bool,
+    pub delete: bool,
+}
+
+impl Changes {
+    pub const ALL: Changes = Changes {
+        insert: true,
+        update: true,
+        delete: true,
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableSpec {
+    pub schema: String,
+    pub name: String,
+    pub templates: Vec<Template>,
+    pub changes: Changes,
+}
+
+impl TableSpec {
+    /// `schema.name`, each part double-quoted for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+
+    pub fn display_name(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub source: Source,
+    pub targets: Vec<TargetSpec>,
+    pub tables: Vec<TableSpec>,
+    /// Most keys written to one target in one batch.
+    pub max_batch_keys: usize,
+    /// How long to wait before giving up on a batch's replies.
+    pub ack_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// How often to try a target again whose deletes are spooled.
+    pub retry_interval: Duration,
+    pub spool_dir: PathBuf,
+    /// `host:port` for the stats listener, if any.
+    pub stats: Option<String>,
+}
+
+pub const DEFAULT_MAX_BATCH_KEYS: usize = 8192;
+pub const DEFAULT_ACK_TIMEOUT_MS: u64 = 2000;
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 1000;
+pub const DEFAULT_RETRY_INTERVAL_MS: u64 = 1000;
+pub const DEFAULT_SPOOL_DIR: &str = "memfleet-invalidate.spool";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+fn get<'a>(map: &'a Yaml, key: &str) -> Option<&'a Yaml> {
+    map.as_hash()?.get(&Yaml::String(key.to_owned()))
+}
+
+fn string(y: &Yaml, what: &str) -> Result<String, ConfigError> {
+    match y {
+        Yaml::String(s) => Ok(s.clone()),
+        Yaml::Integer(i) => Ok(i.to_string()),
+        _ => err(format!("{what} must be a string")),
+    }
+}
+
+fn millis(root: &Yaml, key: &str, default: u64) -> Result<Duration, ConfigError> {
+    match get(root, key) {
+        None => Ok(Duration::from_millis(default)),
+        Some(Yaml::Integer(n)) if *n > 0 => Ok(Duration::from_millis(*n as u64)),
+        Some(_) => err(format!("{key} must be a positive number of milliseconds")),
+    }
+}
+
+fn check_keys(map: &Yaml, what: &str, allowed: &[&str]) -> Result<(), ConfigError> {
+    let Some(h) = map.as_hash() else {
+        return err(format!("{what} must be a mapping"));
+    };
+    for k in h.keys() {
+        let k = k.as_str().unwrap_or("?");
+        if !allowed.contains(&k) {
+            return err(format!(
+                "{what}: unknown key {k:?} (known: {})",
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Slot and publication names go into replication commands unquoted, so they are held
+/// to PostgreSQL's slot-name rule: lower-case letters, digits and underscores.
+fn check_name(name: &str, what: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        err(format!(
+            "source.{what} {name:?} must be 1-63 lower-case letters, digits or underscores"
+        ))
+    }
+}
+
+fn parse_addr(s: &str, what: &str) -> Result<Addr, ConfigError> {
+    if s.starts_with('/') {
+        return Ok(Addr::Unix(PathBuf::from(s)));
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(Addr::Tcp(s.to_owned()))
+        }
+        _ => err(format!(
+            "{what} {s:?} is not host:port or /unix/socket/path"
+        )),
+    }
+}
+
+/// A pool server as nutcracker.yml writes it: `host:port:weight [name]`, or `host:port`
+/// (weight 1). Placed on the ring exactly as `memfleet route` places it.
+fn parse_pool_server(s: &str) -> Result<PoolServer, ConfigError> {
+    let bad = || {
+        err(format!(
+            "pool server {s:?} is not \"host:port[:weight] [name]\""
+        ))
+    };
+    let (spec, name) = match s.split_once(' ') {
+        Some((spec, name)) if !name.trim().is_empty() => (spec, Some(name.trim())),
+        Some(_) => return bad(),
+        None => (s, None),
+    };
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (host, port, weight) = match parts.as_slice() {
+        [host, port] => (*host, *port, "1"),
+        [host, port, weight] => (*host, *port, *weight),
+        _ => return bad(),
+    };
+    let (Ok(port), Ok(weight)) = (port.parse::<u16>(), weight.parse::<u32>()) else {
+        return bad();
+    };
+    if host.is_empty() || port == 0 || weight == 0 {
+        return bad();
+    }
+    let mut server = ring::Server::new(host, port, weight);
+    if let Some(name) = name {
+        server = server.named(name);
+    }
+    Ok(PoolServer {
+        addr: Addr::Tcp(format!("{host}:{port}")),
+        ring: server,
+    })
+}
+
+fn parse_target(y: &Yaml) -> Result<TargetSpec, ConfigError> {
+    if let Some(addr) = get(y, "memcached") {
+        check_keys(y, "a memcached target", &["memcached"])?;
+        let addr = string(addr, "targets[].memcached")?;
+        return Ok(TargetSpec::Memcached(parse_addr(&addr, "target")?));
+    }
+    let Some(pool) = get(y, "pool") else {
+        return err("each target must be {memcached: host:port} or {pool: {servers: [...]}}");
+    };
+    check_keys(
+        pool,
+        "pool",
+        &["servers", "hash", "distribution", "hash_tag"],
+    )?;
+    let servers = match get(pool, "servers").and_then(Yaml::as_vec) {
+        Some(v) if !v.is_empty() => v
+            .iter()
+            .map(|s| parse_pool_server(&string(s, "pool.servers[]")?))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return err("pool.servers must be a non-empty list"),
+    };
+    let hash = match get(pool, "hash") {
+        None => Hash::Fnv1a64,
+        Some(h) => {
+            let h = string(h, "pool.hash")?;
+            Hash::from_name(&h)
+                .ok_or_else(|| ConfigError(format!("pool.hash {h:?} is not a known hash")))?
+        }
+    };
+    let distribution = match get(pool, "distribution") {
+        None => Distribution::Ketama,
+        Some(d) => {
+            let d = string(d, "pool.distribution")?;
+            match Distribution::from_name(&d) {
+                Some(d @ (Distribution::Ketama | Distribution::Modula)) => d,
+                _ => return err(format!("pool.distribution {d:?} must be ketama or modula")),
+            }
+        }
+    };
+    let hash_tag = match get(pool, "hash_tag") {
+        None => None,
+        Some(t) => match string(t, "pool.hash_tag")?.as_bytes() {
+            &[l, r] => Some([l, r]),
+            _ => return err("pool.hash_tag must be two characters"),
+        },
+    };
+    Ok(TargetSpec::Pool {
+        servers,
+        hash,
+        distribution,
+        hash_tag,
+    })
+}
+
+fn parse_table(name: &str, y: &Yaml) -> Result<TableSpec, ConfigError> {
+    let (schema, table) = match name.split_once('.') {
+        Some((s, t)) => (s, t),
+        None => ("public", name),
+    };
+    if schema.is_empty() || table.is_empty() || table.contains('.') {
+        return err(format!("table {name:?} must be schema.table or table"));
+    }
+    let (keys, changes) = match y {
+        Yaml::Array(_) => (y, Changes::ALL),
+        Yaml::Hash(_) => {
+            check_keys(y, &format!("table {name}"), &["keys", "changes"])?;
+            let keys = get(y, "keys")
+                .ok_or_else(|| ConfigError(format!("table {name}: keys is missing")))?;
+            let changes = match get(y, "changes") {
+                None => Changes::ALL,
+                Some(list) => {
+                    let mut c = Changes {
+                        insert: false,
+                        update: false,
+                        delete: false,
+                    };
+                    for item in list.as_vec().map(Vec::as_slice).unwrap_or_default() {
+                        match item.as_str() {
+                            Some("insert") => c.insert = true,
+                            Some("update") => c.update = true,
+                            Some("delete") => c.delete = true,
+                            _ => {
+                                return err(format!(
+                                    "table {name}: changes lists insert, update or delete"
+                                ))
+                            }
+                        }
+                    }
+                    if c == (Changes {
+                        insert: false,
+                        update: false,
+                        delete: false,
+                    }) {
+                        return err(format!("table {name}: changes must list at least one of insert, update, delete"));
+                    }
+                    c
+                }
+            };
+            (keys, changes)
+        }
+        _ => return err(format!("table {name}: give a list of key templates")),
+    };
+    let templates = match keys.as_vec() {
+        Some(v) if !v.is_empty() => v
+            .iter()
+            .map(|t| {
+                let t = string(t, "a key template")?;
+                Template::parse(&t).map_err(|e| ConfigError(format!("table {name}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => {
+            return err(format!(
+                "table {name}: give a non-empty list of key templates"
+            ))
+        }
+    };
+    Ok(TableSpec {
+        schema: schema.to_owned(),
+        name: table.to_owned(),
+        templates,
+        changes,
+    })
+}
+
+impl Config {
+    pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
+        let docs =
+            YamlLoader::load_from_str(text).map_err(|e| ConfigError(format!("YAML: {e}")))?;
+        let [root] = docs.as_slice() else {
+            return err("the file must hold exactly one YAML document");
+        };
+        check_keys(
+            root,
+            "the top level",
+            &[
+                "source",
+                "targets",
+                "tables",
+                "max_batch_keys",
+                "ack_timeout_ms",
+                "connect_timeout_ms",
+                "retry_interval_ms",
+                "spool_dir",
+                "stats",
+            ],
+        )?;
+        let source_y =
+            get(root, "source").ok_or_else(|| ConfigError("source is missing".into()))?;
+        check_keys(source_y, "source", &["dsn", "slot", "publication"])?;
+        let field = |k: &str, default: &str| -> Result<String, ConfigError> {
+            match get(source_y, k) {
+                Some(v) => string(v, &format!("source.{k}")),
+                None if !default.is_empty() => Ok(default.to_owned()),
+                None => err(format!("source.{k} is missing")),
+            }
+        };
+        let source = Source {
+            dsn: field("dsn", "")?,
+            slot: field("slot", "memfleet")?,
+            publication: field("publication", "memfleet")?,
+        };
+        check_name(&source.slot, "slot")?;
+        check_name(&source.publication, "publication")?;
+
+        let targets = match get(root, "targets").and_then(Yaml::as_vec) {
+            Some(v) if !v.is_empty() => {
+                v.iter().map(parse_target).collect::<Result<Vec<_>, _>>()?
+            }
+            _ => return err("targets must be a non-empty list"),
+        };
+        let tables = match get(root, "tables").and_then(Yaml::as_hash) {
+            Some(h) if !h.is_empty() => h
+                .iter()
+                .map(|(k, v)| parse_table(&string(k, "a table name")?, v))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return err("tables must be a non-empty mapping of table: [key templates]"),
+        };
+        for (i, t) in tables.iter().enumerate() {
+            if tables[..i]
+                .iter()
+                .any(|u| u.schema == t.schema && u.name == t.name)
+            {
+                return err(format!("table {} is listed twice", t.display_name()));
+            }
+        }
+        let max_batch_keys = match get(root, "max_batch_keys") {
+            None => DEFAULT_MAX_BATCH_KEYS,
+            Some(Yaml::Integer(n)) if *n > 0 => *n as usize,
+            Some(_) => return err("max_batch_keys must be a positive number"),
+        };
+        Ok(Config {
+            source,
+            targets,
+            tables,
+            max_batch_keys,
+            ack_timeout: millis(root, "ack_timeout_ms", DEFAULT_ACK_TIMEOUT_MS)?,
+            connect_timeout: millis(root, "connect_timeout_ms", DEFAULT_CONNECT_TIMEOUT_MS)?,
+            retry_interval: millis(root, "retry_interval_ms", DEFAULT_RETRY_INTERVAL_MS)?,
+            spool_dir: PathBuf::from(match get(root, "spool_dir") {
+                Some(d) => string(d, "spool_dir")?,
+                None => DEFAULT_SPOOL_DIR.to_owned(),
+            }),
+            stats: get(root, "stats").map(|s| string(s, "stats")).transpose()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"
+source:
+  dsn: "host=/run/postgresql port=5432 user=postgres dbname=app"
+  slot: memfleet
+  publication: memfleet
+targets:
+  - memcached: 127.0.0.1:11211
+  - pool:
+      servers: ["10.0.0.1:11211:1", "10.0.0.2:11212:2 beta"]
+      hash: md5
+      hash_tag: "{}"
+tables:
+  public.users: ["user:{id}", "email:{email}"]
+  orders:
+    keys: ["order:{id}"]
+    changes: [update, delete]
+"#;
+
+    #[test]
+    fn parses_the_sample() {
+        let c = Config::from_yaml_str(SAMPLE).unwrap();
+        assert_eq!(c.source.slot, "memfleet");
+        assert_eq!(
+            c.targets[0],
+            TargetSpec::Memcached(Addr::Tcp("127.0.0.1:11211".into()))
+        );
+        let TargetSpec::Pool {
+            servers,
+            hash,
+            distribution,
+            hash_tag,
+        } = &c.targets[1]
+        else {
+            panic!("not a pool");
+        };
+        assert_eq!(*hash, Hash::Md5);
+        assert_eq!(*distribution, Distribution::Ketama);
+        assert_eq!(*hash_tag, Some(*b"{}"));
+        assert_eq!(servers[1].ring.point_label(), "beta");
+        assert_eq!(servers[1].ring.weight, 2);
+        assert_eq!(servers[0].ring.point_label(), "10.0.0.1");
+        assert_eq!(c.tables[0].display_name(), "public.users");
+        assert_eq!(c.tables[0].templates.len(), 2);
+        assert_eq!(c.tables[1].display_name(), "public.orders");
+        assert!(!c.tables[1].changes.insert && c.tables[1].changes.update);
+        assert_eq!(c.max_batch_keys, DEFAULT_MAX_BATCH_KEYS);
+    }
+
+    #[test]
+    fn refuses_bad_configs() {
+        let base = "source: {dsn: x}\ntargets: [{memcached: 127.0.0.1:1}]\n";
+        let cases = [
+            ("", "exactly one"),
+            ("source: {dsn: x}\ntables: {t: [\"k:{id}\"]}", "targets"),
+            (&format!("{base}tables: {{t: []}}"), "non-empty list"),
+            (&format!("{base}tables: {{t: [\"k:{{id\"]}}"), "unclosed"),
+            (&format!("{base}tables: {{a.b.c: [\"k\"]}}"), "schema.table"),
+            (&format!("{base}tables: {{t: [k]}}\nbogus: 1"), "unknown key \"bogus\""),
+            ("source: {dsn: x, slot: Bad-Slot}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "lower-case"),
+            ("source: {dsn: x}\ntargets: [{memcached: nohost}]\ntables: {t: [k]}", "host:port"),
+            ("source: {dsn: x}\ntargets: [{pool: {servers: [\"h:1:0\"]}}]\ntables: {t: [k]}", "host:port[:weight]"),
+            ("source: {dsn: x}\ntargets: [{pool: {servers: [\"h:1\"], hash: nope}}]\ntables: {t: [k]}", "known hash"),
+            (&format!("{base}tables: {{t: {{keys: [k], changes: [merge]}}}}"), "insert, update or delete"),
+            (&format!("{base}tables: {{t: [k], public.t: [j]}}"), "twice"),
+        ];
+        for (text, want) in cases {
+            let e = Config::from_yaml_str(text).unwrap_err().0;
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+    }
+}

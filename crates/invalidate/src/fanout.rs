@@ -1,0 +1,278 @@
+//! Delivery of a batch of keys to every target: a plain target gets every key, a pool gets
+//! each key on the server its ring picks. Each server ("sink") has one reused connection
+//! and a spool; `deliver` returns only once every key is acknowledged or spooled.
+
+use std::io;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use ring::Ring;
+use tokio::time::Instant;
+
+use crate::config::{Addr, Config, TargetSpec};
+use crate::memcache::{Conn, Reply};
+use crate::spool::Spool;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SinkStats {
+    pub deleted: u64,
+    pub not_found: u64,
+    /// CLIENT_ERROR replies: keys the server refuses outright.
+    pub refused: u64,
+    pub spooled: u64,
+    pub replayed: u64,
+    pub failures: u64,
+}
+
+pub struct Sink {
+    pub label: String,
+    addr: Addr,
+    conn: Option<Conn>,
+    spool: Spool,
+    next_retry: Instant,
+    pub stats: SinkStats,
+}
+
+#[derive(Clone, Copy)]
+pub struct Limits {
+    pub max_batch_keys: usize,
+    pub ack_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub retry_interval: Duration,
+}
+
+/// How many keys of a chunk were settled before a failure, and the failure.
+struct Partial {
+    settled_prefix: usize,
+    /// Keys after the prefix whose replies said "retry" (SERVER_ERROR).
+    failed: Vec<usize>,
+    error: Option<io::Error>,
+}
+
+impl Sink {
+    async fn send(&mut self, keys: &[&[u8]], limits: Limits) -> Result<(), Partial> {
+        if self.conn.is_none() {
+            match Conn::connect(&self.addr, limits.connect_timeout).await {
+                Ok(c) => self.conn = Some(c),
+                Err(e) => {
+                    return Err(Partial {
+                        settled_prefix: 0,
+                        failed: Vec::new(),
+                        error: Some(e),
+                    })
+                }
+            }
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        let (replies, error) = conn.delete_all(keys, limits.ack_timeout).await;
+        let mut failed = Vec::new();
+        for (i, r) in replies.iter().enumerate() {
+            match r {
+                Reply::Deleted => self.stats.deleted += 1,
+                Reply::NotFound => self.stats.not_found += 1,
+                Reply::ClientError => self.stats.refused += 1,
+                Reply::Failed => failed.push(i),
+            }
+        }
+        if error.is_some() {
+            self.conn = None;
+        }
+        if error.is_none() && failed.is_empty() {
+            return Ok(());
+        }
+        Err(Partial {
+            settled_prefix: replies.len(),
+            failed,
+            error,
+        })
+    }
+
+    fn note_failure(&mut self, p: &Partial, limits: Limits) {
+        self.stats.failures += 1;
+        self.next_retry = Instant::now() + limits.retry_interval;
+        match &p.error {
+            Some(e) => warn!("target {}: {e}; spooling its deletes", self.label),
+            None => warn!(
+                "target {}: {} deletes failed (SERVER_ERROR); spooling them",
+                self.label,
+                p.failed.len()
+            ),
+        }
+    }
+
+    /// Delivers `keys` (in order), spooling whatever is not acknowledged. Only a spool
+    /// that cannot be written is an error: then nothing may be confirmed.
+    async fn deliver(&mut self, keys: Vec<&[u8]>, limits: Limits) -> io::Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        if !self.spool.is_empty() {
+            // Older deletes are waiting: these go behind them, to keep the order.
+            self.spool.append(&keys)?;
+            self.stats.spooled += keys.len() as u64;
+            return Ok(());
+        }
+        for (n, chunk) in keys.chunks(limits.max_batch_keys).enumerate() {
+            if let Err(p) = self.send(chunk, limits).await {
+                self.note_failure(&p, limits);
+                let mut rest: Vec<&[u8]> = p.failed.iter().map(|&i| chunk[i]).collect();
+                rest.extend_from_slice(&chunk[p.settled_prefix..]);
+                rest.extend_from_slice(&keys[((n + 1) * limits.max_batch_keys).min(keys.len())..]);
+                self.spool.append(&rest)?;
+                self.stats.spooled += rest.len() as u64;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays the spool if it is time to try the target again.
+    async fn replay(&mut self, limits: Limits) -> io::Result<()> {
+        if self.spool.is_empty() || Instant::now() < self.next_retry {
+            return Ok(());
+        }
+        let keys = self.spool.read_all()?;
+        for chunk in keys.chunks(limits.max_batch_keys) {
+            let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            if self.send(&refs, limits).await.is_err() {
+                // Whatever was sent stays in the spool: deletes are idempotent, so sending
+                // a prefix twice is harmless, while rewriting the file could lose keys.
+                self.stats.failures += 1;
+                self.next_retry = Instant::now() + limits.retry_interval;
+                return Ok(());
+            }
+            self.stats.replayed += chunk.len() as u64;
+        }
+        self.spool.clear()?;
+        info!(
+            "target {}: back; {} spooled deletes replayed",
+            self.label,
+            keys.len()
+        );
+        Ok(())
+    }
+}
+
+enum Route {
+    All(usize),
+    Pool { ring: Ring, sinks: Vec<usize> },
+}
+
+pub struct Fanout {
+    pub sinks: Vec<Sink>,
+    routes: Vec<Route>,
+    limits: Limits,
+}
+
+/// A file name for a sink's spool: its address with anything but `[A-Za-z0-9.-]` as `_`.
+fn spool_name(index: usize, addr: &Addr) -> String {
+    let text: String = addr
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{index}-{text}")
+}
+
+impl Fanout {
+    pub fn new(config: &Config) -> io::Result<Fanout> {
+        let limits = Limits {
+            max_batch_keys: config.max_batch_keys,
+            ack_timeout: config.ack_timeout,
+            connect_timeout: config.connect_timeout,
+            retry_interval: config.retry_interval,
+        };
+        let mut sinks = Vec::new();
+        let mut add = |label: String, addr: Addr| -> io::Result<usize> {
+            let spool = Spool::open(&config.spool_dir, &spool_name(sinks.len(), &addr))?;
+            if !spool.is_empty() {
+                info!(
+                    "target {label}: spool {} has deletes to replay",
+                    spool.path().display()
+                );
+            }
+            sinks.push(Sink {
+                label,
+                addr,
+                conn: None,
+                spool,
+                next_retry: Instant::now(),
+                stats: SinkStats::default(),
+            });
+            Ok(sinks.len() - 1)
+        };
+        let mut routes = Vec::new();
+        for t in &config.targets {
+            routes.push(match t {
+                TargetSpec::Memcached(addr) => Route::All(add(addr.to_string(), addr.clone())?),
+                TargetSpec::Pool {
+                    servers,
+                    hash,
+                    distribution,
+                    hash_tag,
+                } => {
+                    let ids = servers
+                        .iter()
+                        .map(|s| add(format!("pool server {}", s.addr), s.addr.clone()))
+                        .collect::<io::Result<Vec<_>>>()?;
+                    let ring = Ring::new(
+                        servers.iter().map(|s| s.ring.clone()).collect(),
+                        *distribution,
+                        *hash,
+                    )
+                    .with_hash_tag(*hash_tag);
+                    Route::Pool { ring, sinks: ids }
+                }
+            });
+        }
+        Ok(Fanout {
+            sinks,
+            routes,
+            limits,
+        })
+    }
+
+    /// Sends every key to every target (its pool server for a pool), all sinks at once.
+    /// Returns when each key is acknowledged or spooled.
+    pub async fn deliver(&mut self, keys: &[Vec<u8>]) -> io::Result<()> {
+        let mut per_sink: Vec<Vec<&[u8]>> = vec![Vec::new(); self.sinks.len()];
+        for route in &self.routes {
+            match route {
+                Route::All(s) => per_sink[*s].extend(keys.iter().map(Vec::as_slice)),
+                Route::Pool { ring, sinks } => {
+                    for k in keys {
+                        if let Some(i) = ring.server_for(k) {
+                            per_sink[sinks[i]].push(k);
+                        }
+                    }
+                }
+            }
+        }
+        let limits = self.limits;
+        let results = join_all(
+            self.sinks
+                .iter_mut()
+                .zip(per_sink)
+                .map(|(sink, keys)| sink.deliver(keys, limits)),
+        )
+        .await;
+        results.into_iter().collect()
+    }
+
+    /// Tries the targets with spooled deletes again (at most once per retry interval each).
+    pub async fn replay_spools(&mut self) -> io::Result<()> {
+        let limits = self.limits;
+        let results = join_all(self.sinks.iter_mut().map(|s| s.replay(limits))).await;
+        results.into_iter().collect()
+    }
+
+    pub fn spooling(&self) -> bool {
+        self.sinks.iter().any(|s| !s.spool.is_empty())
+    }
+}

@@ -1,0 +1,399 @@
+//! From decoded row changes to cache keys: remembers each relation's columns (pgoutput
+//! sends a Relation message before a table's first change on a connection) and renders the
+//! configured templates over new and old rows. Pure.
+
+use std::collections::HashMap;
+
+use crate::config::{Changes, TableSpec};
+use crate::pgoutput::{Message, Value};
+use crate::template::{check_key, BadKey, Template};
+
+struct Relation {
+    /// Index into the configured tables; `None` for a table the publication carries but
+    /// the configuration does not name.
+    table: Option<usize>,
+    columns: HashMap<String, usize>,
+}
+
+/// Keys that could not be sent, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Longer than memcached's 250 bytes.
+    pub too_long: u64,
+    /// Containing a space or control byte.
+    pub bad_byte: u64,
+    /// A template column was NULL or absent from the change (an old row without
+    /// REPLICA IDENTITY covering it).
+    pub unresolved: u64,
+}
+
+/// What the caller should hear about a skipped key (to log it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct SkipNote {
+    pub table: String,
+    pub template: String,
+    pub reason: BadKey,
+    pub key: Vec<u8>,
+}
+
+/// A row change's relation, new row, old row, and whether the table wants its kind.
+type RowChange<'m, 'v> = (
+    u32,
+    Option<&'m [Value<'v>]>,
+    Option<&'m [Value<'v>]>,
+    fn(Changes) -> bool,
+);
+
+pub struct KeyMaker {
+    tables: Vec<TableSpec>,
+    relations: HashMap<u32, Relation>,
+    pub skipped: Skipped,
+    /// Row changes to tables the configuration does not name, and TRUNCATEs (which carry no
+    /// rows to compute keys from).
+    pub ignored_changes: u64,
+    pub truncates: u64,
+}
+
+/// Looks a column up in a tuple: its text, or for an unchanged TOAST value the old row's.
+fn column<'v>(
+    rel: &Relation,
+    name: &str,
+    row: &[Value<'v>],
+    fallback: Option<&[Value<'v>]>,
+) -> Option<&'v [u8]> {
+    let &i = rel.columns.get(name)?;
+    match row.get(i)? {
+        Value::Text(v) | Value::Binary(v) => Some(v),
+        Value::Null => None,
+        Value::UnchangedToast => match fallback?.get(i)? {
+            Value::Text(v) | Value::Binary(v) => Some(v),
+            _ => None,
+        },
+    }
+}
+
+impl KeyMaker {
+    pub fn new(tables: Vec<TableSpec>) -> KeyMaker {
+        KeyMaker {
+            tables,
+            relations: HashMap::new(),
+            skipped: Skipped::default(),
+            ignored_changes: 0,
+            truncates: 0,
+        }
+    }
+
+    /// Handles one message; appends the keys a row change invalidates to `out` and returns
+    /// notes on keys that were rendered but cannot be sent.
+    pub fn apply(&mut self, msg: &Message<'_>, out: &mut Vec<Vec<u8>>) -> Vec<SkipNote> {
+        let mut notes = Vec::new();
+        let (relation, new, old, want): RowChange<'_, '_> = match msg {
+            Message::Relation {
+                id,
+                namespace,
+                name,
+                columns,
+                ..
+            } => {
+                let table = self
+                    .tables
+                    .iter()
+                    .position(|t| &t.schema == namespace && &t.name == name);
+                let columns = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name.clone(), i))
+                    .collect();
+                self.relations.insert(*id, Relation { table, columns });
+                return notes;
+            }
+            Message::Insert { relation, new } => (*relation, Some(new), None, |c| c.insert),
+            Message::Update { relation, old, new } => (
+                *relation,
+                Some(new),
+                old.as_ref().map(|(_, o)| o.as_slice()),
+                |c| c.update,
+            ),
+            Message::Delete { relation, old } => (*relation, None, Some(&old.1), |c| c.delete),
+            Message::Truncate { .. } => {
+                self.truncates += 1;
+                return notes;
+            }
+            _ => return notes,
+        };
+        let Some(rel) = self.relations.get(&relation) else {
+            // pgoutput always describes a relation before its first change; a change for
+            // an unknown one means a decoding bug, so it is counted rather than guessed at.
+            self.ignored_changes += 1;
+            return notes;
+        };
+        let Some(table) = rel.table.map(|i| &self.tables[i]) else {
+            self.ignored_changes += 1;
+            return notes;
+        };
+        if !want(table.changes) {
+            return notes;
+        }
+        let first = out.len();
+        for t in &table.templates {
+            let render = |row: &[Value<'_>], fallback: Option<&[Value<'_>]>, t: &Template| {
+                t.render(|name| column(rel, name, row, fallback))
+            };
+            let new_key = new.map(|row| render(row, old, t));
+            let old_key = old.map(|row| render(row, None, t));
+            let mut push = |key: Option<Vec<u8>>| match key {
+                None => self.skipped.unresolved += 1,
+                Some(k) => match check_key(&k) {
+                    Ok(()) => {
+                        if !out[first..].contains(&k) {
+                            out.push(k);
+                        }
+                    }
+                    Err(reason) => {
+                        match reason {
+                            BadKey::TooLong => self.skipped.too_long += 1,
+                            BadKey::BadByte => self.skipped.bad_byte += 1,
+                        }
+                        notes.push(SkipNote {
+                            table: table.display_name(),
+                            template: t.source().to_owned(),
+                            reason,
+                            key: k,
+                        });
+                    }
+                },
+            };
+            match (new_key, old_key) {
+                (Some(n), None) => push(n),
+                (None, Some(o)) => push(o),
+                (Some(n), Some(o)) => {
+                    push(n);
+                    push(o);
+                }
+                (None, None) => {}
+            }
+        }
+        notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::pgoutput::{Column, OldKind};
+
+    fn maker(tables: &str) -> KeyMaker {
+        let text =
+            format!("source: {{dsn: x}}\ntargets: [{{memcached: 127.0.0.1:1}}]\ntables:\n{tables}");
+        KeyMaker::new(Config::from_yaml_str(&text).unwrap().tables)
+    }
+
+    fn relation(id: u32, name: &str, cols: &[&str]) -> Message<'static> {
+        Message::Relation {
+            id,
+            namespace: "public".into(),
+            name: name.into(),
+            replica_identity: b'd',
+            columns: cols
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Column {
+                    key: i == 0,
+                    name: (*c).into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    fn keys(m: &mut KeyMaker, msg: Message<'_>) -> Vec<String> {
+        let mut out = Vec::new();
+        m.apply(&msg, &mut out);
+        out.into_iter()
+            .map(|k| String::from_utf8(k).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn insert_update_delete() {
+        let mut m = maker("  users: [\"user:{id}\", \"user:{id}:profile\", \"email:{email}\"]");
+        keys(&mut m, relation(5, "users", &["id", "email", "bio"]));
+        let row = vec![Value::Text(b"7"), Value::Text(b"a@x"), Value::Null];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Insert {
+                    relation: 5,
+                    new: row.clone()
+                }
+            ),
+            ["user:7", "user:7:profile", "email:a@x"]
+        );
+        // An update that changes the email, with the full old row: both emails go.
+        let new = vec![
+            Value::Text(b"7"),
+            Value::Text(b"b@x"),
+            Value::UnchangedToast,
+        ];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 5,
+                    old: Some((OldKind::Full, row.clone())),
+                    new: new.clone()
+                }
+            ),
+            ["user:7", "user:7:profile", "email:b@x", "email:a@x"]
+        );
+        // Without an old row only the new keys are known.
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 5,
+                    old: None,
+                    new: new.clone()
+                }
+            ),
+            ["user:7", "user:7:profile", "email:b@x"]
+        );
+        // A key-only old row (primary key changed, REPLICA IDENTITY DEFAULT): the old id's
+        // keys go; the old email is unknowable and counted.
+        let key_only = vec![Value::Text(b"6"), Value::Null, Value::Null];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 5,
+                    old: Some((OldKind::Key, key_only.clone())),
+                    new
+                }
+            ),
+            [
+                "user:7",
+                "user:6",
+                "user:7:profile",
+                "user:6:profile",
+                "email:b@x"
+            ]
+        );
+        assert_eq!(m.skipped.unresolved, 1);
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Delete {
+                    relation: 5,
+                    old: (OldKind::Key, key_only)
+                }
+            ),
+            ["user:6", "user:6:profile"]
+        );
+        assert_eq!(m.skipped.unresolved, 2);
+    }
+
+    #[test]
+    fn unchanged_toast_takes_the_old_value() {
+        let mut m = maker("  docs: [\"doc:{slug}\"]");
+        keys(&mut m, relation(1, "docs", &["id", "slug"]));
+        let old = vec![Value::Text(b"1"), Value::Text(b"intro")];
+        let new = vec![Value::Text(b"1"), Value::UnchangedToast];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 1,
+                    old: Some((OldKind::Full, old)),
+                    new
+                }
+            ),
+            ["doc:intro"]
+        );
+    }
+
+    #[test]
+    fn change_types_and_unconfigured_tables() {
+        let mut m = maker("  users: {keys: [\"user:{id}\"], changes: [delete]}");
+        keys(&mut m, relation(1, "users", &["id"]));
+        keys(&mut m, relation(2, "other", &["id"]));
+        let row = vec![Value::Text(b"1")];
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 1,
+                new: row.clone()
+            }
+        )
+        .is_empty());
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Delete {
+                    relation: 1,
+                    old: (OldKind::Key, row.clone())
+                }
+            ),
+            ["user:1"]
+        );
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 2,
+                new: row.clone()
+            }
+        )
+        .is_empty());
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 3,
+                new: row
+            }
+        )
+        .is_empty());
+        assert_eq!(m.ignored_changes, 2);
+    }
+
+    #[test]
+    fn overlong_and_bad_keys_are_counted_not_sent() {
+        let mut m = maker("  users: [\"user:{name}\"]");
+        keys(&mut m, relation(1, "users", &["name"]));
+        let long = vec![b'x'; 250];
+        let mut out = Vec::new();
+        let notes = m.apply(
+            &Message::Insert {
+                relation: 1,
+                new: vec![Value::Text(&long)],
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, BadKey::TooLong);
+        assert_eq!(m.skipped.too_long, 1);
+        assert!(keys(
+            &mut m,
+            Message::Insert {
+                relation: 1,
+                new: vec![Value::Text(b"a b")]
+            }
+        )
+        .is_empty());
+        assert_eq!(m.skipped.bad_byte, 1);
+        // 245 bytes of value + "user:" is exactly 250: sent.
+        let fits = vec![b'y'; 245];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Insert {
+                    relation: 1,
+                    new: vec![Value::Text(&fits)]
+                }
+            )
+            .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! `memfleet invalidate`: follows PostgreSQL's logical replication stream (pgoutput) and
+//! deletes the cache keys each committed row change makes stale. A transaction's position
+//! is confirmed to the slot only after all its deletes were acknowledged or spooled, so a
+//! crash, a database restart or a cache outage loses nothing.
+
+macro_rules! warn {
+    ($($t:tt)*) => { eprintln!("memfleet invalidate: warning: {}", format_args!($($t)*)) };
+}
+macro_rules! info {
+    ($($t:tt)*) => { eprintln!("memfleet invalidate: {}", format_args!($($t)*)) };
+}
+
+pub mod config;
+pub mod fanout;
+pub mod keys;
+pub mod memcache;
+pub mod pgoutput;
+pub mod source;
+pub mod spool;
+pub mod stats;
+pub mod template;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pgwire_replication::client::ReplicationClient;
+use pgwire_replication::{Lsn, ReplicationEvent};
+
+use crate::config::Config;
+use crate::fanout::Fanout;
+use crate::keys::KeyMaker;
+use crate::pgoutput::Message;
+use crate::stats::Stats;
+use crate::template::BadKey;
+
+#[derive(clap::Args, Debug)]
+pub struct InvalidateArgs {
+    /// The configuration file (YAML): source, targets and tables with key templates.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: PathBuf,
+    /// Check the configuration against the database (and create a missing publication
+    /// and slot), then exit without streaming.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn run(args: InvalidateArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&args.config)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let config =
+        Config::from_yaml_str(&text).map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    rt.block_on(stream(config, args.check))
+}
+
+/// Deletes computed since the last flush, and the newest commit they cover.
+#[derive(Default)]
+struct Batch {
+    keys: Vec<Vec<u8>>,
+    seen: HashSet<Vec<u8>>,
+    /// Commit times (PostgreSQL epoch, µs) of the transactions the batch completes, and
+    /// when their Commit messages arrived here.
+    commits: Vec<(i64, std::time::Instant)>,
+    last_commit: Option<Lsn>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.last_commit.is_none()
+    }
+}
+
+/// Seconds between the Unix epoch and PostgreSQL's (2000-01-01), in microseconds.
+const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
+
+fn now_unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Delivers the batch, then confirms its last commit: the only place the slot advances.
+async fn flush(
+    batch: &mut Batch,
+    fanout: &mut Fanout,
+    client: &ReplicationClient,
+    stats: &Mutex<Stats>,
+) -> Result<(), String> {
+    if !batch.keys.is_empty() {
+        fanout
+            .deliver(&batch.keys)
+            .await
+            .map_err(|e| format!("cannot write the spool: {e}; stopping with nothing confirmed"))?;
+    }
+    if let Some(lsn) = batch.last_commit {
+        client.update_applied_lsn(lsn);
+    }
+    let now = now_unix_micros();
+    let acked = std::time::Instant::now();
+    let mut s = stats.lock().expect("stats lock");
+    s.keys_sent += batch.keys.len() as u64;
+    s.transactions += batch.commits.len() as u64;
+    for &(c, received) in &batch.commits {
+        s.record_latency(
+            now - (c + PG_EPOCH_OFFSET_MICROS),
+            acked.duration_since(received).as_micros() as i64,
+        );
+    }
+    if let Some(lsn) = batch.last_commit {
+        s.confirmed_lsn = lsn.to_string();
+    }
+    s.sinks = fanout
+        .sinks
+        .iter()
+        .map(|k| (k.label.clone(), k.stats))
+        .collect();
+    drop(s);
+    batch.keys.clear();
+    batch.seen.clear();
+    batch.commits.clear();
+    batch.last_commit = None;
+    Ok(())
+}
+
+/// Tries targets with spooled deletes again, and publishes what the targets did.
+async fn replay(fanout: &mut Fanout, stats: &Mutex<Stats>) -> Result<(), String> {
+    fanout
+        .replay_spools()
+        .await
+        .map_err(|e| format!("cannot rewrite the spool: {e}"))?;
+    stats.lock().expect("stats lock").sinks = fanout
+        .sinks
+        .iter()
+        .map(|k| (k.label.clone(), k.stats))
+        .collect();
+    Ok(())
+}
+
+async fn stream(config: Config, check_only: bool) -> Result<(), String> {
+    let pg = source::parse_dsn(&config.source.dsn)?;
+    let prepared = source::prepare(&config, &pg).await?;
+    for w in &prepared.warnings {
+        warn!("{w}");
+    }
+    for c in &prepared.created {
+        info!("created {c}");
+    }
+    if check_only {
+        info!("configuration checked");
+        return Ok(());
+    }
+    let mut fanout = Fanout::new(&config)
+        .map_err(|e| format!("spool_dir {}: {e}", config.spool_dir.display()))?;
+    let stats = Arc::new(Mutex::new(Stats::default()));
+    if let Some(addr) = &config.stats {
+        stats::listen(addr, stats.clone()).await?;
+    }
+    let repl = source::replication_config(&config, &pg)?;
+    let mut client = ReplicationClient::connect(repl.clone())
+        .await
+        .map_err(|e| format!("replication connection to slot {}: {e}", config.source.slot))?;
+    info!(
+        "streaming slot {} (publication {}) to {} target server(s)",
+        config.source.slot,
+        config.source.publication,
+        fanout.sinks.len()
+    );
+    let mut keys = KeyMaker::new(config.tables.clone());
+    let mut batch = Batch::default();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("signal handler: {e}"))?;
+    loop {
+        let ended = session(
+            &config,
+            &mut client,
+            &mut keys,
+            &mut batch,
+            &mut fanout,
+            &stats,
+            &mut terminate,
+        )
+        .await?;
+        let Some(why) = ended else { break };
+        // The stream broke (PostgreSQL restarted, the network failed): everything not
+        // confirmed comes again from the slot, so the half-received batch is dropped.
+        warn!("{why}; reconnecting");
+        batch = Batch::default();
+        client = loop {
+            tokio::select! {
+                _ = tokio::time::sleep(config.retry_interval) => {}
+                _ = terminate.recv() => { info!("stopped"); return Ok(()); }
+                _ = tokio::signal::ctrl_c() => { info!("stopped"); return Ok(()); }
+            }
+            match ReplicationClient::connect(repl.clone()).await {
+                Ok(c) => break c,
+                Err(e) => warn!("replication connection to slot {}: {e}", config.source.slot),
+            }
+        };
+        info!("streaming slot {} again", config.source.slot);
+    }
+    // Deliver what was received, confirm it, and let the client send that position.
+    flush(&mut batch, &mut fanout, &client, &stats).await?;
+    client.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await;
+    info!("stopped");
+    Ok(())
+}
+
+/// Streams until told to stop (`Ok(None)`) or until the stream breaks (`Ok(Some(why))`);
+/// an `Err` is fatal: a message that cannot be decoded or a spool that cannot be written.
+async fn session(
+    config: &Config,
+    client: &mut ReplicationClient,
+    keys: &mut KeyMaker,
+    batch: &mut Batch,
+    fanout: &mut Fanout,
+    stats: &Mutex<Stats>,
+    terminate: &mut tokio::signal::unix::Signal,
+) -> Result<Option<String>, String> {
+    let mut fresh = Vec::new();
+    // Between a Begin and its Commit: the server's position is not ours to confirm.
+    let mut in_transaction = false;
+    loop {
+        // Wait for the stream only as long as there is nothing else to do: a pending batch
+        // goes out as soon as the stream has nothing more ready.
+        let wait = if batch.is_empty() {
+            config.retry_interval
+        } else {
+            Duration::ZERO
+        };
+        let event = tokio::select! {
+            r = tokio::time::timeout(wait, client.recv()) => r,
+            _ = terminate.recv() => return Ok(None),
+            _ = tokio::signal::ctrl_c() => return Ok(None),
+        };
+        let event = match event {
+            Err(_idle) => {
+                flush(batch, fanout, client, stats).await?;
+                replay(fanout, stats).await?;
+                continue;
+            }
+            Ok(Err(e)) => return Ok(Some(format!("replication stream: {e}"))),
+            Ok(Ok(None)) => return Ok(Some("replication stream ended".into())),
+            Ok(Ok(Some(ev))) => ev,
+        };
+        match event {
+            ReplicationEvent::XLogData { data, .. } => {
+                let msg = pgoutput::decode(&data)
+                    .map_err(|e| format!("{e}; stopping with nothing confirmed past it"))?;
+                if matches!(
+                    msg,
+                    Message::Insert { .. } | Message::Update { .. } | Message::Delete { .. }
+                ) {
+                    stats.lock().expect("stats lock").row_changes += 1;
+                }
+                for note in keys.apply(&msg, &mut fresh) {
+                    let why = match note.reason {
+                        BadKey::TooLong => "longer than 250 bytes",
+                        BadKey::BadByte => "contains a space or control character",
+                    };
+                    let shown =
+                        String::from_utf8_lossy(&note.key[..note.key.len().min(80)]).into_owned();
+                    warn!(
+                        "table {} template {:?}: key {shown:?}... ({} bytes) is {why}; not sent",
+                        note.table,
+                        note.template,
+                        note.key.len()
+                    );
+                }
+                for k in fresh.drain(..) {
+                    if batch.seen.insert(k.clone()) {
+                        batch.keys.push(k);
+                    }
+                }
+                let mut s = stats.lock().expect("stats lock");
+                s.skipped = keys.skipped;
+                s.ignored_changes = keys.ignored_changes;
+                s.truncates = keys.truncates;
+            }
+            ReplicationEvent::Begin { .. } => in_transaction = true,
+            ReplicationEvent::Commit {
+                end_lsn,
+                commit_time_micros,
+                ..
+            } => {
+                in_transaction = false;
+                batch.last_commit = Some(end_lsn);
+                batch
+                    .commits
+                    .push((commit_time_micros, std::time::Instant::now()));
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } if !in_transaction && batch.is_empty() => {
+                // Everything before the server's send position was received and is
+                // acknowledged, so the slot may move past WAL that held no changes for us
+                // (other tables, a shutdown checkpoint PostgreSQL waits on us to confirm).
+                client.update_applied_lsn(wal_end);
+            }
+            _ => {}
+        }
+        if batch.keys.len() >= config.max_batch_keys {
+            flush(batch, fanout, client, stats).await?;
+            replay(fanout, stats).await?;
+        }
+    }
+}

@@ -1,0 +1,549 @@
+"""`memfleet invalidate` against a real PostgreSQL 15 (logical replication) and Debian's
+memcached: committed row changes delete their cache keys, and nothing is lost when the
+invalidator is killed or the cache server stops answering."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Server, free_port, memcached, memfleet_bin, wait_for_port
+from pg_harness import PASSWORD, Postgres
+
+ROWS = 10_000
+TXNS = 500
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Postgres]:
+    p = Postgres(free_port()).start()
+    yield p
+    p.destroy()
+
+
+@pytest.fixture
+def cache() -> Iterator[Server]:
+    with memcached("-m", "256") as s:
+        yield s
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 90.0, step: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+class Cache:
+    """Bulk sets and presence checks against one memcached, over one pipelined socket."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def _roundtrip(self, payload: bytes, until: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
+            s.sendall(payload)
+            buf = b""
+            while not buf.endswith(until):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError("memcached closed the connection")
+                buf += chunk
+            return buf
+
+    def set_many(self, items: dict[str, str]) -> None:
+        cmds = b"".join(
+            f"set {k} 0 0 {len(v)} noreply\r\n{v}\r\n".encode() for k, v in items.items()
+        )
+        self._roundtrip(cmds + b"mn\r\n", b"MN\r\n")
+
+    def present(self, keys: list[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(keys), 200):
+            reply = self._roundtrip(f"get {' '.join(keys[i : i + 200])}\r\n".encode(), b"END\r\n")
+            for line in reply.split(b"\r\n"):
+                if line.startswith(b"VALUE "):
+                    found.add(line.split()[1].decode())
+        return found
+
+    def get(self, key: str) -> str | None:
+        reply = self._roundtrip(f"get {key}\r\n".encode(), b"END\r\n")
+        if not reply.startswith(b"VALUE "):
+            return None
+        return reply.split(b"\r\n")[1].decode()
+
+
+class Invalidator:
+    """`memfleet invalidate -c FILE` with its log in a file and a stats port."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
+        self.stats_port = free_port()
+        config = {"stats": f"127.0.0.1:{self.stats_port}", "spool_dir": str(workdir / "spool"), **config}
+        self.path = workdir / "invalidate.yml"
+        # JSON is YAML: the file is written with json.dumps.
+        self.path.write_text(json.dumps(config, indent=2))
+        self.log = workdir / "invalidate.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Invalidator:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([memfleet_bin(), "invalidate", "-c", str(self.path)], stderr=log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("invalidator exited: " + self.log.read_text())
+            try:
+                wait_for_port(self.stats_port, timeout=0.2)
+                return self
+            except TimeoutError:
+                pass
+        raise TimeoutError("invalidator did not start: " + self.log.read_text())
+
+    def stats(self) -> dict[str, str]:
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=10) as s:
+            s.sendall(b"stats\r\n")
+            buf = b""
+            while not buf.endswith(b"END\r\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        out = {}
+        for line in buf.decode().splitlines():
+            parts = line.split(" ", 2)
+            if parts[0] == "STAT" and len(parts) == 3:
+                out[parts[1]] = parts[2]
+        return out
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="memfleet-inv-") as d:
+        yield Path(d)
+
+
+@pytest.fixture
+def invalidators() -> Iterator[list[Invalidator]]:
+    started: list[Invalidator] = []
+    yield started
+    for inv in started:
+        inv.stop()
+
+
+def base_config(pg: Postgres, name: str, cache_port: int, tables: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "source": {"dsn": pg.dsn, "slot": f"s_{name}", "publication": f"p_{name}"},
+        "targets": [{"memcached": f"127.0.0.1:{cache_port}"}],
+        "tables": tables,
+        "ack_timeout_ms": 500,
+        "retry_interval_ms": 300,
+    }
+
+
+def make_users(pg: Postgres, table: str) -> None:
+    pg.script(
+        f"""
+        DROP TABLE IF EXISTS {table};
+        CREATE TABLE {table} (id int PRIMARY KEY, email text NOT NULL, name text);
+        ALTER TABLE {table} REPLICA IDENTITY FULL;
+        INSERT INTO {table} SELECT i, 'u' || i || '@x', 'n0' FROM generate_series(1, {ROWS}) i;
+        """
+    )
+
+
+def fill_cache(cache: Cache) -> tuple[list[str], list[str]]:
+    """Caches each row's keys (and each changed row's new email key) plus control keys no
+    change touches; returns (keys the updates must delete, keys that must stay)."""
+    affected = [f"user:{i}" for i in range(1, ROWS + 1)]
+    affected += [f"email:u{i}@x" for i in range(1, ROWS + 1)]
+    affected += [f"email:v{i}@y" for i in range(1, ROWS + 1) if i % 10 == 0]
+    control = [f"ctl:{i}" for i in range(1, 1001)]
+    cache.set_many({k: "cached" for k in affected + control})
+    assert cache.present(affected + control) == set(affected + control)
+    return affected, control
+
+
+def update_script(table: str, pause: float = 0.0) -> str:
+    """10,000 single-row updates in 500 transactions; every tenth row changes its email."""
+    out = []
+    per = ROWS // TXNS
+    for t in range(TXNS):
+        out.append("BEGIN;")
+        for i in range(t * per + 1, (t + 1) * per + 1):
+            if i % 10 == 0:
+                out.append(f"UPDATE {table} SET name = 'n1', email = 'v{i}@y' WHERE id = {i};")
+            else:
+                out.append(f"UPDATE {table} SET name = 'n1' WHERE id = {i};")
+        out.append("COMMIT;")
+        if pause:
+            out.append(f"SELECT pg_sleep({pause});")
+    return "\n".join(out) + "\n"
+
+
+def drop_slot(pg: Postgres, name: str) -> None:
+    pg.sql(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 's_{name}'")
+
+
+class UsersCase:
+    """A users table of ROWS rows, its keys cached, and an invalidator following it."""
+
+    def __init__(
+        self,
+        pg: Postgres,
+        cache: Server,
+        workdir: Path,
+        invalidators: list[Invalidator],
+        name: str,
+        **settings: Any,
+    ) -> None:
+        self.pg, self.name, self.table = pg, name, f"users_{name}"
+        make_users(pg, self.table)
+        self.cache = Cache(cache.port or 0)
+        cfg = base_config(pg, name, cache.port or 0, {f"public.{self.table}": ["user:{id}", "email:{email}"]})
+        self.inv = Invalidator({**cfg, **settings}, workdir).start()
+        invalidators.append(self.inv)
+        self.affected, self.control = fill_cache(self.cache)
+
+    def write(self, pause: float) -> subprocess.Popen[str]:
+        return self.pg.script_async(update_script(self.table, pause))
+
+    def wait_transactions(self, n: int) -> None:
+        assert wait_until(lambda: int(self.inv.stats()["transactions"]) >= n, step=0.02)
+
+    def check_all_invalidated(self) -> None:
+        c = self.cache
+        assert wait_until(lambda: not c.present(self.affected)), sorted(c.present(self.affected))[:10]
+        assert c.present(self.control) == set(self.control)
+
+    def finish(self) -> None:
+        self.inv.stop()
+        drop_slot(self.pg, self.name)
+
+
+def test_updates_delete_every_affected_key(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    case = UsersCase(pg, cache, workdir, invalidators, "a")
+    pg.script(update_script(case.table))
+    case.check_all_invalidated()
+    st = case.inv.stats()
+    assert int(st["transactions"]) >= TXNS
+    assert int(st["row_changes"]) == ROWS
+    # Every row's user and old email key, and the new email of every tenth row.
+    assert int(st["keys_sent"]) == len(case.affected)
+    case.finish()
+
+
+def test_kill9_midstream_loses_nothing(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    # Small batches, so the kill lands between many confirmed and unconfirmed ones.
+    case = UsersCase(pg, cache, workdir, invalidators, "b", max_batch_keys=64)
+    writer = case.write(pause=0.004)
+    case.wait_transactions(100)
+    case.inv.kill9()
+    # Changes keep committing while no invalidator runs.
+    time.sleep(1.0)
+    case.inv.start()
+    assert writer.wait(timeout=120) == 0
+    case.check_all_invalidated()
+    case.finish()
+
+
+def test_stopped_cache_server_loses_nothing(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    case = UsersCase(pg, cache, workdir, invalidators, "c")
+    writer = case.write(pause=0.01)
+    case.wait_transactions(50)
+    assert cache.proc is not None
+    cache.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(10)
+    finally:
+        cache.proc.send_signal(signal.SIGCONT)
+    assert writer.wait(timeout=120) == 0
+    case.check_all_invalidated()
+    st = case.inv.stats()
+    # The outage was noticed and bridged through the spool.
+    assert int(st["target_failures"]) > 0
+    assert int(st["spooled"]) > 0
+    assert int(st["replayed"]) > 0
+    case.finish()
+
+
+def test_postgres_restart_loses_nothing(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """PostgreSQL stops mid-stream (the writer dies with it) and comes back: every row
+    whose update committed has its keys deleted, and no other row's keys are touched."""
+    case = UsersCase(pg, cache, workdir, invalidators, "h")
+    writer = case.write(pause=0.01)
+    case.wait_transactions(50)
+    pg.stop()
+    writer.wait(timeout=60)
+    pg.start()
+    # A change after the restart, on rows the interrupted writer never reached.
+    pg.script(f"UPDATE {case.table} SET name = 'n1' WHERE id > {ROWS - 5};")
+    emails = {int(i): e for i, e in pg.sql(f"SELECT id, email FROM {case.table} WHERE name = 'n1'")}
+    updated = set(emails)
+    assert 0 < len(updated) < ROWS
+    # Each updated row's id key, its first email, and its email now (changed or not).
+    gone = [k for i, e in emails.items() for k in (f"user:{i}", f"email:u{i}@x", f"email:{e}")]
+    kept = [k for i in range(1, ROWS + 1) if i not in updated for k in (f"user:{i}", f"email:u{i}@x")]
+    c = case.cache
+    assert wait_until(lambda: not c.present(gone)), sorted(c.present(gone))[:10]
+    assert c.present(kept) == set(kept)
+    assert "reconnecting" in case.inv.log.read_text()
+    case.finish()
+
+
+def test_unix_socket_dsn(pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]) -> None:
+    """`host=/dir` in the DSN: both the SQL and the replication connection use the socket."""
+    pg.script("DROP TABLE IF EXISTS sock; CREATE TABLE sock (id int PRIMARY KEY); INSERT INTO sock VALUES (1);")
+    c = Cache(cache.port or 0)
+    cfg = base_config(pg, "u", cache.port or 0, {"sock": ["sock:{id}"]})
+    cfg["source"]["dsn"] = f"host={pg.dir} port={pg.port} user=postgres dbname=postgres"
+    inv = Invalidator(cfg, workdir).start()
+    invalidators.append(inv)
+    c.set_many({"sock:1": "v", "sock:2": "v"})
+    pg.script("UPDATE sock SET id = 2;")
+    assert wait_until(lambda: not c.present(["sock:1", "sock:2"]))
+    inv.stop()
+    drop_slot(pg, "u")
+
+
+def test_overlong_key_is_counted_not_sent(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    pg.script(
+        "DROP TABLE IF EXISTS docs; CREATE TABLE docs (id int PRIMARY KEY, slug text);"
+        "INSERT INTO docs VALUES (1, 'short'), (2, repeat('x', 300));"
+    )
+    c = Cache(cache.port or 0)
+    cfg = base_config(pg, "d", cache.port or 0, {"docs": ["doc:{slug}", "docid:{id}"]})
+    inv = Invalidator(cfg, workdir).start()
+    invalidators.append(inv)
+    c.set_many({"doc:short": "v", "docid:1": "v", "docid:2": "v"})
+    pg.script("UPDATE docs SET slug = slug WHERE id IN (1, 2);")
+    assert wait_until(lambda: not c.present(["doc:short", "docid:1", "docid:2"]))
+    st = inv.stats()
+    assert st["keys_too_long"] == "1"
+    assert int(st["refused"]) == 0
+    assert "longer than 250 bytes" in inv.log.read_text()
+    inv.stop()
+    drop_slot(pg, "d")
+
+
+def refusal(config: dict[str, Any], workdir: Path) -> str:
+    path = workdir / "bad.yml"
+    path.write_text(json.dumps({"spool_dir": str(workdir / "spool"), **config}))
+    r = subprocess.run(
+        [memfleet_bin(), "invalidate", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode != 0, r.stderr
+    return r.stderr
+
+
+def test_bad_input_is_refused_at_start(pg: Postgres, cache: Server, workdir: Path) -> None:
+    pg.script(
+        "DROP TABLE IF EXISTS accts; CREATE TABLE accts (id int PRIMARY KEY, email text);"
+        "DROP TABLE IF EXISTS other; CREATE TABLE other (id int PRIMARY KEY);"
+        "DROP PUBLICATION IF EXISTS p_e; CREATE PUBLICATION p_e FOR TABLE accts;"
+    )
+    port = cache.port or 0
+    cfg = base_config(pg, "e", port, {"accts": ["acct:{id}", "email:{emial}"]})
+    assert 'names column "emial", which the table does not have' in refusal(cfg, workdir)
+
+    cfg = base_config(pg, "e", port, {"accts": ["acct:{id}"], "other": ["o:{id}"]})
+    assert "table public.other is not in publication p_e" in refusal(cfg, workdir)
+
+    cfg = base_config(pg, "e", port, {"accts": ["acct:{id}"]})
+    cfg["source"]["dsn"] = pg.dsn.replace(PASSWORD, "wrong")
+    assert 'password authentication failed for user "postgres"' in refusal(cfg, workdir)
+
+    # A slot held by another consumer (pg_recvlogical streaming from it).
+    cfg = base_config(pg, "e", port, {"accts": ["acct:{id}"]})
+    pg.sql("SELECT pg_create_logical_replication_slot('s_e', 'pgoutput')")
+    holder = subprocess.Popen(
+        [
+            str(pg.bindir / "pg_recvlogical"),
+            "-d", f"host={pg.dir} port={pg.port} user=postgres dbname=postgres",
+            "-S", "s_e", "--start", "-o", "proto_version=1", "-o", "publication_names=p_e", "-f", "/dev/null",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert wait_until(
+            lambda: pg.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_e'") == [["t"]], 30
+        )
+        assert "replication slot s_e is in use by another consumer" in refusal(cfg, workdir)
+    finally:
+        holder.terminate()
+        holder.wait()
+    assert wait_until(
+        lambda: pg.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_e'") == [["f"]], 30
+    )
+    drop_slot(pg, "e")
+
+
+def test_config_errors_name_the_problem(workdir: Path) -> None:
+    cfg = {"source": {"dsn": "host=127.0.0.1"}, "targets": [{"memcached": "127.0.0.1:1"}], "tables": {"t": ["k:{id"]}}
+    assert "unclosed" in refusal(cfg, workdir)
+
+
+def test_leases_leave_no_stale_value(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """The NSDI'13 race: a reader misses, loads the row, and fills the cache while a writer
+    commits a newer version and the invalidator deletes the key. With lease fills
+    (`get_or_set`) no stale value may survive once the writers stop."""
+    import random
+    import threading
+
+    from memfleet import Client
+
+    rows = 20
+    pg.script(
+        "DROP TABLE IF EXISTS kv; CREATE TABLE kv (id int PRIMARY KEY, v int NOT NULL);"
+        f"INSERT INTO kv SELECT i, 0 FROM generate_series(1, {rows}) i;"
+    )
+    cfg = base_config(pg, "f", cache.port or 0, {"kv": ["kv:{id}"]})
+    inv = Invalidator(cfg, workdir).start()
+    invalidators.append(inv)
+
+    def writes(seed: int) -> str:
+        rnd = random.Random(seed)
+        out = []
+        for _ in range(300):
+            out.append(f"UPDATE kv SET v = v + 1 WHERE id = {rnd.randint(1, rows)};")
+            out.append("SELECT pg_sleep(0.005);")
+        return "\n".join(out) + "\n"
+
+    writers = [pg.script_async(writes(seed)) for seed in (1, 2)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    loads = [0]
+
+    def read(seed: int) -> None:
+        rnd = random.Random(seed)
+        client = Client([f"127.0.0.1:{cache.port}"])
+        try:
+            while not stop.is_set():
+                i = rnd.randint(1, rows)
+
+                def load(i: int = i) -> int:
+                    loads[0] += 1
+                    return int(pg.sql(f"SELECT v FROM kv WHERE id = {i}")[0][0])
+
+                client.get_or_set(f"kv:{i}", load)
+        except (OSError, RuntimeError, ValueError) as e:  # surfaced by the main thread
+            errors.append(e)
+        finally:
+            client.close()
+
+    readers = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    for t in readers:
+        t.start()
+    try:
+        for w in writers:
+            assert w.wait(timeout=180) == 0
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors
+    assert loads[0] > 0
+    time.sleep(10)
+    truth = {int(i): int(v) for i, v in pg.sql("SELECT id, v FROM kv")}
+    client = Client([f"127.0.0.1:{cache.port}"])
+    stale = {}
+    for i, v in truth.items():
+        cached = client.get(f"kv:{i}")
+        if cached is not None and cached != v:
+            stale[i] = (cached, v)
+    client.close()
+    assert not stale, f"cached (stale, current) by id: {stale}"
+    inv.stop()
+    drop_slot(pg, "f")
+
+
+def set_acked(port: int, keys: list[str]) -> None:
+    """Sets each key (value "v") through any memcached-protocol listener, waiting for every
+    STORED."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"".join(f"set {k} 0 0 1\r\nv\r\n".encode() for k in keys))
+        buf = b""
+        while buf.count(b"\r\n") < len(keys):
+            chunk = s.recv(1 << 20)
+            assert chunk, "connection closed"
+            buf += chunk
+    assert buf == b"STORED\r\n" * len(keys), buf[:200]
+
+
+def test_pool_target_hashes_like_the_router(
+    pg: Postgres, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """Keys cached through `memfleet route` (ketama over three servers) are deleted by an
+    invalidator that talks to the servers directly, hashing as the router does."""
+    from proxy_harness import Proxy, pool_yaml
+
+    rows = 2000
+    pg.script(
+        "DROP TABLE IF EXISTS acct; CREATE TABLE acct (id int PRIMARY KEY, n int);"
+        f"INSERT INTO acct SELECT i, 0 FROM generate_series(1, {rows}) i;"
+    )
+    backends = [memcached().start() for _ in range(3)]
+    servers = [f"127.0.0.1:{b.port}:1" for b in backends]
+    port = free_port()
+    router = Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port)
+    try:
+        router.start()
+        cfg = base_config(pg, "g", 0, {"acct": ["acct:{id}"]})
+        cfg["targets"] = [{"pool": {"servers": servers, "hash": "md5", "distribution": "ketama"}}]
+        inv = Invalidator(cfg, workdir).start()
+        invalidators.append(inv)
+        keys = [f"acct:{i}" for i in range(1, rows + 1)]
+        set_acked(port, keys)
+        # Every server holds a share, so a delete sent to the wrong one leaves a key behind.
+        assert all(Cache(b.port or 0).present(keys) for b in backends)
+        pg.script("BEGIN; UPDATE acct SET n = 1 WHERE id <= 1000; COMMIT; UPDATE acct SET n = 1 WHERE id > 1000;")
+        via_router = Cache(port)
+        assert wait_until(lambda: not via_router.present(keys)), sorted(via_router.present(keys))[:10]
+        assert inv.stats()["not_found"] == "0"
+        inv.stop()
+        drop_slot(pg, "g")
+    finally:
+        router.stop()
+        for b in backends:
+            b.stop()
