@@ -117,8 +117,8 @@ impl<'a> BinRequest<'a> {
         );
     }
 
-    /// A get/gat/touch miss: nothing when quiet; getk/gatk echo the key as key and body
-    /// (no text); the others answer `Not found`.
+    /// A get/gat/touch miss: nothing when quiet; getk/gatk echo the key (body = key, no
+    /// value, no text); the others answer `Not found`.
     pub fn write_miss(&self, out: &mut Vec<u8>) {
         if self.quiet {
             return;
@@ -128,7 +128,7 @@ impl<'a> BinRequest<'a> {
                 key,
                 with_key: true,
                 ..
-            } => self.reply(out, Status::KeyNotFound, 0, [&[], key, key]),
+            } => self.reply(out, Status::KeyNotFound, 0, [&[], key, &[]]),
             _ => self.write_error(out, Status::KeyNotFound),
         }
     }

@@ -409,7 +409,7 @@ fn compose_replies() {
     let m = one(&out);
     assert_eq!(
         (m.status(), m.key, m.value),
-        (Some(Status::KeyNotFound), &b"key"[..], &b"key"[..])
+        (Some(Status::KeyNotFound), &b"key"[..], &b""[..])
     );
 
     let (r, _) = request(raw(opcode::GET, &[], b"key", b"", None));
