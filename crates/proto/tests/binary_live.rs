@@ -261,11 +261,7 @@ fn every_opcode_gets_the_predicted_reply() {
     let r = one(&mut s, &get(op::GETK, b"bin missing", None));
     assert_eq!(
         (status(&r), r.value.as_slice(), r.key.as_slice()),
-        (
-            Some(Status::KeyNotFound),
-            &b""[..],
-            &b"bin missing"[..]
-        )
+        (Some(Status::KeyNotFound), &b""[..], &b"bin missing"[..])
     );
     assert!(exchange(&mut s, &get(op::GETQ, b"bin missing", None)).is_empty());
     assert!(exchange(&mut s, &get(op::GETKQ, b"bin missing", None)).is_empty());
