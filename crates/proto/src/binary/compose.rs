@@ -91,8 +91,31 @@ impl<'a> BinRequest<'a> {
         self.reply(out, status, 0, [&[], &[], message]);
     }
 
-    /// The reply to a store memcached could not allocate: out of memory for set/append/
-    /// prepend (refused as "not stored" / "exists" / "not found" by the store are separate).
+    /// The status memcached answers when the store refuses a store command as not stored:
+    /// add (without CAS) → key exists, replace (without CAS) → key not found, otherwise
+    /// (append/prepend on a missing key, CAS commands) → not stored. A CAS mismatch is key
+    /// exists and a CAS on a missing key is key not found, as for the other commands.
+    pub fn not_stored_status(&self) -> Status {
+        match (self.command, self.cas) {
+            (
+                Command::Store {
+                    cmd: StoreCmd::Add, ..
+                },
+                0,
+            ) => Status::KeyExists,
+            (
+                Command::Store {
+                    cmd: StoreCmd::Replace,
+                    ..
+                },
+                0,
+            ) => Status::KeyNotFound,
+            _ => Status::NotStored,
+        }
+    }
+
+    /// The reply when the store cannot allocate an item of an allowed size for
+    /// set/add/replace/append/prepend: out of memory, `Out of memory allocating item`.
     pub fn write_store_oom(&self, out: &mut Vec<u8>) {
         self.write_error_message(out, Status::OutOfMemory, OOM_ALLOCATING_ITEM);
     }

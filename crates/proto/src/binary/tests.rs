@@ -193,6 +193,25 @@ fn stores() {
 }
 
 #[test]
+fn not_stored_status_depends_on_the_command() {
+    let e = [0u8; 8];
+    let want = [
+        (opcode::ADDQ, Status::KeyExists),
+        (opcode::REPLACE, Status::KeyNotFound),
+        (opcode::SET, Status::NotStored),
+    ];
+    for (code, status) in want {
+        let (mut r, _) = request(raw(code, &e, b"k", b"v", None));
+        r.cas = 0;
+        assert_eq!(r.not_stored_status(), status);
+        r.cas = 1;
+        assert_eq!(r.not_stored_status(), Status::NotStored);
+    }
+    let (r, _) = request(raw(opcode::APPEND, &[], b"k", b"v", None));
+    assert_eq!(r.not_stored_status(), Status::NotStored);
+}
+
+#[test]
 fn too_large_swallows_without_waiting_for_the_value() {
     let settings = Settings {
         limits: crate::Limits {
