@@ -35,10 +35,14 @@
 //!   non-get line that arrives whole is processed; only a partial one > 2048 bytes closes.
 //! * `reply::write_base64` echoes a binary key for the `k` flag.
 //!
+//! [`binary`] is the binary protocol codec (framing, validation and replies of memcached
+//! 1.6.18's `proto_bin.c`); it has its own entry point, [`binary::parse_request`].
+//!
 //! [`stream::run`] is the reference consume/swallow loop (used by the fuzz target and tests).
 
 #![warn(missing_docs)]
 
+pub mod binary;
 pub mod forward;
 mod meta;
 mod num;
