@@ -19,6 +19,8 @@
 //! assert_ne!(ring.server_for(b"user:42"), Some(idx));
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod furc;
 pub mod hash;
 pub mod mcrouter;

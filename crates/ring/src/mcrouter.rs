@@ -67,11 +67,26 @@ pub enum PoolHash {
 #[derive(Clone, Debug, PartialEq)]
 pub enum PoolHashError {
     /// Ch3 and WeightedCh3 need 1..=2^23 servers; Crc32 needs at least one.
-    Size { hash: &'static str, servers: usize },
+    Size {
+        /// The hash function's name.
+        hash: &'static str,
+        /// How many servers the pool has.
+        servers: usize,
+    },
     /// A WeightedCh3 weight outside `[0, 1]` (or NaN).
-    Weight { index: usize, weight: f64 },
+    Weight {
+        /// Which server the weight is for.
+        index: usize,
+        /// The weight as given.
+        weight: f64,
+    },
     /// WeightedCh3 with a different number of weights than servers.
-    WeightCount { weights: usize, servers: usize },
+    WeightCount {
+        /// How many weights were given.
+        weights: usize,
+        /// How many servers the pool has.
+        servers: usize,
+    },
 }
 
 impl fmt::Display for PoolHashError {

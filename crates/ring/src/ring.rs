@@ -45,6 +45,7 @@ impl Distribution {
         }
     }
 
+    /// The name twemproxy's `distribution:` gives this distribution.
     pub fn name(self) -> &'static str {
         match self {
             Distribution::Ketama => "ketama",
@@ -72,15 +73,18 @@ impl std::str::FromStr for Distribution {
 /// the point names, so `localhost` and `127.0.0.1` give different rings.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Server {
+    /// Host name or address as configured, or a unix socket path.
     pub host: String,
     /// 0 means a unix socket path in `host` (as in twemproxy).
     pub port: u16,
+    /// Relative share of the keys (ketama points or modula slots).
     pub weight: u32,
     /// twemproxy node name (`host:port:weight name`); replaces the address in point names.
     pub name: Option<String>,
 }
 
 impl Server {
+    /// A server without a node name.
     pub fn new(host: impl Into<String>, port: u16, weight: u32) -> Server {
         Server {
             host: host.into(),
@@ -90,6 +94,7 @@ impl Server {
         }
     }
 
+    /// The same server with a twemproxy node name.
     pub fn named(mut self, name: impl Into<String>) -> Server {
         self.name = Some(name.into());
         self
@@ -111,6 +116,7 @@ impl Server {
 /// One point on a ketama continuum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Point {
+    /// Position on the continuum: the hash value keys at or below it map to.
     pub value: u32,
     /// Index into the configured server list.
     pub index: u32,
@@ -213,26 +219,32 @@ impl Ring {
         self
     }
 
+    /// The configured servers, live or not, in configuration order.
     pub fn servers(&self) -> &[Server] {
         &self.servers
     }
 
+    /// Which servers the last rebuild kept (index as in [`Ring::servers`]).
     pub fn live(&self) -> &[bool] {
         &self.live
     }
 
+    /// How many servers are live.
     pub fn live_count(&self) -> usize {
         self.live.iter().filter(|&&l| l).count()
     }
 
+    /// How keys are spread over the servers.
     pub fn distribution(&self) -> Distribution {
         self.distribution
     }
 
+    /// The key hash function.
     pub fn hash(&self) -> Hash {
         self.hash
     }
 
+    /// The hash tag delimiters, if keys are hashed by their tagged part only.
     pub fn hash_tag(&self) -> Option<[u8; 2]> {
         self.hash_tag
     }

@@ -5,7 +5,9 @@ use std::fmt;
 /// One step into a JSON document.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seg {
+    /// An object member, by key.
     Key(String),
+    /// An array element, by position.
     Index(usize),
 }
 
@@ -29,14 +31,20 @@ impl fmt::Display for Path {
 /// A config the router must refuse. `line`/`column` are 1-based; 0 when unknown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The config file's name as given.
     pub file: String,
+    /// 1-based line of the offending value; 0 when unknown.
     pub line: usize,
+    /// 1-based column of the offending value; 0 when unknown.
     pub column: usize,
+    /// Key path to the offending value.
     pub path: Path,
+    /// What is wrong, for the operator.
     pub message: String,
 }
 
 impl ConfigError {
+    /// An error at `line`:`column` of `file` with no key path.
     pub fn at(file: &str, line: usize, column: usize, message: &str) -> ConfigError {
         ConfigError {
             file: file.to_owned(),

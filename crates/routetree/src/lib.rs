@@ -14,6 +14,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod model;
 pub mod parse;

@@ -10,8 +10,11 @@ pub type RouteId = usize;
 /// A whole config after validation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// Every pool, indexed by [`PoolId`].
     pub pools: Vec<Pool>,
+    /// Every route handle, indexed by [`RouteId`]; children refer back by id.
     pub routes: Vec<Route>,
+    /// Which route a request starts in.
     pub entry: Entry,
     /// Settings accepted but not acted on (yet); validation reports them.
     pub warnings: Vec<String>,
@@ -29,7 +32,9 @@ pub enum Entry {
 /// A named set of servers (`"pools": {"A": {"servers": [...]}}` or inline with a `name`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pool {
+    /// The pool's name (its key in `pools`, or its inline `name`).
     pub name: String,
+    /// The pool's servers in order; a hash picks one by index.
     pub servers: Vec<Server>,
     /// Pool-level `weights`: PoolRoute then defaults to WeightedCh3 with them.
     pub weights: Option<Vec<f64>>,
@@ -40,10 +45,13 @@ pub struct Pool {
 /// One `host:port[:protocol[:security]]` entry; IPv6 hosts are bracketed (`[::1]:11211`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Server {
+    /// Host name or address, without brackets.
     pub host: String,
+    /// TCP port.
     pub port: u16,
     /// `ascii`, `caret`, ... as written; `None` when absent.
     pub protocol: Option<String>,
+    /// The security field as written (`plain`, `ssl`, ...); `None` when absent.
     pub security: Option<String>,
 }
 
@@ -51,8 +59,15 @@ pub struct Server {
 /// `"Pool|A"` expands to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
+    /// A route handle.
     Route(RouteId),
-    Server { pool: PoolId, index: usize },
+    /// One server of a pool.
+    Server {
+        /// The pool.
+        pool: PoolId,
+        /// The server's position in the pool.
+        index: usize,
+    },
 }
 
 /// How an `All*Route` answers once it has sent to every child.
@@ -73,8 +88,11 @@ pub enum AllMode {
 /// Error results that make FailoverRoute try the next child, per operation class.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FailoverErrors {
+    /// Errors that fail over a get-like request.
     pub gets: Vec<String>,
+    /// Errors that fail over an update.
     pub updates: Vec<String>,
+    /// Errors that fail over a delete.
     pub deletes: Vec<String>,
 }
 
@@ -82,7 +100,9 @@ pub struct FailoverErrors {
 /// `[0, 1]`) per request, holding at most `burst` (at least 1, default 1000).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FailoverLimit {
+    /// Failovers earned per request.
     pub rate: f64,
+    /// Most failovers saved up.
     pub burst: f64,
 }
 
@@ -99,8 +119,11 @@ pub enum ExptimeAction {
 /// `index_range` (half-open) and whose routing-key hash fraction is in `key_fraction_range`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shadow {
+    /// Where the copies go.
     pub target: Target,
+    /// Server indexes `[start, end)` whose keys are copied.
     pub index_range: (usize, usize),
+    /// Fraction `[a, b]` of the routing-key hash space that is copied.
     pub key_fraction_range: (f64, f64),
     /// Fraction of matching requests to copy (1.0: all).
     pub requests_fraction: f64,
@@ -111,58 +134,86 @@ pub struct Shadow {
 pub enum Route {
     /// Hash the routing key over a pool's servers.
     Pool {
+        /// The pool hashed over.
         pool: PoolId,
+        /// The hash function choosing a server.
         hash: PoolHash,
         /// Appended to the routing key before hashing.
         salt: String,
+        /// Copies of requests to other targets.
         shadows: Vec<Shadow>,
         /// Log deletes that fail, under this name (mcrouter's asynclog).
         asynclog: Option<String>,
     },
     /// Hash the routing key (plus `salt`) over arbitrary children.
     Hash {
+        /// Where the hash chooses among.
         children: Vec<Target>,
+        /// The hash function choosing a child.
         hash: PoolHash,
+        /// Appended to the routing key before hashing.
         salt: String,
     },
+    /// Send to every child; `mode` says which reply the client gets.
     All {
+        /// Which reply the client gets.
         mode: AllMode,
+        /// Every child gets the request.
         children: Vec<Target>,
     },
     /// Children in order until one does not fail with one of `errors`.
     Failover {
+        /// Tried in order.
         children: Vec<Target>,
+        /// Error results that move on to the next child.
         errors: FailoverErrors,
+        /// Rate limit on failovers; `None`: unlimited.
         limit: Option<FailoverLimit>,
     },
     /// Get-like requests go to children in order until a hit; others to the first child.
     MissFailover {
+        /// Tried in order for get-like requests.
         children: Vec<Target>,
+        /// When no child hits, reply with the best reply instead of the last.
         return_best_on_error: bool,
     },
     /// Gets try `cold`, then `warm` on a miss and fill `cold` with `exptime`; the rest go to `cold`.
     WarmUp {
+        /// Tried first, and filled on a warm hit.
         cold: Target,
+        /// Asked when `cold` misses.
         warm: Target,
+        /// Exptime of the fill of `cold`.
         exptime: u32,
     },
     /// Longest matching key prefix in `policies` (sorted), else `wildcard`.
     PrefixSelector {
+        /// Key prefix -> route, sorted by prefix.
         policies: Vec<(String, Target)>,
+        /// For keys no prefix matches.
         wildcard: Option<Target>,
     },
     /// The route for the request's operation, else `default`, else the default reply.
     OperationSelector {
+        /// Operation name (see [`crate::OPERATIONS`]) -> route, sorted.
         policies: Vec<(String, Target)>,
+        /// For operations without a policy.
         default: Option<Target>,
     },
+    /// Rewrite the exptime of updates, then send to `target`.
     ModifyExptime {
+        /// Where the rewritten request goes.
         target: Target,
+        /// The exptime to set, or the cap.
         exptime: i64,
+        /// Whether to set or cap the exptime.
         action: ExptimeAction,
     },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,
     /// An error reply carrying `message`.
-    Error { message: String },
+    Error {
+        /// The text of the error reply.
+        message: String,
+    },
 }

@@ -1,6 +1,8 @@
 //! Config reading: forms mcrouter accepts, and refusals that name file, line and key.
 
 use super::*;
+use crate::error::ConfigError;
+use ring::PoolHash;
 
 fn ok(text: &str) -> Config {
     parse_config("t.json", text).unwrap_or_else(|e| panic!("{e}"))

@@ -11,30 +11,45 @@ pub enum Plan {
     /// Send to one server.
     Send(Send),
     /// Send to every plan; `mode` says which reply to return.
-    All { mode: AllMode, plans: Vec<Plan> },
+    All {
+        /// Which reply the client gets.
+        mode: AllMode,
+        /// Every plan runs.
+        plans: Vec<Plan>,
+    },
     /// Run plans in order while the reply is one of `errors` (`limit` caps how often).
     Failover {
+        /// Tried in order.
         plans: Vec<Plan>,
+        /// Error results that move on to the next plan.
         errors: Vec<String>,
+        /// Rate limit on failovers; `None`: unlimited.
         limit: Option<FailoverLimit>,
     },
     /// Run plans in order until a hit; if none hits, the last reply (or with
     /// `return_best_on_error`, the best one).
     MissFailover {
+        /// Tried in order.
         plans: Vec<Plan>,
+        /// When no plan hits, reply with the best reply instead of the last.
         return_best_on_error: bool,
     },
     /// Get from `cold`; on a miss get from `warm`, and on a hit there add it to `cold`
     /// with `exptime`.
     WarmUp {
+        /// Tried first.
         cold: Box<Plan>,
+        /// Asked when `cold` misses.
         warm: Box<Plan>,
+        /// Exptime of the fill of `cold`.
         exptime: u32,
     },
     /// Run `main` and reply with its reply; also send each shadow (with its probability),
     /// ignoring the shadows' replies.
     Shadowed {
+        /// Whose reply the client gets.
         main: Box<Plan>,
+        /// Each shadow with the probability it gets the request.
         shadows: Vec<(f64, Plan)>,
     },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
@@ -46,7 +61,9 @@ pub enum Plan {
 /// One server and how the request reaches it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Send {
+    /// The pool.
     pub pool: PoolId,
+    /// The server's position in the pool.
     pub index: usize,
     /// Send the key with its routing prefix (the pool's `keep_routing_prefix`).
     pub keep_prefix: bool,

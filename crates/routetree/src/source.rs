@@ -7,7 +7,9 @@ use crate::error::{ConfigError, Path, Seg};
 /// A config file's cleaned text and the name to report it under.
 #[derive(Debug)]
 pub struct Source {
+    /// The name errors report the file under.
     pub name: String,
+    /// The text with comments and trailing commas blanked, so positions stay those of the file.
     pub text: String,
 }
 
