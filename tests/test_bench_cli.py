@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import proxy_harness
 import pytest
 import redis
 from harness import Conn, Server, free_port, memcached, memfleet_bin
@@ -136,6 +137,39 @@ def test_redis_protocol_against_redis_server_leaves_the_keys(rs: Server) -> None
     )
     assert "hit ratio 100.00%" in out
     r.close()
+
+
+def test_redis_protocol_through_a_redis_pool_of_memfleet_route(rs: Server) -> None:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server not installed")
+    port = free_port()
+    argv = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    argv += ["--appendonly", "no", "--logfile", "", "--loglevel", "warning"]
+    with Server(argv, port=port) as rs2:
+        listen = proxy_harness.port_in(25000, 26000)
+        servers = [f"127.0.0.1:{rs.port}:1", f"127.0.0.1:{rs2.port}:1"]
+        conf = proxy_harness.pool_yaml(
+            "r", f"127.0.0.1:{listen}", servers, redis=True, hash="murmur", distribution="ketama"
+        )
+        with proxy_harness.Proxy(conf, listen):
+            out = ok(
+                "-p", str(listen), "-P", "redis", "-t", "1", "-c", "2", "-n", "allkeys",
+                "--key-pattern", "P:P", "--ratio", "1:0", "--key-maximum", "99",
+                "--key-prefix", "rt-", "--hide-histogram",
+            )
+            assert "errors 0  connection errors 0" in out
+            # 3-key MGETs split over both servers by the router: every key found.
+            out = ok(
+                "-p", str(listen), "-P", "redis", "-t", "1", "-c", "2", "-n", "200",
+                "--ratio", "0:1", "--multi-key-get", "3", "--key-maximum", "99",
+                "--key-prefix", "rt-", "--hide-histogram",
+            )
+            assert "hit ratio 100.00%" in out
+        sizes = []
+        for s in (rs, rs2):
+            with redis.Redis(port=s.port, protocol=2) as r:
+                sizes.append(r.dbsize())
+        assert sum(sizes) == 100 and min(sizes) > 0, sizes
 
 
 def test_unsupported_memtier_options_are_refused_by_name(mc: Server) -> None:
