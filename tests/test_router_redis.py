@@ -67,10 +67,11 @@ class Proxy(proxy_harness.Proxy):
 
 
 def rc(**kw: object) -> redis.Redis:
-    """redis-py speaking RESP2: the router (like nutcracker) does not speak RESP3, and
-    redis-py 8 asks for RESP3 by default (HELLO 3, refused with NOPROTO)."""
+    """redis-py speaking RESP2 unless `protocol` says otherwise (redis-py 8 defaults to 3;
+    the RESP3 tests below use that default explicitly)."""
     kw.setdefault("socket_timeout", 10)  # a hang fails the test instead of stalling it
-    return redis.Redis(host="127.0.0.1", protocol=2, **kw)  # type: ignore[arg-type]
+    kw.setdefault("protocol", 2)
+    return redis.Redis(host="127.0.0.1", **kw)  # type: ignore[arg-type]
 
 
 def servers_of(backends: list[Server]) -> list[str]:
@@ -170,12 +171,14 @@ def reply_end(buf: bytes, pos: int) -> int | None:
     if nl < 0:
         return None
     t, line = buf[pos : pos + 1], buf[pos + 1 : nl]
-    if t in (b"+", b"-", b":"):
+    if t in (b"+", b"-", b":", b"_", b",", b"#", b"("):
         return nl + 2
     n = int(line)
-    if t == b"$":
+    if t in (b"$", b"=", b"!"):
         end = nl + 2 + max(n, 0) + (2 if n >= 0 else 0)
         return end if len(buf) >= end else None
+    if t == b"%":
+        n *= 2
     p: int | None = nl + 2
     for _ in range(max(n, 0)):
         assert p is not None
@@ -422,22 +425,146 @@ def test_auth_accepted_refused_and_noauth(router: Proxy) -> None:
         assert r.get("auth:a") == "1"
 
 
-def test_hello_2_authenticates_and_hello_3_is_refused(router: Proxy) -> None:
+def test_hello_2_and_3_authenticate_and_switch_protocol(router: Proxy) -> None:
     with raw(router.port) as s:
-        s.sendall(cmd("HELLO", "3", "AUTH", "default", BACKEND_PW) + cmd("GET", "x"))
-        assert read_replies(s, 2) == [
+        s.sendall(cmd("HELLO", "4") + cmd("HELLO", "3", "AUTH", "default", "bad") + cmd("GET", "x"))
+        assert read_replies(s, 3) == [
             b"-NOPROTO unsupported protocol version\r\n",
+            b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
             b"-NOAUTH Authentication required.\r\n",
         ]
-        s.sendall(cmd("HELLO", "2", "AUTH", "default", CLIENT_PW, "SETNAME", "me") + cmd("PING"))
-        hello, pong = read_replies(s, 2)
-        assert hello.startswith(b"*14\r\n$6\r\nserver\r\n") and b"$5\r\nproto\r\n:2\r\n" in hello
-        assert pong == b"+PONG\r\n"
-    # redis-py's default (RESP3) gets a clear refusal, not a hang.
-    resp3 = redis.Redis(port=router.port, password=BACKEND_PW)
-    with pytest.raises(redis.ResponseError, match="NOPROTO|unsupported protocol"):
-        resp3.ping()
-    resp3.close()
+        s.sendall(cmd("HELLO", "3", "AUTH", "default", BACKEND_PW) + cmd("GET", "hello:none"))
+        hello, nil = read_replies(s, 2)
+        assert hello.startswith(b"%7\r\n$6\r\nserver\r\n") and b"$5\r\nproto\r\n:3\r\n" in hello
+        assert nil == b"_\r\n"
+        # HELLO without a version keeps RESP3; HELLO 2 switches back.
+        s.sendall(cmd("HELLO") + cmd("HELLO", "2", "SETNAME", "me") + cmd("GET", "hello:none"))
+        again, hello2, nil2 = read_replies(s, 3)
+        assert again.startswith(b"%7\r\n") and hello2.startswith(b"*14\r\n")
+        assert b"$5\r\nproto\r\n:2\r\n" in hello2 and nil2 == b"$-1\r\n"
+        s.sendall(cmd("HELLO", "2", "AUTH", "default", CLIENT_PW) + cmd("PING"))
+        assert read_replies(s, 2)[1] == b"+PONG\r\n"
+
+
+# Commands whose RESP3 reply differs from RESP2 in type, and some whose does not; sent after
+# HELLO 3 to redis-server itself and through the router, the bytes must be equal.
+RESP3_SCRIPT: list[tuple[str, ...]] = [
+    ("SET", "{t}s", "v"),
+    ("GET", "{t}s"),
+    ("GET", "{t}none"),
+    ("MGET", "{t}s", "{t}none"),
+    ("INCR", "{t}n"),
+    ("INCRBYFLOAT", "{t}f", "1.5"),
+    ("LPOP", "{t}none", "2"),
+    ("HSET", "{t}h", "f", "v", "g", "w"),
+    ("HGETALL", "{t}h"),
+    ("HGETALL", "{t}none"),
+    ("HSET", "{t}h1", "f", "v"),  # one field, one member: the random picks are known
+    ("HRANDFIELD", "{t}h1", "-2", "WITHVALUES"),
+    ("HMGET", "{t}h", "f", "x"),
+    ("SADD", "{t}set", "a"),
+    ("SMEMBERS", "{t}set"),
+    ("SINTER", "{t}set", "{t}set"),
+    ("SPOP", "{t}none", "1"),
+    ("SMISMEMBER", "{t}set", "a", "b"),
+    ("ZADD", "{t}z", "1.5", "a", "2", "b", "3", "c"),
+    ("ZSCORE", "{t}z", "a"),
+    ("ZSCORE", "{t}z", "none"),
+    ("ZMSCORE", "{t}z", "a", "none"),
+    ("ZINCRBY", "{t}z", "1", "a"),
+    ("ZADD", "{t}z", "INCR", "1", "b"),
+    ("ZRANGE", "{t}z", "0", "-1"),
+    ("ZRANGE", "{t}z", "0", "-1", "WITHSCORES"),
+    ("ZREVRANGEBYSCORE", "{t}z", "+inf", "-inf", "WITHSCORES"),
+    ("ZADD", "{t}z1", "7", "m"),
+    ("ZRANDMEMBER", "{t}z1", "-2", "WITHSCORES"),
+    ("ZUNION", "1", "{t}z", "WITHSCORES"),
+    ("ZPOPMIN", "{t}z"),
+    ("ZPOPMAX", "{t}z", "1"),
+    ("ZRANK", "{t}z", "none"),
+    ("GET", "{t}h"),
+    ("EXISTS", "{t}s", "{t}none"),
+    ("TYPE", "{t}z"),
+]
+
+
+def test_resp3_replies_are_byte_equal_to_redis_server(
+    router: Proxy, backends: list[Server]
+) -> None:
+    def run(port: int, password: str) -> list[bytes]:
+        with raw(port) as s:
+            s.sendall(cmd("HELLO", "3", "AUTH", "default", password))
+            assert read_replies(s, 1)[0].startswith(b"%7\r\n")
+            s.sendall(b"".join(cmd(*c) for c in RESP3_SCRIPT))
+            return read_replies(s, len(RESP3_SCRIPT))
+
+    routed = run(router.port, BACKEND_PW)
+    home = backends[where(backends, ["{t}s"])["{t}s"]]
+    for b in backends:
+        with direct(b) as r:
+            r.flushall()
+    reference = run(home.port, BACKEND_PW)
+    for c, got, want in zip(RESP3_SCRIPT, routed, reference):
+        assert (c, got) == (c, want)
+
+
+def test_redis_py_with_each_protocol(router: Proxy, backends: list[Server]) -> None:
+    """redis-py's default (RESP3 in redis-py 8), explicit RESP3 and RESP2: the same answers."""
+    for protocol in (None, 3, 2):
+        redis_py_session(router, backends, protocol)
+
+
+def redis_py_session(router: Proxy, backends: list[Server], protocol: int | None) -> None:
+    for b in backends:
+        with direct(b) as d:
+            d.flushall()
+    kw: dict[str, object] = {"port": router.port, "password": BACKEND_PW}
+    kw["decode_responses"] = True
+    if protocol is None:
+        r = redis.Redis(host="127.0.0.1", socket_timeout=10, **kw)  # type: ignore[arg-type]
+    else:
+        r = rc(protocol=protocol, **kw)
+    spread = keys_on_distinct_backends(backends, router)
+    with r:
+        assert r.ping() is True
+        assert r.set("py:s", "v") is True and r.get("py:s") == "v"
+        assert r.get("py:none") is None
+        assert r.incr("py:n") == 1 and r.incrby("py:n", 4) == 5
+        r.mset({k: k.upper() for k in spread})
+        assert r.mget([*spread, "py:none"]) == [k.upper() for k in spread] + [None]
+        assert r.delete(*spread, "py:none") == len(spread)
+        r.hset("py:h", mapping={"f": "v", "g": "w"})
+        assert r.hgetall("py:h") == {"f": "v", "g": "w"}
+        assert r.hgetall("py:none") == {}
+        r.sadd("py:set", "a", "b")
+        assert r.smembers("py:set") == {"a", "b"}
+        r.zadd("py:z", {"a": 1.5, "b": 2})
+        assert r.zscore("py:z", "a") == 1.5
+        assert r.zscore("py:z", "none") is None
+        assert r.zincrby("py:z", 1, "a") == 2.5
+        # redis-py gives pairs as tuples (RESP2, and its RESP3 default) or lists (protocol=3).
+        pairs = r.zrange("py:z", 0, -1, withscores=True)
+        assert [tuple(p) for p in pairs] == [("b", 2.0), ("a", 2.5)]
+        assert r.zmscore("py:z", ["a", "none"]) == [2.5, None]
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            r.get("py:h")
+        pipe = r.pipeline(transaction=False)
+        for i in range(50):
+            pipe.set(f"py:p:{i}", i)
+            pipe.get(f"py:p:{i}")
+            pipe.get("py:none")
+        pipe.hgetall("py:h")
+        pipe.smembers("py:set")
+        pipe.zscore("py:z", "b")
+        pipe.mget(["py:p:1", "py:none", "py:p:2"])
+        expect: list[object] = []
+        for i in range(50):
+            expect += [True, str(i), None]
+        expect += [{"f": "v", "g": "w"}, {"a", "b"}, 2.0, ["1", None, "2"]]
+        assert pipe.execute() == expect
+        hello = r.execute_command("HELLO")
+        proto = hello["proto"] if isinstance(hello, dict) else hello[hello.index("proto") + 1]
+        assert proto == (protocol or 3)
 
 
 def test_unauthenticated_limits_like_redis(router: Proxy) -> None:

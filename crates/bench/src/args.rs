@@ -47,7 +47,8 @@ pub struct BenchArgs {
     pub key_maximum: u64,
 
     /// Key distribution, one letter or SET:GET pair: R random uniform, G gaussian,
-    /// Z zipf, S sequential. E.g. `R:R`, `S:S`, `G`.
+    /// Z zipf, S sequential (every connection walks the whole range), P parallel (every
+    /// connection walks its own slice of the range). E.g. `R:R`, `P:P`, `G`.
     #[arg(long, default_value = "R:R")]
     pub key_pattern: KeyPatterns,
 
@@ -76,7 +77,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MIN-MAX")]
     pub data_size_range: Option<SizeRange>,
 
-    /// Keys per get request (1 = plain single-key gets).
+    /// Keys per get request (1 = plain single-key gets; memtier's 0 means the same).
     #[arg(long, default_value_t = 1)]
     pub multi_key_get: usize,
 
@@ -84,18 +85,56 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SECS", conflicts_with = "requests")]
     pub test_time: Option<u64>,
 
-    /// Requests per connection (default 10000 unless --test-time is given).
+    /// Requests per connection (default 10000 unless --test-time is given), or `allkeys`:
+    /// as many as it takes to cover the key range once.
     #[arg(short = 'n', long)]
-    pub requests: Option<u64>,
+    pub requests: Option<Requests>,
 
     /// Total request rate over all connections (requests/s). Latency is then measured
     /// from each request's intended send time, so server stalls are not hidden.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rate_limiting")]
     pub rate: Option<u64>,
 
-    /// Wire protocol: text (get/set) or meta (mg/ms).
-    #[arg(long, default_value = "text")]
+    /// memtier's rate per connection (requests/s); the same as --rate of this times the
+    /// number of connections.
+    #[arg(long, value_name = "N")]
+    pub rate_limiting: Option<u64>,
+
+    /// Wire protocol: text (get/set; memtier's `memcache_text`), meta (mg/ms) or redis
+    /// (RESP2 SET/GET/MGET; also `resp2`).
+    #[arg(short = 'P', long, default_value = "text")]
     pub protocol: Protocol,
+
+    /// Run the whole test this many times; each run is reported, then their aggregate.
+    #[arg(short = 'x', long, default_value_t = 1)]
+    pub run_count: u32,
+
+    /// Latency percentiles shown in the report table, comma-separated.
+    #[arg(long, value_name = "LIST", default_value = "50,99,99.9")]
+    pub print_percentiles: Percentiles,
+
+    /// Every connection draws its own random stream (always the case in memfleet bench;
+    /// accepted for memtier command lines).
+    #[arg(long)]
+    pub distinct_client_seed: bool,
+
+    /// Seed from the clock (the default here unless --seed is given; memtier's default
+    /// seed is a constant).
+    #[arg(long, conflicts_with = "seed")]
+    pub randomize: bool,
+
+    /// Values are random printable bytes (always the case; accepted for memtier command
+    /// lines).
+    #[arg(short = 'R', long)]
+    pub random_data: bool,
+
+    /// Expiry of each stored item drawn uniformly from MIN-MAX seconds.
+    #[arg(long, value_name = "MIN-MAX", conflicts_with = "ttl")]
+    pub expiry_range: Option<SizeRange>,
+
+    /// memtier options memfleet bench does not have, caught to say so by name.
+    #[command(flatten)]
+    pub unsupported: Unsupported,
 
     /// Write the final report as JSON to this file.
     #[arg(long, value_name = "PATH")]
@@ -120,6 +159,105 @@ pub struct BenchArgs {
     /// Do not print the per-second progress lines.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// memtier_benchmark options that memfleet bench refuses, each with the reason. They are
+/// parsed (hidden from --help) only so that the refusal names them and says why, rather than
+/// clap's generic "unexpected argument".
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Unsupported {
+    #[arg(long, hide = true)]
+    cluster_mode: bool,
+    #[arg(long, hide = true)]
+    tls: bool,
+    #[arg(long, hide = true, value_name = "CMD")]
+    command: Option<String>,
+    #[arg(long, hide = true)]
+    data_size_list: Option<String>,
+    #[arg(long, hide = true)]
+    data_size_pattern: Option<String>,
+    #[arg(long, hide = true)]
+    data_offset: Option<String>,
+    #[arg(long, hide = true)]
+    data_import: Option<String>,
+    #[arg(long, hide = true)]
+    data_verify: bool,
+    #[arg(long, hide = true)]
+    verify_only: bool,
+    #[arg(long, hide = true)]
+    wait_ratio: Option<String>,
+    #[arg(long, hide = true)]
+    select_db: Option<String>,
+    #[arg(long, hide = true)]
+    reconnect_interval: Option<String>,
+    #[arg(short = 'a', long, hide = true)]
+    authenticate: Option<String>,
+    #[arg(long, hide = true)]
+    print_all_runs: bool,
+}
+
+impl Unsupported {
+    /// The first refused option given, as an error message.
+    pub fn check(&self) -> Result<(), String> {
+        let given: [(bool, &str, &str); 13] = [
+            (self.cluster_mode, "--cluster-mode", "Redis Cluster is not spoken; point it at `memfleet route` instead"),
+            (self.tls, "--tls", "TLS is not supported"),
+            (self.command.is_some(), "--command", "arbitrary commands are not supported; only the set/get mix"),
+            (self.data_size_list.is_some(), "--data-size-list", "not supported yet; use --data-size-range"),
+            (self.data_size_pattern.is_some(), "--data-size-pattern", "not supported yet; sizes from --data-size-range are uniformly random"),
+            (self.data_offset.is_some(), "--data-offset", "SETRANGE/GETRANGE are not sent, only SET/GET/MGET"),
+            (self.data_import.is_some(), "--data-import", "importing data is not supported"),
+            (self.data_verify || self.verify_only, "--data-verify/--verify-only", "data verification is not supported"),
+            (self.wait_ratio.is_some(), "--wait-ratio", "WAIT (replication) is not sent"),
+            (self.select_db.is_some(), "--select-db", "not supported yet; Redis database 0 is used (a Redis pool of memfleet route selects its redis_db itself)"),
+            (self.reconnect_interval.is_some(), "--reconnect-interval", "not supported yet; connections stay open for the whole run"),
+            (self.authenticate.is_some(), "--authenticate", "authentication is not supported yet"),
+            (self.print_all_runs, "--print-all-runs", "every run is always printed"),
+        ];
+        match given.iter().find(|g| g.0) {
+            Some((_, name, why)) => {
+                Err(format!("{name} is not supported by memfleet bench: {why}"))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// `-n`: a count, or memtier's `allkeys`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requests {
+    Count(u64),
+    AllKeys,
+}
+
+impl FromStr for Requests {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("allkeys") {
+            return Ok(Requests::AllKeys);
+        }
+        s.parse()
+            .map(Requests::Count)
+            .map_err(|_| format!("requests `{s}` must be a number or `allkeys`"))
+    }
+}
+
+/// `--print-percentiles 50,90,99.9`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Percentiles(pub Vec<f64>);
+
+impl FromStr for Percentiles {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let list = s
+            .split(',')
+            .map(|p| match p.trim().parse::<f64>() {
+                Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+                _ => Err(format!("percentile `{p}` must be a number from 0 to 100")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Percentiles(list))
+    }
 }
 
 /// SET:GET mix.
@@ -162,6 +300,7 @@ pub enum KeyPattern {
     Gaussian,
     Zipf,
     Sequential,
+    Parallel,
 }
 
 impl KeyPattern {
@@ -171,8 +310,9 @@ impl KeyPattern {
             "G" | "g" => Ok(KeyPattern::Gaussian),
             "Z" | "z" => Ok(KeyPattern::Zipf),
             "S" | "s" => Ok(KeyPattern::Sequential),
+            "P" | "p" => Ok(KeyPattern::Parallel),
             other => Err(format!(
-                "unknown key pattern `{other}` (R random, G gaussian, Z zipf, S sequential)"
+                "unknown key pattern `{other}` (R random, G gaussian, Z zipf, S sequential, P parallel)"
             )),
         }
     }
@@ -227,6 +367,8 @@ impl FromStr for SizeRange {
 pub enum Protocol {
     Text,
     Meta,
+    /// RESP2: `SET`, `GET`, `MGET` (memtier's `redis`/`resp2`).
+    Redis,
 }
 
 impl FromStr for Protocol {
@@ -235,7 +377,13 @@ impl FromStr for Protocol {
         match s {
             "text" | "memcache_text" | "memcache" => Ok(Protocol::Text),
             "meta" | "memcache_meta" => Ok(Protocol::Meta),
-            _ => Err(format!("unknown protocol `{s}` (text or meta)")),
+            "redis" | "resp2" => Ok(Protocol::Redis),
+            "resp3" | "memcache_binary" => Err(format!(
+                "protocol `{s}` is not supported by memfleet bench (memcache_text, meta, redis)"
+            )),
+            _ => Err(format!(
+                "unknown protocol `{s}` (memcache_text, meta, redis)"
+            )),
         }
     }
 }
@@ -245,6 +393,7 @@ impl fmt::Display for Protocol {
         f.write_str(match self {
             Protocol::Text => "text",
             Protocol::Meta => "meta",
+            Protocol::Redis => "redis",
         })
     }
 }
@@ -268,7 +417,8 @@ pub struct Config {
     pub limit: Limit,
     pub size: SizeRange,
     pub seed: u64,
-    /// Prepopulation: each connection sends exactly its sequential slice of keys.
+    /// Each connection sends exactly its parallel slice of keys (prepopulation, `-n allkeys`
+    /// with `P:P`).
     pub one_pass: bool,
 }
 
@@ -280,8 +430,12 @@ impl BenchArgs {
         if self.pipeline == 0 {
             return Err("--pipeline must be at least 1".into());
         }
-        if self.multi_key_get == 0 {
-            return Err("--multi-key-get must be at least 1".into());
+        self.unsupported.check()?;
+        if self.run_count == 0 {
+            return Err("--run-count must be at least 1".into());
+        }
+        if self.print_percentiles.0.is_empty() {
+            return Err("--print-percentiles needs at least one percentile".into());
         }
         if self.key_minimum > self.key_maximum {
             return Err("--key-minimum is larger than --key-maximum".into());
@@ -314,28 +468,47 @@ impl BenchArgs {
         if size.max > MAX_DATA_SIZE {
             return Err(format!("data size above {MAX_DATA_SIZE} bytes"));
         }
+        let conns = (self.threads * self.clients) as u64;
+        let range = self.key_maximum - self.key_minimum + 1;
+        let parallel = self.key_pattern
+            == KeyPatterns {
+                set: KeyPattern::Parallel,
+                get: KeyPattern::Parallel,
+            };
         let limit = match (self.test_time, self.requests) {
             (Some(0), _) => return Err("--test-time must be at least 1".into()),
             (Some(t), _) => Limit::Seconds(t),
-            (None, Some(0)) => return Err("--requests must be at least 1".into()),
-            (None, Some(n)) => Limit::Requests(n),
+            (None, Some(Requests::Count(0))) => return Err("--requests must be at least 1".into()),
+            (None, Some(Requests::Count(n))) => Limit::Requests(n),
+            (None, Some(Requests::AllKeys)) => Limit::Requests(range.div_ceil(conns)),
             (None, None) => Limit::Requests(10_000),
         };
-        if self.rate == Some(0) {
-            return Err("--rate must be at least 1".into());
+        let rate = match (self.rate, self.rate_limiting) {
+            (Some(0), _) => return Err("--rate must be at least 1".into()),
+            (_, Some(0)) => return Err("--rate-limiting must be at least 1".into()),
+            (_, Some(per_conn)) => Some(per_conn.saturating_mul(conns)),
+            (r, None) => r,
+        };
+        if let Some(r) = self.expiry_range {
+            if r.max > u32::MAX as usize {
+                return Err("--expiry-range above 2^32 seconds".into());
+            }
         }
-        let seed = self.seed.unwrap_or_else(|| {
+        let seed = self.seed.filter(|_| !self.randomize).unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0x5eed)
         });
+        let mut args = self.clone();
+        args.multi_key_get = self.multi_key_get.max(1);
+        args.rate = rate;
         Ok(Config {
-            args: self.clone(),
+            args,
             limit,
             size,
             seed,
-            one_pass: false,
+            one_pass: parallel && self.requests == Some(Requests::AllKeys),
         })
     }
 }
@@ -474,5 +647,115 @@ mod tests {
         assert_eq!(a.ttl, 60);
         assert_eq!(a.validate().unwrap().seed, 9);
         assert!(parse(&["--protocol", "binary"]).is_err());
+    }
+
+    #[test]
+    fn memtier_command_lines() {
+        let a = parse(&[
+            "-s",
+            "10.0.0.5",
+            "-p",
+            "6379",
+            "-P",
+            "memcache_text",
+            "-c",
+            "8",
+            "-t",
+            "2",
+            "-n",
+            "500",
+            "-d",
+            "100",
+            "-R",
+            "--ratio=1:4",
+            "--pipeline=4",
+            "--key-pattern=P:P",
+            "--key-minimum=1",
+            "--key-maximum=999",
+            "--distinct-client-seed",
+            "--randomize",
+            "--print-percentiles",
+            "50,90,99.99",
+            "-x",
+            "3",
+            "--expiry-range=10-20",
+            "--hide-histogram",
+        ])
+        .unwrap();
+        assert_eq!(a.protocol, Protocol::Text);
+        assert_eq!(a.key_pattern.set, KeyPattern::Parallel);
+        assert_eq!(a.run_count, 3);
+        assert_eq!(a.print_percentiles, Percentiles(vec![50.0, 90.0, 99.99]));
+        assert_eq!(a.expiry_range, Some(SizeRange { min: 10, max: 20 }));
+        assert!(a.randomize && a.distinct_client_seed && a.random_data);
+        let c = a.validate().unwrap();
+        assert_eq!(c.limit, Limit::Requests(500));
+        assert!(parse(&["--randomize", "--seed", "1"]).is_err());
+        assert!(parse(&["--ttl", "5", "--expiry-range", "1-2"]).is_err());
+        for p in ["redis", "resp2"] {
+            assert_eq!(parse(&["-P", p]).unwrap().protocol, Protocol::Redis);
+        }
+        for p in ["resp3", "memcache_binary"] {
+            let e = parse(&["--protocol", p]).unwrap_err().to_string();
+            assert!(e.contains("not supported"), "{e}");
+        }
+        assert!(parse(&["--print-percentiles", "50,101"]).is_err());
+        assert!(parse(&["-x", "0"]).unwrap().validate().is_err());
+        // memtier's "no multi-get" is 0.
+        let c = parse(&["--multi-key-get", "0"])
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.args.multi_key_get, 1);
+    }
+
+    #[test]
+    fn allkeys_and_per_connection_rate() {
+        let c = parse(&[
+            "-n",
+            "allkeys",
+            "--key-pattern",
+            "P:P",
+            "--key-maximum",
+            "99",
+            "-t",
+            "2",
+            "-c",
+            "3",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        assert_eq!(c.limit, Limit::Requests(17));
+        assert!(c.one_pass);
+        let c = parse(&["-n", "ALLKEYS", "--key-maximum", "99", "-t", "1", "-c", "4"])
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!((c.limit, c.one_pass), (Limit::Requests(25), false));
+        assert!(parse(&["-n", "some"]).is_err());
+        let c = parse(&["--rate-limiting", "100", "-t", "2", "-c", "5"])
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.args.rate, Some(1000));
+        assert!(parse(&["--rate", "5", "--rate-limiting", "1"]).is_err());
+    }
+
+    #[test]
+    fn unsupported_memtier_options_are_named() {
+        for (argv, name) in [
+            (&["--cluster-mode"][..], "--cluster-mode"),
+            (&["--tls"][..], "--tls"),
+            (&["--command", "SET __key__ __data__"][..], "--command"),
+            (&["--data-size-list", "10:1,20:1"][..], "--data-size-list"),
+            (&["--select-db", "2"][..], "--select-db"),
+            (&["--reconnect-interval", "10"][..], "--reconnect-interval"),
+            (&["-a", "pw"][..], "--authenticate"),
+            (&["--wait-ratio", "1:1"][..], "--wait-ratio"),
+        ] {
+            let e = parse(argv).unwrap().validate().unwrap_err();
+            assert!(e.starts_with(name) && e.contains("not supported"), "{e}");
+        }
     }
 }

@@ -44,8 +44,8 @@ impl KeySpace {
 }
 
 impl KeyGen {
-    /// `slot`/`slots` give a sequential generator its own part of the range so that
-    /// connections do not write the same keys in lock step.
+    /// `slot`/`slots` give a parallel generator its own part of the range; a sequential one
+    /// walks the whole range from its start (memtier's S and P).
     pub fn new(pattern: KeyPattern, space: KeySpace, slot: u64, slots: u64) -> Self {
         let range = space.range();
         let kind = match pattern {
@@ -60,8 +60,11 @@ impl KeyGen {
             KeyPattern::Zipf => {
                 Kind::Zipf(Zipf::new(range, space.zipf_exp).expect("validated zipf exponent"))
             }
-            KeyPattern::Sequential => {
-                let (start, len) = seq_slice(range, slot, slots.max(1));
+            KeyPattern::Sequential | KeyPattern::Parallel => {
+                let (start, len) = match pattern {
+                    KeyPattern::Parallel => seq_slice(range, slot, slots.max(1)),
+                    _ => (0, range),
+                };
                 Kind::Sequential {
                     start: space.min + start,
                     len,
@@ -208,7 +211,8 @@ mod tests {
     #[test]
     fn sequential_walks_slice_and_wraps() {
         let mut rng = SmallRng::seed_from_u64(5);
-        let mut g = KeyGen::new(KeyPattern::Sequential, space(10, 14), 0, 1);
+        // Sequential ignores the connection's slot: every connection walks the whole range.
+        let mut g = KeyGen::new(KeyPattern::Sequential, space(10, 14), 3, 4);
         let got: Vec<u64> = (0..12).map(|_| g.next(&mut rng)).collect();
         assert_eq!(got, vec![10, 11, 12, 13, 14, 10, 11, 12, 13, 14, 10, 11]);
     }
@@ -228,7 +232,7 @@ mod tests {
         // More connections than keys: each gets one key, reused round-robin.
         assert_eq!(seq_slice(3, 4, 8), (1, 1));
         let mut rng = SmallRng::seed_from_u64(6);
-        let mut g = KeyGen::new(KeyPattern::Sequential, space(0, 9), 1, 2);
+        let mut g = KeyGen::new(KeyPattern::Parallel, space(0, 9), 1, 2);
         let got: Vec<u64> = (0..6).map(|_| g.next(&mut rng)).collect();
         assert_eq!(got, vec![5, 6, 7, 8, 9, 5]);
     }
@@ -241,6 +245,7 @@ mod tests {
             KeyPattern::Gaussian,
             KeyPattern::Zipf,
             KeyPattern::Sequential,
+            KeyPattern::Parallel,
         ] {
             let mut g = KeyGen::new(p, space(42, 42), 0, 4);
             for _ in 0..10 {

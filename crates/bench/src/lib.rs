@@ -38,10 +38,28 @@ pub fn run(args: BenchArgs) -> Result<Report, String> {
             r.stats.errors + r.stats.connection_errors
         );
     }
-    let result = runner::run_phase(&cfg, !cfg.args.quiet)?;
-    let report = Report::build(&cfg, &result);
+    let runs = cfg.args.run_count;
+    let mut total: Option<runner::PhaseResult> = None;
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(report.render(!cfg.args.hide_histogram).as_bytes());
+    for run in 1..=runs {
+        drop(out);
+        let result = runner::run_phase(&cfg, !cfg.args.quiet)?;
+        out = std::io::stdout().lock();
+        if runs > 1 {
+            let _ = write!(out, "\nRun {run} of {runs}:");
+        }
+        let report = Report::build(&cfg, &result);
+        let _ = out.write_all(report.render(!cfg.args.hide_histogram).as_bytes());
+        total = Some(match total {
+            None => result,
+            Some(t) => t.combine(result),
+        });
+    }
+    let report = Report::build(&cfg, &total.expect("run_count >= 1"));
+    if runs > 1 {
+        let _ = write!(out, "\nAggregate of {runs} runs:");
+        let _ = out.write_all(report.render(!cfg.args.hide_histogram).as_bytes());
+    }
     let _ = out.flush();
     if let Some(path) = &cfg.args.json_out_file {
         std::fs::write(path, report.to_json() + "\n")

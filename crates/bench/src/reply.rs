@@ -18,6 +18,12 @@ pub enum Expect {
     MetaGet,
     /// `mg .. q` × n then `mn` → VA blocks for hits then MN.
     MetaMultiGet,
+    /// Redis `SET` → `+OK`.
+    RedisStore,
+    /// Redis `GET` → a bulk string or nil.
+    RedisGet,
+    /// Redis `MGET` → an array of bulk strings or nils.
+    RedisMultiGet,
 }
 
 /// One complete reply.
@@ -52,6 +58,8 @@ enum State {
 pub struct ReplyParser {
     state: State,
     acc: Reply,
+    /// Elements of a Redis array reply still to read.
+    left: u64,
 }
 
 impl Default for ReplyParser {
@@ -65,6 +73,7 @@ impl ReplyParser {
         ReplyParser {
             state: State::Line,
             acc: Reply::default(),
+            left: 0,
         }
     }
 
@@ -124,6 +133,12 @@ impl ReplyParser {
     /// Handles one line; returns the reply if this line ends it. Lines are classified by
     /// [`proto::response::parse_line`], the same reader the router frames replies with.
     fn line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
+        if matches!(
+            expect,
+            Expect::RedisStore | Expect::RedisGet | Expect::RedisMultiGet
+        ) {
+            return self.resp_line(expect, line);
+        }
         let parsed = parse_line(line).map_err(|_| bad(line))?;
         if parsed == Line::Error {
             // memcached ends any reply, even a multi-get in progress, with the error line.
@@ -182,6 +197,55 @@ impl ReplyParser {
     }
 }
 
+impl ReplyParser {
+    /// One RESP line: a whole reply (`+OK`, `-ERR ..`, a nil), a bulk header (its data
+    /// follows), or an array header (its elements follow).
+    fn resp_line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
+        let (&t, rest) = line.split_first().ok_or_else(|| bad(line))?;
+        let in_array = self.left > 0;
+        let number = || proto::resp::parse_ll(rest).ok_or_else(|| bad(line));
+        match t {
+            b'-' => {
+                // An error element inside an array does not end it.
+                self.acc.error = true;
+            }
+            b'+' if expect == Expect::RedisStore => {}
+            b'*' if expect == Expect::RedisMultiGet && !in_array => {
+                let n = number()?;
+                if n > 0 {
+                    self.left = n as u64;
+                    return Ok(None);
+                }
+                // *0 or a nil array: complete.
+            }
+            b'$' if expect != Expect::RedisStore => {
+                let n = number()?;
+                if n >= 0 {
+                    self.acc.hits += 1;
+                    let last = !in_array || self.left == 1;
+                    self.left = self.left.saturating_sub(1);
+                    self.state = State::Data {
+                        remaining: n as usize + 2,
+                        then_done: last,
+                    };
+                    return Ok(None);
+                }
+                // `$-1`: a miss (misses come from the key count).
+            }
+            // RESP3 null, should a server answer in RESP3.
+            b'_' if expect != Expect::RedisStore => {}
+            _ => return Err(bad(line)),
+        }
+        if in_array {
+            self.left -= 1;
+            if self.left > 0 {
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.finish()))
+    }
+}
+
 fn bad(line: &[u8]) -> ProtocolError {
     let shown: String = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
     ProtocolError(format!("unexpected reply line `{shown}`"))
@@ -223,6 +287,41 @@ mod tests {
             String::from_utf8_lossy(&buf)
         );
         out
+    }
+
+    #[test]
+    fn redis_replies() {
+        let r = |hits, error| Reply {
+            hits,
+            misses: 0,
+            error,
+        };
+        every_split(
+            &[
+                Expect::RedisStore,
+                Expect::RedisGet,
+                Expect::RedisGet,
+                Expect::RedisMultiGet,
+                Expect::RedisMultiGet,
+                Expect::RedisStore,
+                Expect::RedisGet,
+            ],
+            b"+OK\r\n$3\r\nabc\r\n$-1\r\n*3\r\n$1\r\nx\r\n$-1\r\n$2\r\nyz\r\n*0\r\n-OOM no\r\n_\r\n",
+            &[
+                r(0, false),
+                r(1, false),
+                r(0, false),
+                r(2, false),
+                r(0, false),
+                r(0, true),
+                r(0, false),
+            ],
+        );
+        let mut p = ReplyParser::new();
+        assert!(p.parse(Expect::RedisStore, b"$3\r\nabc\r\n").is_err());
+        assert!(ReplyParser::new()
+            .parse(Expect::RedisGet, b"*x\r\n")
+            .is_err());
     }
 
     fn every_split(expects: &[Expect], stream: &[u8], want: &[Reply]) {

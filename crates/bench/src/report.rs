@@ -2,7 +2,7 @@
 
 use crate::args::Config;
 use crate::runner::PhaseResult;
-use crate::stats::{percentile_table, Latency, OpStats, Stats};
+use crate::stats::{percentile_table, percentiles, Latency, OpStats, Stats};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -11,14 +11,17 @@ pub struct OpReport {
     pub ops: u64,
     pub ops_per_sec: f64,
     pub latency: Latency,
+    /// `(percentile, µs)` for each of `--print-percentiles`.
+    pub percentiles: Vec<(f64, u64)>,
 }
 
 impl OpReport {
-    fn of(ops: &OpStats, secs: f64) -> OpReport {
+    fn of(ops: &OpStats, secs: f64, ps: &[f64]) -> OpReport {
         OpReport {
             ops: ops.ops,
             ops_per_sec: ops.ops as f64 / secs,
             latency: Latency::of(&ops.hist),
+            percentiles: percentiles(&ops.hist, ps),
         }
     }
 }
@@ -93,9 +96,10 @@ impl Report {
                 ops: s.ops(),
                 ops_per_sec: s.ops() as f64 / secs,
                 latency: Latency::of(&all),
+                percentiles: percentiles(&all, &a.print_percentiles.0),
             },
-            sets: OpReport::of(&s.sets, secs),
-            gets: OpReport::of(&s.gets, secs),
+            sets: OpReport::of(&s.sets, secs, &a.print_percentiles.0),
+            gets: OpReport::of(&s.gets, secs, &a.print_percentiles.0),
             hits: s.hits,
             misses: s.misses,
             hit_ratio: if looked == 0 {
@@ -137,21 +141,15 @@ impl Report {
             }
         );
         let _ = writeln!(o, "{:.2} s\n", self.duration_secs);
-        let _ = writeln!(
+        let _ = write!(
             o,
-            "{:<8}{:>12}{:>12}{:>12}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
-            "Type",
-            "Ops/sec",
-            "Hits/sec",
-            "Misses/sec",
-            "Avg(ms)",
-            "p50(ms)",
-            "p90(ms)",
-            "p99(ms)",
-            "p99.9(ms)",
-            "Max(ms)",
-            "KB/sec"
+            "{:<8}{:>12}{:>12}{:>12}{:>10}",
+            "Type", "Ops/sec", "Hits/sec", "Misses/sec", "Avg(ms)"
         );
+        for &(p, _) in &self.totals.percentiles {
+            let _ = write!(o, "{:>11}", format!("p{p}(ms)"));
+        }
+        let _ = writeln!(o, "{:>10}{:>12}", "Max(ms)", "KB/sec");
         let secs = self.duration_secs;
         let row = |o: &mut String, name: &str, r: &OpReport, hits: Option<(u64, u64)>, kb: f64| {
             let (h, m) = match hits {
@@ -162,18 +160,21 @@ impl Report {
                 None => ("---".into(), "---".into()),
             };
             let ms = |us: u64| us as f64 / 1000.0;
-            let _ = writeln!(
+            let _ = write!(
                 o,
-                "{:<8}{:>12.2}{:>12}{:>12}{:>10.3}{:>10.3}{:>10.3}{:>10.3}{:>10.3}{:>10.3}{:>12}",
+                "{:<8}{:>12.2}{:>12}{:>12}{:>10.3}",
                 name,
                 r.ops_per_sec,
                 h,
                 m,
                 r.latency.avg_us / 1000.0,
-                ms(r.latency.p50_us),
-                ms(r.latency.p90_us),
-                ms(r.latency.p99_us),
-                ms(r.latency.p999_us),
+            );
+            for &(_, us) in &r.percentiles {
+                let _ = write!(o, "{:>11.3}", ms(us));
+            }
+            let _ = writeln!(
+                o,
+                "{:>10.3}{:>12}",
                 ms(r.latency.max_us),
                 if kb >= 0.0 {
                     format!("{kb:.2}")

@@ -32,7 +32,8 @@ pub struct RequestGen {
     get_keys: KeyGen,
     multi: u32,
     size: SizeRange,
-    ttl: u32,
+    /// Expiry of stored items, drawn uniformly from this inclusive range (seconds).
+    ttl: (u32, u32),
     /// Shared value bytes; a value of length n is its first n bytes.
     value: std::sync::Arc<[u8]>,
     pub rng: SmallRng,
@@ -48,7 +49,7 @@ impl RequestGen {
         get_keys: KeyGen,
         multi: usize,
         size: SizeRange,
-        ttl: u32,
+        ttl: (u32, u32),
         value: std::sync::Arc<[u8]>,
         rng: SmallRng,
     ) -> Self {
@@ -95,6 +96,15 @@ impl RequestGen {
         push_u64(out, n);
     }
 
+    /// The key as a RESP bulk string.
+    fn push_bulk_key(&self, out: &mut Vec<u8>, n: u64) {
+        out.push(b'$');
+        push_u64(out, self.prefix.len() as u64 + decimal_len(n));
+        out.extend_from_slice(b"\r\n");
+        self.push_key(out, n);
+        out.extend_from_slice(b"\r\n");
+    }
+
     fn write_set(&mut self, out: &mut Vec<u8>) -> Sent {
         let key = self.set_keys.next(&mut self.rng);
         let len = if self.size.min == self.size.max {
@@ -102,15 +112,43 @@ impl RequestGen {
         } else {
             self.rng.gen_range(self.size.min..=self.size.max)
         };
+        let ttl = match self.ttl {
+            (lo, hi) if lo == hi => lo,
+            (lo, hi) => self.rng.gen_range(lo..=hi),
+        };
         match self.protocol {
             Protocol::Text => {
                 out.extend_from_slice(b"set ");
                 self.push_key(out, key);
                 out.extend_from_slice(b" 0 ");
-                push_u64(out, self.ttl as u64);
+                push_u64(out, u64::from(ttl));
                 out.push(b' ');
                 push_u64(out, len as u64);
                 out.extend_from_slice(b"\r\n");
+            }
+            Protocol::Redis => {
+                let argc = if ttl > 0 { 5 } else { 3 };
+                out.push(b'*');
+                push_u64(out, argc);
+                out.extend_from_slice(b"\r\n$3\r\nSET\r\n");
+                self.push_bulk_key(out, key);
+                out.push(b'$');
+                push_u64(out, len as u64);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&self.value[..len]);
+                out.extend_from_slice(b"\r\n");
+                if ttl > 0 {
+                    out.extend_from_slice(b"$2\r\nEX\r\n$");
+                    push_u64(out, decimal_len(u64::from(ttl)));
+                    out.extend_from_slice(b"\r\n");
+                    push_u64(out, u64::from(ttl));
+                    out.extend_from_slice(b"\r\n");
+                }
+                return Sent {
+                    kind: OpKind::Set,
+                    expect: Expect::RedisStore,
+                    keys: 0,
+                };
             }
             Protocol::Meta => {
                 out.extend_from_slice(b"ms ");
@@ -118,7 +156,7 @@ impl RequestGen {
                 out.push(b' ');
                 push_u64(out, len as u64);
                 out.extend_from_slice(b" T");
-                push_u64(out, self.ttl as u64);
+                push_u64(out, u64::from(ttl));
                 out.extend_from_slice(b" F0\r\n");
             }
         }
@@ -129,6 +167,7 @@ impl RequestGen {
             expect: match self.protocol {
                 Protocol::Text => Expect::Store,
                 Protocol::Meta => Expect::MetaStore,
+                Protocol::Redis => unreachable!("returned above"),
             },
             keys: 0,
         }
@@ -145,6 +184,22 @@ impl RequestGen {
                 }
                 out.extend_from_slice(b"\r\n");
                 Expect::Get
+            }
+            Protocol::Redis if self.multi == 1 => {
+                let k = self.get_keys.next(&mut self.rng);
+                out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
+                self.push_bulk_key(out, k);
+                Expect::RedisGet
+            }
+            Protocol::Redis => {
+                out.push(b'*');
+                push_u64(out, u64::from(self.multi) + 1);
+                out.extend_from_slice(b"\r\n$4\r\nMGET\r\n");
+                for _ in 0..self.multi {
+                    let k = self.get_keys.next(&mut self.rng);
+                    self.push_bulk_key(out, k);
+                }
+                Expect::RedisMultiGet
             }
             Protocol::Meta if self.multi == 1 => {
                 let k = self.get_keys.next(&mut self.rng);
@@ -189,6 +244,11 @@ pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&tmp[i..]);
 }
 
+/// Digits of `n` in decimal.
+fn decimal_len(n: u64) -> u64 {
+    n.checked_ilog10().map_or(1, |d| u64::from(d) + 1)
+}
+
 /// Printable value bytes (memcached does not care, but humans reading dumps do).
 pub fn make_value(len: usize, rng: &mut SmallRng) -> std::sync::Arc<[u8]> {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -222,7 +282,7 @@ mod tests {
             KeyGen::new(KeyPattern::Sequential, space, 0, 1),
             multi,
             SizeRange { min: 4, max: 4 },
-            30,
+            (30, 30),
             value,
             rng,
         )
@@ -246,6 +306,42 @@ mod tests {
         assert_eq!(out, b"get k:6\r\n");
         out.clear();
         assert_eq!(g.write_next(&mut out).kind, OpKind::Set);
+    }
+
+    #[test]
+    fn expiry_range_draws_each_set_its_ttl() {
+        let mut g = gen(Protocol::Text, Ratio { set: 1, get: 0 }, 1);
+        g.ttl = (10, 12);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let mut out = Vec::new();
+            g.write_next(&mut out);
+            let line = String::from_utf8_lossy(&out).into_owned();
+            let ttl: u32 = line.split(' ').nth(3).unwrap().parse().unwrap();
+            seen.insert(ttl);
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn redis_requests() {
+        let mut g = gen(Protocol::Redis, Ratio { set: 1, get: 1 }, 1);
+        let mut out = Vec::new();
+        assert_eq!(g.write_next(&mut out).expect, Expect::RedisStore);
+        let v = String::from_utf8(g.value[..4].to_vec()).unwrap();
+        let set = format!("*5\r\n$3\r\nSET\r\n$3\r\nk:5\r\n$4\r\n{v}\r\n$2\r\nEX\r\n$2\r\n30\r\n");
+        assert_eq!(out, set.as_bytes());
+        out.clear();
+        assert_eq!(g.write_next(&mut out).expect, Expect::RedisGet);
+        assert_eq!(out, b"*2\r\n$3\r\nGET\r\n$3\r\nk:5\r\n");
+        let mut g = gen(Protocol::Redis, Ratio { set: 0, get: 1 }, 2);
+        g.ttl = (0, 0);
+        out.clear();
+        let s = g.write_next(&mut out);
+        assert_eq!((s.expect, s.keys), (Expect::RedisMultiGet, 2));
+        assert_eq!(out, b"*3\r\n$4\r\nMGET\r\n$3\r\nk:5\r\n$3\r\nk:6\r\n");
+        assert_eq!((decimal_len(0), decimal_len(9), decimal_len(10)), (1, 1, 2));
+        assert_eq!(decimal_len(u64::MAX), 20);
     }
 
     #[test]

@@ -31,6 +31,18 @@ pub struct PhaseResult {
     pub timeline: Vec<crate::report::Second>,
 }
 
+impl PhaseResult {
+    /// Both runs as one (for `--run-count`): counts and latencies summed, durations
+    /// added, so rates are averages over all runs.
+    pub fn combine(mut self, other: PhaseResult) -> PhaseResult {
+        self.stats.merge(&other.stats);
+        self.elapsed += other.elapsed;
+        self.connected = self.connected.max(other.connected);
+        self.timeline.extend(other.timeline);
+        self
+    }
+}
+
 /// Per-second message from a worker thread.
 enum Msg {
     Tick {
@@ -365,7 +377,8 @@ fn worker(
                 get_keys,
                 a.multi_key_get,
                 cfg.size,
-                a.ttl,
+                a.expiry_range
+                    .map_or((a.ttl, a.ttl), |r| (r.min as u32, r.max as u32)),
                 value.clone(),
                 rng,
             );
@@ -481,15 +494,15 @@ fn worker(
     });
 }
 
-/// Settings for `--prepopulate`: every key of the range written once, sequentially.
+/// Settings for `--prepopulate`: every key of the range written once (pattern P:P).
 pub fn prepopulate_config(cfg: &Config) -> Config {
     let mut p = cfg.clone();
     let range = cfg.args.key_maximum - cfg.args.key_minimum + 1;
     let conns = (cfg.args.threads * cfg.args.clients) as u64;
     p.args.ratio = Ratio { set: 1, get: 0 };
     p.args.key_pattern = KeyPatterns {
-        set: KeyPattern::Sequential,
-        get: KeyPattern::Sequential,
+        set: KeyPattern::Parallel,
+        get: KeyPattern::Parallel,
     };
     p.args.rate = None;
     p.args.pipeline = cfg.args.pipeline.max(16);

@@ -112,8 +112,12 @@ pub const TABLE_PERCENTILES: [f64; 12] = [
 ];
 
 pub fn percentile_table(h: &Histogram<u64>) -> Vec<(f64, u64)> {
-    TABLE_PERCENTILES
-        .iter()
+    percentiles(h, &TABLE_PERCENTILES)
+}
+
+/// `(p, latency µs at percentile p)` for each of `ps` (0 for an empty histogram).
+pub fn percentiles(h: &Histogram<u64>, ps: &[f64]) -> Vec<(f64, u64)> {
+    ps.iter()
         .map(|&p| {
             let v = if h.is_empty() {
                 0

@@ -117,7 +117,7 @@ fn text_counts_add_up_and_match_server_stats() {
     let Some(mc) = Memcached::start(false) else {
         return;
     };
-    // Write keys 0..=999 once each: 2 threads x 4 connections x 125 sequential sets.
+    // Write keys 0..=999 once each: 2 threads x 4 connections x 125 sets on their own slices.
     let r = bench::run(mc.args(&[
         "--threads",
         "2",
@@ -128,7 +128,7 @@ fn text_counts_add_up_and_match_server_stats() {
         "--ratio",
         "1:0",
         "--key-pattern",
-        "S:S",
+        "P:P",
         "--key-maximum",
         "999",
         "--data-size",
@@ -268,7 +268,7 @@ fn meta_protocol_over_unix_socket() {
         "--ratio",
         "1:0",
         "--key-pattern",
-        "S:S",
+        "P:P",
         "--key-maximum",
         "399",
         "--pipeline",

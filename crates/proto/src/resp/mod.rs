@@ -22,6 +22,7 @@
 use std::fmt;
 
 mod reply;
+pub mod resp3;
 pub use reply::*;
 
 /// Bounds applied while parsing requests. `Default` is redis-server 7.0's.

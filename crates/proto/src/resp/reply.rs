@@ -35,7 +35,7 @@ impl std::error::Error for RespError {}
 const MAX_REPLY_BULK: i64 = 512 * 1024 * 1024;
 
 /// End of the CRLF-terminated line starting at `pos`: Ok(Some(index of '\r')).
-fn reply_line(buf: &[u8], pos: usize) -> Result<Option<usize>, RespError> {
+pub(super) fn reply_line(buf: &[u8], pos: usize) -> Result<Option<usize>, RespError> {
     match memchr::memchr(b'\n', &buf[pos..]) {
         None => Ok(None),
         Some(nl) if nl == 0 || buf[pos + nl - 1] != b'\r' => Err(RespError::BadTerminator),

@@ -131,6 +131,7 @@ impl Worker {
             dirty: false,
             authed: !auth::needs_auth(&self.pools[pool].rt.cfg),
             progress: resp::Progress::default(),
+            resp3: false,
         });
     }
 }

@@ -85,22 +85,30 @@ pub fn auth(cfg: &Pool, req: &RespRequest<'_>) -> &'static [u8] {
     }
 }
 
-/// `HELLO [protover [AUTH user pass] [SETNAME name]]`. The router speaks RESP2 only (its
-/// backend connections are shared, and RESP3 changes reply types), so protocol 3 gets
-/// redis's NOPROTO and clients fall back or must be configured for RESP2. Appends the
-/// reply; returns true when the client is authenticated afterwards.
-pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>) -> bool {
-    let mut authed = authed;
+/// A client's session state that HELLO changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Session {
+    pub authed: bool,
+    /// 2 or 3: the RESP version the client asked for.
+    pub proto: u8,
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`. Protocol 3 is served by converting the
+/// backends' RESP2 replies (see `proto::resp::resp3`); the reply is redis-server's map, as a
+/// map in RESP3 and a flat array in RESP2. Appends the reply; returns the session afterwards
+/// (unchanged when HELLO fails, as in redis).
+pub fn hello(cfg: &Pool, req: &RespRequest<'_>, now: Session, out: &mut Vec<u8>) -> Session {
+    let mut proto = now.proto;
     if let Some(v) = req.arg(1) {
         match resp::parse_ll(v) {
             None => {
                 out.extend_from_slice(ERR_PROTOVER);
-                return authed;
+                return now;
             }
-            Some(2) => {}
+            Some(v @ (2 | 3)) => proto = v as u8,
             Some(_) => {
                 out.extend_from_slice(ERR_NOPROTO);
-                return authed;
+                return now;
             }
         }
     }
@@ -123,21 +131,26 @@ pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>)
                     .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
             );
             out.extend_from_slice(b"'\r\n");
-            return authed;
+            return now;
         }
     }
+    let mut authed = now.authed;
     if let Some((user, pass)) = login {
         if let Err(e) = check_password(cfg, Some(user), pass) {
             out.extend_from_slice(e);
-            return authed;
+            return now;
         }
         authed = true;
     }
     if !authed {
         out.extend_from_slice(ERR_HELLO_NOAUTH);
-        return false;
+        return now;
     }
-    resp::write_array_header(out, 14);
+    if proto == 3 {
+        out.extend_from_slice(b"%7\r\n");
+    } else {
+        resp::write_array_header(out, 14);
+    }
     for (k, v) in [
         ("server", "memfleet-route"),
         ("version", env!("CARGO_PKG_VERSION")),
@@ -146,7 +159,7 @@ pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>)
         resp::write_bulk(out, v.as_bytes());
     }
     resp::write_bulk(out, b"proto");
-    resp::write_integer(out, 2);
+    resp::write_integer(out, i64::from(proto));
     resp::write_bulk(out, b"id");
     resp::write_integer(out, 0);
     for (k, v) in [("mode", "proxy"), ("role", "master")] {
@@ -155,7 +168,7 @@ pub fn hello(cfg: &Pool, req: &RespRequest<'_>, authed: bool, out: &mut Vec<u8>)
     }
     resp::write_bulk(out, b"modules");
     resp::write_array_header(out, 0);
-    true
+    Session { authed, proto }
 }
 
 #[cfg(test)]
@@ -172,10 +185,15 @@ mod tests {
     }
 
     fn hello_of(cfg: &Pool, args: &[&[u8]], authed: bool) -> (Vec<u8>, bool) {
+        let (out, s) = hello_in(cfg, args, Session { authed, proto: 2 });
+        (out, s.authed)
+    }
+
+    fn hello_in(cfg: &Pool, args: &[&[u8]], now: Session) -> (Vec<u8>, Session) {
         with_command(args, |r| {
             let mut out = Vec::new();
-            let ok = hello(cfg, r, authed, &mut out);
-            (out, ok)
+            let s = hello(cfg, r, now, &mut out);
+            (out, s)
         })
     }
 
@@ -210,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn hello_two_authenticates_three_is_refused() {
+    fn hello_authenticates_and_switches_protocol() {
         let cfg = pool("  redis_auth: pw\n");
         let (out, ok) = hello_of(&cfg, &[b"HELLO", b"2"], false);
         assert_eq!((out.as_slice(), ok), (ERR_HELLO_NOAUTH, false));
@@ -225,7 +243,32 @@ mod tests {
         assert!(out.starts_with(b"*14\r\n$6\r\nserver\r\n$14\r\nmemfleet-route\r\n"));
         assert!(out.ends_with(b"$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:0\r\n$4\r\nmode\r\n$5\r\nproxy\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"));
         assert_eq!(proto::resp::reply_len(&out), Ok(Some(out.len())));
-        assert_eq!(hello_of(&cfg, &[b"HELLO", b"3"], true).0, ERR_NOPROTO);
+        assert_eq!(hello_of(&cfg, &[b"HELLO", b"4"], true).0, ERR_NOPROTO);
+        let two = Session {
+            authed: true,
+            proto: 2,
+        };
+        let (out, s) = hello_in(&cfg, &[b"HELLO", b"3"], two);
+        assert_eq!(s.proto, 3);
+        assert!(out.starts_with(b"%7\r\n$6\r\nserver\r\n"));
+        assert!(out.ends_with(b"$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:0\r\n$4\r\nmode\r\n$5\r\nproxy\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"));
+        // Without a version the protocol stays; a failed HELLO changes nothing.
+        let three = Session { proto: 3, ..two };
+        assert_eq!(hello_in(&cfg, &[b"HELLO"], three).1, three);
+        let locked = Session {
+            authed: false,
+            proto: 2,
+        };
+        let (out, s) = hello_in(&cfg, &[b"HELLO", b"3", b"AUTH", b"default", b"no"], locked);
+        assert_eq!((out.as_slice(), s), (ERR_WRONGPASS, locked));
+        let (_, s) = hello_in(&cfg, &[b"HELLO", b"3", b"AUTH", b"default", b"pw"], locked);
+        assert_eq!(
+            s,
+            Session {
+                authed: true,
+                proto: 3
+            }
+        );
         assert_eq!(hello_of(&cfg, &[b"HELLO", b"x"], true).0, ERR_PROTOVER);
         assert_eq!(
             hello_of(&cfg, &[b"HELLO", b"2", b"AUTH", b"u"], true).0,

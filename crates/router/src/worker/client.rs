@@ -6,6 +6,7 @@ use std::io::{self, Write};
 
 use proto::redis_cmd::{self, Kind};
 use proto::resp;
+use proto::resp::resp3::{write_resp3, Shape};
 use proto::response::{self, Fragment, Item};
 use slab::Slab;
 
@@ -30,6 +31,8 @@ pub(super) enum SlotKind {
     Broadcast { frags: Vec<Vec<u8>>, noreply: bool },
     /// A Redis multi-key command split over servers.
     RedisMulti(Box<RedisMulti>),
+    /// One backend reply, converted for a client that asked for RESP3.
+    Resp3(Shape),
 }
 
 /// A Redis multi-key command split over servers.
@@ -39,6 +42,8 @@ pub(super) struct RedisMulti {
     /// Per fragment: positions of its keys among the command's keys.
     pub(super) positions: Vec<Vec<usize>>,
     pub(super) frags: Vec<Vec<u8>>,
+    /// The client asked for RESP3: the merged reply is converted.
+    pub(super) resp3: bool,
 }
 
 /// The reply to one request, in the client's queue.
@@ -80,6 +85,8 @@ pub(super) struct Client {
     pub(super) authed: bool,
     /// Where parsing of a partly received RESP command stopped.
     pub(super) progress: resp::Progress,
+    /// The Redis client switched to RESP3 with `HELLO 3`: its replies are converted.
+    pub(super) resp3: bool,
 }
 
 impl Client {
@@ -172,8 +179,12 @@ fn finish_slot(slot: Slot, out: &mut Vec<u8>) {
             if redis_cmd::merge(m.kind, m.nkeys, &parts, out).is_err() {
                 out.truncate(mark);
                 out.extend_from_slice(b"-ERR invalid reply from server\r\n");
+            } else if m.resp3 {
+                let merged = out.split_off(mark);
+                write_resp3_or_error(&merged, Shape::Plain, out);
             }
         }
+        SlotKind::Resp3(shape) => write_resp3_or_error(&slot.buf, shape, out),
         SlotKind::Broadcast { frags, noreply } => {
             match frags.iter().find(|f| f.as_slice() != b"OK\r\n") {
                 Some(bad) if !noreply || response::is_error_reply(bad) => {
@@ -184,6 +195,14 @@ fn finish_slot(slot: Slot, out: &mut Vec<u8>) {
                 None => out.extend_from_slice(b"OK\r\n"),
             }
         }
+    }
+}
+
+/// A backend reply in RESP3 (see `proto::resp::resp3`); one that is not valid RESP2 cannot
+/// be converted and becomes an error reply, as a bad merged reply does.
+pub(super) fn write_resp3_or_error(reply: &[u8], shape: Shape, out: &mut Vec<u8>) {
+    if write_resp3(reply, shape, out).is_err() {
+        out.extend_from_slice(b"-ERR invalid reply from server\r\n");
     }
 }
 
@@ -218,7 +237,9 @@ pub(super) fn deliver(
         c.head_seq += 1;
     } else {
         match &mut slot.kind {
-            SlotKind::Single | SlotKind::Ready => slot.buf.extend_from_slice(reply),
+            SlotKind::Single | SlotKind::Ready | SlotKind::Resp3(_) => {
+                slot.buf.extend_from_slice(reply)
+            }
             SlotKind::NoReply => {
                 if response::is_error_reply(reply) {
                     slot.buf.extend_from_slice(reply)
@@ -382,16 +403,18 @@ mod tests {
 
     #[test]
     fn redis_multi_merges_or_answers_an_error() {
-        let slot = |kind, frags: Vec<&[u8]>| Slot {
+        let slot3 = |kind, frags: Vec<&[u8]>, resp3| Slot {
             remaining: 0,
             kind: SlotKind::RedisMulti(Box::new(RedisMulti {
                 kind,
                 nkeys: 3,
                 positions: vec![vec![0, 2], vec![1]],
                 frags: frags.into_iter().map(|f| f.to_vec()).collect(),
+                resp3,
             })),
             buf: Vec::new(),
         };
+        let slot = |kind, frags| slot3(kind, frags, false);
         let mut out = Vec::new();
         finish_slot(
             slot(
@@ -401,6 +424,17 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n");
+        out.clear();
+        // A RESP3 client gets the merged nils as nulls.
+        finish_slot(
+            slot3(
+                Kind::MultiGet,
+                vec![b"*2\r\n$1\r\na\r\n$-1\r\n", b"*1\r\n$1\r\nb\r\n"],
+                true,
+            ),
+            &mut out,
+        );
+        assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n_\r\n");
         out.clear();
         finish_slot(slot(Kind::MultiSum, vec![b":2\r\n", b":1\r\n"]), &mut out);
         assert_eq!(out, b":3\r\n");

@@ -6,8 +6,9 @@ use proto::resp::{self, RespParse, RespRequest};
 
 use super::auth;
 use super::backend::ReplyTo;
-use super::client::{RedisMulti, SlotKind};
+use super::client::{write_resp3_or_error, RedisMulti, SlotKind};
 use super::{Worker, MAX_QUERY_BUFFER, NO_SERVER, RESP_LIMITS, RESP_LIMITS_UNAUTH};
+use proto::resp::resp3::Shape;
 
 impl Worker {
     pub(super) fn parse_client_resp(&mut self, ci: usize) {
@@ -72,7 +73,12 @@ impl Worker {
         let p = c.pool;
         if req.name().eq_ignore_ascii_case(b"hello") {
             let mut out = Vec::new();
-            c.authed = auth::hello(&c.rt.cfg, req, c.authed, &mut out);
+            let now = auth::Session {
+                authed: c.authed,
+                proto: if c.resp3 { 3 } else { 2 },
+            };
+            let s = auth::hello(&c.rt.cfg, req, now, &mut out);
+            (c.authed, c.resp3) = (s.authed, s.proto == 3);
             return self.local_reply(ci, &out);
         }
         // Like redis-server: unknown commands and arity errors first, then authentication.
@@ -103,6 +109,11 @@ impl Worker {
             Kind::Local(_) => {
                 let mut out = Vec::new();
                 redis_cmd::answer_local(&plan, req, &mut out);
+                if c.resp3 {
+                    let mut converted = Vec::with_capacity(out.len());
+                    write_resp3_or_error(&out, Shape::Plain, &mut converted);
+                    out = converted;
+                }
                 self.local_reply(ci, &out);
             }
             Kind::AnyServer => match self.pools[p].placement.for_any() {
@@ -156,6 +167,7 @@ impl Worker {
                     nkeys: plan.key_count(),
                     positions: Vec::with_capacity(parts.len()),
                     frags: vec![Vec::new(); parts.len()],
+                    resp3: self.clients[ci].resp3,
                 };
                 let mut frames = Vec::with_capacity(parts.len());
                 for part in parts {
@@ -182,7 +194,11 @@ impl Worker {
             Err(msg) => return self.fail_forward(ci, p, &msg),
         };
         let c = &mut self.clients[ci];
-        let to = c.push(ci, 1, SlotKind::Single);
+        let kind = match c.resp3 {
+            true => SlotKind::Resp3(Shape::of(req)),
+            false => SlotKind::Single,
+        };
+        let to = c.push(ci, 1, kind);
         match req.raw_multibulk() {
             Some(raw) => self.enqueue(b, &[raw], to, false),
             None => {
