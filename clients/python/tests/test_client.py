@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import raw_request
+from client_support import raw_request
 
 import memfleet
 from memfleet.serde import FLAG_INTEGER, FLAG_MSGPACK, FLAG_TEXT

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import msgpack
 import pytest
-from conftest import ServerProcess
+from client_support import ServerProcess
 
 import memfleet
 from memfleet import _dicts

@@ -10,7 +10,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from conftest import ServerProcess
+from client_support import ServerProcess
 
 import memfleet
 from memfleet import _php

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import raw_request
+from client_support import raw_request
 
 import memfleet
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, free_port
+from client_support import ServerProcess, free_port
 
 import memfleet
 
