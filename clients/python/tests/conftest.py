@@ -18,7 +18,7 @@ import pytest
 
 # The repository's pytest settings import test files without touching sys.path; the tests here
 # import their helpers by module name.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent))
 from client_support import ServerProcess  # noqa: E402
 
 import memfleet
