@@ -34,7 +34,8 @@ pub(crate) fn arith_in_shard(
             return Ok(ArithResult::NotFound);
         };
         let digits = initial.to_string();
-        let size = item::encoded_len(key.len(), digits.len(), 0);
+        let cas = opts.new_cas.unwrap_or_else(|| s.peek_cas());
+        let size = item::encoded_len(key.len(), digits.len(), 0, cas);
         let seg = s.alloc(g, size, now)?;
         let exptime = opts.new_exptime.unwrap_or(vexp);
         let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
@@ -77,7 +78,8 @@ pub(crate) fn arith_in_shard(
     let mut exptime = item::exptime(buf, &l);
     // memcached rewrites in place, padding with spaces to the old length, unless the item is
     // being sent.
-    let in_place = digits.len() <= l.value_len;
+    let in_place =
+        digits.len() <= l.value_len && item::cas_fits(&l, opts.new_cas.unwrap_or(s.peek_cas()));
     if let Some(v) = s.value_mut(&it).filter(|_| in_place) {
         v[..digits.len()].copy_from_slice(digits.as_bytes());
         v[digits.len()..].iter_mut().for_each(|b| *b = b' ');
@@ -99,7 +101,8 @@ pub(crate) fn arith_in_shard(
             exptime,
         });
     }
-    let size = item::encoded_len(key.len(), digits.len(), flags);
+    let cas = opts.new_cas.unwrap_or_else(|| s.peek_cas());
+    let size = item::encoded_len(key.len(), digits.len(), flags, cas);
     let seg = s.alloc(g, size, now)?;
     let Some(it) = s.find_live(g, h, key, now) else {
         s.unalloc(g, seg);

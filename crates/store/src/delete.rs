@@ -27,6 +27,17 @@ pub(crate) fn delete_in_shard(
         }
     }
     if opts.invalidate {
+        let it = if item::cas_fits(&it.l, s.peek_cas()) {
+            it
+        } else {
+            match s.widen_cas(g, h, key, now)? {
+                Some(it) => it,
+                None => {
+                    s.stats.delete_misses += 1;
+                    return Ok(DeleteResult::NotFound);
+                }
+            }
+        };
         if let Some(e) = opts.new_exptime {
             s.set_exptime(&it, e);
         }
@@ -38,7 +49,7 @@ pub(crate) fn delete_in_shard(
     if opts.remove_value {
         let exptime = item::exptime(buf, &it.l);
         let bits = buf[0] & (STALE | TOKEN_SENT);
-        let size = item::encoded_len(key.len(), 0, 0);
+        let size = item::encoded_len(key.len(), 0, 0, s.peek_cas());
         let seg = s.alloc(g, size, now)?;
         let Some(it) = s.find_live(g, h, key, now) else {
             s.unalloc(g, seg);

@@ -56,7 +56,7 @@ impl Shard {
     /// Grows the index before it gets too full to insert cheaply, taking the memory from
     /// this shard's oldest segments if needed.
     fn ensure_index_room(&mut self, g: &Global) -> Result<(), NeedMem> {
-        if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
+        if self.index.has_room_for_one() {
             return Ok(());
         }
         if self.grow_index_within_reservation(g) {
@@ -74,7 +74,7 @@ impl Shard {
             if !self.evict_oldest(g) {
                 return Err(NeedMem);
             }
-            if (self.index.len() + 1) * 20 < self.index.capacity() * 19 {
+            if self.index.has_room_for_one() {
                 return Ok(());
             }
         }

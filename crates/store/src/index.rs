@@ -39,11 +39,20 @@ impl Index {
     pub fn capacity(&self) -> usize {
         self.slots.len()
     }
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
     pub fn nbuckets(&self) -> usize {
         self.nbuckets
+    }
+
+    /// Whether one more entry keeps the load under 95%; past it the shard grows the index or
+    /// evicts. Two choices of 8 ways fill to ~99%, but inserts kick more as they get there: at
+    /// 97.5% a store at `-m 64` with 100 B values cost ~65 instructions more (callgrind) for
+    /// 0.65% more items.
+    pub fn has_room_for_one(&self) -> bool {
+        (self.len + 1) * 20 < self.slots.len() * 19
     }
 
     fn buckets(&self, h: u64) -> (usize, usize) {
@@ -53,16 +62,18 @@ impl Index {
         (b1, b2)
     }
 
-    /// Slot of the entry for hash `h` whose location satisfies `is_key`.
+    /// Slot of the entry for hash `h` whose location `is_key` accepts, with what it returned.
     #[inline]
-    pub fn find(&self, h: u64, mut is_key: impl FnMut(u64) -> bool) -> Option<usize> {
+    pub fn find<T>(&self, h: u64, mut is_key: impl FnMut(u64) -> Option<T>) -> Option<(usize, T)> {
         let tag = tag_of(h);
         let (b1, b2) = self.buckets(h);
         for b in [b1, b2] {
             let base = b * WAYS;
             for (i, &e) in self.slots[base..base + WAYS].iter().enumerate() {
-                if e & !LOC_MASK == tag && is_key(e & LOC_MASK) {
-                    return Some(base + i);
+                if e & !LOC_MASK == tag {
+                    if let Some(t) = is_key(e & LOC_MASK) {
+                        return Some((base + i, t));
+                    }
                 }
             }
             if b1 == b2 {
@@ -73,9 +84,10 @@ impl Index {
     }
 
     pub fn find_loc(&self, h: u64, loc: u64) -> Option<usize> {
-        self.find(h, |l| l == loc)
+        self.find(h, |l| (l == loc).then_some(())).map(|(s, ())| s)
     }
 
+    #[cfg(test)]
     pub fn loc(&self, slot: usize) -> u64 {
         self.slots[slot] & LOC_MASK
     }
@@ -196,13 +208,19 @@ mod tests {
     }
 
     #[test]
-    fn fills_to_ninety_percent_and_finds_everything() {
+    fn fills_to_ninety_seven_percent_and_finds_everything() {
         let mut idx = Index::new(1000);
         let hash_of = |loc: u64| mix(loc);
-        let n = (idx.capacity() as f64 * 0.92) as u64;
+        let n = (idx.capacity() as f64 * 0.975) as u64;
+        let mut full_at = None;
         for loc in 1..=n {
-            idx.insert(mix(loc), loc, &hash_of).expect("fits at 92%");
+            if full_at.is_none() && !idx.has_room_for_one() {
+                full_at = Some(loc);
+            }
+            idx.insert(mix(loc), loc, &hash_of).expect("fits at 97.5%");
         }
+        let full_at = full_at.expect("reports full past 95%") as f64;
+        assert!((full_at / idx.capacity() as f64 - 0.95).abs() < 0.001);
         assert_eq!(idx.len(), n as usize);
         for loc in 1..=n {
             let s = idx.find_loc(mix(loc), loc).expect("present");

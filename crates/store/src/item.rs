@@ -1,10 +1,13 @@
 //! Byte layout of one item inside a segment (or a dedicated large buffer).
 //!
 //! ```text
-//! [bits u8][key_len u8][value_len varint 1..5][cas u64][exptime u32][time u32][client flags u32 if HAS_FLAGS][key][value]
+//! [bits u8][key_len u8][value_len varint 1..5][exptime u32][time u32][client flags u32 if HAS_FLAGS][cas u32, or u64 if CAS_WIDE][key][value]
 //! ```
-//! All integers little endian, unaligned. A 10-byte key with a 100-byte value and zero flags
-//! costs 19 header bytes.
+//! exptime and time, read on every lookup, sit at fixed offsets after the varint; the
+//! variable-width cas comes last.
+//! All integers little endian, unaligned. A 10-byte key with a 100-byte value, zero flags and
+//! a cas below 2^32 costs 15 header bytes. The cas width is fixed when the item is written:
+//! an in-place cas update that does not fit (`cas_fits`) stores a new item instead.
 
 pub const HAS_FLAGS: u8 = 1;
 pub const STALE: u8 = 2;
@@ -14,6 +17,8 @@ pub const FETCHED: u8 = 8;
 pub const DEAD: u8 = 16;
 /// Read since it was written (or since it was last given a second chance by eviction).
 pub const ACCESSED: u8 = 32;
+/// The cas takes 8 bytes (it did not fit in 4 when the item was written).
+pub const CAS_WIDE: u8 = 64;
 
 /// Decoded positions of an item's fields, relative to the item start.
 #[derive(Clone, Copy, Debug)]
@@ -21,7 +26,7 @@ pub struct Layout {
     pub bits: u8,
     pub key_len: usize,
     pub value_len: usize,
-    /// Offset of the cas field (exptime and time follow it).
+    /// Offset of exptime (time, then the flags if any, then the cas follow it).
     pub fixed: usize,
     pub key: usize,
     pub value: usize,
@@ -43,8 +48,39 @@ pub fn varint_len(v: usize) -> usize {
     }
 }
 
-pub fn encoded_len(key_len: usize, value_len: usize, flags: u32) -> usize {
-    2 + varint_len(value_len) + 16 + if flags != 0 { 4 } else { 0 } + key_len + value_len
+/// Bytes the cas takes: 4 while it fits, else 8 (cas values are per-shard counters, so
+/// 4 until a shard has stored 2^28 items; explicit `E` values may be wide at once).
+pub fn cas_len(cas: u64) -> usize {
+    if cas > u32::MAX as u64 {
+        8
+    } else {
+        4
+    }
+}
+
+/// Whether `cas` can be written in place into the item laid out as `l`.
+pub fn cas_fits(l: &Layout, cas: u64) -> bool {
+    l.bits & CAS_WIDE != 0 || cas_len(cas) == 4
+}
+
+/// exptime + time + flags + cas, branch-free: it is on every lookup's path.
+fn fixed_len(bits: u8) -> usize {
+    12 + ((bits & HAS_FLAGS) as usize) * 4 + ((bits & CAS_WIDE) >> 4) as usize
+}
+
+/// Offset of the cas.
+fn cas_at(l: &Layout) -> usize {
+    l.fixed + 8 + ((l.bits & HAS_FLAGS) as usize) * 4
+}
+
+/// Size of an item whose header will hold `cas`.
+pub fn encoded_len(key_len: usize, value_len: usize, flags: u32, cas: u64) -> usize {
+    2 + varint_len(value_len)
+        + cas_len(cas)
+        + 8
+        + if flags != 0 { 4 } else { 0 }
+        + key_len
+        + value_len
 }
 
 pub fn parse(buf: &[u8]) -> Layout {
@@ -63,7 +99,7 @@ pub fn parse(buf: &[u8]) -> Layout {
         shift += 7;
     }
     let fixed = p;
-    let key = fixed + 16 + if bits & HAS_FLAGS != 0 { 4 } else { 0 };
+    let key = fixed + fixed_len(bits);
     Layout {
         bits,
         key_len,
@@ -85,9 +121,23 @@ pub struct Header {
 
 /// Writes the header and key; returns the layout so the caller can fill the value.
 pub fn write_header(buf: &mut [u8], h: &Header, key: &[u8], value_len: usize) -> Layout {
-    let mut bits = h.bits & !(HAS_FLAGS | DEAD);
+    write_header_wide(buf, h, key, value_len, false)
+}
+
+/// `write_header`, with the cas in 8 bytes even if it would fit in 4 when `wide`.
+pub fn write_header_wide(
+    buf: &mut [u8],
+    h: &Header,
+    key: &[u8],
+    value_len: usize,
+    wide: bool,
+) -> Layout {
+    let mut bits = h.bits & !(HAS_FLAGS | DEAD | CAS_WIDE);
     if h.flags != 0 {
         bits |= HAS_FLAGS;
+    }
+    if wide || cas_len(h.cas) == 8 {
+        bits |= CAS_WIDE;
     }
     buf[0] = bits;
     buf[1] = key.len() as u8;
@@ -105,12 +155,18 @@ pub fn write_header(buf: &mut [u8], h: &Header, key: &[u8], value_len: usize) ->
         p += 1;
     }
     let fixed = p;
-    buf[p..p + 8].copy_from_slice(&h.cas.to_le_bytes());
-    buf[p + 8..p + 12].copy_from_slice(&h.exptime.to_le_bytes());
-    buf[p + 12..p + 16].copy_from_slice(&h.time.to_le_bytes());
-    p += 16;
+    buf[p..p + 4].copy_from_slice(&h.exptime.to_le_bytes());
+    buf[p + 4..p + 8].copy_from_slice(&h.time.to_le_bytes());
+    p += 8;
     if h.flags != 0 {
         buf[p..p + 4].copy_from_slice(&h.flags.to_le_bytes());
+        p += 4;
+    }
+    if bits & CAS_WIDE != 0 {
+        buf[p..p + 8].copy_from_slice(&h.cas.to_le_bytes());
+        p += 8;
+    } else {
+        buf[p..p + 4].copy_from_slice(&(h.cas as u32).to_le_bytes());
         p += 4;
     }
     buf[p..p + key.len()].copy_from_slice(key);
@@ -124,47 +180,65 @@ pub fn write_header(buf: &mut [u8], h: &Header, key: &[u8], value_len: usize) ->
     }
 }
 
-pub fn cas(buf: &[u8], l: &Layout) -> u64 {
-    u64::from_le_bytes(buf[l.fixed..l.fixed + 8].try_into().unwrap())
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
 }
+
+pub fn cas(buf: &[u8], l: &Layout) -> u64 {
+    let at = cas_at(l);
+    if l.bits & CAS_WIDE != 0 {
+        u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
+    } else {
+        u32_at(buf, at) as u64
+    }
+}
+/// Callers check `cas_fits` first.
 pub fn set_cas(buf: &mut [u8], l: &Layout, v: u64) {
-    buf[l.fixed..l.fixed + 8].copy_from_slice(&v.to_le_bytes());
+    debug_assert!(cas_fits(l, v));
+    let at = cas_at(l);
+    if l.bits & CAS_WIDE != 0 {
+        buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    } else {
+        buf[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+    }
 }
 pub fn exptime(buf: &[u8], l: &Layout) -> u32 {
-    u32::from_le_bytes(buf[l.fixed + 8..l.fixed + 12].try_into().unwrap())
+    u32_at(buf, l.fixed)
 }
 pub fn set_exptime(buf: &mut [u8], l: &Layout, v: u32) {
-    buf[l.fixed + 8..l.fixed + 12].copy_from_slice(&v.to_le_bytes());
+    buf[l.fixed..l.fixed + 4].copy_from_slice(&v.to_le_bytes());
 }
 pub fn time(buf: &[u8], l: &Layout) -> u32 {
-    u32::from_le_bytes(buf[l.fixed + 12..l.fixed + 16].try_into().unwrap())
+    u32_at(buf, l.fixed + 4)
 }
 pub fn set_time(buf: &mut [u8], l: &Layout, v: u32) {
-    buf[l.fixed + 12..l.fixed + 16].copy_from_slice(&v.to_le_bytes());
+    buf[l.fixed + 4..l.fixed + 8].copy_from_slice(&v.to_le_bytes());
 }
 pub fn flags(buf: &[u8], l: &Layout) -> u32 {
     if l.bits & HAS_FLAGS == 0 {
         0
     } else {
-        u32::from_le_bytes(buf[l.fixed + 16..l.fixed + 20].try_into().unwrap())
+        u32_at(buf, l.fixed + 8)
     }
 }
 
-/// Smallest item: empty key and value.
-pub const MIN_ITEM: usize = 19;
+/// Smallest item: empty key and value, 4-byte cas.
+pub const MIN_ITEM: usize = 15;
+/// Largest filler `write_filler` makes (2-byte value length).
+pub const MAX_FILLER: usize = MIN_ITEM + 1 + 0x3fff;
 
-/// Fills `buf` (empty, or at least `MIN_ITEM` and at most 16,403 bytes) with one dead item, so
-/// walks over a segment skip it: bytes in front of a value received in place.
+/// Fills `buf` (empty, or `MIN_ITEM..=MAX_FILLER` bytes) with one dead item, so walks over
+/// a segment skip it: bytes in front of a value received in place.
 pub fn write_filler(buf: &mut [u8]) {
     let n = buf.len();
     if n == 0 {
         return;
     }
-    debug_assert!((MIN_ITEM..=16_403).contains(&n));
+    debug_assert!((MIN_ITEM..=MAX_FILLER).contains(&n));
     // value_len's varint takes one byte up to 127, two from 128.
     let (key_len, value_len) = match n {
-        ..=146 => (0, n - MIN_ITEM),
-        147 => (1, 127),
+        _ if n <= MIN_ITEM + 127 => (0, n - MIN_ITEM),
+        _ if n == MIN_ITEM + 128 => (1, 127),
         _ => (0, n - MIN_ITEM - 1),
     };
     let h = Header {
@@ -185,38 +259,95 @@ mod tests {
 
     #[test]
     fn roundtrip_and_budget() {
-        for (klen, vlen, flags) in [(11, 100, 0u32), (1, 0, 7), (250, 200_000, u32::MAX)] {
-            let key = vec![b'k'; klen];
-            let n = encoded_len(klen, vlen, flags);
-            let mut buf = vec![0u8; n];
-            let h = Header {
-                bits: FETCHED | DEAD,
-                cas: 99,
-                exptime: 5,
-                time: 6,
-                flags,
-            };
-            let l = write_header(&mut buf, &h, &key, vlen);
-            let p = parse(&buf);
-            assert_eq!(p.total(), n);
-            assert_eq!(p.value, l.value);
-            assert_eq!(p.key_len, klen);
-            assert_eq!(p.value_len, vlen);
-            assert_eq!(p.bits & DEAD, 0);
-            assert_eq!(p.bits & FETCHED, FETCHED);
-            assert_eq!(cas(&buf, &p), 99);
-            assert_eq!(exptime(&buf, &p), 5);
-            assert_eq!(time(&buf, &p), 6);
-            assert_eq!(super::flags(&buf, &p), flags);
-            assert_eq!(&buf[p.key..p.key + klen], &key[..]);
+        let cases = [0u64, 1, u32::MAX as u64, u32::MAX as u64 + 1, u64::MAX];
+        for (i, &c) in cases.iter().enumerate() {
+            for (klen, vlen, flags) in [
+                (11, 100, 0u32),
+                (1, 0, 1),
+                (250, 1 << 20, u32::MAX),
+                (250, 0, 0),
+                (1, 1 << 20, 0),
+            ] {
+                let key = vec![b'k'; klen];
+                let n = encoded_len(klen, vlen, flags, c);
+                let mut buf = vec![0u8; n];
+                let exp = [0, 1, u32::MAX][i % 3];
+                let h = Header {
+                    bits: FETCHED | DEAD,
+                    cas: c,
+                    exptime: exp,
+                    time: 6,
+                    flags,
+                };
+                let l = write_header(&mut buf, &h, &key, vlen);
+                let p = parse(&buf);
+                assert_eq!(p.total(), n);
+                assert_eq!(p.value, l.value);
+                assert_eq!(p.key_len, klen);
+                assert_eq!(p.value_len, vlen);
+                assert_eq!(p.bits & DEAD, 0);
+                assert_eq!(p.bits & FETCHED, FETCHED);
+                assert_eq!(p.bits & CAS_WIDE != 0, c > u32::MAX as u64);
+                assert_eq!(cas(&buf, &p), c);
+                assert_eq!(exptime(&buf, &p), exp);
+                assert_eq!(time(&buf, &p), 6);
+                assert_eq!(super::flags(&buf, &p), flags);
+                assert_eq!(&buf[p.key..p.key + klen], &key[..]);
+                // In-place updates keep the neighbours intact.
+                let new_cas = if cas_fits(&p, u64::MAX) {
+                    u64::MAX - 1
+                } else {
+                    7
+                };
+                set_cas(&mut buf, &p, new_cas);
+                set_exptime(&mut buf, &p, 8);
+                set_time(&mut buf, &p, 9);
+                assert_eq!(cas(&buf, &p), new_cas);
+                assert_eq!(exptime(&buf, &p), 8);
+                assert_eq!(time(&buf, &p), 9);
+                assert_eq!(super::flags(&buf, &p), flags);
+                assert_eq!(&buf[p.key..p.key + klen], &key[..]);
+            }
         }
-        // The headline item: 11-byte key, 100-byte value, no flags => 19 bytes of header.
-        assert_eq!(encoded_len(11, 100, 0), 19 + 111);
+        // The headline item: 11-byte key, 100-byte value, no flags, cas < 2^32 => 15 bytes of
+        // header; a wide cas costs 4 more.
+        assert_eq!(encoded_len(11, 100, 0, 1 << 20), 15 + 111);
+        assert_eq!(encoded_len(11, 100, 0, 1 << 40), 19 + 111);
+    }
+
+    #[test]
+    fn a_narrow_cas_refuses_wide_updates_and_a_forced_wide_one_takes_them() {
+        let mut buf = vec![0u8; 64];
+        let h = Header {
+            bits: 0,
+            cas: 5,
+            exptime: 0,
+            time: 0,
+            flags: 0,
+        };
+        let narrow = write_header(&mut buf, &h, b"k", 0);
+        assert!(cas_fits(&narrow, u32::MAX as u64));
+        assert!(!cas_fits(&narrow, u32::MAX as u64 + 1));
+        let wide = write_header_wide(&mut buf, &h, b"k", 0, true);
+        assert_eq!(wide.total(), narrow.total() + 4);
+        assert!(cas_fits(&wide, u64::MAX));
+        assert_eq!(cas(&buf, &parse(&buf)), 5);
     }
 
     #[test]
     fn fillers_cover_every_gap_size() {
-        for n in [0, MIN_ITEM, 100, 146, 147, 148, 300, 2100, 16_403] {
+        let edge = MIN_ITEM + 127;
+        for n in [
+            0,
+            MIN_ITEM,
+            100,
+            edge,
+            edge + 1,
+            edge + 2,
+            300,
+            2100,
+            MAX_FILLER,
+        ] {
             let mut buf = vec![0xAAu8; n];
             write_filler(&mut buf);
             if n > 0 {

@@ -61,7 +61,7 @@ pub(crate) fn meta_lookup(
                 return Ok(None);
             }
             // Placeholder: empty value, no flags, exptime from N below.
-            let size = item::encoded_len(key.len(), 0, 0);
+            let size = item::encoded_len(key.len(), 0, 0, s.peek_cas());
             let seg = s.alloc(g, size, now)?;
             let hdr = Header {
                 bits: 0,

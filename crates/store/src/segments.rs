@@ -260,7 +260,7 @@ impl Segments {
         value_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> (usize, Layout) {
-        let total = item::encoded_len(key.len(), value_len, h.flags);
+        let total = item::encoded_len(key.len(), value_len, h.flags, h.cas);
         let s = &mut self.segs[seg as usize];
         let off = s.used;
         let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
@@ -272,7 +272,9 @@ impl Segments {
     }
 
     /// Writes the header and key of an item whose value already sits in `seg` right after
-    /// them, at `off`; the bytes before `off` become one dead filler item.
+    /// them, at `off` with an 8-byte cas (4 bytes later with a 4-byte one, when the filler
+    /// in front can take the 4 bytes); the bytes before the item become one dead filler item.
+    /// Returns the item's offset and layout.
     pub fn write_in_place(
         &mut self,
         seg: u32,
@@ -280,15 +282,18 @@ impl Segments {
         h: &Header,
         key: &[u8],
         value_len: usize,
-    ) -> Layout {
-        let total = item::encoded_len(key.len(), value_len, h.flags);
+    ) -> (usize, Layout) {
+        let narrow =
+            item::cas_len(h.cas) == 4 && (item::MIN_ITEM..=item::MAX_FILLER).contains(&(off + 4));
+        let off = if narrow { off + 4 } else { off };
         let s = &mut self.segs[seg as usize];
         item::write_filler(&mut s.buf[..off]);
-        let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
+        let l = item::write_header_wide(&mut s.buf[off..], h, key, value_len, !narrow);
+        let total = l.total();
         s.used = off + total;
         s.live_bytes += total;
         s.live_items += 1;
-        l
+        (off, l)
     }
 
     /// Copies `len` bytes from `src` to `dst` (segment, offset), which may be one segment.

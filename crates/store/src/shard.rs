@@ -133,6 +133,17 @@ impl Shard {
         }
     }
 
+    /// Moves the cas counter (tests reach cas values past 2^32 without 2^28 writes).
+    #[cfg(test)]
+    pub fn set_cas_counter(&mut self, n: u64) {
+        self.cas_counter = n;
+    }
+
+    /// What `next_cas` will return, to size an item before it is written.
+    pub fn peek_cas(&self) -> u64 {
+        ((self.cas_counter + 1) << self.nshards_bits) | self.id
+    }
+
     /// Unique across shards: the shard id sits in the low bits.
     pub fn next_cas(&mut self) -> u64 {
         self.cas_counter += 1;
@@ -176,18 +187,17 @@ impl Shard {
     /// Index lookup without liveness checks.
     pub fn find(&self, h: u64, key: &[u8]) -> Option<Found> {
         let segs = &self.segs;
-        let slot = self.index.find(h, |loc| {
+        // The matching item's layout comes back with it rather than being parsed again.
+        let (slot, (seg, off, l)) = self.index.find(h, |loc| {
             let (s, o) = split_loc(loc);
             let buf = segs.buf(s, o);
             let kl = buf[1] as usize;
             if kl != key.len() {
-                return false;
+                return None;
             }
             let l = item::parse(buf);
-            &buf[l.key..l.key + kl] == key
+            (&buf[l.key..l.key + kl] == key).then_some((s, o, l))
         })?;
-        let (seg, off) = split_loc(self.index.loc(slot));
-        let l = item::parse(self.segs.buf(seg, off));
         Some(Found { slot, seg, off, l })
     }
 
@@ -279,10 +289,10 @@ impl Shard {
         h: &Header,
         key: &[u8],
         value_len: usize,
-    ) -> Layout {
-        let l = self.segs.write_in_place(seg, off, h, key, value_len);
+    ) -> (usize, Layout) {
+        let (off, l) = self.segs.write_in_place(seg, off, h, key, value_len);
         self.count_written(l.total());
-        l
+        (off, l)
     }
 
     /// Copies `len` bytes of an existing item's value into a freshly reserved destination.
@@ -399,6 +409,48 @@ impl Shard {
 
     pub fn set_exptime(&mut self, f: &Found, e: u32) {
         item::set_exptime(self.segs.header_mut(f.seg, f.off, &f.l), &f.l, e);
+    }
+
+    /// Replaces the live item with a copy whose cas takes 8 bytes, so that a cas update that
+    /// does not fit in 4 can then be made in place. None if the item is gone.
+    pub fn widen_cas(
+        &mut self,
+        g: &Global,
+        h: u64,
+        key: &[u8],
+        now: u32,
+    ) -> Result<Option<Found>, NeedMem> {
+        let Some(f) = self.find_live(g, h, key, now) else {
+            return Ok(None);
+        };
+        let flags = item::flags(self.buf(f.seg, f.off), &f.l);
+        let size = item::encoded_len(key.len(), f.l.value_len, flags, u64::MAX);
+        let seg = self.alloc(g, size, now)?;
+        // Allocation may have evicted or moved the item.
+        let Some(f) = self.find_live(g, h, key, now) else {
+            self.unalloc(g, seg);
+            return Ok(None);
+        };
+        let buf = self.buf(f.seg, f.off);
+        let cas = item::cas(buf, &f.l);
+        let hdr = Header {
+            bits: f.l.bits,
+            // Any value above u32::MAX makes the field wide; the real one is set below.
+            cas: u64::MAX,
+            exptime: item::exptime(buf, &f.l),
+            time: item::time(buf, &f.l),
+            flags,
+        };
+        let (off, l) = self.write(seg, &hdr, key, f.l.value_len, |_| {});
+        self.copy_value(
+            (f.seg, f.off + f.l.value),
+            f.l.value_len,
+            (seg, off + l.value),
+        );
+        self.link(g, h, Some(f), seg, off);
+        let f = self.find(h, key).expect("just linked");
+        self.set_cas(&f, cas);
+        Ok(Some(f))
     }
 
     pub fn set_cas(&mut self, f: &Found, c: u64) {

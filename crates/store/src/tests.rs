@@ -256,3 +256,171 @@ fn without_evictions_a_full_store_refuses_stores_and_reservations() {
     assert_eq!(s.stats().counters.evictions, 0);
     assert!(!s.reserve(1 << 20));
 }
+
+/// The item encoding's variable-width fields at their edges, through the whole store: cas
+/// values around 2^32 (4 or 8 bytes), flags 0 (no field) / 1 / max, exptime never / past /
+/// far future, 1- and 250-byte keys, empty and 1 MiB values.
+#[test]
+fn variable_width_fields_round_trip_at_their_edges() {
+    let s = Store::new(Config {
+        mem_limit: 64 << 20,
+        item_size_max: 2 << 20,
+        process_start: START,
+        evictions: true,
+    });
+    let big: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    let k250 = vec![b'k'; 250];
+    let mut n = 0u32;
+    for cas in [
+        None,
+        Some(1),
+        Some(u32::MAX as u64),
+        Some(1 << 32),
+        Some(u64::MAX),
+    ] {
+        for flags in [0, 1, u32::MAX] {
+            for exptime in [0, EXPIRED, T0 + 10 * 365 * 86_400] {
+                for key in [&b"q"[..], &k250[..]] {
+                    for value in [&b""[..], &big[..]] {
+                        n += 1;
+                        // Distinct keys of both lengths: a counter in the first bytes.
+                        let mut key = key.to_vec();
+                        let tag = format!("{n}");
+                        if key.len() > tag.len() {
+                            key[..tag.len()].copy_from_slice(tag.as_bytes());
+                        } else {
+                            key = tag.into_bytes();
+                        }
+                        let opts = StoreOpts {
+                            new_cas: cas,
+                            ..StoreOpts::default()
+                        };
+                        let mut req = StoreRequest::new(StoreMode::Set, &key, value)
+                            .flags(flags)
+                            .exptime(exptime);
+                        req.opts = opts;
+                        let r = s.store(req, T0);
+                        assert_eq!(r.result, StoreResult::Stored);
+                        if let Some(c) = cas {
+                            assert_eq!(r.cas, c);
+                        }
+                        let got = s.peek(&key, T0, |v| {
+                            v.map(|v| (v.value.to_vec(), v.flags, v.cas, v.exptime, v.last_access))
+                        });
+                        if exptime == EXPIRED {
+                            assert_eq!(got, None);
+                            continue;
+                        }
+                        let (v, f, c, e, _) = got.expect("stored");
+                        assert_eq!((&v[..], f, c, e), (value, flags, r.cas, exptime));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An item written with a 4-byte cas whose cas must change in place to one that needs 8:
+/// incr/decr and `md I` store a wide copy instead of overwriting the neighbours.
+#[test]
+fn in_place_cas_updates_past_two_to_the_32() {
+    let s = store_mb(8);
+    let r = s.store(
+        StoreRequest::new(StoreMode::Set, b"n", b"10")
+            .flags(u32::MAX)
+            .exptime(T0 + 50),
+        T0,
+    );
+    assert!(r.cas <= u32::MAX as u64);
+    let wide = (1u64 << 40) + 3;
+    let opts = ArithOpts {
+        new_cas: Some(wide),
+        ..ArithOpts::default()
+    };
+    assert_eq!(
+        s.incr_decr(b"n", true, 5, T0, &opts),
+        ArithResult::Ok {
+            value: 15,
+            cas: wide,
+            exptime: T0 + 50
+        }
+    );
+    let view = |k: &[u8]| {
+        s.peek(k, T0, |v| {
+            v.map(|v| {
+                (
+                    String::from_utf8(v.value.to_vec()).unwrap(),
+                    v.flags,
+                    v.cas,
+                    v.exptime,
+                )
+            })
+        })
+    };
+    assert_eq!(view(b"n"), Some(("15".into(), u32::MAX, wide, T0 + 50)));
+    // A fitting cas on the (now wide) item stays in place.
+    let opts = ArithOpts {
+        new_cas: Some(7),
+        ..ArithOpts::default()
+    };
+    assert!(matches!(
+        s.incr_decr(b"n", false, 1, T0, &opts),
+        ArithResult::Ok {
+            value: 14,
+            cas: 7,
+            ..
+        }
+    ));
+    assert_eq!(view(b"n"), Some(("14".into(), u32::MAX, 7, T0 + 50)));
+
+    // md I: the shard's next cas is past 2^32 while the item's field is 4 bytes.
+    let r = s.store(
+        StoreRequest::new(StoreMode::Set, b"i", b"value").flags(3),
+        T0,
+    );
+    assert!(r.cas <= u32::MAX as u64);
+    let (_, si) = s.route(b"i");
+    s.lock(si).set_cas_counter(1 << 32);
+    let inv = DeleteOpts {
+        invalidate: true,
+        new_exptime: Some(T0 + 30),
+        ..DeleteOpts::default()
+    };
+    assert_eq!(s.delete(b"i", T0, &inv), DeleteResult::Deleted);
+    let (v, f, c, e) = view(b"i").expect("kept, stale");
+    assert_eq!((v.as_str(), f, e), ("value", 3, T0 + 30));
+    assert!(c > u32::MAX as u64, "new cas {c}");
+    s.peek(b"i", T0, |v| assert!(v.unwrap().stale));
+    // New items from that shard now carry 8-byte cas values.
+    let r = s.store(StoreRequest::new(StoreMode::Set, b"i", b"again"), T0);
+    assert!(r.cas > u32::MAX as u64);
+    assert_eq!(view(b"i"), Some(("again".into(), 0, r.cas, 0)));
+}
+
+/// Values received in place with exactly the room for a wide-cas header (kept wide), or with
+/// room for a filler in front (narrowed when the filler can take 4 more bytes).
+#[test]
+fn values_received_in_place_with_any_room_read_back() {
+    let s = store_mb(16);
+    let value: Vec<u8> = (0..100_000u32).map(|i| (i % 249) as u8).collect();
+    // key 3 + 2 + varint 3 + wide cas/exptime/time 16.
+    let head = 24;
+    for room in [0, 11, 12, 15, 40, 16_000] {
+        let key = format!("r{room:02}");
+        let (buf, at) = received(&value, head + room);
+        let r = s.store(
+            StoreRequest::received(StoreMode::Set, key.as_bytes(), buf, at, value.len()),
+            T0,
+        );
+        assert_eq!(r.result, StoreResult::Stored);
+        assert_eq!(
+            get(&s, &key, T0),
+            Some((value.clone(), 0, r.cas)),
+            "room {room}"
+        );
+    }
+    // Segment walks (reclaim, flush) still land on item boundaries.
+    s.reclaim(T0 + 1, 1_000);
+    s.flush_all(0, T0 + 2);
+    assert!(s.is_empty());
+}

@@ -230,7 +230,7 @@ pub enum Value<'a> {
     /// Bytes the store copies into the item.
     Bytes(&'a [u8]),
     /// A buffer the caller received the value straight into, at `at..at + len`. With room in
-    /// front for the item header (at least `item::encoded_len(key, len, flags) - len` bytes,
+    /// front for the item header (at least `item::encoded_len(key, len, flags, u64::MAX) - len` bytes,
     /// and either exactly that or `item::MIN_ITEM`..16,000 bytes more), set/add/replace/cas make
     /// the buffer the item's own, as for a large item, so the value is never copied (memcached
     /// likewise reads values into the item). Other modes, and buffers without such room, are

@@ -66,7 +66,8 @@ fn adoptable_at(
     at: usize,
     len: usize,
 ) -> Option<usize> {
-    let head = item::encoded_len(key_len, len, flags) - len;
+    // The cas is not known yet: room for a wide one (`write_in_place` narrows it if it can).
+    let head = item::encoded_len(key_len, len, flags, u64::MAX) - len;
     let room = at.checked_sub(head)?;
     let whole_value = matches!(
         mode,
@@ -114,8 +115,7 @@ pub(crate) fn store_in_shard(
     let off = match *src {
         Source::Copy(value) => write_copy(s, &plan, seg, &hdr, req.key, value),
         Source::InPlace { item_off, len, .. } => {
-            s.write_in_place(seg, item_off, &hdr, req.key, len);
-            item_off
+            s.write_in_place(seg, item_off, &hdr, req.key, len).0
         }
     };
     s.link(g, req.h, plan.old, seg, off);
@@ -292,7 +292,8 @@ fn plan_store(
             }
         }
     }
-    plan.size = item::encoded_len(key.len(), plan.value_len, plan.flags);
+    let cas = opts.new_cas.unwrap_or_else(|| s.peek_cas());
+    plan.size = item::encoded_len(key.len(), plan.value_len, plan.flags, cas);
     Ok(plan)
 }
 
@@ -333,10 +334,11 @@ mod tests {
     #[test]
     fn a_received_value_is_adopted_only_with_room_for_header_or_filler() {
         let len = 70_000;
-        // key 3 + bits/key_len 2 + varint 3 + cas/exptime/time 16 = 24 header bytes.
+        // key 3 + bits/key_len 2 + varint 3 + 8-byte cas/exptime/time 16 = 24 header bytes
+        // (room for a wide cas: the cas is not known until the item is written).
         let head = 24;
         assert_eq!(source_of(StoreMode::Set, head, len), Some(0));
-        assert_eq!(source_of(StoreMode::Add, head + 19, len), Some(19));
+        assert_eq!(source_of(StoreMode::Add, head + 15, len), Some(15));
         assert_eq!(
             source_of(StoreMode::Cas(9), head + 16_000, len),
             Some(16_000)
@@ -344,7 +346,7 @@ mod tests {
         assert_eq!(source_of(StoreMode::Replace, head + 100, len), Some(100));
         // Too little room for a header, or for a filler in front of it: copied.
         assert_eq!(source_of(StoreMode::Set, head - 1, len), None);
-        assert_eq!(source_of(StoreMode::Set, head + 18, len), None);
+        assert_eq!(source_of(StoreMode::Set, head + 14, len), None);
         assert_eq!(source_of(StoreMode::Set, head + 16_001, len), None);
         // Modes that keep the old value are copied.
         assert_eq!(source_of(StoreMode::Append, head, len), None);
