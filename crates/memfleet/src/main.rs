@@ -18,7 +18,7 @@ enum Command {
     /// Run the cache server (accepts memcached's flags).
     Serve(server::ServeArgs),
     /// Generate load against a memcached-protocol server (memtier-style options).
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Route memcached traffic to pools of servers (a drop-in for twemproxy/nutcracker).
     Route(router::RouteArgs),
     /// Delete cache keys as PostgreSQL rows change (logical replication, pgoutput).
@@ -29,7 +29,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => server::serve(args),
-        Command::Bench(args) => bench::run(args).map(|_| ()),
+        Command::Bench(args) => bench::run(*args).map(|_| ()),
         Command::Route(args) => router::run(args),
         Command::Invalidate(args) => invalidate::run(args),
     };
