@@ -148,10 +148,23 @@ pub fn write_out(
             iov_base: p.as_ptr() as *mut libc::c_void,
             iov_len: p.len(),
         });
-        let count = if unsent.is_some() { 3 } else { 1 };
-        // SAFETY: the iovecs point at live, initialised buffers that outlive the call;
-        // writev only reads them.
-        let n = unsafe { libc::writev(fd, iov.as_ptr(), count) };
+        let n = if unsent.is_some() {
+            // SAFETY: the iovecs point at live, initialised buffers that outlive the call;
+            // writev only reads them.
+            unsafe { libc::writev(fd, iov.as_ptr(), 3) }
+        } else {
+            // One buffer: send(2) skips the VFS write path writev takes (measurably cheaper
+            // per reply on small requests).
+            // SAFETY: the slice is live and initialised for the call; send only reads it.
+            unsafe {
+                libc::send(
+                    fd,
+                    parts[0].as_ptr().cast(),
+                    parts[0].len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            }
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             match e.kind() {
