@@ -2,7 +2,7 @@
 
 use crate::args::Config;
 use crate::runner::PhaseResult;
-use crate::stats::{percentile_table, percentiles, Latency, OpStats, Stats};
+use crate::stats::{percentile_table, percentiles, Latency, OpStats, Second, Stats};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -24,17 +24,6 @@ impl OpReport {
             percentiles: percentiles(&ops.hist, ps),
         }
     }
-}
-
-/// Counts of one second of the run (all threads).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct Second {
-    pub second: u64,
-    pub ops: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub errors: u64,
-    pub p99_us: u64,
 }
 
 /// What `run` returns and `--json-out-file` contains.

@@ -28,7 +28,7 @@ pub struct PhaseResult {
     /// Connections established.
     pub connected: usize,
     /// One entry per full second of the run.
-    pub timeline: Vec<crate::report::Second>,
+    pub timeline: Vec<crate::stats::Second>,
 }
 
 impl PhaseResult {
@@ -248,7 +248,7 @@ fn merge_tick(into: &mut Msg, from: Msg) {
     }
 }
 
-fn tick_summary(m: &Msg) -> crate::report::Second {
+fn tick_summary(m: &Msg) -> crate::stats::Second {
     match m {
         Msg::Tick {
             second,
@@ -257,7 +257,7 @@ fn tick_summary(m: &Msg) -> crate::report::Second {
             misses,
             errors,
             hist,
-        } => crate::report::Second {
+        } => crate::stats::Second {
             second: *second,
             ops: *ops,
             hits: *hits,
@@ -273,7 +273,7 @@ fn tick_summary(m: &Msg) -> crate::report::Second {
     }
 }
 
-fn print_tick(sec: &crate::report::Second) {
+fn print_tick(sec: &crate::stats::Second) {
     let looked = sec.hits + sec.misses;
     let hit = if looked == 0 {
         "  n/a".to_string()

@@ -131,6 +131,17 @@ pub fn percentiles(h: &Histogram<u64>, ps: &[f64]) -> Vec<(f64, u64)> {
         .collect()
 }
 
+/// Counts of one second of the run (all threads).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Second {
+    pub second: u64,
+    pub ops: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+    pub p99_us: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

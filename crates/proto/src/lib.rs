@@ -44,6 +44,7 @@
 
 pub mod binary;
 pub mod forward;
+mod frame;
 mod meta;
 mod num;
 pub mod redis_cmd;
@@ -120,6 +121,18 @@ pub enum Parse<'a> {
         /// Delete this key from the store (memcached's "avoid stale data" on a too large set).
         unlink: Option<Key<'a>>,
     },
+}
+
+/// An error reply that consumes just the command line (the text and meta parsers share it).
+#[inline]
+pub(crate) fn err<'a>(reply: &'static [u8], consumed: usize) -> Parse<'a> {
+    Parse::Error {
+        reply,
+        consumed,
+        swallow: 0,
+        close: false,
+        unlink: None,
+    }
 }
 
 /// Classic storage commands (and what `ms` maps to).

@@ -3,9 +3,8 @@
 
 use crate::num::{strtol_i32, strtoul_u32, strtoull};
 use crate::reply as r;
-use crate::text::err;
 use crate::tokens::{Line, Tokens};
-use crate::{Limits, Parse, Request, StoreCmd, KEY_MAX_LENGTH};
+use crate::{err, Limits, Parse, Request, StoreCmd, KEY_MAX_LENGTH};
 
 /// Longest decoded base64 key: 250 encoded bytes hold at most 62 blocks of 3 bytes.
 const DECODED_KEY_MAX: usize = 188;

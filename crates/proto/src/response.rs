@@ -14,21 +14,8 @@ use std::ops::Range;
 
 use memchr::memchr;
 
+pub use crate::frame::{Frame, MAX_REPLY_LINE};
 use crate::resp::RespFramer;
-
-/// A reply line longer than this without `\n` means the stream is not memcached (or RESP).
-pub const MAX_REPLY_LINE: usize = 64 * 1024;
-
-/// What a framer found at the head of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Frame {
-    /// The first reply is this many bytes long.
-    Complete(usize),
-    /// More bytes are needed; the total length of the buffer needed when known.
-    Incomplete(Option<usize>),
-    /// Not a reply of the protocol: the connection must be dropped.
-    Invalid,
-}
 
 /// One memcached reply line (without its line end), as [`parse_line`] sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

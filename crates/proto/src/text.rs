@@ -3,19 +3,7 @@
 use crate::num::{strtol_i32, strtoul_u32, strtoull};
 use crate::reply as r;
 use crate::tokens::{Keys, Line, Tokens};
-use crate::{meta, Limits, Parse, Request, ShutdownMode, StoreCmd, KEY_MAX_LENGTH};
-
-/// An error reply that consumes just the command line.
-#[inline]
-pub(crate) fn err<'a>(reply: &'static [u8], consumed: usize) -> Parse<'a> {
-    Parse::Error {
-        reply,
-        consumed,
-        swallow: 0,
-        close: false,
-        unlink: None,
-    }
-}
+use crate::{err, meta, Limits, Parse, Request, ShutdownMode, StoreCmd, KEY_MAX_LENGTH};
 
 /// `out_string` honours noreply: the error is suppressed.
 #[inline]

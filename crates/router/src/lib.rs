@@ -13,6 +13,7 @@
 
 mod buf;
 mod config;
+mod counters;
 mod log;
 mod mcrouter_config;
 mod net;
@@ -209,7 +210,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         started,
         threads,
         per_worker: (0..threads)
-            .map(|_| stats::WorkerCounters::default())
+            .map(|_| counters::WorkerCounters::default())
             .collect(),
         handed_over: (0..threads).map(|_| Default::default()).collect(),
     });

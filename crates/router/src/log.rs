@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 static LEVEL: AtomicU8 = AtomicU8::new(5);
 static OUT: Mutex<Option<std::fs::File>> = Mutex::new(None);
@@ -18,7 +19,7 @@ fn write(level: u8, msg: &str) {
     if level > LEVEL.load(Relaxed) {
         return;
     }
-    let secs = crate::shared::epoch_us() / 1_000_000;
+    let secs = epoch_us() / 1_000_000;
     let line = format!("[{secs}] {msg}\n");
     let mut out = OUT.lock().unwrap_or_else(|e| e.into_inner());
     match out.as_mut() {
@@ -42,4 +43,12 @@ pub fn notice(msg: &str) {
 
 pub fn info(msg: &str) {
     write(6, msg);
+}
+
+/// Wall-clock microseconds since the Unix epoch (0 if the clock is before it).
+pub fn epoch_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }

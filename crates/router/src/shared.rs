@@ -10,12 +10,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ring::Ring;
 
 use crate::config::{Config, Pool, ServerAddr};
-use crate::stats::PoolCounters;
+use crate::counters::PoolCounters;
 
 /// Where a backend is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl PoolRt {
         server.ejected.store(true, Relaxed);
         let retry = self.now_ms() + self.cfg.server_retry_timeout.as_millis() as u64;
         server.retry_at_ms.store(retry, Relaxed);
-        server.ejected_at_us.store(epoch_us(), Relaxed);
+        server.ejected_at_us.store(crate::log::epoch_us(), Relaxed);
         self.server_ejects.fetch_add(1, Relaxed);
         self.rebuild_locked();
         crate::log::warn(&format!(
@@ -217,13 +217,6 @@ impl PoolRt {
     }
 }
 
-pub fn epoch_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}
-
 /// One configuration generation.
 pub struct Shared {
     pub pools: Vec<Arc<PoolRt>>,
@@ -245,7 +238,7 @@ impl Shared {
 pub struct Globals {
     pub started: Instant,
     pub threads: usize,
-    pub per_worker: Vec<crate::stats::WorkerCounters>,
+    pub per_worker: Vec<crate::counters::WorkerCounters>,
     /// Connections handed to each worker and not yet adopted by it: the acceptor counts
     /// them as that worker's load so a burst of connects is dealt out evenly.
     pub handed_over: Vec<std::sync::atomic::AtomicI64>,

@@ -2,81 +2,9 @@
 //! stats port's JSON (same fields as nutcracker 0.5) and `stats` on the data port.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::shared::{Globals, Shared};
-
-/// A counter written by one thread only: a plain load and store, no locked instruction.
-#[derive(Default)]
-pub struct Counter(AtomicI64);
-
-impl Counter {
-    #[inline]
-    pub fn add(&self, n: i64) {
-        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
-    }
-    #[inline]
-    pub fn get(&self) -> i64 {
-        self.0.load(Relaxed)
-    }
-}
-
-macro_rules! counters {
-    ($name:ident { $($field:ident),* $(,)? }) => {
-        #[derive(Default)]
-        #[repr(align(64))]
-        pub struct $name { $(pub $field: Counter,)* }
-        impl $name {
-            /// `(field name, value)` in nutcracker's order.
-            pub fn fields(&self) -> Vec<(&'static str, i64)> {
-                vec![$((stringify!($field), self.$field.get()),)*]
-            }
-        }
-    };
-}
-
-counters!(ServerCounters {
-    server_eof,
-    server_err,
-    server_timedout,
-    server_connections,
-    requests,
-    request_bytes,
-    responses,
-    response_bytes,
-    in_queue,
-    in_queue_bytes,
-    out_queue,
-    out_queue_bytes,
-});
-
-counters!(PoolBase {
-    client_eof,
-    client_err,
-    client_connections,
-    forward_error,
-    fragments,
-});
-
-counters!(WorkerCounters {
-    total_connections,
-    curr_connections,
-});
-
-/// One worker's counters for one pool.
-pub struct PoolCounters {
-    pub pool: PoolBase,
-    pub servers: Vec<ServerCounters>,
-}
-
-impl PoolCounters {
-    pub fn new(servers: usize) -> PoolCounters {
-        PoolCounters {
-            pool: PoolBase::default(),
-            servers: (0..servers).map(|_| ServerCounters::default()).collect(),
-        }
-    }
-}
 
 fn sum(parts: impl Iterator<Item = Vec<(&'static str, i64)>>) -> Vec<(&'static str, i64)> {
     let mut total: Vec<(&'static str, i64)> = Vec::new();
@@ -123,7 +51,7 @@ pub fn hostname() -> String {
 pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
     let mut out = String::with_capacity(1024);
     let uptime = globals.started.elapsed().as_secs();
-    let timestamp = crate::shared::epoch_us() / 1_000_000;
+    let timestamp = crate::log::epoch_us() / 1_000_000;
     let g = sum(globals.per_worker.iter().map(|w| w.fields()));
     out.push_str("{\"service\":\"nutcracker\", \"source\":");
     json_str(&mut out, source);
@@ -184,11 +112,7 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
         "STAT uptime {}\r\n",
         globals.started.elapsed().as_secs()
     );
-    let _ = write!(
-        out,
-        "STAT time {}\r\n",
-        crate::shared::epoch_us() / 1_000_000
-    );
+    let _ = write!(out, "STAT time {}\r\n", crate::log::epoch_us() / 1_000_000);
     let _ = write!(
         out,
         "STAT version memfleet-route-{}\r\n",
@@ -235,6 +159,7 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::counters::WorkerCounters;
     use std::time::Instant;
 
     #[test]

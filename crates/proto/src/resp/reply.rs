@@ -6,7 +6,7 @@ use std::fmt;
 use memchr::memchr;
 
 use super::parse_ll;
-use crate::response::{Frame, MAX_REPLY_LINE};
+use crate::frame::{Frame, MAX_REPLY_LINE};
 
 /// A backend reply that is not valid RESP2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

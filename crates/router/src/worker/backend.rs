@@ -490,7 +490,7 @@ impl Worker {
 }
 
 impl Backend {
-    pub(super) fn counters(&self) -> &crate::stats::ServerCounters {
+    pub(super) fn counters(&self) -> &crate::counters::ServerCounters {
         &self.rt.counters[self.worker].servers[self.server]
     }
 

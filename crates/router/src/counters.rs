@@ -1,0 +1,76 @@
+//! Counters with nutcracker's names, kept per worker thread: one thread writes each, the
+//! stats reports (`stats`) sum them when read.
+
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+
+/// A counter written by one thread only: a plain load and store, no locked instruction.
+#[derive(Default)]
+pub struct Counter(AtomicI64);
+
+impl Counter {
+    #[inline]
+    pub fn add(&self, n: i64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+    #[inline]
+    pub fn get(&self) -> i64 {
+        self.0.load(Relaxed)
+    }
+}
+
+macro_rules! counters {
+    ($name:ident { $($field:ident),* $(,)? }) => {
+        #[derive(Default)]
+        #[repr(align(64))]
+        pub struct $name { $(pub $field: Counter,)* }
+        impl $name {
+            /// `(field name, value)` in nutcracker's order.
+            pub fn fields(&self) -> Vec<(&'static str, i64)> {
+                vec![$((stringify!($field), self.$field.get()),)*]
+            }
+        }
+    };
+}
+
+counters!(ServerCounters {
+    server_eof,
+    server_err,
+    server_timedout,
+    server_connections,
+    requests,
+    request_bytes,
+    responses,
+    response_bytes,
+    in_queue,
+    in_queue_bytes,
+    out_queue,
+    out_queue_bytes,
+});
+
+counters!(PoolBase {
+    client_eof,
+    client_err,
+    client_connections,
+    forward_error,
+    fragments,
+});
+
+counters!(WorkerCounters {
+    total_connections,
+    curr_connections,
+});
+
+/// One worker's counters for one pool.
+pub struct PoolCounters {
+    pub pool: PoolBase,
+    pub servers: Vec<ServerCounters>,
+}
+
+impl PoolCounters {
+    pub fn new(servers: usize) -> PoolCounters {
+        PoolCounters {
+            pool: PoolBase::default(),
+            servers: (0..servers).map(|_| ServerCounters::default()).collect(),
+        }
+    }
+}
