@@ -144,11 +144,11 @@ pub fn write_out(
         if parts.iter().all(|p| p.is_empty()) {
             break;
         }
-        let iov = parts.map(|p| libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        });
         let n = if unsent.is_some() {
+            let iov = parts.map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            });
             // SAFETY: the iovecs point at live, initialised buffers that outlive the call;
             // writev only reads them.
             unsafe { libc::writev(fd, iov.as_ptr(), 3) }
