@@ -13,6 +13,7 @@ use crate::bufpool::BufPool;
 use crate::conn::{Conn, Unsent};
 use crate::env::ExecEnv;
 use crate::execute::{self, Flow, Received};
+use crate::textauth;
 use crate::verbose;
 
 /// Bytes kept free in front of a request whose value is received in place
@@ -42,6 +43,22 @@ pub fn process(
         if out.len() >= env.reply_cap || done >= budget {
             stopped_early = true;
             break;
+        }
+        if !conn.authenticated {
+            let Some(auth) = &env.shared.auth else {
+                conn.authenticated = true;
+                continue;
+            };
+            match textauth::step(auth, &buf[pos..], out) {
+                textauth::Step::Incomplete => break,
+                textauth::Step::Answered { used, ok } => {
+                    pos += used;
+                    done += 1;
+                    conn.authenticated = ok;
+                }
+                textauth::Step::Close => conn.closing = true,
+            }
+            continue;
         }
         if conn.swallow > 0 {
             let k = conn.swallow.min(buf.len() - pos);

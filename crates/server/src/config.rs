@@ -98,6 +98,9 @@ pub struct ServeArgs {
     /// per-prefix stats delimiter (accepted for compatibility)
     #[arg(short = 'D')]
     pub prefix_delimiter: Option<String>,
+    /// password file of `user:password` lines: text-protocol clients must log in first
+    #[arg(short = 'Y', long = "auth-file")]
+    pub auth_file: Option<String>,
     /// comma separated extended options (unknown ones are ignored with a warning)
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
@@ -125,6 +128,8 @@ pub struct Settings {
     pub daemon: bool,
     pub pidfile: Option<String>,
     pub user: Option<String>,
+    /// `-Y`: the password file clients log in with.
+    pub auth_file: Option<String>,
     /// `-o` options we recognised and applied, for `stats settings`.
     pub warnings: Vec<String>,
 }
@@ -233,6 +238,11 @@ impl ServeArgs {
                 }
             }
         }
+        if self.auth_file.is_some() && !udp.is_empty() {
+            return Err(
+                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
+            );
+        }
         Ok(Settings {
             tcp,
             udp,
@@ -252,6 +262,7 @@ impl ServeArgs {
             daemon: self.daemon,
             pidfile: self.pidfile.clone(),
             user: self.user.clone(),
+            auth_file: self.auth_file.clone(),
             warnings,
         })
     }

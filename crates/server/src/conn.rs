@@ -84,6 +84,8 @@ pub struct Conn {
     pub pending: bool,
     /// The peer shut down its side; read to EOF instead of trusting a short read.
     pub peer_closed: bool,
+    /// Logged in, or no `-Y`; until then requests go to `textauth`.
+    pub authenticated: bool,
 }
 
 impl Conn {
@@ -102,6 +104,7 @@ impl Conn {
             want_write: false,
             pending: false,
             peer_closed: false,
+            authenticated: true,
         }
     }
 
@@ -118,6 +121,7 @@ impl Conn {
             && !self.pending
             && !self.closing
             && !self.peer_closed
+            && self.authenticated
     }
 
     /// Gives the memory reserved for a value under way back to the store.

@@ -16,6 +16,7 @@ mod placement;
 mod report;
 mod shared;
 mod stats;
+mod textauth;
 mod udp;
 mod verbose;
 mod worker;
@@ -55,6 +56,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     for w in &settings.warnings {
         eprintln!("warning: {w}");
     }
+    // As memcached: an unreadable or malformed password file stops the server from starting.
+    let auth = match &settings.auth_file {
+        Some(path) => Some(auth::Authenticator::load(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
     raise_fd_limit(settings.conn_limit);
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
@@ -68,7 +74,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(settings.clone(), listeners, udp);
+    let result = run(settings.clone(), listeners, udp, auth);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -82,6 +88,7 @@ fn run(
     settings: Settings,
     listeners: Vec<Listener>,
     udp: Vec<Vec<std::net::UdpSocket>>,
+    auth: Option<auth::Authenticator>,
 ) -> Result<(), String> {
     let threads = settings.threads;
     let now = unix_now();
@@ -128,6 +135,7 @@ fn run(
         shutdown: AtomicBool::new(false),
         process_start: now,
         wakers: all_wakers,
+        auth,
         settings,
     });
 
@@ -335,8 +343,9 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
     Ok(per_worker)
 }
 
-/// SIGINT/SIGTERM stop the server. SIGHUP is caught and ignored, as memcached ignores it: a
-/// terminal closing or a log rotator's HUP must not take the cache down.
+/// SIGINT/SIGTERM stop the server. SIGHUP never stops it (a terminal closing or a log
+/// rotator's HUP must not take the cache down); as in memcached it re-reads the `-Y` password
+/// file, keeping the old entries if the new file is bad.
 fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
@@ -348,6 +357,12 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
                 let name = match sig {
                     SIGINT => "Interrupt",
                     SIGTERM => "Terminated",
+                    SIGHUP => {
+                        if let Some(Err(e)) = shared.auth.as_ref().map(|a| a.reload()) {
+                            eprintln!("{e}");
+                        }
+                        continue;
+                    }
                     _ => continue,
                 };
                 eprintln!("Signal handled: {name}.");

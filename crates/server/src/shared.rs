@@ -38,6 +38,8 @@ pub struct Shared {
     pub verbosity: AtomicU8,
     pub process_start: u32,
     pub wakers: Vec<Arc<mio::Waker>>,
+    /// `-Y`: text-protocol connections log in against this file first.
+    pub auth: Option<crate::auth::Authenticator>,
 }
 
 impl Shared {

@@ -226,6 +226,8 @@ impl Worker {
             let entry = self.conns.vacant_entry();
             let token = entry.key();
             let mut conn = Conn::new(stream, last_cmd);
+            // Only idle, logged-in connections are moved between workers.
+            conn.authenticated = moved_at.is_some() || self.shared.auth.is_none();
             if self
                 .poll
                 .registry()
