@@ -15,6 +15,8 @@
 //! - `shard`: one shard tying them together (lookup, link, unlink);
 //! - `eviction` (finding memory for a write) and `reclaim` (background expiry, compaction);
 //! - `write` (storage commands), `delete`, `arith` (incr/decr), `read` (get, meta get leases);
+//! - `snapshot` (the warm-restart file format, pure) and `warm` (saving and loading a store
+//!   through it);
 //! - this file: `Store`, which routes keys to shards and retries when memory is short.
 
 #![warn(missing_docs)]
@@ -32,8 +34,10 @@ mod reclaim;
 mod segbuf;
 mod segments;
 mod shard;
+pub mod snapshot;
 mod stats;
 mod types;
+mod warm;
 mod write;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -49,6 +53,7 @@ pub use types::{
     item_too_large, ArithOpts, ArithResult, Config, DeleteOpts, DeleteResult, ItemView, MetaFlags,
     MetaGetOpts, StoreMode, StoreOpts, StoreOutcome, StoreRequest, StoreResult, TouchResult, Value,
 };
+pub use warm::{LoadReport, SaveReport};
 use write::{Source, StoreReq};
 
 const SHARD_BITS: u32 = 4;

@@ -139,6 +139,12 @@ impl Shard {
         self.cas_counter = n;
     }
 
+    /// Makes the next cas values of this shard larger than any with counter `floor`
+    /// (items restored from a warm-restart file keep their cas).
+    pub fn raise_cas_counter(&mut self, floor: u64) {
+        self.cas_counter = self.cas_counter.max(floor);
+    }
+
     /// What `next_cas` will return, to size an item before it is written.
     pub fn peek_cas(&self) -> u64 {
         ((self.cas_counter + 1) << self.nshards_bits) | self.id
