@@ -98,6 +98,9 @@ pub struct ServeArgs {
     /// per-prefix stats delimiter (accepted for compatibility)
     #[arg(short = 'D')]
     pub prefix_delimiter: Option<String>,
+    /// warm restart: on SIGUSR1 save items to <file>; start from it with the same -m and -I
+    #[arg(short = 'e', long = "memory-file")]
+    pub memory_file: Option<String>,
     /// password file of `user:password` lines: text-protocol clients must log in first
     #[arg(short = 'Y', long = "auth-file")]
     pub auth_file: Option<String>,
@@ -128,6 +131,8 @@ pub struct Settings {
     pub daemon: bool,
     pub pidfile: Option<String>,
     pub user: Option<String>,
+    /// `-e`: where items are saved on SIGUSR1 and restored from at start-up.
+    pub memory_file: Option<String>,
     /// `-Y`: the password file clients log in with.
     pub auth_file: Option<String>,
     /// `-o` options we recognised and applied, for `stats settings`.
@@ -262,6 +267,7 @@ impl ServeArgs {
             daemon: self.daemon,
             pidfile: self.pidfile.clone(),
             user: self.user.clone(),
+            memory_file: self.memory_file.clone(),
             auth_file: self.auth_file.clone(),
             warnings,
         })

@@ -141,7 +141,11 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
                 out.extend_from_slice(reply::CLIENT_ERROR_INVALID_SHUTDOWN);
                 return Flow::Continue;
             }
-            env.shared.request_shutdown();
+            if mode == ShutdownMode::Graceful {
+                env.shared.request_graceful_shutdown();
+            } else {
+                env.shared.request_shutdown();
+            }
             return Flow::Close;
         }
         Request::Stats { args } => report::stats(env, args, out),

@@ -14,6 +14,7 @@ mod execute;
 mod meta;
 mod placement;
 mod report;
+mod restart;
 mod shared;
 mod stats;
 mod textauth;
@@ -92,12 +93,16 @@ fn run(
 ) -> Result<(), String> {
     let threads = settings.threads;
     let now = unix_now();
-    let store = store::Store::new(store::Config {
+    let store_config = store::Config {
         mem_limit: settings.mem_limit as u64,
         item_size_max: settings.item_size_max,
         process_start: now,
         evictions: settings.evictions,
-    });
+    };
+    let store = match &settings.memory_file {
+        Some(path) => restart::load_or_cold(store_config, path, now),
+        None => store::Store::new(store_config),
+    };
     let limits = proto::Limits {
         item_size_max: settings.item_size_max,
         ..proto::Limits::default()
@@ -133,6 +138,7 @@ fn run(
             })
             .collect(),
         shutdown: AtomicBool::new(false),
+        graceful: AtomicBool::new(false),
         process_start: now,
         wakers: all_wakers,
         auth,
@@ -176,6 +182,12 @@ fn run(
         let _ = h.join();
     }
     let _ = maint.join();
+    if shared.graceful.load(SeqCst) {
+        eprintln!("Gracefully stopping");
+        if let Some(path) = &shared.settings.memory_file {
+            restart::save(&shared.store, path, VERSION, unix_now())?;
+        }
+    }
     Ok(())
 }
 
@@ -343,12 +355,12 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
     Ok(per_worker)
 }
 
-/// SIGINT/SIGTERM stop the server. SIGHUP never stops it (a terminal closing or a log
+/// SIGINT/SIGTERM stop the server; SIGUSR1 stops it gracefully (saving items for `-e`). SIGHUP never stops it (a terminal closing or a log
 /// rotator's HUP must not take the cache down); as in memcached it re-reads the `-Y` password
 /// file, keeping the old entries if the new file is bad.
 fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])
         .map_err(|e| e.to_string())?;
     thread::Builder::new()
         .name("signals".into())
@@ -357,6 +369,10 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
                 let name = match sig {
                     SIGINT => "Interrupt",
                     SIGTERM => "Terminated",
+                    SIGUSR1 => {
+                        shared.request_graceful_shutdown();
+                        return;
+                    }
                     SIGHUP => {
                         if let Some(Err(e)) = shared.auth.as_ref().map(|a| a.reload()) {
                             eprintln!("{e}");

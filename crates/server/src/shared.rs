@@ -34,6 +34,8 @@ pub struct Shared {
     /// arrive on (`placement::CPU_GROUPS`); only that worker writes its row.
     pub cpu_groups: Vec<Vec<AtomicUsize>>,
     pub shutdown: AtomicBool,
+    /// The stop was asked for by SIGUSR1 or `shutdown graceful`: save items for `-e`.
+    pub graceful: AtomicBool,
     /// `verbosity` can change it at run time.
     pub verbosity: AtomicU8,
     pub process_start: u32,
@@ -45,6 +47,12 @@ pub struct Shared {
 impl Shared {
     pub fn verbose(&self) -> u8 {
         self.verbosity.load(Relaxed)
+    }
+
+    /// Asks every thread to stop and the items to be saved for a warm restart (`-e`).
+    pub fn request_graceful_shutdown(&self) {
+        self.graceful.store(true, Relaxed);
+        self.request_shutdown();
     }
 
     /// Asks every thread to stop; used by signals and the `shutdown` command.

@@ -350,6 +350,16 @@ impl Shard {
         }
     }
 
+    /// Sizes the index of an empty shard for `items` (within its reservation), so a bulk load
+    /// (warm restart) does not rebuild it again and again as it fills.
+    pub fn presize_index(&mut self, g: &Global, items: usize) {
+        let want = (items * 10 / 9 / WAYS + 1).min(self.index_reserved);
+        if self.stats.curr_items == 0 && want > self.index.nbuckets() {
+            let segs = &self.segs;
+            self.index.rebuild(want, &|l: u64| hash_at(segs, g, l));
+        }
+    }
+
     /// Rebuilds the index at least 1.5 times bigger, charging what it grew by (`reserved`
     /// bytes of which the caller already charged). Returns the growth.
     pub fn grow_index(&mut self, g: &Global, reserved: u64) -> u64 {

@@ -5,7 +5,8 @@
 //! ```text
 //! file   = MAGIC  frame(HEADER)  frame(ITEMS)*  frame(END)
 //! frame  = kind u8 | payload length u32 | crc32 of kind, length and payload u32 | payload
-//! HEADER = format u32 | mem_limit u64 | item_size_max u64 | saved_at u32 | version_len u16 | version
+//! HEADER = format u32 | mem_limit u64 | item_size_max u64 | saved_at u32 | items u64
+//!          | version_len u16 | version
 //! ITEMS  = record*   (about `BLOCK_TARGET` bytes; one large item may make a block longer)
 //! record = key_len u8 | flags u32 | cas u64 | exptime u32 | value_len u32 | key | value
 //! END    = item count u64 | largest cas u64
@@ -43,6 +44,9 @@ pub struct Header {
     pub item_size_max: u64,
     /// Unix time the file was written.
     pub saved_at: u32,
+    /// Items the store held when saving began: a hint to size the index (the END frame
+    /// has the count of records written).
+    pub items: u64,
     /// The writing server's version string (informational).
     pub version: String,
 }
@@ -147,6 +151,7 @@ impl Writer {
         p.extend_from_slice(&h.mem_limit.to_le_bytes());
         p.extend_from_slice(&h.item_size_max.to_le_bytes());
         p.extend_from_slice(&h.saved_at.to_le_bytes());
+        p.extend_from_slice(&h.items.to_le_bytes());
         p.extend_from_slice(&(version.len() as u16).to_le_bytes());
         p.extend_from_slice(version);
         let mut out = MAGIC.to_vec();
@@ -254,22 +259,23 @@ impl<R: Read> Reader<R> {
         }
         let mut p = Vec::new();
         let kind = read_frame(&mut src, &mut p, HEADER_MAX as usize)?;
-        if kind != HEADER || p.len() < 26 {
+        if kind != HEADER || p.len() < 34 {
             return Err(corrupt("bad header frame"));
         }
         let format = u32_at(&p, 0);
         if format != FORMAT {
             return Err(SnapshotError::Format(format));
         }
-        let vlen = u16::from_le_bytes([p[24], p[25]]) as usize;
-        if p.len() != 26 + vlen {
+        let vlen = u16::from_le_bytes([p[32], p[33]]) as usize;
+        if p.len() != 34 + vlen {
             return Err(corrupt("bad header length"));
         }
         let header = Header {
             mem_limit: u64_at(&p, 4),
             item_size_max: u64_at(&p, 12),
             saved_at: u32_at(&p, 20),
-            version: String::from_utf8_lossy(&p[26..]).into_owned(),
+            items: u64_at(&p, 24),
+            version: String::from_utf8_lossy(&p[34..]).into_owned(),
         };
         Ok(Reader {
             src,
@@ -449,6 +455,7 @@ mod tests {
             mem_limit: 64 << 20,
             item_size_max: 1 << 20,
             saved_at: 1_700_000_000,
+            items: 7,
             version: "1.6.18-memfleet-test".into(),
         }
     }

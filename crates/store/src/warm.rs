@@ -91,6 +91,7 @@ impl crate::Store {
                 .item_size_max
                 .load(std::sync::atomic::Ordering::Relaxed),
             saved_at: now,
+            items: self.len(),
             version: version.into(),
         });
         out.write_all(&header)?;
@@ -126,6 +127,12 @@ impl crate::Store {
             self.item_size_max
                 .load(std::sync::atomic::Ordering::Relaxed),
         )?;
+        let per_shard = (r.header().items / NSHARDS as u64) as usize;
+        for i in 0..NSHARDS {
+            // Keys spread evenly over shards; a little slack covers the deviation.
+            self.lock(i)
+                .presize_index(&self.g, per_shard + per_shard / 16 + 64);
+        }
         let (mut restored, mut expired_items, mut refused) = (0, 0, 0);
         while let Some(block) = r.next_block()? {
             for rec in block {

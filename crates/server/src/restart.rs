@@ -1,0 +1,104 @@
+//! Warm restart (`-e FILE`, memcached 1.6's memory file): on SIGUSR1 or `shutdown graceful`
+//! the server stops serving and writes its items to FILE; the next start with the same `-e`,
+//! `-m` and `-I` serves them again with their flags, cas values and remaining TTLs.
+//!
+//! The file is read once at start-up and then removed, whatever its state, so a later crash
+//! never brings back items that were changed or deleted since: only a clean SIGUSR1 stop
+//! writes a new one. A file that is corrupt, truncated or from other settings is reported and
+//! the server starts with an empty cache (the format is checksummed, see `store::snapshot`).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
+use std::time::Instant;
+
+use store::{Config, Store};
+
+/// Read and write buffer: a snapshot block is 1 MiB.
+const IO_BUF: usize = 2 << 20;
+
+/// The store to serve from: FILE's items if it holds a valid snapshot, else an empty store.
+pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
+    let store = Store::new(cfg.clone());
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("[restart] no saved state in {path}, starting with a clean cache");
+            return store;
+        }
+        Err(e) => {
+            eprintln!("[restart] cannot open {path}: {e}; starting with a clean cache");
+            return store;
+        }
+    };
+    let started = Instant::now();
+    let cpu = thread_cpu_seconds();
+    let loaded = store.load_snapshot(BufReader::with_capacity(IO_BUF, file), now);
+    // Used up either way: a crash after this point must not bring these items back.
+    if let Err(e) = std::fs::remove_file(path) {
+        eprintln!("[restart] cannot remove {path}: {e}");
+    }
+    match loaded {
+        Ok(r) => {
+            eprintln!(
+                "[restart] restored {} items from {path} in {:.3} s ({:.3} s CPU; saved at {} by {}; {} expired meanwhile, {} refused)",
+                r.restored,
+                started.elapsed().as_secs_f64(),
+                thread_cpu_seconds() - cpu,
+                r.header.saved_at,
+                r.header.version,
+                r.expired,
+                r.refused
+            );
+            store
+        }
+        Err(e) => {
+            eprintln!("[restart] {path}: {e}; starting with a clean cache");
+            // Whatever part of the file was stored is dropped with the store.
+            drop(store);
+            Store::new(cfg)
+        }
+    }
+}
+
+/// CPU time of the calling thread: other load on the machine inflates wall time.
+fn thread_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// Writes the store's items to `path` (through a temporary file renamed into place, so a
+/// failed save never leaves a partial file under the name the next start reads).
+pub fn save(store: &Store, path: &str, version: &str, now: u32) -> Result<(), String> {
+    let started = Instant::now();
+    let tmp = format!("{path}.tmp");
+    let write = || -> std::io::Result<store::SaveReport> {
+        let file = File::create(&tmp)?;
+        let mut out = BufWriter::with_capacity(IO_BUF, file);
+        let report = store.save_snapshot(&mut out, version, now)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(report)
+    };
+    match write() {
+        Ok(r) => {
+            eprintln!(
+                "[restart] saved {} items ({} bytes) to {path} in {:.3} s",
+                r.items,
+                r.bytes,
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(Path::new(&tmp));
+            Err(format!("[restart] failed to save to {path}: {e}"))
+        }
+    }
+}
