@@ -11,12 +11,17 @@ pub const VERSION: &str = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION"))
 #[derive(Args, Debug, Clone)]
 #[command(disable_version_flag = true)]
 pub struct ServeArgs {
-    /// TCP port to listen on (0 = off)
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    pub port: u16,
-    /// UDP port to listen on (0 = off)
-    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
-    pub udp_port: u16,
+    /// TCP port to listen on (0 = off, -1 = any free port) [default: 11211, or -U's port]
+    #[arg(short = 'p', long = "port", allow_negative_numbers = true)]
+    pub port: Option<i32>,
+    /// UDP port to listen on (0 = off, -1 = any free port)
+    #[arg(
+        short = 'U',
+        long = "udp-port",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub udp_port: i32,
     /// UNIX socket to listen on (disables network support)
     #[arg(short = 's', long = "unix-socket")]
     pub unix_socket: Option<String>,
@@ -233,13 +238,22 @@ impl ServeArgs {
                     .map(str::to_string)
                     .collect()
             };
+            // As memcached: -U without -p puts TCP on the UDP port too.
+            let tcp_port = match self.port {
+                Some(p) => p,
+                None if self.udp_port != 0 => self.udp_port,
+                None => 11211,
+            };
+            let tcp_port = bind_port(tcp_port)?;
+            let udp_port = bind_port(self.udp_port)?;
             for host in hosts {
-                let (addr, port) = split_host_port(&host, self.port)?;
-                if port != 0 || self.port == 0 {
+                let (addr, explicit) = split_host_port(&host)?;
+                // `host:port` overrides -p for that address.
+                if let Some(port) = explicit.or(tcp_port) {
                     tcp.extend(resolve(&addr, port)?);
                 }
-                if self.udp_port != 0 {
-                    udp.extend(resolve(&addr, self.udp_port)?);
+                if let Some(port) = udp_port {
+                    udp.extend(resolve(&addr, port)?);
                 }
             }
         }
@@ -274,25 +288,36 @@ impl ServeArgs {
     }
 }
 
-/// Splits `host`, `host:port`, `[v6]:port` or a bare IPv6 address.
-fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {
+/// A -p/-U value as the port to bind: None for 0 (off), Some(0) for -1 (any free port, which
+/// `MEMCACHED_PORT_FILENAME` then reports), as memcached.
+fn bind_port(port: i32) -> Result<Option<u16>, String> {
+    match port {
+        0 => Ok(None),
+        -1 => Ok(Some(0)),
+        1..=65535 => Ok(Some(port as u16)),
+        _ => Err(format!("ERROR: Invalid port number {port}.")),
+    }
+}
+
+/// Splits `host`, `host:port`, `[v6]:port` or a bare IPv6 address; the port if given.
+fn split_host_port(s: &str) -> Result<(String, Option<u16>), String> {
     let bad = || format!("invalid listen address '{s}'");
     if let Some(rest) = s.strip_prefix('[') {
         let (host, tail) = rest.split_once(']').ok_or_else(bad)?;
         let port = match tail.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| bad())?,
-            None if tail.is_empty() => default_port,
+            Some(p) => Some(p.parse().map_err(|_| bad())?),
+            None if tail.is_empty() => None,
             None => return Err(bad()),
         };
         return Ok((host.to_string(), port));
     }
     match s.matches(':').count() {
-        0 => Ok((s.to_string(), default_port)),
+        0 => Ok((s.to_string(), None)),
         1 => {
             let (h, p) = s.split_once(':').ok_or_else(bad)?;
-            Ok((h.to_string(), p.parse().map_err(|_| bad())?))
+            Ok((h.to_string(), Some(p.parse().map_err(|_| bad())?)))
         }
-        _ => Ok((s.to_string(), default_port)),
+        _ => Ok((s.to_string(), None)),
     }
 }
 
@@ -397,6 +422,25 @@ mod tests {
         .unwrap();
         let ports: Vec<u16> = s.tcp.iter().map(|a| a.port()).collect();
         assert_eq!(ports, vec![12000, 13000, 14000]);
+    }
+
+    #[test]
+    fn minus_one_is_any_free_port_and_zero_is_off() {
+        let s = settings(&["-p", "-1", "-U", "-1", "-l", "127.0.0.1"]).unwrap();
+        assert_eq!(s.tcp, vec!["127.0.0.1:0".parse().unwrap()]);
+        assert_eq!(s.udp, vec!["127.0.0.1:0".parse().unwrap()]);
+        let s = settings(&["-p", "0", "-U", "12001", "-l", "127.0.0.1"]).unwrap();
+        assert!(s.tcp.is_empty());
+        assert!(settings(&["-p", "-2"]).is_err());
+        assert!(settings(&["-p", "65536"]).is_err());
+    }
+
+    #[test]
+    fn udp_port_without_tcp_port_serves_tcp_there_too() {
+        let s = settings(&["-U", "12001", "-l", "127.0.0.1"]).unwrap();
+        assert_eq!(s.tcp, vec!["127.0.0.1:12001".parse().unwrap()]);
+        let s = settings(&["-U", "-1", "-l", "127.0.0.1"]).unwrap();
+        assert_eq!(s.tcp, vec!["127.0.0.1:0".parse().unwrap()]);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod env;
 mod execute;
 mod meta;
 mod placement;
+mod portfile;
 mod report;
 mod restart;
 mod shared;
@@ -65,6 +66,21 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     raise_fd_limit(settings.conn_limit);
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
+    if let Some(path) = std::env::var_os(portfile::ENV) {
+        let tcp: Vec<std::net::SocketAddr> = listeners
+            .iter()
+            .filter_map(|l| match l {
+                Listener::Tcp(l, _) => l.local_addr().ok(),
+                Listener::Unix(..) => None,
+            })
+            .collect();
+        // One socket per worker shares each UDP address: report the first worker's.
+        let udp: Vec<std::net::SocketAddr> = udp
+            .first()
+            .map(|socks| socks.iter().filter_map(|s| s.local_addr().ok()).collect())
+            .unwrap_or_default();
+        portfile::write(std::path::Path::new(&path), &tcp, &udp);
+    }
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
     let pidfile = settings.pidfile.as_deref().map(std::path::Path::new);
     if settings.daemon {
@@ -341,15 +357,21 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
     let mut per_worker: Vec<Vec<std::net::UdpSocket>> =
         (0..settings.threads).map(|_| Vec::new()).collect();
     for addr in &settings.udp {
+        // Port 0 (-U -1): the first socket picks a free port and the others join it.
+        let mut addr = *addr;
         for sockets in per_worker.iter_mut() {
-            let domain = socket2::Domain::for_address(*addr);
+            let domain = socket2::Domain::for_address(addr);
             let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)
                 .map_err(|e| e.to_string())?;
             sock.set_reuse_address(true).map_err(|e| e.to_string())?;
             sock.set_reuse_port(true).map_err(|e| e.to_string())?;
-            sock.bind(&(*addr).into())
+            sock.bind(&addr.into())
                 .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
-            sockets.push(sock.into());
+            let sock: std::net::UdpSocket = sock.into();
+            if addr.port() == 0 {
+                addr.set_port(sock.local_addr().map_err(|e| e.to_string())?.port());
+            }
+            sockets.push(sock);
         }
     }
     Ok(per_worker)
