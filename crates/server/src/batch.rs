@@ -23,8 +23,9 @@ use crate::verbose;
 const HEADROOM: usize = 32;
 
 /// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
-/// Returns true when it stopped early, with requests left in `buf`: after `-R` requests (so one
-/// pipelining client cannot starve the others), when `out` reached `env.reply_cap`, or when
+/// Returns true when it stopped early, with requests left in `buf`: when the connection's `-R`
+/// budget for this turn is spent (`Conn::budget`; so one pipelining client cannot starve the
+/// others), when `out` reached `env.reply_cap`, or when
 /// a get paused for its replies to be written (`conn.resume`, `conn.unsent`).
 pub fn process(
     env: &ExecEnv<'_>,
@@ -34,13 +35,11 @@ pub fn process(
     out: &mut Vec<u8>,
 ) -> bool {
     let limits = &env.shared.limits;
-    let budget = env.shared.settings.max_reqs_per_event;
     let fd = conn.stream.fd();
     let mut pos = conn.front;
-    let mut done = 0;
     let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
-        if out.len() >= env.reply_cap || done >= budget {
+        if out.len() >= env.reply_cap || conn.budget == 0 {
             stopped_early = true;
             break;
         }
@@ -53,7 +52,7 @@ pub fn process(
                 textauth::Step::Incomplete => break,
                 textauth::Step::Answered { used, ok } => {
                     pos += used;
-                    done += 1;
+                    conn.budget -= 1;
                     conn.authenticated = ok;
                 }
                 textauth::Step::Close => conn.closing = true,
@@ -84,7 +83,7 @@ pub fn process(
                     let item = std::mem::replace(buf, rest).into_boxed_slice();
                     conn.front = 0;
                     pos = 0;
-                    done += 1;
+                    conn.budget -= 1;
                     conn.release_reservation(&env.shared.store);
                     let mark = out.len();
                     execute::store_received(env, &received, item, out);
@@ -99,7 +98,7 @@ pub fn process(
                 if log_replies {
                     verbose::replies(fd, &out[mark..]);
                 }
-                done += 1;
+                conn.budget -= 1;
                 match flow {
                     Flow::Continue => {}
                     Flow::Close => conn.closing = true,

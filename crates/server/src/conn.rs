@@ -84,6 +84,10 @@ pub struct Conn {
     pub pending: bool,
     /// The peer shut down its side; read to EOF instead of trusting a short read.
     pub peer_closed: bool,
+    /// Requests this connection may still run in the current turn: set to `-R` when the
+    /// worker starts serving it, counted down by `batch` across its reads (memcached's
+    /// reqs_per_event).
+    pub budget: usize,
     /// Logged in, or no `-Y`; until then requests go to `textauth`.
     pub authenticated: bool,
 }
@@ -105,6 +109,7 @@ impl Conn {
             pending: false,
             peer_closed: false,
             authenticated: true,
+            budget: usize::MAX,
         }
     }
 

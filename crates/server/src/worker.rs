@@ -32,7 +32,8 @@ const READ_BUF: usize = 16 * 1024;
 const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
 const OUT_KEEP: usize = 2 << 20;
-/// Reads per wake-up before a busy connection yields to the others.
+/// Reads per wake-up before a busy connection yields to the others (besides the `-R` budget,
+/// which counts requests and is what `conn_yields` counts, as in memcached).
 const READS_PER_TURN: usize = 8;
 /// A worker that has found work at every poll for this long steps off its CPU for a moment,
 /// if other threads compete for that CPU. Under steady load it would otherwise never block
@@ -316,6 +317,7 @@ impl Worker {
         // for its replies to be written: run them before reading.
         let mut pending = std::mem::take(&mut conn.pending);
         let peer_closed = conn.peer_closed;
+        conn.budget = self.shared.settings.max_reqs_per_event;
         loop {
             let mut drained = false;
             if !pending {
@@ -381,13 +383,20 @@ impl Worker {
                 conn.pending = pending;
                 break;
             }
+            if pending && conn.budget == 0 {
+                // -R requests ran and more wait: the others get a turn first (memcached's
+                // conn_yields).
+                conn.pending = true;
+                self.stats.conn_yields.incr();
+                self.ready.push_back(t);
+                break;
+            }
             if drained && !pending {
                 break;
             }
             reads += 1;
             if reads >= READS_PER_TURN {
                 conn.pending = pending;
-                self.stats.conn_yields.incr();
                 self.ready.push_back(t);
                 break;
             }
