@@ -96,7 +96,11 @@ mod tests {
     use super::*;
 
     fn auth() -> Authenticator {
-        let path = std::env::temp_dir().join(format!("memfleet-textauth-{}", std::process::id()));
+        // Tests run in parallel: each gets a file of its own.
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("memfleet-textauth-{}-{n}", std::process::id());
+        let path = std::env::temp_dir().join(name);
         std::fs::write(&path, b"user:pass\n").unwrap();
         let a = Authenticator::load(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
