@@ -85,9 +85,9 @@ pub struct ServeArgs {
     /// listen backlog
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     pub backlog: i32,
-    /// protocol: ascii or auto (binary is not supported)
-    #[arg(short = 'B', long = "protocol", default_value = "auto")]
-    pub protocol: String,
+    /// protocol: ascii or auto (binary is not supported) [default: auto; ascii under -Y]
+    #[arg(short = 'B', long = "protocol")]
+    pub protocol: Option<String>,
     /// max item size, e.g. 1m, 512k, 2097152 (min 1k, max 1024m)
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     pub max_item_size: String,
@@ -177,7 +177,19 @@ impl ServeArgs {
         if self.threads == 0 {
             return Err("Number of threads must be greater than 0".into());
         }
-        let binding_protocol = match self.protocol.as_str() {
+        // As memcached: -Y logs in through the text protocol only, so it implies -B ascii
+        // and refuses any other -B given with it.
+        let protocol = match (&self.protocol, &self.auth_file) {
+            (None, Some(_)) => "ascii",
+            (Some(p), Some(_)) if p != "ascii" => {
+                return Err(
+                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
+                        .into(),
+                )
+            }
+            (p, _) => p.as_deref().unwrap_or("auto"),
+        };
+        let binding_protocol = match protocol {
             "auto" => "auto-negotiate",
             "ascii" => "ascii",
             "binary" => return Err("binary protocol is not supported by memfleet".into()),
@@ -441,6 +453,15 @@ mod tests {
         assert_eq!(s.tcp, vec!["127.0.0.1:12001".parse().unwrap()]);
         let s = settings(&["-U", "-1", "-l", "127.0.0.1"]).unwrap();
         assert_eq!(s.tcp, vec!["127.0.0.1:0".parse().unwrap()]);
+    }
+
+    #[test]
+    fn auth_file_implies_ascii_and_refuses_other_protocols() {
+        let s = settings(&["-Y", "/dev/null"]).unwrap();
+        assert_eq!(s.binding_protocol, "ascii");
+        assert_eq!(settings(&[]).unwrap().binding_protocol, "auto-negotiate");
+        assert!(settings(&["-Y", "/dev/null", "-B", "auto"]).is_err());
+        assert!(settings(&["-Y", "/dev/null", "-B", "ascii"]).is_ok());
     }
 
     #[test]
