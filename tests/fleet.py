@@ -80,7 +80,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_stale() -> None:
-    """Removes namespaces and links that a fleet of a process that no longer exists left."""
+    """Removes the namespaces (and their processes), links and directories that a fleet of a
+    process that no longer exists left behind."""
     for line in sh("ip", "netns", "list").stdout.splitlines():
         ns = line.split()[0] if line.split() else ""
         m = NS_NAME.match(ns)
@@ -96,6 +97,10 @@ def remove_stale() -> None:
         m = LINK_NAME.match(name)
         if m and not pid_alive(int(m.group(1))):
             sh("ip", "link", "del", name, check=False)
+    for path in Path(tempfile.gettempdir()).glob(f"{NS_PREFIX}*"):
+        m = NS_NAME.match(path.name)
+        if m and path.is_dir() and not pid_alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def pick_subnet(salt: int) -> ipaddress.IPv4Network:
@@ -300,7 +305,8 @@ class Fleet:
         self.bridge = f"{self.link_tag}b"
         self.host_names = list(hosts)
         self.hosts: dict[str, Host] = {}
-        self.dir = Path(tempfile.mkdtemp(prefix=f"fleet-{name}-"))
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{NS_PREFIX}{self.tag}-{label}-"))
         self.subnet: ipaddress.IPv4Network | None = None
 
     @property

@@ -10,9 +10,12 @@ asserted is a property of the injected fault itself: a host 20 ms away answers n
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -232,8 +235,8 @@ def test_host_20ms_away_answers_no_sooner_others_unaffected(make_fleet: MakeFlee
 
 
 def test_fleet_leaves_nothing_behind(make_fleet: MakeFleet) -> None:
-    # What a killed earlier run would have left: a namespace and a link tagged with a pid
-    # that no longer exists.
+    # What a killed earlier run would have left: a namespace (with a process in it), a link
+    # and a directory, tagged with a pid that no longer exists.
     gone = subprocess.Popen(["true"])
     gone.wait()
     stale_ns = f"mff-{gone.pid}-1-x"
@@ -243,9 +246,13 @@ def test_fleet_leaves_nothing_behind(make_fleet: MakeFleet) -> None:
         ["ip", "link", "add", stale_link, "type", "veth", "peer", "name", f"mf{gone.pid}a1"],
         check=True,
     )
+    stale_proc = subprocess.Popen(["ip", "netns", "exec", stale_ns, "sleep", "60"])
+    stale_dir = Path(tempfile.mkdtemp(prefix=f"mff-{gone.pid}-1-x-"))
     fleet = make_fleet("tidy", ["a"])
     assert stale_ns not in netns_names()
     assert stale_link not in link_names()
+    assert not stale_dir.exists()
+    assert stale_proc.wait(timeout=5) == -signal.SIGKILL
 
     host = fleet.host("a")
     sleeper = host.spawn(["sleep", "60"])
@@ -253,6 +260,7 @@ def test_fleet_leaves_nothing_behind(make_fleet: MakeFleet) -> None:
     fleet.close()
     assert sleeper.popen.poll() is not None
     assert host.ns not in netns_names()
+    assert not fleet.dir.exists()
     left = [n for n in link_names() if n.startswith(fleet.link_tag)]
     assert left == [], left
 
