@@ -109,12 +109,12 @@ def pick_subnet(salt: int) -> ipaddress.IPv4Network:
     for cmd in (("ip", "-4", "-o", "route", "show", "table", "all"), ("ip", "-4", "-o", "addr")):
         for word in sh(*cmd).stdout.split():
             try:
-                taken.append(ipaddress.ip_network(word, strict=False))
+                taken.append(ipaddress.IPv4Network(word, strict=False))
             except ValueError:
                 continue
     for i in range(256):
         h = (salt * 2654435761 + i * 40503) & 0xFFFFFFFF
-        net = ipaddress.ip_network(f"10.{200 + (h >> 8) % 50}.{h & 0xFF}.0/24")
+        net = ipaddress.IPv4Network(f"10.{200 + (h >> 8) % 50}.{h & 0xFF}.0/24")
         if not any(net.overlaps(t) for t in taken if t.prefixlen > 0):
             return net
     raise FleetError("no free 10.x.y.0/24 for the fleet's bridge")
