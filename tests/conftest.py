@@ -69,9 +69,11 @@ def make_fleet() -> Iterator[Callable[[str, list[str]], Fleet]]:
         try:
             fleet.start()
         except FleetError as e:
-            pytest.fail(f"cannot build the fleet: {e}", pytrace=False)
-        fleets.append(fleet)
-        return fleet
+            reason = str(e)
+        else:
+            fleets.append(fleet)
+            return fleet
+        pytest.fail(f"cannot build the fleet: {reason}", pytrace=False)
 
     yield make
     for fleet in fleets:
