@@ -25,6 +25,7 @@ NFNL_SUBSYS_QUEUE = 3
 NFQNL_MSG_PACKET = 0
 NFQNL_MSG_VERDICT = 1
 NFQNL_MSG_CONFIG = 2
+NFQNL_MSG_VERDICT_BATCH = 3  # one verdict for every queued packet with an id up to the given one
 NFQNL_CFG_CMD_BIND = 1
 NFQA_CFG_CMD = 1
 NFQA_CFG_PARAMS = 2
@@ -100,9 +101,22 @@ def packet_ids(data: bytes) -> list[int]:
     return ids
 
 
-def verdict(sock: socket.socket, queue: int, packet_id: int, decision: int) -> None:
+def verdict(
+    sock: socket.socket, queue: int, packet_id: int, decision: int, batch: bool = False
+) -> None:
     hdr = attr(NFQA_VERDICT_HDR, struct.pack("!II", decision, packet_id))
-    sock.send(message(NFQNL_MSG_VERDICT, NLM_F_REQUEST, queue, hdr))
+    kind = NFQNL_MSG_VERDICT_BATCH if batch else NFQNL_MSG_VERDICT
+    sock.send(message(kind, NLM_F_REQUEST, queue, hdr))
+
+
+def drain(sock: socket.socket) -> list[int]:
+    """The ids of every packet waiting on the socket, without blocking."""
+    ids: list[int] = []
+    while True:
+        try:
+            ids += packet_ids(sock.recv(1 << 20, socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            return ids
 
 
 def run(queue: int, delay_ms: float, loss_percent: float) -> None:
@@ -112,14 +126,19 @@ def run(queue: int, delay_ms: float, loss_percent: float) -> None:
     delay = delay_ms / 1000.0
     while True:
         now = time.monotonic()
+        last = None
         while held and held[0][0] <= now:
-            verdict(sock, queue, held.popleft()[1], NF_ACCEPT)
+            last = held.popleft()[1]
+        if last is not None:
+            # Ids grow and the delay is constant, so every packet up to `last` is due; the
+            # dropped ones already had their verdict.
+            verdict(sock, queue, last, NF_ACCEPT, batch=True)
         wait = max(0.0, held[0][0] - now) if held else None
         readable, _, _ = select.select([sock], [], [], wait)
         if not readable:
             continue
         arrived = time.monotonic()
-        for pid in packet_ids(sock.recv(1 << 20)):
+        for pid in drain(sock):
             if random.random() * 100.0 < loss_percent:
                 verdict(sock, queue, pid, NF_DROP)
             else:
