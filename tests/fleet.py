@@ -34,13 +34,15 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import memfleet_bin, wait_for_port
+from harness import memfleet_bin
 from typing_extensions import Self
 
 NS_PREFIX = "mff-"
@@ -199,13 +201,27 @@ class Host:
         proc = Proc(self, argv, self.fleet.dir / f"{self.name}.{n}.log")
         self.procs.append(proc)
         if port is not None:
-            try:
-                wait_for_port(port, timeout=timeout, host=self.ip)
-            except TimeoutError as e:
-                raise FleetError(
-                    f"{self.name}: {argv[0]} not accepting on {self.ip}:{port}: {proc.log()}"
-                ) from e
+            self.wait_for(proc, port, timeout)
         return proc
+
+    def wait_for(self, proc: Proc, port: int, timeout: float) -> None:
+        """Returns once ip:port accepts; raises at once if `proc` exits first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not proc.alive():
+                raise FleetError(
+                    f"{self.name}: {proc.argv[0]} exited ({proc.popen.returncode}): {proc.log()}"
+                )
+            try:
+                socket.create_connection((self.ip, port), timeout=0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise FleetError(
+                        f"{self.name}: {proc.argv[0]} not accepting on {self.ip}:{port}: "
+                        + proc.log()
+                    ) from None
+                time.sleep(0.02)
 
     def live(self) -> list[Proc]:
         return [p for p in self.procs if p.alive()]
