@@ -234,6 +234,18 @@ def test_host_20ms_away_answers_no_sooner_others_unaffected(make_fleet: MakeFlee
         assert min(timed(c, cl.where[VICTIM][:20])) < 0.020
 
 
+def test_link_loss_drops_packets_and_heal_restores(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet("loss", ["a"])
+    a = fleet.host("a")
+    a.spawn(memcached_argv(a.ip), port=11211)
+    a.loss(100)
+    with pytest.raises(OSError), Conn(11211, host=a.ip, timeout=0.5) as c:
+        c.request(b"version\r\n")
+    a.heal()
+    with Conn(11211, host=a.ip) as c:
+        assert c.request(b"version\r\n").startswith(b"VERSION ")
+
+
 def test_fleet_leaves_nothing_behind(make_fleet: MakeFleet) -> None:
     # What a killed earlier run would have left: a namespace (with a process in it), a link
     # and a directory, tagged with a pid that no longer exists.
