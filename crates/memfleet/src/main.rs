@@ -23,6 +23,8 @@ enum Command {
     Route(router::RouteArgs),
     /// Delete cache keys as PostgreSQL rows change (logical replication, pgoutput).
     Invalidate(invalidate::InvalidateArgs),
+    /// Watch a fleet live: ops/s, hit ratio, evictions, memory, latency per server.
+    Top(top::TopArgs),
 }
 
 fn main() {
@@ -32,6 +34,7 @@ fn main() {
         Command::Bench(args) => bench::run(*args).map(|_| ()),
         Command::Route(args) => router::run(args),
         Command::Invalidate(args) => invalidate::run(args),
+        Command::Top(args) => top::run(args),
     };
     if let Err(e) = result {
         eprintln!("memfleet: {e}");
