@@ -50,12 +50,14 @@ pub fn parse_arg(arg: &str) -> Result<Target, String> {
     Ok(Target::tcp(&server.host, server.port))
 }
 
-/// Every server of every pool of a nutcracker.yml.
+/// Every server of every memcached pool of a nutcracker.yml (Redis pools' servers have no
+/// memcached `stats` to read, so they are left out).
 pub fn from_nutcracker(path: &Path) -> Result<Vec<Target>, String> {
     let config = router::load_config(path)?;
     Ok(config
         .pools
         .iter()
+        .filter(|pool| !pool.redis)
         .flat_map(|pool| pool.servers.iter().map(|s| s.ring_server()))
         // twemproxy's convention, kept by the ring: port 0 means a unix socket path.
         .map(|s| match s.port {
@@ -129,7 +131,8 @@ mod tests {
         std::fs::write(
             &path,
             "alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n   - 127.0.0.1:11212:1 b\n\
-             beta:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11212:1\n   - /tmp/mc.sock:1\n",
+             beta:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11212:1\n   - /tmp/mc.sock:1\n\
+             gamma:\n  listen: 127.0.0.1:22123\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
         )
         .unwrap();
         let labels: Vec<String> = dedup(from_nutcracker(&path).unwrap())
