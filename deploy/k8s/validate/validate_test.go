@@ -98,40 +98,40 @@ func (o *Objects) add(doc []byte) error {
 	if err := yaml.Unmarshal(doc, &meta); err != nil {
 		return err
 	}
-	kind := meta.APIVersion + "/" + meta.Kind
 	var name string
-	switch kind {
+	var err error
+	switch meta.APIVersion + "/" + meta.Kind {
 	case "v1/Service":
-		obj := &corev1.Service{}
-		if err := decodeStrict(doc, obj); err != nil {
-			return err
-		}
-		name, o.Services[obj.Name] = obj.Name, obj
+		name, err = put(doc, o.Services)
 	case "apps/v1/StatefulSet":
-		obj := &appsv1.StatefulSet{}
-		if err := decodeStrict(doc, obj); err != nil {
-			return err
-		}
-		name, o.StatefulSets[obj.Name] = obj.Name, obj
+		name, err = put(doc, o.StatefulSets)
 	case "apps/v1/Deployment":
-		obj := &appsv1.Deployment{}
-		if err := decodeStrict(doc, obj); err != nil {
-			return err
-		}
-		name, o.Deployments[obj.Name] = obj.Name, obj
+		name, err = put(doc, o.Deployments)
 	case "v1/ConfigMap":
-		obj := &corev1.ConfigMap{}
-		if err := decodeStrict(doc, obj); err != nil {
-			return err
-		}
-		name, o.ConfigMaps[obj.Name] = obj.Name, obj
+		name, err = put(doc, o.ConfigMaps)
 	default:
 		return fmt.Errorf("unexpected kind %q (apiVersion %q)", meta.Kind, meta.APIVersion)
+	}
+	if err != nil {
+		return err
 	}
 	if name == "" {
 		return fmt.Errorf("%s without metadata.name", meta.Kind)
 	}
 	return nil
+}
+
+// put decodes one document strictly into a new T and files it under its name.
+func put[T any, P interface {
+	*T
+	metav1.Object
+}](doc []byte, into map[string]P) (string, error) {
+	obj := P(new(T))
+	if err := decodeStrict(doc, obj); err != nil {
+		return "", err
+	}
+	into[obj.GetName()] = obj
+	return obj.GetName(), nil
 }
 
 // selects reports whether a selector's labels all appear in a pod template's labels.
