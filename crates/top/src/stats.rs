@@ -72,13 +72,16 @@ pub fn parse_general(reply: &str) -> Option<General> {
     })
 }
 
-/// The worst p99 over all commands of a `stats latency` reply (`STAT <cmd>:p99 <µs>`), in
-/// microseconds. `None` when the server has no such command (memcached replies `ERROR`) or
-/// reports no p99 yet.
+/// The worst p99 over all commands of a `stats latency` reply (`STAT <cmd>:p99_us <µs>`,
+/// or `:p99`), in microseconds. `None` when the server has no such command (memcached
+/// replies `ERROR`), has latency off, or has no requests to report yet.
 pub fn parse_p99(reply: &str) -> Option<f64> {
     stat_lines(reply)
         .into_iter()
-        .filter(|(name, _)| *name == "p99" || name.ends_with(":p99"))
+        .filter(|(name, _)| {
+            let field = name.rsplit(':').next().unwrap_or(name);
+            field == "p99" || field == "p99_us"
+        })
         .filter_map(|(_, value)| value.split_whitespace().next()?.parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
         .reduce(f64::max)
@@ -91,27 +94,20 @@ pub struct HotKey {
     pub count: u64,
 }
 
-/// The keys of a `stats hotkeys` reply, most requested first. Accepts either
-/// `STAT <key> <count>` or a ranked `STAT <label>:<rank> <key> <count>`: the key is the last
-/// word before the count. Lines without a count are skipped.
+/// The keys of a `stats hotkeys` reply, most requested first: `STAT hotkey:<key> <count>`
+/// lines, as memfleet serve writes them (other lines, such as `sample_rate`, `sampled` or
+/// `hotkeys_status disabled`, are about the sketch, not keys).
 pub fn parse_hotkeys(reply: &str) -> Vec<HotKey> {
     let mut keys: Vec<HotKey> = stat_lines(reply)
         .into_iter()
         .filter_map(|(name, value)| {
-            let mut words = value.split_whitespace();
-            let first = words.next()?;
-            match first.parse::<u64>() {
-                // `STAT <key> <count> ...`
-                Ok(count) => Some(HotKey {
-                    key: name.to_owned(),
-                    count,
-                }),
-                // `STAT <rank> <key> <count> ...`
-                Err(_) => Some(HotKey {
-                    key: first.to_owned(),
-                    count: words.next()?.parse().ok()?,
-                }),
-            }
+            Some(HotKey {
+                key: name
+                    .strip_prefix("hotkey:")
+                    .filter(|k| !k.is_empty())?
+                    .to_owned(),
+                count: value.split_whitespace().next()?.parse().ok()?,
+            })
         })
         .collect();
     keys.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
@@ -153,31 +149,34 @@ mod tests {
 
     #[test]
     fn p99_is_the_worst_command() {
-        let reply = "STAT get:p50 12\r\nSTAT get:p99 80\r\nSTAT set:p99 120.5\r\n\
-                     STAT set:p999 900\r\nSTAT delete:p99 nan-ish\r\nEND\r\n";
+        let reply = "STAT get:count 9\r\nSTAT get:p50_us 12.0\r\nSTAT get:p99_us 80.5\r\n\
+                     STAT set:p99_us 120.5\r\nSTAT set:p99.9_us 900.0\r\nSTAT set:max_us 950.0\r\n\
+                     STAT delete:p99_us n/a\r\nEND\r\n";
         assert_eq!(parse_p99(reply), Some(120.5));
+        assert_eq!(parse_p99("STAT get:p99 33\r\nEND\r\n"), Some(33.0));
     }
 
     #[test]
-    fn p99_absent_on_plain_memcached() {
+    fn p99_absent_on_plain_memcached_or_when_off() {
         assert_eq!(parse_p99("ERROR\r\n"), None);
-        assert_eq!(parse_p99("STAT get:p50 3\r\nEND\r\n"), None);
+        assert_eq!(parse_p99("STAT latency_status disabled\r\nEND\r\n"), None);
+        assert_eq!(parse_p99("END\r\n"), None);
+        assert_eq!(parse_p99("STAT get:p50_us 3\r\nEND\r\n"), None);
         assert_eq!(
-            parse_p99("STAT get:p99 -4\r\nSTAT x:p99 inf\r\nEND\r\n"),
+            parse_p99("STAT get:p99_us -4\r\nSTAT x:p99_us inf\r\nEND\r\n"),
             None
         );
     }
 
     #[test]
-    fn hot_keys_in_either_shape_sorted_by_count() {
-        let plain = "STAT user:1 30\r\nSTAT user:2 50\r\nEND\r\n";
-        let ranked = "STAT hotkey:1 user:2 50\r\nSTAT hotkey:2 user:1 30\r\nEND\r\n";
-        for reply in [plain, ranked] {
-            let keys = parse_hotkeys(reply);
-            let got: Vec<(&str, u64)> = keys.iter().map(|k| (k.key.as_str(), k.count)).collect();
-            assert_eq!(got, [("user:2", 50), ("user:1", 30)], "{reply}");
-        }
+    fn hot_keys_sorted_by_count_without_the_sketch_lines() {
+        let reply = "STAT sample_rate 100\r\nSTAT sampled 5000\r\nSTAT hotkey:user:1 30\r\n\
+                     STAT hotkey:user:2 50\r\nSTAT hotkey:a\\x00b 7\r\nEND\r\n";
+        let keys = parse_hotkeys(reply);
+        let got: Vec<(&str, u64)> = keys.iter().map(|k| (k.key.as_str(), k.count)).collect();
+        assert_eq!(got, [("user:2", 50), ("user:1", 30), ("a\\x00b", 7)]);
         assert!(parse_hotkeys("ERROR\r\n").is_empty());
-        assert!(parse_hotkeys("STAT hotkey:1 nocount\r\nSTAT k\r\nEND\r\n").is_empty());
+        assert!(parse_hotkeys("STAT hotkeys_status disabled\r\nEND\r\n").is_empty());
+        assert!(parse_hotkeys("STAT hotkey:k many\r\nSTAT hotkey: 3\r\nEND\r\n").is_empty());
     }
 }
