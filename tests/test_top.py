@@ -72,6 +72,18 @@ def wait_screen(tmux: Tmux, ok: Callable[[str], bool], what: str, timeout: float
     raise AssertionError(f"screen never showed {what}:\n{screen}")
 
 
+def ask(port: int, command: bytes) -> bytes:
+    """One stats command's reply: up to END, or a single error line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(command)
+        got = b""
+        while not got.endswith((b"END\r\n", b"ERROR\r\n")):
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        return got
+
+
 class Load:
     """A client hammering one server with pipelined sets and gets of keys it stored."""
 
@@ -122,12 +134,18 @@ def test_top_shows_load_dead_hosts_and_sorts(fleet: tuple[Server, Server, int], 
         with Load(loaded.port):
             tmux.start([memfleet_bin(), "top", idle.address, loaded.address, dead_addr])
 
-            def loaded_busy(screen: str) -> bool:
+            def ready(screen: str) -> bool:
                 by_server = {r[0]: r for r in rows(screen)}
-                row = by_server.get(loaded.address)
-                return row is not None and row[1] not in ("-", "0")
+                if set(by_server) != {loaded.address, idle.address, dead_addr}:
+                    return False
+                # Rates once two samples are in; the loaded one busy, the dead one down.
+                return (
+                    by_server[loaded.address][1] not in ("-", "0")
+                    and by_server[idle.address][1] != "-"
+                    and by_server[dead_addr][1] == "down"
+                )
 
-            screen = wait_screen(tmux, loaded_busy, "nonzero ops/s on the loaded server")
+            screen = wait_screen(tmux, ready, "nonzero ops/s on the loaded server")
             by_server = {r[0]: r for r in rows(screen)}
             assert set(by_server) == {loaded.address, idle.address, dead_addr}, screen
 
@@ -136,6 +154,14 @@ def test_top_shows_load_dead_hosts_and_sorts(fleet: tuple[Server, Server, int], 
             assert float(busy[2]) > 50, screen  # hit% (it gets keys it just set)
             used, limit = busy[5].split("/")
             assert used != "0B" and limit == "64M", screen  # memfleet's default -m 64
+            # P99 and HOT KEYS show what the server itself reports, or "-" when it has none.
+            latency = ask(loaded.port, b"stats latency\r\n")
+            if b":p99_us " in latency:
+                assert float(busy[6]) > 0, screen
+            else:
+                assert busy[6] == "-", screen
+            hot = ask(loaded.port, b"stats hotkeys\r\n")
+            assert ("top:" in busy[7]) == (b"STAT hotkey:" in hot), screen
 
             quiet = by_server[idle.address]
             assert int(quiet[4]) >= 20, screen  # its 20 parked connections
@@ -183,15 +209,18 @@ def test_top_reads_server_lists_from_router_configs(
         conf.write_text(json.dumps({"pools": {"A": {"servers": servers}}, "route": "PoolRoute|A"}))
         args = ["--config", f"file:{conf}"]
     tmux.start([memfleet_bin(), "top", *args])
-    screen = wait_screen(
-        tmux,
-        lambda s: len(rows(s)) == 3 and "1 down" in s and "MEM" in s,
-        "the config's three servers, one down",
-    )
+
+    def all_polled(screen: str) -> bool:
+        shown = rows(screen)
+        return len(shown) == 3 and all(r[1] == "down" or r[5] != "-" for r in shown)
+
+    screen = wait_screen(tmux, all_polled, "the config's three servers polled")
     by_server = {r[0]: r for r in rows(screen)}
     assert set(by_server) == set(servers), screen
     assert by_server[f"127.0.0.1:{dead}"][1] == "down", screen
-    assert by_server[idle.address][5].endswith("/64M"), screen
+    assert "1 down" in screen, screen
+    for up in (loaded.address, idle.address):
+        assert by_server[up][5].endswith("/64M"), screen
 
 
 def test_top_refuses_bad_arguments_without_a_terminal() -> None:
