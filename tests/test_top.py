@@ -233,3 +233,17 @@ def test_top_refuses_bad_arguments_without_a_terminal() -> None:
         [bin_, "top", "127.0.0.1:1"], check=False, capture_output=True, text=True
     )
     assert piped.returncode == 1 and "needs a terminal" in piped.stderr
+
+
+def test_top_watches_a_unix_socket_server(tmux: Tmux, tmp_path: Path) -> None:
+    path = str(tmp_path / "mc.sock")
+    with memcached("-s", path):
+        tmux.start([memfleet_bin(), "top", path])
+        screen = wait_screen(
+            tmux,
+            lambda s: any(r[0] == path and r[5] != "-" for r in rows(s)),
+            "the unix-socket server polled",
+        )
+        row = next(r for r in rows(screen) if r[0] == path)
+        assert row[5].endswith("/64M") and int(row[4]) >= 1, screen
+        assert "0 down" in screen, screen
