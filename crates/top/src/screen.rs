@@ -58,25 +58,33 @@ pub fn run(
 ) -> std::io::Result<()> {
     let mut next_tick = Instant::now();
     loop {
-        if Instant::now() >= next_tick {
-            next_tick += interval;
+        let now = Instant::now();
+        if now >= next_tick {
+            // After a stall (a suspended terminal, say) start afresh rather than catch up.
+            next_tick = (next_tick + interval).max(now + interval / 2);
         }
         let mut shown = rows.lock().map(|r| r.clone()).unwrap_or_default();
         sort.apply(&mut shown);
         terminal.draw(|frame| draw(frame, &shown, sort, interval))?;
-        let mut wait = next_tick.saturating_duration_since(Instant::now());
-        while event::poll(wait)? {
+        // Until the next tick, or sooner for a key that changes the view or a resize.
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            if !event::poll(wait)? {
+                break;
+            }
             match event::read()? {
                 Event::Key(key) if key.kind == KeyEventKind::Press => {
                     match on_key(key.code, key.modifiers, sort) {
                         Action::Quit => return Ok(()),
-                        Action::Sort(s) => sort = s,
-                        Action::Nothing => continue,
+                        Action::Sort(s) => {
+                            sort = s;
+                            break;
+                        }
+                        Action::Nothing => {}
                     }
-                    break;
                 }
                 Event::Resize(..) => break,
-                _ => wait = next_tick.saturating_duration_since(Instant::now()),
+                _ => {}
             }
         }
     }
