@@ -236,8 +236,7 @@ class Family:
         "publishing",
         "publish_after",
         "count",
-        "with_dict",
-        "without",
+        "held",
         "ready",
     )
 
@@ -251,11 +250,9 @@ class Family:
         self.pending: Dictionary | None = None  # trained, not published yet
         self.publishing = False
         self.publish_after = 0.0
-        # the current drift window: values written, and for every 64th one its size with the
-        # dictionary and with plain zstd
+        # the current drift window: values written with the dictionary, and every 64th of them
         self.count = 0
-        self.with_dict = 0
-        self.without = 0
+        self.held: list[bytes] = []
         # the dictionary to compress with when nothing else is due (not sampling, nothing to
         # publish): the fast path of a write reads this alone
         self.ready: Dictionary | None = None
@@ -325,7 +322,7 @@ class Dictionaries:
         m = len(packed)
         count = fam.count = fam.count + 1
         if not count & 63:
-            self._measure(fam, d, data, m, count)
+            self._hold(fam, d, data, count)
         # keep the servers' copy alive as long as this value may live
         now = _time()
         expiry = (now + ttl if ttl <= _THIRTY_DAYS else float(ttl)) if ttl else _FOREVER
@@ -344,12 +341,12 @@ class Dictionaries:
             self._publish(fam)
         return fam.active
 
-    def _measure(self, fam: Family, d: Dictionary, data: bytes, size: int, count: int) -> None:
-        """Every 64th value: what it would take without the dictionary, for drift detection."""
-        fam.with_dict += size
-        fam.without += len(self._plain(data))
+    def _hold(self, fam: Family, d: Dictionary, data: bytes, count: int) -> None:
+        """Keep every 64th value of a drift window; at its end, the worker checks them for drift."""
+        fam.held.append(data)
         if count >= self.policy.drift_window:  # type: ignore[union-attr]
-            self._check_drift(fam, d)
+            held, fam.held, fam.count = fam.held, [], 0
+            self.submit(lambda: self._check_drift(fam, d, held))
 
     def _family_of(self, rk: bytes) -> Family | None:
         policy = self.policy
@@ -440,14 +437,17 @@ class Dictionaries:
             fam.publishing = True
         self._start(fam.pending, True)
 
-    def _check_drift(self, fam: Family, d: Dictionary) -> None:
-        """Retrain when the dictionary saves much less over plain zstd than it did on held-out samples."""
-        gain = fam.with_dict / max(1, fam.without)
-        fam.count = fam.with_dict = fam.without = 0
-        if gain > d.baseline * self.policy.drift and not fam.sampling and fam.pending is None:  # type: ignore[union-attr]
-            log.info("memfleet: family %r drifted (%.2f vs %.2f): retraining", fam.name, gain, d.baseline)
-            fam.sampling = True
-            fam.settle()
+    def _check_drift(self, fam: Family, d: Dictionary, held: list[bytes]) -> None:
+        """Runs on the worker thread: retrain when the dictionary saves much less over plain zstd on
+        ``held`` than it did on its held-out samples."""
+        gain = sum(len(d.compress(v)) for v in held) / max(1, sum(len(self._plain(v)) for v in held))
+        with self._lock:
+            if fam.active is not d or fam.sampling or fam.pending is not None:
+                return
+            if gain > d.baseline * self.policy.drift:  # type: ignore[union-attr]
+                log.info("memfleet: family %r drifted (%.2f vs %.2f): retraining", fam.name, gain, d.baseline)
+                fam.sampling = True
+                fam.settle()
 
     def _cover(self, d: Dictionary, expiry: float) -> None:
         """A value that lives until ``expiry`` was written with ``d``: refresh the servers' copy if
@@ -482,7 +482,7 @@ class Dictionaries:
         self.counts["published"] += 1
         if fam is not None:
             fam.active, fam.pending, fam.publishing = d, None, False
-            fam.count = fam.with_dict = fam.without = 0
+            fam.count, fam.held = 0, []
             fam.settle()
 
     def publish_failed(self, d: Dictionary) -> None:
@@ -499,7 +499,7 @@ class Dictionaries:
         log.warning("memfleet: dictionary %08x was evicted from every server; retraining", d.id)
         if fam is not None and fam.active is d:
             fam.active = None
-            fam.count = fam.with_dict = fam.without = 0
+            fam.count, fam.held = 0, []
             fam.sampling = True
             fam.settle()
 
