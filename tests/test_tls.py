@@ -4,8 +4,10 @@ memcached -Z where both should behave alike. Certificates are made per test with
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Callable
 import memfleet as mf
 import pytest
 import trustme
-from harness import Conn, Server, free_port, memcached, memfleet
+from harness import Conn, Server, free_port, memcached, memfleet, memfleet_bin
 from memfleet.aio import AsyncClient
 from memfleet.errors import MemfleetError
 
@@ -279,3 +281,61 @@ def test_garbage_instead_of_a_client_hello_closes_only_that_connection(
     assert good.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
     assert stats(good)["ssl_handshake_errors"] == "1"
     good.close()
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            memfleet_bin(),
+            "bench",
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-n",
+            "200",
+            "--hide-histogram",
+            "--quiet",
+            *args,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bench_over_tls_with_memtier_options(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
+    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
+    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
+    pki.client.private_key_pem.write_to_path(str(client_key))
+    js = pki.dir / "r.json"
+    port = ["-p", str(srv.port)]
+    mutual = ["--cert", str(client_pem), "--key", str(client_key)]
+    r = bench(*port, "--tls", "--cacert", str(pki.ca_file), *mutual, f"--json-out-file={js}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    report = json.loads(js.read_text())
+    assert report["totals"]["ops"] == 400
+    assert report["errors"] == 0 and report["connection_errors"] == 0
+    with tls_conn(srv.port, pki.context(client_cert=True)) as c:
+        assert int(stats(c)["cmd_set"]) > 0
+    # Verified against the name given with --sni: the certificate is for localhost too.
+    assert (
+        bench(
+            *port, "--tls", "--cacert", str(pki.ca_file), *mutual, "--sni", "localhost"
+        ).returncode
+        == 0
+    )
+    # Without a client certificate the server refuses every connection (with TLS 1.3 the
+    # client learns it after its side of the handshake, at the first read).
+    refused = bench(*port, "--tls", "--cacert", str(pki.ca_file))
+    assert refused.returncode != 0 or "connection errors 2\n" in refused.stdout
+    # A server certificate from an unknown CA fails, unless verification is skipped.
+    other_ca = pki.dir / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    assert bench(*port, "--tls", "--cacert", str(other_ca), *mutual).returncode != 0
+    assert bench(*port, "--tls", "--tls-skip-verify", *mutual).returncode == 0
