@@ -107,7 +107,7 @@ pub struct Conn {
     pub peer_closed: bool,
     /// The TLS session of a connection on a TLS listener (`-Z`); None on a plain one, whose
     /// I/O is only ever this one branch away from the socket.
-    pub tls: Option<Box<rustls::ServerConnection>>,
+    pub tls: Option<Box<crate::tls::io::TlsSession>>,
 }
 
 impl Conn {
@@ -134,7 +134,7 @@ impl Conn {
     pub fn has_unsent(&self) -> bool {
         !self.wbuf.is_empty()
             || self.unsent.is_some()
-            || self.tls.as_ref().is_some_and(|t| t.wants_write())
+            || self.tls.as_ref().is_some_and(|t| t.session.wants_write())
     }
 
     /// Writes `head` then `unsent` (see `write_out`), through TLS on a TLS connection.
@@ -142,7 +142,9 @@ impl Conn {
         let fd = self.stream.fd();
         match self.tls.as_deref_mut() {
             None => write_out(fd, head, &mut self.unsent, stats),
-            Some(tls) => crate::tls::io::write_out(tls, fd, head, &mut self.unsent, stats),
+            Some(tls) => {
+                crate::tls::io::write_out(&mut tls.session, fd, head, &mut self.unsent, stats)
+            }
         }
     }
 
@@ -151,7 +153,7 @@ impl Conn {
         let fd = self.stream.fd();
         match self.tls.as_deref_mut() {
             None => recv_into(fd, buf),
-            Some(tls) => crate::tls::io::read(tls, fd, buf, stats),
+            Some(tls) => crate::tls::io::read(tls, fd, buf, self.peer_closed, stats),
         }
     }
 

@@ -226,7 +226,7 @@ impl Worker {
                         self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
                         continue;
                     };
-                    tls = Some(Box::new(session));
+                    tls = Some(Box::new(crate::tls::io::TlsSession::new(session)));
                     (Stream::Tcp(s), Some(peer), listen, None)
                 }
                 Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),

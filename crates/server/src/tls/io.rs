@@ -10,16 +10,41 @@ use rustls::ServerConnection;
 use crate::conn::Unsent;
 use crate::stats::ThreadStats;
 
+/// A TLS connection's session, and what the last read learnt of its socket.
+pub struct TlsSession {
+    pub session: ServerConnection,
+    /// The last recv returned less than asked: the socket was empty then, and edge-triggered
+    /// epoll will report bytes arriving after it, so the recv that would only say EAGAIN is
+    /// skipped (as on plain connections).
+    drained: bool,
+}
+
+impl TlsSession {
+    pub fn new(session: ServerConnection) -> TlsSession {
+        TlsSession {
+            session,
+            drained: false,
+        }
+    }
+}
+
 /// The connection's socket as rustls reads and writes it.
 struct Fd(i32);
 
-impl Read for Fd {
+/// The socket as rustls reads it, noting a short read.
+struct Source {
+    fd: i32,
+    short: bool,
+}
+
+impl Read for Source {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: recv writes at most buf.len() bytes into the live buffer.
-        let n = unsafe { libc::recv(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let n = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
+        self.short = (n as usize) < buf.len();
         Ok(n as usize)
     }
 }
@@ -69,13 +94,16 @@ fn flush(tls: &mut ServerConnection, fd: i32) -> io::Result<()> {
 /// (and answering handshake messages) as needed. Ok(0) at the end of the stream;
 /// `WouldBlock` once the socket has nothing more and no plaintext is left over.
 /// A TLS error (a bad handshake, garbage instead of records) is an `InvalidData` error; a
-/// failed handshake counts in `ssl_handshake_errors`.
+/// failed handshake counts in `ssl_handshake_errors`. `peer_closed`: the peer's FIN may be
+/// queued already and no new event would tell, so the socket is read to its end.
 pub fn read(
-    tls: &mut ServerConnection,
+    s: &mut TlsSession,
     fd: i32,
     buf: &mut Vec<u8>,
+    peer_closed: bool,
     stats: &ThreadStats,
 ) -> io::Result<usize> {
+    let tls = &mut s.session;
     loop {
         let state = match tls.process_new_packets() {
             Ok(state) => state,
@@ -101,9 +129,13 @@ pub fn read(
         if state.peer_has_closed() {
             return Ok(0);
         }
-        match tls.read_tls(&mut Fd(fd)) {
+        if std::mem::take(&mut s.drained) && !peer_closed {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let mut source = Source { fd, short: false };
+        match tls.read_tls(&mut source) {
             Ok(0) => return Ok(0),
-            Ok(_) => {}
+            Ok(_) => s.drained = source.short,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
