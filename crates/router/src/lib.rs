@@ -20,6 +20,7 @@ mod net;
 mod route;
 mod shared;
 mod stats;
+mod tls;
 mod worker;
 
 use std::collections::HashMap;

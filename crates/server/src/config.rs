@@ -26,7 +26,8 @@ pub struct ServeArgs {
     /// enable the ascii "shutdown" command
     #[arg(short = 'A', long = "enable-shutdown")]
     pub enable_shutdown: bool,
-    /// interface(s) to listen on: repeat or separate with commas; `addr:port` overrides -p
+    /// interface(s) to listen on: repeat or separate with commas; `addr:port` overrides -p;
+    /// with -Z, a `notls:` prefix makes that listener plain
     #[arg(short = 'l', long = "listen", action = ArgAction::Append)]
     pub listen: Vec<String>,
     /// run as a daemon
@@ -98,6 +99,9 @@ pub struct ServeArgs {
     /// per-prefix stats delimiter (accepted for compatibility)
     #[arg(short = 'D')]
     pub prefix_delimiter: Option<String>,
+    /// enable TLS on the TCP listeners (-o ssl_chain_cert=..,ssl_key=.. ; see docs/operations.md)
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
     /// comma separated extended options (unknown ones are ignored with a warning)
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
@@ -107,6 +111,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub tcp: Vec<std::net::SocketAddr>,
+    /// Those of `tcp` given as `notls:` (plain even with -Z).
+    pub notls: Vec<std::net::SocketAddr>,
     pub udp: Vec<std::net::SocketAddr>,
     pub unix_socket: Option<(String, u32)>,
     pub mem_limit: usize,
@@ -127,6 +133,8 @@ pub struct Settings {
     pub user: Option<String>,
     /// `-o` options we recognised and applied, for `stats settings`.
     pub warnings: Vec<String>,
+    /// `-Z` and the `-o ssl_*` options.
+    pub tls: crate::tls::options::TlsOptions,
 }
 
 /// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
@@ -173,8 +181,16 @@ impl ServeArgs {
 
         let mut warnings = Vec::new();
         let mut idle_timeout = 0;
+        let mut tls = crate::tls::options::TlsOptions {
+            enabled: self.enable_ssl,
+            ..Default::default()
+        };
         for opt in self.extended.iter().flat_map(|o| o.split(',')) {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+            if let Some(applied) = tls.apply(name, value, &mut warnings) {
+                applied?;
+                continue;
+            }
             match name {
                 "" => {}
                 "idle_timeout" => {
@@ -212,6 +228,7 @@ impl ServeArgs {
         }
 
         let mut tcp = Vec::new();
+        let mut notls = Vec::new();
         let mut udp = Vec::new();
         if self.unix_socket.is_none() {
             let hosts: Vec<String> = if self.listen.is_empty() {
@@ -224,17 +241,27 @@ impl ServeArgs {
                     .collect()
             };
             for host in hosts {
+                let (host, plain) = match host.strip_prefix("notls:") {
+                    Some(h) => (h.to_string(), true),
+                    None => (host, false),
+                };
                 let (addr, port) = split_host_port(&host, self.port)?;
                 if port != 0 || self.port == 0 {
-                    tcp.extend(resolve(&addr, port)?);
+                    let addrs = resolve(&addr, port)?;
+                    if plain {
+                        notls.extend(&addrs);
+                    }
+                    tcp.extend(addrs);
                 }
                 if self.udp_port != 0 {
                     udp.extend(resolve(&addr, self.udp_port)?);
                 }
             }
         }
+        tls.validate(!tcp.is_empty())?;
         Ok(Settings {
             tcp,
+            notls,
             udp,
             unix_socket: self.unix_socket.clone().map(|p| (p, unix_mask)),
             mem_limit,
@@ -253,6 +280,7 @@ impl ServeArgs {
             pidfile: self.pidfile.clone(),
             user: self.user.clone(),
             warnings,
+            tls,
         })
     }
 }

@@ -15,6 +15,7 @@ mod placement;
 mod report;
 mod shared;
 mod stats;
+mod tls;
 mod udp;
 mod verbose;
 mod worker;
@@ -37,7 +38,8 @@ use worker::{unix_now, Incoming, Worker, WAKER};
 
 /// A listening socket and its name as `stats conns` prints it (shared by its connections).
 enum Listener {
-    Tcp(TcpListener, Arc<str>),
+    /// True: a TLS listener (`-Z`, not `notls:`).
+    Tcp(TcpListener, Arc<str>, bool),
     Unix(UnixListener, Arc<str>),
 }
 
@@ -55,6 +57,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         eprintln!("warning: {w}");
     }
     raise_fd_limit(settings.conn_limit);
+    // Certificates load before any socket opens: a bad file stops startup, as in memcached.
+    let tls = match settings.tls.enabled {
+        true => Some(tls::Tls::new(&settings.tls, unix_now())?),
+        false => None,
+    };
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
@@ -67,7 +74,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(settings.clone(), listeners, udp);
+    let result = run(settings.clone(), listeners, udp, tls);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -81,6 +88,7 @@ fn run(
     settings: Settings,
     listeners: Vec<Listener>,
     udp: Vec<Vec<std::net::UdpSocket>>,
+    tls: Option<tls::Tls>,
 ) -> Result<(), String> {
     let threads = settings.threads;
     let now = unix_now();
@@ -128,6 +136,7 @@ fn run(
         process_start: now,
         wakers: all_wakers,
         settings,
+        tls,
     });
 
     install_signal_handler(shared.clone())?;
@@ -195,7 +204,7 @@ fn accept_loop(
 ) {
     for (i, l) in listeners.iter_mut().enumerate() {
         let src: &mut dyn mio::event::Source = match l {
-            Listener::Tcp(l, _) => l,
+            Listener::Tcp(l, _, _) => l,
             Listener::Unix(l, _) => l,
         };
         if let Err(e) = poll.registry().register(src, Token(i), Interest::READABLE) {
@@ -219,10 +228,14 @@ fn accept_loop(
             };
             loop {
                 let incoming = match l {
-                    Listener::Tcp(l, listen) => match l.accept() {
+                    Listener::Tcp(l, listen, tls) => match l.accept() {
                         Ok((s, peer)) => {
                             let _ = s.set_nodelay(true);
-                            Incoming::Tcp(s, peer, listen.clone())
+                            if *tls {
+                                Incoming::Tls(s, peer, listen.clone())
+                            } else {
+                                Incoming::Tcp(s, peer, listen.clone())
+                            }
                         }
                         Err(_) => break,
                     },
@@ -240,7 +253,9 @@ fn accept_loop(
                     *o = c.load(SeqCst);
                 }
                 let cpu = match &incoming {
-                    Incoming::Tcp(s, _, _) => placement::incoming_cpu(s.as_raw_fd()),
+                    Incoming::Tcp(s, _, _) | Incoming::Tls(s, _, _) => {
+                        placement::incoming_cpu(s.as_raw_fd())
+                    }
                     _ => None,
                 };
                 let w = placement::choose(cpu, &open, &mut rr);
@@ -271,6 +286,8 @@ fn reject(shared: &Shared, incoming: Incoming) {
         Incoming::Unix(mut s, _) => {
             let _ = s.write(MSG);
         }
+        // A TLS client could not read a plaintext reply: it just sees the connection close.
+        Incoming::Tls(..) => {}
         // Only workers hand these to each other; they were admitted already.
         Incoming::Moved(_) => {}
     }
@@ -303,9 +320,11 @@ fn bind_listeners(settings: &Settings) -> Result<Vec<Listener>, String> {
         sock.set_nonblocking(true).map_err(|e| e.to_string())?;
         let std_l: std::net::TcpListener = sock.into();
         let local = std_l.local_addr().map_err(|e| e.to_string())?;
+        let tls = settings.tls.enabled && !settings.notls.contains(addr);
         out.push(Listener::Tcp(
             TcpListener::from_std(std_l),
             format!("tcp:{local}").into(),
+            tls,
         ));
     }
     if out.is_empty() && settings.udp.is_empty() {

@@ -97,6 +97,7 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "malloc_fails", 0);
     stat(out, "auth_cmds", 0);
     stat(out, "auth_errors", 0);
+    crate::tls::write_stats(env, s.ssl_handshake_errors, out);
     stat(out, "bytes_read", s.bytes_read);
     stat(out, "bytes_written", s.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);
@@ -176,6 +177,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     );
     stat(out, "idle_timeout", s.idle_timeout);
     stat(out, "storage_engine", "segments");
+    s.tls.write_settings(out);
     out.extend_from_slice(b"END\r\n");
 }
 

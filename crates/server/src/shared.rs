@@ -38,6 +38,8 @@ pub struct Shared {
     pub verbosity: AtomicU8,
     pub process_start: u32,
     pub wakers: Vec<Arc<mio::Waker>>,
+    /// With `-Z`: the certificates and the config new TLS connections start from.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 impl Shared {
