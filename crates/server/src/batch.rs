@@ -51,6 +51,9 @@ pub fn process(
         }
         match proto::parse(&buf[pos..], limits) {
             proto::Parse::Request(req, used) => {
+                if let Some(p) = env.probe {
+                    p.note(&req);
+                }
                 let log = env.shared.verbose() > 1;
                 if log && conn.resume == 0 {
                     verbose::request(fd, &buf[pos..pos + used]);

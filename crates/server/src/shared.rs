@@ -38,6 +38,8 @@ pub struct Shared {
     pub verbosity: AtomicU8,
     pub process_start: u32,
     pub wakers: Vec<Arc<mio::Waker>>,
+    /// Latency histograms and hot keys (`stats latency`, `stats hotkeys`, `/metrics`).
+    pub telemetry: crate::metrics::Telemetry,
 }
 
 impl Shared {
