@@ -96,7 +96,10 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
             )
         } else {
             // total_connections
-            ("memfleet_router_connections_total".to_string(), Kind::Counter)
+            (
+                "memfleet_router_connections_total".to_string(),
+                Kind::Counter,
+            )
         };
         let help = if kind == Kind::Gauge {
             "Client connections open now, all pools."
