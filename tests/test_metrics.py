@@ -99,8 +99,12 @@ def traffic(c: Conn) -> None:
     """3 sets, 5 get hits, 2 get misses, 1 delete hit, 1 miss, 2 incr hits, 1 cas badval."""
     for k in ("a", "b", "n"):
         assert c.request(f"set {k} 0 0 1\r\n1\r\n".encode()) == b"STORED\r\n"
-    for k in ("a", "a", "b", "n", "a", "x", "y"):
+    for k in ("a", "a", "b"):
         c.request(f"get {k}\r\n".encode(), b"END\r\n")
+    # Pipelined: one read, one batch of four requests timed together.
+    c.send(b"get n\r\nget a\r\nget x\r\nget y\r\n")
+    for _ in range(4):
+        c.read_until(b"END\r\n")
     assert c.request(b"delete b\r\n") == b"DELETED\r\n"
     assert c.request(b"delete b\r\n") == b"NOT_FOUND\r\n"
     assert c.request(b"incr n 1\r\n") == b"2\r\n"
