@@ -146,6 +146,9 @@ struct Running {
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), String> {
     if mcrouter_config::requested(&args) {
+        if args.metrics.is_some() {
+            return Err("--metrics is not available with an mcrouter config yet".into());
+        }
         return mcrouter_config::run(&args);
     }
     if args.describe_stats {

@@ -168,19 +168,25 @@ mod tests {
     use crate::counters::WorkerCounters;
     use std::time::Instant;
 
+    /// A router's state with `threads` workers and no traffic yet.
+    fn fresh(yaml: &str, threads: usize) -> (Shared, Globals) {
+        let started = Instant::now();
+        let shared = Shared::new(Config::from_yaml_str(yaml).unwrap(), threads, started);
+        let globals = Globals {
+            started,
+            threads,
+            per_worker: (0..threads).map(|_| WorkerCounters::default()).collect(),
+            handed_over: (0..threads).map(|_| Default::default()).collect(),
+        };
+        (shared.unwrap(), globals)
+    }
+
     #[test]
     fn pools_and_servers_with_their_labels() {
-        let cfg = Config::from_yaml_str(
+        let (shared, globals) = fresh(
             "alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11212:1\n   - 127.0.0.1:11213:1 t\"wo\n",
-        )
-        .unwrap();
-        let shared = Shared::new(cfg, 2, Instant::now()).unwrap();
-        let globals = Globals {
-            started: Instant::now(),
-            threads: 2,
-            per_worker: vec![WorkerCounters::default(), WorkerCounters::default()],
-            handed_over: vec![Default::default(), Default::default()],
-        };
+            2,
+        );
         let p = &shared.pools[0];
         let two = p
             .servers
