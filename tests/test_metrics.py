@@ -13,7 +13,7 @@ import urllib.request
 from collections import Counter
 
 import pytest
-from harness import Conn, Server, free_port, memfleet
+from harness import Conn, Server, free_port, memfleet, memfleet_bin
 from proxy_harness import Proxy, pool_yaml, port_in
 
 PROMTOOL = shutil.which("promtool")
@@ -249,6 +249,17 @@ def test_metrics_endpoint_answers_http_errors() -> None:
         assert e.value.code == 405
         # Still serving after the errors.
         assert "memcached_up 1" in scrape(mport)
+
+
+def test_bad_metrics_address_stops_the_start() -> None:
+    r = subprocess.run(
+        [memfleet_bin(), "serve", "-p", "0", "-o", "metrics=nowhere"],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+    assert r.returncode != 0
+    assert b"invalid metrics address 'nowhere'" in r.stderr, r.stderr
 
 
 def test_router_metrics_per_pool_and_server() -> None:

@@ -3,12 +3,13 @@
 //! connection closes. Hand-written rather than a crate: one fixed endpoint, blocking I/O
 //! on a thread of its own, nothing on the request path of the cache.
 //!
-//! A client gets `TIMEOUT` to send its request head (at most `HEAD_MAX` bytes) and to read
-//! the answer, so a stuck scraper delays the next scrape but never holds the thread.
+//! A client gets `TIMEOUT` in all to send its request head (at most `HEAD_MAX` bytes), and
+//! `TIMEOUT` to read the answer, so a stuck or trickling scraper delays the next scrape but
+//! never holds the thread.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::exposition::CONTENT_TYPE;
 
@@ -78,14 +79,17 @@ fn parse(head: &[u8]) -> Ask {
     }
 }
 
-/// Reads up to the end of the request head (the blank line).
+/// Reads up to the end of the request head (the blank line), within `TIMEOUT` in all.
 fn read_head(conn: &mut TcpStream) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + TIMEOUT;
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        if head.len() >= HEAD_MAX {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if head.len() >= HEAD_MAX || left.is_zero() {
             return None;
         }
+        conn.set_read_timeout(Some(left)).ok()?;
         match conn.read(&mut chunk) {
             Ok(0) | Err(_) => return None,
             Ok(n) => head.extend_from_slice(&chunk[..n]),
@@ -95,7 +99,6 @@ fn read_head(conn: &mut TcpStream) -> Option<Vec<u8>> {
 }
 
 fn answer(mut conn: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(TIMEOUT))?;
     conn.set_write_timeout(Some(TIMEOUT))?;
     let ask = match read_head(&mut conn) {
         Some(head) => parse(&head),
