@@ -174,6 +174,21 @@ def test_stats_latency_after_traffic_and_reset() -> None:
         assert "get:count" not in after and "set:count" not in after, after
 
 
+def test_a_paused_multiget_counts_once() -> None:
+    """A get of large values pauses after each to write it, and resumes: still one get."""
+    big = b"v" * 200_000
+    with memfleet("-o", "hotkeys=1") as srv, Conn(srv.port) as c:
+        for k in ("b1", "b2", "b3"):
+            assert c.request(b"set %s 0 0 %d\r\n%s\r\n" % (k.encode(), len(big), big)) == (
+                b"STORED\r\n"
+            )
+        reply = c.request(b"get b1 b2 b3\r\n", b"END\r\n")
+        assert reply.count(b"VALUE ") == 3
+        c.request(b"version\r\n")
+        assert dict(stats(c, "latency"))["get:count"] == "1"
+        assert ("hotkey:b1", "2") in stats(c, "hotkeys")
+
+
 def test_metrics_and_extras_are_off_by_default() -> None:
     with memfleet() as srv, Conn(srv.port) as c:
         assert listening_tcp_ports(srv) == {srv.port}

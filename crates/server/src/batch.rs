@@ -51,7 +51,8 @@ pub fn process(
         }
         match proto::parse(&buf[pos..], limits) {
             proto::Parse::Request(req, used) => {
-                if let Some(p) = env.probe {
+                // A get resuming after a pause was counted when it started.
+                if let (Some(p), 0) = (env.probe, conn.resume) {
                     p.note(&req);
                 }
                 let log = env.shared.verbose() > 1;
