@@ -135,6 +135,12 @@ pub struct Settings {
     pub warnings: Vec<String>,
     /// `-Z` and the `-o ssl_*` options.
     pub tls: crate::tls::options::TlsOptions,
+    /// `-o metrics=ADDR:PORT`: where `/metrics` is served (off by default).
+    pub metrics: Option<String>,
+    /// `-o latency=on|off`: per-command latency histograms (on by default).
+    pub latency: bool,
+    /// `-o hotkeys=RATE`: one request in RATE feeds the hot-key sketch (0, the default: off).
+    pub hotkeys_rate: u32,
 }
 
 /// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
@@ -185,6 +191,9 @@ impl ServeArgs {
             enabled: self.enable_ssl,
             ..Default::default()
         };
+        let mut metrics = None;
+        let mut latency = true;
+        let mut hotkeys_rate = 0;
         for opt in self.extended.iter().flat_map(|o| o.split(',')) {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
             if let Some(applied) = tls.apply(name, value, &mut warnings) {
@@ -197,6 +206,22 @@ impl ServeArgs {
                     idle_timeout = value
                         .parse()
                         .map_err(|_| format!("invalid idle_timeout '{value}'"))?
+                }
+                "metrics" if value.is_empty() => {
+                    return Err("metrics needs an address: -o metrics=ADDR:PORT".into())
+                }
+                "metrics" => metrics = Some(value.to_string()),
+                "latency" => {
+                    latency = match value {
+                        "on" | "" => true,
+                        "off" => false,
+                        _ => return Err(format!("invalid latency '{value}' (on or off)")),
+                    }
+                }
+                "hotkeys" => {
+                    hotkeys_rate = value.parse().map_err(|_| {
+                        format!("invalid hotkeys '{value}': sample one request in RATE (0: off)")
+                    })?
                 }
                 // memcached tuning knobs that have no meaning for memfleet's engine.
                 "maxconns_fast"
@@ -281,6 +306,9 @@ impl ServeArgs {
             user: self.user.clone(),
             warnings,
             tls,
+            metrics,
+            latency,
+            hotkeys_rate,
         })
     }
 }
@@ -393,6 +421,19 @@ mod tests {
         assert_eq!(s.verbose, 2);
         assert_eq!(s.idle_timeout, 5);
         assert_eq!(s.warnings.len(), 1);
+    }
+
+    #[test]
+    fn telemetry_options() {
+        let s = settings(&[]).unwrap();
+        assert_eq!((s.metrics, s.latency, s.hotkeys_rate), (None, true, 0));
+        let s = settings(&["-o", "metrics=127.0.0.1:9150,hotkeys=100,latency=off"]).unwrap();
+        assert_eq!(s.metrics.as_deref(), Some("127.0.0.1:9150"));
+        assert_eq!((s.latency, s.hotkeys_rate), (false, 100));
+        assert!(s.warnings.is_empty());
+        assert!(settings(&["-o", "metrics"]).is_err());
+        assert!(settings(&["-o", "hotkeys=-1"]).is_err());
+        assert!(settings(&["-o", "latency=maybe"]).is_err());
     }
 
     #[test]

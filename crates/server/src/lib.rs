@@ -10,7 +10,11 @@ mod config;
 mod conn;
 mod env;
 mod execute;
+mod hotkeys;
+mod latency;
 mod meta;
+mod metrics;
+mod metrics_prom;
 mod placement;
 mod report;
 mod shared;
@@ -64,6 +68,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
+    let metrics = settings
+        .metrics
+        .as_deref()
+        .map(telemetry::http::bind)
+        .transpose()?;
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
     let pidfile = settings.pidfile.as_deref().map(std::path::Path::new);
     if settings.daemon {
@@ -74,7 +83,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(settings.clone(), listeners, udp, tls);
+    let result = run(settings.clone(), listeners, udp, tls, metrics);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -89,6 +98,7 @@ fn run(
     listeners: Vec<Listener>,
     udp: Vec<Vec<std::net::UdpSocket>>,
     tls: Option<tls::Tls>,
+    metrics: Option<std::net::TcpListener>,
 ) -> Result<(), String> {
     let threads = settings.threads;
     let now = unix_now();
@@ -135,9 +145,14 @@ fn run(
         shutdown: AtomicBool::new(false),
         process_start: now,
         wakers: all_wakers,
+        telemetry: metrics::Telemetry::new(threads, settings.latency, settings.hotkeys_rate),
         settings,
         tls,
     });
+    if let Some(listener) = metrics {
+        let shared = shared.clone();
+        telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))?;
+    }
 
     install_signal_handler(shared.clone())?;
 

@@ -40,6 +40,8 @@ pub struct Shared {
     pub wakers: Vec<Arc<mio::Waker>>,
     /// With `-Z`: the certificates and the config new TLS connections start from.
     pub tls: Option<crate::tls::Tls>,
+    /// Latency histograms and hot keys (`stats latency`, `stats hotkeys`, `/metrics`).
+    pub telemetry: crate::metrics::Telemetry,
 }
 
 impl Shared {

@@ -17,6 +17,7 @@ use crate::batch;
 use crate::bufpool::BufPool;
 use crate::conn::{Conn, Stream};
 use crate::env::ExecEnv;
+use crate::metrics::Probe;
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
@@ -83,6 +84,8 @@ pub struct Worker {
     /// Serves only connections of the CPU groups it is home to (`placement::settled`), as
     /// of the last survey: its busy periods then need no pauses.
     settled: bool,
+    /// This thread's latency histograms and hot-key sampler.
+    probe: Probe,
 }
 
 pub fn unix_now() -> u32 {
@@ -102,6 +105,7 @@ impl Worker {
         udp: Vec<std::net::UdpSocket>,
     ) -> io::Result<Worker> {
         let stats = shared.stats[id].clone();
+        let probe = Probe::new(&shared.telemetry, id);
         let mut w = Worker {
             id,
             poll,
@@ -115,6 +119,7 @@ impl Worker {
             udp: Vec::new(),
             ready: VecDeque::new(),
             settled: false,
+            probe,
         };
         for (i, s) in udp.into_iter().enumerate() {
             s.set_nonblocking(true)?;
@@ -176,6 +181,7 @@ impl Worker {
                             now,
                             direct: false,
                             reply_cap: usize::MAX,
+                            probe: None,
                         };
                         udp::serve(&self.udp[t - UDP_BASE], &env, &mut self.pool, &mut self.out);
                     }
@@ -364,6 +370,7 @@ impl Worker {
                     }
                 }
             }
+            let started = self.probe.start();
             let conn = &mut self.conns[t];
             let env = ExecEnv {
                 shared: &self.shared,
@@ -372,6 +379,7 @@ impl Worker {
                 // Under -vv every reply goes through `out`, where it is logged.
                 direct: self.shared.verbose() < 2,
                 reply_cap: OUT_CAP,
+                probe: Some(&self.probe),
             };
             pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             if !self.out.is_empty() || conn.unsent.is_some() {
@@ -393,6 +401,7 @@ impl Worker {
                     self.out = Vec::with_capacity(READ_BUF);
                 }
             }
+            self.probe.finish(started);
             if conn.closing || conn.has_unsent() {
                 conn.pending = pending;
                 break;

@@ -358,9 +358,12 @@ impl Worker {
                             done,
                         );
                     }
-                    let c = &be.rt.counters[self.id].servers[be.server];
+                    let pc = &be.rt.counters[self.id];
+                    let c = &pc.servers[be.server];
                     c.response_bytes.add(n as i64);
                     if done {
+                        let waited = self.now.saturating_duration_since(p.at);
+                        pc.latency[be.server].record(waited.as_nanos() as u64);
                         c.responses.add(1);
                         c.out_queue.add(-1);
                         c.out_queue_bytes.add(-i64::from(p.bytes));
