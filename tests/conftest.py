@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fleet import Fleet, FleetError
 from harness import Server, memcached, memfleet
 
 TARGET = os.environ.get("MEMFLEET_TEST_TARGET", "memfleet")
@@ -55,3 +56,25 @@ def reference() -> Iterator[Server]:
     """Debian's memcached 1.6, the reference for differential tests."""
     with memcached() as s:
         yield s
+
+
+@pytest.fixture
+def make_fleet() -> Iterator[Callable[[str, list[str]], Fleet]]:
+    """Builds fleets of network-namespace hosts (fleet.py); tears them all down after the test,
+    whatever its outcome. Where namespaces cannot be made the test fails with the reason."""
+    fleets: list[Fleet] = []
+
+    def make(name: str, hosts: list[str]) -> Fleet:
+        fleet = Fleet(name, hosts)
+        try:
+            fleet.start()
+        except FleetError as e:
+            reason = str(e)
+        else:
+            fleets.append(fleet)
+            return fleet
+        pytest.fail(f"cannot build the fleet: {reason}", pytrace=False)
+
+    yield make
+    for fleet in fleets:
+        fleet.close()

@@ -149,8 +149,8 @@ def memcached(*args: str, port: int | None = None) -> Server:
 class Conn:
     """A raw text-protocol connection: send bytes, read until a terminator."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 

@@ -4,7 +4,7 @@
 Starts its own servers (``--server-cmd``, default ``memcached``) on free loopback ports unless
 ``--servers host:port,...`` is given (three or more for the get_many case). Prints Markdown.
 
-    python3 clients/python/bench/compare_clients.py [--quick] [--json out.json]
+    python3 clients/python/bench/compare_clients.py [--quick] [--only managed] [--rounds 40] [--json out.json]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pickle
 import random
 import shlex
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -174,15 +175,36 @@ def bench_ops(addresses: list[str], n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def bench_managed(addresses: list[str], n: int) -> list[dict[str, Any]]:
+def per_call(fn: Callable[[], Any], n: int) -> tuple[float, float]:
+    """(wall, CPU) microseconds per call over one run of ``n`` calls. CPU time is this process's
+    (user + system): what the client itself spends, less disturbed by other jobs than wall time."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1, c1 = time.perf_counter(), time.process_time()
+    return (t1 - t0) / n * 1e6, (c1 - c0) / n * 1e6
+
+
+MANAGED = "default (managed dictionaries)"
+PLAIN = "no compression"
+DICTS_OFF = "dictionaries off"
+
+
+def bench_managed(addresses: list[str], n: int, rounds: int) -> list[dict[str, Any]]:
     """Managed dictionaries (the default) against the same client with compression off, on small
-    records and ~1 KB feed entries: µs per get and set, interleaved A/B, and stored bytes."""
+    records and ~1 KB feed entries: µs per get and set, and stored bytes.
+
+    Each round times ``n`` calls of every client back to back, in an order that rotates from round
+    to round, so that load from other jobs hits them alike; each round gives one ratio per client,
+    and the report shows the median ratio and the middle half of the rounds' ratios, for wall time
+    and for CPU time."""
     one = addresses[:1]
     clients = {
-        "default (managed dictionaries)": memfleet.Client(one),
-        "no compression": memfleet.Client(one, compress_threshold=None),
-        "dictionaries off": memfleet.Client(one, managed_dicts=False),
+        MANAGED: memfleet.Client(one),
+        PLAIN: memfleet.Client(one, compress_threshold=None),
+        DICTS_OFF: memfleet.Client(one, managed_dicts=False),
     }
+    labels = list(clients)
     rows: list[dict[str, Any]] = []
     for gen in (small_profile, feed_entry):
         name = gen.__name__
@@ -190,32 +212,75 @@ def bench_managed(addresses: list[str], n: int) -> list[dict[str, Any]]:
         for label, c in clients.items():
             for i in range(2000):
                 c.set(f"{label[:2]}:{name}:{i}", gen(10_000 + i))
-        managed = clients["default (managed dictionaries)"]
+        managed = clients[MANAGED]
         deadline = time.monotonic() + 30
         while not managed.dictionaries.stats()["families"].get(f"de:{name}:*") and time.monotonic() < deadline:
             managed.set(f"de:{name}:0", values[0])
             time.sleep(0.01)
         for label, c in clients.items():
             c.set_many({f"{label[:2]}:{name}:{i}": v for i, v in enumerate(values)})
-        row_get: dict[str, Any] = {"case": f"get {name}"}
-        row_set: dict[str, Any] = {"case": f"set {name}"}
-        for _ in range(7):  # interleaved, best of 7
-            for label, c in clients.items():
-                keys = [f"{label[:2]}:{name}:{i}" for i in range(1000)]
-                pairs = list(zip(keys, values))
-                gets = iter(keys * (n // 1000 + 1))
-                sets = iter(pairs * (n // 1000 + 1))
-                t_get = per_op(lambda c=c, it=gets: c.get(next(it)), n, repeats=1)
-                t_set = per_op(lambda c=c, it=sets: c.set(*next(it)), n, repeats=1)
-                row_get[label] = min(row_get.get(label, float("inf")), t_get)
-                row_set[label] = min(row_set.get(label, float("inf")), t_set)
+        keys = {label: [f"{label[:2]}:{name}:{i}" for i in range(1000)] for label in labels}
+        for op in ("get", "set"):
+            # per round: {label: (wall, cpu)}
+            runs: list[dict[str, tuple[float, float]]] = []
+            for r in range(rounds):
+                run: dict[str, tuple[float, float]] = {}
+                for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                    c = clients[label]
+                    if op == "get":
+                        it_get = iter(keys[label] * (n // 1000 + 1))
+                        run[label] = per_call(lambda c=c, it=it_get: c.get(next(it)), n)
+                    else:
+                        it_set = iter(list(zip(keys[label], values)) * (n // 1000 + 1))
+                        run[label] = per_call(lambda c=c, it=it_set: c.set(*next(it)), n)
+                runs.append(run)
+            row: dict[str, Any] = {"case": f"{op} {name}", "rounds": rounds, "calls": n}
+            for label in labels:
+                for i, kind in enumerate(("wall", "cpu")):
+                    row[f"{label} {kind}"] = statistics.median(run[label][i] for run in runs)
+                    if label != MANAGED:
+                        ratios = sorted(run[label][i] / run[MANAGED][i] for run in runs)
+                        row[f"{label} {kind} ratios"] = ratios
+            rows.append(row)
         base = sum(len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)) for v in values)
         stored = sum(len(managed._encode(f"de:{name}:{i}".encode(), v, 0)[0]) for i, v in enumerate(values))
-        rows += [row_get, row_set]
         rows.append({"case": f"stored {name}", "x_pickle": stored / base})
     for c in clients.values():
         c.close()
     return rows
+
+
+def spread(ratios: list[float]) -> str:
+    """Median ratio and the middle half of the rounds' ratios (25th to 75th percentile)."""
+    q = statistics.quantiles(ratios, n=4)
+    return f"{q[1]:.2f}× ({q[0]:.2f}–{q[2]:.2f})"
+
+
+def print_managed(rows: list[dict[str, Any]]) -> None:
+    rounds = next(r["rounds"] for r in rows if "rounds" in r)
+    calls = next(r["calls"] for r in rows if "calls" in r)
+    print(
+        "\n## Managed dictionaries vs no compression and vs dictionaries off "
+        f"(µs per call, 1 server; {rounds} interleaved rounds of {calls} calls: median µs, "
+        "and the ratio other / default per round as median (25th–75th percentile); > 1: the default is faster)\n"
+    )
+    for kind in ("wall", "cpu"):
+        what = "wall time" if kind == "wall" else "client CPU time (user + system)"
+        print(f"{what}:\n")
+        print("| case | default (managed dicts) | no compression | ratio | dictionaries off | ratio |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            if "x_pickle" in r:
+                continue
+            print(
+                f"| {r['case']} | {r[f'{MANAGED} {kind}']:.1f} | {r[f'{PLAIN} {kind}']:.1f} | "
+                f"{spread(r[f'{PLAIN} {kind} ratios'])} | {r[f'{DICTS_OFF} {kind}']:.1f} | "
+                f"{spread(r[f'{DICTS_OFF} {kind} ratios'])} |"
+            )
+        print()
+    for r in rows:
+        if "x_pickle" in r:
+            print(f"- {r['case']} with the default: {r['x_pickle']:.2f}× pickle")
 
 
 def bench_values(n: int) -> list[dict[str, Any]]:
@@ -268,6 +333,8 @@ def main() -> int:
     ap.add_argument("--server-cmd", default=os.environ.get("MEMFLEET_TEST_SERVER", "memcached"))
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--json", help="also write results as JSON to this file")
+    ap.add_argument("--only", choices=("ops", "managed", "values"), help="run one part of the benchmark")
+    ap.add_argument("--rounds", type=int, default=40, help="interleaved rounds of the managed dictionaries part (40)")
     args = ap.parse_args()
     n = 2000 if args.quick else 20000
     procs: list[subprocess.Popen[bytes]] = []
@@ -275,43 +342,45 @@ def main() -> int:
         addresses = args.servers.split(",")
     else:
         addresses, procs = start_servers(args.server_cmd, 3)
+    parts = (args.only,) if args.only else ("managed", "ops", "values")
+    out: dict[str, Any] = {}
     try:
-        managed = bench_managed(addresses, n // 2)
-        ops = bench_ops(addresses, n)
-        vals = bench_values(max(200, n // 10))
+        if "managed" in parts:
+            out["managed"] = bench_managed(addresses, n // 20, args.rounds)
+        if "ops" in parts:
+            out["operations"] = bench_ops(addresses, n)
+        if "values" in parts:
+            out["values"] = bench_values(max(200, n // 10))
     finally:
         for p in procs:
             p.kill()
             p.wait()
 
-    clients = [c for c in ("memfleet", "pymemcache", "pylibmc") if c in ops[0]]
-    print(f"## Client operations (µs per call, lower is better; python {sys.version.split()[0]})\n")
-    header = "| case | " + " | ".join(clients) + " | memfleet vs pymemcache |"
-    print(header)
-    print("|" + "---|" * (len(clients) + 2))
-    for r in ops:
-        speed = f"{r['pymemcache'] / r['memfleet']:.2f}×" if "pymemcache" in r else "-"
-        print(f"| {r['case']} | " + " | ".join(f"{r[c]:.1f}" for c in clients) + f" | {speed} |")
-    print("\n## Managed dictionaries vs no compression and vs dictionaries off (µs per call, 1 server, interleaved)\n")
-    print("| case | default (managed dicts) | no compression | ratio | dictionaries off | ratio | stored × pickle |")
-    print("|---|---|---|---|---|---|---|")
-    for r in managed:
-        if "x_pickle" in r:
-            print(f"| {r['case']} | | | | | | {r['x_pickle']:.2f} |")
-        else:
-            a, b, c = r["default (managed dictionaries)"], r["no compression"], r["dictionaries off"]
-            print(f"| {r['case']} | {a:.1f} | {b:.1f} | {b / a:.2f}× | {c:.1f} | {c / a:.2f}× | |")
-    print("\n## Values: stored size and codec speed\n")
-    print("| value | codec | bytes | × pickle | encode µs | decode µs |")
-    print("|---|---|---|---|---|---|")
-    for r in vals:
-        print(
-            f"| {r['value']} | {r['codec']} | {r['bytes']} | {r['vs_pickle']:.2f} | "
-            f"{r['encode_us']:.1f} | {r['decode_us']:.1f} |"
-        )
+    print(f"python {sys.version.split()[0]}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if "operations" in out:
+        ops = out["operations"]
+        clients = [c for c in ("memfleet", "pymemcache", "pylibmc") if c in ops[0]]
+        print("\n## Client operations (µs per call, lower is better)\n")
+        header = "| case | " + " | ".join(clients) + " | memfleet vs pymemcache |"
+        print(header)
+        print("|" + "---|" * (len(clients) + 2))
+        for r in ops:
+            speed = f"{r['pymemcache'] / r['memfleet']:.2f}×" if "pymemcache" in r else "-"
+            print(f"| {r['case']} | " + " | ".join(f"{r[c]:.1f}" for c in clients) + f" | {speed} |")
+    if "managed" in out:
+        print_managed(out["managed"])
+    if "values" in out:
+        print("\n## Values: stored size and codec speed\n")
+        print("| value | codec | bytes | × pickle | encode µs | decode µs |")
+        print("|---|---|---|---|---|---|")
+        for r in out["values"]:
+            print(
+                f"| {r['value']} | {r['codec']} | {r['bytes']} | {r['vs_pickle']:.2f} | "
+                f"{r['encode_us']:.1f} | {r['decode_us']:.1f} |"
+            )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"operations": ops, "managed": managed, "values": vals}, f, indent=2)
+            json.dump(out, f, indent=2)
     return 0
 
 

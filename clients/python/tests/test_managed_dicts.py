@@ -160,6 +160,46 @@ def test_second_process_reads_compressed_values(servers3: list[ServerProcess]) -
     assert got["stats"]["unreadable"] == 0
 
 
+def test_frames_find_their_dictionary_by_id() -> None:
+    """A reader keeps frames' header bytes -> dictionary: frames of several dictionaries decode with
+    their own (4-byte and 2-byte ids; frames bigger than their window, whose first header bytes
+    hold only part of the id), and a dictionary loaded under an id already known (its item evicted
+    everywhere, the id drawn again) is the one used from then on."""
+    import zstandard
+
+    samples: list[Any] = [msgpack.packb(small_profile(i)) for i in range(500)]
+    a, b, near, short = (
+        _dicts.Dictionary(zstandard.train_dictionary(4096, samples[k::4], dict_id=i).as_bytes(), 3)
+        for k, i in enumerate((0x40000001, 0x40000002, 0x41000001, 40000))
+    )
+    again = _dicts.Dictionary(zstandard.train_dictionary(2048, samples[1::2], dict_id=a.id).as_bytes(), 3)
+    reader = _dicts.Dictionaries(memfleet.serde.Serde(), None, 64, lambda d, publish: None)
+    for d in (a, b, near, short):
+        assert reader.fetched(d.id, d.payload)
+
+    def windowed(d: _dicts.Dictionary, v: bytes) -> bytes:
+        """A frame with a window byte before the id: not single-segment."""
+        params = zstandard.ZstdCompressionParameters(window_log=10, write_dict_id=1, write_content_size=1)
+        c = zstandard.ZstdCompressor(dict_data=zstandard.ZstdCompressionDict(d.data), compression_params=params)
+        frame = c.compress(v * 8)
+        assert not frame[4] & 0x20
+        return frame
+
+    values = [msgpack.packb(small_profile(i)) for i in range(1000, 1030)]
+    for _ in range(2):  # the second time from what the first remembered
+        for v in values:
+            for d in (a, b, near, short):
+                assert reader.decompress(d.compress(v)) == v
+            for d in (a, near):
+                assert reader.decompress(windowed(d, v)) == v * 8
+    assert reader.fetched(a.id, again.payload)
+    for v in values:
+        assert reader.decompress(again.compress(v)) == v
+    unknown = _dicts.Dictionary(zstandard.train_dictionary(4096, samples, dict_id=0x40000009).as_bytes(), 3)
+    with pytest.raises(memfleet.serde.MissingDictionary):
+        reader.decompress(unknown.compress(values[0]))
+
+
 def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: ServerProcess, make_client: Any) -> None:
     writer = make_client([server.address], managed_dicts=small_policy())
     writer.flush_all()

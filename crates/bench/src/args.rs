@@ -132,6 +132,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MIN-MAX", conflicts_with = "ttl")]
     pub expiry_range: Option<SizeRange>,
 
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
+
     /// memtier options memfleet bench does not have, caught to say so by name.
     #[command(flatten)]
     pub unsupported: Unsupported,
@@ -168,8 +171,6 @@ pub struct BenchArgs {
 pub struct Unsupported {
     #[arg(long, hide = true)]
     cluster_mode: bool,
-    #[arg(long, hide = true)]
-    tls: bool,
     #[arg(long, hide = true, value_name = "CMD")]
     command: Option<String>,
     #[arg(long, hide = true)]
@@ -199,9 +200,8 @@ pub struct Unsupported {
 impl Unsupported {
     /// The first refused option given, as an error message.
     pub fn check(&self) -> Result<(), String> {
-        let given: [(bool, &str, &str); 13] = [
+        let given: [(bool, &str, &str); 12] = [
             (self.cluster_mode, "--cluster-mode", "Redis Cluster is not spoken; point it at `memfleet route` instead"),
-            (self.tls, "--tls", "TLS is not supported"),
             (self.command.is_some(), "--command", "arbitrary commands are not supported; only the set/get mix"),
             (self.data_size_list.is_some(), "--data-size-list", "not supported yet; use --data-size-range"),
             (self.data_size_pattern.is_some(), "--data-size-pattern", "not supported yet; sizes from --data-size-range are uniformly random"),
@@ -420,6 +420,8 @@ pub struct Config {
     /// Each connection sends exactly its parallel slice of keys (prepopulation, `-n allkeys`
     /// with `P:P`).
     pub one_pass: bool,
+    /// `--tls`: the client config every connection shares.
+    pub tls: Option<crate::tls::TlsClient>,
 }
 
 impl BenchArgs {
@@ -494,6 +496,9 @@ impl BenchArgs {
                 return Err("--expiry-range above 2^32 seconds".into());
             }
         }
+        if self.tls.tls && self.unix_socket.is_some() {
+            return Err("--tls runs over TCP only, not --unix-socket".into());
+        }
         let seed = self.seed.filter(|_| !self.randomize).unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -509,6 +514,7 @@ impl BenchArgs {
             size,
             seed,
             one_pass: parallel && self.requests == Some(Requests::AllKeys),
+            tls: self.tls.client(&self.server)?,
         })
     }
 }
@@ -743,10 +749,26 @@ mod tests {
     }
 
     #[test]
+    fn tls_options_need_tls_and_come_in_pairs() {
+        assert!(parse(&["--cacert", "ca.pem"]).unwrap().validate().is_err());
+        assert!(parse(&["--tls", "--cert", "c.pem"]).is_err());
+        let e = parse(&["--tls", "--cacert", "/nonexistent/ca.pem"])
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+        let c = parse(&["--tls", "--tls-skip-verify", "--sni", "cache.example"])
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(c.tls.is_some());
+        assert!(parse(&[]).unwrap().validate().unwrap().tls.is_none());
+    }
+
+    #[test]
     fn unsupported_memtier_options_are_named() {
         for (argv, name) in [
             (&["--cluster-mode"][..], "--cluster-mode"),
-            (&["--tls"][..], "--tls"),
             (&["--command", "SET __key__ __data__"][..], "--command"),
             (&["--data-size-list", "10:1,20:1"][..], "--data-size-list"),
             (&["--select-db", "2"][..], "--select-db"),

@@ -85,6 +85,8 @@ where
             sock.write_all(&wbuf)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
+            // TLS may hold encrypted records back until flushed; a no-op on a plain socket.
+            sock.flush().await.map_err(|e| format!("write: {e}"))?;
             stats.borrow_mut().bytes_sent += wbuf.len() as u64;
             // Values of 100 KB+ should not pin that much memory per idle connection.
             if wbuf.capacity() > 1 << 20 {

@@ -14,6 +14,7 @@ pub mod report;
 pub mod request;
 mod runner;
 pub mod stats;
+mod tls;
 
 pub use args::BenchArgs;
 pub use report::Report;

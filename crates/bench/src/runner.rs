@@ -94,16 +94,20 @@ impl Target {
 enum Conn {
     Tcp(tokio::net::TcpStream),
     Unix(tokio::net::UnixStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
 }
 
-async fn connect(t: &Target) -> Result<Conn, String> {
+async fn connect(t: &Target, tls: Option<&crate::tls::TlsClient>) -> Result<Conn, String> {
     match t {
         Target::Tcp(a) => {
             let s = tokio::net::TcpStream::connect(a)
                 .await
                 .map_err(|e| format!("connect {a}: {e}"))?;
             s.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
-            Ok(Conn::Tcp(s))
+            match tls {
+                Some(tls) => Ok(Conn::Tls(Box::new(tls.handshake(s).await?))),
+                None => Ok(Conn::Tcp(s)),
+            }
         }
         Target::Unix(p) => tokio::net::UnixStream::connect(p)
             .await
@@ -324,7 +328,7 @@ fn worker(
     let mut conns = Vec::with_capacity(a.clients);
     rt.block_on(async {
         for _ in 0..a.clients {
-            match connect(target).await {
+            match connect(target, cfg.tls.as_ref()).await {
                 Ok(c) => conns.push(c),
                 Err(e) => {
                     total.connection_errors += 1;
@@ -409,6 +413,7 @@ fn worker(
                 let r = match conn {
                     Conn::Tcp(s) => drive(s, gen, plan, stats.clone()).await,
                     Conn::Unix(s) => drive(s, gen, plan, stats.clone()).await,
+                    Conn::Tls(s) => drive(s, gen, plan, stats.clone()).await,
                 };
                 if let Err(e) = r {
                     stats.borrow_mut().connection_errors += 1;

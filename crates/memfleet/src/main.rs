@@ -1,6 +1,8 @@
 //! The `memfleet` binary: parses the command line and hands off to a subcommand's crate.
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -23,6 +25,14 @@ enum Command {
     Route(router::RouteArgs),
     /// Delete cache keys as PostgreSQL rows change (logical replication, pgoutput).
     Invalidate(invalidate::InvalidateArgs),
+    /// Watch a fleet live: ops/s, hit ratio, evictions, memory, latency per server.
+    Top(top::TopArgs),
+    /// Write the man pages (memfleet.1, memfleet-serve.1, ...) into DIR; used to package.
+    #[command(hide = true)]
+    GenerateMan {
+        /// Directory to write the pages into (created if missing).
+        dir: PathBuf,
+    },
 }
 
 fn main() {
@@ -32,9 +42,17 @@ fn main() {
         Command::Bench(args) => bench::run(*args).map(|_| ()),
         Command::Route(args) => router::run(args),
         Command::Invalidate(args) => invalidate::run(args),
+        Command::Top(args) => top::run(args),
+        Command::GenerateMan { dir } => generate_man(&dir),
     };
     if let Err(e) = result {
         eprintln!("memfleet: {e}");
         std::process::exit(1);
     }
+}
+
+/// Renders one man page per visible (sub)command from the clap definitions behind --help.
+fn generate_man(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    clap_mangen::generate_to(Cli::command(), dir).map_err(|e| format!("{}: {e}", dir.display()))
 }

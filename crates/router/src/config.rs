@@ -5,7 +5,8 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives (`client_auth`) are accepted, and `reuseport`
+//! - memfleet-only directives (`client_auth`, the `tls*` and `listen_tls*` ones) are
+//!   accepted, and `reuseport`
 //!   from twemproxy's master branch too.
 //!
 //! YAML is read with `yaml-rust2` at the token and event level, as twemproxy does with
@@ -104,6 +105,54 @@ pub struct Pool {
     // ---- memfleet-only directives ----
     /// Password clients must present (memfleet extension, not in twemproxy).
     pub client_auth: Option<String>,
+    /// TLS on the listener and to the servers (memfleet extension).
+    pub tls: PoolTls,
+}
+
+/// A pool's TLS directives (memfleet extension; twemproxy has none, see its issue #647).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolTls {
+    /// `tls: true`: connections to the servers speak TLS.
+    pub enabled: Option<bool>,
+    /// `tls_ca_file`: PEM CAs the servers' certificates must chain to (default: the system's).
+    pub ca_file: Option<String>,
+    /// `tls_cert_file` / `tls_key_file`: the router's client certificate (mutual TLS).
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    /// `tls_server_name`: name sent as SNI and verified (default: each server's host).
+    pub server_name: Option<String>,
+    /// `listen_tls_cert_file` / `listen_tls_key_file`: the listener speaks TLS.
+    pub listen_cert_file: Option<String>,
+    pub listen_key_file: Option<String>,
+    /// `listen_tls_ca_file`: clients must present a certificate from these CAs.
+    pub listen_ca_file: Option<String>,
+}
+
+impl PoolTls {
+    pub fn to_servers(&self) -> bool {
+        self.enabled == Some(true)
+    }
+
+    /// Directives that only make sense together.
+    fn check(&self) -> Result<(), &'static str> {
+        let server_side = self.ca_file.is_some()
+            || self.cert_file.is_some()
+            || self.key_file.is_some()
+            || self.server_name.is_some();
+        if server_side && !self.to_servers() {
+            return Err("has tls_* directives without \"tls: true\"");
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err("needs both \"tls_cert_file:\" and \"tls_key_file:\"");
+        }
+        if self.listen_cert_file.is_some() != self.listen_key_file.is_some() {
+            return Err("needs both \"listen_tls_cert_file:\" and \"listen_tls_key_file:\"");
+        }
+        if self.listen_ca_file.is_some() && self.listen_cert_file.is_none() {
+            return Err("has \"listen_tls_ca_file:\" without \"listen_tls_cert_file:\"");
+        }
+        Ok(())
+    }
 }
 
 impl Pool {
@@ -253,6 +302,7 @@ struct RawPool {
     server_failure_limit: Option<u32>,
     servers: Vec<ServerSpec>,
     client_auth: Option<String>,
+    tls: PoolTls,
 }
 
 fn parse_pools(text: &str) -> Result<Vec<RawPool>, ConfigError> {
@@ -453,6 +503,14 @@ fn set_directive(
         "servers" => parse_server(value).map(|s| pool.servers.push(s)),
         // ---- memfleet-only directives (nutcracker rejects them) ----
         "client_auth" => once(&mut pool.client_auth, value.to_owned()),
+        "tls" => parse_bool(value).and_then(|b| once(&mut pool.tls.enabled, b)),
+        "tls_ca_file" => once(&mut pool.tls.ca_file, value.to_owned()),
+        "tls_cert_file" => once(&mut pool.tls.cert_file, value.to_owned()),
+        "tls_key_file" => once(&mut pool.tls.key_file, value.to_owned()),
+        "tls_server_name" => once(&mut pool.tls.server_name, value.to_owned()),
+        "listen_tls_cert_file" => once(&mut pool.tls.listen_cert_file, value.to_owned()),
+        "listen_tls_key_file" => once(&mut pool.tls.listen_key_file, value.to_owned()),
+        "listen_tls_ca_file" => once(&mut pool.tls.listen_ca_file, value.to_owned()),
         _ => Err("is unknown"),
     };
     result.map_err(err)
@@ -632,6 +690,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
                 "has directive \"server_connections:\" 0; it cannot be 0",
             ));
         }
+        r.tls.check().map_err(fail)?;
         let redis = r.redis.unwrap_or(false);
         if !redis && r.redis_auth.is_some() {
             return Err(fail(
@@ -675,6 +734,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
                 .unwrap_or(DEFAULT_SERVER_FAILURE_LIMIT),
             servers: r.servers,
             client_auth: r.client_auth,
+            tls: r.tls,
             name: r.name,
         });
     }
@@ -1088,6 +1148,51 @@ a:   # pool
                 port: 11211
             }
         );
+    }
+
+    #[test]
+    fn tls_directives() {
+        let c = parse(
+            "pool:
+  listen: 127.0.0.1:22121
+  tls: true
+  tls_ca_file: /etc/ca.pem
+  tls_cert_file: /etc/client.pem
+  tls_key_file: /etc/client.key
+  tls_server_name: cache.internal
+  listen_tls_cert_file: /etc/server.pem
+  listen_tls_key_file: /etc/server.key
+  listen_tls_ca_file: /etc/clients-ca.pem
+  servers:
+   - 127.0.0.1:11211:1
+",
+        );
+        let t = &c.pools[0].tls;
+        assert!(t.to_servers());
+        assert_eq!(t.ca_file.as_deref(), Some("/etc/ca.pem"));
+        assert_eq!(t.cert_file.as_deref(), Some("/etc/client.pem"));
+        assert_eq!(t.key_file.as_deref(), Some("/etc/client.key"));
+        assert_eq!(t.server_name.as_deref(), Some("cache.internal"));
+        assert_eq!(t.listen_cert_file.as_deref(), Some("/etc/server.pem"));
+        assert_eq!(t.listen_key_file.as_deref(), Some("/etc/server.key"));
+        assert_eq!(t.listen_ca_file.as_deref(), Some("/etc/clients-ca.pem"));
+        assert!(!parse(MINIMAL).pools[0].tls.to_servers());
+        let pool = |extra: &str| {
+            format!("p:\n  listen: 127.0.0.1:22121\n{extra}  servers:\n   - 127.0.0.1:11211:1\n")
+        };
+        for (extra, why) in [
+            ("  tls_ca_file: /ca.pem\n", "without \"tls: true\""),
+            ("  tls: true\n  tls_cert_file: /c.pem\n", "needs both"),
+            ("  listen_tls_key_file: /k.pem\n", "needs both"),
+            (
+                "  listen_tls_ca_file: /ca.pem\n",
+                "without \"listen_tls_cert_file:\"",
+            ),
+            ("  tls: yes\n", "is not \"true\" or \"false\""),
+        ] {
+            let e = reject(&pool(extra));
+            assert!(e.contains(why), "{extra}: {e}");
+        }
     }
 
     proptest::proptest! {

@@ -64,6 +64,8 @@ counters!(WorkerCounters {
 pub struct PoolCounters {
     pub pool: PoolBase,
     pub servers: Vec<ServerCounters>,
+    /// Per server: time from a request queued for it to its reply read (`/metrics`).
+    pub latency: Vec<telemetry::Histogram>,
 }
 
 impl PoolCounters {
@@ -71,6 +73,7 @@ impl PoolCounters {
         PoolCounters {
             pool: PoolBase::default(),
             servers: (0..servers).map(|_| ServerCounters::default()).collect(),
+            latency: (0..servers).map(|_| Default::default()).collect(),
         }
     }
 }

@@ -16,10 +16,12 @@ mod config;
 mod counters;
 mod log;
 mod mcrouter_config;
+mod metrics;
 mod net;
 mod route;
 mod shared;
 mod stats;
+mod tls;
 mod worker;
 
 use std::collections::HashMap;
@@ -87,6 +89,9 @@ pub struct RouteArgs {
     /// mcrouter (deprecated there): the config as a JSON string.
     #[arg(long = "config-str", value_name = "JSON")]
     pub config_str: Option<String>,
+    /// Serve Prometheus metrics on http://ADDR:PORT/metrics (off by default).
+    #[arg(long = "metrics", value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
     /// mcrouter: the default routing prefix (`/region/cluster/`).
     #[arg(short = 'R', long = "route-prefix", default_value = routetree::DEFAULT_ROUTE_PREFIX)]
     pub route_prefix: String,
@@ -142,6 +147,9 @@ struct Running {
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), String> {
     if mcrouter_config::requested(&args) {
+        if args.metrics.is_some() {
+            return Err("--metrics is not available with an mcrouter config yet".into());
+        }
         return mcrouter_config::run(&args);
     }
     if args.describe_stats {
@@ -198,6 +206,11 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
             args.stats_addr, args.stats_port
         )
     })?;
+    let metrics_listener = args
+        .metrics
+        .as_deref()
+        .map(telemetry::http::bind)
+        .transpose()?;
 
     // As nutcracker: an unwritable pid file stops the start.
     if args.daemonize {
@@ -269,6 +282,14 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
             .name("route-stats".into())
             .spawn(move || serve_stats(stats_listener, current, globals))
             .map_err(|e| format!("spawn: {e}"))?;
+    }
+    if let Some(listener) = metrics_listener {
+        let current = current.clone();
+        let globals = globals.clone();
+        telemetry::http::spawn(listener, "route-metrics", move || {
+            let shared = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+            metrics::render(&shared, &globals)
+        })?;
     }
     log::notice(&format!(
         "memfleet route {} started on pid {} with {threads} threads, {} pools",

@@ -3,12 +3,14 @@
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 
 use mio::event::Source;
 use mio::{Interest, Registry, Token};
 
 use crate::config::Listen;
 use crate::shared::BackendAddr;
+use crate::tls::TlsStream;
 
 /// A bound listening socket, before it is handed to worker threads.
 pub enum StdListener {
@@ -112,6 +114,7 @@ impl Listener {
 pub enum Stream {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
+    Tls(Box<crate::tls::TlsStream>),
 }
 
 impl Stream {
@@ -135,6 +138,7 @@ impl Stream {
         let err = match self {
             Stream::Tcp(s) => s.take_error()?,
             Stream::Unix(s) => s.take_error()?,
+            Stream::Tls(s) => s.tcp.take_error()?,
         };
         if let Some(e) = err {
             return Err(e);
@@ -142,6 +146,7 @@ impl Stream {
         let peer = match self {
             Stream::Tcp(s) => s.peer_addr().map(|_| ()),
             Stream::Unix(s) => s.peer_addr().map(|_| ()),
+            Stream::Tls(s) => s.tcp.peer_addr().map(|_| ()),
         };
         match peer {
             Ok(()) => Ok(true),
@@ -158,6 +163,31 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            Stream::Tls(s) => &mut s.tcp,
+        }
+    }
+
+    /// This TCP connection with TLS on top, as the server side; a unix socket stays plain.
+    pub fn into_tls_server(self, config: &Arc<rustls::ServerConfig>) -> io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => Ok(Stream::Tls(Box::new(TlsStream::server(s, config.clone())?))),
+            other => Ok(other),
+        }
+    }
+
+    /// This TCP connection with TLS on top, as the client of server `name`.
+    pub fn into_tls_client(
+        self,
+        config: &Arc<rustls::ClientConfig>,
+        name: &str,
+    ) -> io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => Ok(Stream::Tls(Box::new(TlsStream::client(
+                s,
+                config.clone(),
+                name,
+            )?))),
+            other => Ok(other),
         }
     }
 }
@@ -167,6 +197,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -176,10 +207,15 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
+    /// Writes what TLS holds back (records the socket refused); a no-op on plain streams.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 

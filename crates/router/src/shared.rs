@@ -57,6 +57,8 @@ pub struct PoolRt {
     /// Per worker thread counters; each thread writes only its own.
     pub counters: Vec<PoolCounters>,
     started: Instant,
+    /// The TLS configs the pool's `tls*` directives ask for, read at (re)load.
+    pub tls: crate::tls::TlsConfigs,
 }
 
 impl PoolRt {
@@ -91,6 +93,8 @@ impl PoolRt {
                 ejected_at_us: AtomicI64::new(0),
             });
         }
+        let tls = crate::tls::TlsConfigs::load(&cfg.tls)
+            .map_err(|e| format!("pool '{}': TLS: {e}", cfg.name))?;
         let base_ring = cfg.ring();
         let counters = (0..threads)
             .map(|_| PoolCounters::new(servers.len()))
@@ -106,6 +110,7 @@ impl PoolRt {
             servers,
             cfg,
             started,
+            tls,
         })
     }
 

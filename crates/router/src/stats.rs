@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::shared::{Globals, Shared};
 
-fn sum(parts: impl Iterator<Item = Vec<(&'static str, i64)>>) -> Vec<(&'static str, i64)> {
+pub(crate) fn sum(
+    parts: impl Iterator<Item = Vec<(&'static str, i64)>>,
+) -> Vec<(&'static str, i64)> {
     let mut total: Vec<(&'static str, i64)> = Vec::new();
     for p in parts {
         if total.is_empty() {

@@ -67,6 +67,10 @@ pub fn process(
         }
         match proto::parse(&buf[pos..], limits) {
             proto::Parse::Request(req, used) => {
+                // A get resuming after a pause was counted when it started.
+                if let (Some(p), 0) = (env.probe, conn.resume) {
+                    p.note(&req);
+                }
                 let log = env.shared.verbose() > 1;
                 if log && conn.resume == 0 {
                     verbose::request(fd, &buf[pos..pos + used]);

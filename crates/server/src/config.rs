@@ -31,7 +31,8 @@ pub struct ServeArgs {
     /// enable the ascii "shutdown" command
     #[arg(short = 'A', long = "enable-shutdown")]
     pub enable_shutdown: bool,
-    /// interface(s) to listen on: repeat or separate with commas; `addr:port` overrides -p
+    /// interface(s) to listen on: repeat or separate with commas; `addr:port` overrides -p;
+    /// with -Z, a `notls:` prefix makes that listener plain
     #[arg(short = 'l', long = "listen", action = ArgAction::Append)]
     pub listen: Vec<String>,
     /// run as a daemon
@@ -109,6 +110,9 @@ pub struct ServeArgs {
     /// password file of `user:password` lines: text-protocol clients must log in first
     #[arg(short = 'Y', long = "auth-file")]
     pub auth_file: Option<String>,
+    /// enable TLS on the TCP listeners (-o ssl_chain_cert=..,ssl_key=.. ; see docs/operations.md)
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
     /// comma separated extended options (unknown ones are ignored with a warning)
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
@@ -118,6 +122,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub tcp: Vec<std::net::SocketAddr>,
+    /// Those of `tcp` given as `notls:` (plain even with -Z).
+    pub notls: Vec<std::net::SocketAddr>,
     pub udp: Vec<std::net::SocketAddr>,
     pub unix_socket: Option<(String, u32)>,
     pub mem_limit: usize,
@@ -142,6 +148,14 @@ pub struct Settings {
     pub auth_file: Option<String>,
     /// `-o` options we recognised and applied, for `stats settings`.
     pub warnings: Vec<String>,
+    /// `-Z` and the `-o ssl_*` options.
+    pub tls: crate::tls::options::TlsOptions,
+    /// `-o metrics=ADDR:PORT`: where `/metrics` is served (off by default).
+    pub metrics: Option<String>,
+    /// `-o latency=on|off`: per-command latency histograms (on by default).
+    pub latency: bool,
+    /// `-o hotkeys=RATE`: one request in RATE feeds the hot-key sketch (0, the default: off).
+    pub hotkeys_rate: u32,
 }
 
 /// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
@@ -200,14 +214,41 @@ impl ServeArgs {
 
         let mut warnings = Vec::new();
         let mut idle_timeout = 0;
+        let mut tls = crate::tls::options::TlsOptions {
+            enabled: self.enable_ssl,
+            ..Default::default()
+        };
+        let mut metrics = None;
+        let mut latency = true;
+        let mut hotkeys_rate = 0;
         for opt in self.extended.iter().flat_map(|o| o.split(',')) {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+            if let Some(applied) = tls.apply(name, value, &mut warnings) {
+                applied?;
+                continue;
+            }
             match name {
                 "" => {}
                 "idle_timeout" => {
                     idle_timeout = value
                         .parse()
                         .map_err(|_| format!("invalid idle_timeout '{value}'"))?
+                }
+                "metrics" if value.is_empty() => {
+                    return Err("metrics needs an address: -o metrics=ADDR:PORT".into())
+                }
+                "metrics" => metrics = Some(value.to_string()),
+                "latency" => {
+                    latency = match value {
+                        "on" | "" => true,
+                        "off" => false,
+                        _ => return Err(format!("invalid latency '{value}' (on or off)")),
+                    }
+                }
+                "hotkeys" => {
+                    hotkeys_rate = value.parse().map_err(|_| {
+                        format!("invalid hotkeys '{value}': sample one request in RATE (0: off)")
+                    })?
                 }
                 // memcached tuning knobs that have no meaning for memfleet's engine.
                 "maxconns_fast"
@@ -239,6 +280,7 @@ impl ServeArgs {
         }
 
         let mut tcp = Vec::new();
+        let mut notls = Vec::new();
         let mut udp = Vec::new();
         if self.unix_socket.is_none() {
             let hosts: Vec<String> = if self.listen.is_empty() {
@@ -259,10 +301,18 @@ impl ServeArgs {
             let tcp_port = bind_port(tcp_port)?;
             let udp_port = bind_port(self.udp_port)?;
             for host in hosts {
+                let (host, plain) = match host.strip_prefix("notls:") {
+                    Some(h) => (h.to_string(), true),
+                    None => (host, false),
+                };
                 let (addr, explicit) = split_host_port(&host)?;
                 // `host:port` overrides -p for that address.
                 if let Some(port) = explicit.or(tcp_port) {
-                    tcp.extend(resolve(&addr, port)?);
+                    let addrs = resolve(&addr, port)?;
+                    if plain {
+                        notls.extend(&addrs);
+                    }
+                    tcp.extend(addrs);
                 }
                 if let Some(port) = udp_port {
                     udp.extend(resolve(&addr, port)?);
@@ -274,8 +324,10 @@ impl ServeArgs {
                 "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
             );
         }
+        tls.validate(!tcp.is_empty())?;
         Ok(Settings {
             tcp,
+            notls,
             udp,
             unix_socket: self.unix_socket.clone().map(|p| (p, unix_mask)),
             mem_limit,
@@ -296,6 +348,10 @@ impl ServeArgs {
             memory_file: self.memory_file.clone(),
             auth_file: self.auth_file.clone(),
             warnings,
+            tls,
+            metrics,
+            latency,
+            hotkeys_rate,
         })
     }
 }
@@ -419,6 +475,19 @@ mod tests {
         assert_eq!(s.verbose, 2);
         assert_eq!(s.idle_timeout, 5);
         assert_eq!(s.warnings.len(), 1);
+    }
+
+    #[test]
+    fn telemetry_options() {
+        let s = settings(&[]).unwrap();
+        assert_eq!((s.metrics, s.latency, s.hotkeys_rate), (None, true, 0));
+        let s = settings(&["-o", "metrics=127.0.0.1:9150,hotkeys=100,latency=off"]).unwrap();
+        assert_eq!(s.metrics.as_deref(), Some("127.0.0.1:9150"));
+        assert_eq!((s.latency, s.hotkeys_rate), (false, 100));
+        assert!(s.warnings.is_empty());
+        assert!(settings(&["-o", "metrics"]).is_err());
+        assert!(settings(&["-o", "hotkeys=-1"]).is_err());
+        assert!(settings(&["-o", "latency=maybe"]).is_err());
     }
 
     #[test]

@@ -49,6 +49,27 @@ impl Unsent {
         }
     }
 
+    /// Bytes of value + tail already written.
+    pub fn sent(&self) -> usize {
+        self.sent
+    }
+
+    /// The next unwritten bytes that lie together: of the value, else of the tail.
+    pub fn rest_contiguous(&self) -> &[u8] {
+        let (value, tail) = self.rest();
+        if value.is_empty() {
+            tail
+        } else {
+            value
+        }
+    }
+
+    /// Counts `n` more bytes written; true once all of value and tail are.
+    pub fn advance(&mut self, n: usize) -> bool {
+        self.sent += n;
+        self.sent == self.value.bytes().len() + self.tail.len()
+    }
+
     /// What is left of the value and of the tail.
     fn rest(&self) -> (&[u8], &[u8]) {
         let value = self.value.bytes();
@@ -90,6 +111,9 @@ pub struct Conn {
     pub budget: usize,
     /// Logged in, or no `-Y`; until then requests go to `textauth`.
     pub authenticated: bool,
+    /// The TLS session of a connection on a TLS listener (`-Z`); None on a plain one, whose
+    /// I/O is only ever this one branch away from the socket.
+    pub tls: Option<Box<crate::tls::io::TlsSession>>,
 }
 
 impl Conn {
@@ -110,12 +134,35 @@ impl Conn {
             peer_closed: false,
             authenticated: true,
             budget: usize::MAX,
+            tls: None,
         }
     }
 
     /// Replies wait for the socket: no request is processed until they are written.
     pub fn has_unsent(&self) -> bool {
-        !self.wbuf.is_empty() || self.unsent.is_some()
+        !self.wbuf.is_empty()
+            || self.unsent.is_some()
+            || self.tls.as_ref().is_some_and(|t| t.session.wants_write())
+    }
+
+    /// Writes `head` then `unsent` (see `write_out`), through TLS on a TLS connection.
+    pub fn write_replies(&mut self, head: &[u8], stats: &ThreadStats) -> io::Result<usize> {
+        let fd = self.stream.fd();
+        match self.tls.as_deref_mut() {
+            None => write_out(fd, head, &mut self.unsent, stats),
+            Some(tls) => {
+                crate::tls::io::write_out(&mut tls.session, fd, head, &mut self.unsent, stats)
+            }
+        }
+    }
+
+    /// Reads into the spare capacity of `buf` (see `recv_into`), decrypted on a TLS connection.
+    pub fn read_into(&mut self, buf: &mut Vec<u8>, stats: &ThreadStats) -> io::Result<usize> {
+        let fd = self.stream.fd();
+        match self.tls.as_deref_mut() {
+            None => recv_into(fd, buf),
+            Some(tls) => crate::tls::io::read(tls, fd, buf, self.peer_closed, stats),
+        }
     }
 
     /// Nothing buffered either way: the connection is just its socket.
@@ -190,8 +237,7 @@ pub fn write_out(
         let from_head = n.min(head.len() - head_sent);
         head_sent += from_head;
         if let Some(u) = unsent {
-            u.sent += n - from_head;
-            if u.sent == u.value.bytes().len() + u.tail.len() {
+            if u.advance(n - from_head) {
                 *unsent = None;
             }
         }

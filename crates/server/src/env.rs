@@ -13,4 +13,6 @@ pub struct ExecEnv<'a> {
     pub direct: bool,
     /// Reply bytes a request may build before it pauses (see `retrieve`).
     pub reply_cap: usize,
+    /// The worker's latency and hot-key probe; None on the UDP path.
+    pub probe: Option<&'a crate::metrics::Probe>,
 }

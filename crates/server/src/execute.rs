@@ -166,6 +166,10 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
         }
         // slabs/lru/lru_crawler/watch/extstore tune memcached's slab allocator and crawler,
         // which memfleet does not have: refuse them the way memcached refuses a command it lacks.
+        Request::Admin {
+            command: b"refresh_certs",
+            mut args,
+        } => crate::tls::refresh_certs(env, args.any(|a| a == b"noreply"), out),
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         Request::MetaGet {
             key,

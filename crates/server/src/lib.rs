@@ -11,7 +11,11 @@ mod config;
 mod conn;
 mod env;
 mod execute;
+mod hotkeys;
+mod latency;
 mod meta;
+mod metrics;
+mod metrics_prom;
 mod placement;
 mod portfile;
 mod report;
@@ -19,6 +23,7 @@ mod restart;
 mod shared;
 mod stats;
 mod textauth;
+mod tls;
 mod udp;
 mod verbose;
 mod worker;
@@ -41,7 +46,8 @@ use worker::{unix_now, Incoming, Worker, WAKER};
 
 /// A listening socket and its name as `stats conns` prints it (shared by its connections).
 enum Listener {
-    Tcp(TcpListener, Arc<str>),
+    /// True: a TLS listener (`-Z`, not `notls:`).
+    Tcp(TcpListener, Arc<str>, bool),
     Unix(UnixListener, Arc<str>),
 }
 
@@ -64,13 +70,18 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         None => None,
     };
     raise_fd_limit(settings.conn_limit);
+    // Certificates load before any socket opens: a bad file stops startup, as in memcached.
+    let tls = match settings.tls.enabled {
+        true => Some(tls::Tls::new(&settings.tls, unix_now())?),
+        false => None,
+    };
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
     if let Some(path) = std::env::var_os(portfile::ENV) {
         let tcp: Vec<std::net::SocketAddr> = listeners
             .iter()
             .filter_map(|l| match l {
-                Listener::Tcp(l, _) => l.local_addr().ok(),
+                Listener::Tcp(l, _, _) => l.local_addr().ok(),
                 Listener::Unix(..) => None,
             })
             .collect();
@@ -81,6 +92,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             .unwrap_or_default();
         portfile::write(std::path::Path::new(&path), &tcp, &udp);
     }
+    let metrics = settings
+        .metrics
+        .as_deref()
+        .map(telemetry::http::bind)
+        .transpose()?;
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
     let pidfile = settings.pidfile.as_deref().map(std::path::Path::new);
     if settings.daemon {
@@ -91,7 +107,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(settings.clone(), listeners, udp, auth);
+    let result = run(settings.clone(), listeners, udp, tls, metrics, auth);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -105,6 +121,8 @@ fn run(
     settings: Settings,
     listeners: Vec<Listener>,
     udp: Vec<Vec<std::net::UdpSocket>>,
+    tls: Option<tls::Tls>,
+    metrics: Option<std::net::TcpListener>,
     auth: Option<auth::Authenticator>,
 ) -> Result<(), String> {
     let threads = settings.threads;
@@ -158,8 +176,14 @@ fn run(
         process_start: now,
         wakers: all_wakers,
         auth,
+        telemetry: metrics::Telemetry::new(threads, settings.latency, settings.hotkeys_rate),
         settings,
+        tls,
     });
+    if let Some(listener) = metrics {
+        let shared = shared.clone();
+        telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))?;
+    }
 
     install_signal_handler(shared.clone())?;
 
@@ -232,7 +256,7 @@ fn accept_loop(
 ) {
     for (i, l) in listeners.iter_mut().enumerate() {
         let src: &mut dyn mio::event::Source = match l {
-            Listener::Tcp(l, _) => l,
+            Listener::Tcp(l, _, _) => l,
             Listener::Unix(l, _) => l,
         };
         if let Err(e) = poll.registry().register(src, Token(i), Interest::READABLE) {
@@ -256,10 +280,14 @@ fn accept_loop(
             };
             loop {
                 let incoming = match l {
-                    Listener::Tcp(l, listen) => match l.accept() {
+                    Listener::Tcp(l, listen, tls) => match l.accept() {
                         Ok((s, peer)) => {
                             let _ = s.set_nodelay(true);
-                            Incoming::Tcp(s, peer, listen.clone())
+                            if *tls {
+                                Incoming::Tls(s, peer, listen.clone())
+                            } else {
+                                Incoming::Tcp(s, peer, listen.clone())
+                            }
                         }
                         Err(_) => break,
                     },
@@ -277,7 +305,9 @@ fn accept_loop(
                     *o = c.load(SeqCst);
                 }
                 let cpu = match &incoming {
-                    Incoming::Tcp(s, _, _) => placement::incoming_cpu(s.as_raw_fd()),
+                    Incoming::Tcp(s, _, _) | Incoming::Tls(s, _, _) => {
+                        placement::incoming_cpu(s.as_raw_fd())
+                    }
                     _ => None,
                 };
                 let w = placement::choose(cpu, &open, &mut rr);
@@ -308,6 +338,8 @@ fn reject(shared: &Shared, incoming: Incoming) {
         Incoming::Unix(mut s, _) => {
             let _ = s.write(MSG);
         }
+        // A TLS client could not read a plaintext reply: it just sees the connection close.
+        Incoming::Tls(..) => {}
         // Only workers hand these to each other; they were admitted already.
         Incoming::Moved(_) => {}
     }
@@ -340,9 +372,11 @@ fn bind_listeners(settings: &Settings) -> Result<Vec<Listener>, String> {
         sock.set_nonblocking(true).map_err(|e| e.to_string())?;
         let std_l: std::net::TcpListener = sock.into();
         let local = std_l.local_addr().map_err(|e| e.to_string())?;
+        let tls = settings.tls.enabled && !settings.notls.contains(addr);
         out.push(Listener::Tcp(
             TcpListener::from_std(std_l),
             format!("tcp:{local}").into(),
+            tls,
         ));
     }
     if out.is_empty() && settings.udp.is_empty() {

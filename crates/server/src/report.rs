@@ -20,6 +20,8 @@ pub fn stats(env: &ExecEnv<'_>, mut args: Tokens<'_>, out: &mut Vec<u8>) {
         Some(b"items") => items(env, out),
         Some(b"slabs") => slabs(env, out),
         Some(b"conns") => conns(env, out),
+        Some(b"latency") => env.shared.telemetry.stats_latency(out),
+        Some(b"hotkeys") => env.shared.telemetry.stats_hotkeys(out),
         Some(b"sizes") => {
             stat(out, "sizes_status", "disabled");
             out.extend_from_slice(b"END\r\n");
@@ -35,21 +37,28 @@ pub fn stats(env: &ExecEnv<'_>, mut args: Tokens<'_>, out: &mut Vec<u8>) {
             if let Some(auth) = &env.shared.auth {
                 auth.reset_counts();
             }
+            env.shared.telemetry.reset();
             out.extend_from_slice(b"RESET\r\n");
         }
         Some(_) => out.extend_from_slice(b"ERROR\r\n"),
     }
 }
 
-fn rusage() -> (String, String) {
+/// The process's user and system CPU time.
+pub(crate) fn cpu_times() -> (libc::timeval, libc::timeval) {
     // SAFETY: getrusage fills the zeroed struct we own.
     let u = unsafe {
         let mut u: libc::rusage = std::mem::zeroed();
         libc::getrusage(libc::RUSAGE_SELF, &mut u);
         u
     };
+    (u.ru_utime, u.ru_stime)
+}
+
+fn rusage() -> (String, String) {
     let fmt = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
-    (fmt(u.ru_utime), fmt(u.ru_stime))
+    let (user, system) = cpu_times();
+    (fmt(user), fmt(system))
 }
 
 fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
@@ -106,6 +115,7 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         .unwrap_or_default();
     stat(out, "auth_cmds", auth.auth_cmds);
     stat(out, "auth_errors", auth.auth_errors);
+    crate::tls::write_stats(env, s.ssl_handshake_errors, out);
     stat(out, "bytes_read", s.bytes_read);
     stat(out, "bytes_written", s.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);
@@ -185,6 +195,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     );
     stat(out, "idle_timeout", s.idle_timeout);
     stat(out, "storage_engine", "segments");
+    s.tls.write_settings(out);
     out.extend_from_slice(b"END\r\n");
 }
 
@@ -236,7 +247,7 @@ fn slabs(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
 
 /// Item memory in use: everything charged to the limit except the part of the index
 /// reservation the index has not grown into yet (see docs/storage.md).
-fn mem_in_use(st: &store::Stats) -> u64 {
+pub(crate) fn mem_in_use(st: &store::Stats) -> u64 {
     let unused_index = st.index_reserved_bytes.saturating_sub(st.index_bytes);
     st.mem_used.saturating_sub(unused_index)
 }

@@ -42,6 +42,10 @@ pub struct Shared {
     pub wakers: Vec<Arc<mio::Waker>>,
     /// `-Y`: text-protocol connections log in against this file first.
     pub auth: Option<crate::auth::Authenticator>,
+    /// With `-Z`: the certificates and the config new TLS connections start from.
+    pub tls: Option<crate::tls::Tls>,
+    /// Latency histograms and hot keys (`stats latency`, `stats hotkeys`, `/metrics`).
+    pub telemetry: crate::metrics::Telemetry,
 }
 
 impl Shared {

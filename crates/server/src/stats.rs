@@ -67,6 +67,7 @@ thread_stats!(
     total_connections,
     rejected_connections,
     udp_requests,
+    ssl_handshake_errors,
 );
 
 /// Sums the counters of every worker thread.

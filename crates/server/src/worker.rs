@@ -15,8 +15,9 @@ use slab::Slab;
 
 use crate::batch;
 use crate::bufpool::BufPool;
-use crate::conn::{recv_into, write_out, Conn, Stream};
+use crate::conn::{Conn, Stream};
 use crate::env::ExecEnv;
+use crate::metrics::Probe;
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
@@ -55,6 +56,8 @@ const POLL_BLOCKED: Duration = Duration::from_micros(20);
 pub enum Incoming {
     /// Socket, peer address and the listener's name.
     Tcp(TcpStream, std::net::SocketAddr, Arc<str>),
+    /// As `Tcp`, from a TLS listener (`-Z`).
+    Tls(TcpStream, std::net::SocketAddr, Arc<str>),
     Unix(UnixStream, Arc<str>),
     /// An idle connection another worker handed over (see `placement`).
     Moved(Moved),
@@ -82,6 +85,8 @@ pub struct Worker {
     /// Serves only connections of the CPU groups it is home to (`placement::settled`), as
     /// of the last survey: its busy periods then need no pauses.
     settled: bool,
+    /// This thread's latency histograms and hot-key sampler.
+    probe: Probe,
 }
 
 pub fn unix_now() -> u32 {
@@ -101,6 +106,7 @@ impl Worker {
         udp: Vec<std::net::UdpSocket>,
     ) -> io::Result<Worker> {
         let stats = shared.stats[id].clone();
+        let probe = Probe::new(&shared.telemetry, id);
         let mut w = Worker {
             id,
             poll,
@@ -114,6 +120,7 @@ impl Worker {
             udp: Vec::new(),
             ready: VecDeque::new(),
             settled: false,
+            probe,
         };
         for (i, s) in udp.into_iter().enumerate() {
             s.set_nonblocking(true)?;
@@ -175,6 +182,7 @@ impl Worker {
                             now,
                             direct: false,
                             reply_cap: usize::MAX,
+                            probe: None,
                         };
                         udp::serve(&self.udp[t - UDP_BASE], &env, &mut self.pool, &mut self.out);
                     }
@@ -215,8 +223,19 @@ impl Worker {
 
     fn accept_new(&mut self, now: u32) {
         while let Ok(inc) = self.rx.try_recv() {
+            let mut tls = None;
             let (stream, peer, listen, moved_at) = match inc {
                 Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen, None),
+                Incoming::Tls(s, peer, listen) => {
+                    let session = self.shared.tls.as_ref().map(|t| t.accept());
+                    let Some(Ok(session)) = session else {
+                        self.shared.curr_conns.fetch_sub(1, SeqCst);
+                        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+                        continue;
+                    };
+                    tls = Some(Box::new(crate::tls::io::TlsSession::new(session)));
+                    (Stream::Tcp(s), Some(peer), listen, None)
+                }
                 Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),
                 Incoming::Moved(m) => {
                     let i = m.info;
@@ -229,6 +248,7 @@ impl Worker {
             let mut conn = Conn::new(stream, last_cmd);
             // Only idle, logged-in connections are moved between workers.
             conn.authenticated = moved_at.is_some() || self.shared.auth.is_none();
+            conn.tls = tls;
             if self
                 .poll
                 .registry()
@@ -268,7 +288,10 @@ impl Worker {
         if !conn.has_unsent() {
             return;
         }
-        match write_out(conn.stream.fd(), &conn.wbuf, &mut conn.unsent, &self.stats) {
+        let wbuf = std::mem::take(&mut conn.wbuf);
+        let written = conn.write_replies(&wbuf, &self.stats);
+        conn.wbuf = wbuf;
+        match written {
             Ok(n) => {
                 conn.wbuf.drain(..n);
             }
@@ -305,7 +328,7 @@ impl Worker {
                 }
             }
         }
-        let fd = conn.stream.fd();
+        let tls = conn.tls.is_some();
         let mut buf = if conn.rbuf.capacity() > 0 {
             std::mem::take(&mut conn.rbuf)
         } else {
@@ -322,14 +345,14 @@ impl Worker {
             let mut drained = false;
             if !pending {
                 // A buffer sized for a large request (`front`) has room for all of it.
-                let conn = &self.conns[t];
+                let conn = &mut self.conns[t];
                 if buf.capacity() - buf.len() < 1024
                     && (conn.front == 0 || buf.len() == buf.capacity())
                 {
                     buf.reserve(buf.capacity().max(READ_BUF));
                 }
                 let room = buf.capacity() - buf.len();
-                match recv_into(fd, &mut buf) {
+                match conn.read_into(&mut buf, &self.stats) {
                     Ok(0) => {
                         eof = true;
                         break;
@@ -339,8 +362,9 @@ impl Worker {
                         // A short read emptied the socket and edge-triggered epoll reports new
                         // data, so skip the recv that would only say EAGAIN (as memcached does).
                         // Not once the peer has closed: its FIN may already be queued, and no
-                        // new event would announce it.
-                        drained = n < room && !peer_closed;
+                        // new event would announce it. Nor on TLS, where records decrypted
+                        // but not yet read wait in the session, not in the socket.
+                        drained = n < room && !peer_closed && !tls;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -350,6 +374,7 @@ impl Worker {
                     }
                 }
             }
+            let started = self.probe.start();
             let conn = &mut self.conns[t];
             let env = ExecEnv {
                 shared: &self.shared,
@@ -358,11 +383,12 @@ impl Worker {
                 // Under -vv every reply goes through `out`, where it is logged.
                 direct: self.shared.verbose() < 2,
                 reply_cap: OUT_CAP,
+                probe: Some(&self.probe),
             };
             pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             if !self.out.is_empty() || conn.unsent.is_some() {
                 let out = std::mem::take(&mut self.out);
-                let sent = match write_out(fd, &out, &mut conn.unsent, &self.stats) {
+                let sent = match conn.write_replies(&out, &self.stats) {
                     Ok(n) => n,
                     Err(_) => {
                         conn.closing = true;
@@ -379,6 +405,7 @@ impl Worker {
                     self.out = Vec::with_capacity(READ_BUF);
                 }
             }
+            self.probe.finish(started);
             if conn.closing || conn.has_unsent() {
                 conn.pending = pending;
                 break;
@@ -458,7 +485,11 @@ impl Worker {
         let mut surveyed = Vec::new();
         let mut mine = [0usize; placement::CPU_GROUPS];
         for (t, c) in self.conns.iter() {
-            if !matches!(c.stream, Stream::Tcp(_)) || now.saturating_sub(c.last_cmd) > 1 {
+            // A TLS connection stays with its worker: its session holds buffered records.
+            if !matches!(c.stream, Stream::Tcp(_))
+                || c.tls.is_some()
+                || now.saturating_sub(c.last_cmd) > 1
+            {
                 continue;
             }
             let Some(cpu) = placement::incoming_cpu(c.stream.fd()) else {

@@ -70,7 +70,14 @@ class AsyncServer(ServerBase[AsyncConnection]):
     async def _open(self) -> AsyncConnection:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 20), self.connect_timeout
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    limit=1 << 20,
+                    ssl=self.tls,
+                    server_hostname=self.host if self.tls is not None else None,
+                ),
+                self.connect_timeout,
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise MemfleetConnectionError(f"connect to {self.address} failed: {exc!r}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from typing import Any, Callable
 
 from . import _proto as P
@@ -16,15 +17,31 @@ _GATHER_FROM = 16384
 class Connection:
     """One TCP connection with a read buffer. Not thread-safe: a pool hands it to one user at a time."""
 
-    __slots__ = ("sock", "buf", "pos", "meta")
+    __slots__ = ("sock", "buf", "pos", "meta", "tls")
 
-    def __init__(self, host: str, port: int, connect_timeout: float | None, timeout: float | None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        connect_timeout: float | None,
+        timeout: float | None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as exc:
             raise MemfleetConnectionError(f"connect to {host}:{port} failed: {exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                # the handshake runs here, within connect_timeout; the host name is the SNI
+                # and what the server certificate is checked against
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except OSError as exc:  # ssl.SSLError and handshake timeouts are OSErrors
+                sock.close()
+                raise MemfleetConnectionError(f"TLS handshake with {host}:{port} failed: {exc}") from exc
         sock.settimeout(timeout)
+        self.tls = tls is not None
         self.sock = sock
         # bytes, not bytearray: a reply usually arrives in one recv and is sliced without copies
         self.buf = b""
@@ -42,7 +59,7 @@ class Connection:
 
     def send_value(self, head: bytes, data: bytes) -> None:
         """Send header, value and CRLF with one write; big values go out by scatter-gather, uncopied."""
-        if len(data) < _GATHER_FROM:
+        if len(data) < _GATHER_FROM or self.tls:  # an SSL socket has no sendmsg
             self.sock.sendall(b"".join((head, data, b"\r\n")))
             return
         total = len(head) + len(data) + 2
@@ -179,7 +196,7 @@ class Server(ServerBase[Connection]):
             return self._idle.pop()
         except IndexError:
             pass
-        conn = Connection(self.host, self.port, self.connect_timeout, self.timeout)
+        conn = Connection(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
         if self.meta is None:
             try:
                 reconnect = self.learn_protocol(conn.probe())
@@ -188,6 +205,6 @@ class Server(ServerBase[Connection]):
                 raise MemfleetConnectionError(f"{self.address}: {exc}") from exc
             if reconnect:
                 conn.close()
-                conn = Connection(self.host, self.port, self.connect_timeout, self.timeout)
+                conn = Connection(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
         conn.meta = bool(self.meta)
         return conn

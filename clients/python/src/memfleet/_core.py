@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Any, Callable, Generic, TypeVar
 
@@ -44,6 +45,7 @@ class ClientCore(Generic[S]):
         managed_dicts: bool | ManagedDicts = True,
         value_format: str = "memfleet",
         php_compression: str = "zlib",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._cfg = ClientConfig(
             serializer=serializer,
@@ -68,6 +70,7 @@ class ClientCore(Generic[S]):
                 timeout=timeout,
                 max_pool_size=max_pool_size,
                 protocol=protocol,
+                tls=tls,
             )
             for h, p, w in normalize_servers(servers)
         ]

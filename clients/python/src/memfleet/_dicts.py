@@ -19,6 +19,7 @@ import re
 import secrets
 import threading
 import time
+from time import time as _time
 from typing import Any, Callable, Union
 
 import zstandard
@@ -47,6 +48,18 @@ _FOREVER = float("inf")
 # values this big compress well without a dictionary and are not sampled
 _MANAGED_MAX = 16 * 1024
 _FAMILY_MEMO = 65536
+# log2 of the entries in a dictionary's match-finder tables: 16 KB each instead of level 3's 128 KB
+# and 64 KB. Values come out 0.5% bigger; a compression that finds the caches cold (as it does
+# between two requests) misses ~20% fewer cache lines, and a dictionary takes 6x less memory
+_TABLE_LOG = 12
+_MANAGED_FLAGS = FLAG_ZSTD | FLAG_ZSTD_MANAGED
+_UNMANAGED_TYPES = frozenset((FLAG_BYTES, FLAG_INTEGER))  # raw bytes and counters stay as they are
+# a zstd frame's header descriptor byte (after the 4-byte magic) and the dictionary id after it,
+# when the descriptor says single segment (no window byte) and a 4-byte id
+_FRAME_HEAD = slice(4, 9)
+_SINGLE_SEGMENT_ID4 = 0x20 | 0x03
+_HEAD_MEMO = 4096
+_PREPARE = threading.Lock()  # one thread prepares a dictionary's tables
 _NOT_FOUND_FOR = 1.0  # seconds a dictionary that could not be fetched is not asked for again
 _VARIABLE_SEGMENT = re.compile(rb"[^:]*[0-9][^:]*")
 
@@ -118,9 +131,11 @@ class Dictionary:
         self._zdict = zstandard.ZstdCompressionDict(data)
         self._precomputed = False
         self.local = threading.local()  # zstd contexts are not shared between threads
-        # the latest expiry (Unix time) of a value written with it; what the servers' copies cover
+        # the latest expiry (Unix time) of a value written with it; what the servers' copies cover;
+        # the smaller of the two: a value that expires by then needs no refresh
         self.need_until = 0.0
         self.covered_until = 0.0
+        self.settled_until = 0.0
         self.next_refresh = 0.0
         self.refreshing = False
 
@@ -151,31 +166,55 @@ class Dictionary:
         d.baseline = self.baseline
         return d
 
-    def compress(self, data: bytes) -> bytes:
-        c = getattr(self.local, "c", None)
-        if c is None:
-            # tables sized for a dictionary and a small value (not zstd's defaults for a stream of
-            # unknown size, ten times larger), prepared once and shared by every thread's compressor
-            params = zstandard.ZstdCompressionParameters.from_level(
-                self.level,
-                source_size=2048,
-                dict_size=len(self.data),
-                write_dict_id=1,
-                write_content_size=1,
-                # 4 bytes that make a frame read with any other dictionary fail instead of decode
-                write_checksum=1,
-            )
-            if not self._precomputed:
-                self._zdict.precompute_compress(compression_params=params)
-                self._precomputed = True
-            c = self.local.c = zstandard.ZstdCompressor(compression_params=params, dict_data=self._zdict)
-        return c.compress(data)
+    def set_need(self, need_until: float) -> None:
+        self.need_until = need_until
+        self.settled_until = min(need_until, self.covered_until)
 
-    def decompress(self, data: bytes) -> bytes:
-        d = getattr(self.local, "d", None)
+    def set_covered(self, covered_until: float) -> None:
+        self.covered_until = covered_until
+        self.settled_until = min(self.need_until, covered_until)
+
+    def compressor(self) -> zstandard.ZstdCompressor:
+        """This thread's compressor (zstd contexts are not shared between threads)."""
+        c: zstandard.ZstdCompressor | None = getattr(self.local, "c", None)
+        if c is None:
+            params = compression_params(self.level, len(self.data))
+            with _PREPARE:
+                if not self._precomputed:
+                    self._zdict.precompute_compress(compression_params=params)
+                    self._precomputed = True
+            c = self.local.c = zstandard.ZstdCompressor(compression_params=params, dict_data=self._zdict)
+        return c
+
+    def decompressor(self) -> zstandard.ZstdDecompressor:
+        """This thread's decompressor."""
+        d: zstandard.ZstdDecompressor | None = getattr(self.local, "d", None)
         if d is None:
             d = self.local.d = zstandard.ZstdDecompressor(dict_data=self._zdict)
-        return d.decompress(data)
+        return d
+
+    def compress(self, data: bytes) -> bytes:
+        return self.compressor().compress(data)
+
+    def decompress(self, data: bytes) -> bytes:
+        return self.decompressor().decompress(data)
+
+
+def compression_params(level: int, dict_size: int) -> zstandard.ZstdCompressionParameters:
+    """zstd ``level`` with tables sized for a dictionary and a small value (not zstd's defaults for
+    a stream of unknown size, ten times larger), capped at ``_TABLE_LOG``."""
+    sized = zstandard.ZstdCompressionParameters.from_level(level, source_size=2048, dict_size=dict_size)
+    return zstandard.ZstdCompressionParameters.from_level(
+        level,
+        source_size=2048,
+        dict_size=dict_size,
+        hash_log=min(sized.hash_log, _TABLE_LOG),
+        chain_log=min(sized.chain_log, _TABLE_LOG),
+        write_dict_id=1,
+        write_content_size=1,
+        # 4 bytes that make a frame read with any other dictionary fail instead of decode
+        write_checksum=1,
+    )
 
 
 def new_id() -> int:
@@ -197,8 +236,8 @@ class Family:
         "publishing",
         "publish_after",
         "count",
-        "with_dict",
-        "without",
+        "held",
+        "ready",
     )
 
     def __init__(self, name: bytes) -> None:
@@ -211,11 +250,16 @@ class Family:
         self.pending: Dictionary | None = None  # trained, not published yet
         self.publishing = False
         self.publish_after = 0.0
-        # the current drift window: values written, and for every 16th one its size with the
-        # dictionary and with plain zstd
+        # the current drift window: values written with the dictionary, and every 64th of them
         self.count = 0
-        self.with_dict = 0
-        self.without = 0
+        self.held: list[bytes] = []
+        # the dictionary to compress with when nothing else is due (not sampling, nothing to
+        # publish): the fast path of a write reads this alone
+        self.ready: Dictionary | None = None
+
+    def settle(self) -> None:
+        """Recompute :attr:`ready` after a change of state."""
+        self.ready = self.active if not self.sampling and self.pending is None else None
 
 
 _UNSEEN = Family(b"")  # a key whose family has not been looked up yet
@@ -236,11 +280,14 @@ class Dictionaries:
         start: Callable[[Dictionary, bool], None],
     ) -> None:
         self._serde = serde
+        self._serialize = serde.serialize
+        self._compress = serde.compress
         self.policy = policy
         self._level = policy.level if policy is not None else 3
         self._min = min_size
         self._start = start
         self._known: dict[int, Dictionary] = {}
+        self._by_head: dict[bytes, Dictionary] = {}  # see _dictionary_of
         self._not_found: dict[int, float] = {}
         self.fetching: set[int] = set()
         self._families: dict[bytes, Family] = {}
@@ -256,39 +303,50 @@ class Dictionaries:
     # -- writes --------------------------------------------------------------------------------
     def encode(self, rk: bytes, value: Any, ttl: int) -> tuple[bytes, int]:
         """Serialize, sample and compress ``value`` for routing key ``rk``."""
-        serde = self._serde
-        data, flags = serde.serialize(value)
+        data, flags = self._serialize(value)
         n = len(data)
-        if n < self._min or n >= _MANAGED_MAX or flags == FLAG_BYTES or flags == FLAG_INTEGER:
-            return serde.compress(data, flags)
+        if not self._min <= n < _MANAGED_MAX or flags in _UNMANAGED_TYPES:
+            return self._compress(data, flags)
         fam = self._by_key.get(rk, _UNSEEN)
         if fam is _UNSEEN:
             fam = self._family_of(rk)
         if fam is None:
-            return serde.compress(data, flags)
+            return self._compress(data, flags)
+        d = fam.ready
+        if d is None:
+            d = self._due(fam, data)
+            if d is None:
+                return self._compress(data, flags)
+        c = getattr(d.local, "c", None)
+        packed = (c if c is not None else d.compressor()).compress(data)
+        m = len(packed)
+        count = fam.count = fam.count + 1
+        if not count & 63:
+            self._hold(fam, d, data, count)
+        # keep the servers' copy alive as long as this value may live
+        now = _time()
+        expiry = (now + ttl if ttl <= _THIRTY_DAYS else float(ttl)) if ttl else _FOREVER
+        if expiry > d.settled_until or now >= d.next_refresh:
+            self._cover(d, expiry)
+        if m * 10 <= n * 9:
+            return packed, flags | _MANAGED_FLAGS
+        return self._compress(data, flags)
+
+    def _due(self, fam: Family, data: bytes) -> Dictionary | None:
+        """A write to a family that is sampling, has a dictionary to publish, or has none: do what
+        is due; the dictionary to compress with, if any."""
         if fam.sampling:
             self._sample(fam, data)
         if fam.pending is not None and not fam.publishing:
             self._publish(fam)
-        d = fam.active
-        if d is None:
-            return serde.compress(data, flags)
-        c = getattr(d.local, "c", None)
-        packed = c.compress(data) if c is not None else d.compress(data)
-        m = len(packed)
-        count = fam.count = fam.count + 1
-        if not count & 63:
-            fam.with_dict += m
-            fam.without += len(self._plain(data))
-            if count >= self.policy.drift_window:  # type: ignore[union-attr]
-                self._check_drift(fam, d)
-        # keep the servers' copy alive as long as this value may live
-        expiry = _FOREVER if ttl == 0 else float(ttl) if ttl > _THIRTY_DAYS else time.time() + ttl
-        if expiry > d.need_until or expiry > d.covered_until or time.time() >= d.next_refresh:
-            self._cover(d, expiry)
-        if m * 10 <= n * 9:
-            return packed, flags | FLAG_ZSTD | FLAG_ZSTD_MANAGED
-        return serde.compress(data, flags)
+        return fam.active
+
+    def _hold(self, fam: Family, d: Dictionary, data: bytes, count: int) -> None:
+        """Keep every 64th value of a drift window; at its end, the worker checks them for drift."""
+        fam.held.append(data)
+        if count >= self.policy.drift_window:  # type: ignore[union-attr]
+            held, fam.held, fam.count = fam.held, [], 0
+            self.submit(lambda: self._check_drift(fam, d, held))
 
     def _family_of(self, rk: bytes) -> Family | None:
         policy = self.policy
@@ -328,6 +386,7 @@ class Dictionaries:
         assert policy is not None
         fam.samples.append(data)
         fam.sample_bytes += len(data)
+        fam.last_sample = time.monotonic()
         if len(fam.samples) < policy.min_samples and fam.sample_bytes < policy.min_bytes:
             return
         with self._lock:
@@ -335,6 +394,7 @@ class Dictionaries:
                 return
             fam.sampling = False
             samples, fam.samples, fam.sample_bytes = fam.samples, [], 0
+            fam.settle()
         self.submit(lambda: self._train(fam, samples))
 
     def _train(self, fam: Family, samples: list[bytes]) -> None:
@@ -349,6 +409,7 @@ class Dictionaries:
         except zstandard.ZstdError as exc:
             log.warning("memfleet: training a dictionary for %r failed: %s", fam.name, exc)
             fam.sampling = True
+            fam.settle()
             return
         d = Dictionary(zd.as_bytes(), self._level, fam)
         with_dict = sum(len(d.compress(s)) for s in held_out)
@@ -359,6 +420,7 @@ class Dictionaries:
             log.info("memfleet: family %r does not gain from a dictionary", fam.name)
             return
         fam.pending = d
+        fam.settle()
 
     def _plain(self, data: bytes) -> bytes:
         """``data`` compressed without a dictionary, to see what the dictionary gains."""
@@ -375,20 +437,24 @@ class Dictionaries:
             fam.publishing = True
         self._start(fam.pending, True)
 
-    def _check_drift(self, fam: Family, d: Dictionary) -> None:
-        """Retrain when the dictionary saves much less over plain zstd than it did on held-out samples."""
-        gain = fam.with_dict / max(1, fam.without)
-        fam.count = fam.with_dict = fam.without = 0
-        if gain > d.baseline * self.policy.drift and not fam.sampling and fam.pending is None:  # type: ignore[union-attr]
-            log.info("memfleet: family %r drifted (%.2f vs %.2f): retraining", fam.name, gain, d.baseline)
-            fam.sampling = True
+    def _check_drift(self, fam: Family, d: Dictionary, held: list[bytes]) -> None:
+        """Runs on the worker thread: retrain when the dictionary saves much less over plain zstd on
+        ``held`` than it did on its held-out samples."""
+        gain = sum(len(d.compress(v)) for v in held) / max(1, sum(len(self._plain(v)) for v in held))
+        with self._lock:
+            if fam.active is not d or fam.sampling or fam.pending is not None:
+                return
+            if gain > d.baseline * self.policy.drift:  # type: ignore[union-attr]
+                log.info("memfleet: family %r drifted (%.2f vs %.2f): retraining", fam.name, gain, d.baseline)
+                fam.sampling = True
+                fam.settle()
 
     def _cover(self, d: Dictionary, expiry: float) -> None:
         """A value that lives until ``expiry`` was written with ``d``: refresh the servers' copy if
         it would not live as long, or if its refresh is due."""
         if expiry > d.need_until:
-            d.need_until = expiry
-        if (expiry > d.covered_until or time.time() >= d.next_refresh) and not d.refreshing:
+            d.set_need(expiry)
+        if (expiry > d.covered_until or _time() >= d.next_refresh) and not d.refreshing:
             d.refreshing = True
             self._start(d, False)
 
@@ -398,24 +464,26 @@ class Dictionaries:
         policy = self.policy
         if d.need_until == _FOREVER:
             return 0
-        now = time.time()
+        now = _time()
         seconds = max(policy.dict_ttl if policy else 86400, d.need_until - now + 60)
         return int(seconds) if seconds <= _THIRTY_DAYS else int(now + seconds)
 
     def covered(self, d: Dictionary, ttl: int) -> None:
         """The servers hold ``d`` with ``ttl``."""
-        now = time.time()
-        d.covered_until = _FOREVER if ttl == 0 else float(ttl) if ttl > _THIRTY_DAYS else now + ttl
+        now = _time()
+        d.set_covered(_FOREVER if ttl == 0 else float(ttl) if ttl > _THIRTY_DAYS else now + ttl)
         d.next_refresh = now + (self.policy.refresh_interval if self.policy else 60.0)
 
     def published(self, d: Dictionary, ttl: int) -> None:
         fam = d.family
         self._known[d.id] = d
+        self._by_head.clear()
         self.covered(d, ttl)
         self.counts["published"] += 1
         if fam is not None:
             fam.active, fam.pending, fam.publishing = d, None, False
-            fam.count = fam.with_dict = fam.without = 0
+            fam.count, fam.held = 0, []
+            fam.settle()
 
     def publish_failed(self, d: Dictionary) -> None:
         fam = d.family
@@ -431,20 +499,34 @@ class Dictionaries:
         log.warning("memfleet: dictionary %08x was evicted from every server; retraining", d.id)
         if fam is not None and fam.active is d:
             fam.active = None
-            fam.count = fam.with_dict = fam.without = 0
+            fam.count, fam.held = 0, []
             fam.sampling = True
+            fam.settle()
 
     # -- reads ---------------------------------------------------------------------------------
     def decompress(self, data: bytes) -> bytes:
+        d = self._by_head.get(data[_FRAME_HEAD])
         try:
-            dict_id = zstandard.get_frame_parameters(data).dict_id
-            d = self._known.get(dict_id)
             if d is None:
-                raise MissingDictionary(dict_id)
+                d = self._dictionary_of(data)
             dctx = getattr(d.local, "d", None)
-            return dctx.decompress(data) if dctx is not None else d.decompress(data)
+            return (dctx if dctx is not None else d.decompressor()).decompress(data)
         except zstandard.ZstdError as exc:
             raise SerializationError(f"bad zstd frame: {exc}") from exc
+
+    def _dictionary_of(self, data: bytes) -> Dictionary:
+        """The dictionary a frame names; remembered by the frame's first header bytes when they
+        hold its whole id (single-segment frames with a 4-byte id: what this client writes)."""
+        dict_id = zstandard.get_frame_parameters(data).dict_id
+        d = self._known.get(dict_id)
+        if d is None:
+            raise MissingDictionary(dict_id)
+        if data[4] & _SINGLE_SEGMENT_ID4 == _SINGLE_SEGMENT_ID4:
+            heads = self._by_head
+            if len(heads) >= _HEAD_MEMO:
+                heads.clear()
+            heads[data[_FRAME_HEAD]] = d
+        return d
 
     def wanted(self, dict_id: int) -> bool:
         """Whether to fetch ``dict_id``: not known, and not found just now."""
@@ -458,6 +540,7 @@ class Dictionaries:
         if d is None:
             return False
         self._known[dict_id] = d
+        self._by_head.clear()
         self._not_found.pop(dict_id, None)
         self.counts["fetched"] += 1
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections import deque
@@ -35,6 +36,7 @@ class ServerBase(Generic[C]):
         timeout: float | None,
         max_pool_size: int,
         protocol: str,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if protocol not in ("auto", "meta", "text"):
             raise ValueError("protocol must be 'auto', 'meta' or 'text'")
@@ -45,6 +47,8 @@ class ServerBase(Generic[C]):
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.max_pool_size = max_pool_size
+        # connections speak TLS with this context (its certificate checks and client certificate)
+        self.tls = tls
         # None until the first connection tells whether the server speaks meta
         self.meta: bool | None = None if protocol == "auto" else protocol == "meta"
         self.failures = 0

@@ -224,7 +224,11 @@ class Serde:
         if flags == FLAG_BYTES:
             return data
         if flags & _COMPRESSION_MASK:
-            data = self._decompress(data, flags)
+            managed = self.managed
+            if flags & FLAG_ZSTD_MANAGED and managed is not None:
+                data = managed.decompress(data)
+            else:
+                data = self._decompress(data, flags)
             flags &= _TYPE_MASK
         if flags == FLAG_TEXT:
             return data.decode("utf-8")

@@ -88,8 +88,15 @@ impl Worker {
         }
     }
 
-    pub(super) fn add_client(&mut self, mut stream: Stream, pool: usize) {
+    pub(super) fn add_client(&mut self, stream: Stream, pool: usize) {
         let rt = self.pools[pool].rt.clone();
+        let mut stream = match &rt.tls.listen {
+            Some(config) => match stream.into_tls_server(config) {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+            None => stream,
+        };
         let limit = rt.cfg.client_connections;
         let n = rt
             .clients

@@ -152,7 +152,9 @@ impl Worker {
         }
         let rt = pl.rt.clone();
         let counters = &rt.counters[self.id].servers[s];
-        match Stream::connect(&rt.servers[s].addr, rt.cfg.tcpkeepalive) {
+        match Stream::connect(&rt.servers[s].addr, rt.cfg.tcpkeepalive)
+            .and_then(|stream| with_tls(stream, &rt, s))
+        {
             Ok(mut stream) => {
                 let entry = self.backends.vacant_entry();
                 let b = entry.key();
@@ -249,6 +251,13 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return self.fail_backend(b, Why::Io(e)),
             }
+        }
+        // TLS: records the socket refused earlier (and a new connection's ClientHello).
+        match be.stream.flush() {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+                return self.fail_backend(b, Why::Io(e))
+            }
+            _ => {}
         }
         be.wbuf.clear();
         be.wpos = 0;
@@ -349,9 +358,12 @@ impl Worker {
                             done,
                         );
                     }
-                    let c = &be.rt.counters[self.id].servers[be.server];
+                    let pc = &be.rt.counters[self.id];
+                    let c = &pc.servers[be.server];
                     c.response_bytes.add(n as i64);
                     if done {
+                        let waited = self.now.saturating_duration_since(p.at);
+                        pc.latency[be.server].record(waited.as_nanos() as u64);
                         c.responses.add(1);
                         c.out_queue.add(-1);
                         c.out_queue_bytes.add(-i64::from(p.bytes));
@@ -593,6 +605,20 @@ impl Backend {
         c.out_queue.add(1);
         c.out_queue_bytes.add(i64::from(bytes));
     }
+}
+
+/// A pool with `tls: true` speaks TLS to its servers, named by `tls_server_name` or the
+/// server's host.
+fn with_tls(stream: Stream, rt: &PoolRt, s: usize) -> io::Result<Stream> {
+    let Some(config) = &rt.tls.servers else {
+        return Ok(stream);
+    };
+    let host = match (&rt.cfg.tls.server_name, &rt.cfg.servers[s].addr) {
+        (Some(name), _) => name.as_str(),
+        (None, crate::config::ServerAddr::Tcp { host, .. }) => host.as_str(),
+        (None, crate::config::ServerAddr::Unix { .. }) => "localhost",
+    };
+    stream.into_tls_client(config, host)
 }
 
 #[cfg(test)]

@@ -345,13 +345,22 @@ impl Worker {
                 }
             }
         }
+        // TLS: records the socket refused earlier; the connection may close once they are out.
+        let held_back = match c.stream.flush() {
+            Ok(()) => false,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+            Err(_) => {
+                self.close_client(ci, true);
+                return;
+            }
+        };
         if c.wpos == c.wbuf.len() {
             c.wbuf.clear();
             c.wpos = 0;
             if c.wbuf.capacity() > 16 * 1024 {
                 c.wbuf = Vec::new();
             }
-            if c.closing && c.slots.is_empty() {
+            if c.closing && c.slots.is_empty() && !held_back {
                 self.close_client(ci, false);
                 return;
             }

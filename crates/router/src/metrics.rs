@@ -1,0 +1,219 @@
+//! `/metrics` of `memfleet route --metrics ADDR:PORT`: nutcracker's counters (the stats
+//! port's JSON keeps them unchanged) in Prometheus' text format, per pool and per server,
+//! with request latency histograms. Names start `memfleet_router_`; a nutcracker field
+//! becomes `memfleet_router_pool_<field>` or `memfleet_router_server_<field>` (its own
+//! `server_` prefix dropped), with `_total` on counters.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use telemetry::{Exposition, Kind, Snapshot};
+
+use crate::shared::{Globals, Shared};
+use crate::stats::sum;
+
+/// Gauges among nutcracker's fields: they go up and down; the rest only count up.
+fn is_gauge(field: &str) -> bool {
+    field.ends_with("connections") || field.contains("queue") || field == "ejected"
+}
+
+fn help(field: &str) -> &'static str {
+    match field {
+        "client_eof" => "Client connections closed by the client.",
+        "client_err" => "Client connections closed on an error.",
+        "client_connections" => "Client connections open now.",
+        "server_ejects" => "Times a server of the pool was ejected.",
+        "forward_error" => "Requests answered with an error because they could not be forwarded.",
+        "fragments" => "Sub-requests made by splitting multi-key requests over servers.",
+        "server_eof" => "Server connections closed by the server.",
+        "server_err" => "Server connections closed on an error.",
+        "server_timedout" => "Requests that timed out on the server.",
+        "server_connections" => "Server connections open now.",
+        "ejected" => "1 while the server is ejected from the pool.",
+        "requests" => "Requests forwarded to the server.",
+        "request_bytes" => "Request bytes forwarded to the server.",
+        "responses" => "Replies read from the server.",
+        "response_bytes" => "Reply bytes read from the server.",
+        "in_queue" => "Requests waiting to be sent to the server.",
+        "in_queue_bytes" => "Bytes of requests waiting to be sent to the server.",
+        "out_queue" => "Requests sent and waiting for the server's reply.",
+        "out_queue_bytes" => "Bytes of requests sent and waiting for the server's reply.",
+        _ => "A nutcracker stats field.",
+    }
+}
+
+/// The Prometheus name of nutcracker field `field` in `scope` ("pool" or "server").
+fn metric_name(scope: &str, field: &str) -> (String, Kind) {
+    let base = match scope {
+        "server" => field.strip_prefix("server_").unwrap_or(field),
+        _ => field,
+    };
+    if is_gauge(field) {
+        (format!("memfleet_router_{scope}_{base}"), Kind::Gauge)
+    } else {
+        (
+            format!("memfleet_router_{scope}_{base}_total"),
+            Kind::Counter,
+        )
+    }
+}
+
+/// One scope's rows: labels and field values, all rows with the same fields in order.
+type Rows<'a> = Vec<(Vec<(&'static str, &'a [u8])>, Vec<(&'static str, i64)>)>;
+
+fn families(e: &mut Exposition, scope: &str, rows: &Rows<'_>) {
+    let Some((_, first)) = rows.first() else {
+        return;
+    };
+    for (i, (field, _)) in first.iter().enumerate() {
+        let (name, kind) = metric_name(scope, field);
+        e.family(&name, kind, help(field));
+        for (labels, fields) in rows {
+            e.sample(&name, labels, fields[i].1);
+        }
+    }
+}
+
+/// Renders one scrape of the current configuration generation.
+pub fn render(shared: &Shared, globals: &Globals) -> String {
+    let mut e = Exposition::new();
+    e.single(
+        "memfleet_router_uptime_seconds",
+        Kind::Gauge,
+        "Seconds since the router started.",
+        globals.started.elapsed().as_secs(),
+    );
+    e.single(
+        "memfleet_router_threads",
+        Kind::Gauge,
+        "Worker threads.",
+        globals.threads,
+    );
+    for (field, v) in sum(globals.per_worker.iter().map(|w| w.fields())) {
+        let (name, kind) = if field == "curr_connections" {
+            (
+                "memfleet_router_current_connections".to_string(),
+                Kind::Gauge,
+            )
+        } else {
+            // total_connections
+            (
+                "memfleet_router_connections_total".to_string(),
+                Kind::Counter,
+            )
+        };
+        let help = if kind == Kind::Gauge {
+            "Client connections open now, all pools."
+        } else {
+            "Client connections accepted since start, all pools."
+        };
+        e.single(&name, kind, help, v);
+    }
+
+    let mut pools: Rows<'_> = Vec::new();
+    let mut servers: Rows<'_> = Vec::new();
+    let mut pool_latency = Vec::new();
+    let mut server_latency = Vec::new();
+    for pool in &shared.pools {
+        let name = pool.cfg.name.as_bytes();
+        let mut fields = sum(pool.counters.iter().map(|c| c.pool.fields()));
+        fields.push(("server_ejects", pool.server_ejects.load(Relaxed) as i64));
+        let mut requests = 0;
+        let mut latency = Snapshot::default();
+        for (i, server) in pool.servers.iter().enumerate() {
+            let mut sf = sum(pool.counters.iter().map(|c| c.servers[i].fields()));
+            requests += sf
+                .iter()
+                .find(|(k, _)| *k == "requests")
+                .map_or(0, |(_, v)| *v);
+            sf.push(("ejected", i64::from(server.is_ejected())));
+            let labels = vec![("pool", name), ("server", server.stats_name.as_bytes())];
+            let mut snap = Snapshot::default();
+            for c in &pool.counters {
+                snap.add(&c.latency[i]);
+            }
+            latency.merge(&snap);
+            server_latency.push((labels.clone(), snap));
+            servers.push((labels, sf));
+        }
+        fields.push(("requests", requests));
+        pool_latency.push((vec![("pool", name)], latency));
+        pools.push((vec![("pool", name)], fields));
+    }
+    families(&mut e, "pool", &pools);
+    families(&mut e, "server", &servers);
+    for (name, help, rows) in [
+        (
+            "memfleet_router_pool_request_duration_seconds",
+            "Time from a request queued for a server of the pool to its reply read.",
+            &pool_latency,
+        ),
+        (
+            "memfleet_router_server_request_duration_seconds",
+            "Time from a request queued for the server to its reply read.",
+            &server_latency,
+        ),
+    ] {
+        e.family(name, Kind::Histogram, help);
+        for (labels, snap) in rows {
+            e.histogram(name, labels, snap);
+        }
+    }
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::counters::WorkerCounters;
+    use std::time::Instant;
+
+    /// A router's state with `threads` workers and no traffic yet.
+    fn fresh(yaml: &str, threads: usize) -> (Shared, Globals) {
+        let started = Instant::now();
+        let shared = Shared::new(Config::from_yaml_str(yaml).unwrap(), threads, started);
+        let globals = Globals {
+            started,
+            threads,
+            per_worker: (0..threads).map(|_| WorkerCounters::default()).collect(),
+            handed_over: (0..threads).map(|_| Default::default()).collect(),
+        };
+        (shared.unwrap(), globals)
+    }
+
+    #[test]
+    fn pools_and_servers_with_their_labels() {
+        let (shared, globals) = fresh(
+            "alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11212:1\n   - 127.0.0.1:11213:1 t\"wo\n",
+            2,
+        );
+        let p = &shared.pools[0];
+        let two = p
+            .servers
+            .iter()
+            .position(|s| s.stats_name == "t\"wo")
+            .unwrap();
+        p.counters[0].servers[two].requests.add(3);
+        p.counters[1].servers[two].requests.add(4);
+        p.counters[1].servers[two].server_err.add(1);
+        p.counters[0].latency[two].record(30_000);
+        p.counters[1].pool.forward_error.add(2);
+        globals.per_worker[0].curr_connections.add(5);
+        let m = render(&shared, &globals);
+        for line in [
+            "memfleet_router_current_connections 5\n",
+            "memfleet_router_connections_total 0\n",
+            "# TYPE memfleet_router_pool_forward_error_total counter\n",
+            "memfleet_router_pool_forward_error_total{pool=\"alpha\"} 2\n",
+            "memfleet_router_pool_requests_total{pool=\"alpha\"} 7\n",
+            "memfleet_router_server_requests_total{pool=\"alpha\",server=\"t\\\"wo\"} 7\n",
+            "memfleet_router_server_err_total{pool=\"alpha\",server=\"t\\\"wo\"} 1\n",
+            "# TYPE memfleet_router_server_connections gauge\n",
+            "memfleet_router_server_ejected{pool=\"alpha\",server=\"t\\\"wo\"} 0\n",
+            "memfleet_router_pool_request_duration_seconds_count{pool=\"alpha\"} 1\n",
+            "memfleet_router_server_request_duration_seconds_bucket{pool=\"alpha\",server=\"t\\\"wo\",le=\"0.00005\"} 1\n",
+        ] {
+            assert!(m.contains(line), "{line} missing from\n{m}");
+        }
+    }
+}

@@ -1,0 +1,419 @@
+"""TLS on `memfleet serve -Z` (and the Python client's `tls=`), checked against Debian's
+memcached -Z where both should behave alike. Certificates are made per test with trustme."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import memfleet as mf
+import pytest
+import trustme
+from harness import Conn, Server, free_port, memcached, memfleet, memfleet_bin
+from memfleet.aio import AsyncClient
+from memfleet.errors import MemfleetError
+from proxy_harness import Proxy, pool_yaml, port_in
+
+IMPLS = ["memfleet", "memcached"]
+
+
+@dataclass
+class Pki:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as files."""
+
+    ca: trustme.CA
+    dir: Path
+    chain: Path
+    key: Path
+    ca_file: Path
+    client: trustme.LeafCert
+
+    def context(self, client_cert: bool = False, ca: trustme.CA | None = None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        (ca or self.ca).configure_trust(ctx)
+        if client_cert:
+            self.client.configure_cert(ctx)
+        return ctx
+
+    def server_opts(self, *extra: str) -> tuple[str, ...]:
+        opts = ",".join((f"ssl_chain_cert={self.chain}", f"ssl_key={self.key}", *extra))
+        return ("-Z", "-o", opts)
+
+
+def write_server_cert(ca: trustme.CA, chain: Path, key: Path) -> None:
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    chain.write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    key.write_bytes(leaf.private_key_pem.bytes())
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    ca = trustme.CA()
+    chain, key, ca_file = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    write_server_cert(ca, chain, key)
+    ca.cert_pem.write_to_path(str(ca_file))
+    return Pki(ca, tmp_path, chain, key, ca_file, ca.issue_cert("client@example"))
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., Server]]:
+    """Starts memfleet or memcached with given flags; stops them after the test."""
+    started: list[Server] = []
+
+    def run(impl: str, *args: str, port: int | None = None) -> Server:
+        s = (memfleet if impl == "memfleet" else memcached)(*args, port=port).start()
+        started.append(s)
+        return s
+
+    yield run
+    for s in started:
+        s.stop()
+
+
+def tls_conn(port: int, ctx: ssl.SSLContext) -> Conn:
+    c = Conn(port)
+    c.sock = ctx.wrap_socket(c.sock, server_hostname="127.0.0.1")
+    return c
+
+
+def read_to_close(c: Conn) -> bytes:
+    """What the server sends before it closes (memcached resets rather than closes)."""
+    try:
+        return c.read_all(timeout=5.0)
+    except ConnectionResetError:
+        return b""
+
+
+def stats(c: Conn, sub: bytes = b"") -> dict[str, str]:
+    raw = c.request(b"stats " + sub + b"\r\n", b"END\r\n")
+    return {
+        p[1]: p[2]
+        for p in (line.split(" ", 2) for line in raw.decode().splitlines())
+        if p[0] == "STAT"
+    }
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_sync_and_async_clients_over_tls(impl: str, pki: Pki, start: Callable[..., Server]) -> None:
+    srv = start(impl, *pki.server_opts())
+    ctx = pki.context()
+    client = mf.Client([("127.0.0.1", srv.port)], tls=ctx)
+    big = b"v" * 300_000  # several TLS records each way
+    client.set("small", "hello")
+    client.set("big", big)
+    assert client.get("small") == "hello"
+    assert client.get("big") == big
+    assert client.get_many(["small", "big", "missing"]) == {"small": "hello", "big": big}
+    client.close()
+
+    async def run() -> None:
+        a = AsyncClient([("127.0.0.1", srv.port)], tls=ctx)
+        await a.set("async", b"x" * 70_000)
+        assert await a.get("async") == b"x" * 70_000
+        assert await a.get("small") == "hello"
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_client_refuses_a_server_it_does_not_trust(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start(impl, *pki.server_opts())
+    with pytest.raises(MemfleetError):
+        mf.Client([("127.0.0.1", srv.port)], tls=pki.context(ca=trustme.CA())).get("k")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mutual_tls_require_refuses_a_client_without_certificate(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
+    with_cert = mf.Client([("127.0.0.1", srv.port)], tls=pki.context(client_cert=True))
+    with_cert.set("k", "v")
+    assert with_cert.get("k") == "v"
+    without = mf.Client([("127.0.0.1", srv.port)], tls=pki.context(), failure_limit=100)
+    with pytest.raises(MemfleetError):
+        without.get("k")
+    # A certificate from another CA is refused as well.
+    stranger = pki.context()
+    trustme.CA().issue_cert("mallory").configure_cert(stranger)
+    with pytest.raises(MemfleetError):
+        mf.Client([("127.0.0.1", srv.port)], tls=stranger).get("k")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_verify_mode_request_lets_clients_without_certificate_in(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=1"))
+    for ctx in (pki.context(), pki.context(client_cert=True)):
+        c = mf.Client([("127.0.0.1", srv.port)], tls=ctx)
+        c.set("k", "v")
+        assert c.get("k") == "v"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_refresh_certs_picks_up_a_new_certificate(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start(impl, *pki.server_opts())
+    old = tls_conn(srv.port, pki.context())
+    assert old.request(b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
+    new_ca = trustme.CA()
+    write_server_cert(new_ca, pki.chain, pki.key)
+    # Not yet re-read: new connections still get the old certificate.
+    tls_conn(srv.port, pki.context()).close()
+    assert old.request(b"refresh_certs\r\n") == b"OK\r\n"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        tls_conn(srv.port, pki.context())
+    fresh = tls_conn(srv.port, pki.context(ca=new_ca))
+    assert fresh.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n"
+    # The connection made before the refresh goes on with its session.
+    assert old.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n"
+    assert old.request(b"refresh_certs noreply\r\nmn\r\n") == b"MN\r\n"
+    # A file that cannot be read: an error reply, and the loaded certificate stays in use.
+    pki.chain.unlink()
+    reply = old.request(b"refresh_certs\r\n")
+    assert reply.startswith(b"Error loading the certificate chain: ") and reply.endswith(b"\r\n")
+    tls_conn(srv.port, pki.context(ca=new_ca)).close()
+    old.close()
+    fresh.close()
+
+
+def test_refresh_certs_without_tls_says_so(start: Callable[..., Server]) -> None:
+    for impl in IMPLS:
+        srv = start(impl)
+        with Conn(srv.port) as c:
+            assert c.request(b"refresh_certs\r\n") == b"Error TLS not enabled\r\n"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_plain_listener_beside_a_tls_one(impl: str, pki: Pki, start: Callable[..., Server]) -> None:
+    plain_port = free_port()
+    srv = start(impl, *pki.server_opts(), "-l", f"notls:127.0.0.1:{plain_port}")
+    with Conn(plain_port) as plain:
+        assert plain.request(b"set k 0 0 2\r\nab\r\n") == b"STORED\r\n"
+    with tls_conn(srv.port, pki.context()) as secure:
+        assert secure.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 2\r\nab\r\nEND\r\n"
+    # Plain text on the TLS listener gets no memcached reply.
+    with Conn(srv.port) as wrong:
+        wrong.send(b"get k\r\n")
+        assert b"VALUE" not in read_to_close(wrong)
+
+
+def test_stats_show_tls_like_memcached(pki: Pki, start: Callable[..., Server]) -> None:
+    seen = []
+    for impl in IMPLS:
+        srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=1"))
+        with tls_conn(srv.port, pki.context()) as c:
+            general = stats(c)
+            settings = stats(c, b"settings")
+        # memcached sometimes counts the harness's connect-and-close probe; memfleet never
+        # counts a connection that closes before sending anything.
+        assert general["ssl_handshake_errors"] == "0" or impl == "memcached"
+        assert int(general["time_since_server_cert_refresh"]) >= 0
+        assert settings["ssl_enabled"] == "yes"
+        assert settings["ssl_verify_mode"] == "1"
+        assert settings["ssl_chain_cert"] == str(pki.chain)
+        assert settings["ssl_ca_cert"] == str(pki.ca_file)
+        seen.append(sorted(k for k in settings if k.startswith("ssl_")))
+    assert seen[0] == seen[1]
+
+
+def test_a_client_stalled_mid_handshake_blocks_no_one(
+    pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start("memfleet", *pki.server_opts(), "-t", "1")
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = pki.context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    hello = outgoing.read()
+    stalled = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    stalled.sendall(hello[: len(hello) // 2])
+    # One worker thread: the stalled handshake and these clients share its loop.
+    for i in range(3):
+        with tls_conn(srv.port, pki.context()) as c:
+            assert c.request(b"set k%d 0 0 1\r\nx\r\n" % i) == b"STORED\r\n"
+    # The stalled client finishes its handshake and is served too.
+    stalled.sendall(hello[len(hello) // 2 :])
+    while True:
+        try:
+            obj.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                stalled.sendall(outgoing.read())
+            data = stalled.recv(65536)
+            assert data, "server closed the stalled connection"
+            incoming.write(data)
+    if outgoing.pending:
+        stalled.sendall(outgoing.read())
+    obj.write(b"get k0\r\n")
+    stalled.sendall(outgoing.read())
+    reply = b""
+    while not reply.endswith(b"END\r\n"):
+        try:
+            reply += obj.read(65536)
+        except ssl.SSLWantReadError:
+            incoming.write(stalled.recv(65536))
+    assert reply == b"VALUE k0 0 1\r\nx\r\nEND\r\n"
+    stalled.close()
+
+
+def test_garbage_instead_of_a_client_hello_closes_only_that_connection(
+    pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start("memfleet", *pki.server_opts(), "-t", "1")
+    good = tls_conn(srv.port, pki.context())
+    assert good.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+    with Conn(srv.port) as bad:
+        bad.send(b"GET / HTTP/1.0\r\n\r\n" * 4)
+        got = read_to_close(bad)
+        # At most a TLS alert record (content type 21), then the close.
+        assert got == b"" or got[0] == 21
+        assert bad.sock.recv(1) == b""
+    assert good.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+    assert stats(good)["ssl_handshake_errors"] == "1"
+    good.close()
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            memfleet_bin(),
+            "bench",
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-n",
+            "200",
+            "--hide-histogram",
+            "--quiet",
+            *args,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bench_over_tls_with_memtier_options(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
+    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
+    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
+    pki.client.private_key_pem.write_to_path(str(client_key))
+    js = pki.dir / "r.json"
+    port = ["-p", str(srv.port)]
+    mutual = ["--cert", str(client_pem), "--key", str(client_key)]
+    r = bench(*port, "--tls", "--cacert", str(pki.ca_file), *mutual, f"--json-out-file={js}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    report = json.loads(js.read_text())
+    assert report["totals"]["ops"] == 400
+    assert report["errors"] == 0 and report["connection_errors"] == 0
+    with tls_conn(srv.port, pki.context(client_cert=True)) as c:
+        assert int(stats(c)["cmd_set"]) > 0
+    # Verified against the name given with --sni: the certificate is for localhost too.
+    assert (
+        bench(
+            *port, "--tls", "--cacert", str(pki.ca_file), *mutual, "--sni", "localhost"
+        ).returncode
+        == 0
+    )
+    # Without a client certificate the server refuses every connection (with TLS 1.3 the
+    # client learns it after its side of the handshake, at the first read).
+    refused = bench(*port, "--tls", "--cacert", str(pki.ca_file))
+    assert refused.returncode != 0 or "connection errors 2\n" in refused.stdout
+    # A server certificate from an unknown CA fails, unless verification is skipped.
+    other_ca = pki.dir / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    assert bench(*port, "--tls", "--cacert", str(other_ca), *mutual).returncode != 0
+    assert bench(*port, "--tls", "--tls-skip-verify", *mutual).returncode == 0
+
+
+# ---- memfleet route: TLS on a pool's listener and to its servers ----
+
+
+def route(conf: str, port: int) -> Proxy:
+    return Proxy(conf, port).start()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_route_speaks_mutual_tls_to_its_servers(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    backend = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
+    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
+    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
+    pki.client.private_key_pem.write_to_path(str(client_key))
+    port = port_in(12000, 20000)
+    tls = {
+        "tls": True,
+        "tls_ca_file": pki.ca_file,
+        "tls_cert_file": client_pem,
+        "tls_key_file": client_key,
+    }
+    conf = pool_yaml("p", f"127.0.0.1:{port}", [f"127.0.0.1:{backend.port}:1"], **tls)
+    proxy = route(conf, port)
+    try:
+        with Conn(port) as c:
+            assert c.request(b"set k 0 0 5\r\nhello\r\n") == b"STORED\r\n"
+            assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+        with tls_conn(backend.port, pki.context(client_cert=True)) as direct:
+            assert direct.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+    finally:
+        proxy.stop()
+    # Without the client certificate the server refuses the router: clients get an error.
+    del tls["tls_cert_file"], tls["tls_key_file"]
+    conf = pool_yaml("p", f"127.0.0.1:{port}", [f"127.0.0.1:{backend.port}:1"], **tls)
+    proxy = route(conf, port)
+    try:
+        with Conn(port) as c:
+            assert c.request(b"get k\r\n").startswith(b"SERVER_ERROR")
+    finally:
+        proxy.stop()
+
+
+def test_route_listener_speaks_tls(pki: Pki, start: Callable[..., Server]) -> None:
+    backend = start("memcached")
+    port = port_in(12000, 20000)
+    tls = {
+        "listen_tls_cert_file": pki.chain,
+        "listen_tls_key_file": pki.key,
+        "listen_tls_ca_file": pki.ca_file,
+    }
+    proxy = route(pool_yaml("p", f"127.0.0.1:{port}", [f"127.0.0.1:{backend.port}:1"], **tls), port)
+    try:
+        client = mf.Client(
+            [("127.0.0.1", port)], tls=pki.context(client_cert=True), protocol="text"
+        )
+        client.set("k", "through")
+        assert client.get("k") == "through"
+        with tls_conn(port, pki.context(client_cert=True)) as c:
+            big = b"x" * 200_000
+            assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(big), big)) == b"STORED\r\n"
+            assert c.request(b"get big\r\n", b"END\r\n") == b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (
+                len(big),
+                big,
+            )
+        # A client without a certificate, and one that does not speak TLS, get nothing.
+        with pytest.raises(MemfleetError):
+            mf.Client([("127.0.0.1", port)], tls=pki.context(), protocol="text").get("k")
+        with Conn(port) as plain:
+            plain.send(b"get k\r\n")
+            assert b"VALUE" not in read_to_close(plain)
+    finally:
+        proxy.stop()
