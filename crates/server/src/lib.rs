@@ -4,6 +4,7 @@
 //! mio event loop and owns its connections, so nothing on the request path takes a global lock.
 //! Protocol parsing lives in `proto`, item storage in `store`; `execute` joins the two.
 
+pub mod auth;
 mod batch;
 mod bufpool;
 mod config;
