@@ -9,8 +9,9 @@
 
 use proto::reply;
 
+use crate::binary;
 use crate::bufpool::BufPool;
-use crate::conn::{Conn, Unsent};
+use crate::conn::{Conn, Protocol, Unsent};
 use crate::env::ExecEnv;
 use crate::execute::{self, Flow, Received};
 use crate::verbose;
@@ -32,9 +33,22 @@ pub fn process(
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> bool {
+    let fd = conn.stream.fd();
+    match conn.protocol {
+        Protocol::Text => {}
+        Protocol::Binary => return binary::process(env, conn, pool, buf, out),
+        Protocol::Undecided => {
+            let Some(&first) = buf.first() else {
+                return false;
+            };
+            conn.protocol = binary::negotiate(env, first, fd);
+            if conn.protocol == Protocol::Binary {
+                return binary::process(env, conn, pool, buf, out);
+            }
+        }
+    }
     let limits = &env.shared.limits;
     let budget = env.shared.settings.max_reqs_per_event;
-    let fd = conn.stream.fd();
     let mut pos = conn.front;
     let mut done = 0;
     let mut stopped_early = false;

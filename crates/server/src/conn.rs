@@ -60,8 +60,19 @@ impl Unsent {
     }
 }
 
+/// The protocol a connection speaks: `-B`, or with `-B auto` its first byte (see `batch`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Undecided,
+    Text,
+    Binary,
+}
+
 pub struct Conn {
     pub stream: Stream,
+    pub protocol: Protocol,
+    /// SASL (`-S`) accepted this connection's credentials.
+    pub authenticated: bool,
     /// Holds bytes only while a request is incomplete; otherwise empty with no capacity.
     pub rbuf: Vec<u8>,
     /// Bytes of `rbuf` kept free in front of a large request (`batch::HEADROOM` or 0).
@@ -90,6 +101,8 @@ impl Conn {
     pub fn new(stream: Stream, last_cmd: u32) -> Conn {
         Conn {
             stream,
+            protocol: Protocol::Undecided,
+            authenticated: false,
             rbuf: Vec::new(),
             front: 0,
             wbuf: Vec::new(),
@@ -110,9 +123,11 @@ impl Conn {
         !self.wbuf.is_empty() || self.unsent.is_some()
     }
 
-    /// Nothing buffered either way: the connection is just its socket.
+    /// Nothing buffered either way and no session state: the connection is just its socket
+    /// (another worker can take it over and renegotiate the protocol from its next byte).
     pub fn is_idle(&self) -> bool {
-        self.rbuf.is_empty()
+        !self.authenticated
+            && self.rbuf.is_empty()
             && !self.has_unsent()
             && self.swallow == 0
             && !self.pending

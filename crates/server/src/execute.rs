@@ -398,7 +398,7 @@ fn bad_key(out: &mut Vec<u8>, mark: usize) -> Flow {
 }
 
 /// One key of a get (a gat when `touch` has the new exptime), counted in the stats.
-fn lookup(
+pub(crate) fn lookup(
     env: &ExecEnv<'_>,
     key: &[u8],
     touch: Option<u32>,
@@ -423,7 +423,7 @@ fn lookup(
 }
 
 /// What a get found for one key.
-enum Got {
+pub(crate) enum Got {
     Miss,
     /// The VALUE is in `out`.
     Hit,
@@ -434,8 +434,14 @@ enum Got {
 /// Values at least this large are written from store memory instead of copied into `out`.
 const DIRECT_WRITE_MIN: usize = 64 * 1024;
 
-/// A UDP datagram holds whole requests; replies go back in one framed response.
+/// A UDP datagram holds whole requests; replies go back in one framed response. Binary
+/// requests (`-B binary`, or a first byte of 0x80 under `-B auto`) go to `binary`.
 pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
+    if let Some(&first) = payload.first() {
+        if crate::binary::datagram_is_binary(env, first) {
+            return crate::binary::run_datagram(env, payload, out);
+        }
+    }
     let mut pos = 0;
     while pos < payload.len() {
         match proto::parse(&payload[pos..], &env.shared.limits) {

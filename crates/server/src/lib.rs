@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod batch;
+mod binary;
 mod bufpool;
 mod config;
 mod conn;
@@ -56,6 +57,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         eprintln!("warning: {w}");
     }
     raise_fd_limit(settings.conn_limit);
+    let sasl_users = load_sasl_users(&settings)?;
     let listeners = bind_listeners(&settings)?;
     let udp = bind_udp(&settings)?;
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
@@ -68,7 +70,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(settings.clone(), listeners, udp);
+    let result = run(settings.clone(), sasl_users, listeners, udp);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -78,8 +80,23 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     result
 }
 
+/// `-S`: the users of the password file $MEMCACHED_SASL_PWDB names (memcached's variable and
+/// `user:password` format). memcached falls back on the system's SASL database; memfleet has
+/// none, so it refuses to start without the file.
+fn load_sasl_users(settings: &Settings) -> Result<Option<auth::Authenticator>, String> {
+    if !settings.sasl {
+        return Ok(None);
+    }
+    let path = std::env::var_os("MEMCACHED_SASL_PWDB")
+        .ok_or("-S needs MEMCACHED_SASL_PWDB set to a password file (user:password lines)")?;
+    auth::Authenticator::load(path)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 fn run(
     settings: Settings,
+    sasl_users: Option<auth::Authenticator>,
     listeners: Vec<Listener>,
     udp: Vec<Vec<std::net::UdpSocket>>,
 ) -> Result<(), String> {
@@ -114,6 +131,7 @@ fn run(
         verbosity: AtomicU8::new(settings.verbose),
         limits,
         store,
+        sasl_users,
         stats: (0..threads).map(|_| Arc::default()).collect(),
         registry: (0..threads).map(|_| Mutex::new(HashMap::new())).collect(),
         curr_conns: AtomicUsize::new(0),

@@ -32,6 +32,9 @@ pub fn stats(env: &ExecEnv<'_>, mut args: Tokens<'_>, out: &mut Vec<u8>) {
                 t.reset();
             }
             env.shared.store.reset_stats();
+            if let Some(auth) = &env.shared.sasl_users {
+                auth.reset_counts();
+            }
             out.extend_from_slice(b"RESET\r\n");
         }
         Some(_) => out.extend_from_slice(b"ERROR\r\n"),
@@ -95,8 +98,13 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", s.store_no_memory);
     // Allocation failures abort the process in Rust; a refused store is store_no_memory.
     stat(out, "malloc_fails", 0);
-    stat(out, "auth_cmds", 0);
-    stat(out, "auth_errors", 0);
+    let auth = shared
+        .sasl_users
+        .as_ref()
+        .map(|a| a.counts())
+        .unwrap_or_default();
+    stat(out, "auth_cmds", auth.auth_cmds);
+    stat(out, "auth_errors", auth.auth_errors);
     stat(out, "bytes_read", s.bytes_read);
     stat(out, "bytes_written", s.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);

@@ -22,6 +22,8 @@ pub struct Shared {
     pub settings: Settings,
     pub limits: proto::Limits,
     pub store: store::Store,
+    /// `-S`: the SASL users (from $MEMCACHED_SASL_PWDB).
+    pub sasl_users: Option<crate::auth::Authenticator>,
     /// One per worker thread; only that worker writes its entry.
     pub stats: Vec<Arc<ThreadStats>>,
     /// Per worker, keyed by connection token: written by that worker on connect, close and at

@@ -53,6 +53,49 @@ fn value_header(line: &[u8]) -> Option<(&[u8], usize)> {
     Some((key, len))
 }
 
+/// Logs a binary request's 24-byte header as memcached does (`<fd Read binary protocol
+/// data:`, then four bytes a line).
+pub fn binary_request(fd: i32, raw: &[u8]) {
+    eprintln!(
+        "<{fd} Read binary protocol data:{}",
+        hex_lines(&format!("<{fd}    "), &raw[..raw.len().min(24)])
+    );
+}
+
+/// Logs each binary response in `out` as memcached does: `Writing an error: <text>` for an
+/// error with a text body, then `Writing bin response:` and its header four bytes a line.
+pub fn binary_replies(fd: i32, out: &[u8]) {
+    use proto::binary::{parse_response, ResponseParse};
+    let mut rest = out;
+    while let ResponseParse::Response(r, n) = parse_response(rest) {
+        if r.status != 0 && r.status != 0x21 && r.extras.is_empty() && r.key.is_empty() {
+            eprintln!(
+                ">{fd} Writing an error: {}",
+                String::from_utf8_lossy(r.value)
+            );
+        }
+        eprintln!(
+            ">{fd} Writing bin response:{}",
+            hex_lines(&format!(">{fd}   "), &rest[..24])
+        );
+        rest = &rest[n..];
+    }
+}
+
+/// `bytes` as ` 0x..` groups of four, each group on a new line starting with `prefix`.
+fn hex_lines(prefix: &str, bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for (i, b) in bytes.iter().enumerate() {
+        if i % 4 == 0 {
+            s.push('\n');
+            s.push_str(prefix);
+        }
+        let _ = write!(s, " 0x{b:02x}");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +105,13 @@ mod tests {
         assert_eq!(value_header(b"VALUE k 5 3 77"), Some((&b"k"[..], 3usize)));
         assert_eq!(value_header(b"STORED"), None);
         assert_eq!(value_header(b"VALUE k 5"), None);
+    }
+
+    #[test]
+    fn binary_headers_print_four_bytes_a_line() {
+        assert_eq!(
+            hex_lines("<5   ", &[0x80, 1, 2, 3, 4]),
+            "\n<5    0x80 0x01 0x02 0x03\n<5    0x04"
+        );
     }
 }
