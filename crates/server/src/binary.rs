@@ -57,6 +57,7 @@ pub fn process(
     let budget = env.shared.settings.max_reqs_per_event;
     let fd = conn.stream.fd();
     let log = env.shared.verbose() > 1;
+    let start = out.len();
     let mut pos = 0;
     let mut done = 0;
     let mut stopped_early = false;
@@ -69,6 +70,11 @@ pub fn process(
             let k = conn.swallow.min(buf.len() - pos);
             pos += k;
             conn.swallow -= k;
+            if conn.swallow == 0 {
+                if let Some(reply) = conn.after_swallow.take() {
+                    out.extend_from_slice(&reply);
+                }
+            }
             continue;
         }
         let settings = codec_settings(env, conn.authenticated);
@@ -103,9 +109,15 @@ pub fn process(
                 if log {
                     log_error(fd, &buf[pos..]);
                 }
-                apply_error(env, &e, out);
+                if e.status.is_none() {
+                    // A wrong magic byte: memcached closes at once, and the replies of this
+                    // read that it has not sent yet are lost with the connection.
+                    out.truncate(start);
+                }
+                let mut reply = Vec::new();
+                apply_error(env, &e, &mut reply);
+                hold_or_send(conn, e.swallow, reply, out);
                 pos += e.consumed;
-                conn.swallow = e.swallow;
                 conn.closing |= e.close;
             }
         }
@@ -119,6 +131,18 @@ pub fn process(
         buf.drain(..pos);
     }
     stopped_early
+}
+
+/// Starts discarding `swallow` bytes of a refused value. memcached queues the refusal and
+/// sends it only once the value is discarded (a client that never sends the value never gets
+/// it); the replies before it go out as usual.
+fn hold_or_send(conn: &mut Conn, swallow: usize, reply: Vec<u8>, out: &mut Vec<u8>) {
+    conn.swallow = swallow;
+    if swallow == 0 {
+        out.extend_from_slice(&reply);
+    } else if !reply.is_empty() {
+        conn.after_swallow = Some(reply.into_boxed_slice());
+    }
 }
 
 /// Room left past a large request so the worker's reads never grow its buffer again.
@@ -179,6 +203,7 @@ fn refuse_value(
 ) {
     env.stats.store_no_memory.incr();
     let opcode = buf[1];
+    let mut reply = Vec::new();
     let req = BinRequest {
         opcode,
         opaque: u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]),
@@ -186,7 +211,7 @@ fn refuse_value(
         quiet: false,
         command: Command::Noop,
     };
-    req.write_store_oom(out);
+    req.write_store_oom(&mut reply);
     if matches!(opcode, op::SET | op::SETQ) {
         let key_at = bin::HEADER_LEN + usize::from(buf[4]);
         let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
@@ -197,7 +222,7 @@ fn refuse_value(
                 .delete(key, env.now, &DeleteOpts::default());
         }
     }
-    conn.swallow = total - buf.len();
+    hold_or_send(conn, total - buf.len(), reply, out);
     buf.clear();
 }
 
@@ -411,9 +436,10 @@ fn text_stats_to_binary(text: &[u8], opaque: u32, out: &mut Vec<u8>) {
     bin::write_stat(out, opaque, b"", b"");
 }
 
-/// A UDP datagram of binary requests (after the frame header): the replies of all of them.
+/// A UDP datagram of binary requests (after the frame header): their replies, each one's end
+/// in `ends`.
 /// Nothing is remembered between datagrams, so with `-S` every request is unauthenticated.
-pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
+pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut Vec<usize>) {
     let settings = codec_settings(env, false);
     let mut authenticated = false;
     let mut pos = 0;
@@ -421,13 +447,16 @@ pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
         match bin::parse_request(&payload[pos..], &settings) {
             BinParse::Request(req, used) => {
                 pos += used;
-                if run(env, &mut authenticated, &req, out, None) {
+                let close = run(env, &mut authenticated, &req, out, None);
+                ends.push(out.len());
+                if close {
                     return;
                 }
             }
             BinParse::Incomplete { .. } => return,
             BinParse::Error(e) => {
                 apply_error(env, &e, out);
+                ends.push(out.len());
                 if e.close {
                     return;
                 }

@@ -88,6 +88,9 @@ pub struct Conn {
     pub reserved: u64,
     /// Bytes still to discard (the data block of a refused value).
     pub swallow: usize,
+    /// Binary protocol: the reply to a refused value, which memcached sends only once the
+    /// value has been discarded (see `binary`).
+    pub after_swallow: Option<Box<[u8]>>,
     pub last_cmd: u32,
     pub closing: bool,
     pub want_write: bool,
@@ -110,6 +113,7 @@ impl Conn {
             resume: 0,
             reserved: 0,
             swallow: 0,
+            after_swallow: None,
             last_cmd,
             closing: false,
             want_write: false,
