@@ -58,7 +58,7 @@ fn value_header(line: &[u8]) -> Option<(&[u8], usize)> {
 pub fn binary_request(fd: i32, raw: &[u8]) {
     eprintln!(
         "<{fd} Read binary protocol data:{}",
-        hex_lines(&format!("<{fd}    "), &raw[..raw.len().min(24)])
+        hex_lines(&format!("<{fd}   "), &raw[..raw.len().min(24)])
     );
 }
 
@@ -76,7 +76,7 @@ pub fn binary_replies(fd: i32, out: &[u8]) {
         }
         eprintln!(
             ">{fd} Writing bin response:{}",
-            hex_lines(&format!(">{fd}   "), &rest[..24])
+            hex_lines(&format!(">{fd}  "), &rest[..24])
         );
         rest = &rest[n..];
     }
