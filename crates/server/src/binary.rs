@@ -122,7 +122,8 @@ pub fn process(
             }
         }
         if log {
-            verbose::binary_replies(fd, &out[mark..]);
+            // (A wrong magic byte may have dropped replies from before `mark`.)
+            verbose::binary_replies(fd, out.get(mark..).unwrap_or_default());
         }
     }
     if pos >= buf.len() {
@@ -172,11 +173,10 @@ fn apply_error(env: &ExecEnv<'_>, e: &BinError<'_>, out: &mut Vec<u8>) {
 }
 
 fn log_error(fd: i32, raw: &[u8]) {
+    verbose::binary_request(fd, raw);
     if raw[0] != bin::REQUEST_MAGIC {
         eprintln!("Invalid magic:  {:x}", raw[0]);
-        return;
     }
-    verbose::binary_request(fd, raw);
 }
 
 /// Charges a large request's buffer to the store's memory limit while it arrives.
@@ -238,12 +238,11 @@ fn run(
     let store = &env.shared.store;
     let st = env.stats;
     let now = env.now;
+    if let Some(fd) = log {
+        verbose::binary_command(fd, req);
+    }
     match req.command {
         Command::Get { key, touch, .. } => {
-            if let Some(fd) = log {
-                let verb = if touch.is_some() { "TOUCH" } else { "GET" };
-                eprintln!("<{fd} {verb} {}", String::from_utf8_lossy(key));
-            }
             let touch = touch.map(|e| store.exptime(i64::from(e), now));
             execute::lookup(env, key, touch, |found| match found {
                 Some(it) => {

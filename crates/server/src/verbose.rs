@@ -62,12 +62,53 @@ pub fn binary_request(fd: i32, raw: &[u8]) {
     );
 }
 
+/// Logs what memcached's `-vv` prints about a binary command besides its header: the key of
+/// gets, touches and stores, the arguments of incr/decr, the group of stat.
+pub fn binary_command(fd: i32, req: &proto::binary::BinRequest<'_>) {
+    use proto::binary::Command;
+    use proto::StoreCmd;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match req.command {
+        Command::Get { key, touch, .. } => {
+            let verb = if touch.is_some() { "TOUCH" } else { "GET" };
+            eprintln!("<{fd} {verb} {}", text(key));
+        }
+        Command::Touch { key, .. } => eprintln!("<{fd} TOUCH {}", text(key)),
+        Command::Store { cmd, key, data, .. } => {
+            let verb = match cmd {
+                StoreCmd::Append | StoreCmd::Prepend => {
+                    return eprintln!("Value len is {}", data.len());
+                }
+                StoreCmd::Add => "ADD",
+                StoreCmd::Set => "SET",
+                _ => "REPLACE",
+            };
+            eprintln!("<{fd} {verb} {} Value len is {}", text(key), data.len());
+        }
+        Command::Delete { key } => eprintln!("Deleting {}", text(key)),
+        Command::Arith {
+            key,
+            delta,
+            initial,
+            exptime,
+            ..
+        } => eprintln!("incr {} {delta}, {initial}, {}", text(key), exptime as i32),
+        Command::Stat { key } => eprintln!("<{fd} STATS {}", text(key)),
+        _ => {}
+    }
+}
+
 /// Logs each binary response in `out` as memcached does: `Writing an error: <text>` for an
 /// error with a text body, then `Writing bin response:` and its header four bytes a line.
 pub fn binary_replies(fd: i32, out: &[u8]) {
     use proto::binary::{parse_response, ResponseParse};
     let mut rest = out;
     while let ResponseParse::Response(r, n) = parse_response(rest) {
+        // memcached writes statistics without logging them.
+        if r.opcode == proto::binary::opcode::STAT && r.status == 0 {
+            rest = &rest[n..];
+            continue;
+        }
         if r.status != 0 && r.status != 0x21 && r.extras.is_empty() && r.key.is_empty() {
             eprintln!(
                 ">{fd} Writing an error: {}",
