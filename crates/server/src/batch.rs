@@ -178,15 +178,7 @@ pub fn process(
 
 /// Charges the buffer for a large request of `total` bytes to the store's memory limit.
 fn reserve(env: &ExecEnv<'_>, conn: &mut Conn, total: usize) -> bool {
-    if conn.reserved > 0 {
-        return true;
-    }
-    let charge = (HEADROOM + total) as u64;
-    if !env.shared.store.reserve(charge) {
-        return false;
-    }
-    conn.reserved = charge;
-    true
+    conn.reserve(&env.shared.store, (HEADROOM + total) as u64)
 }
 
 /// No memory for a large value under way: answer as memcached does when it cannot allocate

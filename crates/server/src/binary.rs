@@ -94,7 +94,9 @@ pub fn process(
             BinParse::Incomplete { total } => {
                 buf.drain(..pos);
                 pos = 0;
-                if total >= execute::IN_PLACE_MIN && !reserve(env, conn, total) {
+                // A large request's buffer is charged to `-m` while it arrives.
+                let charge = (total + GROW_SLACK) as u64;
+                if total >= execute::IN_PLACE_MIN && !conn.reserve(&env.shared.store, charge) {
                     refuse_value(env, conn, buf, total, out);
                 } else if total > buf.capacity() {
                     let mut big = pool
@@ -179,19 +181,6 @@ fn log_error(fd: i32, raw: &[u8]) {
     }
 }
 
-/// Charges a large request's buffer to the store's memory limit while it arrives.
-fn reserve(env: &ExecEnv<'_>, conn: &mut Conn, total: usize) -> bool {
-    if conn.reserved > 0 {
-        return true;
-    }
-    let charge = (total + GROW_SLACK) as u64;
-    if !env.shared.store.reserve(charge) {
-        return false;
-    }
-    conn.reserved = charge;
-    true
-}
-
 /// No memory for a large value under way: memcached's reply when it cannot allocate the item
 /// (a set also drops the old item), and the value discarded as it arrives.
 fn refuse_value(
@@ -204,14 +193,7 @@ fn refuse_value(
     env.stats.store_no_memory.incr();
     let opcode = buf[1];
     let mut reply = Vec::new();
-    let req = BinRequest {
-        opcode,
-        opaque: u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]),
-        cas: 0,
-        quiet: false,
-        command: Command::Noop,
-    };
-    req.write_store_oom(&mut reply);
+    BinRequest::from_header(buf).write_store_oom(&mut reply);
     if matches!(opcode, op::SET | op::SETQ) {
         let key_at = bin::HEADER_LEN + usize::from(buf[4]);
         let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));

@@ -139,6 +139,19 @@ impl Conn {
             && !self.peer_closed
     }
 
+    /// Charges `bytes` for the large value under way to the store's memory limit, once per
+    /// value (a charge already made stands). False when the store has no room.
+    pub fn reserve(&mut self, store: &store::Store, bytes: u64) -> bool {
+        if self.reserved > 0 {
+            return true;
+        }
+        if !store.reserve(bytes) {
+            return false;
+        }
+        self.reserved = bytes;
+        true
+    }
+
     /// Gives the memory reserved for a value under way back to the store.
     pub fn release_reservation(&mut self, store: &store::Store) {
         if self.reserved > 0 {

@@ -360,14 +360,6 @@ const BINARY_REFUSED: &[u8] =
 /// Answers a binary-protocol request (whatever part of its header has arrived) with a binary
 /// `Unknown command` error that says why, so the client fails at once instead of waiting.
 fn refuse_binary(data: &[u8], out: &mut Vec<u8>) {
-    use proto::binary::{BinRequest, Command, Status};
-    let byte = |i: usize| data.get(i).copied().unwrap_or(0);
-    let req = BinRequest {
-        opcode: byte(1),
-        opaque: u32::from_be_bytes([byte(12), byte(13), byte(14), byte(15)]),
-        cas: 0,
-        quiet: false,
-        command: Command::Noop,
-    };
-    req.write_error_message(out, Status::UnknownCommand, BINARY_REFUSED);
+    use proto::binary::{BinRequest, Status};
+    BinRequest::from_header(data).write_error_message(out, Status::UnknownCommand, BINARY_REFUSED);
 }
