@@ -4,9 +4,11 @@ binary protocol only), plus -B, -S and -vv behaviour seen from a socket."""
 
 from __future__ import annotations
 
+import random
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -294,3 +296,28 @@ def test_value_without_room_is_refused_as_memcached(make_server) -> None:  # typ
         (GET, 1, b"Not found"),
         (NOOP, 0, b""),
     ]
+
+
+def test_random_binary_packets_never_kill_the_server(server: Server) -> None:
+    """Packets with the binary magic and random opcodes, lengths and bytes (some cut short):
+    the server answers or closes each connection, and keeps serving."""
+    rng = random.Random(14)
+    for _ in range(60):
+        body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 300)))
+        header = struct.pack(
+            ">BBHBBHIIQ",
+            0x80,
+            rng.choice([rng.randint(0, 0x25), rng.randint(0, 255)]),
+            rng.choice([0, 1, 5, 250, 251, 65535, rng.randint(0, 400)]),
+            rng.choice([0, 4, 8, 20, rng.randint(0, 255)]),
+            rng.randint(0, 255),
+            rng.randint(0, 65535),
+            rng.choice([len(body), rng.randint(0, 2000), 0xFFFFFFFF, 1 << 20]),
+            rng.getrandbits(32),
+            rng.getrandbits(64),
+        )
+        packet = (header + body)[: rng.randint(1, 24 + len(body))]
+        exchange(server.port or 0, packet * rng.randint(1, 3), wait=0.05)
+    packets, _ = exchange(server.port or 0, pkt(SET, b"k", store_extras(), b"v") + pkt(GET, b"k"))
+    assert [(p[0], p[1], p[6]) for p in packets] == [(SET, 0, b""), (GET, 0, b"v")]
+    assert server.proc is not None and server.proc.poll() is None
