@@ -143,6 +143,9 @@ def plain(user: bytes, password: bytes) -> bytes:
 
 def test_sasl_plain(sasl_server: Server) -> None:
     port = sasl_server.port or 0
+    packets, _ = exchange(port, plain(b"alice", b"s3cret") + pkt(STAT, b"settings"))
+    settings = stats_of(packets)
+    assert (settings[b"auth_enabled_sasl"], settings[b"binding_protocol"]) == (b"yes", b"binary")
     packets, closed = exchange(port, pkt(SASL_LIST))
     assert [(p[0], p[1], p[6]) for p in packets] == [(SASL_LIST, 0, b"PLAIN")] and not closed
     # Unauthenticated: memcached's auth error, then the connection closes.
@@ -160,7 +163,7 @@ def test_sasl_plain(sasl_server: Server) -> None:
         (GET, 0, b"v"),
     ]
     stats = stats_of(packets)
-    assert (stats[b"auth_cmds"], stats[b"auth_errors"]) == (b"2", b"1")
+    assert (stats[b"auth_cmds"], stats[b"auth_errors"]) == (b"3", b"1")
     # An authorization id other than the user is refused.
     packets, _ = exchange(port, pkt(SASL_AUTH, b"PLAIN", b"", b"bob\x00alice\x00s3cret"))
     assert [(p[0], p[1]) for p in packets] == [(SASL_AUTH, 0x20)]
