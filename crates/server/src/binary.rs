@@ -94,9 +94,13 @@ pub fn process(
             BinParse::Incomplete { total } => {
                 buf.drain(..pos);
                 pos = 0;
-                // A large request's buffer is charged to `-m` while it arrives.
+                // A large value's buffer is charged to `-m` while it arrives (a header waiting
+                // for a long key is bounded by the 64 KiB key length field, and not charged).
                 let charge = (total + GROW_SLACK) as u64;
-                if total >= execute::IN_PLACE_MIN && !conn.reserve(&env.shared.store, charge) {
+                if total >= execute::IN_PLACE_MIN
+                    && waits_for_value(buf, total)
+                    && !conn.reserve(&env.shared.store, charge)
+                {
                     refuse_value(env, conn, buf, total, out);
                 } else if total > buf.capacity() {
                     let mut big = pool
@@ -134,6 +138,15 @@ pub fn process(
         buf.drain(..pos);
     }
     stopped_early
+}
+
+/// Whether the request at the start of `buf`, incomplete at `total` bytes, has its header,
+/// extras and key and waits for its value.
+fn waits_for_value(buf: &[u8], total: usize) -> bool {
+    buf.len() >= bin::HEADER_LEN && {
+        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
+        total > bin::HEADER_LEN + usize::from(buf[4]) + key_len
+    }
 }
 
 /// Starts discarding `swallow` bytes of a refused value. memcached queues the refusal and
@@ -451,6 +464,28 @@ pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: 
 mod tests {
     use super::*;
     use proto::binary::{parse_response, ResponseParse};
+
+    #[test]
+    fn only_a_value_under_way_is_charged() {
+        let mut set = Vec::new();
+        BinRequest {
+            opcode: op::SET,
+            opaque: 0,
+            cas: 0,
+            quiet: false,
+            command: Command::Store {
+                cmd: StoreCmd::Set,
+                key: b"key",
+                flags: 0,
+                exptime: 0,
+                data: &[0; 100_000],
+            },
+        }
+        .encode(&mut set);
+        assert!(waits_for_value(&set[..40], set.len()));
+        assert!(!waits_for_value(&set[..30], 35));
+        assert!(!waits_for_value(&set[..10], 24));
+    }
 
     #[test]
     fn text_stats_become_one_packet_each_then_an_empty_one() {
