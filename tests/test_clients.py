@@ -1,4 +1,5 @@
-"""Real clients against the server: libmemcached's memccapable, pylibmc, pymemcache."""
+"""Real clients against the server: libmemcached's memccapable (ascii and binary), pylibmc,
+pymemcache. Binary-only clients (dalli, Rails) are in test_binary_clients.py."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from pymemcache.client.base import Client as PymemcacheClient
 
 
 @pytest.mark.skipif(shutil.which("memccapable") is None, reason="libmemcached-tools missing")
-def test_memccapable_ascii_passes_everything(server: Server) -> None:
+@pytest.mark.parametrize(("flag", "mode"), [("-a", "ascii"), ("-b", "binary")])
+def test_memccapable_passes_everything(server: Server, flag: str, mode: str) -> None:
     out = subprocess.run(
-        ["memccapable", "-h", "127.0.0.1", "-p", str(server.port), "-a", "-t", "5"],
+        ["memccapable", "-h", "127.0.0.1", "-p", str(server.port), flag, "-t", "5"],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ascii ")]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(mode + " ")]
     assert len(lines) >= 27, out.stdout
     failed = [ln for ln in lines if not ln.rstrip().endswith("[pass]")]
     assert not failed, out.stdout + out.stderr

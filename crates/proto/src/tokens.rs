@@ -8,7 +8,8 @@ pub struct Tokens<'a> {
 }
 
 impl<'a> Tokens<'a> {
-    pub(crate) fn new(rest: &'a [u8]) -> Self {
+    /// The tokens of `rest`.
+    pub fn new(rest: &'a [u8]) -> Self {
         Tokens { rest }
     }
 
@@ -48,7 +49,8 @@ pub struct Keys<'a> {
 }
 
 impl<'a> Keys<'a> {
-    pub(crate) fn new(rest: &'a [u8]) -> Self {
+    /// The tokens of `rest`.
+    pub fn new(rest: &'a [u8]) -> Self {
         Keys {
             tokens: Tokens::new(rest),
             failed: false,

@@ -9,8 +9,9 @@
 
 use proto::reply;
 
+use crate::binary;
 use crate::bufpool::BufPool;
-use crate::conn::{Conn, Unsent};
+use crate::conn::{Conn, Protocol, Unsent};
 use crate::env::ExecEnv;
 use crate::execute::{self, Flow, Received};
 use crate::textauth;
@@ -34,8 +35,21 @@ pub fn process(
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> bool {
-    let limits = &env.shared.limits;
     let fd = conn.stream.fd();
+    match conn.protocol {
+        Protocol::Text => {}
+        Protocol::Binary => return binary::process(env, conn, pool, buf, out),
+        Protocol::Undecided => {
+            let Some(&first) = buf.first() else {
+                return false;
+            };
+            conn.protocol = binary::negotiate(env, first, fd);
+            if conn.protocol == Protocol::Binary {
+                return binary::process(env, conn, pool, buf, out);
+            }
+        }
+    }
+    let limits = &env.shared.limits;
     let mut pos = conn.front;
     let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
@@ -184,15 +198,7 @@ pub fn process(
 
 /// Charges the buffer for a large request of `total` bytes to the store's memory limit.
 fn reserve(env: &ExecEnv<'_>, conn: &mut Conn, total: usize) -> bool {
-    if conn.reserved > 0 {
-        return true;
-    }
-    let charge = (HEADROOM + total) as u64;
-    if !env.shared.store.reserve(charge) {
-        return false;
-    }
-    conn.reserved = charge;
-    true
+    conn.reserve(&env.shared.store, (HEADROOM + total) as u64)
 }
 
 /// No memory for a large value under way: answer as memcached does when it cannot allocate

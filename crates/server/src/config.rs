@@ -86,9 +86,14 @@ pub struct ServeArgs {
     /// listen backlog
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     pub backlog: i32,
-    /// protocol: ascii or auto (binary is not supported) [default: auto; ascii under -Y]
+    /// protocol: auto (negotiated per connection from its first byte), ascii or binary
+    /// (default auto; binary with -S, ascii with -Y)
     #[arg(short = 'B', long = "protocol")]
     pub protocol: Option<String>,
+    /// SASL authentication (binary protocol only): users from the file named by
+    /// $MEMCACHED_SASL_PWDB (`user:password` lines)
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub sasl: bool,
     /// max item size, e.g. 1m, 512k, 2097152 (min 1k, max 1024m)
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     pub max_item_size: String,
@@ -118,6 +123,11 @@ pub struct ServeArgs {
     pub extended: Vec<String>,
 }
 
+/// `binding_protocol` values, as `stats settings` prints them.
+pub const AUTO: &str = "auto-negotiate";
+pub const ASCII: &str = "ascii";
+pub const BINARY: &str = "binary";
+
 /// Settings after validation, in the units the server uses.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -135,8 +145,10 @@ pub struct Settings {
     pub enable_shutdown: bool,
     pub disable_flush_all: bool,
     pub evictions: bool,
-    /// `-B` as `stats settings` names it: "auto-negotiate" or "ascii".
+    /// `-B` as `stats settings` names it: "auto-negotiate", "ascii" or "binary".
     pub binding_protocol: &'static str,
+    /// `-S`: binary connections must authenticate (SASL PLAIN) first.
+    pub sasl: bool,
     pub max_reqs_per_event: usize,
     pub idle_timeout: u32,
     pub daemon: bool,
@@ -191,24 +203,26 @@ impl ServeArgs {
         if self.threads == 0 {
             return Err("Number of threads must be greater than 0".into());
         }
-        // As memcached: -Y logs in through the text protocol only, so it implies -B ascii
-        // and refuses any other -B given with it.
-        let protocol = match (&self.protocol, &self.auth_file) {
-            (None, Some(_)) => "ascii",
-            (Some(p), Some(_)) if p != "ascii" => {
-                return Err(
-                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
-                        .into(),
-                )
-            }
-            (p, _) => p.as_deref().unwrap_or("auto"),
+        // As memcached: -Y logs in through the text protocol only, so it implies -B ascii and
+        // refuses any other -B given with it; SASL implies the binary protocol unless -B says
+        // otherwise.
+        if self.auth_file.is_some() && self.protocol.as_deref().is_some_and(|p| p != "ascii") {
+            return Err(
+                "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
+                    .into(),
+            );
+        }
+        let binding_protocol = match self.protocol.as_deref() {
+            None if self.auth_file.is_some() => ASCII,
+            None if self.sasl => BINARY,
+            None | Some("auto") => AUTO,
+            Some("ascii") => ASCII,
+            Some("binary") => BINARY,
+            Some(other) => return Err(format!("Invalid value for binding protocol: {other}")),
         };
-        let binding_protocol = match protocol {
-            "auto" => "auto-negotiate",
-            "ascii" => "ascii",
-            "binary" => return Err("binary protocol is not supported by memfleet".into()),
-            other => return Err(format!("Invalid value for binding protocol: {other}")),
-        };
+        if self.sasl && binding_protocol != BINARY {
+            return Err("You cannot allow the ASCII protocol while using SASL.".into());
+        }
         let unix_mask = u32::from_str_radix(&self.unix_mask, 8)
             .map_err(|_| format!("invalid unix socket mask '{}'", self.unix_mask))?;
 
@@ -340,6 +354,7 @@ impl ServeArgs {
             disable_flush_all: self.disable_flush_all,
             evictions: !self.disable_evictions,
             binding_protocol,
+            sasl: self.sasl,
             max_reqs_per_event: self.max_reqs_per_event.max(1),
             idle_timeout,
             daemon: self.daemon,
@@ -541,11 +556,23 @@ mod tests {
     }
 
     #[test]
+    fn protocol_choice_as_memcached() {
+        let proto = |args: &[&str]| settings(args).unwrap().binding_protocol;
+        assert_eq!(proto(&[]), AUTO);
+        assert_eq!(proto(&["-B", "ascii"]), ASCII);
+        assert_eq!(proto(&["-B", "binary"]), BINARY);
+        assert_eq!(proto(&["-S"]), BINARY);
+        assert_eq!(proto(&["-S", "-B", "binary"]), BINARY);
+    }
+
+    #[test]
     fn rejects_what_memcached_rejects() {
         assert!(settings(&["-I", "512"]).is_err());
         assert!(settings(&["-I", "2g"]).is_err());
         assert!(settings(&["-m", "1", "-I", "1m"]).is_err());
-        assert!(settings(&["-B", "binary"]).is_err());
+        assert!(settings(&["-B", "bin"]).is_err());
+        assert!(settings(&["-S", "-B", "auto"]).is_err());
+        assert!(settings(&["-S", "-B", "ascii"]).is_err());
         assert!(settings(&["-t", "0"]).is_err());
     }
 }

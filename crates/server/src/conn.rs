@@ -81,8 +81,17 @@ impl Unsent {
     }
 }
 
+/// The protocol a connection speaks: `-B`, or with `-B auto` its first byte (see `batch`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Undecided,
+    Text,
+    Binary,
+}
+
 pub struct Conn {
     pub stream: Stream,
+    pub protocol: Protocol,
     /// Holds bytes only while a request is incomplete; otherwise empty with no capacity.
     pub rbuf: Vec<u8>,
     /// Bytes of `rbuf` kept free in front of a large request (`batch::HEADROOM` or 0).
@@ -98,6 +107,9 @@ pub struct Conn {
     pub reserved: u64,
     /// Bytes still to discard (the data block of a refused value).
     pub swallow: usize,
+    /// Binary protocol: the reply to a refused value, which memcached sends only once the
+    /// value has been discarded (see `binary`).
+    pub after_swallow: Option<Box<[u8]>>,
     pub last_cmd: u32,
     pub closing: bool,
     pub want_write: bool,
@@ -109,7 +121,8 @@ pub struct Conn {
     /// worker starts serving it, counted down by `batch` across its reads (memcached's
     /// reqs_per_event).
     pub budget: usize,
-    /// Logged in, or no `-Y`; until then requests go to `textauth`.
+    /// Logged in, or neither `-Y` nor `-S`; until then text requests go to `textauth` and
+    /// binary ones may only authenticate (SASL).
     pub authenticated: bool,
     /// The TLS session of a connection on a TLS listener (`-Z`); None on a plain one, whose
     /// I/O is only ever this one branch away from the socket.
@@ -120,6 +133,7 @@ impl Conn {
     pub fn new(stream: Stream, last_cmd: u32) -> Conn {
         Conn {
             stream,
+            protocol: Protocol::Undecided,
             rbuf: Vec::new(),
             front: 0,
             wbuf: Vec::new(),
@@ -127,6 +141,7 @@ impl Conn {
             resume: 0,
             reserved: 0,
             swallow: 0,
+            after_swallow: None,
             last_cmd,
             closing: false,
             want_write: false,
@@ -165,7 +180,8 @@ impl Conn {
         }
     }
 
-    /// Nothing buffered either way: the connection is just its socket.
+    /// Nothing buffered either way and no session state: the connection is just its socket
+    /// (another worker can take it over and renegotiate the protocol from its next byte).
     pub fn is_idle(&self) -> bool {
         self.rbuf.is_empty()
             && !self.has_unsent()
@@ -174,6 +190,19 @@ impl Conn {
             && !self.closing
             && !self.peer_closed
             && self.authenticated
+    }
+
+    /// Charges `bytes` for the large value under way to the store's memory limit, once per
+    /// value (a charge already made stands). False when the store has no room.
+    pub fn reserve(&mut self, store: &store::Store, bytes: u64) -> bool {
+        if self.reserved > 0 {
+            return true;
+        }
+        if !store.reserve(bytes) {
+            return false;
+        }
+        self.reserved = bytes;
+        true
     }
 
     /// Gives the memory reserved for a value under way back to the store.

@@ -406,7 +406,7 @@ fn bad_key(out: &mut Vec<u8>, mark: usize) -> Flow {
 }
 
 /// One key of a get (a gat when `touch` has the new exptime), counted in the stats.
-fn lookup(
+pub(crate) fn lookup(
     env: &ExecEnv<'_>,
     key: &[u8],
     touch: Option<u32>,
@@ -431,7 +431,7 @@ fn lookup(
 }
 
 /// What a get found for one key.
-enum Got {
+pub(crate) enum Got {
     Miss,
     /// The VALUE is in `out`.
     Hit,
@@ -442,14 +442,23 @@ enum Got {
 /// Values at least this large are written from store memory instead of copied into `out`.
 const DIRECT_WRITE_MIN: usize = 64 * 1024;
 
-/// A UDP datagram holds whole requests; replies go back in one framed response.
-pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
+/// A UDP datagram holds whole requests; `ends` gets the end of each request's reply in `out`
+/// (memcached sends each as a message of its own). Binary requests (`-B binary`, or a first
+/// byte of 0x80 under `-B auto`) go to `binary`.
+pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut Vec<usize>) {
+    if let Some(&first) = payload.first() {
+        if crate::binary::datagram_is_binary(env, first) {
+            return crate::binary::run_datagram(env, payload, out, ends);
+        }
+    }
     let mut pos = 0;
     while pos < payload.len() {
         match proto::parse(&payload[pos..], &env.shared.limits) {
             proto::Parse::Request(req, used) => {
                 pos += used;
-                if let Flow::Close = run(env, req, 0, out) {
+                let flow = run(env, req, 0, out);
+                ends.push(out.len());
+                if let Flow::Close = flow {
                     return;
                 }
             }
@@ -462,6 +471,7 @@ pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>) {
                 ..
             } => {
                 out.extend_from_slice(reply);
+                ends.push(out.len());
                 pos += consumed + swallow;
                 if close {
                     return;

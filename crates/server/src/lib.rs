@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod batch;
+mod binary;
 mod bufpool;
 mod config;
 mod conn;
@@ -67,7 +68,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     // As memcached: an unreadable or malformed password file stops the server from starting.
     let auth = match &settings.auth_file {
         Some(path) => Some(auth::Authenticator::load(path).map_err(|e| e.to_string())?),
-        None => None,
+        None => load_sasl_users(&settings)?,
     };
     raise_fd_limit(settings.conn_limit);
     // Certificates load before any socket opens: a bad file stops startup, as in memcached.
@@ -115,6 +116,20 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// `-S`: the users of the password file $MEMCACHED_SASL_PWDB names (memcached's variable and
+/// `user:password` format). memcached falls back on the system's SASL database; memfleet has
+/// none, so it refuses to start without the file.
+fn load_sasl_users(settings: &Settings) -> Result<Option<auth::Authenticator>, String> {
+    if !settings.sasl {
+        return Ok(None);
+    }
+    let path = std::env::var_os("MEMCACHED_SASL_PWDB")
+        .ok_or("-S needs MEMCACHED_SASL_PWDB set to a password file (user:password lines)")?;
+    auth::Authenticator::load(path)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 fn run(

@@ -181,6 +181,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "cas_enabled", "yes");
     stat(out, "tcp_backlog", s.backlog);
     stat(out, "binding_protocol", s.binding_protocol);
+    stat(out, "auth_enabled_sasl", if s.sasl { "yes" } else { "no" });
     stat(out, "item_size_max", s.item_size_max);
     stat(out, "maxconns_fast", "yes");
     stat(

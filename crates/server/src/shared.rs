@@ -40,7 +40,8 @@ pub struct Shared {
     pub verbosity: AtomicU8,
     pub process_start: u32,
     pub wakers: Vec<Arc<mio::Waker>>,
-    /// `-Y`: text-protocol connections log in against this file first.
+    /// `-Y`: text-protocol connections log in against this file first; `-S`: the SASL users
+    /// (from $MEMCACHED_SASL_PWDB). memcached allows only one of the two at a time.
     pub auth: Option<crate::auth::Authenticator>,
     /// With `-Z`: the certificates and the config new TLS connections start from.
     pub tls: Option<crate::tls::Tls>,

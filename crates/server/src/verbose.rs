@@ -53,6 +53,90 @@ fn value_header(line: &[u8]) -> Option<(&[u8], usize)> {
     Some((key, len))
 }
 
+/// Logs a binary request's 24-byte header as memcached does (`<fd Read binary protocol
+/// data:`, then four bytes a line).
+pub fn binary_request(fd: i32, raw: &[u8]) {
+    eprintln!(
+        "<{fd} Read binary protocol data:{}",
+        hex_lines(&format!("<{fd}   "), &raw[..raw.len().min(24)])
+    );
+}
+
+/// Logs what memcached's `-vv` prints about a binary command besides its header: the key of
+/// gets, touches and stores, the arguments of incr/decr, the group of stat.
+pub fn binary_command(fd: i32, req: &proto::binary::BinRequest<'_>) {
+    use proto::binary::Command;
+    use proto::StoreCmd;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match req.command {
+        Command::Get { key, touch, .. } => {
+            let verb = if touch.is_some() { "TOUCH" } else { "GET" };
+            eprintln!("<{fd} {verb} {}", text(key));
+        }
+        Command::Touch { key, .. } => eprintln!("<{fd} TOUCH {}", text(key)),
+        Command::Store { cmd, key, data, .. } => {
+            let verb = match cmd {
+                StoreCmd::Append | StoreCmd::Prepend => {
+                    return eprintln!("Value len is {}", data.len());
+                }
+                StoreCmd::Add => "ADD",
+                StoreCmd::Set => "SET",
+                _ => "REPLACE",
+            };
+            eprintln!("<{fd} {verb} {} Value len is {}", text(key), data.len());
+        }
+        Command::Delete { key } => eprintln!("Deleting {}", text(key)),
+        Command::Arith {
+            key,
+            delta,
+            initial,
+            exptime,
+            ..
+        } => eprintln!("incr {} {delta}, {initial}, {}", text(key), exptime as i32),
+        Command::Stat { key } => eprintln!("<{fd} STATS {}", text(key)),
+        _ => {}
+    }
+}
+
+/// Logs each binary response in `out` as memcached does: `Writing an error: <text>` for an
+/// error with a text body, then `Writing bin response:` and its header four bytes a line.
+pub fn binary_replies(fd: i32, out: &[u8]) {
+    use proto::binary::{parse_response, ResponseParse};
+    let mut rest = out;
+    while let ResponseParse::Response(r, n) = parse_response(rest) {
+        // memcached writes statistics without logging them.
+        if r.opcode == proto::binary::opcode::STAT && r.status == 0 {
+            rest = &rest[n..];
+            continue;
+        }
+        if r.status != 0 && r.status != 0x21 && r.extras.is_empty() && r.key.is_empty() {
+            eprintln!(
+                ">{fd} Writing an error: {}",
+                String::from_utf8_lossy(r.value)
+            );
+        }
+        eprintln!(
+            ">{fd} Writing bin response:{}",
+            hex_lines(&format!(">{fd}  "), &rest[..24])
+        );
+        rest = &rest[n..];
+    }
+}
+
+/// `bytes` as ` 0x..` groups of four, each group on a new line starting with `prefix`.
+fn hex_lines(prefix: &str, bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for (i, b) in bytes.iter().enumerate() {
+        if i % 4 == 0 {
+            s.push('\n');
+            s.push_str(prefix);
+        }
+        let _ = write!(s, " 0x{b:02x}");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +146,13 @@ mod tests {
         assert_eq!(value_header(b"VALUE k 5 3 77"), Some((&b"k"[..], 3usize)));
         assert_eq!(value_header(b"STORED"), None);
         assert_eq!(value_header(b"VALUE k 5"), None);
+    }
+
+    #[test]
+    fn binary_headers_print_four_bytes_a_line() {
+        assert_eq!(
+            hex_lines("<5   ", &[0x80, 1, 2, 3, 4]),
+            "\n<5    0x80 0x01 0x02 0x03\n<5    0x04"
+        );
     }
 }

@@ -370,6 +370,22 @@ impl BinError<'_> {
     }
 }
 
+impl BinRequest<'static> {
+    /// The opcode and opaque of a request header (a byte not received yet counts as 0), as a
+    /// no-op request: for answering a packet refused before it is parsed, such as a value
+    /// there is no memory to receive.
+    pub fn from_header(header: &[u8]) -> BinRequest<'static> {
+        let byte = |i: usize| header.get(i).copied().unwrap_or(0);
+        BinRequest {
+            opcode: byte(1),
+            opaque: u32::from_be_bytes([byte(12), byte(13), byte(14), byte(15)]),
+            cas: 0,
+            quiet: false,
+            command: Command::Noop,
+        }
+    }
+}
+
 impl<'a> BinRequest<'a> {
     /// The text-protocol [`crate::Request`] with the same effect on the store, for the
     /// commands that have one: set/add/replace (a non-zero CAS makes them `cas`, as in

@@ -530,3 +530,16 @@ fn encode_round_trips() {
         assert_eq!(out, p);
     }
 }
+
+#[test]
+fn from_header_takes_opcode_and_opaque_of_what_arrived() {
+    let p = raw(opcode::SET, &[0; 8], b"key", b"v", None);
+    let r = BinRequest::from_header(p);
+    assert_eq!(
+        (r.opcode, r.opaque, r.cas, r.quiet),
+        (opcode::SET, 0xdead_beef, 0, false)
+    );
+    let r = BinRequest::from_header(&p[..14]);
+    assert_eq!((r.opcode, r.opaque), (opcode::SET, 0xdead_0000));
+    assert_eq!(BinRequest::from_header(&[0x80]).opcode, 0);
+}

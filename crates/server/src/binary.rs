@@ -1,0 +1,509 @@
+//! The binary protocol on a connection or a datagram: runs the requests `proto::binary` parses
+//! against the store and writes memcached 1.6.18's replies (its `proto_bin.c`).
+//!
+//! A connection speaks binary from its first byte on (`-B binary`, or 0x80 under `-B auto`,
+//! decided once in `batch`). Values are copied into the store (no in-place receive), but a
+//! value of `execute::IN_PLACE_MIN` bytes or more is charged to `-m` while it arrives, as on
+//! text connections; the read buffer never grows past what the codec asks for, which is
+//! bounded by the item size limit.
+
+use proto::binary::{self as bin, opcode as op, BinError, BinParse, BinRequest, Command, Status};
+use proto::{StoreCmd, Tokens};
+use store::{ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreOpts, StoreRequest};
+use store::{StoreMode, StoreResult};
+
+use crate::bufpool::BufPool;
+use crate::config;
+use crate::conn::{Conn, Protocol};
+use crate::env::ExecEnv;
+use crate::execute::{self, Got};
+use crate::meta::store_mode;
+use crate::report;
+use crate::verbose;
+
+/// The protocol of a connection whose first byte is `first` (logged under `-vv`).
+pub fn negotiate(env: &ExecEnv<'_>, first: u8, fd: i32) -> Protocol {
+    let binary = datagram_is_binary(env, first);
+    if env.shared.verbose() > 1 {
+        let name = if binary { "binary" } else { "ascii" };
+        eprintln!("{fd}: Client using the {name} protocol");
+    }
+    if binary {
+        Protocol::Binary
+    } else {
+        Protocol::Text
+    }
+}
+
+/// Whether a datagram whose payload starts with `first` holds binary requests (decided per
+/// datagram under `-B auto`).
+pub fn datagram_is_binary(env: &ExecEnv<'_>, first: u8) -> bool {
+    match env.shared.settings.binding_protocol {
+        config::BINARY => true,
+        config::ASCII => false,
+        _ => first == bin::REQUEST_MAGIC,
+    }
+}
+
+/// Runs the complete binary requests in `buf` (as `batch::process` does for text), appending
+/// replies to `out`. Returns true when it stopped early with requests left in `buf`.
+pub fn process(
+    env: &ExecEnv<'_>,
+    conn: &mut Conn,
+    pool: &mut BufPool,
+    buf: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let budget = env.shared.settings.max_reqs_per_event;
+    let fd = conn.stream.fd();
+    let log = env.shared.verbose() > 1;
+    let start = out.len();
+    let mut pos = 0;
+    let mut done = 0;
+    let mut stopped_early = false;
+    while pos < buf.len() && !conn.closing {
+        if out.len() >= env.reply_cap || done >= budget {
+            stopped_early = true;
+            break;
+        }
+        if conn.swallow > 0 {
+            let k = conn.swallow.min(buf.len() - pos);
+            pos += k;
+            conn.swallow -= k;
+            if conn.swallow == 0 {
+                if let Some(reply) = conn.after_swallow.take() {
+                    out.extend_from_slice(&reply);
+                }
+            }
+            continue;
+        }
+        let settings = codec_settings(env, conn.authenticated);
+        let mark = out.len();
+        match bin::parse_request(&buf[pos..], &settings) {
+            BinParse::Request(req, used) => {
+                if log {
+                    verbose::binary_request(fd, &buf[pos..]);
+                }
+                conn.release_reservation(&env.shared.store);
+                if run(env, &mut conn.authenticated, &req, out, log.then_some(fd)) {
+                    conn.closing = true;
+                }
+                pos += used;
+                done += 1;
+            }
+            BinParse::Incomplete { total } => {
+                buf.drain(..pos);
+                pos = 0;
+                // A large value's buffer is charged to `-m` while it arrives (a header waiting
+                // for a long key is bounded by the 64 KiB key length field, and not charged).
+                let charge = (total + GROW_SLACK) as u64;
+                if total >= execute::IN_PLACE_MIN
+                    && waits_for_value(buf, total)
+                    && !conn.reserve(&env.shared.store, charge)
+                {
+                    refuse_value(env, conn, buf, total, out);
+                } else if total > buf.capacity() {
+                    let mut big = pool
+                        .take_large(total + GROW_SLACK)
+                        .unwrap_or_else(|| Vec::with_capacity(total + GROW_SLACK));
+                    big.extend_from_slice(buf);
+                    pool.give(std::mem::replace(buf, big));
+                }
+                break;
+            }
+            BinParse::Error(e) => {
+                if log {
+                    log_error(fd, &buf[pos..]);
+                }
+                if e.status.is_none() {
+                    // A wrong magic byte: memcached closes at once, and the replies of this
+                    // read that it has not sent yet are lost with the connection.
+                    out.truncate(start);
+                }
+                let mut reply = Vec::new();
+                apply_error(env, &e, &mut reply);
+                hold_or_send(conn, e.swallow, reply, out);
+                pos += e.consumed;
+                conn.closing |= e.close;
+            }
+        }
+        if log {
+            // (A wrong magic byte may have dropped replies from before `mark`.)
+            verbose::binary_replies(fd, out.get(mark..).unwrap_or_default());
+        }
+    }
+    if pos >= buf.len() {
+        buf.clear();
+    } else if pos > 0 {
+        buf.drain(..pos);
+    }
+    stopped_early
+}
+
+/// Whether the request at the start of `buf`, incomplete at `total` bytes, has its header,
+/// extras and key and waits for its value.
+fn waits_for_value(buf: &[u8], total: usize) -> bool {
+    buf.len() >= bin::HEADER_LEN && {
+        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
+        total > bin::HEADER_LEN + usize::from(buf[4]) + key_len
+    }
+}
+
+/// Starts discarding `swallow` bytes of a refused value. memcached queues the refusal and
+/// sends it only once the value is discarded (a client that never sends the value never gets
+/// it); the replies before it go out as usual.
+fn hold_or_send(conn: &mut Conn, swallow: usize, reply: Vec<u8>, out: &mut Vec<u8>) {
+    conn.swallow = swallow;
+    if swallow == 0 {
+        out.extend_from_slice(&reply);
+    } else if !reply.is_empty() {
+        conn.after_swallow = Some(reply.into_boxed_slice());
+    }
+}
+
+/// Room left past a large request so the worker's reads never grow its buffer again.
+const GROW_SLACK: usize = 1024;
+
+fn codec_settings(env: &ExecEnv<'_>, authenticated: bool) -> bin::Settings {
+    bin::Settings {
+        limits: env.shared.limits,
+        sasl: env.shared.settings.sasl,
+        authenticated,
+    }
+}
+
+/// A refused frame: the reply, the counter, and the old item memcached unlinks when a set's
+/// value is too large.
+fn apply_error(env: &ExecEnv<'_>, e: &BinError<'_>, out: &mut Vec<u8>) {
+    e.write_reply(out);
+    if let Some(key) = e.unlink {
+        let _ = env
+            .shared
+            .store
+            .delete(key, env.now, &DeleteOpts::default());
+    }
+    if e.status == Some(Status::TooLarge) {
+        env.stats.store_too_large.incr();
+    }
+}
+
+fn log_error(fd: i32, raw: &[u8]) {
+    verbose::binary_request(fd, raw);
+    if raw[0] != bin::REQUEST_MAGIC {
+        eprintln!("Invalid magic:  {:x}", raw[0]);
+    }
+}
+
+/// No memory for a large value under way: memcached's reply when it cannot allocate the item
+/// (a set also drops the old item), and the value discarded as it arrives.
+fn refuse_value(
+    env: &ExecEnv<'_>,
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    total: usize,
+    out: &mut Vec<u8>,
+) {
+    env.stats.store_no_memory.incr();
+    let opcode = buf[1];
+    let mut reply = Vec::new();
+    BinRequest::from_header(buf).write_store_oom(&mut reply);
+    if matches!(opcode, op::SET | op::SETQ) {
+        let key_at = bin::HEADER_LEN + usize::from(buf[4]);
+        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
+        if let Some(key) = buf.get(key_at..key_at + key_len) {
+            let _ = env
+                .shared
+                .store
+                .delete(key, env.now, &DeleteOpts::default());
+        }
+    }
+    hold_or_send(conn, total - buf.len(), reply, out);
+    buf.clear();
+}
+
+/// Executes one request, appending its replies to `out`. True: close the connection.
+/// `log`: the connection's fd under `-vv`.
+fn run(
+    env: &ExecEnv<'_>,
+    authenticated: &mut bool,
+    req: &BinRequest<'_>,
+    out: &mut Vec<u8>,
+    log: Option<i32>,
+) -> bool {
+    let store = &env.shared.store;
+    let st = env.stats;
+    let now = env.now;
+    if let Some(fd) = log {
+        verbose::binary_command(fd, req);
+    }
+    match req.command {
+        Command::Get { key, touch, .. } => {
+            let touch = touch.map(|e| store.exptime(i64::from(e), now));
+            execute::lookup(env, key, touch, |found| match found {
+                Some(it) => {
+                    req.write_hit(out, it.flags, it.cas, it.value);
+                    Got::Hit
+                }
+                None => {
+                    req.write_miss(out);
+                    Got::Miss
+                }
+            });
+        }
+        Command::Touch { key, exptime } => {
+            st.cmd_touch.incr();
+            let exptime = store.exptime(i64::from(exptime), now);
+            store.gat(key, exptime, now, |found| match found {
+                Some(it) => req.write_hit(out, it.flags, it.cas, &[]),
+                None => req.write_miss(out),
+            });
+        }
+        Command::Store {
+            cmd,
+            key,
+            flags,
+            exptime,
+            data,
+        } => {
+            st.cmd_set.incr();
+            // memcached turns set/add/replace with a CAS into a cas command, and checks the
+            // CAS of append/prepend too.
+            let (mode, compare_cas) = match cmd {
+                StoreCmd::Append | StoreCmd::Prepend => (store_mode(cmd, 0), req.cas),
+                _ if req.cas != 0 => (StoreMode::Cas(req.cas), 0),
+                _ => (store_mode(cmd, 0), 0),
+            };
+            let opts = StoreOpts {
+                compare_cas,
+                ..StoreOpts::default()
+            };
+            let r = store.store(
+                StoreRequest::new(mode, key, data)
+                    .flags(flags)
+                    .exptime(store.exptime(i64::from(exptime), now))
+                    .opts(opts),
+                now,
+            );
+            match r.result {
+                StoreResult::Stored => req.write_ok(out, r.cas, &[]),
+                StoreResult::Exists => req.write_error(out, Status::KeyExists),
+                StoreResult::NotFound => req.write_error(out, Status::KeyNotFound),
+                StoreResult::NotStored => req.write_error(out, req.not_stored_status()),
+                // The codec refused values over the limit; an append can still grow past it.
+                StoreResult::TooLarge => {
+                    st.store_too_large.incr();
+                    req.write_error(out, req.not_stored_status());
+                }
+                StoreResult::NoMemory => {
+                    st.store_no_memory.incr();
+                    req.write_store_oom(out);
+                }
+            }
+        }
+        Command::Delete { key } => {
+            let opts = DeleteOpts {
+                compare_cas: (req.cas != 0).then_some(req.cas),
+                ..DeleteOpts::default()
+            };
+            match store.delete(key, now, &opts) {
+                DeleteResult::Deleted => req.write_ok(out, 0, &[]),
+                DeleteResult::NotFound => req.write_error(out, Status::KeyNotFound),
+                DeleteResult::Exists => req.write_error(out, Status::KeyExists),
+                DeleteResult::NoMemory => req.write_error(out, Status::OutOfMemory),
+            }
+        }
+        Command::Arith {
+            incr,
+            key,
+            delta,
+            initial,
+            exptime,
+        } => {
+            // An expiration of 0xffffffff means "do not create the item on a miss".
+            let vivify =
+                (exptime != u32::MAX).then(|| (initial, store.exptime(i64::from(exptime), now)));
+            let opts = ArithOpts {
+                compare_cas: req.cas,
+                vivify,
+                ..ArithOpts::default()
+            };
+            match store.incr_decr(key, incr, delta, now, &opts) {
+                ArithResult::Ok { value, cas, .. } => req.write_arith(out, value, cas),
+                ArithResult::NotFound => req.write_error(out, Status::KeyNotFound),
+                ArithResult::Exists => req.write_error(out, Status::KeyExists),
+                ArithResult::NonNumeric => req.write_error(out, Status::NonNumeric),
+                ArithResult::NoMemory => {
+                    req.write_error_message(out, Status::OutOfMemory, bin::OOM_INCREMENTING)
+                }
+            }
+        }
+        Command::Quit => {
+            req.write_ok(out, 0, &[]);
+            return true;
+        }
+        Command::Flush { delay } => {
+            if env.shared.settings.disable_flush_all {
+                req.write_error(out, Status::AuthError);
+            } else {
+                st.cmd_flush.incr();
+                store.flush_all(i64::from(delay), now);
+                req.write_ok(out, 0, &[]);
+            }
+        }
+        Command::Noop => req.write_ok(out, 0, &[]),
+        Command::Version => req.write_ok(out, 0, config::VERSION.as_bytes()),
+        Command::Stat { key } => stat(env, req, key, out),
+        Command::SaslListMechs => req.write_ok(out, 0, SASL_MECHS),
+        Command::Sasl {
+            step,
+            mechanism,
+            data,
+        } => {
+            if sasl(env, step, mechanism, data) {
+                *authenticated = true;
+                req.write_ok(out, 0, b"Authenticated");
+            } else {
+                req.write_error(out, Status::AuthError);
+            }
+        }
+    }
+    false
+}
+
+/// The mechanisms LIST_MECHS announces.
+const SASL_MECHS: &[u8] = b"PLAIN";
+
+/// SASL auth/step: PLAIN (`[authzid] NUL user NUL password`) in one step, checked against the
+/// `-S` password file (counted in `auth_cmds` / `auth_errors`). A step is never expected, and
+/// an authorization id other than the user is refused, so both fail.
+fn sasl(env: &ExecEnv<'_>, step: bool, mechanism: &[u8], data: &[u8]) -> bool {
+    let Some(users) = &env.shared.auth else {
+        return false;
+    };
+    let mut parts = data.splitn(3, |&b| b == 0);
+    let (authzid, user, pass) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(z), Some(u), Some(p)) => (z, u, p),
+        _ => (&b"-"[..], &b""[..], &b""[..]),
+    };
+    let usable = !step && mechanism == SASL_MECHS && (authzid.is_empty() || authzid == user);
+    // Checked (and counted) even when unusable, so a bad request costs what a bad password does.
+    users.verify(user, pass) && usable
+}
+
+/// stat: every statistic (no key) or the group the key names, as one packet per statistic
+/// and an empty one to end; memcached compares `reset`, `settings` and `detail` by prefix
+/// and the other group names exactly, and answers an unknown group with not found.
+fn stat(env: &ExecEnv<'_>, req: &BinRequest<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let group: &[u8] = if key.starts_with(b"reset") {
+        b"reset"
+    } else if key.starts_with(b"settings") {
+        b"settings"
+    } else if let Some(detail) = key.strip_prefix(b"detail") {
+        // Per-prefix stats are not kept: on/off change nothing, a dump is empty.
+        if detail.starts_with(b" dump") {
+            bin::write_stat(out, req.opaque, b"detailed", b"END\r\n");
+        } else if !detail.starts_with(b" on") && !detail.starts_with(b" off") {
+            return req.write_error(out, Status::KeyNotFound);
+        }
+        return bin::write_stat(out, req.opaque, b"", b"");
+    } else if matches!(key, b"" | b"items" | b"slabs" | b"sizes") {
+        key
+    } else {
+        return req.write_error(out, Status::KeyNotFound);
+    };
+    let mut text = Vec::new();
+    report::stats(env, Tokens::new(group), &mut text);
+    text_stats_to_binary(&text, req.opaque, out);
+}
+
+/// Rewrites the text reply of `stats` (`STAT name value` lines, then `END` or `RESET`) as
+/// binary stat packets: one per line, then the empty one.
+fn text_stats_to_binary(text: &[u8], opaque: u32, out: &mut Vec<u8>) {
+    for line in text.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(stat) = line.strip_prefix(b"STAT ") {
+            let at = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
+            let value = stat.get(at + 1..).unwrap_or_default();
+            bin::write_stat(out, opaque, &stat[..at], value);
+        }
+    }
+    bin::write_stat(out, opaque, b"", b"");
+}
+
+/// A UDP datagram of binary requests (after the frame header): their replies, each one's end
+/// in `ends`.
+/// Nothing is remembered between datagrams, so with `-S` every request is unauthenticated.
+pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut Vec<usize>) {
+    let settings = codec_settings(env, false);
+    let mut authenticated = false;
+    let mut pos = 0;
+    while pos < payload.len() {
+        match bin::parse_request(&payload[pos..], &settings) {
+            BinParse::Request(req, used) => {
+                pos += used;
+                let close = run(env, &mut authenticated, &req, out, None);
+                ends.push(out.len());
+                if close {
+                    return;
+                }
+            }
+            BinParse::Incomplete { .. } => return,
+            BinParse::Error(e) => {
+                apply_error(env, &e, out);
+                ends.push(out.len());
+                if e.close {
+                    return;
+                }
+                pos += e.consumed + e.swallow;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::binary::{parse_response, ResponseParse};
+
+    #[test]
+    fn only_a_value_under_way_is_charged() {
+        let mut set = Vec::new();
+        BinRequest {
+            opcode: op::SET,
+            opaque: 0,
+            cas: 0,
+            quiet: false,
+            command: Command::Store {
+                cmd: StoreCmd::Set,
+                key: b"key",
+                flags: 0,
+                exptime: 0,
+                data: &[0; 100_000],
+            },
+        }
+        .encode(&mut set);
+        assert!(waits_for_value(&set[..40], set.len()));
+        assert!(!waits_for_value(&set[..30], 35));
+        assert!(!waits_for_value(&set[..10], 24));
+    }
+
+    #[test]
+    fn text_stats_become_one_packet_each_then_an_empty_one() {
+        let mut out = Vec::new();
+        text_stats_to_binary(b"STAT pid 12\r\nSTAT a b c\r\nEND\r\n", 9, &mut out);
+        let mut got = Vec::new();
+        let mut rest = &out[..];
+        while let ResponseParse::Response(r, n) = parse_response(rest) {
+            assert_eq!((r.opcode, r.opaque, r.status), (op::STAT, 9, 0));
+            got.push((r.key.to_vec(), r.value.to_vec()));
+            rest = &rest[n..];
+        }
+        assert!(rest.is_empty());
+        let want: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"pid".to_vec(), b"12".to_vec()),
+            (b"a".to_vec(), b"b c".to_vec()),
+            (vec![], vec![]),
+        ];
+        assert_eq!(got, want);
+    }
+}
