@@ -10,8 +10,10 @@ use proto::response::{Frame, Item, ReplyFramer};
 
 use super::client::deliver;
 use super::get_batch::{GetBatch, Member};
+use super::mcrouter::Execs;
 use super::{error_reply, token, Worker, KIND_BACKEND};
 use crate::buf::ReadBuf;
+use crate::mcrouter::reply::McResult;
 use crate::net::{error_text, Stream};
 use crate::shared::PoolRt;
 use std::sync::Arc;
@@ -199,6 +201,7 @@ impl Worker {
             Err(e) => {
                 counters.server_err.add(1);
                 rt.record_failure(s);
+                rt.record_tko_failure(s, true);
                 Err(error_reply(rt.cfg.redis, &error_text(&e)))
             }
         }
@@ -339,6 +342,8 @@ impl Worker {
                             &[],
                             done,
                         );
+                    } else if Execs::owns(p.to) {
+                        self.mc.arrive(p.to, reply, None);
                     } else {
                         deliver(
                             &mut self.clients,
@@ -420,6 +425,18 @@ impl Worker {
             }
         };
         let msg = error_reply(be.rt.cfg.redis, &text);
+        let refused = matches!(&why, Why::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused);
+        let exec_result = match &why {
+            Why::Timeout if be.connecting => McResult::ConnectTimeout,
+            Why::Timeout => McResult::Timeout,
+            _ if be.connecting || refused => McResult::ConnectError,
+            _ => McResult::RemoteError,
+        };
+        match why {
+            Why::Timeout => be.rt.record_tko_failure(be.server, be.connecting),
+            Why::Io(_) if be.connecting || refused => be.rt.record_tko_failure(be.server, true),
+            _ => {}
+        }
         let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
         be.pending.retain(|p| p.to != ReplyTo::HANDSHAKE);
         let mut failed = 0;
@@ -428,6 +445,10 @@ impl Worker {
             c.out_queue_bytes.add(-i64::from(p.bytes));
             for t in p.targets() {
                 failed += 1;
+                if Execs::owns(t) {
+                    self.mc.arrive(t, b"", Some(exec_result));
+                    continue;
+                }
                 deliver(
                     &mut self.clients,
                     &mut self.dirty_clients,

@@ -77,6 +77,9 @@ impl Worker {
     }
 
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        if self.shared.mcrouter.is_some() && self.route_plan(ci, &req) {
+            return;
+        }
         match req {
             Request::Get { keys, cas } => {
                 let cmd: &[u8] = if cas { b"gets" } else { b"get" };
