@@ -352,7 +352,11 @@ mod tests {
     fn majority_needs_half_plus_one_non_errors() {
         let ok = r(b"STORED\r\n");
         let down = Reply::error(McResult::Tko);
-        assert_eq!(majority(std::slice::from_ref(&ok), 3), None, "1 of 3 is not enough yet");
+        assert_eq!(
+            majority(std::slice::from_ref(&ok), 3),
+            None,
+            "1 of 3 is not enough yet"
+        );
         assert_eq!(majority(&[ok.clone(), ok.clone()], 3), Some(&ok));
         assert_eq!(majority(&[down.clone(), ok.clone()], 3), None);
         assert_eq!(

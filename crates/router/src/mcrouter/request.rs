@@ -189,22 +189,7 @@ impl ReqSpec {
             ReqSpec::Touch { .. } => "touch",
             ReqSpec::FlushAll { .. } => "flushall",
             ReqSpec::FillRead { .. } => "get",
-            ReqSpec::Meta { cmd, flags, .. } => match cmd {
-                b"mg" => "get",
-                b"ms" => match meta_mode(flags) {
-                    Some(b'E') => "add",
-                    Some(b'A') => "append",
-                    Some(b'P') => "prepend",
-                    Some(b'R') => "replace",
-                    _ => "set",
-                },
-                b"md" => "delete",
-                b"ma" => match meta_mode(flags) {
-                    Some(b'D' | b'd' | b'-') => "decr",
-                    _ => "incr",
-                },
-                _ => "metaget",
-            },
+            ReqSpec::Meta { cmd, flags, .. } => meta_operation(cmd, meta_mode(flags)),
         }
     }
 
@@ -340,6 +325,54 @@ impl ReqSpec {
     }
 }
 
+/// The operation name of a meta command with mode flag `mode` (`M<mode>`).
+fn meta_operation(cmd: &[u8; 2], mode: Option<u8>) -> &'static str {
+    match cmd {
+        b"mg" => "get",
+        b"ms" => match mode {
+            Some(b'E') => "add",
+            Some(b'A') => "append",
+            Some(b'P') => "prepend",
+            Some(b'R') => "replace",
+            _ => "set",
+        },
+        b"md" => "delete",
+        b"ma" => match mode {
+            Some(b'D' | b'd' | b'-') => "decr",
+            _ => "incr",
+        },
+        _ => "metaget",
+    }
+}
+
+/// The operation name and key of a request for one key, without copying it (for
+/// requests that can be passed on as they are); `None` for anything else.
+pub fn single_key<'r>(req: &'r Request<'_>) -> Option<(&'static str, &'r [u8])> {
+    let one = |keys: &proto::Keys<'r>| {
+        let mut it = *keys;
+        match (it.next(), it.next()) {
+            (Some(Ok(k)), None) => Some(k),
+            _ => None,
+        }
+    };
+    Some(match req {
+        Request::Get { keys, cas } => (if *cas { "gets" } else { "get" }, one(keys)?),
+        Request::Gat { keys, cas, .. } => (if *cas { "gats" } else { "gat" }, one(keys)?),
+        Request::Store { cmd, key, .. } => (store_name(*cmd), *key),
+        Request::Delete { key, .. } => ("delete", *key),
+        Request::Arith { incr, key, .. } => (if *incr { "incr" } else { "decr" }, *key),
+        Request::Touch { key, .. } => ("touch", *key),
+        Request::MetaGet { key, flags, .. } => (meta_operation(b"mg", flags.mode), key.wire()),
+        Request::MetaSet { key, flags, .. } => (meta_operation(b"ms", flags.mode), key.wire()),
+        Request::MetaDelete { key, flags } => (meta_operation(b"md", flags.mode), key.wire()),
+        Request::MetaArithmetic { key, flags, .. } => {
+            (meta_operation(b"ma", flags.mode), key.wire())
+        }
+        Request::MetaDebug { key } => ("metaget", key.wire()),
+        _ => return None,
+    })
+}
+
 fn meta(
     cmd: [u8; 2],
     key: &proto::Key<'_>,
@@ -460,7 +493,14 @@ mod tests {
             written(b"mg k v t q\r\n", &send(false, vec![])),
             vec![b"mg k v t\r\n".to_vec()]
         );
-        let ms = &specs(b"ms k 1 MA\r\nx\r\n")[0];
+        let raw = b"ms k 1 MA\r\nx\r\n";
+        let ms = &specs(raw)[0];
+        match proto::parse(raw, &proto::Limits::default()) {
+            proto::Parse::Request(req, _) => {
+                assert_eq!(single_key(&req), Some(("append", &b"k"[..])))
+            }
+            _ => panic!(),
+        }
         assert_eq!(ms.operation(), "append");
         assert_eq!(specs(b"md k q\r\n")[0].operation(), "delete");
         assert_eq!(specs(b"ma k MD\r\n")[0].operation(), "decr");

@@ -201,7 +201,10 @@ impl Worker {
             Err(e) => {
                 counters.server_err.add(1);
                 rt.record_failure(s);
-                rt.record_tko_failure(s, true);
+                if !rt.tko.is_empty() {
+                    rt.record_tko_failure(s, true);
+                    return Err(McResult::ConnectError.error_reply().to_vec());
+                }
                 Err(error_reply(rt.cfg.redis, &error_text(&e)))
             }
         }
@@ -424,13 +427,18 @@ impl Worker {
                 format!("server refused AUTH/SELECT: {e}")
             }
         };
-        let msg = error_reply(be.rt.cfg.redis, &text);
         let refused = matches!(&why, Why::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused);
         let exec_result = match &why {
             Why::Timeout if be.connecting => McResult::ConnectTimeout,
             Why::Timeout => McResult::Timeout,
             _ if be.connecting || refused => McResult::ConnectError,
             _ => McResult::RemoteError,
+        };
+        // An mcrouter pool's clients get mcrouter's error replies.
+        let msg = if be.rt.tko.is_empty() {
+            error_reply(be.rt.cfg.redis, &text)
+        } else {
+            exec_result.error_reply().to_vec()
         };
         match why {
             Why::Timeout => be.rt.record_tko_failure(be.server, be.connecting),

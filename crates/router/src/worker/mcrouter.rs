@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use proto::Request;
+use ring::RoutingKey;
 use routetree::{AllMode, Plan, Send};
 use slab::Slab;
 
@@ -16,7 +17,7 @@ use super::client::{deliver, SlotKind};
 use super::Worker;
 use crate::mcrouter::exec::{Action, Exec};
 use crate::mcrouter::reply::{self, McResult, Reply};
-use crate::mcrouter::request::ReqSpec;
+use crate::mcrouter::request::{single_key, ReqSpec};
 use crate::mcrouter::McRoutes;
 
 /// `ReplyTo::client` of a send made for an execution (`seq`: slab index << 32 | node).
@@ -93,15 +94,47 @@ impl Execs {
     }
 }
 
+/// What became of a request of an mcrouter config's client.
+pub(super) enum Planned {
+    /// Carried out (or answered) here.
+    Done,
+    /// Its plan is one server that gets the request exactly as the client sent it: passed
+    /// on as a nutcracker pool's request is, to (pool, server).
+    Server(usize, usize),
+    /// Not a routed request (version, stats, ...): the router answers it.
+    Here,
+}
+
 impl Worker {
-    /// Carries out `req` with the route tree. False when the request is not routed (the
-    /// router answers it itself: version, stats, ...).
-    pub(super) fn route_plan(&mut self, ci: usize, req: &Request<'_>) -> bool {
+    /// Carries out `req` with the route tree.
+    pub(super) fn route_plan(&mut self, ci: usize, req: &Request<'_>) -> Planned {
         let Some(routes) = self.shared.mcrouter.clone() else {
-            return false;
+            return Planned::Here;
         };
+        if let Some((op, key)) = single_key(req) {
+            if let Plan::Send(send) = routes.config.plan(op, key, &routes.prefix) {
+                let as_sent = send.keep_prefix || RoutingKey::parse(key).prefix.is_empty();
+                if as_sent && send.exptime.is_empty() {
+                    let p = routes.pools[send.pool];
+                    if self.pools[p].rt.is_tko(send.index) {
+                        self.local_reply(ci, McResult::Tko.error_reply());
+                        return Planned::Done;
+                    }
+                    return Planned::Server(p, send.index);
+                }
+            }
+        }
+        if self.route_exec(ci, req, routes) {
+            Planned::Done
+        } else {
+            Planned::Here
+        }
+    }
+
+    /// Carries out `req` with an [`Exec`]. False when the request is not routed.
+    fn route_exec(&mut self, ci: usize, req: &Request<'_>, routes: Arc<McRoutes>) -> bool {
         if let Request::Get { keys, .. } | Request::Gat { keys, .. } = req {
-            if keys.clone().any(|k| k.is_err()) {
+            if keys.into_iter().any(|k| k.is_err()) {
                 self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
                 return true;
             }
