@@ -17,7 +17,6 @@ use ring::Ring;
 use crate::config::{Config, Pool, ServerAddr};
 use crate::counters::PoolCounters;
 use crate::mcrouter::tko::{Tko, TkoSettings};
-use crate::mcrouter::McRoutes;
 
 /// Where a backend is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,6 +293,15 @@ impl PoolRt {
     pub fn timeout(&self) -> Option<Duration> {
         self.cfg.timeout
     }
+}
+
+/// The route tree of an mcrouter config and where its pools are in [`Shared::pools`].
+pub struct McRoutes {
+    pub config: routetree::Config,
+    /// The default routing prefix (`--route-prefix`).
+    pub prefix: String,
+    /// `pools[id]`: the index in `Shared::pools` of routetree pool `id`.
+    pub pools: Vec<usize>,
 }
 
 /// One configuration generation.

@@ -17,7 +17,7 @@ pub mod tko;
 use std::time::{Duration, Instant};
 
 use crate::config::{Listen, Pool, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
-use crate::shared::{PoolRt, Shared};
+use crate::shared::{McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
 use tko::TkoSettings;
 
@@ -29,15 +29,6 @@ pub const DEFAULT_TIMEOUTS_UNTIL_TKO: u32 = 3;
 pub const DEFAULT_PROBE_INITIAL_MS: u64 = 10_000;
 /// mcrouter's default `--probe-timeout-max`, ms.
 pub const DEFAULT_PROBE_MAX_MS: u64 = 60_000;
-
-/// The route tree of one generation and where its pools are in [`Shared::pools`].
-pub struct McRoutes {
-    pub config: routetree::Config,
-    /// The default routing prefix (`--route-prefix`).
-    pub prefix: String,
-    /// `pools[id]`: the index in `Shared::pools` of routetree pool `id`.
-    pub pools: Vec<usize>,
-}
 
 /// Whether the command line runs the router with an mcrouter config.
 pub fn requested(args: &RouteArgs) -> bool {

@@ -455,26 +455,19 @@ mod tests {
     #[test]
     fn storage_exptimes_are_rewritten() {
         let min10 = send(false, vec![(ExptimeAction::Min, 10)]);
-        assert_eq!(
-            written(b"set /a/b/k 3 0 2 noreply\r\nhi\r\n", &min10),
-            vec![b"set k 3 10 2\r\nhi\r\n".to_vec()]
-        );
-        assert_eq!(
-            written(b"cas k 0 5 1 99\r\nx\r\n", &min10),
-            vec![b"cas k 0 5 1 99\r\nx\r\n".to_vec()]
-        );
-        assert_eq!(
-            written(b"touch k 100\r\n", &min10),
-            vec![b"touch k 10\r\n".to_vec()]
-        );
-        assert_eq!(
-            written(b"gat 100 k\r\n", &min10),
-            vec![b"gat 10 k\r\n".to_vec()]
-        );
-        assert_eq!(
-            written(b"incr k 5\r\n", &min10),
-            vec![b"incr k 5\r\n".to_vec()]
-        );
+        let cases: [(&[u8], &[u8]); 5] = [
+            (
+                b"set /a/b/k 3 0 2 noreply\r\nhi\r\n",
+                b"set k 3 10 2\r\nhi\r\n",
+            ),
+            (b"cas k 0 5 1 99\r\nx\r\n", b"cas k 0 5 1 99\r\nx\r\n"),
+            (b"touch k 100\r\n", b"touch k 10\r\n"),
+            (b"gat 100 k\r\n", b"gat 10 k\r\n"),
+            (b"incr k 5\r\n", b"incr k 5\r\n"),
+        ];
+        for (request, sent) in cases {
+            assert_eq!(written(request, &min10), vec![sent.to_vec()]);
+        }
     }
 
     #[test]

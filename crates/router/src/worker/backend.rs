@@ -10,7 +10,6 @@ use proto::response::{Frame, Item, ReplyFramer};
 
 use super::client::deliver;
 use super::get_batch::{GetBatch, Member};
-use super::mcrouter::Execs;
 use super::{error_reply, token, Worker, KIND_BACKEND};
 use crate::buf::ReadBuf;
 use crate::mcrouter::reply::McResult;
@@ -37,6 +36,46 @@ impl ReplyTo {
         seq: 0,
         frag: 0,
     };
+}
+
+/// `ReplyTo::client` of a send an mcrouter execution made (`seq`: its slab index << 32 |
+/// node; see `worker/mcrouter.rs`).
+pub(super) const EXEC_CLIENT: u32 = u32::MAX - 1;
+
+/// A backend reply (or the failure met instead) for an execution.
+pub(super) struct Arrived {
+    pub to: ReplyTo,
+    pub reply: Vec<u8>,
+    pub failed: Option<McResult>,
+}
+
+/// Replies for executions, kept until the end of the loop turn (they may send more, which a
+/// backend's reply loop cannot).
+#[derive(Default)]
+pub(super) struct Arrivals(Vec<Arrived>);
+
+impl Arrivals {
+    /// Whether `to` is a send of an execution (not a client's request).
+    #[inline]
+    pub(super) fn owns(to: ReplyTo) -> bool {
+        to.client == EXEC_CLIENT
+    }
+
+    pub(super) fn arrive(&mut self, to: ReplyTo, reply: &[u8], failed: Option<McResult>) {
+        self.0.push(Arrived {
+            to,
+            reply: reply.to_vec(),
+            failed,
+        });
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(super) fn take(&mut self) -> Vec<Arrived> {
+        std::mem::take(&mut self.0)
+    }
 }
 
 /// One request in flight on a backend connection.
@@ -345,8 +384,8 @@ impl Worker {
                             &[],
                             done,
                         );
-                    } else if Execs::owns(p.to) {
-                        self.mc.arrive(p.to, reply, None);
+                    } else if Arrivals::owns(p.to) {
+                        self.arrivals.arrive(p.to, reply, None);
                     } else {
                         deliver(
                             &mut self.clients,
@@ -453,8 +492,8 @@ impl Worker {
             c.out_queue_bytes.add(-i64::from(p.bytes));
             for t in p.targets() {
                 failed += 1;
-                if Execs::owns(t) {
-                    self.mc.arrive(t, b"", Some(exec_result));
+                if Arrivals::owns(t) {
+                    self.arrivals.arrive(t, b"", Some(exec_result));
                     continue;
                 }
                 deliver(

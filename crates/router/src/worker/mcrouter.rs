@@ -12,23 +12,13 @@ use ring::RoutingKey;
 use routetree::{AllMode, Plan, Send};
 use slab::Slab;
 
-use super::backend::ReplyTo;
+use super::backend::{ReplyTo, EXEC_CLIENT};
 use super::client::{deliver, SlotKind};
 use super::Worker;
 use crate::mcrouter::exec::{Action, Exec};
 use crate::mcrouter::reply::{self, McResult, Reply};
 use crate::mcrouter::request::{single_key, ReqSpec};
-use crate::mcrouter::McRoutes;
-
-/// `ReplyTo::client` of a send made for an execution (`seq`: slab index << 32 | node).
-pub(super) const EXEC_CLIENT: u32 = u32::MAX - 1;
-
-/// A backend reply (or failure) for an execution, waiting for the end of the loop turn.
-pub(super) struct Arrived {
-    to: ReplyTo,
-    reply: Vec<u8>,
-    failed: Option<McResult>,
-}
+use crate::shared::McRoutes;
 
 /// One client request being carried out.
 struct Running {
@@ -50,31 +40,11 @@ struct Running {
 pub(super) struct Execs {
     running: Slab<Running>,
     gen: u32,
-    inbox: Vec<Arrived>,
     scratch: Vec<u8>,
     rng: u64,
 }
 
 impl Execs {
-    /// Whether `to` is a send of an execution (not a client's request).
-    #[inline]
-    pub(super) fn owns(to: ReplyTo) -> bool {
-        to.client == EXEC_CLIENT
-    }
-
-    /// Keeps a backend reply (`failed`: the error met instead) for the end of the turn.
-    pub(super) fn arrive(&mut self, to: ReplyTo, reply: &[u8], failed: Option<McResult>) {
-        self.inbox.push(Arrived {
-            to,
-            reply: reply.to_vec(),
-            failed,
-        });
-    }
-
-    pub(super) fn has_arrivals(&self) -> bool {
-        !self.inbox.is_empty()
-    }
-
     /// xorshift64*: enough to sample shadow request fractions.
     fn sample(&mut self, fraction: f64) -> bool {
         if fraction >= 1.0 {
@@ -191,8 +161,7 @@ impl Worker {
 
     /// Feeds the replies that arrived this turn to their executions.
     pub(super) fn run_arrivals(&mut self) {
-        let arrivals = std::mem::take(&mut self.mc.inbox);
-        for a in arrivals {
+        for a in self.arrivals.take() {
             let x = (a.to.seq >> 32) as usize;
             let node = (a.to.seq & 0xffff_ffff) as usize;
             let Some(run) = self.mc.running.get_mut(x) else {

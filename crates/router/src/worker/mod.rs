@@ -158,8 +158,9 @@ pub struct Worker {
     read_pool: Vec<Vec<u8>>,
     limits: Limits,
     now: Instant,
-    /// Requests of an mcrouter config being carried out.
+    /// Requests of an mcrouter config being carried out, and replies that came for them.
     mc: mcrouter::Execs,
+    arrivals: backend::Arrivals,
 }
 
 impl Worker {
@@ -195,6 +196,7 @@ impl Worker {
             },
             now: Instant::now(),
             mc: mcrouter::Execs::default(),
+            arrivals: backend::Arrivals::default(),
         }
     }
 
@@ -255,7 +257,7 @@ impl Worker {
 
     fn flush_all(&mut self) {
         loop {
-            if self.mc.has_arrivals() {
+            if !self.arrivals.is_empty() {
                 self.run_arrivals();
             }
             while let Some(b) = self.dirty_backends.pop() {
@@ -263,7 +265,7 @@ impl Worker {
             }
             match self.dirty_clients.pop() {
                 Some(c) => self.flush_client(c),
-                None if self.dirty_backends.is_empty() && !self.mc.has_arrivals() => break,
+                None if self.dirty_backends.is_empty() && self.arrivals.is_empty() => break,
                 None => {}
             }
         }
