@@ -25,6 +25,8 @@ pub enum Plan {
         errors: Vec<String>,
         /// Rate limit on failovers; `None`: unlimited.
         limit: Option<FailoverLimit>,
+        /// The FailoverRoute, whose failovers `limit` counts across requests.
+        route: RouteId,
     },
     /// Run plans in order until a hit; if none hits, the last reply (or with
     /// `return_best_on_error`, the best one).
@@ -312,6 +314,7 @@ impl Eval<'_, '_> {
                             OpClass::Delete => errors.deletes.clone(),
                         },
                         limit: *limit,
+                        route: id,
                     },
                 }
             }

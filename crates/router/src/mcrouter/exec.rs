@@ -8,10 +8,40 @@
 //! WarmUpRoute (a warm hit fills cold in the background with an `add`), shadows (replies
 //! ignored), NullRoute's default reply and ErrorRoute's error.
 
-use routetree::{AllMode, Plan, Send};
+use std::collections::HashMap;
+
+use routetree::{AllMode, FailoverLimit, Plan, RouteId, Send};
 
 use super::reply::{self, default_reply, is_hit, McResult, Reply};
 use super::request::ReqSpec;
+
+/// `failover_limit` token buckets, per FailoverRoute, kept by the worker across requests:
+/// each request through the route earns `rate` tokens (up to `burst`; a bucket starts
+/// full), each failover spends one, and without a token the error is the reply.
+#[derive(Debug, Default)]
+pub struct FailoverLimits(HashMap<RouteId, f64>);
+
+impl FailoverLimits {
+    fn earn(&mut self, route: RouteId, limit: &FailoverLimit) {
+        let tokens = self.0.entry(route).or_insert(limit.burst);
+        *tokens = (*tokens + limit.rate).min(limit.burst);
+    }
+
+    fn spend(&mut self, route: RouteId, limit: &FailoverLimit) -> bool {
+        let tokens = self.0.entry(route).or_insert(limit.burst);
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets every bucket (a reload renumbers the routes).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
 
 /// What the worker does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +75,7 @@ enum Kind {
         children: Vec<usize>,
         errors: Vec<String>,
         next: usize,
+        limit: Option<(RouteId, FailoverLimit)>,
     },
     MissFailover {
         children: Vec<usize>,
@@ -82,6 +113,8 @@ pub struct Exec {
     parts: Vec<Option<Reply>>,
     open: usize,
     outstanding: usize,
+    /// The worker's failover buckets, lent for the length of a `start`/`on_reply` call.
+    limits: FailoverLimits,
 }
 
 impl Exec {
@@ -99,6 +132,7 @@ impl Exec {
             nodes: Vec::new(),
             roots: Vec::new(),
             outstanding: 0,
+            limits: FailoverLimits::default(),
         };
         for (i, plan) in plans.iter().enumerate() {
             let root = exec.build(plan, None, i, sample);
@@ -109,11 +143,13 @@ impl Exec {
     }
 
     /// Starts every part; the actions come out in the order to carry them out.
-    pub fn start(&mut self, out: &mut Vec<Action>) {
+    pub fn start(&mut self, limits: &mut FailoverLimits, out: &mut Vec<Action>) {
+        std::mem::swap(&mut self.limits, limits);
         for i in 0..self.roots.len() {
             let root = self.roots[i];
             self.start_node(root, out);
         }
+        std::mem::swap(&mut self.limits, limits);
     }
 
     /// The server a [`Action::Send`] node names.
@@ -145,9 +181,17 @@ impl Exec {
     }
 
     /// The reply (or the error met) for a node that was sent.
-    pub fn on_reply(&mut self, node: usize, reply: Reply, out: &mut Vec<Action>) {
+    pub fn on_reply(
+        &mut self,
+        node: usize,
+        reply: Reply,
+        limits: &mut FailoverLimits,
+        out: &mut Vec<Action>,
+    ) {
+        std::mem::swap(&mut self.limits, limits);
         self.outstanding = self.outstanding.saturating_sub(1);
         self.complete(node, reply, out);
+        std::mem::swap(&mut self.limits, limits);
     }
 
     fn build(
@@ -178,10 +222,16 @@ impl Exec {
                 children: list(self, plans),
                 replies: Vec::new(),
             },
-            Plan::Failover { plans, errors, .. } => Kind::Failover {
+            Plan::Failover {
+                plans,
+                errors,
+                limit,
+                route,
+            } => Kind::Failover {
                 children: list(self, plans),
                 errors: errors.clone(),
                 next: 0,
+                limit: limit.map(|l| (*route, l)),
             },
             Plan::MissFailover {
                 plans,
@@ -240,7 +290,16 @@ impl Exec {
                     self.complete(id, default_reply(self.requests[req].reply_op()), out);
                 }
             }
-            Kind::Failover { children, .. } | Kind::MissFailover { children, .. } => {
+            Kind::Failover {
+                children, limit, ..
+            } => {
+                if let Some((route, limit)) = limit {
+                    self.limits.earn(*route, limit);
+                }
+                let first = children[0];
+                self.start_node(first, out);
+            }
+            Kind::MissFailover { children, .. } => {
                 let first = children[0];
                 self.start_node(first, out);
             }
@@ -331,10 +390,15 @@ impl Exec {
                 children,
                 errors,
                 next,
+                limit,
             } => {
-                let fails_over =
-                    reply.result.is_error() && errors.iter().any(|e| e == reply.result.name());
-                if fails_over && *next + 1 < children.len() {
+                let fails_over = reply.result.is_error()
+                    && errors.iter().any(|e| e == reply.result.name())
+                    && *next + 1 < children.len()
+                    && limit
+                        .as_ref()
+                        .is_none_or(|(route, l)| self.limits.spend(*route, l));
+                if fails_over {
                     *next += 1;
                     Next::Start(children[*next])
                 } else {

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::mcrouter::request::GetCmd;
-use routetree::{AllMode, ExptimeAction, Plan, Send};
+use routetree::{AllMode, ExptimeAction, FailoverLimit, Plan, Send};
 
 fn to(pool: usize, index: usize) -> Plan {
     Plan::Send(Send {
@@ -39,6 +39,7 @@ fn set(key: &str, exptime: i64) -> ReqSpec {
 struct Fleet<F: FnMut(usize, usize, &[u8]) -> Reply> {
     answer: F,
     sent: Vec<(usize, usize, Vec<u8>)>,
+    limits: FailoverLimits,
 }
 
 impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
@@ -46,13 +47,14 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
         Fleet {
             answer,
             sent: Vec::new(),
+            limits: FailoverLimits::default(),
         }
     }
 
     /// Runs to the end; returns the parts' replies (as bytes) in the order they were done.
     fn run(&mut self, exec: &mut Exec) -> Vec<(usize, Vec<u8>)> {
         let mut actions = Vec::new();
-        exec.start(&mut actions);
+        exec.start(&mut self.limits, &mut actions);
         let mut done = Vec::new();
         let mut queue = std::collections::VecDeque::new();
         loop {
@@ -74,7 +76,7 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
                 break;
             };
             let reply = (self.answer)(s.pool, s.index, &bytes);
-            exec.on_reply(node, reply, &mut actions);
+            exec.on_reply(node, reply, &mut self.limits, &mut actions);
         }
         assert!(exec.finished());
         done
@@ -185,6 +187,7 @@ fn failover_moves_on_only_on_listed_errors() {
         plans: vec![to(0, 0), to(1, 0), to(2, 0)],
         errors: errors.iter().map(|e| e.to_string()).collect(),
         limit: None,
+        route: 0,
     };
     let answer = |p: usize, _: usize, _: &[u8]| match p {
         0 => Reply::error(McResult::Timeout),
@@ -221,6 +224,7 @@ fn failover_with_exptime_caps_the_gutter() {
         plans: vec![to(0, 0), gutter],
         errors: vec!["connect_error".into()],
         limit: None,
+        route: 0,
     };
     let mut fleet = Fleet::new(|p, _, _| {
         if p == 0 {
@@ -348,4 +352,36 @@ fn parts_answer_independently() {
     let replies: Vec<Reply> = e.replies().unwrap().into_iter().cloned().collect();
     reply::merge_gets(&replies, &mut out);
     assert_eq!(out, b"VALUE a 0 1\r\n1\r\nEND\r\n");
+}
+
+#[test]
+fn failover_limit_is_a_token_bucket_per_route() {
+    let plan = |route, rate| Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0)],
+        errors: vec!["tko".into()],
+        limit: Some(FailoverLimit { rate, burst: 2.0 }),
+        route,
+    };
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            Reply::error(McResult::Tko)
+        } else {
+            r(b"STORED\r\n")
+        }
+    });
+    let mut replies = Vec::new();
+    for _ in 0..4 {
+        replies.push(fleet.run(&mut exec(set("k", 0), plan(7, 0.0)))[0].1.clone());
+    }
+    let stored = b"STORED\r\n".to_vec();
+    let down = b"SERVER_ERROR unavailable\r\n".to_vec();
+    assert_eq!(
+        replies,
+        [stored.clone(), stored.clone(), down.clone(), down]
+    );
+    // Another route has its own bucket; a rate refills it.
+    assert_eq!(fleet.run(&mut exec(set("k", 0), plan(8, 0.0)))[0].1, stored);
+    for _ in 0..3 {
+        assert_eq!(fleet.run(&mut exec(set("k", 0), plan(9, 1.0)))[0].1, stored);
+    }
 }

@@ -237,8 +237,8 @@ pub fn rekey(reply: &[u8], sent: &[u8], client: &[u8]) -> Vec<u8> {
     let line = head.strip_suffix(b"\r\n").unwrap_or(head);
     let mut tokens = line.split(|&b| b == b' ');
     match tokens.next() {
-        Some(b"VALUE") => {
-            out.extend_from_slice(b"VALUE");
+        Some(w @ (b"VALUE" | b"ME")) => {
+            out.extend_from_slice(w);
             for (i, t) in tokens.enumerate() {
                 out.push(b' ');
                 out.extend_from_slice(if i == 0 && t == sent { client } else { t });
@@ -393,6 +393,10 @@ mod tests {
         assert_eq!(
             rekey(b"VA 1 kk f0\r\nx\r\n", b"k", b"/a/b/k"),
             b"VA 1 k/a/b/k f0\r\nx\r\n"
+        );
+        assert_eq!(
+            rekey(b"ME k exp=-1 la=0\r\n", b"k", b"/a/b/k"),
+            b"ME /a/b/k exp=-1 la=0\r\n"
         );
         assert_eq!(rekey(b"END\r\n", b"k", b"/a/b/k"), b"END\r\n");
         assert_eq!(rekey(b"STORED\r\n", b"k", b"k"), b"STORED\r\n");

@@ -15,7 +15,7 @@ use slab::Slab;
 use super::backend::{ReplyTo, EXEC_CLIENT};
 use super::client::{deliver, SlotKind};
 use super::Worker;
-use crate::mcrouter::exec::{Action, Exec};
+use crate::mcrouter::exec::{Action, Exec, FailoverLimits};
 use crate::mcrouter::reply::{self, McResult, Reply};
 use crate::mcrouter::request::{single_key, ReqSpec};
 use crate::shared::McRoutes;
@@ -42,6 +42,9 @@ pub(super) struct Execs {
     gen: u32,
     scratch: Vec<u8>,
     rng: u64,
+    /// FailoverRoutes' `failover_limit` buckets, and the generation they belong to.
+    limits: FailoverLimits,
+    limits_of: Option<Arc<McRoutes>>,
 }
 
 impl Execs {
@@ -142,6 +145,14 @@ impl Worker {
             })
             .collect();
         let mc = &mut self.mc;
+        if !mc
+            .limits_of
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, &routes))
+        {
+            mc.limits.clear();
+            mc.limits_of = Some(routes.clone());
+        }
         let exec = Exec::new(specs, plans, &mut |f| mc.sample(f));
         let to = self.clients[ci].push(ci, 1, kind);
         self.mc.gen = self.mc.gen.wrapping_add(1);
@@ -154,7 +165,9 @@ impl Worker {
             gen: self.mc.gen,
         });
         let mut actions = Vec::new();
-        self.mc.running[x].exec.start(&mut actions);
+        self.mc.running[x]
+            .exec
+            .start(&mut self.mc.limits, &mut actions);
         self.drive(x, actions);
         true
     }
@@ -179,7 +192,8 @@ impl Worker {
                 }
             };
             let mut actions = Vec::new();
-            run.exec.on_reply(node, reply, &mut actions);
+            run.exec
+                .on_reply(node, reply, &mut self.mc.limits, &mut actions);
             self.drive(x, actions);
         }
     }
@@ -191,8 +205,11 @@ impl Worker {
             match actions[i] {
                 Action::Send { node } => {
                     if let Err(result) = self.send_node(x, node) {
-                        let run = &mut self.mc.running[x];
-                        run.exec.on_reply(node, Reply::error(result), &mut actions);
+                        let mc = &mut self.mc;
+                        let reply = Reply::error(result);
+                        mc.running[x]
+                            .exec
+                            .on_reply(node, reply, &mut mc.limits, &mut actions);
                     }
                 }
                 Action::Done { .. } => self.answer_client(x),
