@@ -131,6 +131,15 @@ def test_pool_route_hashes_and_strips_the_routing_prefix(servers) -> None:
             b"VALUE k5 0 2\r\nv5\r\nVALUE /r/c/k1 0 2\r\nv1\r\nVALUE k5 0 2\r\nv5\r\nEND\r\n"
         )
         assert ask(r.port, b"get /x/y/k1\r\n").startswith(b"SERVER_ERROR no route")
+        # Requests passed on as they are and requests carried out by the route tree (the
+        # prefix is stripped) share a connection: a later get never overtakes a set.
+        with Conn(r.port) as c:
+            for i in range(30):
+                key = f"order{i}"
+                c.send(f"get {key}\r\nset /r/c/{key} 0 0 1\r\nx\r\nget {key}\r\n".encode())
+                assert c.read_until(b"END\r\n") == b"END\r\n"
+                assert c.read_line() == b"STORED\r\n"
+                assert c.read_until(b"END\r\n") == f"VALUE {key} 0 1\r\nx\r\nEND\r\n".encode()
 
 
 def test_all_sync_writes_everywhere_and_reports_a_dead_replica(servers) -> None:

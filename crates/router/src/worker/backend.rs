@@ -589,6 +589,17 @@ impl Backend {
         c.out_queue_bytes.add(bytes as i64);
     }
 
+    /// A request of client (`client`, `gen`) was queued under another identity (an mcrouter
+    /// execution's send): the client's later gets may not join the open get line either,
+    /// or they would overtake it.
+    pub(super) fn bar(&mut self, client: u32, gen: u32) {
+        if let Some(open) = &mut self.open_get {
+            if !open.barred.contains(&(client, gen)) {
+                open.barred.push((client, gen));
+            }
+        }
+    }
+
     /// Queues a plain get/gets, merged into the open get line when it may join (see
     /// get_batch.rs and [`OpenGet`]).
     pub(super) fn enqueue_get<'k>(

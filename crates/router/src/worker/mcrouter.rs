@@ -237,6 +237,7 @@ impl Worker {
         let mut bytes = std::mem::take(&mut self.mc.scratch);
         bytes.clear();
         run.exec.request(node).write(send, &mut bytes);
+        let client = (run.to.client, run.to.gen);
         let to = ReplyTo {
             client: EXEC_CLIENT,
             gen: run.gen,
@@ -246,6 +247,7 @@ impl Worker {
         let result = match self.backend_for(p, s, 0) {
             Ok(b) => {
                 self.enqueue(b, &[&bytes], to, false);
+                self.backends[b].bar(client.0, client.1);
                 Ok(())
             }
             Err(_) => Err(McResult::ConnectError),
