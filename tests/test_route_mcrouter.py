@@ -469,8 +469,12 @@ def test_command_line(tmp_path: Path, servers) -> None:
         assert pid.read_text().strip() == str(router.proc.pid if router.proc else "")
         assert ask(router.port, b"version\r\n").startswith(b"VERSION ")
         assert store(router.port, "k") == b"STORED\r\n"
-        # --config-str and --config-file route the same.
-    for flag, value in (("--config-str", conf.read_text()), ("--config-file", str(conf))):
+    # --config-str and --config-file route the same; --validate-config=run checks, then routes.
+    for flag, value in (
+        ("--config-str", conf.read_text()),
+        ("--config-file", str(conf)),
+        ("--validate-config=run", f"--config=file:{conf}"),
+    ):
         port = port_in(20000, 24000)
         argv = [memfleet_bin(), "route", flag, value, "--port", str(port)]
         with Server(argv + ["--listen-addresses", "127.0.0.1"], port=port) as s:

@@ -1,9 +1,11 @@
-//! Requests of clients of an mcrouter config: each is split per key, planned by the route
-//! tree, and carried out by an [`Exec`] held here until its last background send answered.
-//! Sends go out on the worker's ordinary backend connections with a [`ReplyTo`] that names
-//! the execution instead of a client; their replies (and failures) come back through
-//! [`Execs::arrive`] and are fed to the execution at the end of the loop turn. The client
-//! gets one reply per request in its own slot, so its pipelined requests stay in order.
+//! Requests of clients of an mcrouter config. Each is planned by the route tree; a plan that
+//! is one server getting the request unchanged is passed on as a nutcracker pool's request
+//! is ([`Planned::Server`]). Anything else is split per key and carried out by an [`Exec`]
+//! held here until its last background send answered. Sends go out on the worker's
+//! ordinary backend connections with a [`ReplyTo`] that names the execution instead of a
+//! client; their replies (and failures) come back through `backend::Arrivals` and are fed
+//! to the execution at the end of the loop turn. The client gets one reply per request in
+//! its own slot, so its pipelined requests stay in order.
 
 use std::sync::Arc;
 
