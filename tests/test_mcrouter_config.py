@@ -1,7 +1,7 @@
 """`memfleet route --validate-config`: mcrouter JSON configs checked by the built binary.
 
-Only validation exists so far (routing with an mcrouter config comes later), so these tests
-start no servers: they run the binary on config files and read its exit status and message.
+These tests start no servers: they run the binary on config files and read its exit status
+and message (routing with a config is tested in test_route_mcrouter.py).
 """
 
 from __future__ import annotations
@@ -136,11 +136,11 @@ def test_macros_are_refused_by_name(tmp_path: Path) -> None:
     assert "JSONM 'macros' are not supported" in r.stderr
 
 
-def test_missing_file_and_run_mode_are_errors(tmp_path: Path) -> None:
+def test_missing_file_and_bad_mode_are_errors(tmp_path: Path) -> None:
     r = validate("--config", f"file:{tmp_path / 'absent.json'}")
     assert r.returncode == 1
     assert "cannot read config file" in r.stderr
     path = write(tmp_path, '{"route": "NullRoute"}')
-    r = validate("--config", f"file:{path}", mode="--validate-config=run")
+    r = validate("--config", f"file:{path}", mode="--validate-config=later")
     assert r.returncode == 1
-    assert "not implemented yet" in r.stderr
+    assert "expected exit or run" in r.stderr

@@ -15,6 +15,7 @@ mod buf;
 mod config;
 mod counters;
 mod log;
+mod mcrouter;
 mod mcrouter_config;
 mod metrics;
 mod net;
@@ -46,9 +47,9 @@ pub struct RouteArgs {
     /// Test the configuration for syntax errors and exit.
     #[arg(short = 't', long = "test-conf")]
     pub test_conf: bool,
-    /// Stats monitoring port.
-    #[arg(short = 's', long = "stats-port", default_value_t = 22222)]
-    pub stats_port: u16,
+    /// Stats monitoring port (default 22222; with an mcrouter config, none unless given).
+    #[arg(short = 's', long = "stats-port")]
+    pub stats_port: Option<u16>,
     /// Stats monitoring address.
     #[arg(short = 'a', long = "stats-addr", default_value = "0.0.0.0")]
     pub stats_addr: String,
@@ -61,11 +62,19 @@ pub struct RouteArgs {
     /// Run as a daemon.
     #[arg(short = 'd', long = "daemonize")]
     pub daemonize: bool,
+    /// nutcracker: the process id file; with an mcrouter config (--config...): the port.
+    #[arg(short = 'p', value_name = "PID_FILE|PORT")]
+    pub p: Option<String>,
     /// Process id file.
-    #[arg(short = 'p', long = "pid-file")]
+    #[arg(long = "pid-file")]
     pub pid_file: Option<PathBuf>,
-    /// Log file (default stderr).
-    #[arg(short = 'o', long = "output")]
+    /// Log file (default stderr); `-L/--log-path` is mcrouter's spelling.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_short_alias = 'L',
+        visible_alias = "log-path"
+    )]
     pub output: Option<PathBuf>,
     /// mbuf chunk size (accepted for compatibility; memfleet sizes buffers per request).
     #[arg(short = 'm', long = "mbuf-size")]
@@ -73,8 +82,8 @@ pub struct RouteArgs {
     /// Print the stats description and exit.
     #[arg(short = 'D', long = "describe-stats")]
     pub describe_stats: bool,
-    /// Worker threads (default: number of cores).
-    #[arg(short = 'T', long = "threads")]
+    /// Worker threads (default: number of cores); `--num-proxies` is mcrouter's spelling.
+    #[arg(short = 'T', long = "threads", visible_alias = "num-proxies")]
     pub threads: Option<usize>,
     /// mcrouter: check the mcrouter config and exit (`exit`, the default) with 0 or 1.
     #[arg(long = "validate-config", num_args = 0..=1, require_equals = true,
@@ -95,6 +104,44 @@ pub struct RouteArgs {
     /// mcrouter: the default routing prefix (`/region/cluster/`).
     #[arg(short = 'R', long = "route-prefix", default_value = routetree::DEFAULT_ROUTE_PREFIX)]
     pub route_prefix: String,
+    /// mcrouter: the port(s) to listen on (also `-p` with an mcrouter config).
+    #[arg(long = "port", value_name = "PORT")]
+    pub port: Vec<u16>,
+    /// mcrouter: comma-separated addresses to listen on (default: all).
+    #[arg(long = "listen-addresses", value_name = "ADDR,...")]
+    pub listen_addresses: Option<String>,
+    /// mcrouter: server timeout in ms.
+    #[arg(long = "server-timeout", value_name = "MS",
+          default_value_t = mcrouter::DEFAULT_SERVER_TIMEOUT_MS)]
+    pub server_timeout: u64,
+    /// mcrouter: consecutive timeouts that mark a server TKO (soft); 0: never.
+    #[arg(long = "timeouts-until-tko", default_value_t = mcrouter::DEFAULT_TIMEOUTS_UNTIL_TKO)]
+    pub timeouts_until_tko: u32,
+    /// mcrouter: first delay before probing a TKO server, ms (doubles after each failure).
+    #[arg(short = 'r', long = "probe-timeout-initial", value_name = "MS",
+          default_value_t = mcrouter::DEFAULT_PROBE_INITIAL_MS)]
+    pub probe_timeout_initial: u64,
+    /// mcrouter: longest delay between probes of a TKO server, ms.
+    #[arg(long = "probe-timeout-max", value_name = "MS",
+          default_value_t = mcrouter::DEFAULT_PROBE_MAX_MS)]
+    pub probe_timeout_max: u64,
+    /// mcrouter: the asynclog spool directory (accepted; asynclog is not implemented yet).
+    #[arg(long = "async-dir", value_name = "DIR")]
+    pub async_dir: Option<PathBuf>,
+    /// mcrouter: do not write asynclog (accepted; memfleet writes none yet).
+    #[arg(long = "asynclog-disable")]
+    pub asynclog_disable: bool,
+}
+
+impl RouteArgs {
+    /// The pid file: `--pid-file`, or nutcracker's `-p` when the config is nutcracker's.
+    pub fn pid_path(&self) -> Option<PathBuf> {
+        match (&self.pid_file, &self.p) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(p)) if !mcrouter::requested(self) => Some(PathBuf::from(p)),
+            _ => None,
+        }
+    }
 }
 
 const DESCRIBE: &str = "pool stats:
@@ -142,22 +189,42 @@ struct Running {
     current: Arc<RwLock<Arc<Shared>>>,
     workers: Vec<worker::Peer>,
     listeners: HashMap<String, (StdListener, Listen)>,
+    watch: Watch,
+}
+
+/// The watched config file's last modification time, and when it was last looked at.
+struct Watch {
+    mtime: Option<std::time::SystemTime>,
+    checked: Instant,
+}
+
+/// nutcracker's default stats port.
+const DEFAULT_STATS_PORT: u16 = 22222;
+
+/// Reads the configuration (nutcracker's YAML, or mcrouter's JSON when `--config...` is
+/// given) into a generation.
+fn load_generation(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared, String> {
+    if mcrouter::requested(args) {
+        mcrouter::load(args, threads, started)
+    } else {
+        Shared::new(load_config(&args.conf_file)?, threads, started)
+    }
 }
 
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), String> {
-    if mcrouter_config::requested(&args) {
-        if args.metrics.is_some() {
-            return Err("--metrics is not available with an mcrouter config yet".into());
-        }
-        return mcrouter_config::run(&args);
+    if mcrouter::requested(&args) && args.metrics.is_some() {
+        return Err("--metrics is not available with an mcrouter config yet".into());
+    }
+    if !mcrouter_config::validate(&args)? {
+        return Ok(());
     }
     if args.describe_stats {
         print!("{DESCRIBE}");
         return Ok(());
     }
-    let config = load_config(&args.conf_file)?;
-    if args.test_conf {
+    if args.test_conf && !mcrouter::requested(&args) {
+        load_config(&args.conf_file)?;
         eprintln!(
             "memfleet route: configuration file '{}' syntax is ok",
             args.conf_file.display()
@@ -190,22 +257,28 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let started = Instant::now();
-    let shared = Arc::new(Shared::new(config, threads, started)?);
+    let shared = Arc::new(load_generation(&args, threads, started)?);
 
     // Bind everything before daemonizing so errors reach the terminal.
     let mut listeners = HashMap::new();
-    for pool in &shared.pools {
+    for pool in shared.listening_pools() {
         let l = StdListener::bind(&pool.cfg.listen, pool.cfg.backlog)
             .map_err(|e| format!("pool '{}': cannot listen: {e}", pool.cfg.name))?;
         listeners.insert(pool.listen_key(), (l, pool.cfg.listen.clone()));
     }
-    let stats_listener = std::net::TcpListener::bind((args.stats_addr.as_str(), args.stats_port))
-        .map_err(|e| {
-        format!(
-            "cannot listen on stats {}:{}: {e}",
-            args.stats_addr, args.stats_port
-        )
-    })?;
+    // With an mcrouter config the stats port is opt-in (mcrouter has none).
+    let stats_port = match (args.stats_port, mcrouter::requested(&args)) {
+        (Some(port), _) => Some(port),
+        (None, false) => Some(DEFAULT_STATS_PORT),
+        (None, true) => None,
+    };
+    let stats_listener = match stats_port {
+        Some(port) => Some(
+            std::net::TcpListener::bind((args.stats_addr.as_str(), port))
+                .map_err(|e| format!("cannot listen on stats {}:{port}: {e}", args.stats_addr))?,
+        ),
+        None => None,
+    };
     let metrics_listener = args
         .metrics
         .as_deref()
@@ -213,9 +286,10 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         .transpose()?;
 
     // As nutcracker: an unwritable pid file stops the start.
+    let pid_file = args.pid_path();
     if args.daemonize {
-        daemon::daemonize(false, args.pid_file.as_deref(), daemon::PidFileError::Fail)?;
-    } else if let Some(p) = &args.pid_file {
+        daemon::daemonize(false, pid_file.as_deref(), daemon::PidFileError::Fail)?;
+    } else if let Some(p) = &pid_file {
         daemon::write_pid_file(p, daemon::PidFileError::Fail)?;
     }
 
@@ -240,7 +314,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
     }
     for (id, (poll, rx)) in polls.into_iter().enumerate() {
         let mut updates = Vec::new();
-        for (i, pool) in shared.pools.iter().enumerate() {
+        for (i, pool) in shared.listening_pools().iter().enumerate() {
             let (l, _) = &listeners[&pool.listen_key()];
             updates.push(ListenerUpdate {
                 key: pool.listen_key(),
@@ -275,7 +349,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
             })
             .map_err(|e| format!("spawn: {e}"))?;
     }
-    {
+    if let Some(stats_listener) = stats_listener {
         let current = current.clone();
         let globals = globals.clone();
         std::thread::Builder::new()
@@ -295,8 +369,9 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         "memfleet route {} started on pid {} with {threads} threads, {} pools",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
-        shared.pools.len()
+        shared.pools.len() - shared.listening
     ));
+    let args_watch = args.clone();
     let mut running = Running {
         args,
         threads,
@@ -305,6 +380,11 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         current,
         workers,
         listeners,
+        watch: Watch {
+            mtime: mcrouter::config_path(&args_watch)
+                .and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()),
+            checked: Instant::now(),
+        },
     };
     running.control_loop(hup, term);
     Ok(())
@@ -333,12 +413,10 @@ impl Running {
                 self.shutdown();
                 return;
             }
-            if hup.swap(false, Relaxed) {
+            let changed = self.watched_file_changed();
+            if hup.swap(false, Relaxed) || changed {
                 match self.reload() {
-                    Ok(()) => log::notice(&format!(
-                        "configuration '{}' reloaded",
-                        self.args.conf_file.display()
-                    )),
+                    Ok(()) => log::notice("configuration reloaded"),
                     Err(e) => log::warn(&format!(
                         "reload refused, keeping the old configuration: {e}"
                     )),
@@ -353,16 +431,37 @@ impl Running {
                 for s in pool.due_for_retry() {
                     spawn_probe(pool.clone(), s);
                 }
+                for s in pool.tko_probes_due() {
+                    spawn_tko_probe(pool.clone(), s);
+                }
             }
         }
     }
 
+    /// An mcrouter config file is watched as mcrouter does: a new modification time
+    /// (checked once a second) reloads it, as SIGHUP does.
+    fn watched_file_changed(&mut self) -> bool {
+        let Some(path) = mcrouter::config_path(&self.args) else {
+            return false;
+        };
+        if self.watch.checked.elapsed() < Duration::from_secs(1) {
+            return false;
+        }
+        self.watch.checked = Instant::now();
+        let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        if mtime.is_none() || mtime == self.watch.mtime {
+            return false;
+        }
+        let first = self.watch.mtime.is_none();
+        self.watch.mtime = mtime;
+        !first
+    }
+
     fn reload(&mut self) -> Result<(), String> {
-        let config = load_config(&self.args.conf_file)?;
-        let shared = Arc::new(Shared::new(config, self.threads, self.started)?);
+        let shared = Arc::new(load_generation(&self.args, self.threads, self.started)?);
         // Bind new addresses first: any failure leaves the running generation untouched.
         let mut fresh: HashMap<String, (StdListener, Listen)> = HashMap::new();
-        for pool in &shared.pools {
+        for pool in shared.listening_pools() {
             let key = pool.listen_key();
             if self.listeners.contains_key(&key) || fresh.contains_key(&key) {
                 continue;
@@ -374,7 +473,7 @@ impl Running {
         let mut per_worker = Vec::with_capacity(self.workers.len());
         for _ in &self.workers {
             let mut updates = Vec::new();
-            for (i, pool) in shared.pools.iter().enumerate() {
+            for (i, pool) in shared.listening_pools().iter().enumerate() {
                 let key = pool.listen_key();
                 let new = match fresh.get(&key) {
                     Some((l, _)) => Some(l.try_clone().map_err(|e| format!("listener: {e}"))?),
@@ -391,8 +490,11 @@ impl Running {
             });
             let _ = waker.wake();
         }
-        let keep: std::collections::HashSet<String> =
-            shared.pools.iter().map(|p| p.listen_key()).collect();
+        let keep: std::collections::HashSet<String> = shared
+            .listening_pools()
+            .iter()
+            .map(|p| p.listen_key())
+            .collect();
         let old: Vec<String> = self.listeners.keys().cloned().collect();
         for key in old {
             if !keep.contains(&key) {
@@ -413,7 +515,7 @@ impl Running {
                 let _ = std::fs::remove_file(path);
             }
         }
-        if let Some(p) = &self.args.pid_file {
+        if let Some(p) = self.args.pid_path() {
             let _ = std::fs::remove_file(p);
         }
         let _ = &self.globals;
@@ -439,6 +541,23 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
                 pool.retry_result(s, true);
             }
         });
+}
+
+/// Probes a TKO server of an mcrouter pool (connect + `version`) off the control thread.
+fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
+    let spawned = std::thread::Builder::new()
+        .name("route-probe".into())
+        .spawn({
+            let pool = pool.clone();
+            move || {
+                let wait = pool.timeout().unwrap_or(Duration::from_secs(1));
+                let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
+                pool.tko_probe_result(s, ok);
+            }
+        });
+    if spawned.is_err() {
+        pool.tko_probe_result(s, false);
+    }
 }
 
 fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {

@@ -1,34 +1,19 @@
-//! mcrouter's command line for its JSON config: `--validate-config` checks a config given by
-//! `--config file:PATH` (or inline JSON), `--config-file PATH` or `--config-str JSON` and
-//! exits. Routing with mcrouter configs is not implemented yet, so nothing else runs here.
+//! mcrouter's `--validate-config`: checks the config given by `--config file:PATH` (or
+//! inline JSON), `--config-file PATH` or `--config-str JSON` and reports it; with `=exit`
+//! (the default) the router then exits, with `=run` it goes on to route with it.
 
 use crate::RouteArgs;
 
-/// Whether the command line asks for mcrouter's config handling.
-pub fn requested(args: &RouteArgs) -> bool {
-    args.validate_config.is_some()
-        || args.config.is_some()
-        || args.config_file.is_some()
-        || args.config_str.is_some()
-}
-
-/// Validates the config and reports it; `Err` makes `memfleet` exit with status 1.
-pub fn run(args: &RouteArgs) -> Result<(), String> {
-    match args.validate_config.as_deref() {
-        Some("exit") => {}
-        Some("run") => {
-            return Err(
-                "--validate-config=run: routing with an mcrouter config is not \
-                        implemented yet; use --validate-config (=exit) to check one"
-                    .into(),
-            )
-        }
+/// Whether the router goes on after `--validate-config` (`=run`). `Err` makes `memfleet`
+/// exit with status 1.
+pub fn validate(args: &RouteArgs) -> Result<bool, String> {
+    let run = match args.validate_config.as_deref() {
+        Some("exit") => false,
+        Some("run") => true,
         Some(other) => return Err(format!("--validate-config={other}: expected exit or run")),
-        None => {
-            return Err("mcrouter configs can only be checked so far: add --validate-config".into())
-        }
-    }
-    let (name, text) = source(args)?;
+        None => return Ok(true),
+    };
+    let (name, text) = crate::mcrouter::source(args)?;
     let config =
         routetree::validate(&name, &text, &args.route_prefix).map_err(|e| e.to_string())?;
     for warning in &config.warnings {
@@ -39,25 +24,5 @@ pub fn run(args: &RouteArgs) -> Result<(), String> {
         config.pools.len(),
         config.routes.len()
     );
-    Ok(())
-}
-
-/// The config's name (for messages) and text, from whichever option gave it.
-fn source(args: &RouteArgs) -> Result<(String, String), String> {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .map(|text| (path.to_owned(), text))
-            .map_err(|e| format!("cannot read config file '{path}': {e}"))
-    };
-    match (&args.config, &args.config_file, &args.config_str) {
-        (Some(config), _, _) => match config.strip_prefix("file:") {
-            Some(path) => read(path),
-            None => Ok(("--config".to_owned(), config.clone())),
-        },
-        (None, Some(path), _) => read(&path.to_string_lossy()),
-        (None, None, Some(json)) => Ok(("--config-str".to_owned(), json.clone())),
-        (None, None, None) => Err("--validate-config needs --config file:PATH (or \
-                                   --config-file PATH, --config-str JSON)"
-            .into()),
-    }
+    Ok(run)
 }

@@ -16,6 +16,7 @@ use ring::Ring;
 
 use crate::config::{Config, Pool, ServerAddr};
 use crate::counters::PoolCounters;
+use crate::mcrouter::tko::{Tko, TkoSettings};
 
 /// Where a backend is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +60,9 @@ pub struct PoolRt {
     started: Instant,
     /// The TLS configs the pool's `tls*` directives ask for, read at (re)load.
     pub tls: crate::tls::TlsConfigs,
+    /// mcrouter pools: TKO state per server (empty for nutcracker pools, which eject).
+    pub tko: Vec<Tko>,
+    pub tko_cfg: Option<TkoSettings>,
 }
 
 impl PoolRt {
@@ -69,6 +73,24 @@ impl PoolRt {
             (a.ketama_name.len(), a.ketama_name.as_bytes())
                 .cmp(&(b.ketama_name.len(), b.ketama_name.as_bytes()))
         });
+        Self::build(cfg, threads, started)
+    }
+
+    /// An mcrouter pool: servers in the config's order (route handles name them by
+    /// index), with TKO tracking instead of ejection.
+    pub fn backend(
+        cfg: Pool,
+        tko: TkoSettings,
+        threads: usize,
+        started: Instant,
+    ) -> Result<PoolRt, String> {
+        let mut rt = Self::build(cfg, threads, started)?;
+        rt.tko = rt.servers.iter().map(|_| Tko::default()).collect();
+        rt.tko_cfg = Some(tko);
+        Ok(rt)
+    }
+
+    fn build(cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, String> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for spec in &cfg.servers {
             let addr = match &spec.addr {
@@ -111,6 +133,8 @@ impl PoolRt {
             cfg,
             started,
             tls,
+            tko: Vec::new(),
+            tko_cfg: None,
         })
     }
 
@@ -136,6 +160,60 @@ impl PoolRt {
         let f = &self.servers[s].failures;
         if f.load(Relaxed) != 0 {
             f.store(0, Relaxed);
+        }
+        if let Some(t) = self.tko.get(s) {
+            t.on_success();
+        }
+    }
+
+    /// Whether server `s` of an mcrouter pool is TKO (requests fail at once).
+    #[inline]
+    pub fn is_tko(&self, s: usize) -> bool {
+        self.tko.get(s).is_some_and(Tko::is_tko)
+    }
+
+    /// An mcrouter pool's server timed out (`connect`: while connecting, or the
+    /// connection was refused): counts towards a soft TKO, or makes a hard one.
+    pub fn record_tko_failure(&self, s: usize, connect: bool) {
+        let (Some(t), Some(cfg)) = (self.tko.get(s), &self.tko_cfg) else {
+            return;
+        };
+        let now = self.now_ms();
+        let tko = if connect {
+            t.on_connect_error(cfg, now)
+        } else {
+            t.on_timeout(cfg, now)
+        };
+        if tko {
+            crate::log::warn(&format!(
+                "pool '{}': server '{}' marked {}; probing in {} ms",
+                self.cfg.name,
+                self.servers[s].stats_name,
+                t.describe(),
+                cfg.probe_initial_ms
+            ));
+        }
+    }
+
+    /// TKO servers whose probe is due; the caller probes each and reports with
+    /// [`PoolRt::tko_probe_result`].
+    pub fn tko_probes_due(&self) -> Vec<usize> {
+        let now = self.now_ms();
+        (0..self.tko.len())
+            .filter(|&s| self.tko[s].take_probe(now))
+            .collect()
+    }
+
+    pub fn tko_probe_result(&self, s: usize, ok: bool) {
+        let (Some(t), Some(cfg)) = (self.tko.get(s), &self.tko_cfg) else {
+            return;
+        };
+        t.probe_result(ok, cfg, self.now_ms());
+        if ok {
+            crate::log::warn(&format!(
+                "pool '{}': server '{}' is back (probe answered)",
+                self.cfg.name, self.servers[s].stats_name
+            ));
         }
     }
 
@@ -222,19 +300,42 @@ impl PoolRt {
     }
 }
 
+/// The route tree of an mcrouter config and where its pools are in [`Shared::pools`].
+pub struct McRoutes {
+    pub config: routetree::Config,
+    /// The default routing prefix (`--route-prefix`).
+    pub prefix: String,
+    /// `pools[id]`: the index in `Shared::pools` of routetree pool `id`.
+    pub pools: Vec<usize>,
+}
+
 /// One configuration generation.
 pub struct Shared {
     pub pools: Vec<Arc<PoolRt>>,
+    /// The first `listening` pools accept clients; the rest (an mcrouter config's pools)
+    /// are only sent to.
+    pub listening: usize,
+    /// The route tree when the config is mcrouter's.
+    pub mcrouter: Option<Arc<McRoutes>>,
 }
 
 impl Shared {
+    /// The pools clients connect to.
+    pub fn listening_pools(&self) -> &[Arc<PoolRt>] {
+        &self.pools[..self.listening]
+    }
+
     pub fn new(config: Config, threads: usize, started: Instant) -> Result<Shared, String> {
         let pools = config
             .pools
             .iter()
             .map(|p| PoolRt::new(p.clone(), threads, started).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Shared { pools })
+        Ok(Shared {
+            listening: pools.len(),
+            pools,
+            mcrouter: None,
+        })
     }
 }
 

@@ -25,6 +25,8 @@ pub enum Plan {
         errors: Vec<String>,
         /// Rate limit on failovers; `None`: unlimited.
         limit: Option<FailoverLimit>,
+        /// The FailoverRoute, whose failovers `limit` counts across requests.
+        route: RouteId,
     },
     /// Run plans in order until a hit; if none hits, the last reply (or with
     /// `return_best_on_error`, the best one).
@@ -142,6 +144,10 @@ impl Config {
 
     /// The route(s) a key's routing prefix selects, default route first.
     fn entry_routes(&self, prefix: &[u8], default_prefix: &str) -> Result<Vec<RouteId>, String> {
+        // The common case, without building the alias table: one route for every key.
+        if let (Entry::Default(id), true) = (&self.entry, prefix.is_empty()) {
+            return Ok(vec![*id]);
+        }
         let prefix = std::str::from_utf8(prefix).map_err(|_| "routing prefix is not UTF-8")?;
         let aliases = match &self.entry {
             Entry::Default(id) => vec![(default_prefix.to_owned(), *id)],
@@ -241,10 +247,13 @@ impl Eval<'_, '_> {
     }
 
     /// The bytes a hash function sees: the routing key (no prefix, up to `|#|`) and salt.
-    fn hashed(&self, salt: &str) -> Vec<u8> {
+    fn hashed(&self, salt: &str) -> std::borrow::Cow<'_, [u8]> {
+        if salt.is_empty() {
+            return std::borrow::Cow::Borrowed(self.rk.hashed);
+        }
         let mut bytes = self.rk.hashed.to_vec();
         bytes.extend_from_slice(salt.as_bytes());
-        bytes
+        std::borrow::Cow::Owned(bytes)
     }
 
     fn route(&mut self, id: RouteId) -> Plan {
@@ -305,6 +314,7 @@ impl Eval<'_, '_> {
                             OpClass::Delete => errors.deletes.clone(),
                         },
                         limit: *limit,
+                        route: id,
                     },
                 }
             }

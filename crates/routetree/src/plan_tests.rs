@@ -149,6 +149,7 @@ fn failover_keeps_order_and_picks_errors_by_operation() {
             plans,
             errors: e,
             limit,
+            ..
         } = c.plan(op, b"k", DEFAULT)
         else {
             panic!()

@@ -12,6 +12,7 @@ use super::client::deliver;
 use super::get_batch::{GetBatch, Member};
 use super::{error_reply, token, Worker, KIND_BACKEND};
 use crate::buf::ReadBuf;
+use crate::mcrouter::reply::McResult;
 use crate::net::{error_text, Stream};
 use crate::shared::PoolRt;
 use std::sync::Arc;
@@ -35,6 +36,46 @@ impl ReplyTo {
         seq: 0,
         frag: 0,
     };
+}
+
+/// `ReplyTo::client` of a send an mcrouter execution made (`seq`: its slab index << 32 |
+/// node; see `worker/mcrouter.rs`).
+pub(super) const EXEC_CLIENT: u32 = u32::MAX - 1;
+
+/// A backend reply (or the failure met instead) for an execution.
+pub(super) struct Arrived {
+    pub to: ReplyTo,
+    pub reply: Vec<u8>,
+    pub failed: Option<McResult>,
+}
+
+/// Replies for executions, kept until the end of the loop turn (they may send more, which a
+/// backend's reply loop cannot).
+#[derive(Default)]
+pub(super) struct Arrivals(Vec<Arrived>);
+
+impl Arrivals {
+    /// Whether `to` is a send of an execution (not a client's request).
+    #[inline]
+    pub(super) fn owns(to: ReplyTo) -> bool {
+        to.client == EXEC_CLIENT
+    }
+
+    pub(super) fn arrive(&mut self, to: ReplyTo, reply: &[u8], failed: Option<McResult>) {
+        self.0.push(Arrived {
+            to,
+            reply: reply.to_vec(),
+            failed,
+        });
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(super) fn take(&mut self) -> Vec<Arrived> {
+        std::mem::take(&mut self.0)
+    }
 }
 
 /// One request in flight on a backend connection.
@@ -201,6 +242,10 @@ impl Worker {
             Err(e) => {
                 counters.server_err.add(1);
                 rt.record_failure(s);
+                if !rt.tko.is_empty() {
+                    rt.record_tko_failure(s, true);
+                    return Err(McResult::ConnectError.error_reply().to_vec());
+                }
                 Err(error_reply(rt.cfg.redis, &error_text(&e)))
             }
         }
@@ -348,6 +393,8 @@ impl Worker {
                             &[],
                             done,
                         );
+                    } else if Arrivals::owns(p.to) {
+                        self.arrivals.arrive(p.to, reply, None);
                     } else {
                         deliver(
                             &mut self.clients,
@@ -431,7 +478,24 @@ impl Worker {
                 format!("server refused AUTH/SELECT: {e}")
             }
         };
-        let msg = error_reply(be.rt.cfg.redis, &text);
+        let refused = matches!(&why, Why::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused);
+        let exec_result = match &why {
+            Why::Timeout if be.connecting => McResult::ConnectTimeout,
+            Why::Timeout => McResult::Timeout,
+            _ if be.connecting || refused => McResult::ConnectError,
+            _ => McResult::RemoteError,
+        };
+        // An mcrouter pool's clients get mcrouter's error replies.
+        let msg = if be.rt.tko.is_empty() {
+            error_reply(be.rt.cfg.redis, &text)
+        } else {
+            exec_result.error_reply().to_vec()
+        };
+        match why {
+            Why::Timeout => be.rt.record_tko_failure(be.server, be.connecting),
+            Why::Io(_) if be.connecting || refused => be.rt.record_tko_failure(be.server, true),
+            _ => {}
+        }
         let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
         be.pending.retain(|p| p.to != ReplyTo::HANDSHAKE);
         let mut failed = 0;
@@ -440,6 +504,10 @@ impl Worker {
             c.out_queue_bytes.add(-i64::from(p.bytes));
             for t in p.targets() {
                 failed += 1;
+                if Arrivals::owns(t) {
+                    self.arrivals.arrive(t, b"", Some(exec_result));
+                    continue;
+                }
                 deliver(
                     &mut self.clients,
                     &mut self.dirty_clients,
@@ -531,6 +599,17 @@ impl Backend {
         c.request_bytes.add(bytes as i64);
         c.out_queue.add(1);
         c.out_queue_bytes.add(bytes as i64);
+    }
+
+    /// A request of client (`client`, `gen`) was queued under another identity (an mcrouter
+    /// execution's send): the client's later gets may not join the open get line either,
+    /// or they would overtake it.
+    pub(super) fn bar(&mut self, client: u32, gen: u32) {
+        if let Some(open) = &mut self.open_get {
+            if !open.barred.contains(&(client, gen)) {
+                open.barred.push((client, gen));
+            }
+        }
     }
 
     /// Queues a plain get/gets, merged into the open get line when it may join (see

@@ -6,7 +6,24 @@ use proto::{forward, Parse, Request};
 use super::auth;
 use super::backend::ReplyTo;
 use super::client::{MultiGet, SlotKind};
+use super::mcrouter::Planned;
 use super::{Worker, NO_SERVER, VERSION};
+
+/// Where a key-bearing request goes: by the placement of a nutcracker pool, or to the one
+/// server (pool, index) a route tree chose.
+#[derive(Clone, Copy)]
+pub(super) enum Dest {
+    Pool(usize),
+    Server(usize, usize),
+}
+
+impl Dest {
+    fn pool(self) -> usize {
+        match self {
+            Dest::Pool(p) | Dest::Server(p, _) => p,
+        }
+    }
+}
 
 impl Worker {
     pub(super) fn parse_client(&mut self, ci: usize) {
@@ -87,13 +104,21 @@ impl Worker {
     }
 
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        let mut d = Dest::Pool(p);
+        if self.shared.mcrouter.is_some() {
+            match self.route_plan(ci, &req) {
+                Planned::Done => return,
+                Planned::Server(bp, s) => d = Dest::Server(bp, s),
+                Planned::Here => {}
+            }
+        }
         match req {
             Request::Get { keys, cas } => {
                 let cmd: &[u8] = if cas { b"gets" } else { b"get" };
-                self.route_get(ci, p, raw, cmd, keys);
+                self.route_get(ci, d, raw, cmd, keys);
             }
             Request::Gat { keys, .. } => {
-                self.route_get(ci, p, raw, forward::gat_command(raw), keys);
+                self.route_get(ci, d, raw, forward::gat_command(raw), keys);
             }
             Request::Store { key, noreply, .. }
             | Request::Delete { key, noreply }
@@ -103,7 +128,7 @@ impl Worker {
                     if let Some((line, rest)) = forward::strip_noreply(raw) {
                         self.route_key(
                             ci,
-                            p,
+                            d,
                             key,
                             &[line, b"\r\n", rest],
                             SlotKind::NoReply,
@@ -112,7 +137,7 @@ impl Worker {
                         return;
                     }
                 }
-                self.route_key(ci, p, key, &[raw], SlotKind::Single, false);
+                self.route_key(ci, d, key, &[raw], SlotKind::Single, false);
             }
             Request::MetaGet { key, flags, .. }
             | Request::MetaSet { key, flags, .. }
@@ -122,18 +147,18 @@ impl Worker {
                     // The backend decides what q hides; `mn` marks where its answer ends.
                     self.route_key(
                         ci,
-                        p,
+                        d,
                         key.as_bytes(),
                         &[raw, b"mn\r\n"],
                         SlotKind::Single,
                         true,
                     );
                 } else {
-                    self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false);
+                    self.route_key(ci, d, key.as_bytes(), &[raw], SlotKind::Single, false);
                 }
             }
             Request::MetaDebug { key } => {
-                self.route_key(ci, p, key.as_bytes(), &[raw], SlotKind::Single, false)
+                self.route_key(ci, d, key.as_bytes(), &[raw], SlotKind::Single, false)
             }
             Request::FlushAll { noreply, .. } => self.broadcast(ci, p, raw, noreply),
             Request::MetaNoop => self.local_reply(ci, b"MN\r\n"),
@@ -160,16 +185,26 @@ impl Worker {
         }
     }
 
+    /// The server of `key` at `d`: the pool's placement, or the server a route tree chose.
+    #[inline]
+    fn server_for(&mut self, d: Dest, key: &[u8]) -> Option<usize> {
+        match d {
+            Dest::Pool(p) => self.pools[p].placement.for_key(key),
+            Dest::Server(_, s) => Some(s),
+        }
+    }
+
     pub(super) fn route_key(
         &mut self,
         ci: usize,
-        p: usize,
+        d: Dest,
         key: &[u8],
         parts: &[&[u8]],
         kind: SlotKind,
         quiet: bool,
     ) {
-        let Some(s) = self.pools[p].placement.for_key(key) else {
+        let p = d.pool();
+        let Some(s) = self.server_for(d, key) else {
             self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
             return;
         };
@@ -187,7 +222,7 @@ impl Worker {
     pub(super) fn route_get(
         &mut self,
         ci: usize,
-        p: usize,
+        d: Dest,
         raw: &[u8],
         cmd: &[u8],
         keys: proto::Keys<'_>,
@@ -198,6 +233,7 @@ impl Worker {
             b"gets" => Some(true),
             _ => None,
         };
+        let p = d.pool();
         // First pass without allocating: usually every key is on one server and the
         // request goes out exactly as the client wrote it.
         let mut first = None;
@@ -207,7 +243,7 @@ impl Worker {
                 self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
                 return;
             };
-            let Some(s) = self.pools[p].placement.for_key(k) else {
+            let Some(s) = self.server_for(d, k) else {
                 self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
                 return;
             };
@@ -238,7 +274,7 @@ impl Worker {
         }
         let mut list: Vec<(&[u8], usize)> = Vec::with_capacity(16);
         for k in keys.flatten() {
-            let s = self.pools[p].placement.for_key(k).unwrap_or(s0);
+            let s = self.server_for(d, k).unwrap_or(s0);
             list.push((k, s));
         }
         // Split: one fragment per server, in order of first appearance.

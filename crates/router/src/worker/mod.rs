@@ -25,6 +25,7 @@ mod auth;
 mod backend;
 mod client;
 mod get_batch;
+mod mcrouter;
 mod memcached;
 mod redis;
 
@@ -157,6 +158,9 @@ pub struct Worker {
     read_pool: Vec<Vec<u8>>,
     limits: Limits,
     now: Instant,
+    /// Requests of an mcrouter config being carried out, and replies that came for them.
+    mc: mcrouter::Execs,
+    arrivals: backend::Arrivals,
 }
 
 impl Worker {
@@ -191,6 +195,8 @@ impl Worker {
                 ..Limits::default()
             },
             now: Instant::now(),
+            mc: mcrouter::Execs::default(),
+            arrivals: backend::Arrivals::default(),
         }
     }
 
@@ -251,12 +257,15 @@ impl Worker {
 
     fn flush_all(&mut self) {
         loop {
+            if !self.arrivals.is_empty() {
+                self.run_arrivals();
+            }
             while let Some(b) = self.dirty_backends.pop() {
                 self.flush_backend(b);
             }
             match self.dirty_clients.pop() {
                 Some(c) => self.flush_client(c),
-                None if self.dirty_backends.is_empty() => break,
+                None if self.dirty_backends.is_empty() && self.arrivals.is_empty() => break,
                 None => {}
             }
         }
@@ -316,7 +325,7 @@ impl Worker {
         }
         // Pools: clients follow their listen address into the new generation.
         let new_index: HashMap<String, usize> = shared
-            .pools
+            .listening_pools()
             .iter()
             .enumerate()
             .map(|(i, p)| (p.listen_key(), i))

@@ -1,0 +1,527 @@
+//! Carrying out the [`Plan`]s of one client request: a tree of nodes, one per plan node,
+//! that says which servers to send to next and what the client gets once replies come
+//! back. Pure: the worker sends what [`Action::Send`] names and feeds each reply back with
+//! [`Exec::on_reply`]; nothing here does I/O or looks at the clock.
+//!
+//! Semantics follow mcrouter's route handles: All* modes, FailoverRoute (moves on only on
+//! the error results its `failover_errors` name for the operation), MissFailoverRoute,
+//! WarmUpRoute (a warm hit fills cold in the background with an `add`), shadows (replies
+//! ignored), NullRoute's default reply and ErrorRoute's error.
+
+use std::collections::HashMap;
+
+use routetree::{AllMode, FailoverLimit, Plan, RouteId, Send};
+
+use super::reply::{self, default_reply, is_hit, McResult, Reply};
+use super::request::ReqSpec;
+
+/// `failover_limit` token buckets, per FailoverRoute, kept by the worker across requests:
+/// each request through the route earns `rate` tokens (up to `burst`; a bucket starts
+/// full), each failover spends one, and without a token the error is the reply.
+#[derive(Debug, Default)]
+pub struct FailoverLimits(HashMap<RouteId, f64>);
+
+impl FailoverLimits {
+    fn earn(&mut self, route: RouteId, limit: &FailoverLimit) {
+        let tokens = self.0.entry(route).or_insert(limit.burst);
+        *tokens = (*tokens + limit.rate).min(limit.burst);
+    }
+
+    fn spend(&mut self, route: RouteId, limit: &FailoverLimit) -> bool {
+        let tokens = self.0.entry(route).or_insert(limit.burst);
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets every bucket (a reload renumbers the routes).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// What the worker does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send node `node`'s request ([`Exec::request`]) to its server ([`Exec::send`]), then
+    /// call [`Exec::on_reply`] with the reply or the error it met.
+    Send { node: usize },
+    /// Part `part` (a key of the client's request) has its reply ([`Exec::part`]).
+    Done { part: usize },
+}
+
+struct Node {
+    parent: Option<usize>,
+    /// Index into `requests` of what this subtree sends.
+    req: usize,
+    done: bool,
+    /// The client part this node answers when it is a root.
+    part: Option<usize>,
+    kind: Kind,
+}
+
+enum Kind {
+    Send(Send),
+    All {
+        mode: AllMode,
+        children: Vec<usize>,
+        /// Replies in arrival order.
+        replies: Vec<Reply>,
+    },
+    Failover {
+        children: Vec<usize>,
+        errors: Vec<String>,
+        next: usize,
+        limit: Option<(RouteId, FailoverLimit)>,
+    },
+    MissFailover {
+        children: Vec<usize>,
+        best: bool,
+        next: usize,
+        replies: Vec<Reply>,
+    },
+    WarmUp {
+        cold: usize,
+        warm: usize,
+        warm_plan: Plan,
+        cold_plan: Plan,
+        exptime: u32,
+        asked_warm: bool,
+    },
+    Shadowed {
+        main: usize,
+        shadows: Vec<usize>,
+    },
+    /// A warm hit being copied to cold: first the read of the warm item, then the add.
+    Fill {
+        read: usize,
+        cold_plan: Plan,
+        exptime: u32,
+    },
+    Null,
+    Error(String),
+}
+
+/// The execution of one client request: one root per key.
+pub struct Exec {
+    requests: Vec<ReqSpec>,
+    nodes: Vec<Node>,
+    roots: Vec<usize>,
+    parts: Vec<Option<Reply>>,
+    open: usize,
+    outstanding: usize,
+    /// The worker's failover buckets, lent for the length of a `start`/`on_reply` call.
+    limits: FailoverLimits,
+}
+
+impl Exec {
+    /// One plan per request part (`plans[i]` runs `requests[i]`). `sample(p)` decides
+    /// whether a shadow with request fraction `p` gets this request.
+    pub fn new(
+        requests: Vec<ReqSpec>,
+        plans: Vec<Plan>,
+        sample: &mut dyn FnMut(f64) -> bool,
+    ) -> Exec {
+        let mut exec = Exec {
+            open: plans.len(),
+            parts: vec![None; plans.len()],
+            requests,
+            nodes: Vec::new(),
+            roots: Vec::new(),
+            outstanding: 0,
+            limits: FailoverLimits::default(),
+        };
+        for (i, plan) in plans.iter().enumerate() {
+            let root = exec.build(plan, None, i, sample);
+            exec.nodes[root].part = Some(i);
+            exec.roots.push(root);
+        }
+        exec
+    }
+
+    /// Starts every part; the actions come out in the order to carry them out.
+    pub fn start(&mut self, limits: &mut FailoverLimits, out: &mut Vec<Action>) {
+        std::mem::swap(&mut self.limits, limits);
+        for i in 0..self.roots.len() {
+            let root = self.roots[i];
+            self.start_node(root, out);
+        }
+        std::mem::swap(&mut self.limits, limits);
+    }
+
+    /// The server a [`Action::Send`] node names.
+    pub fn send(&self, node: usize) -> &Send {
+        match &self.nodes[node].kind {
+            Kind::Send(s) => s,
+            _ => unreachable!("Action::Send names Send nodes only"),
+        }
+    }
+
+    /// The request a node sends.
+    pub fn request(&self, node: usize) -> &ReqSpec {
+        &self.requests[self.nodes[node].req]
+    }
+
+    /// The requests of the client's parts, in order.
+    pub fn parts_requests(&self) -> &[ReqSpec] {
+        &self.requests[..self.roots.len()]
+    }
+
+    /// Every part's reply, once all are there.
+    pub fn replies(&self) -> Option<Vec<&Reply>> {
+        self.parts.iter().map(Option::as_ref).collect()
+    }
+
+    /// Whether nothing is in flight any more (background sends included).
+    pub fn finished(&self) -> bool {
+        self.open == 0 && self.outstanding == 0
+    }
+
+    /// The reply (or the error met) for a node that was sent.
+    pub fn on_reply(
+        &mut self,
+        node: usize,
+        reply: Reply,
+        limits: &mut FailoverLimits,
+        out: &mut Vec<Action>,
+    ) {
+        std::mem::swap(&mut self.limits, limits);
+        self.outstanding = self.outstanding.saturating_sub(1);
+        self.complete(node, reply, out);
+        std::mem::swap(&mut self.limits, limits);
+    }
+
+    fn build(
+        &mut self,
+        plan: &Plan,
+        parent: Option<usize>,
+        req: usize,
+        sample: &mut dyn FnMut(f64) -> bool,
+    ) -> usize {
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            parent,
+            req,
+            done: false,
+            part: None,
+            kind: Kind::Null,
+        });
+        let mut list = |exec: &mut Exec, plans: &[Plan]| -> Vec<usize> {
+            plans
+                .iter()
+                .map(|p| exec.build(p, Some(id), req, sample))
+                .collect()
+        };
+        let kind = match plan {
+            Plan::Send(s) => Kind::Send(s.clone()),
+            Plan::All { mode, plans } => Kind::All {
+                mode: *mode,
+                children: list(self, plans),
+                replies: Vec::new(),
+            },
+            Plan::Failover {
+                plans,
+                errors,
+                limit,
+                route,
+            } => Kind::Failover {
+                children: list(self, plans),
+                errors: errors.clone(),
+                next: 0,
+                limit: limit.map(|l| (*route, l)),
+            },
+            Plan::MissFailover {
+                plans,
+                return_best_on_error,
+            } => Kind::MissFailover {
+                children: list(self, plans),
+                best: *return_best_on_error,
+                next: 0,
+                replies: Vec::new(),
+            },
+            Plan::WarmUp {
+                cold,
+                warm,
+                exptime,
+            } => Kind::WarmUp {
+                cold: self.build(cold, Some(id), req, sample),
+                warm: self.build(warm, Some(id), req, sample),
+                warm_plan: (**warm).clone(),
+                cold_plan: (**cold).clone(),
+                exptime: *exptime,
+                asked_warm: false,
+            },
+            Plan::Shadowed { main, shadows } => {
+                let main = self.build(main, Some(id), req, sample);
+                let mut copies = Vec::new();
+                for (fraction, plan) in shadows {
+                    if sample(*fraction) {
+                        copies.push(self.build(plan, Some(id), req, sample));
+                    }
+                }
+                Kind::Shadowed {
+                    main,
+                    shadows: copies,
+                }
+            }
+            Plan::Null => Kind::Null,
+            Plan::Error(m) => Kind::Error(m.clone()),
+        };
+        self.nodes[id].kind = kind;
+        id
+    }
+
+    fn start_node(&mut self, id: usize, out: &mut Vec<Action>) {
+        let req = self.nodes[id].req;
+        match &self.nodes[id].kind {
+            Kind::Send(_) => {
+                self.outstanding += 1;
+                out.push(Action::Send { node: id });
+            }
+            Kind::All { mode, children, .. } => {
+                let (mode, children) = (*mode, children.clone());
+                for c in children {
+                    self.start_node(c, out);
+                }
+                if mode == AllMode::Async {
+                    self.complete(id, default_reply(self.requests[req].reply_op()), out);
+                }
+            }
+            Kind::Failover {
+                children, limit, ..
+            } => {
+                if let Some((route, limit)) = limit {
+                    self.limits.earn(*route, limit);
+                }
+                let first = children[0];
+                self.start_node(first, out);
+            }
+            Kind::MissFailover { children, .. } => {
+                let first = children[0];
+                self.start_node(first, out);
+            }
+            Kind::WarmUp { cold, .. } => {
+                let cold = *cold;
+                self.start_node(cold, out);
+            }
+            Kind::Shadowed { main, shadows } => {
+                let (main, shadows) = (*main, shadows.clone());
+                self.start_node(main, out);
+                for s in shadows {
+                    self.start_node(s, out);
+                }
+            }
+            Kind::Fill { read, .. } => {
+                let read = *read;
+                self.start_node(read, out);
+            }
+            Kind::Null => self.complete(id, default_reply(self.requests[req].reply_op()), out),
+            Kind::Error(m) => {
+                let reply = Reply::local_error(m);
+                self.complete(id, reply, out)
+            }
+        }
+    }
+
+    fn complete(&mut self, id: usize, reply: Reply, out: &mut Vec<Action>) {
+        if self.nodes[id].done {
+            return;
+        }
+        self.nodes[id].done = true;
+        if let Some(part) = self.nodes[id].part {
+            self.parts[part] = Some(reply);
+            self.open -= 1;
+            out.push(Action::Done { part });
+            return;
+        }
+        if let Some(parent) = self.nodes[id].parent {
+            self.child_done(parent, id, reply, out);
+        }
+    }
+
+    fn child_done(&mut self, id: usize, child: usize, reply: Reply, out: &mut Vec<Action>) {
+        if self.nodes[id].done {
+            // Background children (AllAsync, AllInitial, shadows...) of a node that answered.
+            return;
+        }
+        enum Next {
+            Wait,
+            Reply(Reply),
+            Start(usize),
+            Fill(Reply),
+            AddToCold(Reply),
+        }
+        let next = match &mut self.nodes[id].kind {
+            Kind::All {
+                mode,
+                children,
+                replies,
+            } => {
+                let total = children.len();
+                let first = children[0] == child;
+                replies.push(reply);
+                let last = replies.last().cloned();
+                match mode {
+                    AllMode::Sync if replies.len() == total => Next::Reply(
+                        reply::worst(replies)
+                            .cloned()
+                            .unwrap_or_else(|| Reply::error(McResult::LocalError)),
+                    ),
+                    AllMode::Initial if first => Next::Reply(last.expect("just pushed")),
+                    AllMode::Majority => match reply::majority(replies, total) {
+                        Some(r) => Next::Reply(r.clone()),
+                        None => Next::Wait,
+                    },
+                    AllMode::Fastest => {
+                        let r = last.expect("just pushed");
+                        if !r.result.is_error() || replies.len() == total {
+                            Next::Reply(r)
+                        } else {
+                            Next::Wait
+                        }
+                    }
+                    _ => Next::Wait,
+                }
+            }
+            Kind::Failover {
+                children,
+                errors,
+                next,
+                limit,
+            } => {
+                let fails_over = reply.result.is_error()
+                    && errors.iter().any(|e| e == reply.result.name())
+                    && *next + 1 < children.len()
+                    && limit
+                        .as_ref()
+                        .is_none_or(|(route, l)| self.limits.spend(*route, l));
+                if fails_over {
+                    *next += 1;
+                    Next::Start(children[*next])
+                } else {
+                    Next::Reply(reply)
+                }
+            }
+            Kind::MissFailover {
+                children,
+                best,
+                next,
+                replies,
+            } => {
+                if is_hit(&reply) {
+                    Next::Reply(reply)
+                } else if *next + 1 < children.len() {
+                    replies.push(reply);
+                    *next += 1;
+                    Next::Start(children[*next])
+                } else if *best {
+                    replies.push(reply);
+                    Next::Reply(reply::best_of(replies).cloned().expect("one at least"))
+                } else {
+                    Next::Reply(reply)
+                }
+            }
+            Kind::WarmUp {
+                warm, asked_warm, ..
+            } => {
+                if !*asked_warm && !is_hit(&reply) {
+                    *asked_warm = true;
+                    Next::Start(*warm)
+                } else if *asked_warm && is_hit(&reply) {
+                    Next::Fill(reply)
+                } else {
+                    Next::Reply(reply)
+                }
+            }
+            Kind::Shadowed { main, .. } if *main == child => Next::Reply(reply),
+            Kind::Fill { read, .. } if *read == child => Next::AddToCold(reply),
+            Kind::Fill { .. } => {
+                self.nodes[id].done = true;
+                Next::Wait
+            }
+            _ => Next::Wait,
+        };
+        match next {
+            Next::Wait => {}
+            Next::Reply(r) => self.complete(id, r, out),
+            Next::Start(c) => self.start_node(c, out),
+            Next::Fill(r) => {
+                self.start_fill(id, out);
+                self.complete(id, r, out);
+            }
+            Next::AddToCold(r) => self.add_to_cold(id, &r, out),
+        }
+    }
+
+    /// A warm hit: read the item (value, flags, remaining TTL) from warm, in the background.
+    fn start_fill(&mut self, warm_up: usize, out: &mut Vec<Action>) {
+        let Kind::WarmUp {
+            warm_plan,
+            cold_plan,
+            exptime,
+            ..
+        } = &self.nodes[warm_up].kind
+        else {
+            return;
+        };
+        let (warm_plan, cold_plan, exptime) = (warm_plan.clone(), cold_plan.clone(), *exptime);
+        let key = self.requests[self.nodes[warm_up].req].key().to_vec();
+        self.requests.push(ReqSpec::FillRead { key });
+        let req = self.requests.len() - 1;
+        let fill = self.nodes.len();
+        self.nodes.push(Node {
+            parent: None,
+            req,
+            done: false,
+            part: None,
+            kind: Kind::Null,
+        });
+        let read = self.build(&warm_plan, Some(fill), req, &mut |_| false);
+        self.nodes[fill].kind = Kind::Fill {
+            read,
+            cold_plan,
+            exptime,
+        };
+        self.start_node(fill, out);
+    }
+
+    /// The warm item arrived: `add` it to cold with the configured exptime, else with the
+    /// item's remaining TTL.
+    fn add_to_cold(&mut self, fill: usize, item: &Reply, out: &mut Vec<Action>) {
+        let Kind::Fill {
+            cold_plan, exptime, ..
+        } = &self.nodes[fill].kind
+        else {
+            return;
+        };
+        let Some((flags, ttl, value)) = reply::meta_item(&item.bytes) else {
+            self.nodes[fill].done = true;
+            return;
+        };
+        let exptime = match (*exptime, ttl) {
+            (e, _) if e > 0 => i64::from(e),
+            (_, t) if t > 0 => t,
+            _ => 0,
+        };
+        let cold_plan = cold_plan.clone();
+        let key = self.requests[self.nodes[fill].req].key().to_vec();
+        self.requests.push(ReqSpec::Store {
+            cmd: proto::StoreCmd::Add,
+            key,
+            flags,
+            exptime,
+            data: value.to_vec(),
+            cas: 0,
+        });
+        let req = self.requests.len() - 1;
+        let add = self.build(&cold_plan, Some(fill), req, &mut |_| false);
+        self.start_node(add, out);
+    }
+}
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;

@@ -1,0 +1,387 @@
+//! The executor against scripted servers: each (pool, index) answers with a fixed reply,
+//! and every request it got is recorded.
+
+use super::*;
+use crate::mcrouter::request::GetCmd;
+use routetree::{AllMode, ExptimeAction, FailoverLimit, Plan, Send};
+
+fn to(pool: usize, index: usize) -> Plan {
+    Plan::Send(Send {
+        pool,
+        index,
+        keep_prefix: false,
+        exptime: Vec::new(),
+        asynclog: None,
+    })
+}
+
+fn get(key: &str) -> ReqSpec {
+    ReqSpec::Get {
+        cmd: GetCmd::Get,
+        key: key.as_bytes().to_vec(),
+    }
+}
+
+fn set(key: &str, exptime: i64) -> ReqSpec {
+    ReqSpec::Store {
+        cmd: proto::StoreCmd::Set,
+        key: key.as_bytes().to_vec(),
+        flags: 0,
+        exptime,
+        data: b"v".to_vec(),
+        cas: 0,
+    }
+}
+
+/// Scripted servers: `answer(pool, index, request bytes)` gives the reply. Replies are
+/// given back in the order requests were sent (`delay_first` holds the first one back
+/// until the end, to see who answers before whom).
+struct Fleet<F: FnMut(usize, usize, &[u8]) -> Reply> {
+    answer: F,
+    sent: Vec<(usize, usize, Vec<u8>)>,
+    limits: FailoverLimits,
+}
+
+impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
+    fn new(answer: F) -> Self {
+        Fleet {
+            answer,
+            sent: Vec::new(),
+            limits: FailoverLimits::default(),
+        }
+    }
+
+    /// Runs to the end; returns the parts' replies (as bytes) in the order they were done.
+    fn run(&mut self, exec: &mut Exec) -> Vec<(usize, Vec<u8>)> {
+        let mut actions = Vec::new();
+        exec.start(&mut self.limits, &mut actions);
+        let mut done = Vec::new();
+        let mut queue = std::collections::VecDeque::new();
+        loop {
+            for a in actions.drain(..) {
+                match a {
+                    Action::Send { node } => {
+                        let s = exec.send(node).clone();
+                        let mut bytes = Vec::new();
+                        exec.request(node).write(&s, &mut bytes);
+                        self.sent.push((s.pool, s.index, bytes.clone()));
+                        queue.push_back((node, s, bytes));
+                    }
+                    Action::Done { part } => {
+                        done.push((part, exec.parts[part].as_ref().unwrap().bytes.clone()))
+                    }
+                }
+            }
+            let Some((node, s, bytes)) = queue.pop_front() else {
+                break;
+            };
+            let reply = (self.answer)(s.pool, s.index, &bytes);
+            exec.on_reply(node, reply, &mut self.limits, &mut actions);
+        }
+        assert!(exec.finished());
+        done
+    }
+}
+
+fn r(bytes: &[u8]) -> Reply {
+    Reply::from_server(bytes)
+}
+
+fn exec(req: ReqSpec, plan: Plan) -> Exec {
+    Exec::new(vec![req], vec![plan], &mut |_| true)
+}
+
+#[test]
+fn send_and_null_and_error() {
+    let mut fleet = Fleet::new(|_, _, _| r(b"STORED\r\n"));
+    assert_eq!(
+        fleet.run(&mut exec(set("k", 0), to(0, 1))),
+        vec![(0, b"STORED\r\n".to_vec())]
+    );
+    assert_eq!(fleet.sent, vec![(0, 1, b"set k 0 0 1\r\nv\r\n".to_vec())]);
+    assert_eq!(
+        fleet.run(&mut exec(get("k"), Plan::Null)),
+        vec![(0, b"END\r\n".to_vec())]
+    );
+    assert_eq!(
+        fleet.run(&mut exec(set("k", 0), Plan::Null)),
+        vec![(0, b"NOT_STORED\r\n".to_vec())]
+    );
+    assert_eq!(
+        fleet.run(&mut exec(get("k"), Plan::Error("no way".into()))),
+        vec![(0, b"SERVER_ERROR no way\r\n".to_vec())]
+    );
+    assert_eq!(fleet.sent.len(), 1, "Null and Error send nothing");
+}
+
+#[test]
+fn all_modes_reply_as_mcrouter_documents() {
+    let plans = |mode| Plan::All {
+        mode,
+        plans: vec![to(0, 0), to(1, 0), to(2, 0)],
+    };
+    // Server 1 is down; the others store.
+    let answer = |p: usize, _: usize, _: &[u8]| {
+        if p == 1 {
+            Reply::error(McResult::ConnectError)
+        } else {
+            r(b"STORED\r\n")
+        }
+    };
+    let mut fleet = Fleet::new(answer);
+    let sync = fleet.run(&mut exec(set("k", 0), plans(AllMode::Sync)));
+    assert_eq!(
+        sync,
+        vec![(0, b"SERVER_ERROR connection error\r\n".to_vec())]
+    );
+    assert_eq!(fleet.sent.len(), 3, "every child gets the write");
+    let asynchronous = fleet.run(&mut exec(set("k", 0), plans(AllMode::Async)));
+    assert_eq!(asynchronous, vec![(0, b"NOT_STORED\r\n".to_vec())]);
+    assert_eq!(fleet.sent.len(), 6, "and in the background for AllAsync");
+    let majority = fleet.run(&mut exec(set("k", 0), plans(AllMode::Majority)));
+    assert_eq!(majority, vec![(0, b"STORED\r\n".to_vec())]);
+    let initial = fleet.run(&mut exec(set("k", 0), plans(AllMode::Initial)));
+    assert_eq!(initial, vec![(0, b"STORED\r\n".to_vec())]);
+    assert_eq!(fleet.sent.len(), 12);
+    // AllFastest: the first non-error; all errors: the last error.
+    let fastest = Plan::All {
+        mode: AllMode::Fastest,
+        plans: vec![to(1, 0), to(0, 0)],
+    };
+    assert_eq!(
+        fleet.run(&mut exec(set("k", 0), fastest)),
+        vec![(0, b"STORED\r\n".to_vec())]
+    );
+    let all_down = Plan::All {
+        mode: AllMode::Fastest,
+        plans: vec![to(1, 0), to(1, 1)],
+    };
+    assert_eq!(
+        fleet.run(&mut exec(set("k", 0), all_down)),
+        vec![(0, b"SERVER_ERROR connection error\r\n".to_vec())]
+    );
+}
+
+#[test]
+fn majority_fails_when_most_are_down() {
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            r(b"STORED\r\n")
+        } else {
+            Reply::error(McResult::Tko)
+        }
+    });
+    let plan = Plan::All {
+        mode: AllMode::Majority,
+        plans: vec![to(0, 0), to(1, 0), to(2, 0)],
+    };
+    assert_eq!(
+        fleet.run(&mut exec(set("k", 0), plan)),
+        vec![(0, b"SERVER_ERROR unavailable\r\n".to_vec())]
+    );
+}
+
+#[test]
+fn failover_moves_on_only_on_listed_errors() {
+    let failover = |errors: &[&str]| Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0), to(2, 0)],
+        errors: errors.iter().map(|e| e.to_string()).collect(),
+        limit: None,
+        route: 0,
+    };
+    let answer = |p: usize, _: usize, _: &[u8]| match p {
+        0 => Reply::error(McResult::Timeout),
+        1 => r(b"SERVER_ERROR busy\r\n"),
+        _ => r(b"STORED\r\n"),
+    };
+    let mut fleet = Fleet::new(answer);
+    let all = fleet.run(&mut exec(
+        set("k", 0),
+        failover(&["timeout", "remote_error"]),
+    ));
+    assert_eq!(all, vec![(0, b"STORED\r\n".to_vec())]);
+    assert_eq!(fleet.sent.len(), 3);
+    let only_timeouts = fleet.run(&mut exec(set("k", 0), failover(&["timeout"])));
+    assert_eq!(only_timeouts, vec![(0, b"SERVER_ERROR busy\r\n".to_vec())]);
+    assert_eq!(fleet.sent.len(), 5, "the third is not tried");
+    // A miss is not an error: no failover.
+    let mut misses = Fleet::new(|_, _, _| r(b"END\r\n"));
+    misses.run(&mut exec(get("k"), failover(&["timeout"])));
+    assert_eq!(misses.sent.len(), 1);
+}
+
+#[test]
+fn failover_with_exptime_caps_the_gutter() {
+    // What routetree makes of FailoverWithExptimeRoute: the failover child carries Min.
+    let gutter = Plan::Send(Send {
+        pool: 1,
+        index: 0,
+        keep_prefix: false,
+        exptime: vec![(ExptimeAction::Min, 10)],
+        asynclog: None,
+    });
+    let plan = Plan::Failover {
+        plans: vec![to(0, 0), gutter],
+        errors: vec!["connect_error".into()],
+        limit: None,
+        route: 0,
+    };
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            Reply::error(McResult::ConnectError)
+        } else {
+            r(b"STORED\r\n")
+        }
+    });
+    fleet.run(&mut exec(set("k", 100), plan));
+    assert_eq!(fleet.sent[0].2, b"set k 0 100 1\r\nv\r\n");
+    assert_eq!(fleet.sent[1].2, b"set k 0 10 1\r\nv\r\n");
+}
+
+#[test]
+fn miss_failover_stops_at_the_first_hit() {
+    let plan = |best| Plan::MissFailover {
+        plans: vec![to(0, 0), to(1, 0), to(2, 0)],
+        return_best_on_error: best,
+    };
+    let mut fleet = Fleet::new(|p, _, _| match p {
+        0 => r(b"END\r\n"),
+        1 => r(b"VALUE k 0 1\r\nx\r\nEND\r\n"),
+        _ => panic!("not asked"),
+    });
+    assert_eq!(
+        fleet.run(&mut exec(get("k"), plan(false))),
+        vec![(0, b"VALUE k 0 1\r\nx\r\nEND\r\n".to_vec())]
+    );
+    let mut errors = Fleet::new(|p, _, _| match p {
+        1 => r(b"END\r\n"),
+        _ => Reply::error(McResult::Timeout),
+    });
+    assert_eq!(
+        errors.run(&mut exec(get("k"), plan(false))),
+        vec![(0, b"SERVER_ERROR timeout\r\n".to_vec())],
+        "the last reply"
+    );
+    assert_eq!(
+        errors.run(&mut exec(get("k"), plan(true))),
+        vec![(0, b"END\r\n".to_vec())],
+        "the best reply"
+    );
+}
+
+#[test]
+fn warm_up_fills_cold_with_the_remaining_ttl() {
+    let plan = |exptime| Plan::WarmUp {
+        cold: Box::new(to(0, 0)),
+        warm: Box::new(to(1, 0)),
+        exptime,
+    };
+    let answer = |p: usize, _: usize, req: &[u8]| match (p, req) {
+        (0, b"get k\r\n") => r(b"END\r\n"),
+        (1, b"get k\r\n") => r(b"VALUE k 7 2\r\nhi\r\nEND\r\n"),
+        (1, b"mg k s v t f\r\n") => r(b"VA 2 s2 t55 f7\r\nhi\r\n"),
+        (0, _) => r(b"STORED\r\n"),
+        other => panic!("unexpected {other:?}"),
+    };
+    let mut fleet = Fleet::new(answer);
+    assert_eq!(
+        fleet.run(&mut exec(get("k"), plan(0))),
+        vec![(0, b"VALUE k 7 2\r\nhi\r\nEND\r\n".to_vec())]
+    );
+    let sent: Vec<&[u8]> = fleet.sent.iter().map(|s| &s.2[..]).collect();
+    assert_eq!(
+        sent,
+        vec![
+            &b"get k\r\n"[..],
+            b"get k\r\n",
+            b"mg k s v t f\r\n",
+            b"add k 7 55 2\r\nhi\r\n"
+        ]
+    );
+    fleet.sent.clear();
+    fleet.run(&mut exec(get("k"), plan(9)));
+    assert_eq!(
+        fleet.sent[3].2, b"add k 7 9 2\r\nhi\r\n",
+        "a configured exptime wins"
+    );
+    // A cold hit never asks warm.
+    let mut hot = Fleet::new(|p, _, _| {
+        assert_eq!(p, 0);
+        r(b"VALUE k 0 1\r\nx\r\nEND\r\n")
+    });
+    hot.run(&mut exec(get("k"), plan(0)));
+    assert_eq!(hot.sent.len(), 1);
+}
+
+#[test]
+fn shadows_are_sent_and_ignored() {
+    let plan = Plan::Shadowed {
+        main: Box::new(to(0, 0)),
+        shadows: vec![(1.0, to(1, 0)), (0.5, to(2, 0))],
+    };
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            r(b"STORED\r\n")
+        } else {
+            Reply::error(McResult::ConnectError)
+        }
+    });
+    let mut sampled = Exec::new(vec![set("k", 0)], vec![plan], &mut |f| f >= 1.0);
+    assert_eq!(fleet.run(&mut sampled), vec![(0, b"STORED\r\n".to_vec())]);
+    let pools: Vec<usize> = fleet.sent.iter().map(|s| s.0).collect();
+    assert_eq!(pools, vec![0, 1], "the 50% shadow was not sampled");
+}
+
+#[test]
+fn parts_answer_independently() {
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            r(b"VALUE a 0 1\r\n1\r\nEND\r\n")
+        } else {
+            r(b"END\r\n")
+        }
+    });
+    let mut e = Exec::new(
+        vec![get("a"), get("b")],
+        vec![to(0, 0), to(1, 0)],
+        &mut |_| true,
+    );
+    let done = fleet.run(&mut e);
+    assert_eq!(done.len(), 2);
+    let mut out = Vec::new();
+    let replies: Vec<Reply> = e.replies().unwrap().into_iter().cloned().collect();
+    reply::merge_gets(&replies, &mut out);
+    assert_eq!(out, b"VALUE a 0 1\r\n1\r\nEND\r\n");
+}
+
+#[test]
+fn failover_limit_is_a_token_bucket_per_route() {
+    let plan = |route, rate| Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0)],
+        errors: vec!["tko".into()],
+        limit: Some(FailoverLimit { rate, burst: 2.0 }),
+        route,
+    };
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            Reply::error(McResult::Tko)
+        } else {
+            r(b"STORED\r\n")
+        }
+    });
+    let mut replies = Vec::new();
+    for _ in 0..4 {
+        replies.push(fleet.run(&mut exec(set("k", 0), plan(7, 0.0)))[0].1.clone());
+    }
+    let stored = b"STORED\r\n".to_vec();
+    let down = b"SERVER_ERROR unavailable\r\n".to_vec();
+    assert_eq!(
+        replies,
+        [stored.clone(), stored.clone(), down.clone(), down]
+    );
+    // Another route has its own bucket; a rate refills it.
+    assert_eq!(fleet.run(&mut exec(set("k", 0), plan(8, 0.0)))[0].1, stored);
+    for _ in 0..3 {
+        assert_eq!(fleet.run(&mut exec(set("k", 0), plan(9, 1.0)))[0].1, stored);
+    }
+}

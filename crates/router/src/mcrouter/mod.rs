@@ -1,0 +1,211 @@
+//! Routing with an mcrouter JSON config (`--config file:PATH`, `--config-file`,
+//! `--config-str`). The config becomes one generation of [`Shared`]: a listening pool per
+//! listen address (clients arrive there; it has no servers) followed by one backend pool
+//! per mcrouter pool, whose servers keep the config's order (the route tree names them by
+//! index) and carry TKO state. Requests are planned by `routetree` and carried out by
+//! [`exec::Exec`] in the worker (`worker/mcrouter.rs`).
+//!
+//! Modules: `reply` (result classes, combining replies), `request` (a key's request,
+//! owned, written per destination), `exec` (the plan state machine), `tko` (destination
+//! health). All pure; the worker does the I/O.
+
+pub mod exec;
+pub mod reply;
+pub mod request;
+pub mod tko;
+
+use std::time::{Duration, Instant};
+
+use crate::config::{Listen, Pool, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
+use crate::shared::{McRoutes, PoolRt, Shared};
+use crate::RouteArgs;
+use tko::TkoSettings;
+
+/// mcrouter's default `--server-timeout`, ms.
+pub const DEFAULT_SERVER_TIMEOUT_MS: u64 = 1000;
+/// mcrouter's default `--timeouts-until-tko`.
+pub const DEFAULT_TIMEOUTS_UNTIL_TKO: u32 = 3;
+/// mcrouter's default `--probe-timeout-initial`, ms.
+pub const DEFAULT_PROBE_INITIAL_MS: u64 = 10_000;
+/// mcrouter's default `--probe-timeout-max`, ms.
+pub const DEFAULT_PROBE_MAX_MS: u64 = 60_000;
+
+/// Whether the command line runs the router with an mcrouter config.
+pub fn requested(args: &RouteArgs) -> bool {
+    args.config.is_some() || args.config_file.is_some() || args.config_str.is_some()
+}
+
+/// The config's name (for messages) and its text.
+pub fn source(args: &RouteArgs) -> Result<(String, String), String> {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .map(|text| (path.to_owned(), text))
+            .map_err(|e| format!("cannot read config file '{path}': {e}"))
+    };
+    match (&args.config, &args.config_file, &args.config_str) {
+        (Some(config), _, _) => match config.strip_prefix("file:") {
+            Some(path) => read(path),
+            None => Ok(("--config".to_owned(), config.clone())),
+        },
+        (None, Some(path), _) => read(&path.to_string_lossy()),
+        (None, None, Some(json)) => Ok(("--config-str".to_owned(), json.clone())),
+        (None, None, None) => Err("an mcrouter config is needed: --config file:PATH (or \
+                                   --config-file PATH, --config-str JSON)"
+            .into()),
+    }
+}
+
+/// The file to watch for changes, when the config came from one.
+pub fn config_path(args: &RouteArgs) -> Option<std::path::PathBuf> {
+    match (&args.config, &args.config_file) {
+        (Some(c), _) => c.strip_prefix("file:").map(std::path::PathBuf::from),
+        (None, Some(p)) => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// The addresses clients connect to: every `--listen-addresses` entry on every port.
+pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
+    let mut ports = args.port.clone();
+    if let Some(p) = &args.p {
+        ports.push(
+            p.parse::<u16>()
+                .map_err(|_| format!("-p {p}: with an mcrouter config -p is the port"))?,
+        );
+    }
+    if ports.is_empty() {
+        return Err("no port to listen on: give -p/--port".into());
+    }
+    let hosts: Vec<String> = match &args.listen_addresses {
+        Some(list) => list
+            .split(',')
+            .map(|h| {
+                h.trim()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned()
+            })
+            .filter(|h| !h.is_empty())
+            .collect(),
+        None => vec!["0.0.0.0".to_owned()],
+    };
+    let mut out = Vec::new();
+    for port in ports {
+        for host in &hosts {
+            out.push(Listen::Tcp {
+                host: host.clone(),
+                port,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// TKO settings from the command line.
+pub fn tko_settings(args: &RouteArgs) -> TkoSettings {
+    TkoSettings {
+        timeouts_until_tko: args.timeouts_until_tko,
+        probe_initial_ms: args.probe_timeout_initial,
+        probe_max_ms: args.probe_timeout_max.max(args.probe_timeout_initial),
+    }
+}
+
+/// Reads and validates the config and builds a generation from it.
+pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared, String> {
+    let (name, text) = source(args)?;
+    let config =
+        routetree::validate(&name, &text, &args.route_prefix).map_err(|e| e.to_string())?;
+    for warning in &config.warnings {
+        crate::log::warn(&format!("config: {warning}"));
+    }
+    let listens = listen_addresses(args)?;
+    let mut pools = Vec::new();
+    for listen in &listens {
+        let cfg = pool_cfg(
+            format!("listen-{}", listen_name(listen)),
+            listen.clone(),
+            Vec::new(),
+            None,
+        );
+        pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
+    }
+    let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
+    let tko = tko_settings(args);
+    let mut index = Vec::with_capacity(config.pools.len());
+    for pool in &config.pools {
+        let servers = pool
+            .servers
+            .iter()
+            .map(|s| ServerSpec {
+                pname: format!("{}:{}", s.host, s.port),
+                addr: ServerAddr::Tcp {
+                    host: s.host.clone(),
+                    port: s.port,
+                },
+                weight: 1,
+                name: None,
+                ketama_name: format!("{}:{}", s.host, s.port),
+            })
+            .collect();
+        let cfg = pool_cfg(
+            pool.name.clone(),
+            Listen::Tcp {
+                host: String::new(),
+                port: 0,
+            },
+            servers,
+            timeout,
+        );
+        index.push(pools.len());
+        pools.push(std::sync::Arc::new(PoolRt::backend(
+            cfg, tko, threads, started,
+        )?));
+    }
+    Ok(Shared {
+        listening: listens.len(),
+        pools,
+        mcrouter: Some(std::sync::Arc::new(McRoutes {
+            config,
+            prefix: args.route_prefix.clone(),
+            pools: index,
+        })),
+    })
+}
+
+fn listen_name(listen: &Listen) -> String {
+    match listen {
+        Listen::Tcp { host, port } => format!("{host}:{port}"),
+        Listen::Unix { path, .. } => path.clone(),
+    }
+}
+
+fn pool_cfg(
+    name: String,
+    listen: Listen,
+    servers: Vec<ServerSpec>,
+    timeout: Option<Duration>,
+) -> Pool {
+    Pool {
+        name,
+        listen,
+        hash: DEFAULT_HASH,
+        hash_tag: None,
+        distribution: DEFAULT_DISTRIBUTION,
+        timeout,
+        backlog: 1024,
+        client_connections: 0,
+        redis: false,
+        redis_auth: None,
+        redis_db: 0,
+        preconnect: false,
+        tcpkeepalive: false,
+        reuseport: false,
+        auto_eject_hosts: false,
+        server_connections: 1,
+        server_retry_timeout: Duration::from_secs(30),
+        server_failure_limit: 2,
+        servers,
+        client_auth: None,
+        tls: Default::default(),
+    }
+}

@@ -1,0 +1,315 @@
+//! Requests of clients of an mcrouter config. Each is planned by the route tree; a plan that
+//! is one server getting the request unchanged is passed on as a nutcracker pool's request
+//! is ([`Planned::Server`]). Anything else is split per key and carried out by an [`Exec`]
+//! held here until its last background send answered. Sends go out on the worker's
+//! ordinary backend connections with a [`ReplyTo`] that names the execution instead of a
+//! client; their replies (and failures) come back through `backend::Arrivals` and are fed
+//! to the execution at the end of the loop turn. The client gets one reply per request in
+//! its own slot, so its pipelined requests stay in order.
+
+use std::sync::Arc;
+
+use proto::Request;
+use ring::RoutingKey;
+use routetree::{AllMode, Plan, Send};
+use slab::Slab;
+
+use super::backend::{ReplyTo, EXEC_CLIENT};
+use super::client::{deliver, SlotKind};
+use super::Worker;
+use crate::mcrouter::exec::{Action, Exec, FailoverLimits};
+use crate::mcrouter::reply::{self, McResult, Reply};
+use crate::mcrouter::request::{single_key, ReqSpec};
+use crate::shared::McRoutes;
+
+/// One client request being carried out.
+struct Running {
+    exec: Exec,
+    /// The client's slot.
+    to: ReplyTo,
+    /// The generation it was planned in: a send after a reload fails (its pool indexes
+    /// belong to the old generation).
+    routes: Arc<McRoutes>,
+    /// A meta command with `q`: `Some(is mg)`.
+    quiet: Option<bool>,
+    replied: bool,
+    /// Tells a reused slab index apart in [`ReplyTo::gen`].
+    gen: u32,
+}
+
+/// The executions of one worker.
+#[derive(Default)]
+pub(super) struct Execs {
+    running: Slab<Running>,
+    gen: u32,
+    scratch: Vec<u8>,
+    rng: u64,
+    /// FailoverRoutes' `failover_limit` buckets, and the generation they belong to.
+    limits: FailoverLimits,
+    limits_of: Option<Arc<McRoutes>>,
+}
+
+impl Execs {
+    /// xorshift64*: enough to sample shadow request fractions.
+    fn sample(&mut self, fraction: f64) -> bool {
+        if fraction >= 1.0 {
+            return true;
+        }
+        if self.rng == 0 {
+            self.rng = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
+                | 1;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let x = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+        (x as f64 / (1u64 << 53) as f64) < fraction
+    }
+}
+
+/// What became of a request of an mcrouter config's client.
+pub(super) enum Planned {
+    /// Carried out (or answered) here.
+    Done,
+    /// Its plan is one server that gets the request exactly as the client sent it: passed
+    /// on as a nutcracker pool's request is, to (pool, server).
+    Server(usize, usize),
+    /// Not a routed request (version, stats, ...): the router answers it.
+    Here,
+}
+
+impl Worker {
+    /// Carries out `req` with the route tree.
+    pub(super) fn route_plan(&mut self, ci: usize, req: &Request<'_>) -> Planned {
+        let Some(routes) = self.shared.mcrouter.clone() else {
+            return Planned::Here;
+        };
+        if let Some((op, key)) = single_key(req) {
+            if let Plan::Send(send) = routes.config.plan(op, key, &routes.prefix) {
+                let as_sent = send.keep_prefix || RoutingKey::parse(key).prefix.is_empty();
+                if as_sent && send.exptime.is_empty() {
+                    let p = routes.pools[send.pool];
+                    if self.pools[p].rt.is_tko(send.index) {
+                        self.local_reply(ci, McResult::Tko.error_reply());
+                        return Planned::Done;
+                    }
+                    return Planned::Server(p, send.index);
+                }
+            }
+        }
+        if self.route_exec(ci, req, routes) {
+            Planned::Done
+        } else {
+            Planned::Here
+        }
+    }
+
+    /// Carries out `req` with an [`Exec`]. False when the request is not routed.
+    fn route_exec(&mut self, ci: usize, req: &Request<'_>, routes: Arc<McRoutes>) -> bool {
+        if let Request::Get { keys, .. } | Request::Gat { keys, .. } = req {
+            if keys.into_iter().any(|k| k.is_err()) {
+                self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
+                return true;
+            }
+        }
+        let Some(specs) = ReqSpec::split(req) else {
+            return false;
+        };
+        if specs.is_empty() {
+            self.local_reply(ci, proto::reply::ERROR);
+            return true;
+        }
+        let (kind, quiet) = match req {
+            Request::Store { noreply: true, .. }
+            | Request::Delete { noreply: true, .. }
+            | Request::Arith { noreply: true, .. }
+            | Request::Touch { noreply: true, .. }
+            | Request::FlushAll { noreply: true, .. } => (SlotKind::NoReply, None),
+            Request::MetaGet { flags, .. } if flags.noreply() => (SlotKind::Single, Some(true)),
+            Request::MetaSet { flags, .. }
+            | Request::MetaDelete { flags, .. }
+            | Request::MetaArithmetic { flags, .. }
+                if flags.noreply() =>
+            {
+                (SlotKind::Single, Some(false))
+            }
+            _ => (SlotKind::Single, None),
+        };
+        let plans: Vec<Plan> = specs
+            .iter()
+            .map(|spec| match spec {
+                ReqSpec::FlushAll { .. } => every_server(&routes),
+                _ => routes
+                    .config
+                    .plan(spec.operation(), spec.key(), &routes.prefix),
+            })
+            .collect();
+        let mc = &mut self.mc;
+        if !mc
+            .limits_of
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, &routes))
+        {
+            mc.limits.clear();
+            mc.limits_of = Some(routes.clone());
+        }
+        let exec = Exec::new(specs, plans, &mut |f| mc.sample(f));
+        let to = self.clients[ci].push(ci, 1, kind);
+        self.mc.gen = self.mc.gen.wrapping_add(1);
+        let x = self.mc.running.insert(Running {
+            exec,
+            to,
+            routes,
+            quiet,
+            replied: false,
+            gen: self.mc.gen,
+        });
+        let mut actions = Vec::new();
+        self.mc.running[x]
+            .exec
+            .start(&mut self.mc.limits, &mut actions);
+        self.drive(x, actions);
+        true
+    }
+
+    /// Feeds the replies that arrived this turn to their executions.
+    pub(super) fn run_arrivals(&mut self) {
+        for a in self.arrivals.take() {
+            let x = (a.to.seq >> 32) as usize;
+            let node = (a.to.seq & 0xffff_ffff) as usize;
+            let Some(run) = self.mc.running.get_mut(x) else {
+                continue;
+            };
+            if run.gen != a.to.gen {
+                continue;
+            }
+            let reply = match a.failed {
+                Some(result) => Reply::error(result),
+                None => {
+                    let req = run.exec.request(node);
+                    let sent = req.key_for(run.exec.send(node));
+                    Reply::from_server(&reply::rekey(&a.reply, sent, req.key()))
+                }
+            };
+            let mut actions = Vec::new();
+            run.exec
+                .on_reply(node, reply, &mut self.mc.limits, &mut actions);
+            self.drive(x, actions);
+        }
+    }
+
+    /// Carries out an execution's actions, and those they lead to.
+    fn drive(&mut self, x: usize, mut actions: Vec<Action>) {
+        let mut i = 0;
+        while i < actions.len() {
+            match actions[i] {
+                Action::Send { node } => {
+                    if let Err(result) = self.send_node(x, node) {
+                        let mc = &mut self.mc;
+                        let reply = Reply::error(result);
+                        mc.running[x]
+                            .exec
+                            .on_reply(node, reply, &mut mc.limits, &mut actions);
+                    }
+                }
+                Action::Done { .. } => self.answer_client(x),
+            }
+            i += 1;
+        }
+        if self.mc.running[x].exec.finished() {
+            self.mc.running.remove(x);
+        }
+    }
+
+    /// Queues one send; `Err` is the error met at once (TKO, no connection, stale plan).
+    fn send_node(&mut self, x: usize, node: usize) -> Result<(), McResult> {
+        let run = &self.mc.running[x];
+        let current = self.shared.mcrouter.as_ref();
+        if !current.is_some_and(|c| Arc::ptr_eq(c, &run.routes)) {
+            return Err(McResult::LocalError);
+        }
+        let send: &Send = run.exec.send(node);
+        let p = run.routes.pools[send.pool];
+        let s = send.index;
+        if self.pools[p].rt.is_tko(s) {
+            return Err(McResult::Tko);
+        }
+        let mut bytes = std::mem::take(&mut self.mc.scratch);
+        bytes.clear();
+        run.exec.request(node).write(send, &mut bytes);
+        let client = (run.to.client, run.to.gen);
+        let to = ReplyTo {
+            client: EXEC_CLIENT,
+            gen: run.gen,
+            seq: (x as u64) << 32 | node as u64,
+            frag: 0,
+        };
+        let result = match self.backend_for(p, s, 0) {
+            Ok(b) => {
+                self.enqueue(b, &[&bytes], to, false);
+                self.backends[b].bar(client.0, client.1);
+                Ok(())
+            }
+            Err(_) => Err(McResult::ConnectError),
+        };
+        self.mc.scratch = bytes;
+        result
+    }
+
+    /// Every part answered: the client's reply goes to its slot.
+    fn answer_client(&mut self, x: usize) {
+        let run = &mut self.mc.running[x];
+        if run.replied {
+            return;
+        }
+        let Some(parts) = run.exec.replies() else {
+            return;
+        };
+        run.replied = true;
+        let mut out = Vec::new();
+        if matches!(run.exec.parts_requests()[0], ReqSpec::Get { .. }) {
+            let owned: Vec<Reply> = parts.into_iter().cloned().collect();
+            reply::merge_gets(&owned, &mut out);
+        } else {
+            let first = &parts[0].bytes;
+            let hidden = run.quiet.is_some_and(|mg| reply::quiet_hides(mg, first));
+            if !hidden {
+                out.extend_from_slice(first);
+            }
+        }
+        let to = run.to;
+        deliver(
+            &mut self.clients,
+            &mut self.dirty_clients,
+            to,
+            &out,
+            &[],
+            true,
+        );
+    }
+}
+
+/// flush_all: every server of every pool, all answering (the worst reply wins).
+fn every_server(routes: &McRoutes) -> Plan {
+    let mut plans = Vec::new();
+    for (pool, p) in routes.config.pools.iter().enumerate() {
+        for index in 0..p.servers.len() {
+            plans.push(Plan::Send(Send {
+                pool,
+                index,
+                keep_prefix: true,
+                exptime: Vec::new(),
+                asynclog: None,
+            }));
+        }
+    }
+    if plans.is_empty() {
+        return Plan::Null;
+    }
+    Plan::All {
+        mode: AllMode::Sync,
+        plans,
+    }
+}
