@@ -6,7 +6,7 @@
 use crate::index::WAYS;
 use crate::item::{self, ACCESSED, DEAD};
 use crate::segments::LARGE_OVERHEAD;
-use crate::shard::{loc_of, Found, Global, NeedMem, Shard, Unlink};
+use crate::shard::{grown_past_reservation, loc_of, Found, Global, NeedMem, Shard, Unlink};
 
 /// How many FIFO-oldest segments eviction looks at for one that is mostly dead bytes.
 const VICTIM_WINDOW: usize = 4;
@@ -62,7 +62,7 @@ impl Shard {
         if self.grow_index_within_reservation(g) {
             return Ok(());
         }
-        let n = self.index.nbuckets() * 3 / 2 + 1;
+        let n = grown_past_reservation(self.index.nbuckets());
         let delta = (n * WAYS * 8) as u64 - self.index.bytes() as u64;
         loop {
             if g.mem.try_reserve(delta) {
