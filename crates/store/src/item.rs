@@ -115,6 +115,7 @@ pub fn max_header_len(key_len: usize, value_len: usize, flags: u32) -> usize {
     encoded_len(key_len, value_len, flags, u64::MAX, true) - value_len
 }
 
+#[inline]
 pub fn parse(buf: &[u8]) -> Layout {
     let bits = buf[0];
     let key_len = buf[1] as usize;
