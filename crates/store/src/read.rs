@@ -152,21 +152,7 @@ pub(crate) fn touch(
     exptime: u32,
     now: u32,
 ) -> Result<bool, NeedMem> {
-    let found = match s.find_live(g, h, key, now) {
-        Some(it) => s.set_exptime_widening(g, h, key, it, exptime, now)?,
-        None => None,
-    };
-    match found {
-        Some(it) => {
-            s.bump(&it, now);
-            s.stats.touch_hits += 1;
-            Ok(true)
-        }
-        None => {
-            s.stats.touch_misses += 1;
-            Ok(false)
-        }
-    }
+    Ok(gat_lookup(s, g, h, key, exptime, now)?.is_some())
 }
 
 #[cfg(test)]
