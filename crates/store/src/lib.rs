@@ -311,8 +311,8 @@ impl Store {
         // Only a TTL given to an item stored without one needs memory, and never under `-M`
         // (`Global::force_exptime`), where `with_mem` could give up.
         let hit = self
-            .with_mem(si, |s, g| read::touch(s, g, h, key, exptime, now))
-            .is_some_and(|(_, hit)| hit);
+            .with_mem(si, |s, g| read::gat_lookup(s, g, h, key, exptime, now))
+            .is_some_and(|(_, hit)| hit.is_some());
         if hit {
             TouchResult::Touched
         } else {

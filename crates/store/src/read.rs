@@ -112,7 +112,7 @@ pub(crate) fn meta_lookup(
     Ok(Some((it, mf, pre_bits, pre_time)))
 }
 
-/// `gat`/`gats`: lookup, new exptime, bump. A hit comes with the item's bits and last-access
+/// `gat`/`gats`/`touch`: lookup, new exptime, bump. A hit comes with the item's bits and last-access
 /// time from before (see `view`).
 pub(crate) fn gat_lookup(
     s: &mut Shard,
@@ -141,18 +141,6 @@ pub(crate) fn gat_lookup(
             Ok(None)
         }
     }
-}
-
-/// `touch`: bump and set a new internal exptime. False on a miss.
-pub(crate) fn touch(
-    s: &mut Shard,
-    g: &Global,
-    h: u64,
-    key: &[u8],
-    exptime: u32,
-    now: u32,
-) -> Result<bool, NeedMem> {
-    Ok(gat_lookup(s, g, h, key, exptime, now)?.is_some())
 }
 
 #[cfg(test)]
