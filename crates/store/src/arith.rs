@@ -35,17 +35,18 @@ pub(crate) fn arith_in_shard(
         };
         let digits = initial.to_string();
         let cas = opts.new_cas.unwrap_or_else(|| s.peek_cas());
-        let size = item::encoded_len(key.len(), digits.len(), 0, cas);
-        let seg = s.alloc(g, size, now)?;
         let exptime = opts.new_exptime.unwrap_or(vexp);
-        let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
-        let hdr = Header {
+        let mut hdr = Header {
             bits: 0,
             cas,
             exptime,
             time: now,
             flags: 0,
+            force_exptime: g.force_exptime(),
         };
+        let seg = s.alloc(g, hdr.encoded_len(key.len(), digits.len()), now)?;
+        let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
+        hdr.cas = cas;
         let (off, _) = s.write(seg, &hdr, key, digits.len(), |d| {
             d.copy_from_slice(digits.as_bytes())
         });
@@ -78,8 +79,9 @@ pub(crate) fn arith_in_shard(
     let mut exptime = item::exptime(buf, &l);
     // memcached rewrites in place, padding with spaces to the old length, unless the item is
     // being sent.
-    let in_place =
-        digits.len() <= l.value_len && item::cas_fits(&l, opts.new_cas.unwrap_or(s.peek_cas()));
+    let in_place = digits.len() <= l.value_len
+        && item::cas_fits(&l, opts.new_cas.unwrap_or(s.peek_cas()))
+        && opts.new_exptime.is_none_or(|e| item::exptime_fits(&l, e));
     if let Some(v) = s.value_mut(&it).filter(|_| in_place) {
         v[..digits.len()].copy_from_slice(digits.as_bytes());
         v[digits.len()..].iter_mut().for_each(|b| *b = b' ');
@@ -102,23 +104,24 @@ pub(crate) fn arith_in_shard(
         });
     }
     let cas = opts.new_cas.unwrap_or_else(|| s.peek_cas());
-    let size = item::encoded_len(key.len(), digits.len(), flags, cas);
-    let seg = s.alloc(g, size, now)?;
-    let Some(it) = s.find_live(g, h, key, now) else {
-        s.unalloc(g, seg);
-        return Ok(ArithResult::NotFound);
-    };
     if let Some(e) = opts.new_exptime {
         exptime = e;
     }
-    let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
-    let hdr = Header {
+    let mut hdr = Header {
         bits: 0,
         cas,
         exptime,
         time: now,
         flags,
+        force_exptime: g.force_exptime(),
     };
+    let seg = s.alloc(g, hdr.encoded_len(key.len(), digits.len()), now)?;
+    let Some(it) = s.find_live(g, h, key, now) else {
+        s.unalloc(g, seg);
+        return Ok(ArithResult::NotFound);
+    };
+    let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
+    hdr.cas = cas;
     let (off, _) = s.write(seg, &hdr, key, digits.len(), |d| {
         d.copy_from_slice(digits.as_bytes())
     });

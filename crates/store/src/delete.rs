@@ -38,9 +38,16 @@ pub(crate) fn delete_in_shard(
                 }
             }
         };
-        if let Some(e) = opts.new_exptime {
-            s.set_exptime(&it, e);
-        }
+        let it = match opts.new_exptime {
+            Some(e) => match s.set_exptime_widening(g, h, key, it, e, now)? {
+                Some(it) => it,
+                None => {
+                    s.stats.delete_misses += 1;
+                    return Ok(DeleteResult::NotFound);
+                }
+            },
+            None => it,
+        };
         s.set_bits(&it, STALE, TOKEN_SENT);
         let c = s.next_cas();
         s.set_cas(&it, c);
@@ -49,20 +56,21 @@ pub(crate) fn delete_in_shard(
     if opts.remove_value {
         let exptime = item::exptime(buf, &it.l);
         let bits = buf[0] & (STALE | TOKEN_SENT);
-        let size = item::encoded_len(key.len(), 0, 0, s.peek_cas());
-        let seg = s.alloc(g, size, now)?;
+        let mut hdr = Header {
+            bits,
+            cas: s.peek_cas(),
+            exptime,
+            time: now,
+            flags: 0,
+            force_exptime: g.force_exptime(),
+        };
+        let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now)?;
         let Some(it) = s.find_live(g, h, key, now) else {
             s.unalloc(g, seg);
             s.stats.delete_misses += 1;
             return Ok(DeleteResult::NotFound);
         };
-        let hdr = Header {
-            bits,
-            cas: s.next_cas(),
-            exptime,
-            time: now,
-            flags: 0,
-        };
+        hdr.cas = s.next_cas();
         let (off, _) = s.write(seg, &hdr, key, 0, |_| {});
         s.link(g, h, Some(it), seg, off);
         s.stats.delete_hits += 1;

@@ -183,12 +183,12 @@ impl Store {
 
     /// `get`/`gets`: calls `f` with the item (bumped: fetched bit, last access).
     pub fn get<R>(&self, key: &[u8], now: u32, f: impl FnOnce(Option<ItemView<'_>>) -> R) -> R {
-        self.read(key, now, true, None, f)
+        self.read(key, now, true, f)
     }
 
     /// Like `get` without updating fetched/last-access state (for `mg ... u`, debugging).
     pub fn peek<R>(&self, key: &[u8], now: u32, f: impl FnOnce(Option<ItemView<'_>>) -> R) -> R {
-        self.read(key, now, false, None, f)
+        self.read(key, now, false, f)
     }
 
     /// `gat`/`gats`: get and set a new internal exptime; counts touch hits/misses.
@@ -199,7 +199,18 @@ impl Store {
         now: u32,
         f: impl FnOnce(Option<ItemView<'_>>) -> R,
     ) -> R {
-        self.read(key, now, true, Some(exptime), f)
+        let (h, si) = self.route(key);
+        match self.with_mem(si, |s, g| read::gat_lookup(s, g, h, key, exptime, now)) {
+            Some((s, Some((it, pre_bits, pre_time)))) => {
+                f(Some(read::view(&s, &it, now, pre_bits, pre_time)))
+            }
+            Some((s, None)) => {
+                drop(s);
+                f(None)
+            }
+            // Never under -M (`Global::force_exptime`); with evictions memory is always found.
+            None => f(None),
+        }
     }
 
     fn read<R>(
@@ -207,7 +218,6 @@ impl Store {
         key: &[u8],
         now: u32,
         bump: bool,
-        touch: Option<u32>,
         f: impl FnOnce(Option<ItemView<'_>>) -> R,
     ) -> R {
         let (h, si) = self.route(key);
@@ -215,19 +225,12 @@ impl Store {
         // Kept in this generic function rather than a helper in `read`: every get runs it,
         // and a helper returning the hit cost a get 15-30 instructions more (callgrind).
         let Some(it) = s.find_live(&self.g, h, key, now) else {
-            if touch.is_some() {
-                s.stats.touch_misses += 1;
-            }
             s.settle(&self.g);
             return f(None);
         };
         let (pre_bits, pre_time) = read::state_before(&s, &it);
         if bump {
             s.bump(&it, now);
-        }
-        if let Some(e) = touch {
-            s.set_exptime(&it, e);
-            s.stats.touch_hits += 1;
         }
         s.settle(&self.g);
         f(Some(read::view(&s, &it, now, pre_bits, pre_time)))
@@ -310,9 +313,11 @@ impl Store {
     /// `touch`: bump and set a new internal exptime.
     pub fn touch(&self, key: &[u8], exptime: u32, now: u32) -> TouchResult {
         let (h, si) = self.route(key);
-        let mut s = self.lock(si);
-        let hit = read::touch(&mut s, &self.g, h, key, exptime, now);
-        s.settle(&self.g);
+        // Only a TTL given to an item stored without one needs memory, and never under `-M`
+        // (`Global::force_exptime`), where `with_mem` could give up.
+        let hit = self
+            .with_mem(si, |s, g| read::gat_lookup(s, g, h, key, exptime, now))
+            .is_some_and(|(_, hit)| hit.is_some());
         if hit {
             TouchResult::Touched
         } else {

@@ -60,16 +60,17 @@ pub(crate) fn meta_lookup(
             if opts.vivify.is_none() {
                 return Ok(None);
             }
-            // Placeholder: empty value, no flags, exptime from N below.
-            let size = item::encoded_len(key.len(), 0, 0, s.peek_cas());
-            let seg = s.alloc(g, size, now)?;
-            let hdr = Header {
+            // Placeholder: empty value, no flags, exptime from N (set again below).
+            let mut hdr = Header {
                 bits: 0,
-                cas: s.next_cas(),
-                exptime: 0,
+                cas: s.peek_cas(),
+                exptime: opts.vivify.unwrap_or(0),
                 time: now,
                 flags: 0,
+                force_exptime: g.force_exptime(),
             };
+            let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now)?;
+            hdr.cas = s.next_cas();
             let (off, _) = s.write(seg, &hdr, key, 0, |_| {});
             s.link(g, h, None, seg, off);
             (s.find(h, key).expect("just linked"), true)
@@ -89,7 +90,9 @@ pub(crate) fn meta_lookup(
         exp = v;
         mf.win = true;
     }
-    s.set_exptime(&it, exp);
+    let Some(it) = s.set_exptime_widening(g, h, key, it, exp, now)? else {
+        return Ok(None);
+    };
     if let Some(r) = opts.recache {
         if pre_bits & TOKEN_SENT == 0 && !created && exp != 0 && exp < r {
             mf.win = true;
@@ -109,18 +112,33 @@ pub(crate) fn meta_lookup(
     Ok(Some((it, mf, pre_bits, pre_time)))
 }
 
-/// `touch`: bump and set a new internal exptime. False on a miss.
-pub(crate) fn touch(s: &mut Shard, g: &Global, h: u64, key: &[u8], exptime: u32, now: u32) -> bool {
-    match s.find_live(g, h, key, now) {
+/// `gat`/`gats`/`touch`: lookup, new exptime, bump. A hit comes with the item's bits and last-access
+/// time from before (see `view`).
+pub(crate) fn gat_lookup(
+    s: &mut Shard,
+    g: &Global,
+    h: u64,
+    key: &[u8],
+    exptime: u32,
+    now: u32,
+) -> Result<Option<(Found, u8, u32)>, NeedMem> {
+    let found = match s.find_live(g, h, key, now) {
         Some(it) => {
+            let (pre_bits, pre_time) = state_before(s, &it);
+            s.set_exptime_widening(g, h, key, it, exptime, now)?
+                .map(|it| (it, pre_bits, pre_time))
+        }
+        None => None,
+    };
+    match found {
+        Some((it, pre_bits, pre_time)) => {
             s.bump(&it, now);
-            s.set_exptime(&it, exptime);
             s.stats.touch_hits += 1;
-            true
+            Ok(Some((it, pre_bits, pre_time)))
         }
         None => {
             s.stats.touch_misses += 1;
-            false
+            Ok(None)
         }
     }
 }

@@ -260,7 +260,7 @@ impl Segments {
         value_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> (usize, Layout) {
-        let total = item::encoded_len(key.len(), value_len, h.flags, h.cas);
+        let total = h.encoded_len(key.len(), value_len);
         let s = &mut self.segs[seg as usize];
         let off = s.used;
         let l = item::write_header(&mut s.buf[off..off + total], h, key, value_len);
@@ -272,9 +272,11 @@ impl Segments {
     }
 
     /// Writes the header and key of an item whose value already sits in `seg` right after
-    /// them, at `off` with an 8-byte cas (4 bytes later with a 4-byte one, when the filler
-    /// in front can take the 4 bytes); the bytes before the item become one dead filler item.
-    /// Returns the item's offset and layout.
+    /// them, at `off` with room for the largest header (`item::max_header_len`: 8-byte cas,
+    /// exptime field). When the filler in front can take the difference, the header is as
+    /// small as `h` allows (4-byte cas, no exptime field when 0), else as many of the two as
+    /// fit (the exptime field first, the cas narrowed first); the bytes before the item
+    /// become one dead filler item. Returns the item's offset and layout.
     pub fn write_in_place(
         &mut self,
         seg: u32,
@@ -283,12 +285,26 @@ impl Segments {
         key: &[u8],
         value_len: usize,
     ) -> (usize, Layout) {
-        let narrow =
-            item::cas_len(h.cas) == 4 && (item::MIN_ITEM..=item::MAX_FILLER).contains(&(off + 4));
-        let off = if narrow { off + 4 } else { off };
+        let narrow_ok = item::cas_len(h.cas) == 4;
+        let drop_exptime_ok = !item::exptime_field(h.exptime, h.force_exptime);
+        let filler_ok = |d: usize| (item::MIN_ITEM..=item::MAX_FILLER).contains(&(off + d));
+        let (narrow, drop_exptime) = if narrow_ok && drop_exptime_ok && filler_ok(8) {
+            (true, true)
+        } else if narrow_ok && filler_ok(4) {
+            (true, false)
+        } else if drop_exptime_ok && filler_ok(4) {
+            (false, true)
+        } else {
+            (false, false)
+        };
+        let off = off + if narrow { 4 } else { 0 } + if drop_exptime { 4 } else { 0 };
+        let h = Header {
+            force_exptime: !drop_exptime,
+            ..*h
+        };
         let s = &mut self.segs[seg as usize];
         item::write_filler(&mut s.buf[..off]);
-        let l = item::write_header_wide(&mut s.buf[off..], h, key, value_len, !narrow);
+        let l = item::write_header_wide(&mut s.buf[off..], &h, key, value_len, !narrow);
         let total = l.total();
         s.used = off + total;
         s.live_bytes += total;
@@ -346,6 +362,7 @@ mod tests {
             exptime: 0,
             time: 0,
             flags: 0,
+            force_exptime: false,
         }
     }
 

@@ -397,15 +397,16 @@ fn in_place_cas_updates_past_two_to_the_32() {
     assert_eq!(view(b"i"), Some(("again".into(), 0, r.cas, 0)));
 }
 
-/// Values received in place with exactly the room for a wide-cas header (kept wide), or with
-/// room for a filler in front (narrowed when the filler can take 4 more bytes).
+/// Values received in place with exactly the room for a wide-cas header with an exptime (kept
+/// so), or with room for a filler in front (narrowed and without exptime when the filler can
+/// take 4 or 8 more bytes).
 #[test]
 fn values_received_in_place_with_any_room_read_back() {
     let s = store_mb(16);
     let value: Vec<u8> = (0..100_000u32).map(|i| (i % 249) as u8).collect();
     // key 3 + 2 + varint 3 + wide cas/exptime/time 16.
     let head = 24;
-    for room in [0, 11, 12, 15, 40, 16_000] {
+    for room in [0, 3, 4, 7, 8, 11, 12, 15, 40, 16_000] {
         let key = format!("r{room:02}");
         let (buf, at) = received(&value, head + room);
         let r = s.store(
@@ -423,4 +424,118 @@ fn values_received_in_place_with_any_room_read_back() {
     s.reclaim(T0 + 1, 1_000);
     s.flush_all(0, T0 + 2);
     assert!(s.is_empty());
+}
+
+/// Items stored without a TTL carry no exptime field; every way of giving them one later
+/// (touch, gat, mg T, md I T, ma N) copies them to an item that has it, keeping value, flags
+/// and cas; a TTL of 0 is written in place.
+#[test]
+fn a_ttl_given_later_to_an_item_stored_without_one_is_kept() {
+    let s = store_mb(8);
+    let view = |k: &[u8], now| {
+        s.peek(k, now, |v| {
+            v.map(|v| (v.value.to_vec(), v.flags, v.cas, v.exptime))
+        })
+    };
+    let put = |k: &[u8], flags| {
+        s.store(
+            StoreRequest::new(StoreMode::Set, k, b"value").flags(flags),
+            T0,
+        )
+        .cas
+    };
+    let before = s.stats().counters.bytes;
+    let c = put(b"t", 5);
+    // 5-byte value + 1-byte key + bits, key length, value length, time, flags, cas.
+    assert_eq!(s.stats().counters.bytes - before, 6 + 3 + 4 + 4 + 4);
+    assert_eq!(s.touch(b"t", T0 + 10, T0), TouchResult::Touched);
+    assert_eq!(view(b"t", T0), Some((b"value".to_vec(), 5, c, T0 + 10)));
+    assert_eq!(view(b"t", T0 + 10), None, "expired at its new TTL");
+
+    let c = put(b"g", 0);
+    let e = s.gat(b"g", T0 + 20, T0, |v| v.map(|v| (v.cas, v.exptime)));
+    assert_eq!(e, Some((c, T0 + 20)));
+    assert_eq!(view(b"g", T0 + 19).map(|v| v.3), Some(T0 + 20));
+    // Back to 0 in place, then a TTL again.
+    assert_eq!(s.touch(b"g", 0, T0), TouchResult::Touched);
+    assert_eq!(view(b"g", T0 + 30), Some((b"value".to_vec(), 0, c, 0)));
+    assert_eq!(s.touch(b"g", T0 + 40, T0), TouchResult::Touched);
+    assert_eq!(view(b"g", T0 + 39).map(|v| v.3), Some(T0 + 40));
+
+    let c = put(b"m", 7);
+    let opts = MetaGetOpts {
+        touch: Some(T0 + 30),
+        ..MetaGetOpts::default()
+    };
+    let e = s.meta_get(b"m", T0, &opts, |v| v.map(|(v, _)| v.exptime));
+    assert_eq!(e, Some(T0 + 30));
+    assert_eq!(view(b"m", T0), Some((b"value".to_vec(), 7, c, T0 + 30)));
+    // mg N: the placeholder is written with its TTL.
+    let opts = MetaGetOpts {
+        vivify: Some(T0 + 60),
+        ..MetaGetOpts::default()
+    };
+    s.meta_get(b"new", T0, &opts, |v| {
+        assert!(v.is_none_or(|(_, mf)| mf.win))
+    });
+    assert_eq!(view(b"new", T0).map(|v| v.3), Some(T0 + 60));
+
+    put(b"d", 9);
+    let inv = DeleteOpts {
+        invalidate: true,
+        new_exptime: Some(T0 + 40),
+        ..DeleteOpts::default()
+    };
+    assert_eq!(s.delete(b"d", T0, &inv), DeleteResult::Deleted);
+    let (v, f, _, e) = view(b"d", T0).expect("kept, stale");
+    assert_eq!((&v[..], f, e), (&b"value"[..], 9, T0 + 40));
+
+    s.store(StoreRequest::new(StoreMode::Set, b"n", b"41"), T0);
+    let opts = ArithOpts {
+        new_exptime: Some(T0 + 50),
+        ..ArithOpts::default()
+    };
+    assert!(matches!(
+        s.incr_decr(b"n", true, 1, T0, &opts),
+        ArithResult::Ok { value: 42, exptime, .. } if exptime == T0 + 50
+    ));
+    assert_eq!(view(b"n", T0).map(|v| v.3), Some(T0 + 50));
+    // Segment walks still land on item boundaries after all these copies.
+    s.reclaim(T0 + 45, 1_000);
+    assert_eq!(view(b"n", T0 + 45).map(|v| v.3), Some(T0 + 50));
+    assert_eq!(view(b"t", T0 + 45), None);
+}
+
+/// Under -M (no evictions) giving a TTL later must never need memory that could be refused
+/// (memcached's touch never fails): items keep an exptime field from the start.
+#[test]
+fn without_evictions_items_keep_an_exptime_field() {
+    let s = Store::new(Config {
+        mem_limit: 1 << 20,
+        item_size_max: 1 << 20,
+        process_start: START,
+        evictions: false,
+    });
+    let v = vec![b'x'; 1000];
+    let mut n = 0;
+    while s
+        .store(
+            StoreRequest::new(StoreMode::Set, format!("k{n}").as_bytes(), &v),
+            T0,
+        )
+        .result
+        == StoreResult::Stored
+    {
+        n += 1;
+    }
+    assert!(n > 100);
+    for i in 0..n {
+        let k = format!("k{i}");
+        assert_eq!(
+            s.touch(k.as_bytes(), T0 + 100, T0),
+            TouchResult::Touched,
+            "{k}"
+        );
+    }
+    assert_eq!(s.len(), n);
 }

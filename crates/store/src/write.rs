@@ -67,7 +67,7 @@ fn adoptable_at(
     len: usize,
 ) -> Option<usize> {
     // The cas is not known yet: room for a wide one (`write_in_place` narrows it if it can).
-    let head = item::encoded_len(key_len, len, flags, u64::MAX) - len;
+    let head = item::max_header_len(key_len, len, flags);
     let room = at.checked_sub(head)?;
     let whole_value = matches!(
         mode,
@@ -167,6 +167,8 @@ struct Plan {
     bits: u8,
     value_len: usize,
     size: usize,
+    /// `-M`: every item gets an exptime field (see `Global::force_exptime`).
+    force_exptime: bool,
 }
 
 impl Plan {
@@ -177,6 +179,7 @@ impl Plan {
             exptime: self.exptime,
             time: now,
             flags: self.flags,
+            force_exptime: self.force_exptime,
         }
     }
 }
@@ -232,6 +235,7 @@ fn plan_store(
         bits: 0,
         value_len: vlen,
         size: 0,
+        force_exptime: g.force_exptime(),
     };
     match (old, mode) {
         (None, StoreMode::Cas(_)) => {
@@ -293,7 +297,7 @@ fn plan_store(
         }
     }
     let cas = opts.new_cas.unwrap_or_else(|| s.peek_cas());
-    plan.size = item::encoded_len(key.len(), plan.value_len, plan.flags, cas);
+    plan.size = plan.header(cas, now).encoded_len(key.len(), plan.value_len);
     Ok(plan)
 }
 
@@ -335,7 +339,8 @@ mod tests {
     fn a_received_value_is_adopted_only_with_room_for_header_or_filler() {
         let len = 70_000;
         // key 3 + bits/key_len 2 + varint 3 + 8-byte cas/exptime/time 16 = 24 header bytes
-        // (room for a wide cas: the cas is not known until the item is written).
+        // (room for a wide cas and an exptime: the cas is not known until the item is
+        // written; the smaller header it may get leaves a longer filler in front).
         let head = 24;
         assert_eq!(source_of(StoreMode::Set, head, len), Some(0));
         assert_eq!(source_of(StoreMode::Add, head + 15, len), Some(15));
@@ -346,7 +351,8 @@ mod tests {
         assert_eq!(source_of(StoreMode::Replace, head + 100, len), Some(100));
         // Too little room for a header, or for a filler in front of it: copied.
         assert_eq!(source_of(StoreMode::Set, head - 1, len), None);
-        assert_eq!(source_of(StoreMode::Set, head + 14, len), None);
+        assert_eq!(source_of(StoreMode::Set, head + 10, len), None);
+        assert_eq!(source_of(StoreMode::Set, head + 11, len), Some(11));
         assert_eq!(source_of(StoreMode::Set, head + 16_001, len), None);
         // Modes that keep the old value are copied.
         assert_eq!(source_of(StoreMode::Append, head, len), None);
