@@ -140,6 +140,9 @@ def test_gutter_serves_a_killed_hosts_keys_with_short_ttls(make_fleet: MakeFleet
     # One request to each router first: its connection is refused and the victim is TKO.
     failed_gets(router, gutter_port, victim_keys[:1], 1)
     failed_gets(router, plain_port, victim_keys[:1], 1)
+    for name in ("gutter", "plain"):
+        log = (fleet.dir / f"{name}.log").read_text()
+        assert f"server '{fleet.addr(VICTIM)}' marked hard TKO" in log, log
 
     rounds = 5
     with_gutter = failed_gets(router, gutter_port, victim_keys, rounds)
@@ -212,4 +215,8 @@ def test_all_async_reaches_a_host_20ms_away(make_fleet: MakeFleet) -> None:
         replies = [store(c, k, k) for k in keys]
     assert replies == ["NOT_STORED"] * len(keys), replies
     for n in ("near", "far"):
-        eventually(lambda n=n: held_by(fleet, n, keys) == keys, f"every async write on {n}")
+
+        def arrived(n: str = n) -> bool:
+            return held_by(fleet, n, keys) == keys
+
+        eventually(arrived, f"every async write on {n}")
