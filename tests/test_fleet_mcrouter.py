@@ -9,11 +9,11 @@ hits) and what the cache hosts hold (values, TTLs read with `mg <key> t`), never
 from __future__ import annotations
 
 import json
-import time
 from typing import Callable
 
 from fleet import Fleet, Host, memcached_argv
 from harness import Conn, memfleet_bin
+from test_route_mcrouter import eventually
 
 POOL = ["a", "b", "c", "d"]
 VICTIM = "b"
@@ -82,15 +82,6 @@ def ttl_on(host: Host, key: str) -> int | None:
 def held_by(fleet: Fleet, name: str, keys: list[str]) -> list[str]:
     with Conn(11211, host=fleet.ip(name)) as c:
         return [k for k in keys if value_of(c, k) is not None]
-
-
-def eventually(check: Callable[[], bool], what: str, limit: float = 5.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"never happened: {what}")
 
 
 def failed_gets(router: Host, port: int, keys: list[str], rounds: int) -> int:
