@@ -160,3 +160,10 @@ def test_bad_file_starts_cold_with_a_message(
     assert f"[restart] {memfile}:" in log and message in log, log
     assert "starting with a clean cache" in log
     assert not os.path.exists(memfile)
+
+
+@pytest.mark.parametrize("start", [memfleet, memcached], ids=["memfleet", "memcached"])
+def test_stats_settings_names_the_memory_file(memfile: str, start: Callable[..., Server]) -> None:
+    with start("-m", "64", "-e", memfile) as s, Conn(s.port or 0) as c:
+        settings = c.request(b"stats settings\r\n", b"END\r\n")
+    assert b"STAT memory_file %s\r\n" % memfile.encode() in settings

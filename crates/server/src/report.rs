@@ -197,6 +197,9 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "idle_timeout", s.idle_timeout);
     stat(out, "storage_engine", "segments");
     s.tls.write_settings(out);
+    if let Some(path) = &s.memory_file {
+        stat(out, "memory_file", path);
+    }
     out.extend_from_slice(b"END\r\n");
 }
 
