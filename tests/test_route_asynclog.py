@@ -35,15 +35,18 @@ def spooled(spool_dir: Path, server: Server) -> list[str]:
         return []
 
 
-def delete_all(port: int, keys: list[str]) -> list[bytes]:
+def delete_all(port: int | None, keys: list[str]) -> list[bytes]:
     """Pipelines a delete per key; the replies in order."""
+    assert port is not None
     with Conn(port) as c:
         c.send(b"".join(f"delete {k}\r\n".encode() for k in keys))
         return [c.read_until(b"\r\n") for _ in keys]
 
 
 def present(server: Server, keys: list[str]) -> list[str]:
-    return [k for k in keys if fetch(server.port, k) != b"END\r\n"]
+    port = server.port
+    assert port is not None
+    return [k for k in keys if fetch(port, k) != b"END\r\n"]
 
 
 def stopped(server: Server) -> None:
@@ -78,9 +81,7 @@ def test_deletes_to_a_hung_server_are_spooled_and_replayed(servers, spool_dir: P
         assert "asynclog: replayed" in r.log_text()
 
 
-def test_a_router_killed_mid_outage_replays_its_spool_at_start(
-    servers, spool_dir: Path
-) -> None:
+def test_a_router_killed_mid_outage_replays_its_spool_at_start(servers, spool_dir: Path) -> None:
     (a,) = servers(1)
     keys = [f"k{i}" for i in range(30)]
     for k in keys:

@@ -210,6 +210,16 @@ mod tests {
         s.oldest(usize::MAX).1
     }
 
+    /// A spool of 1000 bytes holding 100 keys of 10 bytes a line: full.
+    fn full(name: &str) -> (PathBuf, Spool) {
+        let dir = tmpdir(name);
+        let mut s = Spool::open(&dir.join("h:1.asynclog"), 1000).unwrap();
+        for i in 0..100 {
+            assert_eq!(s.push(format!("key{i:06}").as_bytes()).unwrap(), 0);
+        }
+        (dir, s)
+    }
+
     #[test]
     fn push_reopen_ack() {
         let dir = tmpdir("basic");
@@ -254,13 +264,8 @@ mod tests {
 
     #[test]
     fn full_spool_drops_oldest_and_counts() {
-        let dir = tmpdir("full");
-        let path = dir.join("h:1.asynclog");
-        // Keys of 9 bytes + newline: 10 bytes each, limit 1000 bytes = 100 entries.
-        let mut s = Spool::open(&path, 1000).unwrap();
-        for i in 0..100 {
-            assert_eq!(s.push(format!("key{i:06}").as_bytes()).unwrap(), 0);
-        }
+        let (dir, mut s) = full("full");
+        let path = s.path().to_owned();
         let dropped = s.push(b"key000100").unwrap();
         assert!(dropped > 0);
         assert_eq!(s.dropped(), dropped);
@@ -276,12 +281,7 @@ mod tests {
 
     #[test]
     fn ack_after_drop_skips_what_left() {
-        let dir = tmpdir("race");
-        let path = dir.join("h:1.asynclog");
-        let mut s = Spool::open(&path, 1000).unwrap();
-        for i in 0..100 {
-            s.push(format!("key{i:06}").as_bytes()).unwrap();
-        }
+        let (dir, mut s) = full("race");
         let (seq, batch) = s.oldest(10);
         let dropped = s.push(b"key000100").unwrap();
         assert!(dropped > 10);
