@@ -211,3 +211,41 @@ def test_all_async_reaches_a_host_20ms_away(make_fleet: MakeFleet) -> None:
             return held_by(fleet, n, keys) == keys
 
         eventually(arrived, f"every async write on {n}")
+
+
+def test_asynclog_deletes_reach_a_paused_host_after_the_router_is_killed(
+    make_fleet: MakeFleet,
+) -> None:
+    fleet = make_fleet("asynclog", [*POOL, "router"])
+    start_caches(fleet, POOL)
+    config = {"pools": pools(fleet, A=POOL), "route": "PoolRoute|A"}
+    spool_dir = fleet.dir / "spool"
+    spool = spool_dir / f"{fleet.addr(VICTIM)}.asynclog"
+    router = start_router(fleet, "asynclog", config, PORT, "--async-dir", str(spool_dir))
+    keys = [f"del:{i}" for i in range(1000)]
+    with Conn(PORT, host=router.ip) as c:
+        for k in keys:
+            assert store(c, k, k) == "STORED", k
+    victim = held_by(fleet, VICTIM, keys)
+    assert victim
+
+    fleet.host(VICTIM).pause()
+    try:
+        with Conn(PORT, host=router.ip) as c:
+            replies = {c.request(f"delete {k}\r\n".encode()) for k in keys}
+        # The victim's deletes time out (then fail at once, TKO) and are spooled, answered
+        # NOT_FOUND: the client sees no error.
+        assert replies == {b"DELETED\r\n", b"NOT_FOUND\r\n"}, replies
+        assert spool.read_text().split() == victim
+        router.kill()
+    finally:
+        fleet.host(VICTIM).resume()
+    # The first deletes timed out on the wire and may land late; the TKO'd ones were never sent.
+    assert set(victim[2:]) <= set(held_by(fleet, VICTIM, keys))
+    assert all(held_by(fleet, n, keys) == [] for n in POOL if n != VICTIM)
+
+    start_router(fleet, "asynclog", config, PORT, "--async-dir", str(spool_dir))
+    eventually(lambda: held_by(fleet, VICTIM, keys) == [], "the spool replayed", limit=15)
+    eventually(lambda: spool.read_text() == "", "the spool emptied")
+    log = (fleet.dir / "asynclog.log").read_text()
+    assert f"{len(victim)} deletes for {fleet.addr(VICTIM)} left from an earlier run" in log, log

@@ -11,6 +11,7 @@
 //! server health, `route` chooses the server(s) of a request, `worker` is the event loop
 //! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
 
+mod asynclog;
 mod buf;
 mod config;
 mod counters;
@@ -125,12 +126,18 @@ pub struct RouteArgs {
     #[arg(long = "probe-timeout-max", value_name = "MS",
           default_value_t = mcrouter::DEFAULT_PROBE_MAX_MS)]
     pub probe_timeout_max: u64,
-    /// mcrouter: the asynclog spool directory (accepted; asynclog is not implemented yet).
+    /// mcrouter: the asynclog spool directory: deletes that a PoolRoute with `asynclog`
+    /// could not deliver are spooled here and replayed (none without it).
     #[arg(long = "async-dir", value_name = "DIR")]
     pub async_dir: Option<PathBuf>,
-    /// mcrouter: do not write asynclog (accepted; memfleet writes none yet).
+    /// mcrouter: do not spool failed deletes; their errors go to the client.
     #[arg(long = "asynclog-disable")]
     pub asynclog_disable: bool,
+    /// Largest asynclog spool per destination, bytes; beyond it the oldest deletes are
+    /// dropped (logged and counted).
+    #[arg(long = "asynclog-max-bytes", value_name = "BYTES",
+          default_value_t = asynclog::DEFAULT_MAX_BYTES)]
+    pub asynclog_max_bytes: u64,
 }
 
 impl RouteArgs {
@@ -291,6 +298,14 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         daemon::daemonize(false, pid_file.as_deref(), daemon::PidFileError::Fail)?;
     } else if let Some(p) = &pid_file {
         daemon::write_pid_file(p, daemon::PidFileError::Fail)?;
+    }
+
+    // After daemonizing: the replay thread must live in the process that serves.
+    if let (Some(dir), false) = (&args.async_dir, args.asynclog_disable) {
+        if mcrouter::requested(&args) {
+            let timeout = std::time::Duration::from_millis(args.server_timeout.max(1));
+            asynclog::start(dir.clone(), args.asynclog_max_bytes, timeout)?;
+        }
     }
 
     let globals = Arc::new(Globals {

@@ -7,11 +7,13 @@
 //!
 //! Modules: `reply` (result classes, combining replies), `request` (a key's request,
 //! owned, written per destination), `exec` (the plan state machine), `tko` (destination
-//! health). All pure; the worker does the I/O.
+//! health), `spool` (the asynclog file of one destination). Pure but for `spool`'s file; the
+//! worker and `crate::asynclog` do the network I/O.
 
 pub mod exec;
 pub mod reply;
 pub mod request;
+pub mod spool;
 pub mod tko;
 
 use std::time::{Duration, Instant};

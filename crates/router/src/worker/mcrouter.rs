@@ -89,7 +89,8 @@ impl Worker {
         if let Some((op, key)) = single_key(req) {
             if let Plan::Send(send) = routes.config.plan(op, key, &routes.prefix) {
                 let as_sent = send.keep_prefix || RoutingKey::parse(key).prefix.is_empty();
-                if as_sent && send.exptime.is_empty() {
+                let logged = send.asynclog.is_some() && crate::asynclog::enabled();
+                if as_sent && send.exptime.is_empty() && !logged {
                     let p = routes.pools[send.pool];
                     if self.pools[p].rt.is_tko(send.index) {
                         self.local_reply(ci, McResult::Tko.error_reply());
@@ -186,7 +187,7 @@ impl Worker {
                 continue;
             }
             let reply = match a.failed {
-                Some(result) => Reply::error(result),
+                Some(result) => asynclog(run, node, result),
                 None => {
                     let req = run.exec.request(node);
                     let sent = req.key_for(run.exec.send(node));
@@ -208,7 +209,7 @@ impl Worker {
                 Action::Send { node } => {
                     if let Err(result) = self.send_node(x, node) {
                         let mc = &mut self.mc;
-                        let reply = Reply::error(result);
+                        let reply = asynclog(&mc.running[x], node, result);
                         mc.running[x]
                             .exec
                             .on_reply(node, reply, &mut mc.limits, &mut actions);
@@ -288,6 +289,29 @@ impl Worker {
             &[],
             true,
         );
+    }
+}
+
+/// The reply for a send that failed with `result`. A delete through a PoolRoute with
+/// `asynclog` is spooled for its server instead (on disk before the client hears) and
+/// answered as mcrouter does, `NOT_FOUND`.
+fn asynclog(run: &Running, node: usize, result: McResult) -> Reply {
+    let send = run.exec.send(node);
+    if send.asynclog.is_none() || !crate::asynclog::spools(result) {
+        return Reply::error(result);
+    }
+    let req = run.exec.request(node);
+    let server = run
+        .routes
+        .config
+        .pools
+        .get(send.pool)
+        .and_then(|p| p.servers.get(send.index));
+    match server {
+        Some(s) if crate::asynclog::spool_delete(&s.host, s.port, req.key_for(send)) => {
+            reply::default_reply(req.reply_op())
+        }
+        _ => Reply::error(result),
     }
 }
 

@@ -1,0 +1,338 @@
+//! The asynclog spool of one destination: keys whose deletes could not be delivered, one
+//! per line, oldest first. Appends are fsync'ed before the client is answered; replayed
+//! entries leave the file only once acknowledged. Bounded: when an append would pass
+//! `max_bytes`, the oldest entries are dropped until the spool is at three quarters of the
+//! limit (so a full spool is not rewritten on every append).
+//!
+//! The file format and queue logic are here; the thread that replays, and the hook that
+//! spools, are in `crate::asynclog`.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The longest key memcached accepts.
+const MAX_KEY: usize = 250;
+
+/// Whether `key` can be a spooled key: what memcached accepts (no space or control byte).
+pub fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+/// The keys in a spool file's bytes, and whether the file was clean. A last line without
+/// its newline is an append cut short by a crash (its client was never answered); a line
+/// that is not a valid key is damage. Both are left out.
+pub fn decode(bytes: &[u8]) -> (Vec<Vec<u8>>, bool) {
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut clean = whole == bytes.len();
+    let mut keys = Vec::new();
+    for line in bytes[..whole].split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        if valid_key(line) {
+            keys.push(line.to_vec());
+        } else {
+            clean = false;
+        }
+    }
+    (keys, clean)
+}
+
+fn entry_bytes(key: &[u8]) -> u64 {
+    key.len() as u64 + 1
+}
+
+/// One destination's spool: the file, and its entries in memory.
+pub struct Spool {
+    path: PathBuf,
+    file: File,
+    entries: VecDeque<Vec<u8>>,
+    /// The sequence number of `entries[0]`; it grows as entries leave.
+    first_seq: u64,
+    bytes: u64,
+    max_bytes: u64,
+    dropped: u64,
+}
+
+impl Spool {
+    /// Opens (creating if needed) the spool at `path`; a damaged file is rewritten with
+    /// its valid entries.
+    pub fn open(path: &Path, max_bytes: u64) -> io::Result<Spool> {
+        let mut text = Vec::new();
+        if let Ok(mut f) = File::open(path) {
+            f.read_to_end(&mut text)?;
+        }
+        let (keys, clean) = decode(&text);
+        let mut spool = Spool {
+            path: path.to_owned(),
+            file: append_file(path)?,
+            bytes: keys.iter().map(|k| entry_bytes(k)).sum(),
+            entries: keys.into(),
+            first_seq: 0,
+            max_bytes: max_bytes.max(MAX_KEY as u64 + 1),
+            dropped: 0,
+        };
+        if !clean {
+            spool.rewrite()?;
+        }
+        Ok(spool)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Bytes the entries take in the file.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Entries dropped for room since the spool was opened.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Appends `key` and waits until it is on disk. Returns how many of the oldest entries
+    /// were dropped to make room.
+    pub fn push(&mut self, key: &[u8]) -> io::Result<u64> {
+        if !valid_key(key) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a key"));
+        }
+        let need = entry_bytes(key);
+        if self.bytes + need <= self.max_bytes {
+            let mut line = Vec::with_capacity(key.len() + 1);
+            line.extend_from_slice(key);
+            line.push(b'\n');
+            self.file.write_all(&line)?;
+            self.file.sync_data()?;
+            self.entries.push_back(key.to_vec());
+            self.bytes += need;
+            return Ok(0);
+        }
+        let target = self.max_bytes / 4 * 3;
+        let mut dropped = 0;
+        while self.bytes + need > target {
+            let Some(old) = self.entries.pop_front() else {
+                break;
+            };
+            self.bytes -= entry_bytes(&old);
+            self.first_seq += 1;
+            dropped += 1;
+        }
+        self.entries.push_back(key.to_vec());
+        self.bytes += need;
+        self.dropped += dropped;
+        self.rewrite()?;
+        Ok(dropped)
+    }
+
+    /// Up to `n` of the oldest entries, and the sequence number of the first, for
+    /// [`Spool::ack`].
+    pub fn oldest(&self, n: usize) -> (u64, Vec<Vec<u8>>) {
+        (
+            self.first_seq,
+            self.entries.iter().take(n).cloned().collect(),
+        )
+    }
+
+    /// The `n` entries from sequence `seq` on were acknowledged: they leave the spool
+    /// (those already dropped meanwhile are skipped).
+    pub fn ack(&mut self, seq: u64, n: usize) -> io::Result<()> {
+        let end = seq + n as u64;
+        let mut removed = false;
+        while self.first_seq < end {
+            let Some(old) = self.entries.pop_front() else {
+                break;
+            };
+            self.bytes -= entry_bytes(&old);
+            self.first_seq += 1;
+            removed = true;
+        }
+        if removed {
+            self.rewrite()?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the file with the entries in memory (write aside, fsync, rename).
+    fn rewrite(&mut self) -> io::Result<()> {
+        if self.entries.is_empty() {
+            self.file.set_len(0)?;
+            return self.file.sync_data();
+        }
+        let mut tmp_name = self.path.clone().into_os_string();
+        tmp_name.push(".tmp");
+        let tmp = PathBuf::from(tmp_name);
+        let mut out = Vec::with_capacity(self.bytes as usize);
+        for k in &self.entries {
+            out.extend_from_slice(k);
+            out.push(b'\n');
+        }
+        let mut f = File::create(&tmp)?;
+        f.write_all(&out)?;
+        f.sync_data()?;
+        fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        self.file = append_file(&self.path)?;
+        Ok(())
+    }
+}
+
+fn append_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new().append(true).create(true).open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("memfleet-asynclog-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn keys(s: &Spool) -> Vec<Vec<u8>> {
+        s.oldest(usize::MAX).1
+    }
+
+    /// A spool of 1000 bytes holding 100 keys of 10 bytes a line: full.
+    fn full(name: &str) -> (PathBuf, Spool) {
+        let dir = tmpdir(name);
+        let mut s = Spool::open(&dir.join("h:1.asynclog"), 1000).unwrap();
+        for i in 0..100 {
+            assert_eq!(s.push(format!("key{i:06}").as_bytes()).unwrap(), 0);
+        }
+        (dir, s)
+    }
+
+    #[test]
+    fn push_reopen_ack() {
+        let dir = tmpdir("basic");
+        let path = dir.join("h:1.asynclog");
+        let mut s = Spool::open(&path, 1 << 20).unwrap();
+        assert!(s.is_empty());
+        for k in [&b"a"[..], b"b", b"c"] {
+            assert_eq!(s.push(k).unwrap(), 0);
+        }
+        drop(s);
+        let mut s = Spool::open(&path, 1 << 20).unwrap();
+        assert_eq!(keys(&s), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        let (seq, first) = s.oldest(2);
+        assert_eq!(first.len(), 2);
+        s.push(b"d").unwrap();
+        s.ack(seq, 2).unwrap();
+        assert_eq!(keys(&s), [b"c".to_vec(), b"d".to_vec()]);
+        assert_eq!(fs::read(&path).unwrap(), b"c\nd\n");
+        let (seq, _) = s.oldest(10);
+        s.ack(seq, 2).unwrap();
+        assert!(s.is_empty());
+        assert_eq!(fs::read(&path).unwrap(), b"");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn torn_tail_and_garbage_are_not_replayed() {
+        let dir = tmpdir("torn");
+        let path = dir.join("h:1.asynclog");
+        let long = vec![b'x'; 300];
+        let mut text = b"a\nbad key\n\x01\n".to_vec();
+        text.extend_from_slice(&long);
+        text.extend_from_slice(b"\nb\npartial");
+        fs::write(&path, &text).unwrap();
+        let mut s = Spool::open(&path, 1 << 20).unwrap();
+        assert_eq!(keys(&s), [b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(fs::read(&path).unwrap(), b"a\nb\n");
+        s.push(b"c").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"a\nb\nc\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn full_spool_drops_oldest_and_counts() {
+        let (dir, mut s) = full("full");
+        let path = s.path().to_owned();
+        let dropped = s.push(b"key000100").unwrap();
+        assert!(dropped > 0);
+        assert_eq!(s.dropped(), dropped);
+        assert!(s.bytes() <= 750);
+        let k = keys(&s);
+        assert_eq!(k.last().unwrap(), b"key000100");
+        assert_eq!(k[0], format!("key{:06}", dropped).as_bytes());
+        drop(s);
+        let s = Spool::open(&path, 1000).unwrap();
+        assert_eq!(keys(&s), k);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ack_after_drop_skips_what_left() {
+        let (dir, mut s) = full("race");
+        let (seq, batch) = s.oldest(10);
+        let dropped = s.push(b"key000100").unwrap();
+        assert!(dropped > 10);
+        let before = keys(&s);
+        s.ack(seq, batch.len()).unwrap();
+        assert_eq!(keys(&s), before, "entries newer than the batch stay");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Any byte string decodes to valid keys only, and every whole valid line survives.
+    #[test]
+    fn decode_never_yields_garbage() {
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        for _ in 0..2000 {
+            let mut bytes = Vec::new();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 64) as usize;
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bytes.push(match x % 5 {
+                    0 => b'\n',
+                    1 => b' ',
+                    _ => b'a' + (x % 26) as u8,
+                });
+            }
+            let (keys, clean) = decode(&bytes);
+            assert!(keys.iter().all(|k| valid_key(k)));
+            let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let expect: Vec<Vec<u8>> = bytes[..whole]
+                .split(|&b| b == b'\n')
+                .filter(|l| valid_key(l))
+                .map(<[u8]>::to_vec)
+                .collect();
+            assert_eq!(keys, expect);
+            if clean {
+                let mut again = Vec::new();
+                for k in &keys {
+                    again.extend_from_slice(k);
+                    again.push(b'\n');
+                }
+                let stripped: Vec<u8> = bytes
+                    .split(|&b| b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .flat_map(|l| l.iter().copied().chain([b'\n']))
+                    .collect();
+                assert_eq!(again, stripped);
+            }
+        }
+    }
+}
