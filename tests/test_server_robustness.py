@@ -161,10 +161,17 @@ def test_stalled_set_refused_when_memory_is_taken_then_finishes() -> None:
     with memfleet("-m", "64", "-M") as server:
         port = server.port or 0
         held = []
+        sent = 0
         for i in range(80):
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"set held%d 0 0 %d\r\n" % (i, size) + b"h" * 1000)
+            request = b"set held%d 0 0 %d\r\n" % (i, size) + b"h" * 1000
+            s.sendall(request)
+            sent += len(request)
             held.append(s)
+        # The held sets reserve their memory when the server reads them: wait until it has.
+        deadline = time.monotonic() + 30
+        while int(stats(port)["bytes_read"]) < sent and time.monotonic() < deadline:
+            time.sleep(0.05)
         with Conn(port) as c:
             c.send(b"set late 0 0 %d\r\n" % size + b"x" * size + b"\r\n")
             assert c.read_line() == b"SERVER_ERROR out of memory storing object\r\n"
