@@ -46,11 +46,11 @@ def port_free_on(addrs: list[str], kind: int = socket.SOCK_STREAM) -> int:
 class Dnsmasq:
     """dnsmasq in the foreground on 127.0.0.1:port answering only from a hosts file."""
 
-    def __init__(self, records: list[str]) -> None:
+    def __init__(self, hosts: str, extra: tuple[str, ...] = ()) -> None:
         self.dir = tempfile.mkdtemp(prefix="dnsmasq-")
         os.chmod(self.dir, 0o755)
         self.hosts = Path(self.dir, "hosts")
-        self.set(records, signal_it=False)
+        self.hosts.write_text(hosts)
         self.port = port_free_on(["127.0.0.1"], socket.SOCK_DGRAM)
         user = ["--user=root"] if os.geteuid() == 0 else []
         self.proc = subprocess.Popen(
@@ -66,6 +66,7 @@ class Dnsmasq:
                 "--pid-file=",
                 "--local-ttl=0",
                 *user,
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -73,10 +74,10 @@ class Dnsmasq:
         time.sleep(0.2)
         assert self.proc.poll() is None, "dnsmasq exited: " + self.proc.stderr.read().decode()
 
-    def set(self, addrs: list[str], signal_it: bool = True) -> None:
-        self.hosts.write_text("".join(f"{a} {NAME}\n" for a in addrs))
-        if signal_it:
-            self.proc.send_signal(signal.SIGHUP)
+    def set(self, hosts: str) -> None:
+        """New hosts-file records, read again on SIGHUP."""
+        self.hosts.write_text(hosts)
+        self.proc.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -93,23 +94,33 @@ def memcached_on(addr: str, port: int) -> Server:
     return srv
 
 
+def a_records(addrs: list[str]) -> str:
+    return "".join(f"{a} {NAME}\n" for a in addrs)
+
+
 @pytest.fixture
-def fleet() -> Iterator[tuple[Dnsmasq, int]]:
+def mc_port() -> Iterator[int]:
+    """memcached on each of ADDRS, all on this port."""
     port = port_free_on(ADDRS)
     servers = [memcached_on(a, port) for a in ADDRS]
-    dns = Dnsmasq(ADDRS[:2])
-    yield dns, port
-    dns.stop()
+    yield port
     for s in servers:
         s.stop()
 
 
-def start_router(dns: Dnsmasq, mc_port: int) -> Proxy:
+@pytest.fixture
+def fleet(mc_port: int) -> Iterator[tuple[Dnsmasq, int]]:
+    dns = Dnsmasq(a_records(ADDRS[:2]))
+    yield dns, mc_port
+    dns.stop()
+
+
+def start_router(dns: Dnsmasq, server: str) -> Proxy:
     listen = port_in(12000, 20000)
     conf = pool_yaml(
         "dnspool",
         f"127.0.0.1:{listen}",
-        [f"dns:{NAME}:{mc_port}:1"],
+        [server],
         distribution="ketama",
         hash="fnv1a_64",
         dns_refresh_ms=200,
@@ -158,7 +169,7 @@ def flush(mc_port: int) -> None:
 
 def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmasq, int]) -> None:
     dns, mc_port = fleet
-    proxy = start_router(dns, mc_port)
+    proxy = start_router(dns, f"dns:{NAME}:{mc_port}:1")
     keys = [f"dnskey:{i}" for i in range(900)]
     try:
         store_all(proxy, keys)
@@ -168,7 +179,7 @@ def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmas
         assert set(before.values()) == set(ADDRS[:2]), "keys must go to the resolved servers"
 
         # A new record: the new server takes about a third, and only from the others.
-        dns.set(ADDRS)
+        dns.set(a_records(ADDRS))
         wait_log(proxy, "dns: servers added", 1)
         store_all(proxy, keys)
         grown = placement(mc_port, keys)
@@ -201,7 +212,7 @@ def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmas
         loader = threading.Thread(target=load)
         loader.start()
         time.sleep(0.3)
-        dns.set([ADDRS[0], ADDRS[2]])
+        dns.set(a_records([ADDRS[0], ADDRS[2]]))
         try:
             wait_log(proxy, "dns: servers added [], removed", 1)
             time.sleep(0.3)
@@ -219,3 +230,30 @@ def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmas
         assert all(shrunk[k] == grown[k] for k in stayed), "a kept server's key moved"
     finally:
         proxy.stop()
+
+
+def test_srv_targets_keep_their_keys_when_their_address_changes(mc_port: int) -> None:
+    srv = f"_memcache._tcp.{NAME}"
+    targets = [f"--srv-host={srv},m{i}.{NAME},{mc_port}" for i in range(2)]
+    dns = Dnsmasq(f"{ADDRS[0]} m0.{NAME}\n{ADDRS[1]} m1.{NAME}\n", tuple(targets))
+    proxy = start_router(dns, f"srv:{srv}:1")
+    keys = [f"srvkey:{i}" for i in range(600)]
+    try:
+        servers = proxy.stats()["dnspool"]
+        assert f"m0.{NAME}:{mc_port}" in servers and f"m1.{NAME}:{mc_port}" in servers
+        store_all(proxy, keys)
+        before = placement(mc_port, keys)
+        flush(mc_port)
+        assert set(before) == set(keys)
+        assert set(before.values()) == set(ADDRS[:2])
+
+        # m1 moves to another address: being named by its target, it keeps its keys.
+        dns.set(f"{ADDRS[0]} m0.{NAME}\n{ADDRS[2]} m1.{NAME}\n")
+        wait_log(proxy, f"m1.{NAME}:{mc_port}:1@{ADDRS[2]}", 1)
+        store_all(proxy, keys)
+        after = placement(mc_port, keys)
+        moved_to = {ADDRS[0]: ADDRS[0], ADDRS[1]: ADDRS[2]}
+        assert all(after[k] == moved_to[before[k]] for k in keys)
+    finally:
+        proxy.stop()
+        dns.stop()

@@ -87,7 +87,14 @@ pub fn normalize(mut found: Vec<Member>) -> Vec<Member> {
 /// What changed between two memberships of the same config, for the log.
 pub fn diff(old: &Membership, new: &Membership) -> (Vec<String>, Vec<String>) {
     let names = |m: &Membership| -> std::collections::BTreeSet<String> {
-        m.iter().flatten().map(|m| m.spec().pname).collect()
+        m.iter()
+            .flatten()
+            .map(|m| match m.addr.ip().to_string() == m.host {
+                true => m.spec().pname,
+                // An SRV target keeps its name when its address changes: show both.
+                false => format!("{}@{}", m.spec().pname, m.addr.ip()),
+            })
+            .collect()
     };
     let (old, new) = (names(old), names(new));
     (
