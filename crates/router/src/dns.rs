@@ -258,7 +258,8 @@ mod tests {
             member("10.0.0.2", "10.0.0.2:11211"),
         ]];
         let mut three = two.clone();
-        three[0].push(member("10.0.0.3", "10.0.0.3:11211"));
+        // Sorts between the two others: no index or order may leak into the names.
+        three[0].push(member("10.0.0.15", "10.0.0.15:11211"));
         let three = vec![normalize(three[0].clone())];
         let (before, after) = (expand(&config, &two), expand(&config, &three));
         let (r2, r3) = (before.pools[0].ring(), after.pools[0].ring());
@@ -269,11 +270,12 @@ mod tests {
             let (x, y) = (r2.server_for(key.as_bytes()), r3.server_for(key.as_bytes()));
             let (x, y) = (name(&before, x.unwrap()), name(&after, y.unwrap()));
             if x != y {
-                assert_eq!(y, "10.0.0.3", "a key moved between two old servers");
+                assert_eq!(y, "10.0.0.15", "a key moved between two old servers");
                 moved += 1;
             }
         }
-        assert!((500..1500).contains(&moved), "moved {moved} of 3000");
+        // The newcomer's share: about a third, as uneven as 3 servers' 160 points each make it.
+        assert!((300..1500).contains(&moved), "moved {moved} of 3000");
     }
 
     #[test]
