@@ -122,7 +122,7 @@ def start_router(dns: Dnsmasq, server: str) -> Proxy:
         f"127.0.0.1:{listen}",
         [server],
         distribution="ketama",
-        hash="fnv1a_64",
+        hash="md5",
         dns_refresh_ms=200,
         timeout=2000,
     )
@@ -178,7 +178,8 @@ def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmas
         assert set(before) == set(keys)
         assert set(before.values()) == set(ADDRS[:2]), "keys must go to the resolved servers"
 
-        # A new record: the new server takes about a third, and only from the others.
+        # A new record: the new server takes its share (about a third, as uneven as ketama's
+        # 160 points a server make it; the names carry the random port), only from the others.
         dns.set(a_records(ADDRS))
         wait_log(proxy, "dns: servers added", 1)
         store_all(proxy, keys)
@@ -186,7 +187,9 @@ def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmas
         flush(mc_port)
         moved = [k for k in keys if grown[k] != before[k]]
         assert all(grown[k] == ADDRS[2] for k in moved), "a key moved between old servers"
-        assert len(keys) // 6 < len(moved) < len(keys) // 2, f"{len(moved)} of {len(keys)} moved"
+        assert len(keys) // 8 < len(moved) < len(keys) * 2 // 3, (
+            f"{len(moved)} of {len(keys)} moved"
+        )
 
         # A record goes away under load: only the removed server's keys may fail.
         errors: list[str] = []
