@@ -115,7 +115,7 @@ def fleet(mc_port: int) -> Iterator[tuple[Dnsmasq, int]]:
     dns.stop()
 
 
-def start_router(dns: Dnsmasq, server: str) -> Proxy:
+def start_router(dns: Dnsmasq, server: str, refresh_ms: int = 200) -> Proxy:
     listen = port_in(12000, 20000)
     conf = pool_yaml(
         "dnspool",
@@ -123,7 +123,7 @@ def start_router(dns: Dnsmasq, server: str) -> Proxy:
         [server],
         distribution="ketama",
         hash="md5",
-        dns_refresh_ms=200,
+        dns_refresh_ms=refresh_ms,
         timeout=2000,
     )
     proxy = Proxy(conf, port=listen)
@@ -260,3 +260,23 @@ def test_srv_targets_keep_their_keys_when_their_address_changes(mc_port: int) ->
     finally:
         proxy.stop()
         dns.stop()
+
+
+def test_sighup_looks_the_names_up_again(fleet: tuple[Dnsmasq, int]) -> None:
+    dns, mc_port = fleet
+    # No refresh before the end of the test: only the SIGHUP can see the new record.
+    proxy = start_router(dns, f"dns:{NAME}:{mc_port}:1", refresh_ms=600_000)
+    keys = [f"hupkey:{i}" for i in range(300)]
+    try:
+        dns.set(a_records(ADDRS))
+        time.sleep(0.3)
+        store_all(proxy, keys)
+        assert ADDRS[2] not in placement(mc_port, keys).values()
+        flush(mc_port)
+        assert proxy.proc is not None
+        proxy.proc.send_signal(signal.SIGHUP)
+        wait_log(proxy, "configuration reloaded", 1)
+        store_all(proxy, keys)
+        assert ADDRS[2] in placement(mc_port, keys).values()
+    finally:
+        proxy.stop()
