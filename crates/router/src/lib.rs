@@ -7,7 +7,8 @@
 //! `worker::accept`). One control thread handles SIGHUP (reload), SIGTERM/SIGINT and the
 //! re-probing of ejected servers; one thread serves the stats port.
 //!
-//! Modules: `config` reads nutcracker.yml, `shared` holds a configuration generation and
+//! Modules: `config` reads nutcracker.yml, `dns` looks up its `dns:`/`srv:` servers (on the
+//! control thread), `shared` holds a configuration generation and
 //! server health, `route` chooses the server(s) of a request, `worker` is the event loop
 //! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
 
