@@ -33,7 +33,38 @@ pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = 2;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub pools: Vec<Pool>,
+    /// Pools whose servers come (partly) from DNS; their `servers` hold only the fixed
+    /// entries until `dns::expand` adds the resolved ones.
+    pub dns: Vec<PoolDns>,
 }
+
+/// A pool's DNS-named servers (memfleet extension).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolDns {
+    /// Index into `Config::pools`.
+    pub pool: usize,
+    /// `dns_refresh_ms`: how often the names are looked up again.
+    pub refresh: Duration,
+    pub names: Vec<DnsName>,
+}
+
+/// One DNS `servers:` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsName {
+    pub lookup: DnsLookup,
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DnsLookup {
+    /// `dns:HOST:PORT:WEIGHT`: every A/AAAA address of HOST, at PORT.
+    Addresses { host: String, port: u16 },
+    /// `srv:NAME:WEIGHT`: every target and port of the SRV records of NAME.
+    Srv { name: String },
+}
+
+/// `dns_refresh_ms` when a pool has DNS servers and does not say.
+pub const DEFAULT_DNS_REFRESH_MS: u32 = 30_000;
 
 /// Where a pool accepts clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -303,6 +334,8 @@ struct RawPool {
     servers: Vec<ServerSpec>,
     client_auth: Option<String>,
     tls: PoolTls,
+    dns: Vec<DnsName>,
+    dns_refresh_ms: Option<u32>,
 }
 
 fn parse_pools(text: &str) -> Result<Vec<RawPool>, ConfigError> {
@@ -500,7 +533,11 @@ fn set_directive(
         "server_failure_limit" => {
             parse_num(value).and_then(|n| once(&mut pool.server_failure_limit, n))
         }
-        "servers" => parse_server(value).map(|s| pool.servers.push(s)),
+        "servers" => match parse_dns_server(value) {
+            Some(d) => d.map(|d| pool.dns.push(d)),
+            None => parse_server(value).map(|s| pool.servers.push(s)),
+        },
+        "dns_refresh_ms" => parse_num(value).and_then(|n| once(&mut pool.dns_refresh_ms, n)),
         // ---- memfleet-only directives (nutcracker rejects them) ----
         "client_auth" => once(&mut pool.client_auth, value.to_owned()),
         "tls" => parse_bool(value).and_then(|b| once(&mut pool.tls.enabled, b)),
@@ -604,6 +641,46 @@ fn strtol_octal(s: &str) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
+/// A `dns:HOST:PORT:WEIGHT` or `srv:NAME:WEIGHT` entry; `None` for any other entry.
+fn parse_dns_server(value: &str) -> Option<Result<DnsName, &'static str>> {
+    const FORMAT: &str =
+        "has an invalid \"dns:hostname:port:weight\" or \"srv:name:weight\" format string";
+    let weight = |w: &str| match nc_atoi(w) {
+        Some(0) | None => Err(FORMAT),
+        Some(w) => Ok(w),
+    };
+    if let Some(rest) = value.strip_prefix("dns:") {
+        return Some((|| {
+            let (rest, w) = rest.rsplit_once(':').ok_or(FORMAT)?;
+            let (host, port) = rest.rsplit_once(':').ok_or(FORMAT)?;
+            let port = valid_port(port).ok_or(FORMAT)?;
+            if host.is_empty() || host.contains([' ', ':']) {
+                return Err(FORMAT);
+            }
+            Ok(DnsName {
+                lookup: DnsLookup::Addresses {
+                    host: host.to_owned(),
+                    port,
+                },
+                weight: weight(w)?,
+            })
+        })());
+    }
+    let rest = value.strip_prefix("srv:")?;
+    Some((|| {
+        let (name, w) = rest.rsplit_once(':').ok_or(FORMAT)?;
+        if name.is_empty() || name.contains([' ', ':']) {
+            return Err(FORMAT);
+        }
+        Ok(DnsName {
+            lookup: DnsLookup::Srv {
+                name: name.to_owned(),
+            },
+            weight: weight(w)?,
+        })
+    })())
+}
+
 /// Parses a `servers:` entry from its end, as twemproxy's `conf_add_server` does:
 /// optional ` name` after the last space, then `:weight`, then (TCP only) `:port`.
 fn parse_server(value: &str) -> Result<ServerSpec, &'static str> {
@@ -677,6 +754,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
         });
     }
     let mut pools = Vec::with_capacity(raw.len());
+    let mut dns = Vec::new();
     for r in raw {
         let fail = |msg: &str| ConfigError::Pool {
             pool: r.name.clone(),
@@ -697,8 +775,24 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
                 "has directive \"redis_auth:\", which is only valid for a redis pool",
             ));
         }
-        if r.servers.is_empty() {
+        if r.servers.is_empty() && r.dns.is_empty() {
             return Err(fail("has no servers"));
+        }
+        if !r.dns.is_empty() {
+            dns.push(PoolDns {
+                pool: pools.len(),
+                refresh: Duration::from_millis(
+                    r.dns_refresh_ms
+                        .filter(|&ms| ms > 0)
+                        .unwrap_or(DEFAULT_DNS_REFRESH_MS)
+                        .into(),
+                ),
+                names: r.dns.clone(),
+            });
+        } else if r.dns_refresh_ms.is_some() {
+            return Err(fail(
+                "has directive \"dns_refresh_ms:\" but no \"dns:\" or \"srv:\" servers",
+            ));
         }
         let mut names: Vec<&str> = r.servers.iter().map(|s| s.ketama_name.as_str()).collect();
         names.sort_unstable();
@@ -761,7 +855,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             }
         }
     }
-    Ok(Config { pools })
+    Ok(Config { pools, dns })
 }
 
 #[cfg(test)]
@@ -777,6 +871,61 @@ mod tests {
             Ok(c) => panic!("accepted: {c:?}\n---\n{text}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn dns_servers_are_kept_apart_from_written_ones() {
+        let c = parse(
+            "a:\n  listen: 127.0.0.1:22121\n  dns_refresh_ms: 500\n  servers:\n   - 10.0.0.9:11211:1\n   - dns:cache.ns.svc:11211:2\n   - srv:_memcache._tcp.cache.ns.svc:1\nb:\n  listen: 127.0.0.1:22122\n  servers:\n   - dns:other:11311:1\n",
+        );
+        assert_eq!(c.pools[0].servers.len(), 1);
+        assert!(c.pools[1].servers.is_empty());
+        assert_eq!(c.dns.len(), 2);
+        assert_eq!(c.dns[0].pool, 0);
+        assert_eq!(c.dns[0].refresh, Duration::from_millis(500));
+        assert_eq!(
+            c.dns[0].names,
+            vec![
+                DnsName {
+                    lookup: DnsLookup::Addresses {
+                        host: "cache.ns.svc".into(),
+                        port: 11211
+                    },
+                    weight: 2
+                },
+                DnsName {
+                    lookup: DnsLookup::Srv {
+                        name: "_memcache._tcp.cache.ns.svc".into()
+                    },
+                    weight: 1
+                },
+            ]
+        );
+        assert_eq!(c.dns[1].pool, 1);
+        assert_eq!(
+            c.dns[1].refresh,
+            Duration::from_millis(DEFAULT_DNS_REFRESH_MS.into())
+        );
+    }
+
+    #[test]
+    fn bad_dns_servers_are_refused() {
+        let pool =
+            |entry: &str| format!("a:\n  listen: 127.0.0.1:22121\n  servers:\n   - {entry}\n");
+        for bad in [
+            "dns:cache:11211",
+            "dns::11211:1",
+            "dns:cache:0:1",
+            "dns:cache:11211:0",
+            "dns:cache:x:1",
+            "srv::1",
+            "srv:_memcache._tcp.x",
+            "srv:_memcache._tcp.x:0",
+        ] {
+            assert!(reject(&pool(bad)).contains("format string"), "{bad}");
+        }
+        let refresh_alone = "a:\n  listen: 127.0.0.1:22121\n  dns_refresh_ms: 100\n  servers:\n   - 127.0.0.1:11211:1\n";
+        assert!(reject(refresh_alone).contains("dns_refresh_ms"));
     }
 
     /// The structure of twemproxy's conf/nutcracker.yml (five pools, every common key).

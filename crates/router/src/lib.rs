@@ -7,7 +7,8 @@
 //! `worker::accept`). One control thread handles SIGHUP (reload), SIGTERM/SIGINT and the
 //! re-probing of ejected servers; one thread serves the stats port.
 //!
-//! Modules: `config` reads nutcracker.yml, `shared` holds a configuration generation and
+//! Modules: `config` reads nutcracker.yml, `dns` looks up its `dns:`/`srv:` servers (on the
+//! control thread), `shared` holds a configuration generation and
 //! server health, `route` chooses the server(s) of a request, `worker` is the event loop
 //! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
 
@@ -15,6 +16,7 @@ mod asynclog;
 mod buf;
 mod config;
 mod counters;
+mod dns;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
@@ -138,6 +140,10 @@ pub struct RouteArgs {
     #[arg(long = "asynclog-max-bytes", value_name = "BYTES",
           default_value_t = asynclog::DEFAULT_MAX_BYTES)]
     pub asynclog_max_bytes: u64,
+    /// The nameserver for `dns:`/`srv:` servers (default: /etc/resolv.conf's); also
+    /// MEMFLEET_DNS_SERVER.
+    #[arg(long = "dns-server", value_name = "IP:PORT")]
+    pub dns_server: Option<std::net::SocketAddr>,
 }
 
 impl RouteArgs {
@@ -197,6 +203,9 @@ struct Running {
     workers: Vec<worker::Peer>,
     listeners: HashMap<String, (StdListener, Listen)>,
     watch: Watch,
+    dns: dns::Dns,
+    /// The nutcracker config and its DNS servers' last membership, for DNS refreshes.
+    resolved: Option<(Config, dns::Membership)>,
 }
 
 /// The watched config file's last modification time, and when it was last looked at.
@@ -208,13 +217,37 @@ struct Watch {
 /// nutcracker's default stats port.
 const DEFAULT_STATS_PORT: u16 = 22222;
 
+/// A generation and, for a nutcracker config, the config and its DNS membership.
+type Generation = (Shared, Option<(Config, dns::Membership)>);
+
 /// Reads the configuration (nutcracker's YAML, or mcrouter's JSON when `--config...` is
-/// given) into a generation.
-fn load_generation(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared, String> {
+/// given) into a generation, looking up its DNS servers.
+fn load_generation(
+    args: &RouteArgs,
+    dns: &mut dns::Dns,
+    threads: usize,
+    started: Instant,
+) -> Result<Generation, String> {
     if mcrouter::requested(args) {
-        mcrouter::load(args, threads, started)
-    } else {
-        Shared::new(load_config(&args.conf_file)?, threads, started)
+        return Ok((mcrouter::load(args, threads, started)?, None));
+    }
+    let config = load_config(&args.conf_file)?;
+    let members = dns.resolve(&config)?;
+    let shared = Shared::new(dns::expand(&config, &members), threads, started)?;
+    Ok((shared, Some((config, members))))
+}
+
+/// `--dns-server`, else MEMFLEET_DNS_SERVER.
+fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, String> {
+    if args.dns_server.is_some() {
+        return Ok(args.dns_server);
+    }
+    match std::env::var("MEMFLEET_DNS_SERVER") {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("MEMFLEET_DNS_SERVER: '{v}' is not IP:PORT")),
+        _ => Ok(None),
     }
 }
 
@@ -264,7 +297,9 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let started = Instant::now();
-    let shared = Arc::new(load_generation(&args, threads, started)?);
+    let mut dns = dns::Dns::new(dns_server(&args)?);
+    let (shared, resolved) = load_generation(&args, &mut dns, threads, started)?;
+    let shared = Arc::new(shared);
 
     // Bind everything before daemonizing so errors reach the terminal.
     let mut listeners = HashMap::new();
@@ -400,6 +435,8 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
                 .and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()),
             checked: Instant::now(),
         },
+        dns,
+        resolved,
     };
     running.control_loop(hup, term);
     Ok(())
@@ -437,6 +474,9 @@ impl Running {
                     )),
                 }
             }
+            if self.dns.due() {
+                self.refresh_dns();
+            }
             let shared = self
                 .current
                 .read()
@@ -472,8 +512,49 @@ impl Running {
         !first
     }
 
+    /// Looks the DNS servers up again; a changed membership is installed as a reload of
+    /// the config last loaded (the file is read again only on SIGHUP).
+    fn refresh_dns(&mut self) {
+        let Some((config, old)) = &self.resolved else {
+            return;
+        };
+        let members = match self.dns.resolve(config) {
+            Ok(m) => m,
+            Err(e) => {
+                log::warn(&format!("{e}; keeping the current servers"));
+                return;
+            }
+        };
+        if &members == old {
+            return;
+        }
+        let (added, removed) = dns::diff(old, &members);
+        let config = config.clone();
+        let built = Shared::new(dns::expand(&config, &members), self.threads, self.started);
+        match built.and_then(|shared| self.install(shared)) {
+            Ok(()) => {
+                log::notice(&format!(
+                    "dns: servers added [{}], removed [{}]",
+                    added.join(", "),
+                    removed.join(", ")
+                ));
+                self.resolved = Some((config, members));
+            }
+            Err(e) => log::warn(&format!("dns: new membership refused: {e}")),
+        }
+    }
+
     fn reload(&mut self) -> Result<(), String> {
-        let shared = Arc::new(load_generation(&self.args, self.threads, self.started)?);
+        let (shared, resolved) =
+            load_generation(&self.args, &mut self.dns, self.threads, self.started)?;
+        self.install(shared)?;
+        self.resolved = resolved;
+        Ok(())
+    }
+
+    /// Hands a new generation to the workers, binding its new listen addresses first.
+    fn install(&mut self, shared: Shared) -> Result<(), String> {
+        let shared = Arc::new(shared);
         // Bind new addresses first: any failure leaves the running generation untouched.
         let mut fresh: HashMap<String, (StdListener, Listen)> = HashMap::new();
         for pool in shared.listening_pools() {

@@ -1,0 +1,282 @@
+"""`memfleet route` with DNS-named servers: Debian's dnsmasq serves the records on a
+loopback port, memcached runs on 127.0.0.x addresses, and rewriting dnsmasq's hosts file
+(then SIGHUP) adds and removes servers as a Kubernetes headless Service would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Conn, Server, wait_for_port
+from proxy_harness import Proxy, pool_yaml, port_in
+
+DNSMASQ = shutil.which("dnsmasq") or (
+    "/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else None
+)
+MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
+ADDRS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+NAME = "cache.memfleet.test"
+
+pytestmark = pytest.mark.skipif(DNSMASQ is None, reason="dnsmasq not installed (scripts/setup)")
+
+
+def port_free_on(addrs: list[str], kind: int = socket.SOCK_STREAM) -> int:
+    """A port free on every address, so each memcached can use the same one."""
+    for _ in range(100):
+        port = port_in(21000, 30000)
+        try:
+            for a in addrs:
+                with socket.socket(socket.AF_INET, kind) as s:
+                    s.bind((a, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no common free port")
+
+
+class Dnsmasq:
+    """dnsmasq in the foreground on 127.0.0.1:port answering only from a hosts file."""
+
+    def __init__(self, hosts: str, extra: tuple[str, ...] = ()) -> None:
+        self.dir = tempfile.mkdtemp(prefix="dnsmasq-")
+        os.chmod(self.dir, 0o755)
+        self.hosts = Path(self.dir, "hosts")
+        self.hosts.write_text(hosts)
+        self.port = port_free_on(["127.0.0.1"], socket.SOCK_DGRAM)
+        user = ["--user=root"] if os.geteuid() == 0 else []
+        self.proc = subprocess.Popen(
+            [
+                DNSMASQ or "dnsmasq",
+                "--keep-in-foreground",
+                "--no-resolv",
+                "--no-hosts",
+                f"--addn-hosts={self.hosts}",
+                f"--port={self.port}",
+                "--listen-address=127.0.0.1",
+                "--bind-interfaces",
+                "--pid-file=",
+                "--local-ttl=0",
+                *user,
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(0.2)
+        assert self.proc.poll() is None, "dnsmasq exited: " + self.proc.stderr.read().decode()
+
+    def set(self, hosts: str) -> None:
+        """New hosts-file records, read again on SIGHUP."""
+        self.hosts.write_text(hosts)
+        self.proc.send_signal(signal.SIGHUP)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+def memcached_on(addr: str, port: int) -> Server:
+    user = ["-u", "root"] if os.geteuid() == 0 else []
+    srv = Server([MEMCACHED, "-l", addr, "-p", str(port), "-U", "0", "-t", "1", *user])
+    srv.start()
+    wait_for_port(port, host=addr)
+    return srv
+
+
+def a_records(addrs: list[str]) -> str:
+    return "".join(f"{a} {NAME}\n" for a in addrs)
+
+
+@pytest.fixture
+def mc_port() -> Iterator[int]:
+    """memcached on each of ADDRS, all on this port."""
+    port = port_free_on(ADDRS)
+    servers = [memcached_on(a, port) for a in ADDRS]
+    yield port
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def fleet(mc_port: int) -> Iterator[tuple[Dnsmasq, int]]:
+    dns = Dnsmasq(a_records(ADDRS[:2]))
+    yield dns, mc_port
+    dns.stop()
+
+
+def start_router(dns: Dnsmasq, server: str, refresh_ms: int = 200) -> Proxy:
+    listen = port_in(12000, 20000)
+    conf = pool_yaml(
+        "dnspool",
+        f"127.0.0.1:{listen}",
+        [server],
+        distribution="ketama",
+        hash="md5",
+        dns_refresh_ms=refresh_ms,
+        timeout=2000,
+    )
+    proxy = Proxy(conf, port=listen)
+    proxy.argv += ["--dns-server", f"127.0.0.1:{dns.port}"]
+    return proxy.start()
+
+
+def wait_log(proxy: Proxy, text: str, count: int) -> None:
+    for _ in range(300):
+        if proxy.log_text().count(text) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"router never logged {text!r} x{count}: " + proxy.log_text())
+
+
+def store_all(proxy: Proxy, keys: list[str]) -> None:
+    with Conn(proxy.port or 0) as c:
+        for k in keys:
+            assert c.request(f"set {k} 0 0 1\r\nx\r\n".encode(), b"\r\n") == b"STORED\r\n"
+
+
+def placement(mc_port: int, keys: list[str]) -> dict[str, str]:
+    """Which memcached address holds each key, asked directly."""
+    found: dict[str, str] = {}
+    for a in ADDRS:
+        with Conn(mc_port, host=a) as c:
+            for i in range(0, len(keys), 100):
+                part = keys[i : i + 100]
+                reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
+                for line in reply.split(b"\r\n"):
+                    if line.startswith(b"VALUE "):
+                        k = line.split()[1].decode()
+                        assert k not in found, f"{k} on two servers"
+                        found[k] = a
+    return found
+
+
+def flush(mc_port: int) -> None:
+    for a in ADDRS:
+        with Conn(mc_port, host=a) as c:
+            assert c.request(b"flush_all\r\n", b"\r\n") == b"OK\r\n"
+
+
+def test_dns_members_follow_records_and_move_only_their_keys(fleet: tuple[Dnsmasq, int]) -> None:
+    dns, mc_port = fleet
+    proxy = start_router(dns, f"dns:{NAME}:{mc_port}:1")
+    keys = [f"dnskey:{i}" for i in range(900)]
+    try:
+        store_all(proxy, keys)
+        before = placement(mc_port, keys)
+        flush(mc_port)
+        assert set(before) == set(keys)
+        assert set(before.values()) == set(ADDRS[:2]), "keys must go to the resolved servers"
+
+        # A new record: the new server takes its share (about a third, as uneven as ketama's
+        # 160 points a server make it; the names carry the random port), only from the others.
+        dns.set(a_records(ADDRS))
+        wait_log(proxy, "dns: servers added", 1)
+        store_all(proxy, keys)
+        grown = placement(mc_port, keys)
+        flush(mc_port)
+        moved = [k for k in keys if grown[k] != before[k]]
+        assert all(grown[k] == ADDRS[2] for k in moved), "a key moved between old servers"
+        assert len(keys) // 8 < len(moved) < len(keys) * 2 // 3, (
+            f"{len(moved)} of {len(keys)} moved"
+        )
+
+        # A record goes away under load: only the removed server's keys may fail.
+        errors: list[str] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            conn: Conn | None = None
+            for n in range(200_000):
+                if stop.is_set():
+                    break
+                k = keys[n % len(keys)]
+                try:
+                    conn = conn or Conn(proxy.port or 0)
+                    got = conn.request(f"set {k} 0 0 1\r\ny\r\n".encode(), b"\r\n")
+                    if got != b"STORED\r\n":
+                        errors.append(k)
+                except OSError:
+                    errors.append(k)
+                    conn = None
+            if conn:
+                conn.close()
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        time.sleep(0.3)
+        dns.set(a_records([ADDRS[0], ADDRS[2]]))
+        try:
+            wait_log(proxy, "dns: servers added [], removed", 1)
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        assert not loader.is_alive()
+        assert all(grown[k] == ADDRS[1] for k in errors), f"errors on kept servers: {errors[:5]}"
+
+        flush(mc_port)
+        store_all(proxy, keys)
+        shrunk = placement(mc_port, keys)
+        assert ADDRS[1] not in shrunk.values()
+        stayed = [k for k in keys if grown[k] != ADDRS[1]]
+        assert all(shrunk[k] == grown[k] for k in stayed), "a kept server's key moved"
+    finally:
+        proxy.stop()
+
+
+def test_srv_targets_keep_their_keys_when_their_address_changes(mc_port: int) -> None:
+    srv = f"_memcache._tcp.{NAME}"
+    targets = [f"--srv-host={srv},m{i}.{NAME},{mc_port}" for i in range(2)]
+    dns = Dnsmasq(f"{ADDRS[0]} m0.{NAME}\n{ADDRS[1]} m1.{NAME}\n", tuple(targets))
+    proxy = start_router(dns, f"srv:{srv}:1")
+    keys = [f"srvkey:{i}" for i in range(600)]
+    try:
+        servers = proxy.stats()["dnspool"]
+        assert f"m0.{NAME}:{mc_port}" in servers and f"m1.{NAME}:{mc_port}" in servers
+        store_all(proxy, keys)
+        before = placement(mc_port, keys)
+        flush(mc_port)
+        assert set(before) == set(keys)
+        assert set(before.values()) == set(ADDRS[:2])
+
+        # m1 moves to another address: being named by its target, it keeps its keys.
+        dns.set(f"{ADDRS[0]} m0.{NAME}\n{ADDRS[2]} m1.{NAME}\n")
+        wait_log(proxy, f"m1.{NAME}:{mc_port}:1@{ADDRS[2]}", 1)
+        store_all(proxy, keys)
+        after = placement(mc_port, keys)
+        moved_to = {ADDRS[0]: ADDRS[0], ADDRS[1]: ADDRS[2]}
+        assert all(after[k] == moved_to[before[k]] for k in keys)
+    finally:
+        proxy.stop()
+        dns.stop()
+
+
+def test_sighup_looks_the_names_up_again(fleet: tuple[Dnsmasq, int]) -> None:
+    dns, mc_port = fleet
+    # No refresh before the end of the test: only the SIGHUP can see the new record.
+    proxy = start_router(dns, f"dns:{NAME}:{mc_port}:1", refresh_ms=600_000)
+    keys = [f"hupkey:{i}" for i in range(300)]
+    try:
+        dns.set(a_records(ADDRS))
+        time.sleep(0.3)
+        store_all(proxy, keys)
+        assert ADDRS[2] not in placement(mc_port, keys).values()
+        flush(mc_port)
+        assert proxy.proc is not None
+        proxy.proc.send_signal(signal.SIGHUP)
+        wait_log(proxy, "configuration reloaded", 1)
+        store_all(proxy, keys)
+        assert ADDRS[2] in placement(mc_port, keys).values()
+    finally:
+        proxy.stop()
