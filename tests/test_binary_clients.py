@@ -4,15 +4,19 @@ binary protocol only), plus -B, -S and -vv behaviour seen from a socket."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import select
 import shutil
 import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pylibmc
 import pytest
@@ -225,13 +229,32 @@ def test_sasl_needs_the_password_file(monkeypatch: pytest.MonkeyPatch) -> None:
         assert out.returncode != 0 and message in out.stderr
 
 
+def read_log_until(stream: IO[bytes], marker: bytes, timeout: float = 5.0) -> bytes:
+    """What a running server has written to `stream` up to `marker` (or `timeout`)."""
+    fd = stream.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
 def vv_log(start: Callable[..., Server], data: bytes) -> list[str]:
     """The -vv lines a server prints for one connection sending `data`, fds replaced by `fd`."""
     with start("-vv") as srv:
-        exchange(srv.port, data, wait=0.3)
         assert srv.proc is not None and srv.proc.stderr is not None
+        # Wait until the harness's port probe has been logged as closed: otherwise its line
+        # can land in the middle of one of ours (stderr is written by several threads).
+        early = read_log_until(srv.proc.stderr, b"connection closed.\n")
+        exchange(srv.port, data, wait=0.3)
         srv.proc.terminate()
-        log = srv.proc.stderr.read().decode(errors="replace").splitlines()
+        log = (early + srv.proc.stderr.read()).decode(errors="replace").splitlines()
     # From the protocol choice on; connects and closes (the harness's port probe among them)
     # interleave differently.
     first = next(i for i, ln in enumerate(log) if "Client using the" in ln)
