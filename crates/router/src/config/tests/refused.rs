@@ -1,0 +1,115 @@
+//! What nutcracker refuses, refused with its reasons; the C quirks it accepts, accepted.
+
+use super::*;
+
+#[test]
+fn bad_values_are_refused_with_reasons() {
+    let with = |line: &str| {
+        format!("a:\n  listen: 127.0.0.1:22121\n  {line}\n  servers:\n   - 127.0.0.1:11211:1\n")
+    };
+    let cases: &[(&str, &str)] = &[
+        ("hash: md6", "directive \"hash\" is not a valid hash"),
+        ("distribution: vnode", "is not a valid distribution"),
+        (
+            "hash_tag: \"{{}\"",
+            "is not a valid hash tag string with two characters",
+        ),
+        ("timeout: -1", "directive \"timeout\" is not a number"),
+        ("timeout: 1.5", "is not a number"),
+        ("preconnect: yes", "is not \"true\" or \"false\""),
+        ("redis: True", "is not \"true\" or \"false\""),
+        ("timeout:", "has an empty value"),
+        (
+            "client_connection: 5",
+            "directive \"client_connection\" is unknown",
+        ),
+        (
+            "listen: 127.0.0.1:22122",
+            "directive \"listen\" is a duplicate",
+        ),
+        ("redis_auth: pw", "only valid for a redis pool"),
+        ("server_connections: 0", "cannot be 0"),
+    ];
+    for (line, want) in cases {
+        let err = reject(&with(line));
+        assert!(err.contains(want), "{line}: got {err}");
+    }
+}
+
+#[test]
+fn bad_files_are_refused_with_reasons() {
+    let cases: &[(&str, &str)] = &[
+            ("", "empty"),
+            ("# only a comment\n", "empty"),
+            ("---\na:\n  listen: 1.2.3.4:1\n", "'---'"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:11211:1]\n", "flow style"),
+            ("a:\n  listen: 127.0.0.1:1\n  hash_tag: {}\n  servers:\n   - 127.0.0.1:11211:1\n", "flow style"),
+            ("a: &x\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1\n", "anchor"),
+            ("a:\n  listen: !!str 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1\n", "tag"),
+            ("a: b\n", "must be a mapping"),
+            ("- a\n", "top level must be a mapping"),
+            ("a:\n  listen: 127.0.0.1:1\n  hash: md5\n", "no \"servers:\" sequence"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - host: x\n", "items must be plain strings"),
+            ("a:\n  listen: 127.0.0.1:1\n  x:\n    y: z\n  servers:\n   - 127.0.0.1:11211:1\n", "depth greater than 2"),
+            ("a:\n  listen: 127.0.0.1:1\n  hash:\n   - md5\n  servers:\n   - 127.0.0.1:11211:1\n", "more than one sequence"),
+            ("a:\n  listen: 127.0.0.1:1\n  hash:\n   - md5\n", "has no servers"),
+            ("a:\n  servers:\n   - 127.0.0.1:11211:1\n", "missing directive \"listen:\""),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1\n   - 127.0.0.1:11211:2\n", "same name '127.0.0.1'"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:1:1 x\n   - 127.0.0.1:2:1 x\n", "same name 'x'"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1\nb:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1\n", "same listen address"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1\na:\n  listen: 127.0.0.1:2\n  servers:\n   - 127.0.0.1:11211:1\n", "pools with same name"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:0\n", "zero weight"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:x\n", "invalid weight"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:0:1\n", "invalid port"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - localhost:1\n", "format string"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n   - /tmp/a:b.sock:1\n", "format string"),
+            ("a:\n  listen: 127.0.0.1\n  servers:\n   - 127.0.0.1:11211:1\n", "invalid \"hostname:port\""),
+            ("a:\n  listen: 127.0.0.1:99999\n  servers:\n   - 127.0.0.1:11211:1\n", "invalid port"),
+            ("a:\n  listen: :22121\n  servers:\n   - 127.0.0.1:11211:1\n", "invalid value"),
+            ("a:\n  listen: 127.0.0.1#:22121\n  servers:\n   - 127.0.0.1:11211:1\n", "invalid value"),
+            ("a:\n  listen: \"[::1]:22121\"\n  servers:\n   - 127.0.0.1:11211:1\n", "invalid value"),
+            ("a:\n  listen: /tmp/x.sock 1777\n  servers:\n   - 127.0.0.1:11211:1\n", "file permission"),
+            ("a:\n  listen: 127.0.0.1:1\n  servers:\n  - 127.0.0.1:11211:1\n - x\n", "invalid YAML"),
+        ];
+    for (text, want) in cases {
+        let err = reject(text);
+        assert!(err.contains(want), "{text:?}: got {err}");
+    }
+}
+
+#[test]
+fn errors_name_pool_and_line() {
+    let err =
+        reject("alpha:\n  listen: 127.0.0.1:1\n  hash: md6\n  servers:\n   - 127.0.0.1:11211:1\n");
+    assert_eq!(
+        err,
+        "conf: pool 'alpha' line 3: directive \"hash\" is not a valid hash"
+    );
+}
+
+#[test]
+fn c_number_and_permission_quirks() {
+    // nc_atoi wraps like the C int it fills: nutcracker -t accepts this weight.
+    let c = parse("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:99999999999\n");
+    assert_eq!(c.pools[0].servers[0].weight, 1_215_752_191);
+    // strtol(.., 8) stops at the first non-octal digit: "0999" is mode 0 (default).
+    let c = parse("a:\n  listen: /tmp/x.sock 0999\n  servers:\n   - 127.0.0.1:11211:1\n");
+    assert_eq!(
+        c.pools[0].listen,
+        Listen::Unix {
+            path: "/tmp/x.sock".into(),
+            mode: None
+        }
+    );
+    // Two servers on the same address with different node names are distinct.
+    parse("a:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:11211:1 x\n   - 127.0.0.1:11211:1 y\n");
+    // IPv6 literal without brackets: the port is after the last ':'.
+    let c = parse("a:\n  listen: ::1:22121\n  servers:\n   - ::1:11211:1\n");
+    assert_eq!(
+        c.pools[0].servers[0].addr,
+        ServerAddr::Tcp {
+            host: "::1".into(),
+            port: 11211
+        }
+    );
+}
