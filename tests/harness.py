@@ -76,7 +76,7 @@ class Server:
         self.unix_socket = unix_socket
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Server:
+    def start(self) -> Self:
         if self.proc is not None and self.proc.poll() is None:
             # Already running (e.g. `with started_server:`): a second process would fail to
             # bind while this one's handle was lost, leaving it running after the test.
