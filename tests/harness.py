@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from typing_extensions import Self
@@ -35,6 +35,16 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def eventually(check: Callable[[], bool], what: str, limit: float = 5.0) -> None:
+    """Polls `check` (background work: async sends, fills, probes) up to `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"never happened: {what}")
 
 
 def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:

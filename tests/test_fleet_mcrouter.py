@@ -12,8 +12,7 @@ import json
 from typing import Callable
 
 from fleet import Fleet, Host, memcached_argv
-from harness import Conn, memfleet_bin
-from test_route_mcrouter import eventually
+from harness import Conn, eventually, memfleet_bin
 
 POOL = ["a", "b", "c", "d"]
 VICTIM = "b"

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server
-from test_route_mcrouter import McRouter, eventually, fetch, pools, servers, store
+from harness import Conn, Server, eventually
+from mcrouter_harness import McRouter, fetch, pools, servers, store
 
 __all__ = ["servers"]
 

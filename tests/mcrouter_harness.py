@@ -1,0 +1,81 @@
+"""`memfleet route` with an mcrouter JSON config, the memcached servers it routes to, and
+one-request helpers: shared by the mcrouter suites (test_route_mcrouter, test_route_asynclog)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from harness import Conn, Server, memcached, memfleet_bin
+from proxy_harness import port_in
+
+
+class McRouter(Server):
+    """The router with an mcrouter config file, short timeouts and quick TKO probes."""
+
+    def __init__(self, config: dict, *extra: str, prefix: str | None = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mcroute-")
+        self.conf_path = os.path.join(self.dir, "mcrouter.json")
+        self.write(config)
+        self.log = os.path.join(self.dir, "log")
+        port = port_in(20000, 24000)
+        argv = [memfleet_bin(), "route", "--config", f"file:{self.conf_path}", "-p", str(port)]
+        argv += ["--listen-addresses", "127.0.0.1", "--num-proxies", "2", "-L", self.log]
+        options = {
+            "--server-timeout": "300",
+            "--probe-timeout-initial": "100",
+            "--probe-timeout-max": "400",
+        }
+        options.update(zip(extra[::2], extra[1::2]))
+        for flag, value in options.items():
+            argv += [flag, value]
+        if prefix:
+            argv += ["--route-prefix", prefix]
+        super().__init__(argv, port=port)
+
+    def write(self, config: dict) -> None:
+        Path(self.conf_path).write_text(json.dumps(config))
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log).read_text()
+        except OSError:
+            return ""
+
+
+def ask(port: int, data: bytes, *terms: bytes) -> bytes:
+    with Conn(port) as c:
+        return c.request(data, *terms)
+
+
+def store(port: int, key: str, value: str = "v", exptime: int = 0) -> bytes:
+    return ask(port, f"set {key} 0 {exptime} {len(value)}\r\n{value}\r\n".encode())
+
+
+def fetch(port: int, key: str) -> bytes:
+    return ask(port, f"get {key}\r\n".encode(), b"END\r\n", b"ERROR\r\n")
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[[int], list[Server]]]:
+    started: list[Server] = []
+
+    def start(n: int) -> list[Server]:
+        out = [memcached().start() for _ in range(n)]
+        started.extend(out)
+        return out
+
+    yield start
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            os.kill(s.proc.pid, signal.SIGCONT)
+        s.stop()
+
+
+def pools(**named: list[Server]) -> dict:
+    return {name: {"servers": [s.address for s in group]} for name, group in named.items()}
