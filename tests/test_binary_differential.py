@@ -24,6 +24,7 @@ from binary_corpus import (
     K,
     Sequence_,
     corpus,
+    parse,
     pkt,
     store_extras,
 )
@@ -33,32 +34,6 @@ from harness import Server, free_port, memcached, memfleet
 SENTINEL_OPAQUE = 0xFEEDF00D
 SENTINEL = struct.pack(">BBHBBHIIQ", 0x80, NOOP, 0, 0, 0, 0, 0, SENTINEL_OPAQUE, 0)
 Packet = tuple[object, ...]
-
-
-def parse(data: bytes) -> tuple[list[tuple[int, int, int, int, bytes, bytes, bytes]], bytes]:
-    """Response packets in `data` (opcode, status, opaque, cas, extras, key, value), and any
-    bytes left that do not form a whole packet."""
-    packets = []
-    while len(data) >= 24:
-        magic, opcode, klen, elen, _dt, status, blen, opaque, cas = struct.unpack(
-            ">BBHBBHIIQ", data[:24]
-        )
-        if magic != 0x81 or len(data) < 24 + blen:
-            break
-        body = data[24 : 24 + blen]
-        packets.append(
-            (
-                opcode,
-                status,
-                opaque,
-                cas,
-                body[:elen],
-                body[elen : elen + klen],
-                body[elen + klen :],
-            )
-        )
-        data = data[24 + blen :]
-    return packets, data
 
 
 def normalise(data: bytes) -> list[Packet]:
