@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterator
 
 import pytest
 from binary_corpus import (
@@ -28,7 +27,6 @@ from binary_corpus import (
     pkt,
     store_extras,
 )
-from conftest import start_target
 from harness import Server, free_port, memcached, memfleet
 
 SENTINEL_OPAQUE = 0xFEEDF00D
@@ -138,12 +136,6 @@ def run_sequence(port: int, n: int, seq: Sequence_) -> list[list[Packet]]:
 
 
 CORPUS = corpus()
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[Server, Server]]:
-    with memcached() as ref, start_target() as mine:
-        yield ref, mine
 
 
 def test_corpus_is_large_and_a_third_malformed() -> None:
