@@ -211,3 +211,18 @@ class Conn:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def keys_held(port: int, keys: Sequence[str], host: str = "127.0.0.1") -> list[str]:
+    """Which of `keys` the server on host:port holds, asked directly (multi-gets of 100)."""
+    held: list[str] = []
+    with Conn(port, host=host) as c:
+        for i in range(0, len(keys), 100):
+            part = keys[i : i + 100]
+            reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
+            held += [
+                line.split()[1].decode()
+                for line in reply.split(b"\r\n")
+                if line.startswith(b"VALUE ")
+            ]
+    return held

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, wait_for_port
+from harness import Conn, Server, keys_held, wait_for_port
 from proxy_harness import Proxy, pool_yaml, port_in
 
 DNSMASQ = shutil.which("dnsmasq") or (
@@ -149,15 +149,9 @@ def placement(mc_port: int, keys: list[str]) -> dict[str, str]:
     """Which memcached address holds each key, asked directly."""
     found: dict[str, str] = {}
     for a in ADDRS:
-        with Conn(mc_port, host=a) as c:
-            for i in range(0, len(keys), 100):
-                part = keys[i : i + 100]
-                reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
-                for line in reply.split(b"\r\n"):
-                    if line.startswith(b"VALUE "):
-                        k = line.split()[1].decode()
-                        assert k not in found, f"{k} on two servers"
-                        found[k] = a
+        for k in keys_held(mc_port, keys, host=a):
+            assert k not in found, f"{k} on two servers"
+            found[k] = a
     return found
 
 
