@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import memfleet_bin
+from harness import memfleet_bin, terminate
 from typing_extensions import Self
 
 NS_PREFIX = "mff-"
@@ -286,12 +286,7 @@ class Host:
         sh("tc", "qdisc", "del", "dev", self.veth, "root", check=False)
         if self._delay_line is not None:
             self.run("iptables", "-F", "OUTPUT", check=False)
-            self._delay_line.terminate()
-            try:
-                self._delay_line.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._delay_line.kill()
-                self._delay_line.wait()
+            terminate(self._delay_line, timeout=5)
             if self._delay_line.stdout:
                 self._delay_line.stdout.close()
             self._delay_line = None

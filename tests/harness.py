@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -72,6 +71,16 @@ def wait_for_unix(path: str, timeout: float = 10.0) -> None:
     raise TimeoutError(f"nothing listening on {path}")
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within `timeout`; reaps it either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Server:
     """A server process on a free loopback port; stop() sends SIGTERM and waits."""
 
@@ -112,12 +121,7 @@ class Server:
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc)
         code = self.proc.returncode
         if self.proc.stderr:
             self.proc.stderr.close()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ROOT, free_port, wait_for_port
+from harness import ROOT, free_port, terminate, wait_for_port
 
 UNITS = ("memfleet-serve@.service", "memfleet-route@.service")
 INSTANCE = "pkgtest"
@@ -97,12 +97,7 @@ class Unit:
             if systemd_is_init():
                 run("systemctl", "stop", self.name, check=False)
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
         if self.proc.stderr:
             self.proc.stderr.close()
         self.proc = None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Server, free_port, memcached, memfleet_bin, wait_for_port
+from harness import Server, free_port, memcached, memfleet_bin, terminate, wait_for_port
 from pg_harness import PASSWORD, Postgres
 
 ROWS = 10_000
@@ -133,12 +133,7 @@ class Invalidator:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, timeout=15)
         self.proc = None
 
 
