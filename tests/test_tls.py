@@ -42,6 +42,13 @@ class Pki:
             self.client.configure_cert(ctx)
         return ctx
 
+    def client_files(self) -> tuple[Path, Path]:
+        """The client certificate and its key written as files, for programs given paths."""
+        pem, key = self.dir / "client.pem", self.dir / "client.key"
+        self.client.cert_chain_pems[0].write_to_path(str(pem))
+        self.client.private_key_pem.write_to_path(str(key))
+        return pem, key
+
     def server_opts(self, *extra: str) -> tuple[str, ...]:
         opts = ",".join((f"ssl_chain_cert={self.chain}", f"ssl_key={self.key}", *extra))
         return ("-Z", "-o", opts)
@@ -313,9 +320,7 @@ def test_bench_over_tls_with_memtier_options(
     impl: str, pki: Pki, start: Callable[..., Server]
 ) -> None:
     srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
-    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
-    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
-    pki.client.private_key_pem.write_to_path(str(client_key))
+    client_pem, client_key = pki.client_files()
     js = pki.dir / "r.json"
     port = ["-p", str(srv.port)]
     mutual = ["--cert", str(client_pem), "--key", str(client_key)]
@@ -356,9 +361,7 @@ def test_route_speaks_mutual_tls_to_its_servers(
     impl: str, pki: Pki, start: Callable[..., Server]
 ) -> None:
     backend = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
-    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
-    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
-    pki.client.private_key_pem.write_to_path(str(client_key))
+    client_pem, client_key = pki.client_files()
     port = port_in(12000, 20000)
     tls = {
         "tls": True,
