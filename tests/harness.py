@@ -192,6 +192,15 @@ class Conn:
         self.send(data)
         return self.read_until(*(terminators or (b"\r\n",)))
 
+    def stats(self, sub: str = "") -> dict[str, str]:
+        """`stats [sub]` as name -> value."""
+        raw = self.request(f"stats {sub}".strip().encode() + b"\r\n", b"END\r\n")
+        return {
+            parts[1]: parts[2] if len(parts) > 2 else ""
+            for parts in (line.split(" ", 2) for line in raw.decode().splitlines())
+            if parts[0] == "STAT"
+        }
+
     def read_all(self, timeout: float = 0.3) -> bytes:
         """Everything that arrives until the peer is quiet for `timeout` or closes."""
         self.sock.settimeout(timeout)
