@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from typing_extensions import Self
@@ -112,6 +114,17 @@ class Server:
             self.stop()
             raise
         return self
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP for the block (the process hangs with its sockets open), SIGCONT after."""
+        proc = self.proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGCONT)
 
     @property
     def address(self) -> str:

@@ -5,7 +5,6 @@ invalidator is killed or the cache server stops answering."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import tempfile
@@ -278,11 +277,8 @@ def test_stopped_cache_server_loses_nothing(
     writer = case.write(pause=0.01)
     case.wait_transactions(50)
     assert cache.proc is not None
-    cache.proc.send_signal(signal.SIGSTOP)
-    try:
+    with cache.paused():
         time.sleep(10)
-    finally:
-        cache.proc.send_signal(signal.SIGCONT)
     assert writer.wait(timeout=120) == 0
     case.check_all_invalidated()
     st = case.inv.stats()

@@ -9,7 +9,6 @@ Faults are real: servers are stopped (SIGTERM), paused (SIGSTOP) and restarted.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -335,15 +334,12 @@ def test_a_hung_server_goes_soft_tko_after_timeouts_and_fails_over(servers) -> N
     }
     with run(config, "--timeouts-until-tko", "2", "--server-timeout", "200") as r:
         assert a.proc is not None
-        os.kill(a.proc.pid, signal.SIGSTOP)
-        try:
+        with a.paused():
             # Each request times out on A, then fails over to B; after 2 timeouts A is TKO.
             for i in range(3):
                 assert store(r.port, f"k{i}", "b") == b"STORED\r\n"
             eventually(lambda: "marked soft TKO" in r.log_text(), "soft TKO logged")
             assert fetch(b.port, "k2") == b"VALUE k2 0 1\r\nb\r\nEND\r\n"
-        finally:
-            os.kill(a.proc.pid, signal.SIGCONT)
         eventually(lambda: "is back" in r.log_text(), "A back after SIGCONT")
         assert store(r.port, "after", "a") == b"STORED\r\n"
         assert fetch(a.port, "after") == b"VALUE after 0 1\r\na\r\nEND\r\n"
