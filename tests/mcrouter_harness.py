@@ -7,12 +7,29 @@ import json
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from harness import Conn, Server, memcached, memfleet_bin
 from proxy_harness import port_in
+
+
+def route_argv(
+    conf: str | Path,
+    port: int,
+    listen: str,
+    log: str | Path,
+    options: dict[str, str],
+    extra: Sequence[str],
+) -> list[str]:
+    """`memfleet route` with the mcrouter config file `conf`, 2 proxies, logging to `log`;
+    `options` (flag -> value) as overridden by the flag/value pairs in `extra`."""
+    argv = [memfleet_bin(), "route", "--config", f"file:{conf}", "-p", str(port)]
+    argv += ["--listen-addresses", listen, "--num-proxies", "2", "-L", str(log)]
+    for flag, value in {**options, **dict(zip(extra[::2], extra[1::2]))}.items():
+        argv += [flag, value]
+    return argv
 
 
 class McRouter(Server):
@@ -24,16 +41,12 @@ class McRouter(Server):
         self.write(config)
         self.log = os.path.join(self.dir, "log")
         port = port_in(20000, 24000)
-        argv = [memfleet_bin(), "route", "--config", f"file:{self.conf_path}", "-p", str(port)]
-        argv += ["--listen-addresses", "127.0.0.1", "--num-proxies", "2", "-L", self.log]
         options = {
             "--server-timeout": "300",
             "--probe-timeout-initial": "100",
             "--probe-timeout-max": "400",
         }
-        options.update(zip(extra[::2], extra[1::2]))
-        for flag, value in options.items():
-            argv += [flag, value]
+        argv = route_argv(self.conf_path, port, "127.0.0.1", self.log, options, extra)
         if prefix:
             argv += ["--route-prefix", prefix]
         super().__init__(argv, port=port)
