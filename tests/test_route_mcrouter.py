@@ -29,9 +29,7 @@ def ttl_of(port: int, key: str) -> int | None:
 
 
 def run(config: dict, *extra: str, prefix: str | None = None) -> McRouter:
-    r = McRouter(config, *extra, prefix=prefix)
-    r.start()
-    return r
+    return McRouter(config, *extra, prefix=prefix).start()
 
 
 def test_pool_route_hashes_and_strips_the_routing_prefix(servers) -> None:

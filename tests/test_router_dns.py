@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, keys_held, wait_for_port
+from harness import Conn, Server, keys_held, terminate, wait_for_port
 from proxy_harness import Proxy, pool_yaml, port_in
 
 DNSMASQ = shutil.which("dnsmasq") or (
@@ -80,8 +80,7 @@ class Dnsmasq:
         self.proc.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        terminate(self.proc)
         if self.proc.stderr:
             self.proc.stderr.close()
 
