@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -85,8 +84,6 @@ def servers() -> Iterator[Callable[[int], list[Server]]]:
 
     yield start
     for s in started:
-        if s.proc is not None and s.proc.poll() is None:
-            os.kill(s.proc.pid, signal.SIGCONT)
         s.stop()
 
 
