@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import memfleet_bin, terminate
+from harness import memcached_command, memfleet_bin, terminate
 from typing_extensions import Self
 
 NS_PREFIX = "mff-"
@@ -402,9 +402,7 @@ class Fleet:
 
 def memcached_argv(ip: str, port: int = 11211, *args: str) -> list[str]:
     """Debian's memcached on ip:port (TCP only, as root when we are root)."""
-    exe = shutil.which("memcached") or "/usr/bin/memcached"
-    user = ["-u", "root"] if os.geteuid() == 0 else []
-    return [exe, "-l", ip, "-p", str(port), "-U", "0", *user, *args]
+    return memcached_command("-l", ip, "-p", str(port), "-U", "0", *args)
 
 
 def serve_argv(ip: str, port: int = 11211, *args: str) -> list[str]:

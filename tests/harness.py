@@ -161,15 +161,20 @@ def memfleet(*args: str, port: int | None = None) -> Server:
     return Server(argv + ["-l", "127.0.0.1", "-p", str(port)] + extra, port=port)
 
 
+def memcached_command(*args: str) -> list[str]:
+    """Debian's memcached with `args`, told to run as root when we are root (it refuses to
+    otherwise)."""
+    exe = shutil.which("memcached") or "/usr/bin/memcached"
+    return [exe, *(["-u", "root"] if os.geteuid() == 0 else []), *args]
+
+
 def memcached(*args: str, port: int | None = None) -> Server:
     """Debian's memcached 1.6 with the same flags."""
-    exe = shutil.which("memcached") or "/usr/bin/memcached"
-    user = ["-u", "root"] if os.geteuid() == 0 else []
     if "-s" in args:
         path = args[args.index("-s") + 1]
-        return Server([exe, *user, *args], unix_socket=path)
+        return Server(memcached_command(*args), unix_socket=path)
     port = port or free_port()
-    argv = [exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", *user, *args]
+    argv = memcached_command("-l", "127.0.0.1", "-p", str(port), "-U", "0", *args)
     return Server(argv, port=port)
 
 

@@ -16,13 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, keys_held, terminate, wait_for_port
+from harness import Conn, Server, keys_held, memcached_command, terminate, wait_for_port
 from proxy_harness import Proxy, pool_yaml, port_in
 
 DNSMASQ = shutil.which("dnsmasq") or (
     "/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else None
 )
-MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 ADDRS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 NAME = "cache.memfleet.test"
 
@@ -86,8 +85,7 @@ class Dnsmasq:
 
 
 def memcached_on(addr: str, port: int) -> Server:
-    user = ["-u", "root"] if os.geteuid() == 0 else []
-    srv = Server([MEMCACHED, "-l", addr, "-p", str(port), "-U", "0", "-t", "1", *user])
+    srv = Server(memcached_command("-l", addr, "-p", str(port), "-U", "0", "-t", "1"))
     srv.start()
     wait_for_port(port, host=addr)
     return srv
