@@ -2,7 +2,7 @@
 
 A sequence is a list of `Step`s sent on one connection. Keys contain `{kkkk}`, replaced by a
 prefix of the same length unique to the sequence, so lengths in the headers stay right and
-sequences never see each other's items.
+sequences never see each other's items. `parse` reads the response packets back.
 """
 
 from __future__ import annotations
@@ -67,6 +67,32 @@ def pkt(
         ">BBHBBHIIQ", magic, opcode, klen, elen, datatype, vbucket, blen, opaque, cas
     )
     return head + extras + key + value
+
+
+def parse(data: bytes) -> tuple[list[tuple[int, int, int, int, bytes, bytes, bytes]], bytes]:
+    """Response packets in `data` (opcode, status, opaque, cas, extras, key, value), and any
+    bytes left that do not form a whole packet."""
+    packets = []
+    while len(data) >= 24:
+        magic, opcode, klen, elen, _dt, status, blen, opaque, cas = struct.unpack(
+            ">BBHBBHIIQ", data[:24]
+        )
+        if magic != 0x81 or len(data) < 24 + blen:
+            break
+        body = data[24 : 24 + blen]
+        packets.append(
+            (
+                opcode,
+                status,
+                opaque,
+                cas,
+                body[:elen],
+                body[elen : elen + klen],
+                body[elen + klen :],
+            )
+        )
+        data = data[24 + blen :]
+    return packets, data
 
 
 def store_extras(flags: int = 0, exptime: int = 0) -> bytes:

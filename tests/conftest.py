@@ -58,6 +58,14 @@ def reference() -> Iterator[Server]:
         yield s
 
 
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Server, Server]]:
+    """Debian's memcached and the implementation under test, shared by a module's
+    differential tests."""
+    with memcached() as ref, start_target() as mine:
+        yield ref, mine
+
+
 @pytest.fixture
 def make_fleet() -> Iterator[Callable[[str, list[str]], Fleet]]:
     """Builds fleets of network-namespace hosts (fleet.py); tears them all down after the test,

@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import memfleet_bin
+from harness import memcached_command, memfleet_bin, terminate
 from typing_extensions import Self
 
 NS_PREFIX = "mff-"
@@ -286,12 +286,7 @@ class Host:
         sh("tc", "qdisc", "del", "dev", self.veth, "root", check=False)
         if self._delay_line is not None:
             self.run("iptables", "-F", "OUTPUT", check=False)
-            self._delay_line.terminate()
-            try:
-                self._delay_line.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._delay_line.kill()
-                self._delay_line.wait()
+            terminate(self._delay_line, timeout=5)
             if self._delay_line.stdout:
                 self._delay_line.stdout.close()
             self._delay_line = None
@@ -407,9 +402,7 @@ class Fleet:
 
 def memcached_argv(ip: str, port: int = 11211, *args: str) -> list[str]:
     """Debian's memcached on ip:port (TCP only, as root when we are root)."""
-    exe = shutil.which("memcached") or "/usr/bin/memcached"
-    user = ["-u", "root"] if os.geteuid() == 0 else []
-    return [exe, "-l", ip, "-p", str(port), "-U", "0", *user, *args]
+    return memcached_command("-l", ip, "-p", str(port), "-U", "0", *args)
 
 
 def serve_argv(ip: str, port: int = 11211, *args: str) -> list[str]:

@@ -8,7 +8,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from typing_extensions import Self
@@ -37,6 +38,16 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return int(s.getsockname()[1])
 
 
+def eventually(check: Callable[[], bool], what: str, limit: float = 5.0) -> None:
+    """Polls `check` (background work: async sends, fills, probes) up to `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"never happened: {what}")
+
+
 def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,6 +73,16 @@ def wait_for_unix(path: str, timeout: float = 10.0) -> None:
     raise TimeoutError(f"nothing listening on {path}")
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within `timeout`; reaps it either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Server:
     """A server process on a free loopback port; stop() sends SIGTERM and waits."""
 
@@ -76,7 +97,7 @@ class Server:
         self.unix_socket = unix_socket
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Server:
+    def start(self) -> Self:
         if self.proc is not None and self.proc.poll() is None:
             # Already running (e.g. `with started_server:`): a second process would fail to
             # bind while this one's handle was lost, leaving it running after the test.
@@ -94,6 +115,17 @@ class Server:
             raise
         return self
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP for the block (the process hangs with its sockets open), SIGCONT after."""
+        proc = self.proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGCONT)
+
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
@@ -102,12 +134,7 @@ class Server:
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc)
         code = self.proc.returncode
         if self.proc.stderr:
             self.proc.stderr.close()
@@ -134,15 +161,20 @@ def memfleet(*args: str, port: int | None = None) -> Server:
     return Server(argv + ["-l", "127.0.0.1", "-p", str(port)] + extra, port=port)
 
 
+def memcached_command(*args: str) -> list[str]:
+    """Debian's memcached with `args`, told to run as root when we are root (it refuses to
+    otherwise)."""
+    exe = shutil.which("memcached") or "/usr/bin/memcached"
+    return [exe, *(["-u", "root"] if os.geteuid() == 0 else []), *args]
+
+
 def memcached(*args: str, port: int | None = None) -> Server:
     """Debian's memcached 1.6 with the same flags."""
-    exe = shutil.which("memcached") or "/usr/bin/memcached"
-    user = ["-u", "root"] if os.geteuid() == 0 else []
     if "-s" in args:
         path = args[args.index("-s") + 1]
-        return Server([exe, *user, *args], unix_socket=path)
+        return Server(memcached_command(*args), unix_socket=path)
     port = port or free_port()
-    argv = [exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", *user, *args]
+    argv = memcached_command("-l", "127.0.0.1", "-p", str(port), "-U", "0", *args)
     return Server(argv, port=port)
 
 
@@ -178,6 +210,15 @@ class Conn:
         self.send(data)
         return self.read_until(*(terminators or (b"\r\n",)))
 
+    def stats(self, sub: str = "") -> dict[str, str]:
+        """`stats [sub]` as name -> value."""
+        raw = self.request(f"stats {sub}".strip().encode() + b"\r\n", b"END\r\n")
+        return {
+            parts[1]: parts[2] if len(parts) > 2 else ""
+            for parts in (line.split(" ", 2) for line in raw.decode().splitlines())
+            if parts[0] == "STAT"
+        }
+
     def read_all(self, timeout: float = 0.3) -> bytes:
         """Everything that arrives until the peer is quiet for `timeout` or closes."""
         self.sock.settimeout(timeout)
@@ -201,3 +242,18 @@ class Conn:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def keys_held(port: int, keys: Sequence[str], host: str = "127.0.0.1") -> list[str]:
+    """Which of `keys` the server on host:port holds, asked directly (multi-gets of 100)."""
+    held: list[str] = []
+    with Conn(port, host=host) as c:
+        for i in range(0, len(keys), 100):
+            part = keys[i : i + 100]
+            reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
+            held += [
+                line.split()[1].decode()
+                for line in reply.split(b"\r\n")
+                if line.startswith(b"VALUE ")
+            ]
+    return held

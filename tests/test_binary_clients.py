@@ -35,12 +35,12 @@ from binary_corpus import (
     STAT,
     TOUCH,
     arith_extras,
+    parse,
     pkt,
     store_extras,
 )
 from conftest import start_target
 from harness import Server, memcached, memfleet
-from test_binary_differential import parse
 
 RUBY_SCRIPT = Path(__file__).resolve().parent / "ruby" / "dalli_roundtrip.rb"
 USERS = b"alice:s3cret\nbob:pa:ss\n"

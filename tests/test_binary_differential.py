@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterator
 
 import pytest
 from binary_corpus import (
@@ -24,41 +23,15 @@ from binary_corpus import (
     K,
     Sequence_,
     corpus,
+    parse,
     pkt,
     store_extras,
 )
-from conftest import start_target
 from harness import Server, free_port, memcached, memfleet
 
 SENTINEL_OPAQUE = 0xFEEDF00D
 SENTINEL = struct.pack(">BBHBBHIIQ", 0x80, NOOP, 0, 0, 0, 0, 0, SENTINEL_OPAQUE, 0)
 Packet = tuple[object, ...]
-
-
-def parse(data: bytes) -> tuple[list[tuple[int, int, int, int, bytes, bytes, bytes]], bytes]:
-    """Response packets in `data` (opcode, status, opaque, cas, extras, key, value), and any
-    bytes left that do not form a whole packet."""
-    packets = []
-    while len(data) >= 24:
-        magic, opcode, klen, elen, _dt, status, blen, opaque, cas = struct.unpack(
-            ">BBHBBHIIQ", data[:24]
-        )
-        if magic != 0x81 or len(data) < 24 + blen:
-            break
-        body = data[24 : 24 + blen]
-        packets.append(
-            (
-                opcode,
-                status,
-                opaque,
-                cas,
-                body[:elen],
-                body[elen : elen + klen],
-                body[elen + klen :],
-            )
-        )
-        data = data[24 + blen :]
-    return packets, data
 
 
 def normalise(data: bytes) -> list[Packet]:
@@ -163,12 +136,6 @@ def run_sequence(port: int, n: int, seq: Sequence_) -> list[list[Packet]]:
 
 
 CORPUS = corpus()
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[Server, Server]]:
-    with memcached() as ref, start_target() as mine:
-        yield ref, mine
 
 
 def test_corpus_is_large_and_a_third_malformed() -> None:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ROOT, free_port, wait_for_port
+from harness import ROOT, Conn, free_port, terminate, wait_for_port
 
 UNITS = ("memfleet-serve@.service", "memfleet-route@.service")
 INSTANCE = "pkgtest"
@@ -97,26 +96,10 @@ class Unit:
             if systemd_is_init():
                 run("systemctl", "stop", self.name, check=False)
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
         if self.proc.stderr:
             self.proc.stderr.close()
         self.proc = None
-
-
-def request(port: int, data: bytes, end: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(data)
-        got = b""
-        while not got.endswith(end):
-            chunk = s.recv(4096)
-            assert chunk, f"connection closed after {got!r}"
-            got += chunk
-        return got
 
 
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
@@ -200,12 +183,13 @@ def test_package_installs_runs_and_purges_cleanly(package: Path) -> None:
         route.start()
         wait_for_port(route_port)
         # Stored through the router, read straight from the server: both units work.
-        reply = request(route_port, b"set pkg:key 5 0 4\r\ndata\r\n", b"\r\n")
-        assert reply == b"STORED\r\n"
-        got = request(serve_port, b"get pkg:key\r\n", b"END\r\n")
-        assert got == b"VALUE pkg:key 5 4\r\ndata\r\nEND\r\n"
-        stats = request(serve_port, b"stats\r\n", b"END\r\n")
-        assert b"STAT limit_maxbytes 67108864\r\n" in stats  # -m 64 from the .conf
+        with Conn(route_port) as c:
+            assert c.request(b"set pkg:key 5 0 4\r\ndata\r\n") == b"STORED\r\n"
+        with Conn(serve_port) as c:
+            got = c.request(b"get pkg:key\r\n", b"END\r\n")
+            assert got == b"VALUE pkg:key 5 4\r\ndata\r\nEND\r\n"
+            stats = c.request(b"stats\r\n", b"END\r\n")
+            assert b"STAT limit_maxbytes 67108864\r\n" in stats  # -m 64 from the .conf
     finally:
         route.stop()
         serve.stop()

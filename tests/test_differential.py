@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
 
 import pytest
-from conftest import start_target
 from differential_corpus import corpus
-from harness import Server, memcached
+from harness import Server
 
 SENTINEL = b"mn\r\n"
 SENTINEL_REPLY = b"MN\r\n"
@@ -86,12 +84,6 @@ def run_sequence(port: int, n: int, seq: list[bytes]) -> list[tuple[bytes, bytes
         ]
     finally:
         s.close()
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[Server, Server]]:
-    with memcached() as ref, start_target() as mine:
-        yield ref, mine
 
 
 def test_corpus_is_large_enough() -> None:

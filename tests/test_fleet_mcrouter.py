@@ -12,8 +12,8 @@ import json
 from typing import Callable
 
 from fleet import Fleet, Host, memcached_argv
-from harness import Conn, memfleet_bin
-from test_route_mcrouter import eventually
+from harness import Conn, eventually
+from mcrouter_harness import route_argv
 
 POOL = ["a", "b", "c", "d"]
 VICTIM = "b"
@@ -40,12 +40,7 @@ def start_router(fleet: Fleet, name: str, config: dict, port: int = PORT, *extra
         "--probe-timeout-initial": "60000",
         "--probe-timeout-max": "60000",
     }
-    options.update(zip(extra[::2], extra[1::2]))
-    argv = [memfleet_bin(), "route", "--config", f"file:{conf}", "-p", str(port)]
-    argv += ["--listen-addresses", router.ip, "--num-proxies", "2"]
-    argv += ["-L", str(fleet.dir / f"{name}.log")]
-    for flag, value in options.items():
-        argv += [flag, value]
+    argv = route_argv(conf, port, router.ip, fleet.dir / f"{name}.log", options, extra)
     router.spawn(argv, port=port)
     return router
 

@@ -5,7 +5,6 @@ invalidator is killed or the cache server stops answering."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Server, free_port, memcached, memfleet_bin, wait_for_port
+from harness import Server, free_port, memcached, memfleet_bin, terminate, wait_for_port
 from pg_harness import PASSWORD, Postgres
 
 ROWS = 10_000
@@ -133,12 +132,7 @@ class Invalidator:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, timeout=15)
         self.proc = None
 
 
@@ -283,11 +277,8 @@ def test_stopped_cache_server_loses_nothing(
     writer = case.write(pause=0.01)
     case.wait_transactions(50)
     assert cache.proc is not None
-    cache.proc.send_signal(signal.SIGSTOP)
-    try:
+    with cache.paused():
         time.sleep(10)
-    finally:
-        cache.proc.send_signal(signal.SIGCONT)
     assert writer.wait(timeout=120) == 0
     case.check_all_invalidated()
     st = case.inv.stats()

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import ROOT, free_port, memfleet_bin, wait_for_port
+from harness import ROOT, Conn, Server, free_port, memfleet_bin
 
 K8S = ROOT / "deploy" / "k8s"
 VALIDATE = K8S / "validate"
@@ -100,18 +99,5 @@ def test_serve_statefulset_args_start_memfleet_serve() -> None:
     port = free_port()
     args[args.index("-p") + 1] = str(port)
     args[args.index("-m") + 1] = "16"
-    proc = subprocess.Popen(
-        [memfleet_bin(), *args, "-l", "127.0.0.1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port)
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"version\r\n")
-            assert s.recv(100).startswith(b"VERSION "), "not a memcached reply"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stderr:
-            proc.stderr.close()
+    with Server([memfleet_bin(), *args, "-l", "127.0.0.1"], port=port), Conn(port) as c:
+        assert c.request(b"version\r\n").startswith(b"VERSION "), "not a memcached reply"

@@ -4,14 +4,12 @@ the server answers again, also by a router restarted after kill -9."""
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server
-from test_route_mcrouter import McRouter, eventually, fetch, pools, servers, store
+from harness import Conn, Server, eventually
+from mcrouter_harness import McRouter, fetch, pools, servers, store
 
 __all__ = ["servers"]
 
@@ -49,16 +47,6 @@ def present(server: Server, keys: list[str]) -> list[str]:
     return [k for k in keys if fetch(port, k) != b"END\r\n"]
 
 
-def stopped(server: Server) -> None:
-    assert server.proc is not None
-    os.kill(server.proc.pid, signal.SIGSTOP)
-
-
-def resumed(server: Server) -> None:
-    assert server.proc is not None
-    os.kill(server.proc.pid, signal.SIGCONT)
-
-
 def test_deletes_to_a_hung_server_are_spooled_and_replayed(servers, spool_dir: Path) -> None:
     (a,) = servers(1)
     keys = [f"key{i}" for i in range(40)]
@@ -66,15 +54,12 @@ def test_deletes_to_a_hung_server_are_spooled_and_replayed(servers, spool_dir: P
         assert store(a.port, k) == b"STORED\r\n"
     config = {"pools": pools(A=[a]), "route": "PoolRoute|A"}
     with McRouter(config, *FLAGS, "--async-dir", str(spool_dir)) as r:
-        stopped(a)
-        try:
+        with a.paused():
             # The first times out (A goes TKO), the rest are not sent: all are spooled,
             # in order, and answered as mcrouter does.
             assert delete_all(r.port, keys[:1]) == [b"NOT_FOUND\r\n"]
             assert delete_all(r.port, keys[1:]) == [b"NOT_FOUND\r\n"] * 39
             assert spooled(spool_dir, a) == keys
-        finally:
-            resumed(a)
         eventually(lambda: not present(a, keys), "every key deleted on A")
         eventually(lambda: spooled(spool_dir, a) == [], "spool emptied")
         assert spool_of(spool_dir, a).exists()
@@ -89,15 +74,12 @@ def test_a_router_killed_mid_outage_replays_its_spool_at_start(servers, spool_di
     config = {"pools": pools(A=[a]), "route": "PoolRoute|A"}
     r = McRouter(config, *FLAGS, "--async-dir", str(spool_dir))
     with r:
-        stopped(a)
-        try:
+        with a.paused():
             assert delete_all(r.port, keys[:1]) == [b"NOT_FOUND\r\n"]
             assert delete_all(r.port, keys[1:]) == [b"NOT_FOUND\r\n"] * 29
             assert r.proc is not None
             r.proc.kill()
             r.proc.wait()
-        finally:
-            resumed(a)
         # Nothing replays while the router is down, the spool is intact.
         assert spooled(spool_dir, a) == keys
         # The timed-out first delete may have reached A late; the others were never sent.
@@ -112,19 +94,15 @@ def test_a_full_spool_drops_its_oldest_and_says_so(servers, spool_dir: Path) -> 
     (a,) = servers(1)
     config = {"pools": pools(A=[a]), "route": "PoolRoute|A"}
     flags = (*FLAGS, "--async-dir", str(spool_dir), "--asynclog-max-bytes", "1000")
-    with McRouter(config, *flags) as r:
-        stopped(a)
-        try:
-            keys = [f"key{i:06}" for i in range(150)]  # 10 bytes a line in the spool
-            assert delete_all(r.port, keys[:1]) == [b"NOT_FOUND\r\n"]
-            assert delete_all(r.port, keys[1:]) == [b"NOT_FOUND\r\n"] * 149
-            left = spooled(spool_dir, a)
-            assert spool_of(spool_dir, a).stat().st_size <= 1000
-            assert left == keys[-len(left) :], "the newest are kept, in order"
-            assert len(left) < 100
-            assert "dropped its" in r.log_text()
-        finally:
-            resumed(a)
+    with McRouter(config, *flags) as r, a.paused():
+        keys = [f"key{i:06}" for i in range(150)]  # 10 bytes a line in the spool
+        assert delete_all(r.port, keys[:1]) == [b"NOT_FOUND\r\n"]
+        assert delete_all(r.port, keys[1:]) == [b"NOT_FOUND\r\n"] * 149
+        left = spooled(spool_dir, a)
+        assert spool_of(spool_dir, a).stat().st_size <= 1000
+        assert left == keys[-len(left) :], "the newest are kept, in order"
+        assert len(left) < 100
+        assert "dropped its" in r.log_text()
 
 
 def test_asynclog_disable_returns_the_error(servers, spool_dir: Path) -> None:
@@ -132,11 +110,7 @@ def test_asynclog_disable_returns_the_error(servers, spool_dir: Path) -> None:
     config = {"pools": pools(A=[a]), "route": "PoolRoute|A"}
     r = McRouter(config, *FLAGS, "--async-dir", str(spool_dir))
     r.argv.append("--asynclog-disable")  # a flag without a value
-    with r:
-        stopped(a)
-        try:
-            (first,) = delete_all(r.port, ["k"])
-            assert first.startswith(b"SERVER_ERROR"), first
-            assert not spool_dir.exists()
-        finally:
-            resumed(a)
+    with r, a.paused():
+        (first,) = delete_all(r.port, ["k"])
+        assert first.startswith(b"SERVER_ERROR"), first
+        assert not spool_dir.exists()

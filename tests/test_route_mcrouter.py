@@ -9,63 +9,15 @@ Faults are real: servers are stopped (SIGTERM), paused (SIGSTOP) and restarted.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import tempfile
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-from harness import Conn, Server, memcached, memfleet_bin
+from harness import Conn, Server, eventually, memcached, memfleet_bin
+from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
 from proxy_harness import port_in
 
-
-class McRouter(Server):
-    """The router with an mcrouter config file, short timeouts and quick TKO probes."""
-
-    def __init__(self, config: dict, *extra: str, prefix: str | None = None) -> None:
-        self.dir = tempfile.mkdtemp(prefix="mcroute-")
-        self.conf_path = os.path.join(self.dir, "mcrouter.json")
-        self.write(config)
-        self.log = os.path.join(self.dir, "log")
-        port = port_in(20000, 24000)
-        argv = [memfleet_bin(), "route", "--config", f"file:{self.conf_path}", "-p", str(port)]
-        argv += ["--listen-addresses", "127.0.0.1", "--num-proxies", "2", "-L", self.log]
-        options = {
-            "--server-timeout": "300",
-            "--probe-timeout-initial": "100",
-            "--probe-timeout-max": "400",
-        }
-        options.update(zip(extra[::2], extra[1::2]))
-        for flag, value in options.items():
-            argv += [flag, value]
-        if prefix:
-            argv += ["--route-prefix", prefix]
-        super().__init__(argv, port=port)
-
-    def write(self, config: dict) -> None:
-        Path(self.conf_path).write_text(json.dumps(config))
-
-    def log_text(self) -> str:
-        try:
-            return Path(self.log).read_text()
-        except OSError:
-            return ""
-
-
-def ask(port: int, data: bytes, *terms: bytes) -> bytes:
-    with Conn(port) as c:
-        return c.request(data, *(terms or (b"\r\n",)))
-
-
-def store(port: int, key: str, value: str = "v", exptime: int = 0) -> bytes:
-    return ask(port, f"set {key} 0 {exptime} {len(value)}\r\n{value}\r\n".encode())
-
-
-def fetch(port: int, key: str) -> bytes:
-    return ask(port, f"get {key}\r\n".encode(), b"END\r\n", b"ERROR\r\n")
+__all__ = ["servers"]
 
 
 def ttl_of(port: int, key: str) -> int | None:
@@ -76,40 +28,8 @@ def ttl_of(port: int, key: str) -> int | None:
     return int(line.split(b" t")[1].split()[0])
 
 
-def eventually(check: Callable[[], bool], what: str, limit: float = 5.0) -> None:
-    """Polls `check` (background work: async sends, fills, probes) up to `limit` seconds."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"never happened: {what}")
-
-
-@pytest.fixture
-def servers() -> Iterator[Callable[[int], list[Server]]]:
-    started: list[Server] = []
-
-    def start(n: int) -> list[Server]:
-        out = [memcached().start() for _ in range(n)]
-        started.extend(out)
-        return out
-
-    yield start
-    for s in started:
-        if s.proc is not None and s.proc.poll() is None:
-            os.kill(s.proc.pid, signal.SIGCONT)
-        s.stop()
-
-
-def pools(**named: list[Server]) -> dict:
-    return {name: {"servers": [s.address for s in group]} for name, group in named.items()}
-
-
 def run(config: dict, *extra: str, prefix: str | None = None) -> McRouter:
-    r = McRouter(config, *extra, prefix=prefix)
-    r.start()
-    return r
+    return McRouter(config, *extra, prefix=prefix).start()
 
 
 def test_pool_route_hashes_and_strips_the_routing_prefix(servers) -> None:
@@ -412,15 +332,12 @@ def test_a_hung_server_goes_soft_tko_after_timeouts_and_fails_over(servers) -> N
     }
     with run(config, "--timeouts-until-tko", "2", "--server-timeout", "200") as r:
         assert a.proc is not None
-        os.kill(a.proc.pid, signal.SIGSTOP)
-        try:
+        with a.paused():
             # Each request times out on A, then fails over to B; after 2 timeouts A is TKO.
             for i in range(3):
                 assert store(r.port, f"k{i}", "b") == b"STORED\r\n"
             eventually(lambda: "marked soft TKO" in r.log_text(), "soft TKO logged")
             assert fetch(b.port, "k2") == b"VALUE k2 0 1\r\nb\r\nEND\r\n"
-        finally:
-            os.kill(a.proc.pid, signal.SIGCONT)
         eventually(lambda: "is back" in r.log_text(), "A back after SIGCONT")
         assert store(r.port, "after", "a") == b"STORED\r\n"
         assert fetch(a.port, "after") == b"VALUE after 0 1\r\na\r\nEND\r\n"

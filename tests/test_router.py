@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, memcached, memfleet_bin, wait_for_port
+from harness import Conn, Server, keys_held, memcached, memfleet_bin, wait_for_port
 from proxy_harness import NUTCRACKER, Proxy, pool_yaml, port_in
 
 
@@ -44,15 +44,9 @@ def where(backends: list[Server], keys: list[str]) -> dict[str, int]:
     """Which backend holds each key (checked directly, bypassing the proxy)."""
     found: dict[str, int] = {}
     for i, b in enumerate(backends):
-        with Conn(b.port) as c:
-            for chunk in range(0, len(keys), 100):
-                part = keys[chunk : chunk + 100]
-                reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
-                for line in reply.split(b"\r\n"):
-                    if line.startswith(b"VALUE "):
-                        k = line.split()[1].decode()
-                        assert k not in found, f"{k} on two backends"
-                        found[k] = i
+        for k in keys_held(b.port or 0, keys):
+            assert k not in found, f"{k} on two backends"
+            found[k] = i
     return found
 
 

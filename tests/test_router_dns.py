@@ -16,13 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, wait_for_port
+from harness import Conn, Server, keys_held, memcached_command, terminate, wait_for_port
 from proxy_harness import Proxy, pool_yaml, port_in
 
 DNSMASQ = shutil.which("dnsmasq") or (
     "/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else None
 )
-MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 ADDRS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 NAME = "cache.memfleet.test"
 
@@ -80,15 +79,13 @@ class Dnsmasq:
         self.proc.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        terminate(self.proc)
         if self.proc.stderr:
             self.proc.stderr.close()
 
 
 def memcached_on(addr: str, port: int) -> Server:
-    user = ["-u", "root"] if os.geteuid() == 0 else []
-    srv = Server([MEMCACHED, "-l", addr, "-p", str(port), "-U", "0", "-t", "1", *user])
+    srv = Server(memcached_command("-l", addr, "-p", str(port), "-U", "0", "-t", "1"))
     srv.start()
     wait_for_port(port, host=addr)
     return srv
@@ -149,15 +146,9 @@ def placement(mc_port: int, keys: list[str]) -> dict[str, str]:
     """Which memcached address holds each key, asked directly."""
     found: dict[str, str] = {}
     for a in ADDRS:
-        with Conn(mc_port, host=a) as c:
-            for i in range(0, len(keys), 100):
-                part = keys[i : i + 100]
-                reply = c.request(("get " + " ".join(part) + "\r\n").encode(), b"END\r\n")
-                for line in reply.split(b"\r\n"):
-                    if line.startswith(b"VALUE "):
-                        k = line.split()[1].decode()
-                        assert k not in found, f"{k} on two servers"
-                        found[k] = a
+        for k in keys_held(mc_port, keys, host=a):
+            assert k not in found, f"{k} on two servers"
+            found[k] = a
     return found
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -14,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from harness import Conn, memfleet_bin
+from harness import Conn, memcached_command, memfleet_bin
 
 IMPLEMENTATIONS = ["memfleet", "memcached"]
 
@@ -22,8 +21,7 @@ IMPLEMENTATIONS = ["memfleet", "memcached"]
 def command(impl: str, *args: str) -> list[str]:
     if impl == "memfleet":
         return [memfleet_bin(), "serve", "-t", "2", *args]
-    exe = shutil.which("memcached") or "/usr/bin/memcached"
-    return [exe, *(["-u", "root"] if os.geteuid() == 0 else []), *args]
+    return memcached_command(*args)
 
 
 @contextmanager

@@ -67,12 +67,7 @@ def slow_reader(port: int) -> socket.socket:
 
 def stats(port: int, sub: str = "") -> dict[str, str]:
     with Conn(port) as c:
-        raw = c.request(f"stats {sub}".strip().encode() + b"\r\n", b"END\r\n")
-    return {
-        parts[1]: parts[2] if len(parts) > 2 else ""
-        for parts in (line.split(" ", 2) for line in raw.decode().splitlines())
-        if parts[0] == "STAT"
-    }
+        return c.stats(sub)
 
 
 def test_sighup_does_not_stop_the_server() -> None:

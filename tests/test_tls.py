@@ -42,6 +42,13 @@ class Pki:
             self.client.configure_cert(ctx)
         return ctx
 
+    def client_files(self) -> tuple[Path, Path]:
+        """The client certificate and its key written as files, for programs given paths."""
+        pem, key = self.dir / "client.pem", self.dir / "client.key"
+        self.client.cert_chain_pems[0].write_to_path(str(pem))
+        self.client.private_key_pem.write_to_path(str(key))
+        return pem, key
+
     def server_opts(self, *extra: str) -> tuple[str, ...]:
         opts = ",".join((f"ssl_chain_cert={self.chain}", f"ssl_key={self.key}", *extra))
         return ("-Z", "-o", opts)
@@ -89,15 +96,6 @@ def read_to_close(c: Conn) -> bytes:
         return c.read_all(timeout=5.0)
     except ConnectionResetError:
         return b""
-
-
-def stats(c: Conn, sub: bytes = b"") -> dict[str, str]:
-    raw = c.request(b"stats " + sub + b"\r\n", b"END\r\n")
-    return {
-        p[1]: p[2]
-        for p in (line.split(" ", 2) for line in raw.decode().splitlines())
-        if p[0] == "STAT"
-    }
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -214,8 +212,8 @@ def test_stats_show_tls_like_memcached(pki: Pki, start: Callable[..., Server]) -
     for impl in IMPLS:
         srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=1"))
         with tls_conn(srv.port, pki.context()) as c:
-            general = stats(c)
-            settings = stats(c, b"settings")
+            general = c.stats()
+            settings = c.stats("settings")
         # memcached sometimes counts the harness's connect-and-close probe; memfleet never
         # counts a connection that closes before sending anything.
         assert general["ssl_handshake_errors"] == "0" or impl == "memcached"
@@ -282,7 +280,7 @@ def test_garbage_instead_of_a_client_hello_closes_only_that_connection(
         assert got == b"" or got[0] == 21
         assert bad.sock.recv(1) == b""
     assert good.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
-    assert stats(good)["ssl_handshake_errors"] == "1"
+    assert good.stats()["ssl_handshake_errors"] == "1"
     good.close()
 
 
@@ -313,9 +311,7 @@ def test_bench_over_tls_with_memtier_options(
     impl: str, pki: Pki, start: Callable[..., Server]
 ) -> None:
     srv = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
-    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
-    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
-    pki.client.private_key_pem.write_to_path(str(client_key))
+    client_pem, client_key = pki.client_files()
     js = pki.dir / "r.json"
     port = ["-p", str(srv.port)]
     mutual = ["--cert", str(client_pem), "--key", str(client_key)]
@@ -325,7 +321,7 @@ def test_bench_over_tls_with_memtier_options(
     assert report["totals"]["ops"] == 400
     assert report["errors"] == 0 and report["connection_errors"] == 0
     with tls_conn(srv.port, pki.context(client_cert=True)) as c:
-        assert int(stats(c)["cmd_set"]) > 0
+        assert int(c.stats()["cmd_set"]) > 0
     # Verified against the name given with --sni: the certificate is for localhost too.
     assert (
         bench(
@@ -356,9 +352,7 @@ def test_route_speaks_mutual_tls_to_its_servers(
     impl: str, pki: Pki, start: Callable[..., Server]
 ) -> None:
     backend = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
-    client_pem, client_key = pki.dir / "client.pem", pki.dir / "client.key"
-    pki.client.cert_chain_pems[0].write_to_path(str(client_pem))
-    pki.client.private_key_pem.write_to_path(str(client_key))
+    client_pem, client_key = pki.client_files()
     port = port_in(12000, 20000)
     tls = {
         "tls": True,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import Server, free_port, memcached, memfleet, memfleet_bin
+from harness import Conn, Server, free_port, memcached, memfleet, memfleet_bin
 from typing_extensions import Self
 
 TMUX = shutil.which("tmux")
@@ -74,14 +74,8 @@ def wait_screen(tmux: Tmux, ok: Callable[[str], bool], what: str, timeout: float
 
 def ask(port: int, command: bytes) -> bytes:
     """One stats command's reply: up to END, or a single error line."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(command)
-        got = b""
-        while not got.endswith((b"END\r\n", b"ERROR\r\n")):
-            chunk = s.recv(65536)
-            assert chunk, got
-            got += chunk
-        return got
+    with Conn(port) as c:
+        return c.request(command, b"END\r\n", b"ERROR\r\n")
 
 
 class Load:

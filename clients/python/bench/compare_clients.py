@@ -68,14 +68,8 @@ def start_servers(cmd: str, n: int) -> tuple[list[str], list[subprocess.Popen[by
 
 # -- timing -------------------------------------------------------------------------------------
 def per_op(fn: Callable[[], Any], n: int, repeats: int = 5) -> float:
-    """Best-of-repeats microseconds per call."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best * 1e6
+    """Best-of-repeats wall microseconds per call."""
+    return min(per_call(fn, n)[0] for _ in range(repeats))
 
 
 def hostport(a: str) -> tuple[str, int]:

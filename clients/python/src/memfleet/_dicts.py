@@ -327,7 +327,7 @@ class Dictionaries:
         now = _time()
         expiry = (now + ttl if ttl <= _THIRTY_DAYS else float(ttl)) if ttl else _FOREVER
         if expiry > d.settled_until or now >= d.next_refresh:
-            self._cover(d, expiry)
+            self._cover(d, expiry, now)
         if m * 10 <= n * 9:
             return packed, flags | _MANAGED_FLAGS
         return self._compress(data, flags)
@@ -449,12 +449,12 @@ class Dictionaries:
                 fam.sampling = True
                 fam.settle()
 
-    def _cover(self, d: Dictionary, expiry: float) -> None:
-        """A value that lives until ``expiry`` was written with ``d``: refresh the servers' copy if
-        it would not live as long, or if its refresh is due."""
+    def _cover(self, d: Dictionary, expiry: float, now: float) -> None:
+        """A value that lives until ``expiry`` was written with ``d`` at ``now``: refresh the
+        servers' copy if it would not live as long, or if its refresh is due."""
         if expiry > d.need_until:
             d.set_need(expiry)
-        if (expiry > d.covered_until or _time() >= d.next_refresh) and not d.refreshing:
+        if (expiry > d.covered_until or now >= d.next_refresh) and not d.refreshing:
             d.refreshing = True
             self._start(d, False)
 
