@@ -9,6 +9,7 @@ hits) and what the cache hosts hold (values, TTLs read with `mg <key> t`), never
 from __future__ import annotations
 
 import json
+import time
 from typing import Callable
 
 from fleet import Fleet, Host, memcached_argv
@@ -232,6 +233,9 @@ def test_asynclog_deletes_reach_a_paused_host_after_the_router_is_killed(
         # NOT_FOUND: the client sees no error.
         assert replies == {b"DELETED\r\n", b"NOT_FOUND\r\n"}, replies
         assert spool.read_text().split() == victim
+        # Let the replay thread try the hung host a few times (it runs every 0.5 s): what it
+        # sends now must not be deletes that run when the host resumes.
+        time.sleep(1.5)
         router.kill()
     finally:
         fleet.host(VICTIM).resume()

@@ -175,6 +175,14 @@ fn replay(dest: &str, spool: &Mutex<Spool>, timeout: Duration) -> io::Result<usi
     stream.set_nodelay(true)?;
     let mut writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
+    // A hung server still completes connects and takes writes into its socket buffer: deletes
+    // sent now would run whenever it resumes, unacknowledged. Ask it to answer first.
+    writer.write_all(b"version\r\n")?;
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    if !line.starts_with("VERSION ") {
+        return Err(io::Error::other(format!("replied {:?} to version", line.trim_end())));
+    }
     let mut total = 0;
     loop {
         let (seq, batch) = spool
@@ -192,7 +200,6 @@ fn replay(dest: &str, spool: &Mutex<Spool>, timeout: Duration) -> io::Result<usi
         }
         writer.write_all(&out)?;
         let mut acked = 0;
-        let mut line = String::new();
         let mut refused = None;
         for _ in &batch {
             line.clear();
