@@ -69,33 +69,26 @@ impl ReqSpec {
     /// tree does not handle (version, stats, ...). Several for a multi-key get.
     pub fn split(req: &Request<'_>) -> Option<Vec<ReqSpec>> {
         let one = |r| Some(vec![r]);
+        let gets = |cmd, keys: &proto::Keys<'_>| {
+            let each = |k: &[u8]| ReqSpec::Get {
+                cmd,
+                key: k.to_vec(),
+            };
+            Some(keys.flatten().map(each).collect())
+        };
         match req {
-            Request::Get { keys, cas } => {
-                let cmd = if *cas { GetCmd::Gets } else { GetCmd::Get };
-                Some(
-                    keys.flatten()
-                        .map(|k| ReqSpec::Get {
-                            cmd,
-                            key: k.to_vec(),
-                        })
-                        .collect(),
-                )
-            }
-            Request::Gat { exptime, keys, cas } => {
-                let cmd = if *cas {
-                    GetCmd::Gats(*exptime)
-                } else {
-                    GetCmd::Gat(*exptime)
-                };
-                Some(
-                    keys.flatten()
-                        .map(|k| ReqSpec::Get {
-                            cmd,
-                            key: k.to_vec(),
-                        })
-                        .collect(),
-                )
-            }
+            Request::Get { keys, cas: false } => gets(GetCmd::Get, keys),
+            Request::Get { keys, cas: true } => gets(GetCmd::Gets, keys),
+            Request::Gat {
+                exptime,
+                keys,
+                cas: false,
+            } => gets(GetCmd::Gat(*exptime), keys),
+            Request::Gat {
+                exptime,
+                keys,
+                cas: true,
+            } => gets(GetCmd::Gats(*exptime), keys),
             Request::Store {
                 cmd,
                 key,
