@@ -432,7 +432,11 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         "memfleet route {} started on pid {} with {threads} threads, {} pools",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
-        shared.pools.len() - shared.listening
+        match shared.mcrouter {
+            // Its listening pools have no servers: count the mcrouter pools.
+            Some(_) => shared.pools.len() - shared.listening,
+            None => shared.pools.len(),
+        }
     ));
     let watch = Watch::new(&args);
     let mut running = Running {
