@@ -152,6 +152,20 @@ pub enum StoreCmd {
     Cas,
 }
 
+impl StoreCmd {
+    /// The text protocol's command name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreCmd::Set => "set",
+            StoreCmd::Add => "add",
+            StoreCmd::Replace => "replace",
+            StoreCmd::Append => "append",
+            StoreCmd::Prepend => "prepend",
+            StoreCmd::Cas => "cas",
+        }
+    }
+}
+
 /// `shutdown` argument check; the server first answers `ERROR: shutdown not enabled` if
 /// it was not started with `-A`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -90,15 +90,7 @@ fn serialize(m: &Model) -> Vec<u8> {
             }
         }
         Model::Store(c, k, f, e, d, u, n) => {
-            let name = match c {
-                StoreCmd::Set => "set",
-                StoreCmd::Add => "add",
-                StoreCmd::Replace => "replace",
-                StoreCmd::Append => "append",
-                StoreCmd::Prepend => "prepend",
-                StoreCmd::Cas => "cas",
-            };
-            o.extend_from_slice(name.as_bytes());
+            o.extend_from_slice(c.name().as_bytes());
             o.push(b' ');
             o.extend_from_slice(k);
             o.extend_from_slice(format!(" {f} {e} {}", d.len()).as_bytes());

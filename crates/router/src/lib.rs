@@ -214,6 +214,19 @@ struct Watch {
     checked: Instant,
 }
 
+impl Watch {
+    fn new(args: &RouteArgs) -> Watch {
+        Watch {
+            mtime: mcrouter::config_path(args).and_then(|p| modified(&p)),
+            checked: Instant::now(),
+        }
+    }
+}
+
+fn modified(path: &std::path::Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
 /// nutcracker's default stats port.
 const DEFAULT_STATS_PORT: u16 = 22222;
 
@@ -419,9 +432,13 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         "memfleet route {} started on pid {} with {threads} threads, {} pools",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
-        shared.pools.len() - shared.listening
+        match shared.mcrouter {
+            // Its listening pools have no servers: count the mcrouter pools.
+            Some(_) => shared.pools.len() - shared.listening,
+            None => shared.pools.len(),
+        }
     ));
-    let args_watch = args.clone();
+    let watch = Watch::new(&args);
     let mut running = Running {
         args,
         threads,
@@ -430,11 +447,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         current,
         workers,
         listeners,
-        watch: Watch {
-            mtime: mcrouter::config_path(&args_watch)
-                .and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()),
-            checked: Instant::now(),
-        },
+        watch,
         dns,
         resolved,
     };
@@ -503,7 +516,7 @@ impl Running {
             return false;
         }
         self.watch.checked = Instant::now();
-        let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let mtime = modified(&path);
         if mtime.is_none() || mtime == self.watch.mtime {
             return false;
         }

@@ -64,50 +64,31 @@ pub enum ReqSpec {
     FillRead { key: Vec<u8> },
 }
 
-/// The text command name of a storage command.
-pub fn store_name(cmd: StoreCmd) -> &'static str {
-    match cmd {
-        StoreCmd::Set => "set",
-        StoreCmd::Add => "add",
-        StoreCmd::Replace => "replace",
-        StoreCmd::Append => "append",
-        StoreCmd::Prepend => "prepend",
-        StoreCmd::Cas => "cas",
-    }
-}
-
 impl ReqSpec {
     /// The per-key requests of a parsed client request, or `None` for requests the route
     /// tree does not handle (version, stats, ...). Several for a multi-key get.
     pub fn split(req: &Request<'_>) -> Option<Vec<ReqSpec>> {
         let one = |r| Some(vec![r]);
+        let gets = |cmd, keys: &proto::Keys<'_>| {
+            let each = |k: &[u8]| ReqSpec::Get {
+                cmd,
+                key: k.to_vec(),
+            };
+            Some(keys.flatten().map(each).collect())
+        };
         match req {
-            Request::Get { keys, cas } => {
-                let cmd = if *cas { GetCmd::Gets } else { GetCmd::Get };
-                Some(
-                    keys.flatten()
-                        .map(|k| ReqSpec::Get {
-                            cmd,
-                            key: k.to_vec(),
-                        })
-                        .collect(),
-                )
-            }
-            Request::Gat { exptime, keys, cas } => {
-                let cmd = if *cas {
-                    GetCmd::Gats(*exptime)
-                } else {
-                    GetCmd::Gat(*exptime)
-                };
-                Some(
-                    keys.flatten()
-                        .map(|k| ReqSpec::Get {
-                            cmd,
-                            key: k.to_vec(),
-                        })
-                        .collect(),
-                )
-            }
+            Request::Get { keys, cas: false } => gets(GetCmd::Get, keys),
+            Request::Get { keys, cas: true } => gets(GetCmd::Gets, keys),
+            Request::Gat {
+                exptime,
+                keys,
+                cas: false,
+            } => gets(GetCmd::Gat(*exptime), keys),
+            Request::Gat {
+                exptime,
+                keys,
+                cas: true,
+            } => gets(GetCmd::Gats(*exptime), keys),
             Request::Store {
                 cmd,
                 key,
@@ -182,7 +163,7 @@ impl ReqSpec {
                 GetCmd::Gat(_) => "gat",
                 GetCmd::Gats(_) => "gats",
             },
-            ReqSpec::Store { cmd, .. } => store_name(*cmd),
+            ReqSpec::Store { cmd, .. } => cmd.name(),
             ReqSpec::Delete { .. } => "delete",
             ReqSpec::Arith { incr: true, .. } => "incr",
             ReqSpec::Arith { incr: false, .. } => "decr",
@@ -247,7 +228,7 @@ impl ReqSpec {
                 cas,
                 ..
             } => {
-                out.extend_from_slice(store_name(*cmd).as_bytes());
+                out.extend_from_slice(cmd.name().as_bytes());
                 out.push(b' ');
                 out.extend_from_slice(key);
                 out.extend_from_slice(format!(" {flags} ").as_bytes());
@@ -358,7 +339,7 @@ pub fn single_key<'r>(req: &'r Request<'_>) -> Option<(&'static str, &'r [u8])> 
     Some(match req {
         Request::Get { keys, cas } => (if *cas { "gets" } else { "get" }, one(keys)?),
         Request::Gat { keys, cas, .. } => (if *cas { "gats" } else { "gat" }, one(keys)?),
-        Request::Store { cmd, key, .. } => (store_name(*cmd), *key),
+        Request::Store { cmd, key, .. } => (cmd.name(), *key),
         Request::Delete { key, .. } => ("delete", *key),
         Request::Arith { incr, key, .. } => (if *incr { "incr" } else { "decr" }, *key),
         Request::Touch { key, .. } => ("touch", *key),

@@ -86,8 +86,10 @@ impl Worker {
         let Some(routes) = self.shared.mcrouter.clone() else {
             return Planned::Here;
         };
+        let mut planned = None;
         if let Some((op, key)) = single_key(req) {
-            if let Plan::Send(send) = routes.config.plan(op, key, &routes.prefix) {
+            let plan = routes.config.plan(op, key, &routes.prefix);
+            if let Plan::Send(send) = &plan {
                 let as_sent = send.keep_prefix || RoutingKey::parse(key).prefix.is_empty();
                 let logged = send.asynclog.is_some() && crate::asynclog::enabled();
                 if as_sent && send.exptime.is_empty() && !logged {
@@ -99,8 +101,9 @@ impl Worker {
                     return Planned::Server(p, send.index);
                 }
             }
+            planned = Some(plan);
         }
-        if self.route_exec(ci, req, routes) {
+        if self.route_exec(ci, req, routes, planned) {
             Planned::Done
         } else {
             Planned::Here
@@ -108,7 +111,14 @@ impl Worker {
     }
 
     /// Carries out `req` with an [`Exec`]. False when the request is not routed.
-    fn route_exec(&mut self, ci: usize, req: &Request<'_>, routes: Arc<McRoutes>) -> bool {
+    /// `planned`: the plan `route_plan` already made for a single-key request.
+    fn route_exec(
+        &mut self,
+        ci: usize,
+        req: &Request<'_>,
+        routes: Arc<McRoutes>,
+        planned: Option<Plan>,
+    ) -> bool {
         if let Request::Get { keys, .. } | Request::Gat { keys, .. } = req {
             if keys.into_iter().any(|k| k.is_err()) {
                 self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
@@ -138,15 +148,18 @@ impl Worker {
             }
             _ => (SlotKind::Single, None),
         };
-        let plans: Vec<Plan> = specs
-            .iter()
-            .map(|spec| match spec {
-                ReqSpec::FlushAll { .. } => every_server(&routes),
-                _ => routes
-                    .config
-                    .plan(spec.operation(), spec.key(), &routes.prefix),
-            })
-            .collect();
+        let plans: Vec<Plan> = match planned {
+            Some(plan) if specs.len() == 1 => vec![plan],
+            _ => specs
+                .iter()
+                .map(|spec| match spec {
+                    ReqSpec::FlushAll { .. } => every_server(&routes),
+                    _ => routes
+                        .config
+                        .plan(spec.operation(), spec.key(), &routes.prefix),
+                })
+                .collect(),
+        };
         let mc = &mut self.mc;
         if !mc
             .limits_of
