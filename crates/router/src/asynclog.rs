@@ -181,7 +181,10 @@ fn replay(dest: &str, spool: &Mutex<Spool>, timeout: Duration) -> io::Result<usi
     let mut line = String::new();
     reader.read_line(&mut line)?;
     if !line.starts_with("VERSION ") {
-        return Err(io::Error::other(format!("replied {:?} to version", line.trim_end())));
+        return Err(io::Error::other(format!(
+            "replied {:?} to version",
+            line.trim_end()
+        )));
     }
     let mut total = 0;
     loop {
