@@ -46,7 +46,8 @@ pub fn datagram_is_binary(env: &ExecEnv<'_>, first: u8) -> bool {
 }
 
 /// Runs the complete binary requests in `buf` (as `batch::process` does for text), appending
-/// replies to `out`. Returns true when it stopped early with requests left in `buf`.
+/// replies to `out`. Returns true when it stopped early with requests left in `buf`: the
+/// connection's `-R` budget for this turn spent (`Conn::budget`), or `out` full.
 pub fn process(
     env: &ExecEnv<'_>,
     conn: &mut Conn,
@@ -54,15 +55,13 @@ pub fn process(
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> bool {
-    let budget = env.shared.settings.max_reqs_per_event;
     let fd = conn.stream.fd();
     let log = env.shared.verbose() > 1;
     let start = out.len();
     let mut pos = 0;
-    let mut done = 0;
     let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
-        if out.len() >= env.reply_cap || done >= budget {
+        if out.len() >= env.reply_cap || conn.budget == 0 {
             stopped_early = true;
             break;
         }
@@ -89,7 +88,7 @@ pub fn process(
                     conn.closing = true;
                 }
                 pos += used;
-                done += 1;
+                conn.budget -= 1;
             }
             BinParse::Incomplete { total } => {
                 buf.drain(..pos);
