@@ -142,10 +142,7 @@ pub fn process(
 /// Whether the request at the start of `buf`, incomplete at `total` bytes, has its header,
 /// extras and key and waits for its value.
 fn waits_for_value(buf: &[u8], total: usize) -> bool {
-    buf.len() >= bin::HEADER_LEN && {
-        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
-        total > bin::HEADER_LEN + usize::from(buf[4]) + key_len
-    }
+    bin::key_range(buf).is_some_and(|key| total > key.end)
 }
 
 /// Starts discarding `swallow` bytes of a refused value. memcached queues the refusal and
@@ -207,9 +204,7 @@ fn refuse_value(
     let mut reply = Vec::new();
     BinRequest::from_header(buf).write_store_oom(&mut reply);
     if matches!(opcode, op::SET | op::SETQ) {
-        let key_at = bin::HEADER_LEN + usize::from(buf[4]);
-        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
-        if let Some(key) = buf.get(key_at..key_at + key_len) {
+        if let Some(key) = bin::key_range(buf).and_then(|k| buf.get(k)) {
             let _ = env
                 .shared
                 .store
