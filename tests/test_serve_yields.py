@@ -3,6 +3,8 @@ to the others, and `conn_yields` counts it, as memcached 1.6.18 does."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from harness import Conn, Server, memcached, memfleet
 
@@ -35,6 +37,28 @@ def test_conn_yields_match_memcached(reqs: int, count: int) -> None:
             pipeline_gets(s, count)
             got.append(conn_yields(s.port or 0))
     # Every -R requests with more waiting is one yield: (count - 1) // reqs.
+    assert got == [(count - 1) // reqs] * 2
+
+
+@pytest.mark.parametrize("reqs", [1, 5, 20])
+@pytest.mark.parametrize("count", [10, 100])
+def test_binary_conn_yields_match_memcached(reqs: int, count: int) -> None:
+    """The budget is per connection turn on binary connections too, not per read."""
+
+    def get(key: bytes) -> bytes:
+        return struct.pack(">BBHBBHIIQ", 0x80, 0, len(key), 0, 0, 0, len(key), 0, 0) + key
+
+    got = []
+    for start in (memfleet, memcached):
+        with start("-R", str(reqs), "-t", "1") as s, Conn(s.port or 0) as c:
+            c.send(b"".join(get(b"k%d" % i) for i in range(count)))
+            received = 0
+            # Each miss is a 24-byte header and "Not found".
+            while received < count * 33:
+                chunk = c.sock.recv(65536)
+                assert chunk
+                received += len(chunk)
+            got.append(conn_yields(s.port or 0))
     assert got == [(count - 1) // reqs] * 2
 
 

@@ -46,7 +46,8 @@ pub fn datagram_is_binary(env: &ExecEnv<'_>, first: u8) -> bool {
 }
 
 /// Runs the complete binary requests in `buf` (as `batch::process` does for text), appending
-/// replies to `out`. Returns true when it stopped early with requests left in `buf`.
+/// replies to `out`. Returns true when it stopped early with requests left in `buf`: the
+/// connection's `-R` budget for this turn spent (`Conn::budget`), or `out` full.
 pub fn process(
     env: &ExecEnv<'_>,
     conn: &mut Conn,
@@ -54,15 +55,13 @@ pub fn process(
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> bool {
-    let budget = env.shared.settings.max_reqs_per_event;
     let fd = conn.stream.fd();
     let log = env.shared.verbose() > 1;
     let start = out.len();
     let mut pos = 0;
-    let mut done = 0;
     let mut stopped_early = false;
     while pos < buf.len() && !conn.closing {
-        if out.len() >= env.reply_cap || done >= budget {
+        if out.len() >= env.reply_cap || conn.budget == 0 {
             stopped_early = true;
             break;
         }
@@ -89,7 +88,7 @@ pub fn process(
                     conn.closing = true;
                 }
                 pos += used;
-                done += 1;
+                conn.budget -= 1;
             }
             BinParse::Incomplete { total } => {
                 buf.drain(..pos);
@@ -143,10 +142,7 @@ pub fn process(
 /// Whether the request at the start of `buf`, incomplete at `total` bytes, has its header,
 /// extras and key and waits for its value.
 fn waits_for_value(buf: &[u8], total: usize) -> bool {
-    buf.len() >= bin::HEADER_LEN && {
-        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
-        total > bin::HEADER_LEN + usize::from(buf[4]) + key_len
-    }
+    bin::key_range(buf).is_some_and(|key| total > key.end)
 }
 
 /// Starts discarding `swallow` bytes of a refused value. memcached queues the refusal and
@@ -208,9 +204,7 @@ fn refuse_value(
     let mut reply = Vec::new();
     BinRequest::from_header(buf).write_store_oom(&mut reply);
     if matches!(opcode, op::SET | op::SETQ) {
-        let key_at = bin::HEADER_LEN + usize::from(buf[4]);
-        let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
-        if let Some(key) = buf.get(key_at..key_at + key_len) {
+        if let Some(key) = bin::key_range(buf).and_then(|k| buf.get(k)) {
             let _ = env
                 .shared
                 .store

@@ -44,14 +44,19 @@ pub fn stats(env: &ExecEnv<'_>, mut args: Tokens<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// getrusage(2) for `who` (`RUSAGE_SELF`, `RUSAGE_THREAD`); all zero if it fails.
+pub(crate) fn getrusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: getrusage fills the zeroed struct we own (and leaves it zeroed on failure).
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut u);
+        u
+    }
+}
+
 /// The process's user and system CPU time.
 pub(crate) fn cpu_times() -> (libc::timeval, libc::timeval) {
-    // SAFETY: getrusage fills the zeroed struct we own.
-    let u = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    };
+    let u = getrusage(libc::RUSAGE_SELF);
     (u.ru_utime, u.ru_stime)
 }
 

@@ -595,15 +595,8 @@ impl Worker {
 }
 
 /// Times this thread was preempted (involuntary context switches).
-fn involuntary_switches() -> i64 {
-    // SAFETY: getrusage fills the struct we own.
-    unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_THREAD, &mut u) != 0 {
-            return 0;
-        }
-        u.ru_nivcsw as i64
-    }
+fn involuntary_switches() -> libc::c_long {
+    crate::report::getrusage(libc::RUSAGE_THREAD).ru_nivcsw
 }
 
 /// Wakes a worker so it picks up new connections or notices shutdown.

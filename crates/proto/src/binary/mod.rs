@@ -27,7 +27,7 @@ mod response;
 mod tests;
 
 pub use compose::write_stat;
-pub use parse::parse_request;
+pub use parse::{key_range, parse_request};
 pub use response::{parse_response, BinResponse, ResponseParse};
 
 use crate::{Limits, StoreCmd};

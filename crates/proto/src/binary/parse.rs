@@ -53,6 +53,13 @@ impl Frame {
     }
 }
 
+/// Where the key lies in the request `buf` starts with (after header and extras), once its
+/// header has arrived: what a server needs of a request it has not received whole.
+pub fn key_range(buf: &[u8]) -> Option<std::ops::Range<usize>> {
+    let f = Frame::read(buf.get(..HEADER_LEN)?);
+    Some(HEADER_LEN + f.extras_len..f.head_len())
+}
+
 /// The unquiet opcode and whether `code` was the quiet variant.
 fn unquiet(code: u8) -> (u8, bool) {
     let base = match code {

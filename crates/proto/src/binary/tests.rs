@@ -543,3 +543,11 @@ fn from_header_takes_opcode_and_opaque_of_what_arrived() {
     assert_eq!((r.opcode, r.opaque), (opcode::SET, 0xdead_0000));
     assert_eq!(BinRequest::from_header(&[0x80]).opcode, 0);
 }
+
+#[test]
+fn key_range_once_the_header_is_in() {
+    let p = raw(opcode::SET, &[0; 8], b"key", b"v", None);
+    assert_eq!(key_range(p), Some(32..35));
+    assert_eq!(&p[key_range(&p[..HEADER_LEN]).unwrap()], b"key");
+    assert_eq!(key_range(&p[..HEADER_LEN - 1]), None);
+}
