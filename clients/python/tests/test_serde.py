@@ -149,3 +149,42 @@ def test_compression_through_the_server(mclient: memfleet.Client) -> None:
     c.set("p", profile(5))
     assert c.get("p") == profile(5)
     assert c.get_many(["p", "page"]) == {"p": profile(5), "page": "".join(page)}
+
+
+_THREADS_SCRIPT = """
+import sys, threading
+from memfleet._php import PhpSerde
+from memfleet.serde import Serde
+sys.path.insert(0, sys.argv[1])
+from samples import html_page, user_profile
+zdict = __import__("memfleet").train_dictionary([user_profile(i) for i in range(200)], size=4096)
+# big values: a call spends long enough without the GIL for another thread to enter the context
+values = [html_page() * 2 + str(i) for i in range(16)]
+serdes = [Serde(), Serde(zstd_dictionary=zdict), PhpSerde(compression="zstd", compress_threshold=100)]
+wrong = []
+def hammer(k):
+    for r in range(40):
+        for s in serdes:
+            v = values[(k * 31 + r) % len(values)]
+            data, flags = s.encode(v)
+            if s.decode(data, flags) != v:
+                wrong.append((k, r))
+threads = [threading.Thread(target=hammer, args=(k,)) for k in range(6)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("wrong", len(wrong))
+"""
+
+
+def test_zstd_contexts_are_per_thread() -> None:
+    """Threads encoding and decoding through one Serde (plain zstd, a dictionary, PHP's format) at
+    once: python-zstandard's contexts release the GIL while they work, so a shared one crashes.
+    Runs in a child process, so that a crash fails this test rather than ending the run."""
+    import subprocess
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, bench], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["wrong", "0"]

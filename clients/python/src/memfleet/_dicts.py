@@ -250,9 +250,10 @@ class Family:
         self.pending: Dictionary | None = None  # trained, not published yet
         self.publishing = False
         self.publish_after = 0.0
-        # the current drift window: values written with the dictionary, and every 64th of them
+        # the current drift window: values written with the dictionary, and every 64th of them with
+        # its size as written (so the worker compresses it only without the dictionary)
         self.count = 0
-        self.held: list[bytes] = []
+        self.held: list[tuple[bytes, int]] = []
         # the dictionary to compress with when nothing else is due (not sampling, nothing to
         # publish): the fast path of a write reads this alone
         self.ready: Dictionary | None = None
@@ -322,7 +323,7 @@ class Dictionaries:
         m = len(packed)
         count = fam.count = fam.count + 1
         if not count & 63:
-            self._hold(fam, d, data, count)
+            self._hold(fam, d, data, m, count)
         # keep the servers' copy alive as long as this value may live
         now = _time()
         expiry = (now + ttl if ttl <= _THIRTY_DAYS else float(ttl)) if ttl else _FOREVER
@@ -341,9 +342,10 @@ class Dictionaries:
             self._publish(fam)
         return fam.active
 
-    def _hold(self, fam: Family, d: Dictionary, data: bytes, count: int) -> None:
-        """Keep every 64th value of a drift window; at its end, the worker checks them for drift."""
-        fam.held.append(data)
+    def _hold(self, fam: Family, d: Dictionary, data: bytes, packed: int, count: int) -> None:
+        """Keep every 64th value of a drift window and its size with ``d``; at the window's end, the
+        worker checks them for drift."""
+        fam.held.append((data, packed))
         if count >= self.policy.drift_window:  # type: ignore[union-attr]
             held, fam.held, fam.count = fam.held, [], 0
             self.submit(lambda: self._check_drift(fam, d, held))
@@ -437,10 +439,10 @@ class Dictionaries:
             fam.publishing = True
         self._start(fam.pending, True)
 
-    def _check_drift(self, fam: Family, d: Dictionary, held: list[bytes]) -> None:
+    def _check_drift(self, fam: Family, d: Dictionary, held: list[tuple[bytes, int]]) -> None:
         """Runs on the worker thread: retrain when the dictionary saves much less over plain zstd on
-        ``held`` than it did on its held-out samples."""
-        gain = sum(len(d.compress(v)) for v in held) / max(1, sum(len(self._plain(v)) for v in held))
+        ``held`` (values and their sizes with ``d``) than it did on its held-out samples."""
+        gain = sum(m for _, m in held) / max(1, sum(len(self._plain(v)) for v, _ in held))
         with self._lock:
             if fam.active is not d or fam.sampling or fam.pending is not None:
                 return

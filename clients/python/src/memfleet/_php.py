@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 import zstandard
 
-from .serde import SerializationError, _json_dumps, _msgpack_dumps
+from .serde import SerializationError, ZstdContexts, _json_dumps, _msgpack_dumps
 
 STRING, LONG, DOUBLE, BOOL, SERIALIZED, IGBINARY, JSON, MSGPACK = range(8)
 TYPE_MASK = 0xF
@@ -131,8 +131,7 @@ class PhpSerde:
         self.compress_threshold = compress_threshold
         self._zstd = compression == "zstd"
         self._zlib_level = max(0, min(9, compress_level))
-        self._cctx = zstandard.ZstdCompressor(level=compress_level)
-        self._dctx = zstandard.ZstdDecompressor()
+        self._contexts = ZstdContexts(compress_level)
 
     def serialize(self, value: Any) -> tuple[bytes, int]:
         t = type(value)
@@ -160,7 +159,7 @@ class PhpSerde:
         if threshold is None or len(data) < threshold or flags in (LONG, DOUBLE, BOOL):
             return data, flags
         if self._zstd:
-            packed, how = self._cctx.compress(data), ZSTD
+            packed, how = self._contexts.cctx.compress(data), ZSTD
         else:
             packed, how = zlib.compress(data, self._zlib_level), ZLIB
         if (len(packed) + 4) * 10 > len(data) * 9:
@@ -204,7 +203,7 @@ class PhpSerde:
             if flags & ZLIB:
                 out = zlib.decompress(body)
             elif flags & ZSTD:
-                out = self._dctx.decompress(body, max_output_size=size)
+                out = self._contexts.dctx.decompress(body, max_output_size=size)
             elif flags & FASTLZ:
                 out = fastlz_decompress(body, size)
             else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import zlib
 from collections.abc import Iterable
 from typing import Any, Callable, Protocol, Union
@@ -81,6 +82,20 @@ class DictionarySource(Protocol):
 
     def decompress(self, data: bytes) -> bytes:
         """Decompress a frame made with a managed dictionary; raises :class:`MissingDictionary`."""
+
+
+class ZstdContexts(threading.local):
+    """This thread's zstd contexts. python-zstandard's may not be shared between threads: a call
+    releases the GIL while it works in its context, so two threads at once corrupt it (a crash)."""
+
+    def __init__(self, level: int, zdict: zstandard.ZstdCompressionDict | None = None) -> None:
+        self.cctx = zstandard.ZstdCompressor(level=level)
+        self.dctx = zstandard.ZstdDecompressor()
+        self.dict_cctx: zstandard.ZstdCompressor | None = None
+        self.dict_dctx: zstandard.ZstdDecompressor | None = None
+        if zdict is not None:
+            self.dict_cctx = zstandard.ZstdCompressor(level=level, dict_data=zdict)
+            self.dict_dctx = zstandard.ZstdDecompressor(dict_data=zdict)
 
 
 def _msgpack_dumps(value: Any) -> bytes:
@@ -160,15 +175,11 @@ class Serde:
             dict_min_size if zstd_dictionary is not None else 1 << 62,
         )
         self._level = compress_level
-        self._cctx = zstandard.ZstdCompressor(level=compress_level)
-        self._dctx = zstandard.ZstdDecompressor()
         self._dict_min = dict_min_size
-        self._dict_cctx: zstandard.ZstdCompressor | None = None
-        self._dict_dctx: zstandard.ZstdDecompressor | None = None
-        if zstd_dictionary is not None:
-            zd = zstandard.ZstdCompressionDict(zstd_dictionary)
-            self._dict_cctx = zstandard.ZstdCompressor(level=compress_level, dict_data=zd)
-            self._dict_dctx = zstandard.ZstdDecompressor(dict_data=zd)
+        self._has_dict = zstd_dictionary is not None
+        self._zstd = ZstdContexts(
+            compress_level, zstandard.ZstdCompressionDict(zstd_dictionary) if zstd_dictionary is not None else None
+        )
 
     # -- encoding ---------------------------------------------------------------------------
     def encode(self, value: Any) -> tuple[bytes, int]:
@@ -203,17 +214,18 @@ class Serde:
     def compress(self, data: bytes, flags: int) -> tuple[bytes, int]:
         """Compress a serialized value if that pays (the threshold and the 10% rule)."""
         n = len(data)
-        if self._dict_cctx is not None and n >= self._dict_min:
-            packed = self._dict_cctx.compress(data)
+        if self._has_dict and n >= self._dict_min:
+            packed = self._zstd.dict_cctx.compress(data)  # type: ignore[union-attr]
             if len(packed) * 10 <= n * 9:
                 return packed, flags | FLAG_ZSTD | FLAG_ZSTD_DICT
             return data, flags
         threshold = self.compress_threshold
         if threshold is not None and n >= threshold:
-            if n >= _SAMPLE_FROM and len(self._cctx.compress(data[:_SAMPLE])) * 10 > _SAMPLE * 9:
+            cctx = self._zstd.cctx
+            if n >= _SAMPLE_FROM and len(cctx.compress(data[:_SAMPLE])) * 10 > _SAMPLE * 9:
                 # a big value whose first 2 KB do not compress by 10% is almost surely incompressible
                 return data, flags
-            packed = self._cctx.compress(data)
+            packed = cctx.compress(data)
             # keep compression only when it saves at least 10%
             if len(packed) * 10 <= n * 9:
                 return packed, flags | FLAG_ZSTD
@@ -257,11 +269,12 @@ class Serde:
                 raise SerializationError("value was compressed with a managed dictionary; none available")
             return self.managed.decompress(data)
         if flags & FLAG_ZSTD_DICT:
-            if self._dict_dctx is None:
+            dict_dctx = self._zstd.dict_dctx
+            if dict_dctx is None:
                 raise SerializationError("value was compressed with a zstd dictionary; none configured")
-            return bytes(self._dict_dctx.decompress(data))
+            return bytes(dict_dctx.decompress(data))
         if flags & FLAG_ZSTD:
-            return bytes(self._dctx.decompress(data))
+            return bytes(self._zstd.dctx.decompress(data))
         if flags & FLAG_ZLIB:
             return zlib.decompress(data)
         return data
