@@ -131,6 +131,48 @@ def test_failover_moves_on_when_a_server_dies(servers) -> None:
         assert fetch(r.port, "k") == b"VALUE k 0 6\r\nsecond\r\nEND\r\n"
 
 
+def lease_token(reply: bytes) -> int:
+    """The CAS token of an `mg ... c N<ttl>` reply that won the lease (`W`)."""
+    flags = reply.split(b"\r\n")[0].split()[2:]
+    assert b"W" in flags, reply
+    return next(int(f[1:]) for f in flags if f.startswith(b"c"))
+
+
+def test_leases_go_back_to_the_server_that_issued_them(servers) -> None:
+    a, b = servers(2)
+    port = a.port
+    config = {
+        "pools": pools(A=[a], B=[b]),
+        "route": {"type": "FailoverRoute", "children": ["PoolRoute|A", "PoolRoute|B"]},
+    }
+    with run(config, "--probe-timeout-initial", "200") as r:
+        # The primary hands out a lease, then fails: the set spending it is not sent to
+        # the backup (which never issued it), the client sees the primary's error.
+        token = lease_token(ask(r.port, b"mg held v c N30\r\n"))
+        a.stop()
+        got = ask(r.port, f"ms held 3 T30 C{token}\r\nnew\r\n".encode())
+        assert got.startswith(b"SERVER_ERROR"), got
+        assert fetch(b.port, "held") == b"END\r\n"
+        # With the primary down the backup hands out the lease; the primary comes back,
+        # and the set still goes to the backup.
+        token = lease_token(ask(r.port, b"mg k v c N30\r\n"))
+        back = memcached(port=port).start()
+        try:
+            eventually(
+                lambda: store(r.port, "probe") == b"STORED\r\n"
+                and fetch(back.port, "probe") != b"END\r\n",
+                "the primary back after a probe",
+            )
+            assert ask(r.port, f"ms k 3 T30 C{token}\r\nnew\r\n".encode()) == b"HD\r\n"
+            assert fetch(b.port, "k") == b"VALUE k 0 3\r\nnew\r\nEND\r\n"
+            assert fetch(back.port, "k") == b"END\r\n"
+            # Requests without a token follow the route again: the primary.
+            assert store(r.port, "k", "plain") == b"STORED\r\n"
+            assert fetch(back.port, "k") == b"VALUE k 0 5\r\nplain\r\nEND\r\n"
+        finally:
+            back.stop()
+
+
 def test_failover_errors_per_operation_class(servers) -> None:
     a, b = servers(2)
     a.stop()

@@ -6,12 +6,17 @@
 //! Semantics follow mcrouter's route handles: All* modes, FailoverRoute (moves on only on
 //! the error results its `failover_errors` name for the operation), MissFailoverRoute,
 //! WarmUpRoute (a warm hit fills cold in the background with an `add`), shadows (replies
-//! ignored), NullRoute's default reply and ErrorRoute's error.
+//! ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
+//! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
+//! back there ([`Exec::pin_leases`]); the book itself is `super::lease`'s.
 
 use std::collections::HashMap;
 
 use routetree::{AllMode, FailoverLimit, Plan, RouteId, Send};
 
+use std::time::Instant;
+
+use super::lease::{self, Issued, LeaseBook};
 use super::reply::{self, default_reply, is_hit, McResult, Reply};
 use super::request::ReqSpec;
 
@@ -72,10 +77,13 @@ enum Kind {
         replies: Vec<Reply>,
     },
     Failover {
+        route: RouteId,
         children: Vec<usize>,
         errors: Vec<String>,
         next: usize,
-        limit: Option<(RouteId, FailoverLimit)>,
+        limit: Option<FailoverLimit>,
+        /// The child that handed out the lease this request spends: no failover.
+        pinned: Option<usize>,
     },
     MissFailover {
         children: Vec<usize>,
@@ -115,6 +123,8 @@ pub struct Exec {
     outstanding: usize,
     /// The worker's failover buckets, lent for the length of a `start`/`on_reply` call.
     limits: FailoverLimits,
+    /// Leases FailoverRoutes saw handed out, for the worker's book.
+    issued: Vec<Issued>,
 }
 
 impl Exec {
@@ -133,6 +143,7 @@ impl Exec {
             roots: Vec::new(),
             outstanding: 0,
             limits: FailoverLimits::default(),
+            issued: Vec::new(),
         };
         for (i, plan) in plans.iter().enumerate() {
             let root = exec.build(plan, None, i, sample);
@@ -140,6 +151,33 @@ impl Exec {
             exec.roots.push(root);
         }
         exec
+    }
+
+    /// Before [`Exec::start`]: each FailoverRoute whose request spends a lease token the
+    /// book knows (at `now`) sends it only to the child that handed it out.
+    pub fn pin_leases(&mut self, book: &LeaseBook, now: Instant) {
+        for node in &mut self.nodes {
+            let Kind::Failover {
+                route,
+                children,
+                pinned,
+                ..
+            } = &mut node.kind
+            else {
+                continue;
+            };
+            let req = &self.requests[node.req];
+            if let Some(token) = lease::spent(req) {
+                *pinned = book
+                    .child(*route, req.key(), token, now)
+                    .filter(|&c| c < children.len());
+            }
+        }
+    }
+
+    /// The leases handed out through FailoverRoutes since the last call.
+    pub fn take_issued(&mut self) -> Vec<Issued> {
+        std::mem::take(&mut self.issued)
     }
 
     /// Starts every part; the actions come out in the order to carry them out.
@@ -228,10 +266,12 @@ impl Exec {
                 limit,
                 route,
             } => Kind::Failover {
+                route: *route,
                 children: list(self, plans),
                 errors: errors.clone(),
                 next: 0,
-                limit: limit.map(|l| (*route, l)),
+                limit: *limit,
+                pinned: None,
             },
             Plan::MissFailover {
                 plans,
@@ -291,12 +331,20 @@ impl Exec {
                 }
             }
             Kind::Failover {
-                children, limit, ..
+                route,
+                children,
+                limit,
+                pinned,
+                ..
             } => {
-                if let Some((route, limit)) = limit {
+                if let Some(limit) = limit {
                     self.limits.earn(*route, limit);
                 }
-                let first = children[0];
+                let at = pinned.unwrap_or(0);
+                let first = children[at];
+                if let Kind::Failover { next, .. } = &mut self.nodes[id].kind {
+                    *next = at;
+                }
                 self.start_node(first, out);
             }
             Kind::MissFailover { children, .. } => {
@@ -354,6 +402,7 @@ impl Exec {
             Fill(Reply),
             AddToCold(Reply),
         }
+        let req = self.nodes[id].req;
         let next = match &mut self.nodes[id].kind {
             Kind::All {
                 mode,
@@ -387,21 +436,31 @@ impl Exec {
                 }
             }
             Kind::Failover {
+                route,
                 children,
                 errors,
                 next,
                 limit,
+                pinned,
             } => {
-                let fails_over = reply.result.is_error()
+                let fails_over = pinned.is_none()
+                    && reply.result.is_error()
                     && errors.iter().any(|e| e == reply.result.name())
                     && *next + 1 < children.len()
-                    && limit
-                        .as_ref()
-                        .is_none_or(|(route, l)| self.limits.spend(*route, l));
+                    && limit.as_ref().is_none_or(|l| self.limits.spend(*route, l));
                 if fails_over {
                     *next += 1;
                     Next::Start(children[*next])
                 } else {
+                    if let Some((token, ttl)) = lease::handed_out(&self.requests[req], &reply) {
+                        self.issued.push(Issued {
+                            route: *route,
+                            key: self.requests[req].key().to_vec(),
+                            token,
+                            child: *next,
+                            ttl,
+                        });
+                    }
                     Next::Reply(reply)
                 }
             }

@@ -385,3 +385,122 @@ fn failover_limit_is_a_token_bucket_per_route() {
         assert_eq!(fleet.run(&mut exec(set("k", 0), plan(9, 1.0)))[0].1, stored);
     }
 }
+
+/// A FailoverRoute over two servers (route id 5), as a lease pairing sees it.
+fn failover_pair() -> Plan {
+    Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0)],
+        errors: vec!["connect_error".into(), "tko".into()],
+        limit: None,
+        route: 5,
+    }
+}
+
+fn lease_set(key: &str, token: u64) -> ReqSpec {
+    ReqSpec::LeaseSet {
+        key: key.as_bytes().to_vec(),
+        token,
+        flags: 0,
+        exptime: 0,
+        data: b"v".to_vec(),
+    }
+}
+
+fn meta(cmd: &[u8; 2], key: &str, flags: &str, data: Option<&[u8]>) -> ReqSpec {
+    ReqSpec::Meta {
+        cmd: *cmd,
+        key: key.as_bytes().to_vec(),
+        flags: flags.as_bytes().to_vec(),
+        data: data.map(<[u8]>::to_vec),
+        binary: false,
+        exptime: None,
+    }
+}
+
+/// Runs `req` through the failover pair with the book's pins, then books what it handed out.
+fn run_leased<F: FnMut(usize, usize, &[u8]) -> Reply>(
+    fleet: &mut Fleet<F>,
+    book: &super::lease::LeaseBook,
+    req: ReqSpec,
+) -> Vec<u8> {
+    let now = std::time::Instant::now();
+    let mut e = exec(req, failover_pair());
+    e.pin_leases(book, now);
+    let reply = fleet.run(&mut e).remove(0).1;
+    for lease in e.take_issued() {
+        book.record(&lease, now);
+    }
+    reply
+}
+
+#[test]
+fn lease_set_goes_to_the_child_that_issued_the_token() {
+    let book = super::lease::LeaseBook::default();
+    let primary_up = std::cell::Cell::new(false);
+    let mut fleet = Fleet::new(|p, _, req: &[u8]| match (p, primary_up.get()) {
+        (0, false) => Reply::error(McResult::ConnectError),
+        (_, _) if req.starts_with(b"lease-get") => r(b"LVALUE k 4242 0 0\r\n\r\nEND\r\n"),
+        _ => r(b"STORED\r\n"),
+    });
+    // The primary is down: the backup hands out the lease.
+    let got = run_leased(&mut fleet, &book, ReqSpec::LeaseGet { key: b"k".to_vec() });
+    assert_eq!(got, b"LVALUE k 4242 0 0\r\n\r\nEND\r\n");
+    // The primary is back: the lease-set still goes to the backup, and only there.
+    primary_up.set(true);
+    fleet.sent.clear();
+    assert_eq!(
+        run_leased(&mut fleet, &book, lease_set("k", 4242)),
+        b"STORED\r\n"
+    );
+    assert_eq!(
+        fleet.sent,
+        vec![(1, 0, b"lease-set k 4242 0 0 1\r\nv\r\n".to_vec())]
+    );
+    // Another token (or key) is routed as usual: the primary.
+    fleet.sent.clear();
+    run_leased(&mut fleet, &book, lease_set("k", 4243));
+    run_leased(&mut fleet, &book, lease_set("j", 4242));
+    let pools: Vec<usize> = fleet.sent.iter().map(|s| s.0).collect();
+    assert_eq!(pools, vec![0, 0]);
+}
+
+#[test]
+fn lease_set_does_not_fail_over_from_the_issuer() {
+    let book = super::lease::LeaseBook::default();
+    let primary_up = std::cell::Cell::new(true);
+    let mut fleet = Fleet::new(|p, _, _: &[u8]| match (p, primary_up.get()) {
+        (0, false) => Reply::error(McResult::ConnectError),
+        _ => r(b"VA 0 c77 W\r\n\r\n"),
+    });
+    // The primary wins the lease for an mg, then fails before the ms.
+    run_leased(&mut fleet, &book, meta(b"mg", "k", "v c N30", None));
+    primary_up.set(false);
+    fleet.sent.clear();
+    let ms = meta(b"ms", "k", "T30 C77", Some(b"v"));
+    assert_eq!(
+        run_leased(&mut fleet, &book, ms),
+        b"SERVER_ERROR connection error\r\n",
+        "the backup never issued token 77"
+    );
+    assert_eq!(
+        fleet.sent,
+        vec![(0, 0, b"ms k 1 T30 C77\r\nv\r\n".to_vec())]
+    );
+    // An ms without a token fails over as any update does.
+    fleet.sent.clear();
+    run_leased(&mut fleet, &book, meta(b"ms", "k", "T30", Some(b"v")));
+    assert_eq!(fleet.sent.len(), 2);
+}
+
+#[test]
+fn only_winning_meta_gets_book_a_lease() {
+    let book = super::lease::LeaseBook::default();
+    let mut fleet = Fleet::new(|p, _, _: &[u8]| match p {
+        0 => Reply::error(McResult::Tko),
+        _ => r(b"VA 0 c77 Z\r\n\r\n"),
+    });
+    // Z: someone else holds the lease; c77 is no lease of this client's.
+    run_leased(&mut fleet, &book, meta(b"mg", "k", "v c N30", None));
+    let now = std::time::Instant::now();
+    assert_eq!(book.child(5, b"k", 77, now), None);
+}
