@@ -241,6 +241,29 @@ def test_warm_up_fills_cold_with_the_remaining_ttl(servers) -> None:
         assert fetch(warm.port, "new") == b"END\r\n", "writes go to cold only"
 
 
+def test_warm_up_deletes_reach_cold_and_warm(servers) -> None:
+    cold, warm = servers(2)
+    config = {
+        "pools": pools(C=[cold], W=[warm]),
+        "route": {"type": "WarmUpRoute", "cold": "PoolRoute|C", "warm": "PoolRoute|W"},
+    }
+    with run(config) as r:
+        assert ask(warm.port, b"set k 0 0 3\r\nold\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "k") == b"VALUE k 0 3\r\nold\r\nEND\r\n"
+        eventually(lambda: ttl_of(cold.port, "k") is not None, "cold filled")
+        # Deleted from both: the next get misses instead of bringing warm's copy back.
+        assert ask(r.port, b"delete k\r\n") == b"DELETED\r\n"
+        assert fetch(r.port, "k") == b"END\r\n"
+        assert fetch(cold.port, "k") == fetch(warm.port, "k") == b"END\r\n"
+        # The reply is cold's: a key only warm has is NOT_FOUND, yet gone from warm.
+        assert ask(warm.port, b"set w 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert ask(r.port, b"delete w\r\n") == b"NOT_FOUND\r\n"
+        assert fetch(warm.port, "w") == b"END\r\n"
+        assert ask(warm.port, b"set m 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert ask(r.port, b"md m\r\n") == b"NF\r\n"
+        assert fetch(warm.port, "m") == b"END\r\n"
+
+
 def test_prefix_and_operation_selectors(servers) -> None:
     a, b, c = servers(3)
     config = {

@@ -83,6 +83,9 @@ pub enum AllMode {
     Majority,
     /// Reply with the first non-error reply (or the last error).
     Fastest,
+    /// Wait for all; reply with the first child's reply. No config names it: WarmUpRoute's
+    /// deletes, which must have reached warm too before the client hears.
+    InitialSync,
 }
 
 /// Error results that make FailoverRoute try the next child, per operation class.
@@ -177,7 +180,8 @@ pub enum Route {
         /// When no child hits, reply with the best reply instead of the last.
         return_best_on_error: bool,
     },
-    /// Gets try `cold`, then `warm` on a miss and fill `cold` with `exptime`; the rest go to `cold`.
+    /// Gets try `cold`, then `warm` on a miss and fill `cold` with `exptime`; deletes go to
+    /// both (cold answers); the rest go to `cold`.
     WarmUp {
         /// Tried first, and filled on a warm hit.
         cold: Target,

@@ -334,14 +334,19 @@ impl Eval<'_, '_> {
                 warm,
                 exptime,
             } => {
-                if self.class == OpClass::Get {
-                    Plan::WarmUp {
+                match self.class {
+                    OpClass::Get => Plan::WarmUp {
                         cold: Box::new(self.target(*cold)),
                         warm: Box::new(self.target(*warm)),
                         exptime: *exptime,
-                    }
-                } else {
-                    self.target(*cold)
+                    },
+                    // Unlike mcrouter (cold only): a key deleted from cold alone would come
+                    // back from warm on the next get.
+                    OpClass::Delete => Plan::All {
+                        mode: AllMode::InitialSync,
+                        plans: vec![self.target(*cold), self.target(*warm)],
+                    },
+                    OpClass::Update => self.target(*cold),
                 }
             }
             Route::PrefixSelector { policies, wildcard } => {

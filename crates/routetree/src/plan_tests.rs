@@ -198,7 +198,7 @@ fn miss_failover_only_for_gets() {
 }
 
 #[test]
-fn warm_up_reads_through_and_writes_cold_only() {
+fn warm_up_reads_through_writes_cold_and_deletes_both() {
     let c = config(
         r#"{"type": "WarmUpRoute", "cold": "PoolRoute|A", "warm": "PoolRoute|B", "exptime": 9}"#,
     );
@@ -212,7 +212,17 @@ fn warm_up_reads_through_and_writes_cold_only() {
     };
     assert_eq!((index_in(&cold), exptime), (ch3("k", 5), 9));
     assert_eq!(pool_name(&c, &warm), "B");
-    for op in ["set", "delete", "incr"] {
+    let Plan::All { mode, plans } = c.plan("delete", b"k", DEFAULT) else {
+        panic!("deletes go to both")
+    };
+    assert_eq!(
+        mode,
+        AllMode::InitialSync,
+        "once both answered, cold's reply"
+    );
+    let names: Vec<&str> = plans.iter().map(|p| pool_name(&c, p)).collect();
+    assert_eq!((names, index_in(&plans[0])), (vec!["A", "B"], ch3("k", 5)));
+    for op in ["set", "incr", "touch"] {
         let plan = c.plan(op, b"k", DEFAULT);
         assert_eq!(
             (pool_name(&c, &plan), index_in(&plan)),

@@ -5,7 +5,8 @@
 //!
 //! Semantics follow mcrouter's route handles: All* modes, FailoverRoute (moves on only on
 //! the error results its `failover_errors` name for the operation), MissFailoverRoute,
-//! WarmUpRoute (a warm hit fills cold in the background with an `add`), shadows (replies
+//! WarmUpRoute (a warm hit fills cold in the background with an `add`; deletes reach cold
+//! and warm, cold answers once both did), shadows (replies
 //! ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
 //! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
 //! back there ([`Exec::pin_leases`]); the book itself is `super::lease`'s.
@@ -75,6 +76,8 @@ enum Kind {
         children: Vec<usize>,
         /// Replies in arrival order.
         replies: Vec<Reply>,
+        /// The first child's reply, once there.
+        first_reply: Option<Reply>,
     },
     Failover {
         route: RouteId,
@@ -259,6 +262,7 @@ impl Exec {
                 mode: *mode,
                 children: list(self, plans),
                 replies: Vec::new(),
+                first_reply: None,
             },
             Plan::Failover {
                 plans,
@@ -408,9 +412,13 @@ impl Exec {
                 mode,
                 children,
                 replies,
+                first_reply,
             } => {
                 let total = children.len();
                 let first = children[0] == child;
+                if first {
+                    *first_reply = Some(reply.clone());
+                }
                 replies.push(reply);
                 let last = replies.last().cloned();
                 match mode {
@@ -420,6 +428,9 @@ impl Exec {
                             .unwrap_or_else(|| Reply::error(McResult::LocalError)),
                     ),
                     AllMode::Initial if first => Next::Reply(last.expect("just pushed")),
+                    AllMode::InitialSync if replies.len() == total => {
+                        Next::Reply(first_reply.clone().expect("the first child answered"))
+                    }
                     AllMode::Majority => match reply::majority(replies, total) {
                         Some(r) => Next::Reply(r.clone()),
                         None => Next::Wait,

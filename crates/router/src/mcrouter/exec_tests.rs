@@ -504,3 +504,46 @@ fn only_winning_meta_gets_book_a_lease() {
     let now = std::time::Instant::now();
     assert_eq!(book.child(5, b"k", 77, now), None);
 }
+
+#[test]
+fn initial_sync_waits_for_all_and_answers_with_the_first() {
+    // WarmUpRoute's deletes: cold and warm both get it, cold's reply once warm answered.
+    let plan = Plan::All {
+        mode: AllMode::InitialSync,
+        plans: vec![to(0, 0), to(1, 0)],
+    };
+    let mut e = exec(ReqSpec::Delete { key: b"k".to_vec() }, plan);
+    let mut limits = FailoverLimits::default();
+    let mut out = Vec::new();
+    e.start(&mut limits, &mut out);
+    let nodes: Vec<usize> = out
+        .iter()
+        .map(|a| match a {
+            Action::Send { node } => *node,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(nodes.len(), 2, "both get the delete");
+    out.clear();
+    e.on_reply(nodes[0], r(b"DELETED\r\n"), &mut limits, &mut out);
+    assert!(out.is_empty(), "no reply before warm answered");
+    e.on_reply(nodes[1], r(b"NOT_FOUND\r\n"), &mut limits, &mut out);
+    assert_eq!(out, vec![Action::Done { part: 0 }]);
+    assert_eq!(e.replies().unwrap()[0].bytes, b"DELETED\r\n");
+    // In whichever order they answer.
+    let mut e = exec(
+        ReqSpec::Delete { key: b"k".to_vec() },
+        Plan::All {
+            mode: AllMode::InitialSync,
+            plans: vec![to(0, 0), to(1, 0)],
+        },
+    );
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            r(b"NOT_FOUND\r\n")
+        } else {
+            Reply::error(McResult::Timeout)
+        }
+    });
+    assert_eq!(fleet.run(&mut e), vec![(0, b"NOT_FOUND\r\n".to_vec())]);
+}
