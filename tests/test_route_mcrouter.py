@@ -159,8 +159,10 @@ def test_leases_go_back_to_the_server_that_issued_them(servers) -> None:
         back = memcached(port=port).start()
         try:
             eventually(
-                lambda: store(r.port, "probe") == b"STORED\r\n"
-                and fetch(back.port, "probe") != b"END\r\n",
+                lambda: (
+                    store(r.port, "probe") == b"STORED\r\n"
+                    and fetch(back.port, "probe") != b"END\r\n"
+                ),
                 "the primary back after a probe",
             )
             assert ask(r.port, f"ms k 3 T30 C{token}\r\nnew\r\n".encode()) == b"HD\r\n"
@@ -171,6 +173,37 @@ def test_leases_go_back_to_the_server_that_issued_them(servers) -> None:
             assert fetch(back.port, "k") == b"VALUE k 0 5\r\nplain\r\nEND\r\n"
         finally:
             back.stop()
+
+
+def test_deterministic_order_policy_spreads_failovers(servers) -> None:
+    primary, *rest = servers(4)
+    config = {
+        "pools": pools(A=[primary, *rest]),
+        "route": {
+            "type": "FailoverRoute",
+            "children": "Pool|A",
+            "failover_policy": {
+                "type": "DeterministicOrderPolicy",
+                "max_tries": 2,
+                "max_error_tries": 2,
+                "ignore_normal_reply_index": True,
+            },
+        },
+    }
+    with run(config) as r:
+        primary.stop()
+        keys = [f"k{i}" for i in range(30)]
+        for key in keys:
+            assert store(r.port, key, key) == b"STORED\r\n"
+        holders = []
+        for key in keys:
+            on = [s for s in rest if fetch(s.port, key) != b"END\r\n"]
+            assert len(on) == 1, f"{key} on {len(on)} servers"
+            holders.append(on[0].port)
+            # A get fails over to the same child as the set did.
+            assert fetch(r.port, key) == f"VALUE {key} 0 {len(key)}\r\n{key}\r\nEND\r\n".encode()
+        # In order, every failover would land on the second child; hashed, they spread.
+        assert len(set(holders)) >= 2, holders
 
 
 def test_failover_errors_per_operation_class(servers) -> None:

@@ -395,3 +395,78 @@ fn single_route_serves_the_default_prefix_only() {
         Plan::Error(_)
     ));
 }
+
+#[test]
+fn failover_tries_children_in_order_by_default() {
+    let c = config(r#"{"type": "FailoverRoute", "children": "Pool|A"}"#);
+    let Plan::Failover {
+        order,
+        max_error_tries,
+        ..
+    } = c.plan("get", b"k", DEFAULT)
+    else {
+        panic!()
+    };
+    assert_eq!((order, max_error_tries), (vec![0, 1, 2, 3, 4], usize::MAX));
+}
+
+#[test]
+fn deterministic_order_policy_hashes_the_failover_order() {
+    let route = |ignore: bool| {
+        config(&format!(
+            r#"{{"type": "FailoverRoute", "children": ["PoolRoute|A", "Pool|A"],
+                "failover_policy": {{"type": "DeterministicOrderPolicy", "max_tries": 4,
+                                     "max_error_tries": 2, "ignore_normal_reply_index": {ignore}}}}}"#
+        ))
+    };
+    let order_of = |c: &Config, key: &str| match c.plan("get", key.as_bytes(), DEFAULT) {
+        Plan::Failover {
+            plans,
+            order,
+            max_error_tries,
+            ..
+        } => {
+            assert_eq!((plans.len(), max_error_tries), (6, 2));
+            order
+        }
+        other => panic!("{other:?}"),
+    };
+    let c = route(false);
+    let mut spread = std::collections::HashSet::new();
+    for i in 0..50 {
+        let key = format!("key{i}");
+        let order = order_of(&c, &key);
+        assert_eq!(order, order_of(&c, &key), "the same for every request");
+        assert_eq!((order.len(), order[0]), (4, 0));
+        let distinct: std::collections::HashSet<_> = order.iter().collect();
+        assert_eq!(distinct.len(), 4, "{order:?}");
+        // The normal route's server (A[j], child j + 1) is not a failover.
+        let normal = ch3(&key, 5) + 1;
+        assert!(!order.contains(&normal), "{key}: {order:?} has {normal}");
+        // Each pick: Ch3 over the 6 children of the key salted "2", "3", ...
+        let mut used = vec![0, normal];
+        let mut salt = 1;
+        for &pick in &order[1..] {
+            let expected = loop {
+                salt += 1;
+                let i = ch3(&format!("{key}{salt}"), 6);
+                if !used.contains(&i) {
+                    break i;
+                }
+            };
+            assert_eq!(pick, expected, "{key}: {order:?}");
+            used.push(pick);
+        }
+        spread.insert(order[1]);
+    }
+    assert!(
+        spread.len() >= 3,
+        "failovers spread over the children: {spread:?}"
+    );
+    let c = route(true);
+    let with_normal = (0..50).any(|i| {
+        let key = format!("key{i}");
+        order_of(&c, &key).contains(&(ch3(&key, 5) + 1))
+    });
+    assert!(with_normal, "ignore_normal_reply_index lets it be picked");
+}

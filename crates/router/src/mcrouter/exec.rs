@@ -81,9 +81,17 @@ enum Kind {
     },
     Failover {
         route: RouteId,
+        /// One per child of the route, in config order.
         children: Vec<usize>,
-        errors: Vec<String>,
+        /// The failover policy's order (indexes of `children`), and the position in it.
+        order: Vec<usize>,
         next: usize,
+        /// The child asked last (an index of `children`).
+        current: usize,
+        /// Errors other than `tko` met, and how many end the failovers.
+        error_tries: usize,
+        max_error_tries: usize,
+        errors: Vec<String>,
         limit: Option<FailoverLimit>,
         /// The child that handed out the lease this request spends: no failover.
         pinned: Option<usize>,
@@ -266,14 +274,20 @@ impl Exec {
             },
             Plan::Failover {
                 plans,
+                order,
+                max_error_tries,
                 errors,
                 limit,
                 route,
             } => Kind::Failover {
                 route: *route,
                 children: list(self, plans),
-                errors: errors.clone(),
+                order: order.clone(),
                 next: 0,
+                current: 0,
+                error_tries: 0,
+                max_error_tries: *max_error_tries,
+                errors: errors.clone(),
                 limit: *limit,
                 pinned: None,
             },
@@ -337,6 +351,7 @@ impl Exec {
             Kind::Failover {
                 route,
                 children,
+                order,
                 limit,
                 pinned,
                 ..
@@ -344,10 +359,10 @@ impl Exec {
                 if let Some(limit) = limit {
                     self.limits.earn(*route, limit);
                 }
-                let at = pinned.unwrap_or(0);
+                let at = pinned.unwrap_or(order[0]);
                 let first = children[at];
-                if let Kind::Failover { next, .. } = &mut self.nodes[id].kind {
-                    *next = at;
+                if let Kind::Failover { current, .. } = &mut self.nodes[id].kind {
+                    *current = at;
                 }
                 self.start_node(first, out);
             }
@@ -449,26 +464,37 @@ impl Exec {
             Kind::Failover {
                 route,
                 children,
-                errors,
+                order,
                 next,
+                current,
+                error_tries,
+                max_error_tries,
+                errors,
                 limit,
                 pinned,
             } => {
-                let fails_over = pinned.is_none()
+                let listed = pinned.is_none()
                     && reply.result.is_error()
-                    && errors.iter().any(|e| e == reply.result.name())
-                    && *next + 1 < children.len()
+                    && errors.iter().any(|e| e == reply.result.name());
+                // A TKO'd child was not asked: it does not count as a try (as in mcrouter).
+                if listed && reply.result != McResult::Tko {
+                    *error_tries += 1;
+                }
+                let fails_over = listed
+                    && *next + 1 < order.len()
+                    && *error_tries < *max_error_tries
                     && limit.as_ref().is_none_or(|l| self.limits.spend(*route, l));
                 if fails_over {
                     *next += 1;
-                    Next::Start(children[*next])
+                    *current = order[*next];
+                    Next::Start(children[*current])
                 } else {
                     if let Some((token, ttl)) = lease::handed_out(&self.requests[req], &reply) {
                         self.issued.push(Issued {
                             route: *route,
                             key: self.requests[req].key().to_vec(),
                             token,
-                            child: *next,
+                            child: *current,
                             ttl,
                         });
                     }

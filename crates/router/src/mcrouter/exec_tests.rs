@@ -185,6 +185,8 @@ fn majority_fails_when_most_are_down() {
 fn failover_moves_on_only_on_listed_errors() {
     let failover = |errors: &[&str]| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0), to(2, 0)],
+        order: (0..3).collect(),
+        max_error_tries: usize::MAX,
         errors: errors.iter().map(|e| e.to_string()).collect(),
         limit: None,
         route: 0,
@@ -222,6 +224,8 @@ fn failover_with_exptime_caps_the_gutter() {
     });
     let plan = Plan::Failover {
         plans: vec![to(0, 0), gutter],
+        order: (0..2).collect(),
+        max_error_tries: usize::MAX,
         errors: vec!["connect_error".into()],
         limit: None,
         route: 0,
@@ -358,6 +362,8 @@ fn parts_answer_independently() {
 fn failover_limit_is_a_token_bucket_per_route() {
     let plan = |route, rate| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0)],
+        order: (0..2).collect(),
+        max_error_tries: usize::MAX,
         errors: vec!["tko".into()],
         limit: Some(FailoverLimit { rate, burst: 2.0 }),
         route,
@@ -390,6 +396,8 @@ fn failover_limit_is_a_token_bucket_per_route() {
 fn failover_pair() -> Plan {
     Plan::Failover {
         plans: vec![to(0, 0), to(1, 0)],
+        order: (0..2).collect(),
+        max_error_tries: usize::MAX,
         errors: vec!["connect_error".into(), "tko".into()],
         limit: None,
         route: 5,
@@ -546,4 +554,37 @@ fn initial_sync_waits_for_all_and_answers_with_the_first() {
         }
     });
     assert_eq!(fleet.run(&mut e), vec![(0, b"NOT_FOUND\r\n".to_vec())]);
+}
+
+#[test]
+fn failover_follows_the_policy_order_and_error_budget() {
+    let plan = |order: Vec<usize>, max_error_tries| Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0), to(2, 0), to(3, 0)],
+        order,
+        max_error_tries,
+        errors: vec!["timeout".into(), "tko".into()],
+        limit: None,
+        route: 0,
+    };
+    // 0 times out, 3 is TKO'd, 1 answers; 2 is not in the order.
+    let answer = |p: usize, _: usize, _: &[u8]| match p {
+        0 => Reply::error(McResult::Timeout),
+        3 => Reply::error(McResult::Tko),
+        1 => r(b"STORED\r\n"),
+        _ => panic!("not in the order"),
+    };
+    let mut fleet = Fleet::new(answer);
+    let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3, 1], 2)));
+    assert_eq!(got, vec![(0, b"STORED\r\n".to_vec())]);
+    let pools: Vec<usize> = fleet.sent.iter().map(|s| s.0).collect();
+    assert_eq!(pools, vec![0, 3, 1], "a TKO is not an error try");
+    // One error try allowed: the first timeout is the reply.
+    fleet.sent.clear();
+    let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3, 1], 1)));
+    assert_eq!(got, vec![(0, b"SERVER_ERROR timeout\r\n".to_vec())]);
+    assert_eq!(fleet.sent.len(), 1);
+    // The order ends: the last error is the reply.
+    fleet.sent.clear();
+    let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3], 9)));
+    assert_eq!(got, vec![(0, b"SERVER_ERROR unavailable\r\n".to_vec())]);
 }
