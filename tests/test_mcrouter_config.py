@@ -117,6 +117,15 @@ def test_default_route_must_be_an_alias(tmp_path: Path) -> None:
             2,
             "ascii only",
         ),
+        (
+            (
+                '{\n  "pools": {"A": {"servers": ["h:1", "h:2"]}},\n  "route": {\n'
+                '    "type": "FailoverRoute", "children": "Pool|A",\n'
+                '    "failover_policy": {"type": "FancyPolicy"}\n  }\n}'
+            ),
+            5,
+            "unknown failover_policy type 'FancyPolicy'",
+        ),
     ],
 )
 def test_bad_config_exits_one_naming_file_and_line(

@@ -131,6 +131,81 @@ def test_failover_moves_on_when_a_server_dies(servers) -> None:
         assert fetch(r.port, "k") == b"VALUE k 0 6\r\nsecond\r\nEND\r\n"
 
 
+def lease_token(reply: bytes) -> int:
+    """The CAS token of an `mg ... c N<ttl>` reply that won the lease (`W`)."""
+    flags = reply.split(b"\r\n")[0].split()[2:]
+    assert b"W" in flags, reply
+    return next(int(f[1:]) for f in flags if f.startswith(b"c"))
+
+
+def test_leases_go_back_to_the_server_that_issued_them(servers) -> None:
+    a, b = servers(2)
+    port = a.port
+    config = {
+        "pools": pools(A=[a], B=[b]),
+        "route": {"type": "FailoverRoute", "children": ["PoolRoute|A", "PoolRoute|B"]},
+    }
+    with run(config, "--probe-timeout-initial", "200") as r:
+        # The primary hands out a lease, then fails: the set spending it is not sent to
+        # the backup (which never issued it), the client sees the primary's error.
+        token = lease_token(ask(r.port, b"mg held v c N30\r\n"))
+        a.stop()
+        got = ask(r.port, f"ms held 3 T30 C{token}\r\nnew\r\n".encode())
+        assert got.startswith(b"SERVER_ERROR"), got
+        assert fetch(b.port, "held") == b"END\r\n"
+        # With the primary down the backup hands out the lease; the primary comes back,
+        # and the set still goes to the backup.
+        token = lease_token(ask(r.port, b"mg k v c N30\r\n"))
+        back = memcached(port=port).start()
+        try:
+            eventually(
+                lambda: (
+                    store(r.port, "probe") == b"STORED\r\n"
+                    and fetch(back.port, "probe") != b"END\r\n"
+                ),
+                "the primary back after a probe",
+            )
+            assert ask(r.port, f"ms k 3 T30 C{token}\r\nnew\r\n".encode()) == b"HD\r\n"
+            assert fetch(b.port, "k") == b"VALUE k 0 3\r\nnew\r\nEND\r\n"
+            assert fetch(back.port, "k") == b"END\r\n"
+            # Requests without a token follow the route again: the primary.
+            assert store(r.port, "k", "plain") == b"STORED\r\n"
+            assert fetch(back.port, "k") == b"VALUE k 0 5\r\nplain\r\nEND\r\n"
+        finally:
+            back.stop()
+
+
+def test_deterministic_order_policy_spreads_failovers(servers) -> None:
+    primary, *rest = servers(4)
+    config = {
+        "pools": pools(A=[primary, *rest]),
+        "route": {
+            "type": "FailoverRoute",
+            "children": "Pool|A",
+            "failover_policy": {
+                "type": "DeterministicOrderPolicy",
+                "max_tries": 2,
+                "max_error_tries": 2,
+                "ignore_normal_reply_index": True,
+            },
+        },
+    }
+    with run(config) as r:
+        primary.stop()
+        keys = [f"k{i}" for i in range(30)]
+        for key in keys:
+            assert store(r.port, key, key) == b"STORED\r\n"
+        holders = []
+        for key in keys:
+            on = [s for s in rest if fetch(s.port, key) != b"END\r\n"]
+            assert len(on) == 1, f"{key} on {len(on)} servers"
+            holders.append(on[0].port)
+            # A get fails over to the same child as the set did.
+            assert fetch(r.port, key) == f"VALUE {key} 0 {len(key)}\r\n{key}\r\nEND\r\n".encode()
+        # In order, every failover would land on the second child; hashed, they spread.
+        assert len(set(holders)) >= 2, holders
+
+
 def test_failover_errors_per_operation_class(servers) -> None:
     a, b = servers(2)
     a.stop()
@@ -197,6 +272,29 @@ def test_warm_up_fills_cold_with_the_remaining_ttl(servers) -> None:
         assert 490 < (ttl_of(cold.port, "k") or 0) <= 500, "the warm item's remaining TTL"
         assert store(r.port, "new", "n") == b"STORED\r\n"
         assert fetch(warm.port, "new") == b"END\r\n", "writes go to cold only"
+
+
+def test_warm_up_deletes_reach_cold_and_warm(servers) -> None:
+    cold, warm = servers(2)
+    config = {
+        "pools": pools(C=[cold], W=[warm]),
+        "route": {"type": "WarmUpRoute", "cold": "PoolRoute|C", "warm": "PoolRoute|W"},
+    }
+    with run(config) as r:
+        assert ask(warm.port, b"set k 0 0 3\r\nold\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "k") == b"VALUE k 0 3\r\nold\r\nEND\r\n"
+        eventually(lambda: ttl_of(cold.port, "k") is not None, "cold filled")
+        # Deleted from both: the next get misses instead of bringing warm's copy back.
+        assert ask(r.port, b"delete k\r\n") == b"DELETED\r\n"
+        assert fetch(r.port, "k") == b"END\r\n"
+        assert fetch(cold.port, "k") == fetch(warm.port, "k") == b"END\r\n"
+        # The reply is cold's: a key only warm has is NOT_FOUND, yet gone from warm.
+        assert ask(warm.port, b"set w 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert ask(r.port, b"delete w\r\n") == b"NOT_FOUND\r\n"
+        assert fetch(warm.port, "w") == b"END\r\n"
+        assert ask(warm.port, b"set m 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert ask(r.port, b"md m\r\n") == b"NF\r\n"
+        assert fetch(warm.port, "m") == b"END\r\n"
 
 
 def test_prefix_and_operation_selectors(servers) -> None:

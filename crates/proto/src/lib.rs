@@ -330,10 +330,42 @@ pub enum Request<'a> {
         /// The key (base64-decoded on demand with the `b` flag).
         key: Key<'a>,
     },
+    /// mcrouter's `lease-get <key>*` (only from [`parse_mcrouter`]): a get whose miss
+    /// answers `LVALUE <key> <token> <flags> <bytes>` with a lease token.
+    LeaseGet {
+        /// The requested keys, in order.
+        keys: Keys<'a>,
+    },
+    /// mcrouter's `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]` (only from
+    /// [`parse_mcrouter`]): a set allowed by the lease token of a `lease-get` miss.
+    LeaseSet {
+        /// The key.
+        key: &'a [u8],
+        /// The lease token the `lease-get` handed out.
+        token: u64,
+        /// The client flags stored with the item.
+        flags: u32,
+        /// The expiration time as memcached reads it (int32).
+        exptime: i64,
+        /// The data block, without its CRLF.
+        data: &'a [u8],
+        /// `noreply` was given: no reply unless an error.
+        noreply: bool,
+    },
 }
 
 /// Parses the first request in `buf`. Never panics, never allocates.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
+    parse_dialect(buf, limits, false)
+}
+
+/// [`parse`] for a router speaking mcrouter's dialect: also `lease-get` and `lease-set`
+/// (which memcached, and so [`parse`], answers with `ERROR`).
+pub fn parse_mcrouter<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
+    parse_dialect(buf, limits, true)
+}
+
+fn parse_dialect<'a>(buf: &'a [u8], limits: &Limits, leases: bool) -> Parse<'a> {
     if buf.is_empty() {
         return Parse::Incomplete { total: None };
     }
@@ -350,7 +382,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
     if let Some(z) = memchr::memchr(0, line) {
         line = &line[..z];
     }
-    text::parse_line(buf, line, nl + 1, limits)
+    text::parse_line(buf, line, nl + 1, limits, leases)
 }
 
 fn no_newline<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {

@@ -31,6 +31,16 @@ pub enum Line<'a> {
         /// Data bytes after the line (CRLF not included).
         len: usize,
     },
+    /// `LVALUE <key> <token> <flags> <bytes>` (mcrouter's lease-get miss): `len` data bytes
+    /// and CRLF follow.
+    LeaseValue {
+        /// The item's key.
+        key: &'a [u8],
+        /// The lease token.
+        token: &'a [u8],
+        /// Data bytes after the line (CRLF not included).
+        len: usize,
+    },
     /// `VA <size> <flags>*`: `len` data bytes and CRLF follow.
     Va {
         /// Data bytes after the line (CRLF not included).
@@ -62,6 +72,16 @@ pub fn parse_line(line: &[u8]) -> Result<Line<'_>, BadLine> {
             cas: t.next(),
             len,
         });
+    }
+    if let Some(rest) = line.strip_prefix(b"LVALUE ") {
+        let mut t = rest.split(|&b| b == b' ').filter(|t| !t.is_empty());
+        let (Some(key), Some(token), Some(_flags), Some(len)) =
+            (t.next(), t.next(), t.next(), t.next())
+        else {
+            return Err(BadLine);
+        };
+        let len = parse_len(len).ok_or(BadLine)?;
+        return Ok(Line::LeaseValue { key, token, len });
     }
     if let Some(rest) = line.strip_prefix(b"VA ") {
         let len = rest.split(|&b| b == b' ').find(|t| !t.is_empty());
@@ -165,8 +185,24 @@ impl Framer {
             let line = trim_cr(&rest[..nl]);
             let line_end = self.pos + nl + 1;
             match parse_line(line) {
-                Err(BadLine) if self.pos == 0 || line.starts_with(b"VALUE ") => {
+                Err(BadLine)
+                    if self.pos == 0
+                        || line.starts_with(b"VALUE ")
+                        || line.starts_with(b"LVALUE ") =>
+                {
                     return Frame::Invalid
+                }
+                // A lease token in place of an item: framed like one, not an item itself.
+                Ok(Line::LeaseValue { len, .. }) => {
+                    let end = line_end + len + 2;
+                    if buf.len() < end {
+                        return Frame::Incomplete(Some(end));
+                    }
+                    if &buf[end - 2..end] != b"\r\n" {
+                        return Frame::Invalid;
+                    }
+                    self.pos = end;
+                    continue;
                 }
                 Ok(Line::Value {
                     key,

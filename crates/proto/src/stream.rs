@@ -15,6 +15,16 @@ pub struct Outcome {
 
 /// Feeds `input` in chunks of `chunk` bytes (at least 1). Panics if an invariant breaks.
 pub fn run(input: &[u8], chunk: usize, limits: &Limits) -> Outcome {
+    run_with(input, chunk, limits, parse)
+}
+
+/// [`run`] with another parser ([`crate::parse_mcrouter`]).
+pub fn run_with(
+    input: &[u8],
+    chunk: usize,
+    limits: &Limits,
+    parse: for<'a> fn(&'a [u8], &Limits) -> Parse<'a>,
+) -> Outcome {
     let chunk = chunk.max(1);
     let mut out = Outcome::default();
     let mut buf: Vec<u8> = Vec::new();
@@ -83,13 +93,13 @@ fn check_request(req: &crate::Request<'_>, used: &[u8]) {
                 && s.as_ptr() as usize + s.len() <= used.as_ptr() as usize + used.len())
     };
     match req {
-        Get { keys, .. } | Gat { keys, .. } => {
+        Get { keys, .. } | Gat { keys, .. } | LeaseGet { keys } => {
             for k in keys.flatten() {
                 assert!(!k.is_empty() && k.len() <= crate::KEY_MAX_LENGTH && within(k));
                 assert!(!k.contains(&b' '));
             }
         }
-        Store { key, data, .. } => {
+        Store { key, data, .. } | LeaseSet { key, data, .. } => {
             assert!(key.len() <= crate::KEY_MAX_LENGTH && within(key) && within(data));
         }
         MetaSet {

@@ -822,3 +822,63 @@ fn pipelined_requests() {
     }
     assert_eq!(kinds.len(), 4);
 }
+
+#[test]
+fn mcrouter_lease_commands() {
+    let lim = Limits::default();
+    let m = |s: &'static [u8]| parse_mcrouter(s, &lim);
+    // memcached (and so `parse`) does not know them.
+    assert_err(b"lease-get k\r\n", r::ERROR);
+    assert_err(b"lease-set k 5 0 0 1\r\n", r::ERROR);
+    match m(b"lease-get a bb\r\n") {
+        Parse::Request(Request::LeaseGet { keys: k }, 16) => {
+            assert_eq!(keys(k), vec![Ok(&b"a"[..]), Ok(&b"bb"[..])])
+        }
+        other => panic!("{other:?}"),
+    }
+    let input = b"lease-set k 12345 7 30 2 noreply\r\nhi\r\n";
+    assert_eq!(
+        parse_mcrouter(input, &lim),
+        Parse::Request(
+            Request::LeaseSet {
+                key: b"k",
+                token: 12345,
+                flags: 7,
+                exptime: 30,
+                data: b"hi",
+                noreply: true,
+            },
+            input.len()
+        )
+    );
+    assert_eq!(
+        m(b"lease-set k 1 0 0 5\r\nhel"),
+        Parse::Incomplete { total: Some(28) }
+    );
+    // Errors as memcached words them for a storage command.
+    let error = |input: &'static [u8]| match m(input) {
+        Parse::Error { reply, swallow, .. } => (reply, swallow),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(error(b"lease-get\r\n"), (r::ERROR, 0));
+    assert_eq!(error(b"lease-set k 1 0 0\r\n"), (r::ERROR, 0));
+    assert_eq!(
+        error(b"lease-set k x 0 0 1\r\nv\r\n"),
+        (r::CLIENT_ERROR_BAD_FORMAT, 0)
+    );
+    assert_eq!(
+        error(b"lease-set k 1 0 0 -1\r\n"),
+        (r::CLIENT_ERROR_BAD_FORMAT, 0)
+    );
+    assert_eq!(
+        error(b"lease-set k 1 0 0 1\r\nvv\r\n"),
+        (r::CLIENT_ERROR_BAD_DATA_CHUNK, 0)
+    );
+    assert_eq!(
+        error(b"lease-set k 1 0 0 2000000\r\n"),
+        (r::SERVER_ERROR_TOO_LARGE, 2_000_002)
+    );
+    assert_eq!(error(b"lease-sets k\r\n"), (r::ERROR, 0));
+    // Everything else parses as memcached's.
+    assert_eq!(m(b"get k\r\n"), p(b"get k\r\n"));
+}

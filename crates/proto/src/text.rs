@@ -27,6 +27,7 @@ pub(crate) fn parse_line<'a>(
     line: &'a [u8],
     after: usize,
     limits: &Limits,
+    leases: bool,
 ) -> Parse<'a> {
     let (cmd, rest) = after_first(line);
     if cmd.len() < 2 {
@@ -78,7 +79,9 @@ pub(crate) fn parse_line<'a>(
     }
     match cmd[0] {
         b's' => match cmd {
-            b"set" if n == 6 || n == 7 => storage(buf, &l, after, StoreCmd::Set, limits),
+            b"set" if n == 6 || n == 7 => {
+                storage(buf, &l, after, Storage::Cmd(StoreCmd::Set), limits)
+            }
             b"stats" => Parse::Request(
                 Request::Stats {
                     args: Tokens::new(rest),
@@ -99,12 +102,18 @@ pub(crate) fn parse_line<'a>(
             _ => err(r::ERROR, after),
         },
         b'a' => match cmd {
-            b"add" if n == 6 || n == 7 => storage(buf, &l, after, StoreCmd::Add, limits),
-            b"append" if n == 6 || n == 7 => storage(buf, &l, after, StoreCmd::Append, limits),
+            b"add" if n == 6 || n == 7 => {
+                storage(buf, &l, after, Storage::Cmd(StoreCmd::Add), limits)
+            }
+            b"append" if n == 6 || n == 7 => {
+                storage(buf, &l, after, Storage::Cmd(StoreCmd::Append), limits)
+            }
             _ => err(r::ERROR, after),
         },
         b'c' => match cmd {
-            b"cas" if n == 7 || n == 8 => storage(buf, &l, after, StoreCmd::Cas, limits),
+            b"cas" if n == 7 || n == 8 => {
+                storage(buf, &l, after, Storage::Cmd(StoreCmd::Cas), limits)
+            }
             b"cache_memlimit" if n == 3 || n == 4 => {
                 let noreply = l.noreply();
                 match strtoul_u32(l.get(1)) {
@@ -123,6 +132,16 @@ pub(crate) fn parse_line<'a>(
         b'd' => match cmd {
             b"delete" if (3..=5).contains(&n) => delete(&l, after),
             b"decr" if n == 4 || n == 5 => arith(&l, after, false),
+            _ => err(r::ERROR, after),
+        },
+        b'l' if leases => match cmd {
+            b"lease-get" if n >= 3 => Parse::Request(
+                Request::LeaseGet {
+                    keys: Keys::new(rest),
+                },
+                after,
+            ),
+            b"lease-set" if n == 7 || n == 8 => storage(buf, &l, after, Storage::LeaseSet, limits),
             _ => err(r::ERROR, after),
         },
         b't' => match cmd {
@@ -154,7 +173,7 @@ pub(crate) fn parse_line<'a>(
                     } else {
                         StoreCmd::Prepend
                     };
-                    storage(buf, &l, after, c, limits)
+                    storage(buf, &l, after, Storage::Cmd(c), limits)
                 } else {
                     err(r::ERROR, after)
                 }
@@ -271,12 +290,20 @@ fn delete<'a>(l: &Line<'a>, after: usize) -> Parse<'a> {
     Parse::Request(Request::Delete { key, noreply }, after)
 }
 
+/// What a storage line is: a memcached command, or mcrouter's `lease-set`, whose lease
+/// token comes before the flags.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    Cmd(StoreCmd),
+    LeaseSet,
+}
+
 /// memcached's `process_update_command` followed by the data block read.
 fn storage<'a>(
     buf: &'a [u8],
     l: &Line<'a>,
     after: usize,
-    cmd: StoreCmd,
+    kind: Storage,
     limits: &Limits,
 ) -> Parse<'a> {
     let noreply = l.noreply();
@@ -284,17 +311,24 @@ fn storage<'a>(
     if key.len() > KEY_MAX_LENGTH {
         return err_nr(r::CLIENT_ERROR_BAD_FORMAT, after, noreply);
     }
+    let at = if kind == Storage::LeaseSet { 3 } else { 2 };
     let (flags, exptime, vlen) = match (
-        strtoul_u32(l.get(2)),
-        strtol_i32(l.get(3)),
-        strtol_i32(l.get(4)),
+        strtoul_u32(l.get(at)),
+        strtol_i32(l.get(at + 1)),
+        strtol_i32(l.get(at + 2)),
     ) {
         (Some(f), Some(e), Some(v)) => (f, e, v),
         _ => return err_nr(r::CLIENT_ERROR_BAD_FORMAT, after, noreply),
     };
+    // The cas unique, or the lease token.
+    let token_at = match kind {
+        Storage::Cmd(StoreCmd::Cas) => Some(5),
+        Storage::LeaseSet => Some(2),
+        Storage::Cmd(_) => None,
+    };
     let mut cas_unique = 0;
-    if cmd == StoreCmd::Cas {
-        match strtoull(l.get(5)) {
+    if let Some(i) = token_at {
+        match strtoull(l.get(i)) {
             Some(c) => cas_unique = c,
             None => return err_nr(r::CLIENT_ERROR_BAD_FORMAT, after, noreply),
         }
@@ -314,7 +348,7 @@ fn storage<'a>(
             swallow: vlen + 2,
             close: false,
             // Only a plain set drops the old value (memcached: "Unacceptable for SET").
-            unlink: (cmd == StoreCmd::Set).then(|| crate::Key::raw(key)),
+            unlink: (kind == Storage::Cmd(StoreCmd::Set)).then(|| crate::Key::raw(key)),
         };
     }
     let total = after + vlen + 2;
@@ -324,16 +358,26 @@ fn storage<'a>(
     if &buf[total - 2..total] != b"\r\n" {
         return err_nr(r::CLIENT_ERROR_BAD_DATA_CHUNK, total, noreply);
     }
-    Parse::Request(
-        Request::Store {
+    let data = &buf[after..after + vlen];
+    let exptime = i64::from(exptime);
+    let req = match kind {
+        Storage::Cmd(cmd) => Request::Store {
             cmd,
             key,
             flags,
-            exptime: i64::from(exptime),
-            data: &buf[after..after + vlen],
+            exptime,
+            data,
             cas_unique,
             noreply,
         },
-        total,
-    )
+        Storage::LeaseSet => Request::LeaseSet {
+            key,
+            token: cas_unique,
+            flags,
+            exptime,
+            data,
+            noreply,
+        },
+    };
+    Parse::Request(req, total)
 }

@@ -1,7 +1,7 @@
 //! Property tests: no panics on arbitrary input, round trips, byte-at-a-time feeding.
 
 use proptest::prelude::*;
-use proto::{parse, stream, Limits, Parse, Request, StoreCmd};
+use proto::{parse, parse_mcrouter, stream, Limits, Parse, Request, StoreCmd};
 
 /// A request model we can serialize; `parse` must give it back.
 #[derive(Clone, Debug)]
@@ -282,6 +282,53 @@ proptest! {
     }
 
     #[test]
+    fn mcrouter_dialect_never_panics(
+        parts in prop::collection::vec(prop::sample::select(LEASE_PIECES), 0..64),
+        chunk in 1usize..16,
+    ) {
+        let data: Vec<u8> = parts.concat();
+        let limits = Limits { item_size_max: 1000, ..Limits::default() };
+        stream::run_with(&data, chunk, &limits, parse_mcrouter);
+        stream::run_with(&data, data.len().max(1), &limits, parse_mcrouter);
+    }
+
+    #[test]
+    fn lease_set_round_trip(
+        k in key(),
+        token in any::<u64>(),
+        flags in any::<u32>(),
+        exptime in any::<i32>(),
+        data in prop::collection::vec(any::<u8>(), 0..300),
+        noreply in any::<bool>(),
+    ) {
+        let mut bytes = format!(" {token} {flags} {exptime} {}", data.len()).into_bytes();
+        bytes.splice(0..0, k.iter().copied());
+        bytes.splice(0..0, b"lease-set ".iter().copied());
+        if noreply {
+            bytes.extend_from_slice(b" noreply");
+        }
+        bytes.extend_from_slice(b"\r\n");
+        bytes.extend_from_slice(&data);
+        bytes.extend_from_slice(b"\r\n");
+        let want = Request::LeaseSet {
+            key: &k,
+            token,
+            flags,
+            exptime: i64::from(exptime),
+            data: &data,
+            noreply,
+        };
+        prop_assert_eq!(parse_mcrouter(&bytes, &Limits::default()), Parse::Request(want, bytes.len()));
+        for i in 0..bytes.len() {
+            let p = parse_mcrouter(&bytes[..i], &Limits::default());
+            prop_assert!(matches!(p, Parse::Incomplete { .. }), "prefix {}: {:?}", i, p);
+        }
+        // A memcached server answers ERROR for the line and again for the data block.
+        let refused = matches!(parse(&bytes, &Limits::default()), Parse::Error { reply, .. } if reply == b"ERROR\r\n");
+        prop_assert!(refused);
+    }
+
+    #[test]
     fn round_trip(m in model()) {
         let bytes = serialize(&m);
         match parse(&bytes, &Limits::default()) {
@@ -310,6 +357,26 @@ proptest! {
         prop_assert_eq!((out.requests, out.errors), (1, 0));
     }
 }
+
+/// Pieces of mcrouter's lease commands, for the dialect's never-panic property.
+const LEASE_PIECES: &[&[u8]] = &[
+    b"lease-get ",
+    b"lease-set ",
+    b"k ",
+    b"123 ",
+    b"0 ",
+    b"-1 ",
+    b"18446744073709551616 ",
+    b"5",
+    b"2000 ",
+    b"noreply",
+    b"\r\n",
+    b"\n",
+    b"hello",
+    b" ",
+    b"get k",
+    b"set k 0 0 1",
+];
 
 /// The same loop as the `text_parse` fuzz target, over the checked-in seed corpus.
 #[test]

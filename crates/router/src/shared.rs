@@ -307,6 +307,8 @@ pub struct McRoutes {
     pub prefix: String,
     /// `pools[id]`: the index in `Shared::pools` of routetree pool `id`.
     pub pools: Vec<usize>,
+    /// Which FailoverRoute child handed out each lease token (for this generation).
+    pub leases: crate::mcrouter::lease::LeaseBook,
 }
 
 /// One configuration generation.

@@ -83,6 +83,9 @@ pub enum AllMode {
     Majority,
     /// Reply with the first non-error reply (or the last error).
     Fastest,
+    /// Wait for all; reply with the first child's reply. No config names it: WarmUpRoute's
+    /// deletes, which must have reached warm too before the client hears.
+    InitialSync,
 }
 
 /// Error results that make FailoverRoute try the next child, per operation class.
@@ -104,6 +107,29 @@ pub struct FailoverLimit {
     pub rate: f64,
     /// Most failovers saved up.
     pub burst: f64,
+}
+
+/// `failover_policy`: which children a FailoverRoute tries, in which order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FailoverPolicy {
+    /// Every child in config order (mcrouter's default).
+    InOrder,
+    /// mcrouter's DeterministicOrderPolicy: the first child, then children picked by hashing
+    /// the routing key salted with "2", "3", ... (skipping ones already picked), `max_tries`
+    /// children at most, and no further failover once `max_error_tries` errors other than
+    /// `tko` were met.
+    DeterministicOrder {
+        /// Most children tried, the first included (at most the number of children).
+        max_tries: usize,
+        /// Most error replies other than `tko` before the error is the reply.
+        max_error_tries: usize,
+        /// Ch3 or WeightedCh3 over the children.
+        hash: PoolHash,
+        /// Unless set, the child after the first child's own pick (the server index its
+        /// PoolRoute or HashRoute chose, plus one) is skipped: it is taken to be the same
+        /// server in a failover pool laid out like the normal one.
+        ignore_normal_reply_index: bool,
+    },
 }
 
 /// `action` of ModifyExptimeRoute.
@@ -169,6 +195,8 @@ pub enum Route {
         errors: FailoverErrors,
         /// Rate limit on failovers; `None`: unlimited.
         limit: Option<FailoverLimit>,
+        /// Which children are tried, in which order.
+        policy: FailoverPolicy,
     },
     /// Get-like requests go to children in order until a hit; others to the first child.
     MissFailover {
@@ -177,7 +205,8 @@ pub enum Route {
         /// When no child hits, reply with the best reply instead of the last.
         return_best_on_error: bool,
     },
-    /// Gets try `cold`, then `warm` on a miss and fill `cold` with `exptime`; the rest go to `cold`.
+    /// Gets try `cold`, then `warm` on a miss and fill `cold` with `exptime`; deletes go to
+    /// both (cold answers); the rest go to `cold`.
     WarmUp {
         /// Tried first, and filled on a warm hit.
         cold: Target,

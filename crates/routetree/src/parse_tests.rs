@@ -520,3 +520,52 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn failover_policy_types_are_checked() {
+    let route = |policy: &str| {
+        format!(
+            r#"{{"pools": {{"A": {{"servers": ["h:1", "h:2", "h:3"]}}}},
+                "route": {{"type": "FailoverRoute", "children": "Pool|A", "failover_policy": {policy}}}}}"#
+        )
+    };
+    let e = err(&route(r#"{"type": "FancyPolicy"}"#)).to_string();
+    assert!(
+        e.contains("unknown failover_policy type 'FancyPolicy'")
+            && e.contains("failover_policy.type"),
+        "{e}"
+    );
+    let e = err(&route(r#"{"type": "RendezvousPolicy"}"#)).to_string();
+    assert!(e.contains("'RendezvousPolicy' is not supported yet"), "{e}");
+    let e = err(&route(
+        r#"{"type": "DeterministicOrderPolicy", "max_tries": 2}"#,
+    ))
+    .to_string();
+    assert!(e.contains("needs 'max_error_tries'"), "{e}");
+    let e = err(&route(r#"{"max_tries": 2}"#)).to_string();
+    assert!(e.contains("failover_policy has no 'type'"), "{e}");
+    let e = err(&route(
+        r#"{"type": "DeterministicOrderPolicy", "max_tries": 2, "max_error_tries": 1, "hash": {"hash_func": "Crc32"}}"#,
+    ))
+    .to_string();
+    assert!(e.contains("Ch3 or WeightedCh3"), "{e}");
+    // Too many tries are cut to what there is, with a warning (as mcrouter).
+    let c = parse_config(
+        "t.json",
+        &route(r#"{"type": "DeterministicOrderPolicy", "max_tries": 9, "max_error_tries": 5}"#),
+    )
+    .unwrap();
+    let Route::Failover { policy, .. } = entry_route(&c) else {
+        panic!()
+    };
+    let FailoverPolicy::DeterministicOrder {
+        max_tries,
+        max_error_tries,
+        ..
+    } = policy
+    else {
+        panic!("{policy:?}")
+    };
+    assert_eq!((*max_tries, *max_error_tries), (3, 3));
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+}

@@ -17,10 +17,14 @@ pub enum Plan {
         /// Every plan runs.
         plans: Vec<Plan>,
     },
-    /// Run plans in order while the reply is one of `errors` (`limit` caps how often).
+    /// Run plans in `order` while the reply is one of `errors` (`limit` caps how often).
     Failover {
-        /// Tried in order.
+        /// One per child, in config order.
         plans: Vec<Plan>,
+        /// Which plans are tried, in which order (the failover policy's; the first is 0).
+        order: Vec<usize>,
+        /// The error replies other than `tko` after which the error is the reply.
+        max_error_tries: usize,
         /// Error results that move on to the next plan.
         errors: Vec<String>,
         /// Rate limit on failovers; `None`: unlimited.
@@ -301,13 +305,32 @@ impl Eval<'_, '_> {
                 children,
                 errors,
                 limit,
+                policy,
             } => {
                 let mut plans = self.targets(children);
+                let (order, max_error_tries) = match policy {
+                    FailoverPolicy::InOrder => ((0..plans.len()).collect(), usize::MAX),
+                    FailoverPolicy::DeterministicOrder {
+                        max_tries,
+                        max_error_tries,
+                        hash,
+                        ignore_normal_reply_index,
+                    } => {
+                        let skip = match (ignore_normal_reply_index, children.first()) {
+                            (false, Some(first)) => Some(self.selected_index(*first) + 1),
+                            _ => None,
+                        };
+                        let order = self.deterministic_order(plans.len(), *max_tries, hash, skip);
+                        (order, *max_error_tries)
+                    }
+                };
                 match plans.len() {
                     0 => Plan::Null,
                     1 => plans.pop().unwrap_or(Plan::Null),
                     _ => Plan::Failover {
                         plans,
+                        order,
+                        max_error_tries,
                         errors: match self.class {
                             OpClass::Get => errors.gets.clone(),
                             OpClass::Update => errors.updates.clone(),
@@ -334,14 +357,19 @@ impl Eval<'_, '_> {
                 warm,
                 exptime,
             } => {
-                if self.class == OpClass::Get {
-                    Plan::WarmUp {
+                match self.class {
+                    OpClass::Get => Plan::WarmUp {
                         cold: Box::new(self.target(*cold)),
                         warm: Box::new(self.target(*warm)),
                         exptime: *exptime,
-                    }
-                } else {
-                    self.target(*cold)
+                    },
+                    // Unlike mcrouter (cold only): a key deleted from cold alone would come
+                    // back from warm on the next get.
+                    OpClass::Delete => Plan::All {
+                        mode: AllMode::InitialSync,
+                        plans: vec![self.target(*cold), self.target(*warm)],
+                    },
+                    OpClass::Update => self.target(*cold),
                 }
             }
             Route::PrefixSelector { policies, wildcard } => {
@@ -382,6 +410,63 @@ impl Eval<'_, '_> {
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
+    }
+
+    /// The index a PoolRoute or HashRoute picks for the key (mcrouter's "selected index" of
+    /// a normal route); 0 for other handles, as in mcrouter.
+    fn selected_index(&self, target: Target) -> usize {
+        let Target::Route(id) = target else {
+            return 0;
+        };
+        let (hash, salt, n) = match &self.config.routes[id] {
+            Route::Pool {
+                pool, hash, salt, ..
+            } => (hash, salt, self.config.pools[*pool].servers.len()),
+            Route::Hash {
+                children,
+                hash,
+                salt,
+            } => (hash, salt, children.len()),
+            _ => return 0,
+        };
+        if n == 0 {
+            return 0;
+        }
+        hash.index(&self.hashed(salt), n)
+    }
+
+    /// DeterministicOrderPolicy's children for this key: the first, then picks of `hash`
+    /// over all `n` children with the routing key salted "2", "3", ..., skipping children
+    /// already picked and `skip` (up to 100 tries per pick, then a repeat is taken, as
+    /// mcrouter does), `max_tries` in all.
+    fn deterministic_order(
+        &self,
+        n: usize,
+        max_tries: usize,
+        hash: &ring::PoolHash,
+        skip: Option<usize>,
+    ) -> Vec<usize> {
+        let mut used = vec![false; n];
+        used[0] = true;
+        if let Some(s) = skip.filter(|&s| s < n) {
+            used[s] = true;
+        }
+        let mut order = vec![0];
+        let mut salt = 1u32;
+        while order.len() < max_tries.min(n) {
+            let mut attempts = 0;
+            let index = loop {
+                salt += 1;
+                let index = hash.index(&self.hashed(&salt.to_string()), n);
+                if !used[index] || attempts >= 100 {
+                    break index;
+                }
+                attempts += 1;
+            };
+            used[index] = true;
+            order.push(index);
+        }
+        order
     }
 
     fn shadowed(&mut self, main: Plan, index: usize, shadows: &[Shadow]) -> Plan {

@@ -198,7 +198,7 @@ fn miss_failover_only_for_gets() {
 }
 
 #[test]
-fn warm_up_reads_through_and_writes_cold_only() {
+fn warm_up_reads_through_writes_cold_and_deletes_both() {
     let c = config(
         r#"{"type": "WarmUpRoute", "cold": "PoolRoute|A", "warm": "PoolRoute|B", "exptime": 9}"#,
     );
@@ -212,7 +212,17 @@ fn warm_up_reads_through_and_writes_cold_only() {
     };
     assert_eq!((index_in(&cold), exptime), (ch3("k", 5), 9));
     assert_eq!(pool_name(&c, &warm), "B");
-    for op in ["set", "delete", "incr"] {
+    let Plan::All { mode, plans } = c.plan("delete", b"k", DEFAULT) else {
+        panic!("deletes go to both")
+    };
+    assert_eq!(
+        mode,
+        AllMode::InitialSync,
+        "once both answered, cold's reply"
+    );
+    let names: Vec<&str> = plans.iter().map(|p| pool_name(&c, p)).collect();
+    assert_eq!((names, index_in(&plans[0])), (vec!["A", "B"], ch3("k", 5)));
+    for op in ["set", "incr", "touch"] {
         let plan = c.plan(op, b"k", DEFAULT);
         assert_eq!(
             (pool_name(&c, &plan), index_in(&plan)),
@@ -384,4 +394,79 @@ fn single_route_serves_the_default_prefix_only() {
         c.plan("get", b"/other/c/k", DEFAULT),
         Plan::Error(_)
     ));
+}
+
+#[test]
+fn failover_tries_children_in_order_by_default() {
+    let c = config(r#"{"type": "FailoverRoute", "children": "Pool|A"}"#);
+    let Plan::Failover {
+        order,
+        max_error_tries,
+        ..
+    } = c.plan("get", b"k", DEFAULT)
+    else {
+        panic!()
+    };
+    assert_eq!((order, max_error_tries), (vec![0, 1, 2, 3, 4], usize::MAX));
+}
+
+#[test]
+fn deterministic_order_policy_hashes_the_failover_order() {
+    let route = |ignore: bool| {
+        config(&format!(
+            r#"{{"type": "FailoverRoute", "children": ["PoolRoute|A", "Pool|A"],
+                "failover_policy": {{"type": "DeterministicOrderPolicy", "max_tries": 4,
+                                     "max_error_tries": 2, "ignore_normal_reply_index": {ignore}}}}}"#
+        ))
+    };
+    let order_of = |c: &Config, key: &str| match c.plan("get", key.as_bytes(), DEFAULT) {
+        Plan::Failover {
+            plans,
+            order,
+            max_error_tries,
+            ..
+        } => {
+            assert_eq!((plans.len(), max_error_tries), (6, 2));
+            order
+        }
+        other => panic!("{other:?}"),
+    };
+    let c = route(false);
+    let mut spread = std::collections::HashSet::new();
+    for i in 0..50 {
+        let key = format!("key{i}");
+        let order = order_of(&c, &key);
+        assert_eq!(order, order_of(&c, &key), "the same for every request");
+        assert_eq!((order.len(), order[0]), (4, 0));
+        let distinct: std::collections::HashSet<_> = order.iter().collect();
+        assert_eq!(distinct.len(), 4, "{order:?}");
+        // The normal route's server (A[j], child j + 1) is not a failover.
+        let normal = ch3(&key, 5) + 1;
+        assert!(!order.contains(&normal), "{key}: {order:?} has {normal}");
+        // Each pick: Ch3 over the 6 children of the key salted "2", "3", ...
+        let mut used = vec![0, normal];
+        let mut salt = 1;
+        for &pick in &order[1..] {
+            let expected = loop {
+                salt += 1;
+                let i = ch3(&format!("{key}{salt}"), 6);
+                if !used.contains(&i) {
+                    break i;
+                }
+            };
+            assert_eq!(pick, expected, "{key}: {order:?}");
+            used.push(pick);
+        }
+        spread.insert(order[1]);
+    }
+    assert!(
+        spread.len() >= 3,
+        "failovers spread over the children: {spread:?}"
+    );
+    let c = route(true);
+    let with_normal = (0..50).any(|i| {
+        let key = format!("key{i}");
+        order_of(&c, &key).contains(&(ch3(&key, 5) + 1))
+    });
+    assert!(with_normal, "ignore_normal_reply_index lets it be picked");
 }

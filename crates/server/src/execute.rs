@@ -171,6 +171,9 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
             mut args,
         } => crate::tls::refresh_certs(env, args.any(|a| a == b"noreply"), out),
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
+        // mcrouter's lease commands, which memcached does not know (`proto::parse` never
+        // gives them to a server).
+        Request::LeaseGet { .. } | Request::LeaseSet { .. } => out.extend_from_slice(reply::ERROR),
         Request::MetaGet {
             key,
             flags,

@@ -1,6 +1,7 @@
 #![no_main]
 //! Arbitrary bytes through the server-like parse/consume/swallow loop. The first byte picks
-//! the chunk size and limits so partial reads and small item limits are exercised too.
+//! the chunk size and limits so partial reads and small item limits are exercised too; the
+//! same bytes then go through the router's mcrouter dialect (`lease-get`, `lease-set`).
 
 use libfuzzer_sys::fuzz_target;
 use proto::{stream, Limits};
@@ -21,4 +22,5 @@ fuzz_target!(|data: &[u8]| {
     };
     stream::run(rest, chunk, &limits);
     stream::run(rest, rest.len().max(1), &limits);
+    stream::run_with(rest, chunk, &limits, proto::parse_mcrouter);
 });

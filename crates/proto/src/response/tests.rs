@@ -126,6 +126,26 @@ fn reply_lines_are_classified() {
         })
     );
     assert_eq!(parse_line(b"VALUE k 1"), Err(BadLine));
+    assert_eq!(
+        parse_line(b"LVALUE k 99 0 3"),
+        Ok(Line::LeaseValue {
+            key: b"k",
+            token: b"99",
+            len: 3
+        })
+    );
+    assert_eq!(parse_line(b"LVALUE k 99 0"), Err(BadLine));
+}
+
+#[test]
+fn lease_get_replies_frame_whole() {
+    let mut f = Framer::new();
+    let r = b"LVALUE k 99 0 3\r\nabc\r\nEND\r\nSTORED\r\n";
+    assert_eq!(f.next(&r[..12]), Frame::Incomplete(None));
+    assert_eq!(f.next(&r[..20]), Frame::Incomplete(Some(22)));
+    assert_eq!(f.next(r), Frame::Complete(27));
+    assert!(f.items().is_empty());
+    assert_eq!(f.next(b"LVALUE k 99 0 3\r\nabcd\r\n"), Frame::Invalid);
 }
 
 #[test]

@@ -5,13 +5,19 @@
 //!
 //! Semantics follow mcrouter's route handles: All* modes, FailoverRoute (moves on only on
 //! the error results its `failover_errors` name for the operation), MissFailoverRoute,
-//! WarmUpRoute (a warm hit fills cold in the background with an `add`), shadows (replies
-//! ignored), NullRoute's default reply and ErrorRoute's error.
+//! WarmUpRoute (a warm hit fills cold in the background with an `add`; deletes reach cold
+//! and warm, cold answers once both did), shadows (replies
+//! ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
+//! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
+//! back there ([`Exec::pin_leases`]); the book itself is `super::lease`'s.
 
 use std::collections::HashMap;
 
 use routetree::{AllMode, FailoverLimit, Plan, RouteId, Send};
 
+use std::time::Instant;
+
+use super::lease::{self, Issued, LeaseBook};
 use super::reply::{self, default_reply, is_hit, McResult, Reply};
 use super::request::ReqSpec;
 
@@ -70,12 +76,25 @@ enum Kind {
         children: Vec<usize>,
         /// Replies in arrival order.
         replies: Vec<Reply>,
+        /// The first child's reply, once there.
+        first_reply: Option<Reply>,
     },
     Failover {
+        route: RouteId,
+        /// One per child of the route, in config order.
         children: Vec<usize>,
-        errors: Vec<String>,
+        /// The failover policy's order (indexes of `children`), and the position in it.
+        order: Vec<usize>,
         next: usize,
-        limit: Option<(RouteId, FailoverLimit)>,
+        /// The child asked last (an index of `children`).
+        current: usize,
+        /// Errors other than `tko` met, and how many end the failovers.
+        error_tries: usize,
+        max_error_tries: usize,
+        errors: Vec<String>,
+        limit: Option<FailoverLimit>,
+        /// The child that handed out the lease this request spends: no failover.
+        pinned: Option<usize>,
     },
     MissFailover {
         children: Vec<usize>,
@@ -115,6 +134,8 @@ pub struct Exec {
     outstanding: usize,
     /// The worker's failover buckets, lent for the length of a `start`/`on_reply` call.
     limits: FailoverLimits,
+    /// Leases FailoverRoutes saw handed out, for the worker's book.
+    issued: Vec<Issued>,
 }
 
 impl Exec {
@@ -133,6 +154,7 @@ impl Exec {
             roots: Vec::new(),
             outstanding: 0,
             limits: FailoverLimits::default(),
+            issued: Vec::new(),
         };
         for (i, plan) in plans.iter().enumerate() {
             let root = exec.build(plan, None, i, sample);
@@ -140,6 +162,33 @@ impl Exec {
             exec.roots.push(root);
         }
         exec
+    }
+
+    /// Before [`Exec::start`]: each FailoverRoute whose request spends a lease token the
+    /// book knows (at `now`) sends it only to the child that handed it out.
+    pub fn pin_leases(&mut self, book: &LeaseBook, now: Instant) {
+        for node in &mut self.nodes {
+            let Kind::Failover {
+                route,
+                children,
+                pinned,
+                ..
+            } = &mut node.kind
+            else {
+                continue;
+            };
+            let req = &self.requests[node.req];
+            if let Some(token) = lease::spent(req) {
+                *pinned = book
+                    .child(*route, req.key(), token, now)
+                    .filter(|&c| c < children.len());
+            }
+        }
+    }
+
+    /// The leases handed out through FailoverRoutes since the last call.
+    pub fn take_issued(&mut self) -> Vec<Issued> {
+        std::mem::take(&mut self.issued)
     }
 
     /// Starts every part; the actions come out in the order to carry them out.
@@ -221,17 +270,26 @@ impl Exec {
                 mode: *mode,
                 children: list(self, plans),
                 replies: Vec::new(),
+                first_reply: None,
             },
             Plan::Failover {
                 plans,
+                order,
+                max_error_tries,
                 errors,
                 limit,
                 route,
             } => Kind::Failover {
+                route: *route,
                 children: list(self, plans),
-                errors: errors.clone(),
+                order: order.clone(),
                 next: 0,
-                limit: limit.map(|l| (*route, l)),
+                current: 0,
+                error_tries: 0,
+                max_error_tries: *max_error_tries,
+                errors: errors.clone(),
+                limit: *limit,
+                pinned: None,
             },
             Plan::MissFailover {
                 plans,
@@ -291,12 +349,21 @@ impl Exec {
                 }
             }
             Kind::Failover {
-                children, limit, ..
+                route,
+                children,
+                order,
+                limit,
+                pinned,
+                ..
             } => {
-                if let Some((route, limit)) = limit {
+                if let Some(limit) = limit {
                     self.limits.earn(*route, limit);
                 }
-                let first = children[0];
+                let at = pinned.unwrap_or(order[0]);
+                let first = children[at];
+                if let Kind::Failover { current, .. } = &mut self.nodes[id].kind {
+                    *current = at;
+                }
                 self.start_node(first, out);
             }
             Kind::MissFailover { children, .. } => {
@@ -354,14 +421,19 @@ impl Exec {
             Fill(Reply),
             AddToCold(Reply),
         }
+        let req = self.nodes[id].req;
         let next = match &mut self.nodes[id].kind {
             Kind::All {
                 mode,
                 children,
                 replies,
+                first_reply,
             } => {
                 let total = children.len();
                 let first = children[0] == child;
+                if first {
+                    *first_reply = Some(reply.clone());
+                }
                 replies.push(reply);
                 let last = replies.last().cloned();
                 match mode {
@@ -371,6 +443,9 @@ impl Exec {
                             .unwrap_or_else(|| Reply::error(McResult::LocalError)),
                     ),
                     AllMode::Initial if first => Next::Reply(last.expect("just pushed")),
+                    AllMode::InitialSync if replies.len() == total => {
+                        Next::Reply(first_reply.clone().expect("the first child answered"))
+                    }
                     AllMode::Majority => match reply::majority(replies, total) {
                         Some(r) => Next::Reply(r.clone()),
                         None => Next::Wait,
@@ -387,21 +462,42 @@ impl Exec {
                 }
             }
             Kind::Failover {
+                route,
                 children,
-                errors,
+                order,
                 next,
+                current,
+                error_tries,
+                max_error_tries,
+                errors,
                 limit,
+                pinned,
             } => {
-                let fails_over = reply.result.is_error()
-                    && errors.iter().any(|e| e == reply.result.name())
-                    && *next + 1 < children.len()
-                    && limit
-                        .as_ref()
-                        .is_none_or(|(route, l)| self.limits.spend(*route, l));
+                let listed = pinned.is_none()
+                    && reply.result.is_error()
+                    && errors.iter().any(|e| e == reply.result.name());
+                // A TKO'd child was not asked: it does not count as a try (as in mcrouter).
+                if listed && reply.result != McResult::Tko {
+                    *error_tries += 1;
+                }
+                let fails_over = listed
+                    && *next + 1 < order.len()
+                    && *error_tries < *max_error_tries
+                    && limit.as_ref().is_none_or(|l| self.limits.spend(*route, l));
                 if fails_over {
                     *next += 1;
-                    Next::Start(children[*next])
+                    *current = order[*next];
+                    Next::Start(children[*current])
                 } else {
+                    if let Some((token, ttl)) = lease::handed_out(&self.requests[req], &reply) {
+                        self.issued.push(Issued {
+                            route: *route,
+                            key: self.requests[req].key().to_vec(),
+                            token,
+                            child: *current,
+                            ttl,
+                        });
+                    }
                     Next::Reply(reply)
                 }
             }

@@ -185,6 +185,8 @@ fn majority_fails_when_most_are_down() {
 fn failover_moves_on_only_on_listed_errors() {
     let failover = |errors: &[&str]| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0), to(2, 0)],
+        order: (0..3).collect(),
+        max_error_tries: usize::MAX,
         errors: errors.iter().map(|e| e.to_string()).collect(),
         limit: None,
         route: 0,
@@ -222,6 +224,8 @@ fn failover_with_exptime_caps_the_gutter() {
     });
     let plan = Plan::Failover {
         plans: vec![to(0, 0), gutter],
+        order: (0..2).collect(),
+        max_error_tries: usize::MAX,
         errors: vec!["connect_error".into()],
         limit: None,
         route: 0,
@@ -358,6 +362,8 @@ fn parts_answer_independently() {
 fn failover_limit_is_a_token_bucket_per_route() {
     let plan = |route, rate| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0)],
+        order: (0..2).collect(),
+        max_error_tries: usize::MAX,
         errors: vec!["tko".into()],
         limit: Some(FailoverLimit { rate, burst: 2.0 }),
         route,
@@ -384,4 +390,201 @@ fn failover_limit_is_a_token_bucket_per_route() {
     for _ in 0..3 {
         assert_eq!(fleet.run(&mut exec(set("k", 0), plan(9, 1.0)))[0].1, stored);
     }
+}
+
+/// A FailoverRoute over two servers (route id 5), as a lease pairing sees it.
+fn failover_pair() -> Plan {
+    Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0)],
+        order: (0..2).collect(),
+        max_error_tries: usize::MAX,
+        errors: vec!["connect_error".into(), "tko".into()],
+        limit: None,
+        route: 5,
+    }
+}
+
+fn lease_set(key: &str, token: u64) -> ReqSpec {
+    ReqSpec::LeaseSet {
+        key: key.as_bytes().to_vec(),
+        token,
+        flags: 0,
+        exptime: 0,
+        data: b"v".to_vec(),
+    }
+}
+
+fn meta(cmd: &[u8; 2], key: &str, flags: &str, data: Option<&[u8]>) -> ReqSpec {
+    ReqSpec::Meta {
+        cmd: *cmd,
+        key: key.as_bytes().to_vec(),
+        flags: flags.as_bytes().to_vec(),
+        data: data.map(<[u8]>::to_vec),
+        binary: false,
+        exptime: None,
+    }
+}
+
+/// Runs `req` through the failover pair with the book's pins, then books what it handed out.
+fn run_leased<F: FnMut(usize, usize, &[u8]) -> Reply>(
+    fleet: &mut Fleet<F>,
+    book: &super::lease::LeaseBook,
+    req: ReqSpec,
+) -> Vec<u8> {
+    let now = std::time::Instant::now();
+    let mut e = exec(req, failover_pair());
+    e.pin_leases(book, now);
+    let reply = fleet.run(&mut e).remove(0).1;
+    for lease in e.take_issued() {
+        book.record(&lease, now);
+    }
+    reply
+}
+
+#[test]
+fn lease_set_goes_to_the_child_that_issued_the_token() {
+    let book = super::lease::LeaseBook::default();
+    let primary_up = std::cell::Cell::new(false);
+    let mut fleet = Fleet::new(|p, _, req: &[u8]| match (p, primary_up.get()) {
+        (0, false) => Reply::error(McResult::ConnectError),
+        (_, _) if req.starts_with(b"lease-get") => r(b"LVALUE k 4242 0 0\r\n\r\nEND\r\n"),
+        _ => r(b"STORED\r\n"),
+    });
+    // The primary is down: the backup hands out the lease.
+    let got = run_leased(&mut fleet, &book, ReqSpec::LeaseGet { key: b"k".to_vec() });
+    assert_eq!(got, b"LVALUE k 4242 0 0\r\n\r\nEND\r\n");
+    // The primary is back: the lease-set still goes to the backup, and only there.
+    primary_up.set(true);
+    fleet.sent.clear();
+    assert_eq!(
+        run_leased(&mut fleet, &book, lease_set("k", 4242)),
+        b"STORED\r\n"
+    );
+    assert_eq!(
+        fleet.sent,
+        vec![(1, 0, b"lease-set k 4242 0 0 1\r\nv\r\n".to_vec())]
+    );
+    // Another token (or key) is routed as usual: the primary.
+    fleet.sent.clear();
+    run_leased(&mut fleet, &book, lease_set("k", 4243));
+    run_leased(&mut fleet, &book, lease_set("j", 4242));
+    let pools: Vec<usize> = fleet.sent.iter().map(|s| s.0).collect();
+    assert_eq!(pools, vec![0, 0]);
+}
+
+#[test]
+fn lease_set_does_not_fail_over_from_the_issuer() {
+    let book = super::lease::LeaseBook::default();
+    let primary_up = std::cell::Cell::new(true);
+    let mut fleet = Fleet::new(|p, _, _: &[u8]| match (p, primary_up.get()) {
+        (0, false) => Reply::error(McResult::ConnectError),
+        _ => r(b"VA 0 c77 W\r\n\r\n"),
+    });
+    // The primary wins the lease for an mg, then fails before the ms.
+    run_leased(&mut fleet, &book, meta(b"mg", "k", "v c N30", None));
+    primary_up.set(false);
+    fleet.sent.clear();
+    let ms = meta(b"ms", "k", "T30 C77", Some(b"v"));
+    assert_eq!(
+        run_leased(&mut fleet, &book, ms),
+        b"SERVER_ERROR connection error\r\n",
+        "the backup never issued token 77"
+    );
+    assert_eq!(
+        fleet.sent,
+        vec![(0, 0, b"ms k 1 T30 C77\r\nv\r\n".to_vec())]
+    );
+    // An ms without a token fails over as any update does.
+    fleet.sent.clear();
+    run_leased(&mut fleet, &book, meta(b"ms", "k", "T30", Some(b"v")));
+    assert_eq!(fleet.sent.len(), 2);
+}
+
+#[test]
+fn only_winning_meta_gets_book_a_lease() {
+    let book = super::lease::LeaseBook::default();
+    let mut fleet = Fleet::new(|p, _, _: &[u8]| match p {
+        0 => Reply::error(McResult::Tko),
+        _ => r(b"VA 0 c77 Z\r\n\r\n"),
+    });
+    // Z: someone else holds the lease; c77 is no lease of this client's.
+    run_leased(&mut fleet, &book, meta(b"mg", "k", "v c N30", None));
+    let now = std::time::Instant::now();
+    assert_eq!(book.child(5, b"k", 77, now), None);
+}
+
+#[test]
+fn initial_sync_waits_for_all_and_answers_with_the_first() {
+    // WarmUpRoute's deletes: cold and warm both get it, cold's reply once warm answered.
+    let plan = Plan::All {
+        mode: AllMode::InitialSync,
+        plans: vec![to(0, 0), to(1, 0)],
+    };
+    let mut e = exec(ReqSpec::Delete { key: b"k".to_vec() }, plan);
+    let mut limits = FailoverLimits::default();
+    let mut out = Vec::new();
+    e.start(&mut limits, &mut out);
+    let nodes: Vec<usize> = out
+        .iter()
+        .map(|a| match a {
+            Action::Send { node } => *node,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(nodes.len(), 2, "both get the delete");
+    out.clear();
+    e.on_reply(nodes[0], r(b"DELETED\r\n"), &mut limits, &mut out);
+    assert!(out.is_empty(), "no reply before warm answered");
+    e.on_reply(nodes[1], r(b"NOT_FOUND\r\n"), &mut limits, &mut out);
+    assert_eq!(out, vec![Action::Done { part: 0 }]);
+    assert_eq!(e.replies().unwrap()[0].bytes, b"DELETED\r\n");
+    // In whichever order they answer.
+    let mut e = exec(
+        ReqSpec::Delete { key: b"k".to_vec() },
+        Plan::All {
+            mode: AllMode::InitialSync,
+            plans: vec![to(0, 0), to(1, 0)],
+        },
+    );
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            r(b"NOT_FOUND\r\n")
+        } else {
+            Reply::error(McResult::Timeout)
+        }
+    });
+    assert_eq!(fleet.run(&mut e), vec![(0, b"NOT_FOUND\r\n".to_vec())]);
+}
+
+#[test]
+fn failover_follows_the_policy_order_and_error_budget() {
+    let plan = |order: Vec<usize>, max_error_tries| Plan::Failover {
+        plans: vec![to(0, 0), to(1, 0), to(2, 0), to(3, 0)],
+        order,
+        max_error_tries,
+        errors: vec!["timeout".into(), "tko".into()],
+        limit: None,
+        route: 0,
+    };
+    // 0 times out, 3 is TKO'd, 1 answers; 2 is not in the order.
+    let answer = |p: usize, _: usize, _: &[u8]| match p {
+        0 => Reply::error(McResult::Timeout),
+        3 => Reply::error(McResult::Tko),
+        1 => r(b"STORED\r\n"),
+        _ => panic!("not in the order"),
+    };
+    let mut fleet = Fleet::new(answer);
+    let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3, 1], 2)));
+    assert_eq!(got, vec![(0, b"STORED\r\n".to_vec())]);
+    let pools: Vec<usize> = fleet.sent.iter().map(|s| s.0).collect();
+    assert_eq!(pools, vec![0, 3, 1], "a TKO is not an error try");
+    // One error try allowed: the first timeout is the reply.
+    fleet.sent.clear();
+    let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3, 1], 1)));
+    assert_eq!(got, vec![(0, b"SERVER_ERROR timeout\r\n".to_vec())]);
+    assert_eq!(fleet.sent.len(), 1);
+    // The order ends: the last error is the reply.
+    fleet.sent.clear();
+    let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3], 9)));
+    assert_eq!(got, vec![(0, b"SERVER_ERROR unavailable\r\n".to_vec())]);
 }

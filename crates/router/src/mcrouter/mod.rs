@@ -6,11 +6,13 @@
 //! [`exec::Exec`] in the worker (`worker/mcrouter.rs`).
 //!
 //! Modules: `reply` (result classes, combining replies), `request` (a key's request,
-//! owned, written per destination), `exec` (the plan state machine), `tko` (destination
-//! health), `spool` (the asynclog file of one destination). Pure but for `spool`'s file; the
+//! owned, written per destination), `exec` (the plan state machine), `lease` (which
+//! FailoverRoute child handed out a lease token), `tko` (destination health), `spool` (the
+//! asynclog file of one destination). Pure but for `spool`'s file; the
 //! worker and `crate::asynclog` do the network I/O.
 
 pub mod exec;
+pub mod lease;
 pub mod reply;
 pub mod request;
 pub mod spool;
@@ -170,6 +172,7 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
             config,
             prefix: args.route_prefix.clone(),
             pools: index,
+            leases: Default::default(),
         })),
     })
 }

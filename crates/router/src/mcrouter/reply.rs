@@ -131,8 +131,11 @@ pub fn classify(reply: &[u8]) -> McResult {
     let word = line.split(|&b| b == b' ').next().unwrap_or(b"");
     match word {
         b"VALUE" | b"VA" => McResult::Found,
-        b"END" | b"EN" | b"NOT_FOUND" | b"NF" => McResult::NotFound,
-        b"STORED" | b"DELETED" | b"TOUCHED" | b"OK" | b"HD" | b"ME" | b"MN" => McResult::Ok,
+        // LVALUE: mcrouter's lease-get miss (with a lease token).
+        b"END" | b"EN" | b"NOT_FOUND" | b"NF" | b"LVALUE" | b"NOT_FOUND_HOT" => McResult::NotFound,
+        b"STORED" | b"STALE_STORED" | b"DELETED" | b"TOUCHED" | b"OK" | b"HD" | b"ME" | b"MN" => {
+            McResult::Ok
+        }
         b"EXISTS" | b"EX" => McResult::Exists,
         b"NOT_STORED" | b"NS" => McResult::NotStored,
         b"SERVER_ERROR" => McResult::RemoteError,
@@ -237,7 +240,7 @@ pub fn rekey(reply: &[u8], sent: &[u8], client: &[u8]) -> Vec<u8> {
     let line = head.strip_suffix(b"\r\n").unwrap_or(head);
     let mut tokens = line.split(|&b| b == b' ');
     match tokens.next() {
-        Some(w @ (b"VALUE" | b"ME")) => {
+        Some(w @ (b"VALUE" | b"LVALUE" | b"ME")) => {
             out.extend_from_slice(w);
             for (i, t) in tokens.enumerate() {
                 out.push(b' ');

@@ -58,6 +58,16 @@ pub enum ReqSpec {
         /// `T<exptime>` as given.
         exptime: Option<i64>,
     },
+    /// mcrouter's `lease-get` of one key.
+    LeaseGet { key: Vec<u8> },
+    /// mcrouter's `lease-set`.
+    LeaseSet {
+        key: Vec<u8>,
+        token: u64,
+        flags: u32,
+        exptime: i64,
+        data: Vec<u8>,
+    },
     /// flush_all.
     FlushAll { delay: i64 },
     /// WarmUpRoute's read of the warm item: value, flags and remaining TTL.
@@ -118,6 +128,25 @@ impl ReqSpec {
                 exptime: *exptime,
             }),
             Request::FlushAll { delay, .. } => one(ReqSpec::FlushAll { delay: *delay }),
+            Request::LeaseGet { keys } => Some(
+                keys.flatten()
+                    .map(|k| ReqSpec::LeaseGet { key: k.to_vec() })
+                    .collect(),
+            ),
+            Request::LeaseSet {
+                key,
+                token,
+                flags,
+                exptime,
+                data,
+                ..
+            } => one(ReqSpec::LeaseSet {
+                key: key.to_vec(),
+                token: *token,
+                flags: *flags,
+                exptime: *exptime,
+                data: data.to_vec(),
+            }),
             Request::MetaGet { key, flags, .. } => one(meta(*b"mg", key, flags, None)),
             Request::MetaSet {
                 key, flags, data, ..
@@ -149,6 +178,8 @@ impl ReqSpec {
             | ReqSpec::Arith { key, .. }
             | ReqSpec::Touch { key, .. }
             | ReqSpec::Meta { key, .. }
+            | ReqSpec::LeaseGet { key }
+            | ReqSpec::LeaseSet { key, .. }
             | ReqSpec::FillRead { key } => key,
             ReqSpec::FlushAll { .. } => b"",
         }
@@ -170,6 +201,8 @@ impl ReqSpec {
             ReqSpec::Touch { .. } => "touch",
             ReqSpec::FlushAll { .. } => "flushall",
             ReqSpec::FillRead { .. } => "get",
+            ReqSpec::LeaseGet { .. } => "lease-get",
+            ReqSpec::LeaseSet { .. } => "lease-set",
             ReqSpec::Meta { cmd, flags, .. } => meta_operation(cmd, meta_mode(flags)),
         }
     }
@@ -177,8 +210,8 @@ impl ReqSpec {
     /// Which default reply answers it (NullRoute, AllAsyncRoute).
     pub fn reply_op(&self) -> Op {
         match self {
-            ReqSpec::Get { .. } | ReqSpec::FillRead { .. } => Op::Get,
-            ReqSpec::Store { .. } => Op::Update,
+            ReqSpec::Get { .. } | ReqSpec::FillRead { .. } | ReqSpec::LeaseGet { .. } => Op::Get,
+            ReqSpec::Store { .. } | ReqSpec::LeaseSet { .. } => Op::Update,
             ReqSpec::Delete { .. } => Op::Delete,
             ReqSpec::Arith { .. } | ReqSpec::Touch { .. } | ReqSpec::FlushAll { .. } => Op::Other,
             ReqSpec::Meta { cmd, .. } => match cmd {
@@ -258,6 +291,24 @@ impl ReqSpec {
             ReqSpec::FlushAll { delay } => {
                 out.extend_from_slice(b"flush_all ");
                 num(out, *delay);
+            }
+            ReqSpec::LeaseGet { .. } => {
+                out.extend_from_slice(b"lease-get ");
+                out.extend_from_slice(key);
+            }
+            ReqSpec::LeaseSet {
+                token,
+                flags,
+                exptime,
+                data,
+                ..
+            } => {
+                out.extend_from_slice(b"lease-set ");
+                out.extend_from_slice(key);
+                out.extend_from_slice(format!(" {token} {flags} ").as_bytes());
+                num(out, send.exptime_for(*exptime));
+                out.extend_from_slice(format!(" {}\r\n", data.len()).as_bytes());
+                out.extend_from_slice(data);
             }
             ReqSpec::FillRead { .. } => {
                 out.extend_from_slice(b"mg ");

@@ -119,7 +119,9 @@ impl Worker {
         routes: Arc<McRoutes>,
         planned: Option<Plan>,
     ) -> bool {
-        if let Request::Get { keys, .. } | Request::Gat { keys, .. } = req {
+        if let Request::Get { keys, .. } | Request::Gat { keys, .. } | Request::LeaseGet { keys } =
+            req
+        {
             if keys.into_iter().any(|k| k.is_err()) {
                 self.local_reply(ci, proto::reply::CLIENT_ERROR_BAD_FORMAT);
                 return true;
@@ -134,6 +136,7 @@ impl Worker {
         }
         let (kind, quiet) = match req {
             Request::Store { noreply: true, .. }
+            | Request::LeaseSet { noreply: true, .. }
             | Request::Delete { noreply: true, .. }
             | Request::Arith { noreply: true, .. }
             | Request::Touch { noreply: true, .. }
@@ -169,7 +172,8 @@ impl Worker {
             mc.limits.clear();
             mc.limits_of = Some(routes.clone());
         }
-        let exec = Exec::new(specs, plans, &mut |f| mc.sample(f));
+        let mut exec = Exec::new(specs, plans, &mut |f| mc.sample(f));
+        exec.pin_leases(&routes.leases, std::time::Instant::now());
         let to = self.clients[ci].push(ci, 1, kind);
         self.mc.gen = self.mc.gen.wrapping_add(1);
         let x = self.mc.running.insert(Running {
@@ -232,6 +236,14 @@ impl Worker {
             }
             i += 1;
         }
+        let run = &mut self.mc.running[x];
+        let issued = run.exec.take_issued();
+        if !issued.is_empty() {
+            let now = std::time::Instant::now();
+            for lease in &issued {
+                run.routes.leases.record(lease, now);
+            }
+        }
         if self.mc.running[x].exec.finished() {
             self.mc.running.remove(x);
         }
@@ -283,7 +295,10 @@ impl Worker {
         };
         run.replied = true;
         let mut out = Vec::new();
-        if matches!(run.exec.parts_requests()[0], ReqSpec::Get { .. }) {
+        if matches!(
+            run.exec.parts_requests()[0],
+            ReqSpec::Get { .. } | ReqSpec::LeaseGet { .. }
+        ) {
             let owned: Vec<Reply> = parts.into_iter().cloned().collect();
             reply::merge_gets(&owned, &mut out);
         } else {

@@ -62,7 +62,13 @@ impl Worker {
                 crate::log::warn("client closed: binary protocol request (route speaks text only)");
                 break;
             }
-            match proto::parse(data, &self.limits) {
+            // An mcrouter config's clients may also send mcrouter's lease commands.
+            let parse = if self.shared.mcrouter.is_some() {
+                proto::parse_mcrouter
+            } else {
+                proto::parse
+            };
+            match parse(data, &self.limits) {
                 Parse::Incomplete { total } => {
                     if let Some(t) = total {
                         rbuf.reserve_total(t);
@@ -179,9 +185,11 @@ impl Worker {
                 self.mark_client(ci);
             }
             Request::Shutdown(_) => self.local_reply(ci, proto::reply::ERROR_SHUTDOWN_NOT_ENABLED),
-            Request::CacheMemlimit { .. } | Request::Admin { .. } => {
-                self.local_reply(ci, proto::reply::ERROR)
-            }
+            // Lease commands come only with an mcrouter config, whose route tree takes them.
+            Request::CacheMemlimit { .. }
+            | Request::Admin { .. }
+            | Request::LeaseGet { .. }
+            | Request::LeaseSet { .. } => self.local_reply(ci, proto::reply::ERROR),
         }
     }
 

@@ -1,6 +1,7 @@
-//! FailoverRoute and FailoverWithExptimeRoute: their children, which errors fail over, and
-//! the failover rate limit.
+//! FailoverRoute and FailoverWithExptimeRoute: their children, which errors fail over, the
+//! failover rate limit and the failover policy.
 
+use ring::PoolHash;
 use serde_json::Value;
 
 use super::builder::{Args, Builder, Object, Result};
@@ -52,14 +53,15 @@ pub const DEFAULT_FAILOVER_ERRORS: &[&str] = &[
 impl<'a> Builder<'a> {
     pub(super) fn failover_route(&mut self, args: Args<'a>) -> Result<Vec<Target>> {
         let children = self.children("FailoverRoute", args)?;
-        let (errors, limit) = match args {
-            Args::Object(map) => self.failover_settings(map)?,
-            _ => (default_errors(), None),
+        let (errors, limit, policy) = match args {
+            Args::Object(map) => self.failover_settings(map, children.len())?,
+            _ => (default_errors(), None, FailoverPolicy::InOrder),
         };
         Ok(self.add(Route::Failover {
             children,
             errors,
             limit,
+            policy,
         }))
     }
 
@@ -78,7 +80,6 @@ impl<'a> Builder<'a> {
             i64::from(i32::MIN),
             i64::from(i32::MAX),
         )?;
-        let (errors, limit) = self.failover_settings(map)?;
         let mut children = vec![normal];
         for target in failover {
             if exptime > 0 {
@@ -93,17 +94,20 @@ impl<'a> Builder<'a> {
                 children.push(target);
             }
         }
+        let (errors, limit, policy) = self.failover_settings(map, children.len())?;
         Ok(self.add(Route::Failover {
             children,
             errors,
             limit,
+            policy,
         }))
     }
 
     pub(super) fn failover_settings(
         &mut self,
         map: &'a Object,
-    ) -> Result<(FailoverErrors, Option<FailoverLimit>)> {
+        children: usize,
+    ) -> Result<(FailoverErrors, Option<FailoverLimit>, FailoverPolicy)> {
         let errors = match map.get("failover_errors") {
             None => default_errors(),
             Some(v) => self.key("failover_errors", |b| b.failover_errors(v))?,
@@ -112,13 +116,126 @@ impl<'a> Builder<'a> {
             None => None,
             Some(v) => Some(self.key("failover_limit", |b| b.failover_limit(v))?),
         };
-        if map.contains_key("failover_policy") {
-            self.key("failover_policy", |b| {
-                b.warn("failover_policy is ignored: children are tried in order");
+        let policy = match map.get("failover_policy") {
+            None => FailoverPolicy::InOrder,
+            Some(v) => self.key("failover_policy", |b| b.failover_policy(v, map, children))?,
+        };
+        Ok((errors, limit, policy))
+    }
+
+    /// `failover_policy`, whose `hash` may also be the route's own.
+    fn failover_policy(
+        &mut self,
+        v: &'a Value,
+        route: &'a Object,
+        children: usize,
+    ) -> Result<FailoverPolicy> {
+        let Value::Object(map) = v else {
+            return self.fail(format!(
+                "failover_policy must be an object with a 'type', not {}",
+                kind(v)
+            ));
+        };
+        let ty = match map.get("type") {
+            Some(Value::String(ty)) => ty.as_str(),
+            Some(other) => {
+                let msg = format!("failover_policy type must be a string, not {}", kind(other));
+                return self.key("type", |b| b.fail(msg));
+            }
+            None => return self.fail("failover_policy has no 'type'"),
+        };
+        match ty {
+            "DeterministicOrderPolicy" => {}
+            "LeastFailuresPolicy" | "RendezvousPolicy" => {
+                return self.key("type", |b| {
+                    b.fail(format!(
+                        "failover_policy type '{ty}' is not supported yet (memfleet knows \
+                         DeterministicOrderPolicy; without failover_policy children are tried \
+                         in order)"
+                    ))
+                })
+            }
+            _ => {
+                return self.key("type", |b| {
+                    b.fail(format!(
+                        "unknown failover_policy type '{ty}' (mcrouter's are \
+                         DeterministicOrderPolicy, LeastFailuresPolicy, RendezvousPolicy)"
+                    ))
+                })
+            }
+        }
+        let ty = "DeterministicOrderPolicy";
+        let n = children.max(1) as i64;
+        let required = |b: &mut Self, key: &str| -> Result<i64> {
+            match map.get(key) {
+                Some(_) => b.int_field(map, key, 1, 1, i64::from(u32::MAX)),
+                None => b.fail(format!("{ty} needs '{key}'")),
+            }
+        };
+        let mut max_tries = required(self, "max_tries")?;
+        if max_tries > n {
+            self.key("max_tries", |b| {
+                b.warn(format!(
+                    "max_tries {max_tries} is more than the {n} children: {n} (as mcrouter)"
+                ));
                 Ok(())
             })?;
+            max_tries = n;
         }
-        Ok((errors, limit))
+        let mut max_error_tries = required(self, "max_error_tries")?;
+        if max_error_tries > max_tries {
+            self.key("max_error_tries", |b| {
+                b.warn(format!(
+                    "max_error_tries {max_error_tries} is more than max_tries: {max_tries} \
+                     (as mcrouter)"
+                ));
+                Ok(())
+            })?;
+            max_error_tries = max_tries;
+        }
+        let ignore_normal_reply_index = self.bool_field(map, "ignore_normal_reply_index", false)?;
+        for unread in ["exclude_errors", "enable_failure_domains"] {
+            if map.contains_key(unread) {
+                self.key(unread, |b| {
+                    b.warn(format!("{unread} is not read yet (ignored)"));
+                    Ok(())
+                })?;
+            }
+        }
+        let hash = match (map.get("hash"), route.get("hash")) {
+            (Some(h), _) => self.key("hash", |b| b.policy_hash(h, children))?,
+            // mcrouter also reads the route's own `hash` for the policy.
+            (None, Some(h)) => self.policy_hash(h, children)?,
+            (None, None) => PoolHash::Ch3,
+        };
+        Ok(FailoverPolicy::DeterministicOrder {
+            max_tries: max_tries as usize,
+            max_error_tries: max_error_tries as usize,
+            hash,
+            ignore_normal_reply_index,
+        })
+    }
+
+    /// DeterministicOrderPolicy's `hash`: `{"hash_func": "Ch3" | "WeightedCh3", "weights": [...]}`.
+    fn policy_hash(&mut self, v: &Value, children: usize) -> Result<PoolHash> {
+        let Value::Object(map) = v else {
+            return self.fail(format!(
+                "hash must be an object with 'hash_func' (and 'weights'), not {}",
+                kind(v)
+            ));
+        };
+        let func = match map.get("hash_func") {
+            None => "Ch3",
+            Some(Value::String(f)) if f == "Ch3" || f == "WeightedCh3" => f.as_str(),
+            Some(other) => {
+                let msg =
+                    format!("DeterministicOrderPolicy hashes with Ch3 or WeightedCh3, not {other}");
+                return self.key("hash_func", |b| b.fail(msg));
+            }
+        };
+        let hash = self.hash_function(func, map.get("weights"), None, children)?;
+        self.check_hash(&hash, children)?;
+        Ok(hash)
     }
 
     pub(super) fn failover_errors(&mut self, v: &Value) -> Result<FailoverErrors> {
