@@ -17,6 +17,7 @@ use crate::batch;
 use crate::bufpool::BufPool;
 use crate::conn::{Conn, Stream};
 use crate::env::ExecEnv;
+use crate::lifecycle;
 use crate::metrics::Probe;
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
@@ -27,12 +28,12 @@ pub const WAKER: Token = Token(usize::MAX);
 const UDP_BASE: usize = usize::MAX - 1024;
 
 /// Read buffer size taken from the pool; larger requests grow a buffer of their own.
-const READ_BUF: usize = 16 * 1024;
+pub(crate) const READ_BUF: usize = 16 * 1024;
 /// Replies one batch may build before it is written out; the rest of the batch waits, so a
 /// pipeline of large gets never builds an unbounded reply buffer.
-const OUT_CAP: usize = 256 * 1024;
+pub(crate) const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
-const OUT_KEEP: usize = 2 << 20;
+pub(crate) const OUT_KEEP: usize = 2 << 20;
 /// Reads per wake-up before a busy connection yields to the others (besides the `-R` budget,
 /// which counts requests and is what `conn_yields` counts, as in memcached).
 const READS_PER_TURN: usize = 8;
@@ -67,6 +68,12 @@ pub enum Incoming {
 pub struct Moved {
     stream: TcpStream,
     info: ConnInfo,
+}
+
+impl Moved {
+    pub fn into_parts(self) -> (TcpStream, ConnInfo) {
+        (self.stream, self.info)
+    }
 }
 
 pub struct Worker {
@@ -223,61 +230,31 @@ impl Worker {
 
     fn accept_new(&mut self, now: u32) {
         while let Ok(inc) = self.rx.try_recv() {
-            let mut tls = None;
-            let (stream, peer, listen, moved_at) = match inc {
-                Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen, None),
-                Incoming::Tls(s, peer, listen) => {
-                    let session = self.shared.tls.as_ref().map(|t| t.accept());
-                    let Some(Ok(session)) = session else {
-                        self.shared.curr_conns.fetch_sub(1, SeqCst);
-                        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
-                        continue;
-                    };
-                    tls = Some(Box::new(crate::tls::io::TlsSession::new(session)));
-                    (Stream::Tcp(s), Some(peer), listen, None)
-                }
-                Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),
-                Incoming::Moved(m) => {
-                    let i = m.info;
-                    (Stream::Tcp(m.stream), i.peer, i.listen, Some(i.last_cmd))
-                }
+            let Some(mut arrival) = lifecycle::arrive(&self.shared, self.id, inc, now) else {
+                continue;
             };
-            let last_cmd = moved_at.unwrap_or(now);
             let entry = self.conns.vacant_entry();
             let token = entry.key();
-            let mut conn = Conn::new(stream, last_cmd);
-            // Only idle, logged-in connections are moved between workers.
-            conn.authenticated = moved_at.is_some() || self.shared.auth.is_none();
-            conn.tls = tls;
             if self
                 .poll
                 .registry()
-                .register(conn.stream.source(), Token(token), Interest::READABLE)
+                .register(
+                    arrival.conn.stream.source(),
+                    Token(token),
+                    Interest::READABLE,
+                )
                 .is_err()
             {
-                self.shared.curr_conns.fetch_sub(1, SeqCst);
-                self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+                lifecycle::refuse(&self.shared, self.id);
                 continue;
             }
-            let fd = conn.stream.fd();
-            entry.insert(conn);
-            if moved_at.is_none() {
-                self.stats.total_connections.incr();
-                if self.shared.verbose() > 1 {
-                    eprintln!("<{fd} new auto-negotiating client connection");
-                }
-            }
-            if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-                reg.insert(
-                    token,
-                    ConnInfo {
-                        fd,
-                        peer,
-                        listen,
-                        last_cmd,
-                    },
-                );
-            }
+            entry.insert(lifecycle::admit(
+                &self.shared,
+                self.id,
+                &self.stats,
+                token,
+                arrival,
+            ));
         }
     }
 
@@ -319,15 +296,7 @@ impl Worker {
         if conn.has_unsent() {
             return; // backpressure: resume when the socket drains
         }
-        if conn.last_cmd != now {
-            // `stats conns` reads this; touching the registry once a second keeps its lock cold.
-            conn.last_cmd = now;
-            if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-                if let Some(info) = reg.get_mut(&t) {
-                    info.last_cmd = now;
-                }
-            }
-        }
+        lifecycle::touch(&self.shared, self.id, t, conn, now);
         let tls = conn.tls.is_some();
         let mut buf = if conn.rbuf.capacity() > 0 {
             std::mem::take(&mut conn.rbuf)
@@ -459,17 +428,7 @@ impl Worker {
         }
         let mut conn = self.conns.remove(t);
         let _ = self.poll.registry().deregister(conn.stream.source());
-        if self.shared.verbose() > 1 {
-            eprintln!("<{} connection closed.", conn.stream.fd());
-        }
-        self.pool.give(std::mem::take(&mut conn.rbuf));
-        self.pool.give(std::mem::take(&mut conn.wbuf));
-        conn.release_reservation(&self.shared.store);
-        if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-            reg.remove(&t);
-        }
-        self.shared.curr_conns.fetch_sub(1, SeqCst);
-        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+        lifecycle::forget(&self.shared, self.id, &mut self.pool, t, &mut conn);
     }
 
     /// Groups connections of one client thread on one worker (see `placement`): counts this
@@ -578,17 +537,7 @@ impl Worker {
     }
 
     fn sweep_idle(&mut self, now: u32) {
-        let idle = self.shared.settings.idle_timeout;
-        if idle == 0 {
-            return;
-        }
-        let stale: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle)
-            .map(|(t, _)| t)
-            .collect();
-        for t in stale {
+        for t in lifecycle::idle(&self.shared, self.conns.iter(), now) {
             self.close(t);
         }
     }
