@@ -334,8 +334,6 @@ def test_connections_move_to_their_client_threads_worker(make_server) -> None:  
     """All connections are opened from one CPU, then half are used from a thread on another:
     workers hand those over while requests keep flowing, and no reply is lost or mixed up."""
     srv = make_server("-t", "2")
-    if Conn(srv.port).stats("settings").get("io_engine") == "uring":
-        pytest.skip("the io_uring engine does not move connections between workers yet")
     first, second = ALLOWED_CPUS[:2]
     os.sched_setaffinity(0, {first})
     try:

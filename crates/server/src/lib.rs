@@ -218,19 +218,19 @@ fn run(
     let mut udp = udp.into_iter();
     for ((id, poll), rx) in polls.into_iter().enumerate().zip(receivers) {
         if shared.settings.io_engine == engine::IoEngine::Uring {
-            let shared = shared.clone();
+            let (shared, peers) = (shared.clone(), senders.clone());
             handles.push(
                 thread::Builder::new()
                     .name(format!("worker-{id}"))
-                    .spawn(
-                        move || match uring::UringWorker::new(id, poll, rx, shared.clone()) {
+                    .spawn(move || {
+                        match uring::UringWorker::new(id, poll, rx, peers, shared.clone()) {
                             Ok(w) => w.run(),
                             Err(e) => {
                                 eprintln!("worker {id}: io_uring setup failed: {e}");
                                 shared.request_shutdown();
                             }
-                        },
-                    )
+                        }
+                    })
                     .map_err(|e| e.to_string())?,
             );
             continue;

@@ -2,13 +2,15 @@
 //! closes: building it from a handed-over socket, the `stats conns` registry, the open
 //! connection counts, verbose logging and the idle timeout.
 
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::mpsc::Sender;
 
 use crate::bufpool::BufPool;
 use crate::conn::{Conn, Stream};
+use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
-use crate::worker::Incoming;
+use crate::worker::{self, Incoming, Moved};
 
 /// A connection built from a socket handed to worker `id`, not yet in its loop.
 pub struct Arrival {
@@ -120,4 +122,115 @@ pub fn idle<'a>(
         .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle)
         .map(|(t, _)| t)
         .collect()
+}
+
+/// The moves a worker's survey decided (see `plan_moves`).
+pub struct Moves {
+    /// The worker serves only connections of the CPU groups it is home to
+    /// (`placement::settled`).
+    pub settled: bool,
+    /// Idle connections to hand over, and the worker each goes to.
+    pub moves: Vec<(usize, usize)>,
+}
+
+/// Groups connections of one client thread on one worker (see `placement`): counts worker
+/// `id`'s recently busy TCP connections by the CPU group their packets arrive on, publishes
+/// the counts, and picks the idle ones to hand to the worker chosen for their group.
+/// Idle: nothing buffered either way, so the connection is just its socket; bytes arriving
+/// meanwhile wait in the socket for the new worker.
+pub fn plan_moves<'a>(
+    shared: &Shared,
+    id: usize,
+    conns: impl Iterator<Item = (usize, &'a Conn)>,
+    now: u32,
+) -> Moves {
+    let n = shared.worker_conns.len();
+    let mut plan = Moves {
+        settled: false,
+        moves: Vec::new(),
+    };
+    if n < 2 {
+        return plan;
+    }
+    let mut surveyed = Vec::new();
+    let mut mine = [0usize; placement::CPU_GROUPS];
+    for (t, c) in conns {
+        // A TLS connection stays with its worker: its session holds buffered records.
+        if !matches!(c.stream, Stream::Tcp(_))
+            || c.tls.is_some()
+            || now.saturating_sub(c.last_cmd) > 1
+        {
+            continue;
+        }
+        let Some(cpu) = placement::incoming_cpu(c.stream.fd()) else {
+            continue;
+        };
+        let group = cpu % placement::CPU_GROUPS;
+        mine[group] += 1;
+        if c.is_idle() {
+            surveyed.push((t, group));
+        }
+    }
+    for (slot, &count) in shared.cpu_groups[id].iter().zip(&mine) {
+        slot.store(count, Relaxed);
+    }
+    let mut open: Vec<usize> = shared.worker_conns.iter().map(|c| c.load(SeqCst)).collect();
+    let serving: Vec<[usize; placement::CPU_GROUPS]> = (0..n)
+        .map(|w| {
+            if w == id {
+                return mine;
+            }
+            let mut row = [0; placement::CPU_GROUPS];
+            for (r, c) in row.iter_mut().zip(&shared.cpu_groups[w]) {
+                *r = c.load(Relaxed);
+            }
+            row
+        })
+        .collect();
+    let homes = placement::homes(&serving);
+    plan.settled = placement::settled(id, &mine, &homes);
+    for (t, group) in surveyed {
+        let Some(home) = homes[group] else {
+            continue;
+        };
+        if placement::may_move(id, home, &open) {
+            open[home] += 1;
+            open[id] -= 1;
+            plan.moves.push((t, home));
+        }
+    }
+    plan
+}
+
+/// Takes connection `token` out of worker `id`'s registry, to hand it over.
+pub fn unregister(shared: &Shared, id: usize, token: usize) -> Option<ConnInfo> {
+    shared.registry[id].lock().ok()?.remove(&token)
+}
+
+/// Hands idle TCP connection `conn` (out of worker `id`'s loop and registry) to worker `to`.
+pub fn send_to(
+    shared: &Shared,
+    id: usize,
+    stats: &ThreadStats,
+    peers: &[Sender<Incoming>],
+    to: usize,
+    conn: Conn,
+    info: ConnInfo,
+) {
+    let Stream::Tcp(stream) = conn.stream else {
+        unreachable!("only TCP connections are handed over");
+    };
+    shared.worker_conns[to].fetch_add(1, SeqCst);
+    shared.worker_conns[id].fetch_sub(1, SeqCst);
+    stats.conns_moved.incr();
+    if peers[to]
+        .send(Incoming::Moved(Moved::new(stream, info)))
+        .is_ok()
+    {
+        worker::wake(&shared.wakers[to]);
+    } else {
+        // The other worker has stopped (shutdown): the connection was closed on drop.
+        shared.worker_conns[to].fetch_sub(1, SeqCst);
+        shared.curr_conns.fetch_sub(1, SeqCst);
+    }
 }

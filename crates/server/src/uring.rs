@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,6 +105,8 @@ struct Slot {
     closed: bool,
     /// Queued to be served this turn.
     queued: bool,
+    /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
+    moving_to: Option<usize>,
     gather: Option<Box<Gather>>,
 }
 
@@ -119,6 +121,7 @@ impl Slot {
             eof: false,
             closed: false,
             queued: false,
+            moving_to: None,
             gather: None,
         }
     }
@@ -140,6 +143,8 @@ pub struct UringWorker {
     wake: mio::Poll,
     wake_events: mio::Events,
     rx: Receiver<Incoming>,
+    /// Every worker's queue (this one's too), for handing connections over.
+    peers: Vec<Sender<Incoming>>,
     conns: Slab<Slot>,
     pool: BufPool,
     out: Vec<u8>,
@@ -159,6 +164,7 @@ impl UringWorker {
         id: usize,
         wake: mio::Poll,
         rx: Receiver<Incoming>,
+        peers: Vec<Sender<Incoming>>,
         shared: Arc<Shared>,
     ) -> io::Result<UringWorker> {
         let ring = IoUring::builder()
@@ -183,6 +189,7 @@ impl UringWorker {
             wake,
             wake_events: mio::Events::with_capacity(8),
             rx,
+            peers,
             conns: Slab::new(),
             pool: BufPool::new(READ_BUF, 256),
             out: Vec::with_capacity(READ_BUF),
@@ -223,6 +230,7 @@ impl UringWorker {
                 for t in lifecycle::idle(&self.shared, conns.map(|(t, s)| (t, &s.conn)), now) {
                     self.close(t);
                 }
+                self.move_to_home_workers(now);
             }
         }
         let open: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
@@ -397,7 +405,14 @@ impl UringWorker {
         if !cqueue::more(flags) {
             slot.recv_armed = false;
             slot.recv_pausing = false;
+            if let Some(to) = slot.moving_to.take() {
+                if !slot.closed && !slot.eof && res <= 0 && slot.conn.is_idle() {
+                    self.hand_over(t, to);
+                    return;
+                }
+            }
         }
+        let slot = &mut self.conns[t];
         if slot.closed {
             self.reap_closed(t);
             return;
@@ -549,6 +564,42 @@ impl UringWorker {
         } else if !backlog && !slot.recv_armed {
             self.arm_recv(t);
         }
+    }
+
+    /// Starts handing idle connections to the workers of their clients' CPUs: each one's
+    /// receive is cancelled, and the move happens when that completes (`on_recv`) if the
+    /// connection is still idle.
+    fn move_to_home_workers(&mut self, now: u32) {
+        let conns = self
+            .conns
+            .iter()
+            .filter(|(_, s)| !s.closed && s.recv_armed && !s.recv_pausing && !s.sending)
+            .map(|(t, s)| (t, &s.conn));
+        let plan = lifecycle::plan_moves(&self.shared, self.id, conns, now);
+        for (t, to) in plan.moves {
+            let slot = &mut self.conns[t];
+            slot.moving_to = Some(to);
+            slot.recv_pausing = true;
+            self.cancel(RECV, t);
+        }
+    }
+
+    /// Hands idle connection `t`, on which the kernel holds no operation, to worker `to`.
+    fn hand_over(&mut self, t: usize, to: usize) {
+        let Some(info) = lifecycle::unregister(&self.shared, self.id, t) else {
+            return;
+        };
+        let mut slot = self.conns.remove(t);
+        self.pool.give(std::mem::take(&mut slot.conn.rbuf));
+        lifecycle::send_to(
+            &self.shared,
+            self.id,
+            &self.stats,
+            &self.peers,
+            to,
+            slot.conn,
+            info,
+        );
     }
 
     /// Closes connection `t`: counted at once, freed once the kernel has let go of it.

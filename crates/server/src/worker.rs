@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,11 +15,10 @@ use slab::Slab;
 
 use crate::batch;
 use crate::bufpool::BufPool;
-use crate::conn::{Conn, Stream};
+use crate::conn::Conn;
 use crate::env::ExecEnv;
 use crate::lifecycle;
 use crate::metrics::Probe;
-use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
 use crate::udp;
@@ -71,6 +70,10 @@ pub struct Moved {
 }
 
 impl Moved {
+    pub fn new(stream: TcpStream, info: ConnInfo) -> Moved {
+        Moved { stream, info }
+    }
+
     pub fn into_parts(self) -> (TcpStream, ConnInfo) {
         (self.stream, self.info)
     }
@@ -437,70 +440,16 @@ impl Worker {
     /// either way, so the connection is just its socket; bytes arriving meanwhile wait in
     /// the socket, and registering it with the new worker's epoll reports them.
     fn move_to_home_workers(&mut self, now: u32) {
-        let n = self.peers.len();
-        if n < 2 {
-            return;
-        }
-        let mut surveyed = Vec::new();
-        let mut mine = [0usize; placement::CPU_GROUPS];
-        for (t, c) in self.conns.iter() {
-            // A TLS connection stays with its worker: its session holds buffered records.
-            if !matches!(c.stream, Stream::Tcp(_))
-                || c.tls.is_some()
-                || now.saturating_sub(c.last_cmd) > 1
-            {
-                continue;
-            }
-            let Some(cpu) = placement::incoming_cpu(c.stream.fd()) else {
-                continue;
-            };
-            let group = cpu % placement::CPU_GROUPS;
-            mine[group] += 1;
-            if c.is_idle() {
-                surveyed.push((t, group));
-            }
-        }
-        for (slot, &count) in self.shared.cpu_groups[self.id].iter().zip(&mine) {
-            slot.store(count, Relaxed);
-        }
-        let mut open: Vec<usize> = self
-            .shared
-            .worker_conns
-            .iter()
-            .map(|c| c.load(SeqCst))
-            .collect();
-        let serving: Vec<[usize; placement::CPU_GROUPS]> = (0..n)
-            .map(|w| {
-                if w == self.id {
-                    return mine;
-                }
-                let mut row = [0; placement::CPU_GROUPS];
-                for (r, c) in row.iter_mut().zip(&self.shared.cpu_groups[w]) {
-                    *r = c.load(Relaxed);
-                }
-                row
-            })
-            .collect();
-        let homes = placement::homes(&serving);
-        self.settled = placement::settled(self.id, &mine, &homes);
-        for (t, group) in surveyed {
-            let Some(home) = homes[group] else {
-                continue;
-            };
-            if placement::may_move(self.id, home, &open) && self.hand_over(t, home) {
-                open[home] += 1;
-                open[self.id] -= 1;
-            }
+        let plan = lifecycle::plan_moves(&self.shared, self.id, self.conns.iter(), now);
+        self.settled = plan.settled;
+        for (t, home) in plan.moves {
+            self.hand_over(t, home);
         }
     }
 
     /// Moves idle connection `t` to worker `to`. False if it stays here.
     fn hand_over(&mut self, t: usize, to: usize) -> bool {
-        let Some(info) = self.shared.registry[self.id]
-            .lock()
-            .ok()
-            .and_then(|mut reg| reg.remove(&t))
-        else {
+        let Some(info) = lifecycle::unregister(&self.shared, self.id, t) else {
             return false;
         };
         if self
@@ -516,23 +465,15 @@ impl Worker {
         }
         let mut conn = self.conns.remove(t);
         self.pool.give(std::mem::take(&mut conn.rbuf));
-        let stream = match conn.stream {
-            Stream::Tcp(s) => s,
-            Stream::Unix(_) => unreachable!("only TCP connections are handed over"),
-        };
-        self.shared.worker_conns[to].fetch_add(1, SeqCst);
-        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
-        self.stats.conns_moved.incr();
-        if self.peers[to]
-            .send(Incoming::Moved(Moved { stream, info }))
-            .is_ok()
-        {
-            wake(&self.shared.wakers[to]);
-        } else {
-            // The other worker has stopped (shutdown): the connection was closed on drop.
-            self.shared.worker_conns[to].fetch_sub(1, SeqCst);
-            self.shared.curr_conns.fetch_sub(1, SeqCst);
-        }
+        lifecycle::send_to(
+            &self.shared,
+            self.id,
+            &self.stats,
+            &self.peers,
+            to,
+            conn,
+            info,
+        );
         true
     }
 
