@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import stat
@@ -388,3 +389,18 @@ def test_large_values_are_received_into_their_own_buffer(make_server) -> None:  
             value,
             b"s" * 10_000,
         )
+
+
+@memfleet_only
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to refuse io_uring")
+def test_without_io_uring_the_server_runs_epoll() -> None:
+    """A kernel that refuses io_uring_setup (old, io_uring_disabled, seccomp; here strace
+    injects EPERM) gets the epoll loop even when io_uring is asked for, and it serves."""
+    port = free_port()
+    refuse = ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=io_uring_setup",
+              "-e", "inject=io_uring_setup:error=EPERM"]
+    argv = refuse + serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring")
+    with Server(argv, port=port), Conn(port) as c:
+        assert c.stats("settings")["io_engine"] == "epoll"
+        assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"

@@ -465,6 +465,7 @@ mod tests {
         assert_eq!(s.threads, 4);
         assert_eq!(s.tcp[0].port(), 11211);
         assert!(s.udp.is_empty());
+        assert_eq!(s.io_engine, crate::engine::IoEngine::Auto);
     }
 
     #[test]

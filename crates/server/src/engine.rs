@@ -12,10 +12,12 @@ use crate::config::Settings;
 /// `-o io_engine=`: what was asked for, and after `resolve` what runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IoEngine {
-    /// io_uring if the kernel allows it and the listeners are ones it serves, else epoll.
+    /// io_uring if the kernel allows it and the listeners are ones it serves, else epoll
+    /// (the default: io_uring made ~18x fewer system calls per request and was not slower;
+    /// bench/RESULTS.md).
+    #[default]
     Auto,
     Uring,
-    #[default]
     Epoll,
 }
 
