@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -30,6 +31,13 @@ def memfleet_bin() -> str:
             check=True,
         )
     return str(path)
+
+
+def serve_command(*args: str) -> list[str]:
+    """`memfleet serve ARGS`, then the flags in $MEMFLEET_SERVE_ARGS (e.g. `-o io_engine=uring`,
+    so one suite runs under each event loop: scripts/test)."""
+    extra = shlex.split(os.environ.get("MEMFLEET_SERVE_ARGS", ""))
+    return [memfleet_bin(), "serve", *args, *extra]
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -150,15 +158,14 @@ class Server:
 
 def memfleet(*args: str, port: int | None = None) -> Server:
     """`memfleet serve` on 127.0.0.1 with memcached flags `args` (default -t 2)."""
-    argv = [memfleet_bin(), "serve"]
     if "-s" in args:
         path = args[args.index("-s") + 1]
-        return Server(argv + list(args), unix_socket=path)
+        return Server(serve_command(*args), unix_socket=path)
     port = port or free_port()
     extra = list(args)
     if "-t" not in extra:
         extra += ["-t", "2"]
-    return Server(argv + ["-l", "127.0.0.1", "-p", str(port)] + extra, port=port)
+    return Server(serve_command("-l", "127.0.0.1", "-p", str(port), *extra), port=port)
 
 
 def memcached_command(*args: str) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import stat
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 from conftest import TARGET
-from harness import Conn, Server, free_port, memfleet_bin, wait_for_port
+from harness import Conn, Server, free_port, memfleet_bin, serve_command, wait_for_port
 
 memfleet_only = pytest.mark.skipif(TARGET != "memfleet", reason="memfleet-specific behaviour")
 
@@ -67,7 +68,7 @@ def test_max_connections_rejects_one_over(make_server) -> None:  # type: ignore[
 @memfleet_only
 def test_several_listen_addresses() -> None:
     p1, p2 = free_port(), free_port()
-    argv = [memfleet_bin(), "serve", "-t", "1", "-l", f"127.0.0.1:{p1},127.0.0.1:{p2}"]
+    argv = serve_command("-t", "1", "-l", f"127.0.0.1:{p1},127.0.0.1:{p2}")
     with Server(argv, port=p1):
         wait_for_port(p2)
         with Conn(p1) as a, Conn(p2) as b:
@@ -79,7 +80,7 @@ def test_several_listen_addresses() -> None:
 def test_daemon_and_pidfile() -> None:
     port = free_port()
     pidfile = os.path.join(tempfile.mkdtemp(), "mf.pid")
-    argv = [memfleet_bin(), "serve", "-d", "-P", pidfile, "-l", "127.0.0.1", "-p", str(port)]
+    argv = serve_command("-d", "-P", pidfile, "-l", "127.0.0.1", "-p", str(port))
     subprocess.run(argv, check=True, timeout=10)
     wait_for_port(port)
     deadline = time.monotonic() + 5
@@ -121,7 +122,7 @@ def test_help_and_unknown_o_option() -> None:
     for flag in ("-p", "-U", "-s", "-a", "-l", "-m", "-c", "-t", "-I", "-d", "-P", "-o"):
         assert f"{flag}," in out.stdout or f"{flag} " in out.stdout, flag
     port = free_port()
-    argv = [memfleet_bin(), "serve", "-l", "127.0.0.1", "-p", str(port), "-o", "frobnicate=1"]
+    argv = serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "frobnicate=1")
     with Server(argv, port=port) as srv:
         with Conn(port) as c:
             assert c.request(b"version\r\n").startswith(b"VERSION")
@@ -388,3 +389,18 @@ def test_large_values_are_received_into_their_own_buffer(make_server) -> None:  
             value,
             b"s" * 10_000,
         )
+
+
+@memfleet_only
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to refuse io_uring")
+def test_without_io_uring_the_server_runs_epoll() -> None:
+    """A kernel that refuses io_uring_setup (old, io_uring_disabled, seccomp; here strace
+    injects EPERM) gets the epoll loop even when io_uring is asked for, and it serves."""
+    port = free_port()
+    refuse = ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=io_uring_setup",
+              "-e", "inject=io_uring_setup:error=EPERM"]
+    argv = refuse + serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring")
+    with Server(argv, port=port), Conn(port) as c:
+        assert c.stats("settings")["io_engine"] == "epoll"
+        assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"

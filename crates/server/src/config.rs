@@ -168,6 +168,9 @@ pub struct Settings {
     pub latency: bool,
     /// `-o hotkeys=RATE`: one request in RATE feeds the hot-key sketch (0, the default: off).
     pub hotkeys_rate: u32,
+    /// `-o io_engine=auto|uring|epoll`: the workers' event loop as asked for; `serve`
+    /// replaces it with the one that runs (`engine::resolve`).
+    pub io_engine: crate::engine::IoEngine,
 }
 
 /// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
@@ -235,6 +238,7 @@ impl ServeArgs {
         let mut metrics = None;
         let mut latency = true;
         let mut hotkeys_rate = 0;
+        let mut io_engine = crate::engine::IoEngine::default();
         for opt in self.extended.iter().flat_map(|o| o.split(',')) {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
             if let Some(applied) = tls.apply(name, value, &mut warnings) {
@@ -264,6 +268,7 @@ impl ServeArgs {
                         format!("invalid hotkeys '{value}': sample one request in RATE (0: off)")
                     })?
                 }
+                "io_engine" => io_engine = crate::engine::IoEngine::parse(value)?,
                 // memcached tuning knobs that have no meaning for memfleet's engine.
                 "maxconns_fast"
                 | "no_maxconns_fast"
@@ -367,6 +372,7 @@ impl ServeArgs {
             metrics,
             latency,
             hotkeys_rate,
+            io_engine,
         })
     }
 }
@@ -459,6 +465,7 @@ mod tests {
         assert_eq!(s.threads, 4);
         assert_eq!(s.tcp[0].port(), 11211);
         assert!(s.udp.is_empty());
+        assert_eq!(s.io_engine, crate::engine::IoEngine::Auto);
     }
 
     #[test]

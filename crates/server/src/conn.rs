@@ -71,7 +71,7 @@ impl Unsent {
     }
 
     /// What is left of the value and of the tail.
-    fn rest(&self) -> (&[u8], &[u8]) {
+    pub fn rest(&self) -> (&[u8], &[u8]) {
         let value = self.value.bytes();
         if self.sent < value.len() {
             (&value[self.sent..], self.tail)

@@ -8,12 +8,15 @@ pub mod auth;
 mod batch;
 mod binary;
 mod bufpool;
+mod bufring;
 mod config;
 mod conn;
+mod engine;
 mod env;
 mod execute;
 mod hotkeys;
 mod latency;
+mod lifecycle;
 mod meta;
 mod metrics;
 mod metrics_prom;
@@ -26,6 +29,7 @@ mod stats;
 mod textauth;
 mod tls;
 mod udp;
+mod uring;
 mod verbose;
 mod worker;
 
@@ -61,10 +65,17 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    let settings = args.settings()?;
+    let mut settings = args.settings()?;
     for w in &settings.warnings {
         eprintln!("warning: {w}");
     }
+    let (io_engine, why) = engine::resolve(&settings);
+    if let Some(line) = why {
+        eprintln!("{line}");
+    } else if settings.verbose > 0 {
+        eprintln!("io_engine: {}", io_engine.name());
+    }
+    settings.io_engine = io_engine;
     // As memcached: an unreadable or malformed password file stops the server from starting.
     let auth = match &settings.auth_file {
         Some(path) => Some(auth::Authenticator::load(path).map_err(|e| e.to_string())?),
@@ -206,6 +217,24 @@ fn run(
     let mut handles = Vec::new();
     let mut udp = udp.into_iter();
     for ((id, poll), rx) in polls.into_iter().enumerate().zip(receivers) {
+        if shared.settings.io_engine == engine::IoEngine::Uring {
+            let (shared, peers) = (shared.clone(), senders.clone());
+            handles.push(
+                thread::Builder::new()
+                    .name(format!("worker-{id}"))
+                    .spawn(move || {
+                        match uring::UringWorker::new(id, poll, rx, peers, shared.clone()) {
+                            Ok(w) => w.run(),
+                            Err(e) => {
+                                eprintln!("worker {id}: io_uring setup failed: {e}");
+                                shared.request_shutdown();
+                            }
+                        }
+                    })
+                    .map_err(|e| e.to_string())?,
+            );
+            continue;
+        }
         let w = Worker::new(
             id,
             poll,

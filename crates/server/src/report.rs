@@ -201,6 +201,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     );
     stat(out, "idle_timeout", s.idle_timeout);
     stat(out, "storage_engine", "segments");
+    stat(out, "io_engine", s.io_engine.name());
     s.tls.write_settings(out);
     if let Some(path) = &s.memory_file {
         stat(out, "memory_file", path);

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,10 +15,10 @@ use slab::Slab;
 
 use crate::batch;
 use crate::bufpool::BufPool;
-use crate::conn::{Conn, Stream};
+use crate::conn::Conn;
 use crate::env::ExecEnv;
+use crate::lifecycle;
 use crate::metrics::Probe;
-use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
 use crate::udp;
@@ -27,12 +27,12 @@ pub const WAKER: Token = Token(usize::MAX);
 const UDP_BASE: usize = usize::MAX - 1024;
 
 /// Read buffer size taken from the pool; larger requests grow a buffer of their own.
-const READ_BUF: usize = 16 * 1024;
+pub(crate) const READ_BUF: usize = 16 * 1024;
 /// Replies one batch may build before it is written out; the rest of the batch waits, so a
 /// pipeline of large gets never builds an unbounded reply buffer.
-const OUT_CAP: usize = 256 * 1024;
+pub(crate) const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
-const OUT_KEEP: usize = 2 << 20;
+pub(crate) const OUT_KEEP: usize = 2 << 20;
 /// Reads per wake-up before a busy connection yields to the others (besides the `-R` budget,
 /// which counts requests and is what `conn_yields` counts, as in memcached).
 const READS_PER_TURN: usize = 8;
@@ -67,6 +67,16 @@ pub enum Incoming {
 pub struct Moved {
     stream: TcpStream,
     info: ConnInfo,
+}
+
+impl Moved {
+    pub fn new(stream: TcpStream, info: ConnInfo) -> Moved {
+        Moved { stream, info }
+    }
+
+    pub fn into_parts(self) -> (TcpStream, ConnInfo) {
+        (self.stream, self.info)
+    }
 }
 
 pub struct Worker {
@@ -223,61 +233,31 @@ impl Worker {
 
     fn accept_new(&mut self, now: u32) {
         while let Ok(inc) = self.rx.try_recv() {
-            let mut tls = None;
-            let (stream, peer, listen, moved_at) = match inc {
-                Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen, None),
-                Incoming::Tls(s, peer, listen) => {
-                    let session = self.shared.tls.as_ref().map(|t| t.accept());
-                    let Some(Ok(session)) = session else {
-                        self.shared.curr_conns.fetch_sub(1, SeqCst);
-                        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
-                        continue;
-                    };
-                    tls = Some(Box::new(crate::tls::io::TlsSession::new(session)));
-                    (Stream::Tcp(s), Some(peer), listen, None)
-                }
-                Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),
-                Incoming::Moved(m) => {
-                    let i = m.info;
-                    (Stream::Tcp(m.stream), i.peer, i.listen, Some(i.last_cmd))
-                }
+            let Some(mut arrival) = lifecycle::arrive(&self.shared, self.id, inc, now) else {
+                continue;
             };
-            let last_cmd = moved_at.unwrap_or(now);
             let entry = self.conns.vacant_entry();
             let token = entry.key();
-            let mut conn = Conn::new(stream, last_cmd);
-            // Only idle, logged-in connections are moved between workers.
-            conn.authenticated = moved_at.is_some() || self.shared.auth.is_none();
-            conn.tls = tls;
             if self
                 .poll
                 .registry()
-                .register(conn.stream.source(), Token(token), Interest::READABLE)
+                .register(
+                    arrival.conn.stream.source(),
+                    Token(token),
+                    Interest::READABLE,
+                )
                 .is_err()
             {
-                self.shared.curr_conns.fetch_sub(1, SeqCst);
-                self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+                lifecycle::refuse(&self.shared, self.id);
                 continue;
             }
-            let fd = conn.stream.fd();
-            entry.insert(conn);
-            if moved_at.is_none() {
-                self.stats.total_connections.incr();
-                if self.shared.verbose() > 1 {
-                    eprintln!("<{fd} new auto-negotiating client connection");
-                }
-            }
-            if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-                reg.insert(
-                    token,
-                    ConnInfo {
-                        fd,
-                        peer,
-                        listen,
-                        last_cmd,
-                    },
-                );
-            }
+            entry.insert(lifecycle::admit(
+                &self.shared,
+                self.id,
+                &self.stats,
+                token,
+                arrival,
+            ));
         }
     }
 
@@ -319,15 +299,7 @@ impl Worker {
         if conn.has_unsent() {
             return; // backpressure: resume when the socket drains
         }
-        if conn.last_cmd != now {
-            // `stats conns` reads this; touching the registry once a second keeps its lock cold.
-            conn.last_cmd = now;
-            if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-                if let Some(info) = reg.get_mut(&t) {
-                    info.last_cmd = now;
-                }
-            }
-        }
+        lifecycle::touch(&self.shared, self.id, t, conn, now);
         let tls = conn.tls.is_some();
         let mut buf = if conn.rbuf.capacity() > 0 {
             std::mem::take(&mut conn.rbuf)
@@ -459,17 +431,7 @@ impl Worker {
         }
         let mut conn = self.conns.remove(t);
         let _ = self.poll.registry().deregister(conn.stream.source());
-        if self.shared.verbose() > 1 {
-            eprintln!("<{} connection closed.", conn.stream.fd());
-        }
-        self.pool.give(std::mem::take(&mut conn.rbuf));
-        self.pool.give(std::mem::take(&mut conn.wbuf));
-        conn.release_reservation(&self.shared.store);
-        if let Ok(mut reg) = self.shared.registry[self.id].lock() {
-            reg.remove(&t);
-        }
-        self.shared.curr_conns.fetch_sub(1, SeqCst);
-        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
+        lifecycle::forget(&self.shared, self.id, &mut self.pool, t, &mut conn);
     }
 
     /// Groups connections of one client thread on one worker (see `placement`): counts this
@@ -478,70 +440,16 @@ impl Worker {
     /// either way, so the connection is just its socket; bytes arriving meanwhile wait in
     /// the socket, and registering it with the new worker's epoll reports them.
     fn move_to_home_workers(&mut self, now: u32) {
-        let n = self.peers.len();
-        if n < 2 {
-            return;
-        }
-        let mut surveyed = Vec::new();
-        let mut mine = [0usize; placement::CPU_GROUPS];
-        for (t, c) in self.conns.iter() {
-            // A TLS connection stays with its worker: its session holds buffered records.
-            if !matches!(c.stream, Stream::Tcp(_))
-                || c.tls.is_some()
-                || now.saturating_sub(c.last_cmd) > 1
-            {
-                continue;
-            }
-            let Some(cpu) = placement::incoming_cpu(c.stream.fd()) else {
-                continue;
-            };
-            let group = cpu % placement::CPU_GROUPS;
-            mine[group] += 1;
-            if c.is_idle() {
-                surveyed.push((t, group));
-            }
-        }
-        for (slot, &count) in self.shared.cpu_groups[self.id].iter().zip(&mine) {
-            slot.store(count, Relaxed);
-        }
-        let mut open: Vec<usize> = self
-            .shared
-            .worker_conns
-            .iter()
-            .map(|c| c.load(SeqCst))
-            .collect();
-        let serving: Vec<[usize; placement::CPU_GROUPS]> = (0..n)
-            .map(|w| {
-                if w == self.id {
-                    return mine;
-                }
-                let mut row = [0; placement::CPU_GROUPS];
-                for (r, c) in row.iter_mut().zip(&self.shared.cpu_groups[w]) {
-                    *r = c.load(Relaxed);
-                }
-                row
-            })
-            .collect();
-        let homes = placement::homes(&serving);
-        self.settled = placement::settled(self.id, &mine, &homes);
-        for (t, group) in surveyed {
-            let Some(home) = homes[group] else {
-                continue;
-            };
-            if placement::may_move(self.id, home, &open) && self.hand_over(t, home) {
-                open[home] += 1;
-                open[self.id] -= 1;
-            }
+        let plan = lifecycle::plan_moves(&self.shared, self.id, self.conns.iter(), now);
+        self.settled = plan.settled;
+        for (t, home) in plan.moves {
+            self.hand_over(t, home);
         }
     }
 
     /// Moves idle connection `t` to worker `to`. False if it stays here.
     fn hand_over(&mut self, t: usize, to: usize) -> bool {
-        let Some(info) = self.shared.registry[self.id]
-            .lock()
-            .ok()
-            .and_then(|mut reg| reg.remove(&t))
-        else {
+        let Some(info) = lifecycle::unregister(&self.shared, self.id, t) else {
             return false;
         };
         if self
@@ -557,38 +465,20 @@ impl Worker {
         }
         let mut conn = self.conns.remove(t);
         self.pool.give(std::mem::take(&mut conn.rbuf));
-        let stream = match conn.stream {
-            Stream::Tcp(s) => s,
-            Stream::Unix(_) => unreachable!("only TCP connections are handed over"),
-        };
-        self.shared.worker_conns[to].fetch_add(1, SeqCst);
-        self.shared.worker_conns[self.id].fetch_sub(1, SeqCst);
-        self.stats.conns_moved.incr();
-        if self.peers[to]
-            .send(Incoming::Moved(Moved { stream, info }))
-            .is_ok()
-        {
-            wake(&self.shared.wakers[to]);
-        } else {
-            // The other worker has stopped (shutdown): the connection was closed on drop.
-            self.shared.worker_conns[to].fetch_sub(1, SeqCst);
-            self.shared.curr_conns.fetch_sub(1, SeqCst);
-        }
+        lifecycle::send_to(
+            &self.shared,
+            self.id,
+            &self.stats,
+            &self.peers,
+            to,
+            conn,
+            info,
+        );
         true
     }
 
     fn sweep_idle(&mut self, now: u32) {
-        let idle = self.shared.settings.idle_timeout;
-        if idle == 0 {
-            return;
-        }
-        let stale: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle)
-            .map(|(t, _)| t)
-            .collect();
-        for t in stale {
+        for t in lifecycle::idle(&self.shared, self.conns.iter(), now) {
             self.close(t);
         }
     }

@@ -1,0 +1,147 @@
+//! Which event loop the workers run: io_uring (`uring`) where the kernel offers what it
+//! needs, else epoll (`worker`).
+//!
+//! The io_uring loop serves plain TCP and unix-socket connections; TLS (`-Z`) and UDP stay
+//! with the epoll loop, so a server with either runs epoll throughout.
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::bufring::BufRing;
+use crate::config::Settings;
+
+/// `-o io_engine=`: what was asked for, and after `resolve` what runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoEngine {
+    /// io_uring if the kernel allows it and the listeners are ones it serves, else epoll
+    /// (the default: io_uring made ~18x fewer system calls per request and was not slower;
+    /// bench/RESULTS.md).
+    #[default]
+    Auto,
+    Uring,
+    Epoll,
+}
+
+impl IoEngine {
+    pub fn parse(value: &str) -> Result<IoEngine, String> {
+        match value {
+            "auto" => Ok(IoEngine::Auto),
+            "uring" | "io_uring" => Ok(IoEngine::Uring),
+            "epoll" => Ok(IoEngine::Epoll),
+            _ => Err(format!(
+                "invalid io_engine '{value}' (auto, uring or epoll)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "uring",
+            IoEngine::Epoll => "epoll",
+        }
+    }
+}
+
+/// The engine to run for `settings`, and the line to log when it is not the one asked for.
+pub fn resolve(settings: &Settings) -> (IoEngine, Option<String>) {
+    let asked = settings.io_engine;
+    if asked == IoEngine::Epoll {
+        return (IoEngine::Epoll, None);
+    }
+    let unserved = match (settings.tls.enabled, settings.udp.is_empty()) {
+        (true, _) => Some("TLS (-Z)"),
+        (false, false) => Some("UDP (-U)"),
+        _ => None,
+    };
+    if let Some(what) = unserved {
+        let line = format!("io_engine: epoll (the io_uring loop does not serve {what} yet)");
+        return (IoEngine::Epoll, Some(line));
+    }
+    match probe() {
+        Ok(()) => (IoEngine::Uring, None),
+        Err(why) => (
+            IoEngine::Epoll,
+            Some(format!("io_engine: epoll (io_uring unavailable: {why})")),
+        ),
+    }
+}
+
+/// Tries what the io_uring loop uses on a socket pair: ring setup (refused on old kernels,
+/// with kernel.io_uring_disabled or under seccomp), the opcodes, a provided-buffer ring and
+/// a multishot receive into it (Linux 6.0).
+pub fn probe() -> Result<(), String> {
+    let ring: IoUring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+    let mut codes = io_uring::Probe::new();
+    ring.submitter()
+        .register_probe(&mut codes)
+        .map_err(|e| format!("opcode probe: {e}"))?;
+    let needed = [
+        ("recv", opcode::RecvMulti::CODE),
+        ("send", opcode::Send::CODE),
+        ("sendmsg", opcode::SendMsg::CODE),
+        ("poll_add", opcode::PollAdd::CODE),
+        ("async_cancel", opcode::AsyncCancel::CODE),
+    ];
+    if let Some((name, _)) = needed.iter().find(|(_, c)| !codes.is_supported(*c)) {
+        return Err(format!("no {name} opcode"));
+    }
+    probe_multishot_recv(ring)
+}
+
+fn probe_multishot_recv(mut ring: IoUring) -> Result<(), String> {
+    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+    let bufs = BufRing::new(2, 64);
+    // SAFETY: `bufs` outlives the ring, which is dropped first at the end of this function.
+    unsafe { bufs.register(&ring.submitter(), 0) }
+        .map_err(|e| format!("provided buffer ring: {e}"))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&b);
+    let recv = opcode::RecvMulti::new(types::Fd(fd), 0)
+        .build()
+        .user_data(1);
+    // SAFETY: the entry refers to no memory of ours but the registered buffer ring.
+    unsafe { ring.submission().push(&recv) }.map_err(|e| e.to_string())?;
+    std::io::Write::write_all(&mut &a, b"x").map_err(|e| e.to_string())?;
+    ring.submit_and_wait(1)
+        .map_err(|e| format!("io_uring_enter: {e}"))?;
+    let cqe: cqueue::Entry = ring.completion().next().ok_or("no completion")?;
+    let more = cqueue::more(cqe.flags());
+    let res = cqe.result();
+    let cancel = opcode::AsyncCancel::new(1).build().user_data(2);
+    // SAFETY: a cancel refers to no memory.
+    let _ = unsafe {
+        ring.submission()
+            .push(&cancel.flags(squeue::Flags::SKIP_SUCCESS))
+    };
+    let _ = ring.submit();
+    drop(ring);
+    match (res, cqueue::buffer_select(cqe.flags()), more) {
+        (1, Some(_), true) => Ok(()),
+        (r, _, _) if r < 0 => Err(format!(
+            "multishot recv: {}",
+            std::io::Error::from_raw_os_error(-r)
+        )),
+        _ => Err("multishot recv not supported".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_names_round_trip() {
+        for e in [IoEngine::Auto, IoEngine::Uring, IoEngine::Epoll] {
+            assert_eq!(IoEngine::parse(e.name()).unwrap(), e);
+        }
+        assert!(IoEngine::parse("kqueue").is_err());
+    }
+
+    #[test]
+    fn probe_agrees_with_the_kernel() {
+        // This machine's kernel (6.x, io_uring enabled) has everything the loop needs;
+        // where io_uring is disabled the probe must say so rather than pass.
+        let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .is_ok_and(|v| v.trim() == "2");
+        assert_eq!(probe().is_ok(), !disabled, "{:?}", probe());
+    }
+}

@@ -1,0 +1,236 @@
+//! What every event loop (`worker`, `uring`) does as a connection arrives, is used and
+//! closes: building it from a handed-over socket, the `stats conns` registry, the open
+//! connection counts, verbose logging and the idle timeout.
+
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::mpsc::Sender;
+
+use crate::bufpool::BufPool;
+use crate::conn::{Conn, Stream};
+use crate::placement;
+use crate::shared::{ConnInfo, Shared};
+use crate::stats::ThreadStats;
+use crate::worker::{self, Incoming, Moved};
+
+/// A connection built from a socket handed to worker `id`, not yet in its loop.
+pub struct Arrival {
+    pub conn: Conn,
+    pub info: ConnInfo,
+    /// Handed over by another worker (already counted and logged).
+    pub moved: bool,
+}
+
+/// Builds the connection for `inc`; None (and the connection uncounted) when its TLS
+/// session cannot start.
+pub fn arrive(shared: &Shared, id: usize, inc: Incoming, now: u32) -> Option<Arrival> {
+    let mut tls = None;
+    let (stream, peer, listen, moved_at) = match inc {
+        Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen, None),
+        Incoming::Tls(s, peer, listen) => {
+            let session = shared.tls.as_ref().map(|t| t.accept());
+            let Some(Ok(session)) = session else {
+                refuse(shared, id);
+                return None;
+            };
+            tls = Some(Box::new(crate::tls::io::TlsSession::new(session)));
+            (Stream::Tcp(s), Some(peer), listen, None)
+        }
+        Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),
+        Incoming::Moved(m) => {
+            let (stream, i) = m.into_parts();
+            (Stream::Tcp(stream), i.peer, i.listen, Some(i.last_cmd))
+        }
+    };
+    let last_cmd = moved_at.unwrap_or(now);
+    let mut conn = Conn::new(stream, last_cmd);
+    // Only idle, logged-in connections are moved between workers.
+    conn.authenticated = moved_at.is_some() || shared.auth.is_none();
+    conn.tls = tls;
+    let info = ConnInfo {
+        fd: conn.stream.fd(),
+        peer,
+        listen,
+        last_cmd,
+    };
+    Some(Arrival {
+        conn,
+        info,
+        moved: moved_at.is_some(),
+    })
+}
+
+/// Counts a connection the worker could not take (it is dropped, which closes it).
+pub fn refuse(shared: &Shared, id: usize) {
+    shared.curr_conns.fetch_sub(1, SeqCst);
+    shared.worker_conns[id].fetch_sub(1, SeqCst);
+}
+
+/// Records connection `token` of worker `id`, now in its loop.
+pub fn admit(shared: &Shared, id: usize, stats: &ThreadStats, token: usize, a: Arrival) -> Conn {
+    if !a.moved {
+        stats.total_connections.incr();
+        if shared.verbose() > 1 {
+            eprintln!("<{} new auto-negotiating client connection", a.info.fd);
+        }
+    }
+    if let Ok(mut reg) = shared.registry[id].lock() {
+        reg.insert(token, a.info);
+    }
+    a.conn
+}
+
+/// Notes that connection `token` ran a request at `now` (`stats conns`, `-o idle_timeout`);
+/// the registry is touched at most once a second per connection, which keeps its lock cold.
+pub fn touch(shared: &Shared, id: usize, token: usize, conn: &mut Conn, now: u32) {
+    if conn.last_cmd == now {
+        return;
+    }
+    conn.last_cmd = now;
+    if let Ok(mut reg) = shared.registry[id].lock() {
+        if let Some(info) = reg.get_mut(&token) {
+            info.last_cmd = now;
+        }
+    }
+}
+
+/// Forgets closed connection `token`: its buffers, its memory reservation and its counts.
+/// The socket closes when `conn` is dropped.
+pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn: &mut Conn) {
+    if shared.verbose() > 1 {
+        eprintln!("<{} connection closed.", conn.stream.fd());
+    }
+    pool.give(std::mem::take(&mut conn.rbuf));
+    pool.give(std::mem::take(&mut conn.wbuf));
+    conn.release_reservation(&shared.store);
+    if let Ok(mut reg) = shared.registry[id].lock() {
+        reg.remove(&token);
+    }
+    refuse(shared, id);
+}
+
+/// Connections silent for longer than `-o idle_timeout` (none when it is 0).
+pub fn idle<'a>(
+    shared: &Shared,
+    conns: impl Iterator<Item = (usize, &'a Conn)>,
+    now: u32,
+) -> Vec<usize> {
+    let idle = shared.settings.idle_timeout;
+    if idle == 0 {
+        return Vec::new();
+    }
+    conns
+        .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle)
+        .map(|(t, _)| t)
+        .collect()
+}
+
+/// The moves a worker's survey decided (see `plan_moves`).
+pub struct Moves {
+    /// The worker serves only connections of the CPU groups it is home to
+    /// (`placement::settled`).
+    pub settled: bool,
+    /// Idle connections to hand over, and the worker each goes to.
+    pub moves: Vec<(usize, usize)>,
+}
+
+/// Groups connections of one client thread on one worker (see `placement`): counts worker
+/// `id`'s recently busy TCP connections by the CPU group their packets arrive on, publishes
+/// the counts, and picks the idle ones to hand to the worker chosen for their group.
+/// Idle: nothing buffered either way, so the connection is just its socket; bytes arriving
+/// meanwhile wait in the socket for the new worker.
+pub fn plan_moves<'a>(
+    shared: &Shared,
+    id: usize,
+    conns: impl Iterator<Item = (usize, &'a Conn)>,
+    now: u32,
+) -> Moves {
+    let n = shared.worker_conns.len();
+    let mut plan = Moves {
+        settled: false,
+        moves: Vec::new(),
+    };
+    if n < 2 {
+        return plan;
+    }
+    let mut surveyed = Vec::new();
+    let mut mine = [0usize; placement::CPU_GROUPS];
+    for (t, c) in conns {
+        // A TLS connection stays with its worker: its session holds buffered records.
+        if !matches!(c.stream, Stream::Tcp(_))
+            || c.tls.is_some()
+            || now.saturating_sub(c.last_cmd) > 1
+        {
+            continue;
+        }
+        let Some(cpu) = placement::incoming_cpu(c.stream.fd()) else {
+            continue;
+        };
+        let group = cpu % placement::CPU_GROUPS;
+        mine[group] += 1;
+        if c.is_idle() {
+            surveyed.push((t, group));
+        }
+    }
+    for (slot, &count) in shared.cpu_groups[id].iter().zip(&mine) {
+        slot.store(count, Relaxed);
+    }
+    let mut open: Vec<usize> = shared.worker_conns.iter().map(|c| c.load(SeqCst)).collect();
+    let serving: Vec<[usize; placement::CPU_GROUPS]> = (0..n)
+        .map(|w| {
+            if w == id {
+                return mine;
+            }
+            let mut row = [0; placement::CPU_GROUPS];
+            for (r, c) in row.iter_mut().zip(&shared.cpu_groups[w]) {
+                *r = c.load(Relaxed);
+            }
+            row
+        })
+        .collect();
+    let homes = placement::homes(&serving);
+    plan.settled = placement::settled(id, &mine, &homes);
+    for (t, group) in surveyed {
+        let Some(home) = homes[group] else {
+            continue;
+        };
+        if placement::may_move(id, home, &open) {
+            open[home] += 1;
+            open[id] -= 1;
+            plan.moves.push((t, home));
+        }
+    }
+    plan
+}
+
+/// Takes connection `token` out of worker `id`'s registry, to hand it over.
+pub fn unregister(shared: &Shared, id: usize, token: usize) -> Option<ConnInfo> {
+    shared.registry[id].lock().ok()?.remove(&token)
+}
+
+/// Hands idle TCP connection `conn` (out of worker `id`'s loop and registry) to worker `to`.
+pub fn send_to(
+    shared: &Shared,
+    id: usize,
+    stats: &ThreadStats,
+    peers: &[Sender<Incoming>],
+    to: usize,
+    conn: Conn,
+    info: ConnInfo,
+) {
+    let Stream::Tcp(stream) = conn.stream else {
+        unreachable!("only TCP connections are handed over");
+    };
+    shared.worker_conns[to].fetch_add(1, SeqCst);
+    shared.worker_conns[id].fetch_sub(1, SeqCst);
+    stats.conns_moved.incr();
+    if peers[to]
+        .send(Incoming::Moved(Moved::new(stream, info)))
+        .is_ok()
+    {
+        worker::wake(&shared.wakers[to]);
+    } else {
+        // The other worker has stopped (shutdown): the connection was closed on drop.
+        shared.worker_conns[to].fetch_sub(1, SeqCst);
+        shared.curr_conns.fetch_sub(1, SeqCst);
+    }
+}

@@ -1,0 +1,636 @@
+//! A worker thread on io_uring (`-o io_engine=uring`): the same connections, requests and
+//! counters as the epoll worker (`worker`), with the socket I/O done by the kernel.
+//!
+//! Each connection keeps one multishot receive armed that fills buffers from the worker's
+//! provided-buffer ring (`bufring`); its bytes are copied into the connection's read buffer
+//! and the buffer goes straight back. After a turn's completions are reaped, every
+//! connection that received something runs its requests once (`batch::process`), and its
+//! replies go out as one send. All sends, re-armed receives and cancels of a turn reach the
+//! kernel with the next turn's single `io_uring_enter`, which also waits for completions.
+//!
+//! While a connection's replies are being sent its requests wait, as with epoll; receiving
+//! goes on until `PAUSE_AT` bytes wait unread, then the receive is cancelled until the
+//! replies are out, so a client that never reads holds bounded memory.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use slab::Slab;
+
+use crate::batch;
+use crate::bufpool::BufPool;
+use crate::bufring::BufRing;
+use crate::conn::Conn;
+use crate::env::ExecEnv;
+use crate::lifecycle;
+use crate::metrics::Probe;
+use crate::shared::Shared;
+use crate::stats::ThreadStats;
+use crate::worker::{unix_now, Incoming, OUT_CAP, OUT_KEEP, READ_BUF};
+
+/// Submission queue entries; a turn that queues more submits early (one extra enter).
+const SQ_ENTRIES: u32 = 1024;
+/// Completions the kernel can hold between two turns (multishot receives post many).
+const CQ_ENTRIES: u32 = 8192;
+/// Receive buffers in the provided-buffer ring, and their size. Each is copied out and
+/// handed back as soon as its completion is reaped; the kernel cycles through all of them,
+/// so the ring costs its full size in memory per worker.
+const RECV_BUFS: u16 = 256;
+const RECV_BUF_SIZE: usize = 4 * 1024;
+/// Bytes one arming of a multishot receive may bring in before it ends and is re-armed
+/// (Linux 6.17+; older kernels ignore the cap). Without it the kernel keeps receiving from a
+/// flooding client until the ring runs dry, whatever the client's unsent replies, before a
+/// cancel can land: 40 clients pipelining gets and never reading held ~1 MB each.
+const RECV_WINDOW: u32 = 64 * 1024;
+/// The buffer group of the ring (one ring per worker, each on its own io_uring).
+const BGID: u16 = 0;
+/// While replies wait to be sent, receiving stops once this many request bytes wait (as
+/// the epoll loop stops reading; a multishot receive may still bring up to one turn's
+/// worth of buffers before its cancel lands).
+const PAUSE_AT: usize = READ_BUF;
+/// The longest a turn waits for completions; shutdown and wake-ups end the wait sooner.
+const WAIT: Duration = Duration::from_millis(500);
+
+/// What a completion belongs to: the top byte of its user_data; the rest is the token.
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+const WAKE: u64 = 3;
+const CANCEL: u64 = 4;
+const KIND_SHIFT: u32 = 56;
+
+fn user_data(kind: u64, token: usize) -> u64 {
+    kind << KIND_SHIFT | token as u64
+}
+
+/// Caps the bytes a multishot receive brings in before it ends (the SQE's `optlen`, which
+/// the io-uring crate does not expose yet; kernels before 6.17 ignore it).
+fn with_total_cap(entry: squeue::Entry, cap: u32) -> squeue::Entry {
+    const OPTLEN_AT: usize = 44;
+    const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
+    // SAFETY: `Entry` is a #[repr(C)] wrapper of the 64-byte, plain-data `io_uring_sqe`, whose
+    // `optlen` (a union with `file_index`, unused by a receive) is the u32 at byte 44.
+    let mut raw: [u8; 64] = unsafe { std::mem::transmute(entry) };
+    raw[OPTLEN_AT..OPTLEN_AT + 4].copy_from_slice(&cap.to_ne_bytes());
+    // SAFETY: as above; any bytes are a valid sqe for the type.
+    unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(raw) }
+}
+
+/// Replies handed to the kernel as one sendmsg: the reply buffer, a large value from the
+/// item's own buffer and the bytes after it (see `conn::Unsent`). Boxed so the kernel sees a
+/// stable address however the connection table moves.
+struct Gather {
+    iov: [libc::iovec; 3],
+    hdr: libc::msghdr,
+}
+
+/// A connection and the kernel operations under way on it.
+struct Slot {
+    conn: Conn,
+    /// A multishot receive is armed (until its last completion, without F_MORE).
+    recv_armed: bool,
+    /// Its cancel was asked for (the reply backlog reached `PAUSE_AT`).
+    recv_pausing: bool,
+    /// A send is under way; `conn.wbuf` from `head_sent` and `conn.unsent` are the kernel's.
+    sending: bool,
+    /// Bytes at the front of `conn.wbuf` already sent.
+    head_sent: usize,
+    /// The peer closed its side or the socket failed: close once replies are out.
+    eof: bool,
+    /// Closed and counted; kept only until the kernel is done with its operations.
+    closed: bool,
+    /// Queued to be served this turn.
+    queued: bool,
+    /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
+    moving_to: Option<usize>,
+    gather: Option<Box<Gather>>,
+}
+
+impl Slot {
+    fn new(conn: Conn) -> Slot {
+        Slot {
+            conn,
+            recv_armed: false,
+            recv_pausing: false,
+            sending: false,
+            head_sent: 0,
+            eof: false,
+            closed: false,
+            queued: false,
+            moving_to: None,
+            gather: None,
+        }
+    }
+
+    /// The kernel still holds operations on this connection.
+    fn busy(&self) -> bool {
+        self.recv_armed || self.sending
+    }
+}
+
+pub struct UringWorker {
+    // Declared first so it is dropped first: the kernel lets go of the buffer ring and the
+    // connections' buffers before they are freed.
+    ring: IoUring,
+    bufs: BufRing,
+    id: usize,
+    /// Holds the mio waker (`Shared::wakers`) that the acceptor and shutdown ring; the ring
+    /// polls its descriptor.
+    wake: mio::Poll,
+    wake_events: mio::Events,
+    rx: Receiver<Incoming>,
+    /// Every worker's queue (this one's too), for handing connections over.
+    peers: Vec<Sender<Incoming>>,
+    conns: Slab<Slot>,
+    pool: BufPool,
+    out: Vec<u8>,
+    shared: Arc<Shared>,
+    stats: Arc<ThreadStats>,
+    probe: Probe,
+    /// Connections to serve this turn, in the order their bytes arrived.
+    queue: Vec<usize>,
+    /// Connections that used up their `-R` budget: served again next turn.
+    yielded: VecDeque<usize>,
+    cqes: Vec<(u64, i32, u32)>,
+}
+
+impl UringWorker {
+    /// Builds the worker on its own thread (the ring is single-issuer).
+    pub fn new(
+        id: usize,
+        wake: mio::Poll,
+        rx: Receiver<Incoming>,
+        peers: Vec<Sender<Incoming>>,
+        shared: Arc<Shared>,
+    ) -> io::Result<UringWorker> {
+        let ring = IoUring::builder()
+            .setup_cqsize(CQ_ENTRIES)
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .build(SQ_ENTRIES)
+            .or_else(|_| {
+                IoUring::builder()
+                    .setup_cqsize(CQ_ENTRIES)
+                    .build(SQ_ENTRIES)
+            })?;
+        let bufs = BufRing::new(RECV_BUFS, RECV_BUF_SIZE);
+        // SAFETY: `bufs` lives in the worker beside `ring`, which is dropped first.
+        unsafe { bufs.register(&ring.submitter(), BGID)? };
+        let stats = shared.stats[id].clone();
+        let probe = Probe::new(&shared.telemetry, id);
+        Ok(UringWorker {
+            ring,
+            bufs,
+            id,
+            wake,
+            wake_events: mio::Events::with_capacity(8),
+            rx,
+            peers,
+            conns: Slab::new(),
+            pool: BufPool::new(READ_BUF, 256),
+            out: Vec::with_capacity(READ_BUF),
+            shared,
+            stats,
+            probe,
+            queue: Vec::new(),
+            yielded: VecDeque::new(),
+            cqes: Vec::new(),
+        })
+    }
+
+    pub fn run(mut self) {
+        self.arm_wake();
+        let mut last_sweep = unix_now();
+        self.accept_new(last_sweep);
+        loop {
+            self.enter();
+            let now = unix_now();
+            self.reap(now);
+            let queue = std::mem::take(&mut self.queue);
+            for &t in &queue {
+                self.serve(t, now);
+            }
+            self.queue = queue;
+            self.queue.clear();
+            for _ in 0..self.yielded.len() {
+                if let Some(t) = self.yielded.pop_front() {
+                    self.serve(t, now);
+                }
+            }
+            if self.shared.shutdown.load(Relaxed) {
+                break;
+            }
+            if now != last_sweep {
+                last_sweep = now;
+                let conns = self.conns.iter().filter(|(_, s)| !s.closed);
+                for t in lifecycle::idle(&self.shared, conns.map(|(t, s)| (t, &s.conn)), now) {
+                    self.close(t);
+                }
+                self.move_to_home_workers(now);
+            }
+        }
+        let open: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        for t in open {
+            self.close(t);
+        }
+    }
+
+    /// The turn's one io_uring_enter: submits what the last turn queued and, unless
+    /// connections wait to be served, waits for a completion.
+    fn enter(&mut self) {
+        let res = if self.yielded.is_empty() {
+            let ts = types::Timespec::from(WAIT);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            self.ring.submitter().submit_with_args(1, &args)
+        } else {
+            self.ring.submit()
+        };
+        if let Err(e) = res {
+            match e.raw_os_error() {
+                Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => {}
+                _ => eprintln!("worker {}: io_uring_enter failed: {e}", self.id),
+            }
+        }
+    }
+
+    /// Queues `entry` for the next enter (submitting early if the queue is full).
+    ///
+    /// # Safety
+    /// Memory the entry points at must stay valid until its completion is reaped.
+    unsafe fn push(&mut self, entry: squeue::Entry) {
+        if self.ring.submission().push(&entry).is_ok() {
+            return;
+        }
+        let _ = self.ring.submit();
+        if self.ring.submission().push(&entry).is_err() {
+            eprintln!("worker {}: io_uring submission queue full", self.id);
+        }
+    }
+
+    fn arm_wake(&mut self) {
+        use std::os::fd::AsRawFd;
+        let fd = self.wake.as_raw_fd();
+        let poll = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(user_data(WAKE, 0));
+        // SAFETY: a poll refers to no memory of ours.
+        unsafe { self.push(poll) };
+    }
+
+    fn arm_recv(&mut self, t: usize) {
+        let slot = &mut self.conns[t];
+        let fd = slot.conn.stream.fd();
+        slot.recv_armed = true;
+        let recv = with_total_cap(
+            opcode::RecvMulti::new(types::Fd(fd), BGID).build(),
+            RECV_WINDOW,
+        )
+        .user_data(user_data(RECV, t));
+        // SAFETY: the receive writes only into the registered buffer ring.
+        unsafe { self.push(recv) };
+    }
+
+    fn cancel(&mut self, kind: u64, t: usize) {
+        let cancel = opcode::AsyncCancel::new(user_data(kind, t))
+            .build()
+            .user_data(user_data(CANCEL, t));
+        // SAFETY: a cancel refers to no memory.
+        unsafe { self.push(cancel) };
+    }
+
+    /// Sends what `conn.wbuf` (from `head_sent`) and `conn.unsent` hold.
+    fn send(&mut self, t: usize) {
+        let slot = &mut self.conns[t];
+        let fd = types::Fd(slot.conn.stream.fd());
+        let head = &slot.conn.wbuf[slot.head_sent..];
+        let entry = match &slot.conn.unsent {
+            None => opcode::Send::new(fd, head.as_ptr(), head.len() as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build(),
+            Some(unsent) => {
+                let (value, tail) = unsent.rest();
+                let g = slot.gather.get_or_insert_with(|| {
+                    Box::new(Gather {
+                        iov: [libc::iovec {
+                            iov_base: std::ptr::null_mut(),
+                            iov_len: 0,
+                        }; 3],
+                        // SAFETY: an all-zero msghdr is a valid empty one.
+                        hdr: unsafe { std::mem::zeroed() },
+                    })
+                });
+                for (iov, part) in g.iov.iter_mut().zip([head, value, tail]) {
+                    iov.iov_base = part.as_ptr() as *mut libc::c_void;
+                    iov.iov_len = part.len();
+                }
+                g.hdr.msg_iov = g.iov.as_mut_ptr();
+                g.hdr.msg_iovlen = 3;
+                opcode::SendMsg::new(fd, &g.hdr)
+                    .flags(libc::MSG_NOSIGNAL as u32)
+                    .build()
+            }
+        };
+        slot.sending = true;
+        // SAFETY: the reply buffer, the pinned value and the boxed msghdr belong to the slot,
+        // which is neither served (`Conn::has_unsent`) nor removed (`Slot::busy`) until the
+        // send completes.
+        unsafe { self.push(entry.user_data(user_data(SEND, t))) };
+    }
+
+    fn accept_new(&mut self, now: u32) {
+        // The acceptor hands this engine TCP and unix-socket connections only: TLS runs on
+        // the epoll engine (`engine::resolve`).
+        while let Ok(inc) = self.rx.try_recv() {
+            let Some(arrival) = lifecycle::arrive(&self.shared, self.id, inc, now) else {
+                continue;
+            };
+            let entry = self.conns.vacant_entry();
+            let t = entry.key();
+            let conn = lifecycle::admit(&self.shared, self.id, &self.stats, t, arrival);
+            entry.insert(Slot::new(conn));
+            self.arm_recv(t);
+        }
+    }
+
+    fn reap(&mut self, now: u32) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
+        for &(data, res, flags) in &cqes {
+            let t = (data & ((1 << KIND_SHIFT) - 1)) as usize;
+            match data >> KIND_SHIFT {
+                RECV => self.on_recv(t, res, flags, now),
+                SEND => self.on_send(t, res),
+                WAKE => {
+                    // Clears the waker's readiness so the next wake is seen.
+                    let _ = self.wake.poll(&mut self.wake_events, Some(Duration::ZERO));
+                    self.accept_new(now);
+                    if !cqueue::more(flags) {
+                        self.arm_wake();
+                    }
+                }
+                _ => {}
+            }
+        }
+        cqes.clear();
+        self.cqes = cqes;
+    }
+
+    fn enqueue(&mut self, t: usize) {
+        let slot = &mut self.conns[t];
+        if !slot.queued {
+            slot.queued = true;
+            self.queue.push(t);
+        }
+    }
+
+    fn on_recv(&mut self, t: usize, res: i32, flags: u32, now: u32) {
+        if let Some(bid) = cqueue::buffer_select(flags) {
+            if res > 0 {
+                self.receive(t, bid, res as usize, now);
+            }
+            self.bufs.recycle(bid);
+        }
+        let Some(slot) = self.conns.get_mut(t) else {
+            return;
+        };
+        if !cqueue::more(flags) {
+            slot.recv_armed = false;
+            slot.recv_pausing = false;
+            if let Some(to) = slot.moving_to.take() {
+                if !slot.closed && !slot.eof && res <= 0 && slot.conn.is_idle() {
+                    self.hand_over(t, to);
+                    return;
+                }
+            }
+        }
+        let slot = &mut self.conns[t];
+        if slot.closed {
+            self.reap_closed(t);
+            return;
+        }
+        // ENOBUFS: the ring ran dry this turn; ECANCELED: paused. Either way it is re-armed
+        // once served.
+        if res == 0 || (res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED) {
+            slot.eof = true;
+        }
+        self.enqueue(t);
+    }
+
+    /// Appends `len` bytes of ring buffer `bid` to connection `t`'s read buffer.
+    fn receive(&mut self, t: usize, bid: u16, len: usize, now: u32) {
+        let Some(slot) = self.conns.get(t) else {
+            return;
+        };
+        let rbuf = &slot.conn.rbuf;
+        if !rbuf.is_empty() && slot.conn.front == 0 && rbuf.len() + len > rbuf.capacity() {
+            // A read buffer is full: run what it holds first, as the epoll loop does after
+            // each read, so a large request is seen incomplete and its buffer laid out to
+            // receive the value in place (`batch`).
+            self.serve(t, now);
+        }
+        let Some(slot) = self.conns.get_mut(t).filter(|s| !s.closed) else {
+            return;
+        };
+        let data = self.bufs.filled(bid, len);
+        if slot.conn.rbuf.capacity() == 0 {
+            slot.conn.rbuf = self.pool.take();
+        }
+        slot.conn.rbuf.extend_from_slice(data);
+        self.stats.bytes_read.add(len as u64);
+    }
+
+    fn on_send(&mut self, t: usize, res: i32) {
+        let Some(slot) = self.conns.get_mut(t) else {
+            return;
+        };
+        slot.sending = false;
+        if slot.closed {
+            self.reap_closed(t);
+            return;
+        }
+        if res < 0 {
+            if res == -libc::EAGAIN || res == -libc::EINTR {
+                self.send(t);
+            } else {
+                // The peer is gone: drop the replies and close (see `serve`).
+                slot.conn.closing = true;
+                slot.eof = true;
+                slot.conn.unsent = None;
+                slot.conn.wbuf.clear();
+                slot.head_sent = 0;
+                self.enqueue(t);
+            }
+            return;
+        }
+        let n = res as usize;
+        self.stats.bytes_written.add(n as u64);
+        let from_head = n.min(slot.conn.wbuf.len() - slot.head_sent);
+        slot.head_sent += from_head;
+        if let Some(u) = &mut slot.conn.unsent {
+            if u.advance(n - from_head) {
+                slot.conn.unsent = None;
+            }
+        }
+        if slot.head_sent == slot.conn.wbuf.len() {
+            let wbuf = std::mem::take(&mut slot.conn.wbuf);
+            slot.head_sent = 0;
+            self.pool.give(wbuf);
+        }
+        if self.conns[t].conn.has_unsent() {
+            self.send(t);
+        } else {
+            // Requests that waited for these replies run now.
+            self.enqueue(t);
+        }
+    }
+
+    /// Runs what connection `t` received, sends its replies, and closes or re-arms it.
+    fn serve(&mut self, t: usize, now: u32) {
+        let Some(slot) = self.conns.get_mut(t) else {
+            return;
+        };
+        slot.queued = false;
+        if slot.closed {
+            return;
+        }
+        let conn = &mut slot.conn;
+        if !conn.has_unsent() && !conn.closing && !conn.rbuf.is_empty() {
+            lifecycle::touch(&self.shared, self.id, t, conn, now);
+            let mut buf = std::mem::take(&mut conn.rbuf);
+            conn.budget = self.shared.settings.max_reqs_per_event;
+            let started = self.probe.start();
+            let env = ExecEnv {
+                shared: &self.shared,
+                stats: &self.stats,
+                now,
+                // Under -vv every reply goes through `out`, where it is logged.
+                direct: self.shared.verbose() < 2,
+                reply_cap: OUT_CAP,
+                probe: Some(&self.probe),
+            };
+            let pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
+            conn.pending = pending;
+            if buf.is_empty() {
+                self.pool.give(buf);
+            } else {
+                conn.rbuf = buf;
+            }
+            let replies = !self.out.is_empty() || conn.unsent.is_some();
+            if !self.out.is_empty() {
+                let next = if self.out.capacity() > OUT_KEEP {
+                    Vec::with_capacity(READ_BUF)
+                } else {
+                    self.pool.take()
+                };
+                conn.wbuf = std::mem::replace(&mut self.out, next);
+            }
+            self.probe.finish(started);
+            if replies {
+                self.send(t);
+            }
+            let conn = &self.conns[t].conn;
+            if pending && conn.budget == 0 {
+                // -R requests ran and more wait: the others get a turn first (memcached's
+                // conn_yields).
+                self.stats.conn_yields.incr();
+            }
+            if pending && !conn.has_unsent() && !conn.closing {
+                // Served again next turn (once its replies are out, when they wait).
+                self.yielded.push_back(t);
+            }
+        }
+        let slot = &mut self.conns[t];
+        let conn = &slot.conn;
+        if (conn.closing || slot.eof && !conn.pending) && !conn.has_unsent() {
+            self.close(t);
+            return;
+        }
+        let backlog = conn.has_unsent() && conn.rbuf.len() >= PAUSE_AT;
+        if slot.eof || conn.closing {
+            return;
+        }
+        if backlog && slot.recv_armed && !slot.recv_pausing {
+            slot.recv_pausing = true;
+            self.cancel(RECV, t);
+        } else if !backlog && !slot.recv_armed {
+            self.arm_recv(t);
+        }
+    }
+
+    /// Starts handing idle connections to the workers of their clients' CPUs: each one's
+    /// receive is cancelled, and the move happens when that completes (`on_recv`) if the
+    /// connection is still idle.
+    fn move_to_home_workers(&mut self, now: u32) {
+        let conns = self
+            .conns
+            .iter()
+            .filter(|(_, s)| !s.closed && s.recv_armed && !s.recv_pausing && !s.sending)
+            .map(|(t, s)| (t, &s.conn));
+        let plan = lifecycle::plan_moves(&self.shared, self.id, conns, now);
+        for (t, to) in plan.moves {
+            let slot = &mut self.conns[t];
+            slot.moving_to = Some(to);
+            slot.recv_pausing = true;
+            self.cancel(RECV, t);
+        }
+    }
+
+    /// Hands idle connection `t`, on which the kernel holds no operation, to worker `to`.
+    fn hand_over(&mut self, t: usize, to: usize) {
+        let Some(info) = lifecycle::unregister(&self.shared, self.id, t) else {
+            return;
+        };
+        let mut slot = self.conns.remove(t);
+        self.pool.give(std::mem::take(&mut slot.conn.rbuf));
+        lifecycle::send_to(
+            &self.shared,
+            self.id,
+            &self.stats,
+            &self.peers,
+            to,
+            slot.conn,
+            info,
+        );
+    }
+
+    /// Closes connection `t`: counted at once, freed once the kernel has let go of it.
+    fn close(&mut self, t: usize) {
+        let Some(slot) = self.conns.get_mut(t) else {
+            return;
+        };
+        if slot.closed {
+            return;
+        }
+        slot.closed = true;
+        let wbuf = std::mem::take(&mut slot.conn.wbuf);
+        lifecycle::forget(&self.shared, self.id, &mut self.pool, t, &mut slot.conn);
+        let (sending, receiving) = (slot.sending, slot.recv_armed);
+        if sending {
+            slot.conn.wbuf = wbuf;
+            self.cancel(SEND, t);
+        } else {
+            slot.conn.unsent = None;
+            self.pool.give(wbuf);
+        }
+        if receiving {
+            self.cancel(RECV, t);
+        }
+        self.reap_closed(t);
+    }
+
+    /// Frees closed connection `t` (closing its socket) once no operation holds it.
+    fn reap_closed(&mut self, t: usize) {
+        if self.conns.get(t).is_some_and(|s| s.closed && !s.busy()) {
+            self.conns.remove(t);
+        }
+    }
+}
