@@ -4,6 +4,8 @@ the server answers again, also by a router restarted after kill -9."""
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +41,20 @@ def delete_all(port: int | None, keys: list[str]) -> list[bytes]:
     with Conn(port) as c:
         c.send(b"".join(f"delete {k}\r\n".encode() for k in keys))
         return [c.read_until(b"\r\n") for _ in keys]
+
+
+def pipeline_deletes(port: int | None, per_conn: list[list[str]]) -> list[list[bytes]]:
+    """Sends each list's deletes pipelined on a connection of its own, all before reading
+    any reply; the replies per connection, in order."""
+    assert port is not None
+    conns = [Conn(port, timeout=60.0) for _ in per_conn]
+    try:
+        for c, keys in zip(conns, per_conn):
+            c.send(b"".join(f"delete {k}\r\n".encode() for k in keys))
+        return [[c.read_until(b"\r\n") for _ in keys] for c, keys in zip(conns, per_conn)]
+    finally:
+        for c in conns:
+            c.sock.close()
 
 
 def present(server: Server, keys: list[str]) -> list[str]:
@@ -114,3 +130,92 @@ def test_asynclog_disable_returns_the_error(servers, spool_dir: Path) -> None:
         (first,) = delete_all(r.port, ["k"])
         assert first.startswith(b"SERVER_ERROR"), first
         assert not spool_dir.exists()
+
+
+def test_pipelined_deletes_on_many_connections_are_on_disk_when_answered(
+    servers, spool_dir: Path
+) -> None:
+    (a,) = servers(1)
+    config = {"pools": pools(A=[a]), "route": "PoolRoute|A"}
+    r = McRouter(config, *FLAGS, "--async-dir", str(spool_dir))
+    per_conn = [[f"c{c}:{i}" for i in range(500)] for c in range(4)]
+    with r, a.paused():
+        assert delete_all(r.port, ["tko"]) == [b"NOT_FOUND\r\n"]
+        replies = pipeline_deletes(r.port, per_conn)
+        for keys, got in zip(per_conn, replies):
+            assert got == [b"NOT_FOUND\r\n"] * len(keys)
+        # Every answered delete survives a kill -9 that follows the last reply at once.
+        assert r.proc is not None
+        r.proc.kill()
+        r.proc.wait()
+        left = spooled(spool_dir, a)
+    assert left[0] == "tko"
+    assert sorted(left[1:]) == sorted(k for keys in per_conn for k in keys)
+    for keys in per_conn:
+        mine = set(keys)
+        assert [k for k in left if k in mine] == keys, "each connection's deletes in order"
+
+
+def test_no_delete_is_answered_before_its_spool_is_synced(servers, spool_dir: Path) -> None:
+    """Under strace (one worker, so its syscalls are in order): every NOT_FOUND a client is
+    sent comes after an fdatasync that followed the last spool append, and a pipelined
+    burst shares its syncs (group commit)."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    (a,) = servers(1)
+    config = {"pools": pools(A=[a]), "route": "PoolRoute|A"}
+    r = McRouter(config, *FLAGS, "--async-dir", str(spool_dir))
+    trace = Path(r.dir) / "strace"
+    r.argv[r.argv.index("--num-proxies") + 1] = "1"
+    r.argv = ["strace", "-f", "-o", str(trace), "-e", "trace=write,sendto,fdatasync", *r.argv]
+    per_conn = [[f"c{c}:{i}" for i in range(300)] for c in range(3)]
+    with r, a.paused():
+        assert delete_all(r.port, ["tko"]) == [b"NOT_FOUND\r\n"]
+        replies = pipeline_deletes(r.port, per_conn)
+        assert all(got == [b"NOT_FOUND\r\n"] * 300 for got in replies)
+        assert len(spooled(spool_dir, a)) == 901
+    appends = syncs = answers = 0
+    unsynced = False
+    for line in trace.read_text().splitlines():
+        call = re.sub(r"^\d+\s+", "", line)
+        if re.match(r'write\(\d+, "[^"]*\\n"', call):
+            appends += 1
+            unsynced = True
+        elif re.match(r"(<\.\.\. )?fdatasync(\(\d+\)| resumed>\)) += 0", call):
+            syncs += 1
+            unsynced = False
+        elif re.match(r'sendto\(\d+, "NOT_FOUND', call):
+            answers += 1
+            assert not unsynced, f"a reply went out before the spool was synced: {line}"
+    assert appends == 901, "one write per spooled delete"
+    assert answers > 0
+    assert 0 < syncs <= 901 // 4, f"{syncs} fdatasyncs for 901 pipelined deletes"
+
+
+def test_pipelined_deletes_keep_their_order_among_other_requests(servers, spool_dir: Path) -> None:
+    """Spooled deletes are answered a loop turn later than the requests around them; a
+    connection still gets every reply in its own order."""
+    (a,) = servers(1)
+    b = servers(1)[0]
+    config = {
+        "pools": pools(A=[a], B=[b]),
+        "route": {
+            "type": "PrefixSelectorRoute",
+            "policies": {"b:": "PoolRoute|B"},
+            "wildcard": "PoolRoute|A",
+        },
+    }
+    with McRouter(config, *FLAGS, "--async-dir", str(spool_dir)) as r, a.paused():
+        assert r.port is not None
+        assert delete_all(r.port, ["tko"]) == [b"NOT_FOUND\r\n"]
+        with Conn(r.port) as c:
+            reqs = []
+            for i in range(100):
+                reqs.append(f"delete a{i}\r\n")
+                reqs.append(f"set b:{i} 0 0 1\r\nx\r\n" if i % 2 else f"get b:{i}\r\n")
+            c.send("".join(reqs).encode())
+            for i in range(100):
+                assert c.read_until(b"\r\n") == b"NOT_FOUND\r\n"
+                want = b"STORED\r\n" if i % 2 else b"END\r\n"
+                assert c.read_until(b"\r\n") == want
+    assert spooled(spool_dir, a) == ["tko"] + [f"a{i}" for i in range(100)]

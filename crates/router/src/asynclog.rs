@@ -1,6 +1,9 @@
 //! mcrouter's asynclog: a delete that a PoolRoute with `asynclog` could not deliver is
 //! appended to the spool of its destination under `--async-dir` (one file per server,
-//! `HOST:PORT.asynclog`) and the client gets `NOT_FOUND`, as from mcrouter. A replay
+//! `HOST:PORT.asynclog`) and the client gets `NOT_FOUND`, as from mcrouter, once the entry
+//! is on disk. A worker appends during its loop turn into a [`GroupCommit`] and syncs each
+//! spool it touched once at the end of the turn (group commit): one fsync per spool per
+//! turn, not per delete, and no client hears before its delete is durable. A replay
 //! thread, with its own blocking connections, sends each spool's deletes in order once
 //! its server answers again; entries leave the spool only once `DELETED` or `NOT_FOUND`
 //! came back. Spools left by an earlier run (a crash, kill -9) are replayed at start.
@@ -92,12 +95,49 @@ pub fn start(dir: PathBuf, max_bytes: u64, timeout: Duration) -> Result<(), Stri
     Ok(())
 }
 
-/// Spools a delete of `key` for `host:port`, on disk before this returns. False when
-/// there is no asynclog or the write failed (the client then gets the error).
-pub fn spool_delete(host: &str, port: u16, key: &[u8]) -> bool {
-    let Some(a) = ASYNCLOG.get() else {
-        return false;
-    };
+/// The spools a worker appended to in this loop turn, synced together by
+/// [`GroupCommit::commit`]. Each append has a ticket: its spool's place here.
+#[derive(Default)]
+pub struct GroupCommit {
+    spools: Vec<Arc<Mutex<Spool>>>,
+}
+
+impl GroupCommit {
+    /// The ticket of `spool`, added if new.
+    fn ticket(&mut self, spool: &Arc<Mutex<Spool>>) -> usize {
+        match self.spools.iter().position(|s| Arc::ptr_eq(s, spool)) {
+            Some(t) => t,
+            None => {
+                self.spools.push(spool.clone());
+                self.spools.len() - 1
+            }
+        }
+    }
+
+    /// Syncs every spool once and starts a new group. Returns, per ticket, whether its
+    /// appends are on disk.
+    pub fn commit(&mut self) -> Vec<bool> {
+        self.spools
+            .drain(..)
+            .map(|spool| {
+                let mut spool = spool.lock().unwrap_or_else(|e| e.into_inner());
+                match spool.sync() {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::warn(&format!("asynclog {}: {e}", spool.path().display()));
+                        false
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// Appends a delete of `key` for `host:port` to its spool, not yet synced: the delete is
+/// durable once `group`'s next [`GroupCommit::commit`] says so for the returned ticket.
+/// `None` when there is no asynclog or the write failed (the client then gets the error).
+pub fn spool_delete(host: &str, port: u16, key: &[u8], group: &mut GroupCommit) -> Option<usize> {
+    let a = ASYNCLOG.get()?;
     let dest = format!("{host}:{port}");
     let spool = {
         let mut spools = a.spools.lock().unwrap_or_else(|e| e.into_inner());
@@ -113,29 +153,28 @@ pub fn spool_delete(host: &str, port: u16, key: &[u8]) -> bool {
                 }
                 Err(e) => {
                     log::warn(&format!("asynclog {}: {e}", path.display()));
-                    return false;
+                    return None;
                 }
             }
         }
     };
-    let mut spool = spool.lock().unwrap_or_else(|e| e.into_inner());
-    match spool.push(key) {
-        Ok(0) => true,
-        Ok(dropped) => {
-            log::warn(&format!(
-                "asynclog: spool for {dest} is full (--asynclog-max-bytes {}): dropped its \
-                 {dropped} oldest deletes ({} in all), {} bytes left",
-                a.max_bytes,
-                spool.dropped(),
-                spool.bytes()
-            ));
-            true
-        }
+    let mut locked = spool.lock().unwrap_or_else(|e| e.into_inner());
+    match locked.append(key) {
+        Ok(0) => {}
+        Ok(dropped) => log::warn(&format!(
+            "asynclog: spool for {dest} is full (--asynclog-max-bytes {}): dropped its \
+             {dropped} oldest deletes ({} in all), {} bytes left",
+            a.max_bytes,
+            locked.dropped(),
+            locked.bytes()
+        )),
         Err(e) => {
-            log::warn(&format!("asynclog {}: {e}", spool.path().display()));
-            false
+            log::warn(&format!("asynclog {}: {e}", locked.path().display()));
+            return None;
         }
     }
+    drop(locked);
+    Some(group.ticket(&spool))
 }
 
 fn replay_loop() {
@@ -226,5 +265,55 @@ fn replay(dest: &str, spool: &Mutex<Spool>, timeout: Duration) -> io::Result<usi
         if let Some(why) = refused {
             return Err(io::Error::other(why));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_syncs_each_spool_once_and_keeps_the_order() {
+        let dir = std::env::temp_dir().join(format!("memfleet-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let open = |name: &str| {
+            let path = dir.join(name);
+            (
+                Arc::new(Mutex::new(Spool::open(&path, 1 << 20).unwrap())),
+                path,
+            )
+        };
+        let (a, a_path) = open("a:1.asynclog");
+        let (b, b_path) = open("b:1.asynclog");
+        let mut group = GroupCommit::default();
+        let mut tickets = Vec::new();
+        // Interleaved appends, as the deletes of several clients arrive in one turn.
+        for i in 0..20 {
+            let spool = if i % 3 == 0 { &b } else { &a };
+            spool
+                .lock()
+                .unwrap()
+                .append(format!("k{i}").as_bytes())
+                .unwrap();
+            tickets.push(group.ticket(spool));
+        }
+        assert_eq!(tickets[0], tickets[3], "one ticket per spool");
+        assert_ne!(tickets[0], tickets[1]);
+        assert_eq!(group.commit(), vec![true, true]);
+        assert!(group.spools.is_empty(), "a commit starts a new group");
+        assert_eq!(a.lock().unwrap().syncs(), 1);
+        assert_eq!(b.lock().unwrap().syncs(), 1);
+        let want = |m: u32| -> Vec<Vec<u8>> {
+            (0..20)
+                .filter(|i| (i % 3 == 0) == (m == 0))
+                .map(|i| format!("k{i}").into_bytes())
+                .collect()
+        };
+        drop((a, b));
+        let reopened = |p: &std::path::Path| Spool::open(p, 1 << 20).unwrap().oldest(100).1;
+        assert_eq!(reopened(&b_path), want(0));
+        assert_eq!(reopened(&a_path), want(1));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,6 +1,7 @@
 //! The asynclog spool of one destination: keys whose deletes could not be delivered, one
-//! per line, oldest first. Appends are fsync'ed before the client is answered; replayed
-//! entries leave the file only once acknowledged. Bounded: when an append would pass
+//! per line, oldest first. Appends are written at once and fsync'ed in groups
+//! ([`Spool::append`], then one [`Spool::sync`] for all of them) before their clients are
+//! answered; replayed entries leave the file only once acknowledged. Bounded: when an append would pass
 //! `max_bytes`, the oldest entries are dropped until the spool is at three quarters of the
 //! limit (so a full spool is not rewritten on every append).
 //!
@@ -54,6 +55,10 @@ pub struct Spool {
     bytes: u64,
     max_bytes: u64,
     dropped: u64,
+    /// Lines were appended since the last sync (or rewrite): not yet known to be on disk.
+    unsynced: bool,
+    /// fsyncs of appends done, for tests and counts.
+    syncs: u64,
 }
 
 impl Spool {
@@ -73,6 +78,8 @@ impl Spool {
             first_seq: 0,
             max_bytes: max_bytes.max(MAX_KEY as u64 + 1),
             dropped: 0,
+            unsynced: false,
+            syncs: 0,
         };
         if !clean {
             spool.rewrite()?;
@@ -102,9 +109,17 @@ impl Spool {
         self.dropped
     }
 
-    /// Appends `key` and waits until it is on disk. Returns how many of the oldest entries
-    /// were dropped to make room.
-    pub fn push(&mut self, key: &[u8]) -> io::Result<u64> {
+    /// fsyncs [`Spool::sync`] made since the spool was opened.
+    #[cfg(test)]
+    pub fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
+    /// Appends `key` to the file without waiting for the disk: it is durable once
+    /// [`Spool::sync`] returned `Ok` (one sync serves every append before it). Returns how
+    /// many of the oldest entries were dropped to make room; dropping rewrites the file,
+    /// which is synced at once.
+    pub fn append(&mut self, key: &[u8]) -> io::Result<u64> {
         if !valid_key(key) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a key"));
         }
@@ -114,7 +129,7 @@ impl Spool {
             line.extend_from_slice(key);
             line.push(b'\n');
             self.file.write_all(&line)?;
-            self.file.sync_data()?;
+            self.unsynced = true;
             self.entries.push_back(key.to_vec());
             self.bytes += need;
             return Ok(0);
@@ -134,6 +149,18 @@ impl Spool {
         self.dropped += dropped;
         self.rewrite()?;
         Ok(dropped)
+    }
+
+    /// Puts every append so far on disk (one `fdatasync` for all; none when there is
+    /// nothing new).
+    pub fn sync(&mut self) -> io::Result<()> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        self.file.sync_data()?;
+        self.unsynced = false;
+        self.syncs += 1;
+        Ok(())
     }
 
     /// Up to `n` of the oldest entries, and the sequence number of the first, for
@@ -168,7 +195,9 @@ impl Spool {
     fn rewrite(&mut self) -> io::Result<()> {
         if self.entries.is_empty() {
             self.file.set_len(0)?;
-            return self.file.sync_data();
+            self.file.sync_data()?;
+            self.unsynced = false;
+            return Ok(());
         }
         let mut tmp_name = self.path.clone().into_os_string();
         tmp_name.push(".tmp");
@@ -186,6 +215,7 @@ impl Spool {
             File::open(dir)?.sync_all()?;
         }
         self.file = append_file(&self.path)?;
+        self.unsynced = false;
         Ok(())
     }
 }
@@ -206,6 +236,13 @@ mod tests {
         d
     }
 
+    /// Appends `key` and syncs, as one delete alone in its loop turn.
+    fn push(s: &mut Spool, key: &[u8]) -> u64 {
+        let dropped = s.append(key).unwrap();
+        s.sync().unwrap();
+        dropped
+    }
+
     fn keys(s: &Spool) -> Vec<Vec<u8>> {
         s.oldest(usize::MAX).1
     }
@@ -215,7 +252,7 @@ mod tests {
         let dir = tmpdir(name);
         let mut s = Spool::open(&dir.join("h:1.asynclog"), 1000).unwrap();
         for i in 0..100 {
-            assert_eq!(s.push(format!("key{i:06}").as_bytes()).unwrap(), 0);
+            assert_eq!(push(&mut s, format!("key{i:06}").as_bytes()), 0);
         }
         (dir, s)
     }
@@ -227,14 +264,14 @@ mod tests {
         let mut s = Spool::open(&path, 1 << 20).unwrap();
         assert!(s.is_empty());
         for k in [&b"a"[..], b"b", b"c"] {
-            assert_eq!(s.push(k).unwrap(), 0);
+            assert_eq!(push(&mut s, k), 0);
         }
         drop(s);
         let mut s = Spool::open(&path, 1 << 20).unwrap();
         assert_eq!(keys(&s), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
         let (seq, first) = s.oldest(2);
         assert_eq!(first.len(), 2);
-        s.push(b"d").unwrap();
+        push(&mut s, b"d");
         s.ack(seq, 2).unwrap();
         assert_eq!(keys(&s), [b"c".to_vec(), b"d".to_vec()]);
         assert_eq!(fs::read(&path).unwrap(), b"c\nd\n");
@@ -242,6 +279,42 @@ mod tests {
         s.ack(seq, 2).unwrap();
         assert!(s.is_empty());
         assert_eq!(fs::read(&path).unwrap(), b"");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn appends_share_one_sync_and_survive_reopen_in_order() {
+        let dir = tmpdir("group");
+        let path = dir.join("h:1.asynclog");
+        let mut s = Spool::open(&path, 1 << 20).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.syncs(), 0, "nothing appended, nothing to sync");
+        let batch: Vec<Vec<u8>> = (0..50).map(|i| format!("k{i}").into_bytes()).collect();
+        for k in &batch {
+            assert_eq!(s.append(k).unwrap(), 0);
+        }
+        assert_eq!(s.syncs(), 0, "appends do not sync");
+        s.sync().unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.syncs(), 1, "one sync for the whole group");
+        s.append(b"late").unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.syncs(), 2);
+        drop(s);
+        let s = Spool::open(&path, 1 << 20).unwrap();
+        let mut want = batch.clone();
+        want.push(b"late".to_vec());
+        assert_eq!(keys(&s), want);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_rewrite_leaves_nothing_to_sync() {
+        let (dir, mut s) = full("rewrite");
+        s.append(b"key000100").unwrap();
+        let syncs = s.syncs();
+        s.sync().unwrap();
+        assert_eq!(s.syncs(), syncs, "the drop rewrote and synced the file");
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -257,7 +330,7 @@ mod tests {
         let mut s = Spool::open(&path, 1 << 20).unwrap();
         assert_eq!(keys(&s), [b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(fs::read(&path).unwrap(), b"a\nb\n");
-        s.push(b"c").unwrap();
+        push(&mut s, b"c");
         assert_eq!(fs::read(&path).unwrap(), b"a\nb\nc\n");
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -266,7 +339,7 @@ mod tests {
     fn full_spool_drops_oldest_and_counts() {
         let (dir, mut s) = full("full");
         let path = s.path().to_owned();
-        let dropped = s.push(b"key000100").unwrap();
+        let dropped = push(&mut s, b"key000100");
         assert!(dropped > 0);
         assert_eq!(s.dropped(), dropped);
         assert!(s.bytes() <= 750);
@@ -283,7 +356,7 @@ mod tests {
     fn ack_after_drop_skips_what_left() {
         let (dir, mut s) = full("race");
         let (seq, batch) = s.oldest(10);
-        let dropped = s.push(b"key000100").unwrap();
+        let dropped = push(&mut s, b"key000100");
         assert!(dropped > 10);
         let before = keys(&s);
         s.ack(seq, batch.len()).unwrap();

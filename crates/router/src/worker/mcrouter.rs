@@ -6,6 +6,10 @@
 //! client; their replies (and failures) come back through `backend::Arrivals` and are fed
 //! to the execution at the end of the loop turn. The client gets one reply per request in
 //! its own slot, so its pipelined requests stay in order.
+//!
+//! A failed delete that a PoolRoute's asynclog spools is appended to its spool at once but
+//! answered only after the end of the loop turn has synced that spool ([`Spooled`]): one
+//! fsync per spool per turn, however many deletes the turn spooled.
 
 use std::sync::Arc;
 
@@ -17,6 +21,7 @@ use slab::Slab;
 use super::backend::{ReplyTo, EXEC_CLIENT};
 use super::client::{deliver, SlotKind};
 use super::Worker;
+use crate::asynclog::GroupCommit;
 use crate::mcrouter::exec::{Action, Exec, FailoverLimits};
 use crate::mcrouter::reply::{self, McResult, Reply};
 use crate::mcrouter::request::{single_key, ReqSpec};
@@ -37,10 +42,24 @@ struct Running {
     gen: u32,
 }
 
+/// A failed send whose delete was spooled this turn: its node is answered once the spool
+/// is synced.
+struct Spooled {
+    x: usize,
+    gen: u32,
+    node: usize,
+    result: McResult,
+    /// Its spool in [`Execs::group`].
+    ticket: usize,
+}
+
 /// The executions of one worker.
 #[derive(Default)]
 pub(super) struct Execs {
     running: Slab<Running>,
+    /// Spools appended to this turn, and the sends waiting for them.
+    group: GroupCommit,
+    spooled: Vec<Spooled>,
     gen: u32,
     scratch: Vec<u8>,
     rng: u64,
@@ -197,14 +216,28 @@ impl Worker {
         for a in self.arrivals.take() {
             let x = (a.to.seq >> 32) as usize;
             let node = (a.to.seq & 0xffff_ffff) as usize;
-            let Some(run) = self.mc.running.get_mut(x) else {
+            let mc = &mut self.mc;
+            let Some(run) = mc.running.get_mut(x) else {
                 continue;
             };
             if run.gen != a.to.gen {
                 continue;
             }
             let reply = match a.failed {
-                Some(result) => asynclog(run, node, result),
+                Some(result) => match asynclog(run, node, result, &mut mc.group) {
+                    Ok(ticket) => {
+                        let gen = run.gen;
+                        mc.spooled.push(Spooled {
+                            x,
+                            gen,
+                            node,
+                            result,
+                            ticket,
+                        });
+                        continue;
+                    }
+                    Err(reply) => reply,
+                },
                 None => {
                     let req = run.exec.request(node);
                     let sent = req.key_for(run.exec.send(node));
@@ -212,8 +245,7 @@ impl Worker {
                 }
             };
             let mut actions = Vec::new();
-            run.exec
-                .on_reply(node, reply, &mut self.mc.limits, &mut actions);
+            run.exec.on_reply(node, reply, &mut mc.limits, &mut actions);
             self.drive(x, actions);
         }
     }
@@ -226,10 +258,19 @@ impl Worker {
                 Action::Send { node } => {
                     if let Err(result) = self.send_node(x, node) {
                         let mc = &mut self.mc;
-                        let reply = asynclog(&mc.running[x], node, result);
-                        mc.running[x]
-                            .exec
-                            .on_reply(node, reply, &mut mc.limits, &mut actions);
+                        let run = &mut mc.running[x];
+                        match asynclog(run, node, result, &mut mc.group) {
+                            Ok(ticket) => mc.spooled.push(Spooled {
+                                x,
+                                gen: run.gen,
+                                node,
+                                result,
+                                ticket,
+                            }),
+                            Err(reply) => {
+                                run.exec.on_reply(node, reply, &mut mc.limits, &mut actions)
+                            }
+                        }
                     }
                 }
                 Action::Done { .. } => self.answer_client(x),
@@ -246,6 +287,36 @@ impl Worker {
         }
         if self.mc.running[x].exec.finished() {
             self.mc.running.remove(x);
+        }
+    }
+
+    /// Whether deletes spooled this turn wait for [`Worker::commit_spooled`].
+    pub(super) fn has_spooled(&self) -> bool {
+        !self.mc.spooled.is_empty()
+    }
+
+    /// The end of a loop turn: syncs each spool appended to in it once, then answers the
+    /// spooled deletes, as mcrouter does when the spool holds them, with their error when
+    /// the sync failed.
+    pub(super) fn commit_spooled(&mut self) {
+        let durable = self.mc.group.commit();
+        for s in std::mem::take(&mut self.mc.spooled) {
+            let mc = &mut self.mc;
+            let Some(run) = mc.running.get_mut(s.x) else {
+                continue;
+            };
+            if run.gen != s.gen {
+                continue;
+            }
+            let reply = if durable[s.ticket] {
+                reply::default_reply(run.exec.request(s.node).reply_op())
+            } else {
+                Reply::error(s.result)
+            };
+            let mut actions = Vec::new();
+            run.exec
+                .on_reply(s.node, reply, &mut mc.limits, &mut actions);
+            self.drive(s.x, actions);
         }
     }
 
@@ -320,13 +391,18 @@ impl Worker {
     }
 }
 
-/// The reply for a send that failed with `result`. A delete through a PoolRoute with
-/// `asynclog` is spooled for its server instead (on disk before the client hears) and
-/// answered as mcrouter does, `NOT_FOUND`.
-fn asynclog(run: &Running, node: usize, result: McResult) -> Reply {
+/// A send that failed with `result`: a delete through a PoolRoute with `asynclog` is
+/// appended to its server's spool (`Ok`: its ticket in `group`; it is answered once the
+/// spool is synced); anything else gets its error reply.
+fn asynclog(
+    run: &Running,
+    node: usize,
+    result: McResult,
+    group: &mut GroupCommit,
+) -> Result<usize, Reply> {
     let send = run.exec.send(node);
     if send.asynclog.is_none() || !crate::asynclog::spools(result) {
-        return Reply::error(result);
+        return Err(Reply::error(result));
     }
     let req = run.exec.request(node);
     let server = run
@@ -335,12 +411,9 @@ fn asynclog(run: &Running, node: usize, result: McResult) -> Reply {
         .pools
         .get(send.pool)
         .and_then(|p| p.servers.get(send.index));
-    match server {
-        Some(s) if crate::asynclog::spool_delete(&s.host, s.port, req.key_for(send)) => {
-            reply::default_reply(req.reply_op())
-        }
-        _ => Reply::error(result),
-    }
+    server
+        .and_then(|s| crate::asynclog::spool_delete(&s.host, s.port, req.key_for(send), group))
+        .ok_or_else(|| Reply::error(result))
 }
 
 /// flush_all: every server of every pool, all answering (the worst reply wins).

@@ -265,6 +265,13 @@ impl Worker {
             }
             match self.dirty_clients.pop() {
                 Some(c) => self.flush_client(c),
+                // Last, once every ready reply is out: one fsync per spool for the turn.
+                None if self.dirty_backends.is_empty()
+                    && self.arrivals.is_empty()
+                    && self.has_spooled() =>
+                {
+                    self.commit_spooled()
+                }
                 None if self.dirty_backends.is_empty() && self.arrivals.is_empty() => break,
                 None => {}
             }
