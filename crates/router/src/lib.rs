@@ -266,9 +266,6 @@ fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, String> 
 
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), String> {
-    if mcrouter::requested(&args) && args.metrics.is_some() {
-        return Err("--metrics is not available with an mcrouter config yet".into());
-    }
     if !mcrouter_config::validate(&args)? {
         return Ok(());
     }
