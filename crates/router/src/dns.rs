@@ -53,6 +53,7 @@ impl Member {
             weight: self.weight,
             name: None,
             ketama_name,
+            tls: None,
         }
     }
 }

@@ -20,6 +20,7 @@ mod dns;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
+mod mcrouter_tls;
 mod metrics;
 mod net;
 mod route;
@@ -144,6 +145,8 @@ pub struct RouteArgs {
     /// MEMFLEET_DNS_SERVER.
     #[arg(long = "dns-server", value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub mc_tls: mcrouter_tls::McTlsArgs,
 }
 
 impl RouteArgs {
@@ -642,7 +645,7 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
                 .timeout()
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
-            let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
+            let ok = probe(&pool, s, wait);
             if ok {
                 pool.retry_result(s, true);
             }
@@ -657,7 +660,7 @@ fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
             let pool = pool.clone();
             move || {
                 let wait = pool.timeout().unwrap_or(Duration::from_secs(1));
-                let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
+                let ok = probe(&pool, s, wait);
                 pool.tko_probe_result(s, ok);
             }
         });
@@ -666,7 +669,9 @@ fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
     }
 }
 
-fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
+/// Whether server `s` of `pool` answers (over TLS when its connections use TLS).
+fn probe(pool: &PoolRt, s: usize, wait: Duration) -> bool {
+    let cfg = &pool.cfg;
     fn talk(s: &mut (impl Read + Write), cfg: &config::Pool) -> bool {
         if cfg.redis {
             return talk_redis(s, cfg.redis_auth.as_deref(), cfg.redis_db);
@@ -687,12 +692,16 @@ fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
         }
         false
     }
-    match addr {
+    match &pool.servers[s].addr {
         BackendAddr::Tcp(a) => match std::net::TcpStream::connect_timeout(a, wait) {
-            Ok(mut s) => {
-                let _ = s.set_read_timeout(Some(wait));
-                let _ = s.set_write_timeout(Some(wait));
-                talk(&mut s, cfg)
+            Ok(mut tcp) => {
+                let _ = tcp.set_read_timeout(Some(wait));
+                let _ = tcp.set_write_timeout(Some(wait));
+                match pool.server_tls(s) {
+                    Some((config, name)) => tls::blocking_client(tcp, config, name)
+                        .is_ok_and(|mut tls| talk(&mut tls, cfg)),
+                    None => talk(&mut tcp, cfg),
+                }
             }
             Err(_) => false,
         },

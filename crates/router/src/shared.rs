@@ -287,6 +287,22 @@ impl PoolRt {
         self.ring_gen.fetch_add(1, Release);
     }
 
+    /// The TLS config and the name to verify for connections to server `s`; `None` when it
+    /// speaks plain (the pool's `tls`, or the server's own mcrouter suffix).
+    pub fn server_tls(&self, s: usize) -> Option<(&Arc<rustls::ClientConfig>, &str)> {
+        let config = self.tls.servers.as_ref()?;
+        let spec = &self.cfg.servers[s];
+        if spec.tls == Some(false) {
+            return None;
+        }
+        let name = match (&self.cfg.tls.server_name, &spec.addr) {
+            (Some(name), _) => name.as_str(),
+            (None, ServerAddr::Tcp { host, .. }) => host.as_str(),
+            (None, ServerAddr::Unix { .. }) => "localhost",
+        };
+        Some((config, name))
+    }
+
     /// The listen address as a key identifying "the same listener" across reloads.
     pub fn listen_key(&self) -> String {
         match &self.cfg.listen {

@@ -18,7 +18,10 @@ pub mod tko;
 
 use std::time::{Duration, Instant};
 
-use crate::config::{Listen, Pool, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
+use crate::config::{
+    Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH,
+};
+use crate::mcrouter_tls::server_security;
 use crate::shared::{McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
 use tko::TkoSettings;
@@ -66,8 +69,9 @@ pub fn config_path(args: &RouteArgs) -> Option<std::path::PathBuf> {
     }
 }
 
-/// The addresses clients connect to: every `--listen-addresses` entry on every port.
-pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
+/// The addresses clients connect to: every `--listen-addresses` entry on every port, and
+/// on every `--ssl-port` with TLS.
+pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<(Listen, PoolTls)>, String> {
     let mut ports = args.port.clone();
     if let Some(p) = &args.p {
         ports.push(
@@ -75,9 +79,26 @@ pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
                 .map_err(|_| format!("-p {p}: with an mcrouter config -p is the port"))?,
         );
     }
-    if ports.is_empty() {
-        return Err("no port to listen on: give -p/--port".into());
+    let ssl_ports = &args.mc_tls.ssl_port;
+    if ports.is_empty() && ssl_ports.is_empty() {
+        return Err("no port to listen on: give -p/--port (or --ssl-port)".into());
     }
+    let mut out: Vec<(Listen, PoolTls)> = listen_on(args, &ports)
+        .into_iter()
+        .map(|l| (l, PoolTls::default()))
+        .collect();
+    if !ssl_ports.is_empty() {
+        let tls = args.mc_tls.listener()?;
+        out.extend(
+            listen_on(args, ssl_ports)
+                .into_iter()
+                .map(|l| (l, tls.clone())),
+        );
+    }
+    Ok(out)
+}
+
+fn listen_on(args: &RouteArgs, ports: &[u16]) -> Vec<Listen> {
     let hosts: Vec<String> = match &args.listen_addresses {
         Some(list) => list
             .split(',')
@@ -92,7 +113,7 @@ pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
         None => vec!["0.0.0.0".to_owned()],
     };
     let mut out = Vec::new();
-    for port in ports {
+    for &port in ports {
         for host in &hosts {
             out.push(Listen::Tcp {
                 host: host.clone(),
@@ -100,7 +121,7 @@ pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
             });
         }
     }
-    Ok(out)
+    out
 }
 
 /// TKO settings from the command line.
@@ -120,22 +141,24 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
     for warning in &config.warnings {
         crate::log::warn(&format!("config: {warning}"));
     }
+    crate::mcrouter_tls::check_servers(&config)?;
     let listens = listen_addresses(args)?;
     let mut pools = Vec::new();
-    for listen in &listens {
-        let cfg = pool_cfg(
+    for (listen, tls) in &listens {
+        let mut cfg = pool_cfg(
             format!("listen-{}", listen_name(listen)),
             listen.clone(),
             Vec::new(),
             None,
         );
+        cfg.tls = tls.clone();
         pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
     }
     let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
     let tko = tko_settings(args);
     let mut index = Vec::with_capacity(config.pools.len());
     for pool in &config.pools {
-        let servers = pool
+        let servers: Vec<ServerSpec> = pool
             .servers
             .iter()
             .map(|s| ServerSpec {
@@ -147,9 +170,19 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
                 weight: 1,
                 name: None,
                 ketama_name: format!("{}:{}", s.host, s.port),
+                // Checked above.
+                tls: server_security(s.security.as_deref()).unwrap_or(None),
             })
             .collect();
-        let cfg = pool_cfg(
+        let any_ssl = servers.iter().any(|s| s.tls == Some(true));
+        if any_ssl && args.async_dir.is_some() && !args.asynclog_disable {
+            crate::log::warn(&format!(
+                "pool '{}': deletes spooled for its ssl servers are not replayed yet \
+                 (the asynclog replay speaks plaintext)",
+                pool.name
+            ));
+        }
+        let mut cfg = pool_cfg(
             pool.name.clone(),
             Listen::Tcp {
                 host: String::new(),
@@ -158,6 +191,7 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
             servers,
             timeout,
         );
+        cfg.tls = args.mc_tls.to_servers(any_ssl)?;
         index.push(pools.len());
         pools.push(std::sync::Arc::new(PoolRt::backend(
             cfg, tko, threads, started,
