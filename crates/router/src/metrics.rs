@@ -208,7 +208,8 @@ mod tests {
                        "route": "PoolRoute|A"}"#;
         let cli = Cli::parse_from(["route", "--config", json, "-p", "5000"]);
         let started = Instant::now();
-        let shared = crate::mcrouter::load(&cli.route, 2, started).unwrap();
+        let mut dns = crate::dns::Dns::new(None);
+        let (shared, _) = crate::mcrouter::load(&cli.route, 2, started, &mut dns, false).unwrap();
         let a = shared.pools.iter().find(|p| p.cfg.name == "A").unwrap();
         a.counters[1].servers[1].requests.add(2);
         a.counters[0].servers[1].server_timedout.add(1);

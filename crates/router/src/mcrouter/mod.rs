@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 use crate::config::{
     Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH,
 };
+use crate::dns::Dns;
 use crate::mcrouter_tls::server_security;
-use crate::shared::{McRoutes, PoolRt, Shared};
+use crate::shared::{HostAddrs, McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
 use tko::TkoSettings;
 
@@ -133,15 +134,43 @@ pub fn tko_settings(args: &RouteArgs) -> TkoSettings {
     }
 }
 
-/// Reads and validates the config and builds a generation from it.
-pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared, String> {
+/// The servers' host names (IP literals aside), each once.
+fn host_names(config: &routetree::Config) -> std::collections::BTreeSet<&str> {
+    config
+        .pools
+        .iter()
+        .flat_map(|p| &p.servers)
+        .map(|s| s.host.as_str())
+        .filter(|h| h.parse::<std::net::IpAddr>().is_err())
+        .collect()
+}
+
+/// Reads and validates the config, looks its servers' host names up with `dns` and builds
+/// a generation from it; the names' addresses come back to be compared at the next
+/// refresh. `quiet`: the config's warnings were logged already (a DNS refresh).
+pub fn load(
+    args: &RouteArgs,
+    threads: usize,
+    started: Instant,
+    dns: &mut Dns,
+    quiet: bool,
+) -> Result<(Shared, HostAddrs), String> {
     let (name, text) = source(args)?;
     let config =
         routetree::validate(&name, &text, &args.route_prefix).map_err(|e| e.to_string())?;
-    for warning in &config.warnings {
-        crate::log::warn(&format!("config: {warning}"));
+    if !quiet {
+        for warning in &config.warnings {
+            crate::log::warn(&format!("config: {warning}"));
+        }
     }
     crate::mcrouter_tls::check_servers(&config)?;
+    let mut names = HostAddrs::new();
+    for host in host_names(&config) {
+        names.insert(host.to_owned(), dns.lookup_host(host)?);
+    }
+    let refresh = (args.dns_refresh_ms > 0 && !names.is_empty())
+        .then(|| Duration::from_millis(args.dns_refresh_ms));
+    dns.schedule(refresh);
     let listens = listen_addresses(args)?;
     let mut pools = Vec::new();
     for (listen, tls) in &listens {
@@ -175,7 +204,7 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
             })
             .collect();
         let any_ssl = servers.iter().any(|s| s.tls == Some(true));
-        if any_ssl && args.async_dir.is_some() && !args.asynclog_disable {
+        if any_ssl && !quiet && args.async_dir.is_some() && !args.asynclog_disable {
             crate::log::warn(&format!(
                 "pool '{}': deletes spooled for its ssl servers are not replayed yet \
                  (the asynclog replay speaks plaintext)",
@@ -194,10 +223,10 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
         cfg.tls = args.mc_tls.to_servers(any_ssl)?;
         index.push(pools.len());
         pools.push(std::sync::Arc::new(PoolRt::backend(
-            cfg, tko, threads, started,
+            cfg, tko, threads, started, &names,
         )?));
     }
-    Ok(Shared {
+    let shared = Shared {
         listening: listens.len(),
         pools,
         mcrouter: Some(std::sync::Arc::new(McRoutes {
@@ -205,7 +234,19 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
             prefix: args.route_prefix.clone(),
             pools: index,
         })),
-    })
+    };
+    Ok((shared, names))
+}
+
+/// `host (old -> new)` for every name whose address changed.
+pub fn changed_hosts(old: &HostAddrs, new: &HostAddrs) -> Vec<String> {
+    new.iter()
+        .filter_map(|(host, ip)| match old.get(host) {
+            Some(was) if was != ip => Some(format!("{host} ({was} -> {ip})")),
+            None => Some(format!("{host} (new: {ip})")),
+            _ => None,
+        })
+        .collect()
 }
 
 fn listen_name(listen: &Listen) -> String {
