@@ -278,6 +278,17 @@ def test_bad_metrics_address_stops_the_start() -> None:
     assert b"invalid metrics address 'nowhere'" in r.stderr, r.stderr
 
 
+def sets_and_gets_then_scrape(c: Conn, mport: int) -> dict[tuple[str, Labels], float]:
+    """40 sets and 40 gets through the router, then its checked and parsed metrics."""
+    for i in range(40):
+        assert c.request(f"set k{i} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
+    for i in range(40):
+        c.request(f"get k{i}\r\n".encode(), b"END\r\n")
+    text = scrape(mport)
+    promtool_check(text)
+    return parse(text)
+
+
 def test_router_metrics_per_pool_and_server() -> None:
     backends = [memfleet("-t", "1").start() for _ in range(2)]
     try:
@@ -296,13 +307,7 @@ def test_router_metrics_per_pool_and_server() -> None:
         proxy = Proxy(conf, port)
         proxy.argv += ["--metrics", f"127.0.0.1:{mport}"]
         with proxy as p, Conn(port) as c:
-            for i in range(40):
-                assert c.request(f"set k{i} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
-            for i in range(40):
-                c.request(f"get k{i}\r\n".encode(), b"END\r\n")
-            text = scrape(mport)
-            promtool_check(text)
-            s = parse(text)
+            s = sets_and_gets_then_scrape(c, mport)
             per_server = [
                 value(s, "memfleet_router_server_requests_total", pool="alpha", server=f"s{i}")
                 for i in range(2)
@@ -351,13 +356,7 @@ def test_router_metrics_with_an_mcrouter_config() -> None:
         }
         mport = free_port()
         with McRouter(config, "--metrics", f"127.0.0.1:{mport}") as r, Conn(r.port) as c:
-            for i in range(40):
-                assert c.request(f"set k{i} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
-            for i in range(40):
-                c.request(f"get k{i}\r\n".encode(), b"END\r\n")
-            text = scrape(mport)
-            promtool_check(text)
-            s = parse(text)
+            s = sets_and_gets_then_scrape(c, mport)
             req = "memfleet_router_server_requests_total"
             per_a = [value(s, req, pool="A", server=x.address) for x in a]
             assert sum(per_a) == 80 and min(per_a) > 0, per_a

@@ -413,14 +413,18 @@ def test_route_listener_speaks_tls(pki: Pki, start: Callable[..., Server]) -> No
                 len(big),
                 big,
             )
-        # A client without a certificate, and one that does not speak TLS, get nothing.
-        with pytest.raises(MemfleetError):
-            mf.Client([("127.0.0.1", port)], tls=pki.context(), protocol="text").get("k")
-        with Conn(port) as plain:
-            plain.send(b"get k\r\n")
-            assert b"VALUE" not in read_to_close(plain)
+        refuses_clients_without_certificate_or_tls(pki, port)
     finally:
         proxy.stop()
+
+
+def refuses_clients_without_certificate_or_tls(pki: Pki, port: int) -> None:
+    """A client without a certificate, and one that does not speak TLS, get nothing."""
+    with pytest.raises(MemfleetError):
+        mf.Client([("127.0.0.1", port)], tls=pki.context(), protocol="text").get("k")
+    with Conn(port) as plain:
+        plain.send(b"get k\r\n")
+        assert b"VALUE" not in read_to_close(plain)
 
 
 # ---- memfleet route with an mcrouter config: `:ssl` servers, --pem-*, --ssl-port ----
@@ -523,11 +527,7 @@ def test_mcrouter_ssl_port_listener(pki: Pki, start: Callable[..., Server]) -> N
             assert c.request(b"set k 0 0 3\r\nsec\r\n") == b"STORED\r\n"
         # The plain -p port serves alongside.
         assert ask(port, b"get k\r\n", b"END\r\n") == b"VALUE k 0 3\r\nsec\r\nEND\r\n"
-        with pytest.raises(MemfleetError):
-            mf.Client([("127.0.0.1", ssl_port)], tls=pki.context(), protocol="text").get("k")
-        with Conn(ssl_port) as raw:
-            raw.send(b"get k\r\n")
-            assert b"VALUE" not in read_to_close(raw)
+        refuses_clients_without_certificate_or_tls(pki, ssl_port)
     finally:
         r.stop()
     # Only --ssl-port, no client certificates asked for.
