@@ -538,3 +538,34 @@ def test_mcrouter_ssl_port_listener(pki: Pki, start: Callable[..., Server]) -> N
         assert client.get("k") == b"sec"
     finally:
         r.stop()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mcrouter_asynclog_replays_over_tls(
+    impl: str, pki: Pki, start: Callable[..., Server], tmp_path: Path
+) -> None:
+    """Deletes spooled for an `ssl` server while it hangs are replayed to it over TLS."""
+    secure = start(impl, *pki.server_opts())
+    keys = [f"gone{i}" for i in range(20)]
+    with tls_conn(secure.port or 0, pki.context()) as direct:
+        for k in keys:
+            assert direct.request(f"set {k} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
+    config = {"pools": {"S": {"servers": [f"{secure.address}:ascii:ssl"]}}, "route": "PoolRoute|S"}
+    spool = tmp_path / "spool"
+    flags = ["--pem-ca-path", str(pki.ca_file), "--async-dir", str(spool)]
+    flags += ["--server-timeout", "200", "--timeouts-until-tko", "1"]
+    r = McRouter(config)
+    r.argv = [a for a in r.argv if a not in ("--server-timeout", "300")] + flags
+    with r:
+        with secure.paused(), Conn(r.port or 0) as c:
+            for k in keys:
+                assert c.request(f"delete {k}\r\n".encode()) == b"NOT_FOUND\r\n"
+            assert (spool / f"{secure.address}.asynclog").read_text().split() == keys
+
+        def none_left() -> bool:
+            with tls_conn(secure.port or 0, pki.context()) as c:
+                return all(c.request(f"get {k}\r\n".encode(), b"END\r\n") == b"END\r\n" for k in keys)
+
+        eventually(none_left, "every key deleted over TLS")
+        # Logged once the replay's last batch was acknowledged.
+        eventually(lambda: "asynclog: replayed" in r.log_text(), "the replay logged")

@@ -204,13 +204,6 @@ pub fn load(
             })
             .collect();
         let any_ssl = servers.iter().any(|s| s.tls == Some(true));
-        if any_ssl && !quiet && args.async_dir.is_some() && !args.asynclog_disable {
-            crate::log::warn(&format!(
-                "pool '{}': deletes spooled for its ssl servers are not replayed yet \
-                 (the asynclog replay speaks plaintext)",
-                pool.name
-            ));
-        }
         let mut cfg = pool_cfg(
             pool.name.clone(),
             Listen::Tcp {
@@ -226,6 +219,18 @@ pub fn load(
             cfg, tko, threads, started, &names,
         )?));
     }
+    // Spooled deletes are replayed over TLS to the servers that speak it.
+    let mut tls_to = Vec::new();
+    for (id, pool) in config.pools.iter().enumerate() {
+        let rt = &pools[index[id]];
+        for (s, server) in pool.servers.iter().enumerate() {
+            if let Some((tls, name)) = rt.server_tls(s) {
+                let dest = format!("{}:{}", server.host, server.port);
+                tls_to.push((dest, (tls.clone(), name.to_owned())));
+            }
+        }
+    }
+    crate::asynclog::set_tls_destinations(tls_to);
     let shared = Shared {
         listening: listens.len(),
         pools,
