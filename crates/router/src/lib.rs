@@ -11,6 +11,10 @@
 //! control thread), `shared` holds a configuration generation and
 //! server health, `route` chooses the server(s) of a request, `worker` is the event loop
 //! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
+//! mcrouter configs: `mcrouter` (the route tree's execution, and loading a generation with
+//! its host names looked up through `dns`), `mcrouter_tls` (the `:ssl` field and mcrouter's
+//! TLS flags as the same `PoolTls` the YAML path uses), `mcrouter_config`
+//! (`--validate-config`).
 
 mod asynclog;
 mod buf;
