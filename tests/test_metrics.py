@@ -13,7 +13,8 @@ import urllib.request
 from collections import Counter
 
 import pytest
-from harness import Conn, Server, free_port, memfleet, memfleet_bin
+from harness import Conn, Server, free_port, memcached, memfleet, memfleet_bin
+from mcrouter_harness import McRouter
 from proxy_harness import Proxy, pool_yaml, port_in
 
 PROMTOOL = shutil.which("promtool")
@@ -277,6 +278,17 @@ def test_bad_metrics_address_stops_the_start() -> None:
     assert b"invalid metrics address 'nowhere'" in r.stderr, r.stderr
 
 
+def sets_and_gets_then_scrape(c: Conn, mport: int) -> dict[tuple[str, Labels], float]:
+    """40 sets and 40 gets through the router, then its checked and parsed metrics."""
+    for i in range(40):
+        assert c.request(f"set k{i} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
+    for i in range(40):
+        c.request(f"get k{i}\r\n".encode(), b"END\r\n")
+    text = scrape(mport)
+    promtool_check(text)
+    return parse(text)
+
+
 def test_router_metrics_per_pool_and_server() -> None:
     backends = [memfleet("-t", "1").start() for _ in range(2)]
     try:
@@ -295,13 +307,7 @@ def test_router_metrics_per_pool_and_server() -> None:
         proxy = Proxy(conf, port)
         proxy.argv += ["--metrics", f"127.0.0.1:{mport}"]
         with proxy as p, Conn(port) as c:
-            for i in range(40):
-                assert c.request(f"set k{i} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
-            for i in range(40):
-                c.request(f"get k{i}\r\n".encode(), b"END\r\n")
-            text = scrape(mport)
-            promtool_check(text)
-            s = parse(text)
+            s = sets_and_gets_then_scrape(c, mport)
             per_server = [
                 value(s, "memfleet_router_server_requests_total", pool="alpha", server=f"s{i}")
                 for i in range(2)
@@ -333,3 +339,46 @@ def test_router_metrics_per_pool_and_server() -> None:
     finally:
         for b in backends:
             b.stop()
+
+
+def test_router_metrics_with_an_mcrouter_config() -> None:
+    """`--metrics` with an mcrouter config: the executor's sends per mcrouter pool and
+    server, and a killed server's hard TKO and the sends that failed at once on it."""
+    a = [memcached().start() for _ in range(2)]
+    b = memcached().start()
+    try:
+        config = {
+            "pools": {
+                "A": {"servers": [s.address for s in a]},
+                "B": {"servers": [b.address]},
+            },
+            "route": {"type": "AllSyncRoute", "children": ["PoolRoute|A", "PoolRoute|B"]},
+        }
+        mport = free_port()
+        with McRouter(config, "--metrics", f"127.0.0.1:{mport}") as r, Conn(r.port) as c:
+            s = sets_and_gets_then_scrape(c, mport)
+            req = "memfleet_router_server_requests_total"
+            per_a = [value(s, req, pool="A", server=x.address) for x in a]
+            assert sum(per_a) == 80 and min(per_a) > 0, per_a
+            assert value(s, req, pool="B", server=b.address) == 80
+            assert value(s, "memfleet_router_pool_requests_total", pool="A") == 80
+            count = "memfleet_router_server_request_duration_seconds_count"
+            assert value(s, count, pool="B", server=b.address) == 80
+            for x in a:
+                assert value(s, "memfleet_router_server_tko", pool="A", server=x.address) == 0
+
+            a[1].stop()
+            for i in range(40):
+                c.request(f"get k{i}\r\n".encode(), b"END\r\n", b"\r\n")
+            text = scrape(mport)
+            promtool_check(text)
+            s = parse(text)
+            dead = {"pool": "A", "server": a[1].address}
+            assert value(s, "memfleet_router_server_tko", **dead) == 2
+            assert value(s, "memfleet_router_server_err_total", **dead) > 0
+            assert value(s, "memfleet_router_server_tko_failed_total", **dead) > 0
+            live = {"pool": "A", "server": a[0].address}
+            assert value(s, "memfleet_router_server_tko_failed_total", **live) == 0
+    finally:
+        for x in [*a, b]:
+            x.stop()

@@ -12,11 +12,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from harness import Conn, Server, keys_held, memcached_command, terminate, wait_for_port
+from mcrouter_harness import McRouter
 from proxy_harness import Proxy, pool_yaml, port_in
 
 DNSMASQ = shutil.which("dnsmasq") or (
@@ -271,3 +272,53 @@ def test_sighup_looks_the_names_up_again(fleet: tuple[Dnsmasq, int]) -> None:
         assert ADDRS[2] in placement(mc_port, keys).values()
     finally:
         proxy.stop()
+
+
+# ---- mcrouter configs: server host names looked up again ----
+
+
+def test_mcrouter_host_names_follow_their_records(fleet: tuple[Dnsmasq, int]) -> None:
+    """An mcrouter pool of host names: a name whose address changes is reconnected at the
+    same index (Ch3 places by index: only its keys change server, to a cold one); a name
+    that stops resolving keeps its last address."""
+    dns, mc_port = fleet
+    a, b = f"a.{NAME}", f"b.{NAME}"
+    dns.set(f"{ADDRS[0]} {a}\n{ADDRS[1]} {b}\n")
+    time.sleep(0.2)
+    config = {"pools": {"A": {"servers": [f"{a}:{mc_port}", f"{b}:{mc_port}"]}}, "route": "PoolRoute|A"}
+    flags = ("--dns-server", f"127.0.0.1:{dns.port}", "--dns-refresh-ms", "200")
+    keys = [f"mcdns:{i}" for i in range(300)]
+    with McRouter(config, *flags) as r:
+        store_all_at(r.port or 0, keys)
+        before = placement(mc_port, keys)
+        assert set(before.values()) == set(ADDRS[:2]), before
+
+        dns.set(f"{ADDRS[0]} {a}\n{ADDRS[2]} {b}\n")
+        wait_text(r.log_text, f"dns: server addresses changed: {b} ({ADDRS[1]} -> {ADDRS[2]})")
+        flush(mc_port)
+        store_all_at(r.port or 0, keys)
+        after = placement(mc_port, keys)
+        for k in keys:
+            want = ADDRS[2] if before[k] == ADDRS[1] else ADDRS[0]
+            assert after[k] == want, (k, before[k], after[k])
+
+        # b no longer resolves: the refresh fails, the current servers stay.
+        dns.set(f"{ADDRS[0]} {a}\n")
+        wait_text(r.log_text, "keeping the current servers")
+        flush(mc_port)
+        store_all_at(r.port or 0, keys)
+        assert placement(mc_port, keys) == after
+
+
+def store_all_at(port: int, keys: list[str]) -> None:
+    with Conn(port) as c:
+        for k in keys:
+            assert c.request(f"set {k} 0 0 1\r\nx\r\n".encode(), b"\r\n") == b"STORED\r\n"
+
+
+def wait_text(read: Callable[[], str], text: str) -> None:
+    for _ in range(300):
+        if text in read():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never logged {text!r}: " + read())

@@ -16,7 +16,17 @@ from typing import Callable
 import memfleet as mf
 import pytest
 import trustme
-from harness import Conn, Server, free_port, memcached, memfleet, memfleet_bin
+from harness import (
+    Conn,
+    Server,
+    eventually,
+    free_port,
+    memcached,
+    memfleet,
+    memfleet_bin,
+    wait_for_port,
+)
+from mcrouter_harness import McRouter, ask
 from memfleet.aio import AsyncClient
 from memfleet.errors import MemfleetError
 from proxy_harness import Proxy, pool_yaml, port_in
@@ -403,11 +413,159 @@ def test_route_listener_speaks_tls(pki: Pki, start: Callable[..., Server]) -> No
                 len(big),
                 big,
             )
-        # A client without a certificate, and one that does not speak TLS, get nothing.
-        with pytest.raises(MemfleetError):
-            mf.Client([("127.0.0.1", port)], tls=pki.context(), protocol="text").get("k")
-        with Conn(port) as plain:
-            plain.send(b"get k\r\n")
-            assert b"VALUE" not in read_to_close(plain)
+        refuses_clients_without_certificate_or_tls(pki, port)
     finally:
         proxy.stop()
+
+
+def refuses_clients_without_certificate_or_tls(pki: Pki, port: int) -> None:
+    """A client without a certificate, and one that does not speak TLS, get nothing."""
+    with pytest.raises(MemfleetError):
+        mf.Client([("127.0.0.1", port)], tls=pki.context(), protocol="text").get("k")
+    with Conn(port) as plain:
+        plain.send(b"get k\r\n")
+        assert b"VALUE" not in read_to_close(plain)
+
+
+# ---- memfleet route with an mcrouter config: `:ssl` servers, --pem-*, --ssl-port ----
+
+
+def mcrouter_route(
+    pki: Pki, config: dict, *flags: str, plain_port: bool = True
+) -> tuple[McRouter, int]:
+    """The router with `config` and `flags`; its plain port (0 without one)."""
+    r = McRouter(config)
+    # Appended as given: McRouter's extras are flag/value pairs, and some of these take none.
+    r.argv += flags
+    if not plain_port:
+        # Only --ssl-port: drop the harness's `-p PORT`.
+        i = r.argv.index("-p")
+        del r.argv[i : i + 2]
+        r.port = None
+    return r.start(), (r.port or 0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mcrouter_ssl_servers_with_pem_flags(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    """A pool of `host:port:ascii:ssl` servers over mutual TLS (--pem-*), beside a plain
+    pool; a TLS server that goes away is TKO'd and brought back by a TLS probe."""
+    mutual = (f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2")
+    secure = start(impl, *pki.server_opts(*mutual))
+    plain = start(impl)
+    client_pem, client_key = pki.client_files()
+    config = {
+        "pools": {
+            "S": {"servers": [f"{secure.address}:ascii:ssl"]},
+            "P": {"servers": [f"{plain.address}:ascii:plain"]},
+        },
+        "route": {"type": "AllSyncRoute", "children": ["PoolRoute|S", "PoolRoute|P"]},
+    }
+    pem = ["--pem-ca-path", str(pki.ca_file)]
+    pem += ["--pem-cert-path", str(client_pem), "--pem-key-path", str(client_key)]
+    r, port = mcrouter_route(pki, config, *pem)
+    try:
+        with Conn(port) as c:
+            assert c.request(b"set k 0 0 5\r\nhello\r\n") == b"STORED\r\n"
+            assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+        with tls_conn(secure.port, pki.context(client_cert=True)) as direct:
+            assert direct.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+        with Conn(plain.port) as direct:
+            assert direct.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+
+        port_of_secure = secure.port
+        secure.stop()
+        eventually(
+            lambda: ask(port, b"set k 0 0 1\r\nx\r\n") == b"SERVER_ERROR unavailable\r\n",
+            "the TLS server is TKO",
+        )
+        start(impl, *pki.server_opts(*mutual), port=port_of_secure)
+        eventually(
+            lambda: ask(port, b"set k 0 0 1\r\ny\r\n") == b"STORED\r\n", "back after a TLS probe"
+        )
+        assert "is back (probe answered)" in r.log_text()
+    finally:
+        r.stop()
+    # Without the client certificate the TLS server refuses the router.
+    r, port = mcrouter_route(pki, config, "--pem-ca-path", str(pki.ca_file))
+    try:
+        assert ask(port, b"set k 0 0 1\r\nz\r\n").startswith(b"SERVER_ERROR")
+        assert ask(plain.port, b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nz\r\nEND\r\n"
+    finally:
+        r.stop()
+
+
+def test_mcrouter_config_errors_for_tls(pki: Pki) -> None:
+    config = {"pools": {"S": {"servers": ["127.0.0.1:1:ascii:tls_to_plain"]}}, "route": "Pool|S"}
+    for flags, message in [
+        ([], "security 'tls_to_plain'"),
+        (["--ssl-port", str(free_port())], "--ssl-port needs --server-pem-cert-path"),
+    ]:
+        if flags:
+            config["pools"]["S"]["servers"] = ["127.0.0.1:1:ascii:ssl"]
+        r = McRouter(config, *flags)
+        proc = subprocess.run(r.argv, capture_output=True, timeout=30, check=False)
+        assert proc.returncode != 0
+        assert message in proc.stderr.decode(), proc.stderr
+    r = McRouter(config, "--pem-cert-path", str(pki.chain))
+    proc = subprocess.run(r.argv, capture_output=True, timeout=30, check=False)
+    assert b"--pem-cert-path and --pem-key-path go together" in proc.stderr, proc.stderr
+
+
+def test_mcrouter_ssl_port_listener(pki: Pki, start: Callable[..., Server]) -> None:
+    backend = start("memcached")
+    config = {"pools": {"A": {"servers": [backend.address]}}, "route": "PoolRoute|A"}
+    ssl_port = port_in(24000, 28000)
+    flags = ["--ssl-port", str(ssl_port), "--server-pem-cert-path", str(pki.chain)]
+    flags += ["--server-pem-key-path", str(pki.key)]
+    mutual = ["--ssl-require-peer-certs", "--server-pem-ca-path", str(pki.ca_file)]
+    r, port = mcrouter_route(pki, config, *flags, *mutual)
+    try:
+        wait_for_port(ssl_port)
+        with tls_conn(ssl_port, pki.context(client_cert=True)) as c:
+            assert c.request(b"set k 0 0 3\r\nsec\r\n") == b"STORED\r\n"
+        # The plain -p port serves alongside.
+        assert ask(port, b"get k\r\n", b"END\r\n") == b"VALUE k 0 3\r\nsec\r\nEND\r\n"
+        refuses_clients_without_certificate_or_tls(pki, ssl_port)
+    finally:
+        r.stop()
+    # Only --ssl-port, no client certificates asked for.
+    r, _ = mcrouter_route(pki, config, *flags, plain_port=False)
+    try:
+        wait_for_port(ssl_port)
+        client = mf.Client([("127.0.0.1", ssl_port)], tls=pki.context(), protocol="text")
+        assert client.get("k") == b"sec"
+    finally:
+        r.stop()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mcrouter_asynclog_replays_over_tls(
+    impl: str, pki: Pki, start: Callable[..., Server], tmp_path: Path
+) -> None:
+    """Deletes spooled for an `ssl` server while it hangs are replayed to it over TLS."""
+    secure = start(impl, *pki.server_opts())
+    keys = [f"gone{i}" for i in range(20)]
+    with tls_conn(secure.port or 0, pki.context()) as direct:
+        for k in keys:
+            assert direct.request(f"set {k} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
+    config = {"pools": {"S": {"servers": [f"{secure.address}:ascii:ssl"]}}, "route": "PoolRoute|S"}
+    spool = tmp_path / "spool"
+    flags = ["--pem-ca-path", str(pki.ca_file), "--async-dir", str(spool)]
+    flags += ["--server-timeout", "200", "--timeouts-until-tko", "1"]
+    r = McRouter(config)
+    r.argv = [a for a in r.argv if a not in ("--server-timeout", "300")] + flags
+    with r:
+        with secure.paused(), Conn(r.port or 0) as c:
+            for k in keys:
+                assert c.request(f"delete {k}\r\n".encode()) == b"NOT_FOUND\r\n"
+            assert (spool / f"{secure.address}.asynclog").read_text().split() == keys
+
+        def none_left() -> bool:
+            with tls_conn(secure.port or 0, pki.context()) as c:
+                return all(c.request(f"get {k}\r\n".encode(), b"END\r\n") == b"END\r\n" for k in keys)
+
+        eventually(none_left, "every key deleted over TLS")
+        # Logged once the replay's last batch was acknowledged.
+        eventually(lambda: "asynclog: replayed" in r.log_text(), "the replay logged")

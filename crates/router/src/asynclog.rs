@@ -32,6 +32,27 @@ const SUFFIX: &str = ".asynclog";
 
 static ASYNCLOG: OnceLock<Asynclog> = OnceLock::new();
 
+/// The destinations (`host:port`) whose server entry says `ssl` in the configuration last
+/// loaded, with their TLS config and the name to verify: replays to them speak TLS.
+static TLS_DESTINATIONS: Mutex<Vec<(String, TlsTo)>> = Mutex::new(Vec::new());
+
+/// A TLS client config and the server name it verifies.
+pub type TlsTo = (Arc<rustls::ClientConfig>, String);
+
+/// Replaces the TLS destinations (each configuration load).
+pub fn set_tls_destinations(list: Vec<(String, TlsTo)>) {
+    *TLS_DESTINATIONS.lock().unwrap_or_else(|e| e.into_inner()) = list;
+}
+
+fn tls_for(dest: &str) -> Option<TlsTo> {
+    let list = TLS_DESTINATIONS.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter().find(|(d, _)| d == dest).map(|(_, t)| t.clone())
+}
+
+/// A replay connection, plain or TLS.
+trait Conn: io::Read + Write {}
+impl<T: io::Read + Write> Conn for T {}
+
 struct Asynclog {
     dir: PathBuf,
     max_bytes: u64,
@@ -208,15 +229,18 @@ fn replay(dest: &str, spool: &Mutex<Spool>, timeout: Duration) -> io::Result<usi
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-    let stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.set_nodelay(true)?;
-    let mut writer = stream.try_clone()?;
+    let tcp = TcpStream::connect_timeout(&addr, timeout)?;
+    tcp.set_read_timeout(Some(timeout))?;
+    tcp.set_write_timeout(Some(timeout))?;
+    tcp.set_nodelay(true)?;
+    let stream: Box<dyn Conn> = match tls_for(dest) {
+        Some((config, name)) => Box::new(crate::tls::blocking_client(tcp, &config, &name)?),
+        None => Box::new(tcp),
+    };
     let mut reader = BufReader::new(stream);
     // A hung server still completes connects and takes writes into its socket buffer: deletes
     // sent now would run whenever it resumes, unacknowledged. Ask it to answer first.
-    writer.write_all(b"version\r\n")?;
+    reader.get_mut().write_all(b"version\r\n")?;
     let mut line = String::new();
     reader.read_line(&mut line)?;
     if !line.starts_with("VERSION ") {
@@ -240,7 +264,7 @@ fn replay(dest: &str, spool: &Mutex<Spool>, timeout: Duration) -> io::Result<usi
             out.extend_from_slice(key);
             out.extend_from_slice(b"\r\n");
         }
-        writer.write_all(&out)?;
+        reader.get_mut().write_all(&out)?;
         let mut acked = 0;
         let mut refused = None;
         for _ in &batch {

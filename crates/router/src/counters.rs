@@ -66,6 +66,9 @@ pub struct PoolCounters {
     pub servers: Vec<ServerCounters>,
     /// Per server: time from a request queued for it to its reply read (`/metrics`).
     pub latency: Vec<telemetry::Histogram>,
+    /// Per server of an mcrouter pool: sends failed at once because it was TKO (`/metrics`;
+    /// not in nutcracker's stats, which have no such field).
+    pub tko_failed: Vec<Counter>,
 }
 
 impl PoolCounters {
@@ -74,6 +77,7 @@ impl PoolCounters {
             pool: PoolBase::default(),
             servers: (0..servers).map(|_| ServerCounters::default()).collect(),
             latency: (0..servers).map(|_| Default::default()).collect(),
+            tko_failed: (0..servers).map(|_| Counter::default()).collect(),
         }
     }
 }

@@ -53,6 +53,7 @@ impl Member {
             weight: self.weight,
             name: None,
             ketama_name,
+            tls: None,
         }
     }
 }
@@ -175,6 +176,25 @@ impl Dns {
     }
 
     /// True when a refresh is due (checked by the control thread's tick).
+    /// The address a server's host name stands for: the lowest of its A/AAAA addresses, so
+    /// a name with several keeps the same one from look-up to look-up.
+    pub fn lookup_host(&mut self, host: &str) -> Result<IpAddr, String> {
+        let resolver = self.resolver()?;
+        resolver.clear_cache();
+        let ips = resolver
+            .lookup_ip(host)
+            .map_err(|e| format!("dns: {host}: {e}"))?;
+        ips.iter()
+            .min()
+            .ok_or_else(|| format!("dns: {host}: no address"))
+    }
+
+    /// The next refresh in `every` (none when `None`), for callers that do not go through
+    /// [`Dns::resolve`].
+    pub fn schedule(&mut self, every: Option<Duration>) {
+        self.next = every.map(|every| Instant::now() + every);
+    }
+
     pub fn due(&self) -> bool {
         self.next.is_some_and(|t| Instant::now() >= t)
     }

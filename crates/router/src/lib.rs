@@ -11,6 +11,10 @@
 //! control thread), `shared` holds a configuration generation and
 //! server health, `route` chooses the server(s) of a request, `worker` is the event loop
 //! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
+//! mcrouter configs: `mcrouter` (the route tree's execution, and loading a generation with
+//! its host names looked up through `dns`), `mcrouter_tls` (the `:ssl` field and mcrouter's
+//! TLS flags as the same `PoolTls` the YAML path uses), `mcrouter_config`
+//! (`--validate-config`).
 
 mod asynclog;
 mod buf;
@@ -20,6 +24,7 @@ mod dns;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
+mod mcrouter_tls;
 mod metrics;
 mod net;
 mod route;
@@ -144,6 +149,13 @@ pub struct RouteArgs {
     /// MEMFLEET_DNS_SERVER.
     #[arg(long = "dns-server", value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
+    /// mcrouter: look the servers' host names up again every MS (0: only at start and on
+    /// reload); a changed address is installed as a reload. nutcracker configs set this
+    /// per pool (`dns_refresh_ms`).
+    #[arg(long = "dns-refresh-ms", value_name = "MS", default_value_t = 30_000)]
+    pub dns_refresh_ms: u64,
+    #[command(flatten)]
+    pub mc_tls: mcrouter_tls::McTlsArgs,
 }
 
 impl RouteArgs {
@@ -204,8 +216,16 @@ struct Running {
     listeners: HashMap<String, (StdListener, Listen)>,
     watch: Watch,
     dns: dns::Dns,
-    /// The nutcracker config and its DNS servers' last membership, for DNS refreshes.
-    resolved: Option<(Config, dns::Membership)>,
+    /// What the last look-ups found, for DNS refreshes.
+    resolved: Resolved,
+}
+
+/// The DNS look-ups behind the running generation.
+enum Resolved {
+    /// A nutcracker config and its `dns:`/`srv:` servers' membership.
+    Nutcracker(Config, dns::Membership),
+    /// An mcrouter config's server host names and their addresses.
+    Mcrouter(shared::HostAddrs),
 }
 
 /// The watched config file's last modification time, and when it was last looked at.
@@ -230,8 +250,8 @@ fn modified(path: &std::path::Path) -> Option<std::time::SystemTime> {
 /// nutcracker's default stats port.
 const DEFAULT_STATS_PORT: u16 = 22222;
 
-/// A generation and, for a nutcracker config, the config and its DNS membership.
-type Generation = (Shared, Option<(Config, dns::Membership)>);
+/// A generation and the DNS look-ups behind it.
+type Generation = (Shared, Resolved);
 
 /// Reads the configuration (nutcracker's YAML, or mcrouter's JSON when `--config...` is
 /// given) into a generation, looking up its DNS servers.
@@ -242,12 +262,13 @@ fn load_generation(
     started: Instant,
 ) -> Result<Generation, String> {
     if mcrouter::requested(args) {
-        return Ok((mcrouter::load(args, threads, started)?, None));
+        let (shared, names) = mcrouter::load(args, threads, started, dns, false)?;
+        return Ok((shared, Resolved::Mcrouter(names)));
     }
     let config = load_config(&args.conf_file)?;
     let members = dns.resolve(&config)?;
     let shared = Shared::new(dns::expand(&config, &members), threads, started)?;
-    Ok((shared, Some((config, members))))
+    Ok((shared, Resolved::Nutcracker(config, members)))
 }
 
 /// `--dns-server`, else MEMFLEET_DNS_SERVER.
@@ -266,9 +287,6 @@ fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, String> 
 
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), String> {
-    if mcrouter::requested(&args) && args.metrics.is_some() {
-        return Err("--metrics is not available with an mcrouter config yet".into());
-    }
     if !mcrouter_config::validate(&args)? {
         return Ok(());
     }
@@ -525,11 +543,42 @@ impl Running {
         !first
     }
 
+    /// An mcrouter config's host names looked up again: when an address changed, the
+    /// generation built with the new ones (from the config file as it is now) is installed.
+    fn refresh_mcrouter_dns(&mut self, old: &shared::HostAddrs) {
+        let built = mcrouter::load(&self.args, self.threads, self.started, &mut self.dns, true);
+        let (shared, names) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                // Look again at the next interval.
+                self.dns
+                    .schedule(Some(Duration::from_millis(self.args.dns_refresh_ms.max(1))));
+                log::warn(&format!("{e}; keeping the current servers"));
+                return;
+            }
+        };
+        let changed = mcrouter::changed_hosts(old, &names);
+        if changed.is_empty() {
+            return;
+        }
+        match self.install(shared) {
+            Ok(()) => {
+                log::notice(&format!(
+                    "dns: server addresses changed: {}",
+                    changed.join(", ")
+                ));
+                self.resolved = Resolved::Mcrouter(names);
+            }
+            Err(e) => log::warn(&format!("dns: new addresses refused: {e}")),
+        }
+    }
+
     /// Looks the DNS servers up again; a changed membership is installed as a reload of
     /// the config last loaded (the file is read again only on SIGHUP).
     fn refresh_dns(&mut self) {
-        let Some((config, old)) = &self.resolved else {
-            return;
+        let (config, old) = match &self.resolved {
+            Resolved::Nutcracker(config, old) => (config, old),
+            Resolved::Mcrouter(old) => return self.refresh_mcrouter_dns(&old.clone()),
         };
         let members = match self.dns.resolve(config) {
             Ok(m) => m,
@@ -551,7 +600,7 @@ impl Running {
                     added.join(", "),
                     removed.join(", ")
                 ));
-                self.resolved = Some((config, members));
+                self.resolved = Resolved::Nutcracker(config, members);
             }
             Err(e) => log::warn(&format!("dns: new membership refused: {e}")),
         }
@@ -645,7 +694,7 @@ fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
                 .timeout()
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
-            let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
+            let ok = probe(&pool, s, wait);
             if ok {
                 pool.retry_result(s, true);
             }
@@ -660,7 +709,7 @@ fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
             let pool = pool.clone();
             move || {
                 let wait = pool.timeout().unwrap_or(Duration::from_secs(1));
-                let ok = probe(&pool.servers[s].addr, wait, &pool.cfg);
+                let ok = probe(&pool, s, wait);
                 pool.tko_probe_result(s, ok);
             }
         });
@@ -669,7 +718,9 @@ fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
     }
 }
 
-fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
+/// Whether server `s` of `pool` answers (over TLS when its connections use TLS).
+fn probe(pool: &PoolRt, s: usize, wait: Duration) -> bool {
+    let cfg = &pool.cfg;
     fn talk(s: &mut (impl Read + Write), cfg: &config::Pool) -> bool {
         if cfg.redis {
             return talk_redis(s, cfg.redis_auth.as_deref(), cfg.redis_db);
@@ -690,12 +741,16 @@ fn probe(addr: &BackendAddr, wait: Duration, cfg: &config::Pool) -> bool {
         }
         false
     }
-    match addr {
+    match &pool.servers[s].addr {
         BackendAddr::Tcp(a) => match std::net::TcpStream::connect_timeout(a, wait) {
-            Ok(mut s) => {
-                let _ = s.set_read_timeout(Some(wait));
-                let _ = s.set_write_timeout(Some(wait));
-                talk(&mut s, cfg)
+            Ok(mut tcp) => {
+                let _ = tcp.set_read_timeout(Some(wait));
+                let _ = tcp.set_write_timeout(Some(wait));
+                match pool.server_tls(s) {
+                    Some((config, name)) => tls::blocking_client(tcp, config, name)
+                        .is_ok_and(|mut tls| talk(&mut tls, cfg)),
+                    None => talk(&mut tcp, cfg),
+                }
             }
             Err(_) => false,
         },

@@ -19,6 +19,7 @@ pub fn validate(args: &RouteArgs) -> Result<bool, String> {
     for warning in &config.warnings {
         eprintln!("memfleet route: warning: {warning}");
     }
+    crate::mcrouter_tls::check_servers(&config)?;
     eprintln!(
         "memfleet route: mcrouter config '{name}' is valid ({} pools, {} route handles)",
         config.pools.len(),

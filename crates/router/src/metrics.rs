@@ -13,7 +13,10 @@ use crate::stats::sum;
 
 /// Gauges among nutcracker's fields: they go up and down; the rest only count up.
 fn is_gauge(field: &str) -> bool {
-    field.ends_with("connections") || field.contains("queue") || field == "ejected"
+    field.ends_with("connections")
+        || field.contains("queue")
+        || field == "ejected"
+        || field == "server_tko"
 }
 
 fn help(field: &str) -> &'static str {
@@ -29,6 +32,8 @@ fn help(field: &str) -> &'static str {
         "server_timedout" => "Requests that timed out on the server.",
         "server_connections" => "Server connections open now.",
         "ejected" => "1 while the server is ejected from the pool.",
+        "server_tko" => "mcrouter pools: 0 while the server is up, 1 soft TKO, 2 hard TKO.",
+        "tko_failed" => "mcrouter pools: sends failed at once because the server was TKO.",
         "requests" => "Requests forwarded to the server.",
         "request_bytes" => "Request bytes forwarded to the server.",
         "responses" => "Replies read from the server.",
@@ -126,6 +131,12 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
                 .find(|(k, _)| *k == "requests")
                 .map_or(0, |(_, v)| *v);
             sf.push(("ejected", i64::from(server.is_ejected())));
+            // mcrouter pools (the only ones with servers in an mcrouter generation).
+            if let Some(tko) = pool.tko.get(i) {
+                sf.push(("server_tko", i64::from(tko.level())));
+                let failed = pool.counters.iter().map(|c| c.tko_failed[i].get()).sum();
+                sf.push(("tko_failed", failed));
+            }
             let labels = vec![("pool", name), ("server", server.stats_name.as_bytes())];
             let mut snap = Snapshot::default();
             for c in &pool.counters {
@@ -168,17 +179,54 @@ mod tests {
     use crate::counters::WorkerCounters;
     use std::time::Instant;
 
-    /// A router's state with `threads` workers and no traffic yet.
-    fn fresh(yaml: &str, threads: usize) -> (Shared, Globals) {
-        let started = Instant::now();
-        let shared = Shared::new(Config::from_yaml_str(yaml).unwrap(), threads, started);
-        let globals = Globals {
+    fn globals(threads: usize, started: Instant) -> Globals {
+        Globals {
             started,
             threads,
             per_worker: (0..threads).map(|_| WorkerCounters::default()).collect(),
             handed_over: (0..threads).map(|_| Default::default()).collect(),
-        };
-        (shared.unwrap(), globals)
+        }
+    }
+
+    /// A router's state with `threads` workers and no traffic yet.
+    fn fresh(yaml: &str, threads: usize) -> (Shared, Globals) {
+        let started = Instant::now();
+        let shared = Shared::new(Config::from_yaml_str(yaml).unwrap(), threads, started);
+        (shared.unwrap(), globals(threads, started))
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        route: crate::RouteArgs,
+    }
+
+    #[test]
+    fn mcrouter_pools_by_their_names_with_tko_state() {
+        use clap::Parser;
+        let json = r#"{"pools": {"A": {"servers": ["127.0.0.1:1", "127.0.0.1:2"]}},
+                       "route": "PoolRoute|A"}"#;
+        let cli = Cli::parse_from(["route", "--config", json, "-p", "5000"]);
+        let started = Instant::now();
+        let mut dns = crate::dns::Dns::new(None);
+        let (shared, _) = crate::mcrouter::load(&cli.route, 2, started, &mut dns, false).unwrap();
+        let a = shared.pools.iter().find(|p| p.cfg.name == "A").unwrap();
+        a.counters[1].servers[1].requests.add(2);
+        a.counters[0].servers[1].server_timedout.add(1);
+        a.counters[0].tko_failed[1].add(4);
+        a.record_tko_failure(1, true);
+        let m = render(&shared, &globals(2, started));
+        for line in [
+            "memfleet_router_pool_requests_total{pool=\"A\"} 2\n",
+            "memfleet_router_server_requests_total{pool=\"A\",server=\"127.0.0.1:2\"} 2\n",
+            "memfleet_router_server_timedout_total{pool=\"A\",server=\"127.0.0.1:2\"} 1\n",
+            "# TYPE memfleet_router_server_tko gauge\n",
+            "memfleet_router_server_tko{pool=\"A\",server=\"127.0.0.1:1\"} 0\n",
+            "memfleet_router_server_tko{pool=\"A\",server=\"127.0.0.1:2\"} 2\n",
+            "memfleet_router_server_tko_failed_total{pool=\"A\",server=\"127.0.0.1:2\"} 4\n",
+        ] {
+            assert!(m.contains(line), "{line} missing from\n{m}");
+        }
     }
 
     #[test]

@@ -18,6 +18,9 @@ use crate::config::{Config, Pool, ServerAddr};
 use crate::counters::PoolCounters;
 use crate::mcrouter::tko::{Tko, TkoSettings};
 
+/// Host names already looked up, and their addresses.
+pub type HostAddrs = std::collections::BTreeMap<String, std::net::IpAddr>;
+
 /// Where a backend is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendAddr {
@@ -73,35 +76,44 @@ impl PoolRt {
             (a.ketama_name.len(), a.ketama_name.as_bytes())
                 .cmp(&(b.ketama_name.len(), b.ketama_name.as_bytes()))
         });
-        Self::build(cfg, threads, started)
+        Self::build(cfg, threads, started, &HostAddrs::new())
     }
 
     /// An mcrouter pool: servers in the config's order (route handles name them by
-    /// index), with TKO tracking instead of ejection.
+    /// index), with TKO tracking instead of ejection. Host names are looked up in `names`.
     pub fn backend(
         cfg: Pool,
         tko: TkoSettings,
         threads: usize,
         started: Instant,
+        names: &HostAddrs,
     ) -> Result<PoolRt, String> {
-        let mut rt = Self::build(cfg, threads, started)?;
+        let mut rt = Self::build(cfg, threads, started, names)?;
         rt.tko = rt.servers.iter().map(|_| Tko::default()).collect();
         rt.tko_cfg = Some(tko);
         Ok(rt)
     }
 
-    fn build(cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, String> {
+    fn build(
+        cfg: Pool,
+        threads: usize,
+        started: Instant,
+        names: &HostAddrs,
+    ) -> Result<PoolRt, String> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for spec in &cfg.servers {
             let addr = match &spec.addr {
                 ServerAddr::Tcp { host, port } => {
-                    let addr = (host.as_str(), *port)
-                        .to_socket_addrs()
-                        .ok()
-                        .and_then(|mut a| a.next())
-                        .ok_or_else(|| {
-                            format!("pool '{}': cannot resolve server '{host}:{port}'", cfg.name)
-                        })?;
+                    let addr = match names.get(host) {
+                        Some(ip) => Some(SocketAddr::new(*ip, *port)),
+                        None => (host.as_str(), *port)
+                            .to_socket_addrs()
+                            .ok()
+                            .and_then(|mut a| a.next()),
+                    };
+                    let addr = addr.ok_or_else(|| {
+                        format!("pool '{}': cannot resolve server '{host}:{port}'", cfg.name)
+                    })?;
                     BackendAddr::Tcp(addr)
                 }
                 ServerAddr::Unix { path } => BackendAddr::Unix(PathBuf::from(path)),
@@ -285,6 +297,22 @@ impl PoolRt {
         ring.rebuild(&live);
         *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
         self.ring_gen.fetch_add(1, Release);
+    }
+
+    /// The TLS config and the name to verify for connections to server `s`; `None` when it
+    /// speaks plain (the pool's `tls`, or the server's own mcrouter suffix).
+    pub fn server_tls(&self, s: usize) -> Option<(&Arc<rustls::ClientConfig>, &str)> {
+        let config = self.tls.servers.as_ref()?;
+        let spec = &self.cfg.servers[s];
+        if spec.tls == Some(false) {
+            return None;
+        }
+        let name = match (&self.cfg.tls.server_name, &spec.addr) {
+            (Some(name), _) => name.as_str(),
+            (None, ServerAddr::Tcp { host, .. }) => host.as_str(),
+            (None, ServerAddr::Unix { .. }) => "localhost",
+        };
+        Some((config, name))
     }
 
     /// The listen address as a key identifying "the same listener" across reloads.

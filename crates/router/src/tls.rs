@@ -92,6 +92,24 @@ fn roots(path: &str) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
+fn client_connection(config: Arc<ClientConfig>, name: &str) -> io::Result<ClientConnection> {
+    let name = ServerName::try_from(name.to_owned())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    ClientConnection::new(config, name).map_err(io::Error::other)
+}
+
+/// A blocking TLS client connection (probes of TKO or ejected servers).
+pub fn blocking_client(
+    tcp: std::net::TcpStream,
+    config: &Arc<ClientConfig>,
+    name: &str,
+) -> io::Result<rustls::StreamOwned<ClientConnection, std::net::TcpStream>> {
+    Ok(rustls::StreamOwned::new(
+        client_connection(config.clone(), name)?,
+        tcp,
+    ))
+}
+
 /// A TCP connection carrying TLS, client or server side. Reads fill the buffer as far as
 /// records and socket allow, so a short read still means the socket is drained; writes
 /// take all plaintext (no buffer limit: the router bounds what it queues) and encrypted
@@ -112,10 +130,7 @@ impl TlsStream {
         config: Arc<ClientConfig>,
         name: &str,
     ) -> io::Result<TlsStream> {
-        let name = ServerName::try_from(name.to_owned())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let conn = ClientConnection::new(config, name).map_err(io::Error::other)?;
-        Ok(TlsStream::new(tcp, conn.into()))
+        Ok(TlsStream::new(tcp, client_connection(config, name)?.into()))
     }
 
     fn new(tcp: mio::net::TcpStream, mut conn: Connection) -> TlsStream {

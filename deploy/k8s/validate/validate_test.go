@@ -214,27 +214,74 @@ func (o *Objects) Check() []string {
 	return problems
 }
 
-// serverHost matches a nutcracker.yml server line: `- host:port:weight [name]`.
-var serverHost = regexp.MustCompile(`(?m)^\s*-\s+([^\s:]+):\d+:\d+`)
+// serverLine matches a nutcracker.yml server entry (`- ENTRY`); srvEntry and dnsEntry the
+// DNS-membership forms `srv:_PORTNAME._PROTO.SERVICE[.NAMESPACE...]:WEIGHT` and
+// `dns:SERVICE[.NAMESPACE...]:PORT:WEIGHT`; hostEntry a written `host:port:weight [name]`.
+var (
+	serverLine = regexp.MustCompile(`(?m)^\s*-\s+(\S+)`)
+	srvEntry   = regexp.MustCompile(`^srv:_([^.]+)\._(tcp|udp)\.([^.:]+)[^:]*:\d+$`)
+	dnsEntry   = regexp.MustCompile(`^dns:([^.:]+)[^:]*:(\d+):\d+$`)
+	hostEntry  = regexp.MustCompile(`^([^\s:]+):\d+:\d+$`)
+)
 
-// checkPoolNames checks that every server of the router's pools is a pod DNS name of a
-// StatefulSet (`<sts>-<ordinal>.<service>`) with an ordinal below its replica count, and
-// that every pod of each StatefulSet so named is in the pool.
+// checkPoolNames checks that the router's pools reach every StatefulSet's pods, and nothing
+// else: through a DNS-membership entry on the StatefulSet's headless Service (its named port
+// for `srv:`, its port number for `dns:`), or by listing every pod DNS name
+// (`<sts>-<ordinal>.<service>`, ordinals below the replica count).
 func (o *Objects) checkPoolNames() []string {
 	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	for _, cm := range o.ConfigMaps {
 		conf, ok := cm.Data["nutcracker.yml"]
 		if !ok {
 			continue
 		}
-		listed := map[string]bool{}
-		for _, m := range serverHost.FindAllStringSubmatch(conf, -1) {
-			listed[m[1]] = true
+		entries := serverLine.FindAllStringSubmatch(conf, -1)
+		if len(entries) == 0 {
+			bad("configmap %s: nutcracker.yml lists no servers", cm.Name)
 		}
-		if len(listed) == 0 {
-			problems = append(problems, fmt.Sprintf("configmap %s: nutcracker.yml lists no servers", cm.Name))
+		followed := map[string]bool{} // Services named by a DNS-membership entry
+		listed := map[string]bool{}   // pod names written out
+		for _, e := range entries {
+			entry := e[1]
+			if m := srvEntry.FindStringSubmatch(entry); m != nil {
+				svc := o.headless(m[3])
+				if svc == nil {
+					bad("configmap %s: %s: no headless Service %s", cm.Name, entry, m[3])
+					continue
+				}
+				found := false
+				for _, p := range svc.Spec.Ports {
+					found = found || (p.Name == m[1] && strings.EqualFold(string(p.Protocol), m[2]))
+				}
+				if !found {
+					bad("configmap %s: %s: service %s has no %s port named %s", cm.Name, entry, svc.Name, m[2], m[1])
+				}
+				followed[svc.Name] = true
+			} else if m := dnsEntry.FindStringSubmatch(entry); m != nil {
+				svc := o.headless(m[1])
+				if svc == nil {
+					bad("configmap %s: %s: no headless Service %s", cm.Name, entry, m[1])
+					continue
+				}
+				found := false
+				for _, p := range svc.Spec.Ports {
+					found = found || fmt.Sprint(p.Port) == m[2]
+				}
+				if !found {
+					bad("configmap %s: %s: service %s has no port %s", cm.Name, entry, svc.Name, m[2])
+				}
+				followed[svc.Name] = true
+			} else if m := hostEntry.FindStringSubmatch(entry); m != nil {
+				listed[m[1]] = true
+			} else {
+				bad("configmap %s: server entry %q is not host:port:weight, dns: or srv:", cm.Name, entry)
+			}
 		}
 		for _, sts := range o.StatefulSets {
+			if followed[sts.Spec.ServiceName] {
+				continue
+			}
 			replicas := int32(1)
 			if sts.Spec.Replicas != nil {
 				replicas = *sts.Spec.Replicas
@@ -242,16 +289,34 @@ func (o *Objects) checkPoolNames() []string {
 			for i := int32(0); i < replicas; i++ {
 				host := fmt.Sprintf("%s-%d.%s", sts.Name, i, sts.Spec.ServiceName)
 				if !listed[host] {
-					problems = append(problems, fmt.Sprintf("configmap %s: pod %s is not in the pool", cm.Name, host))
+					bad("configmap %s: pod %s is not in the pool", cm.Name, host)
 				}
 				delete(listed, host)
 			}
 		}
 		for host := range listed {
-			problems = append(problems, fmt.Sprintf("configmap %s: server %s is no StatefulSet pod", cm.Name, host))
+			bad("configmap %s: server %s is no StatefulSet pod", cm.Name, host)
+		}
+		for name := range followed {
+			serves := false
+			for _, sts := range o.StatefulSets {
+				serves = serves || sts.Spec.ServiceName == name
+			}
+			if !serves {
+				bad("configmap %s: service %s is no StatefulSet's service", cm.Name, name)
+			}
 		}
 	}
 	return problems
+}
+
+// headless returns the Service of that name when it is headless (nil otherwise).
+func (o *Objects) headless(name string) *corev1.Service {
+	svc, ok := o.Services[name]
+	if !ok || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		return nil
+	}
+	return svc
 }
 
 func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
@@ -320,7 +385,10 @@ func TestMisspeltFieldsFail(t *testing.T) {
 func TestInconsistentObjectsFail(t *testing.T) {
 	cases := []struct{ file, from, to, want string }{
 		{"serve.yaml", "clusterIP: None", "clusterIP: \"\"", "must be headless"},
-		{"route.yaml", "       - memfleet-2.memfleet:11211:1 memfleet-2\n", "", "memfleet-2.memfleet is not in the pool"},
+		{"route.yaml", "srv:_memcache._tcp.memfleet:1", "srv:_memcached._tcp.memfleet:1", "service memfleet has no tcp port named memcached"},
+		{"route.yaml", "srv:_memcache._tcp.memfleet:1", "srv:_memcache._tcp.memfleet-route:1", "no headless Service memfleet-route"},
+		{"route.yaml", "srv:_memcache._tcp.memfleet:1", "dns:memfleet:11212:1", "service memfleet has no port 11212"},
+		{"route.yaml", "srv:_memcache._tcp.memfleet:1", "memfleet-0.memfleet:11211:1 memfleet-0", "memfleet-2.memfleet is not in the pool"},
 		{"route.yaml", "name: memfleet-route\n---", "name: memfleet-routes\n---", "missing ConfigMap memfleet-route"},
 		{"serve.yaml", "targetPort: memcache", "targetPort: memcached", `targetPort "memcached"`},
 	}

@@ -25,6 +25,9 @@ pub struct ServerSpec {
     /// name, else the address, plus `:port` unless the port is 11211. Also the identity
     /// that must be unique within a pool.
     pub ketama_name: String,
+    /// Whether this server speaks TLS when it says so itself (mcrouter's `:ssl` or `:plain`
+    /// suffix); `None`: as the pool's `tls` says.
+    pub tls: Option<bool>,
 }
 
 impl ServerSpec {
@@ -153,5 +156,6 @@ pub(super) fn parse_server(value: &str) -> Result<ServerSpec, &'static str> {
         weight,
         name: name.map(str::to_owned),
         ketama_name,
+        tls: None,
     })
 }

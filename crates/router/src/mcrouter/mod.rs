@@ -20,8 +20,12 @@ pub mod tko;
 
 use std::time::{Duration, Instant};
 
-use crate::config::{Listen, Pool, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
-use crate::shared::{McRoutes, PoolRt, Shared};
+use crate::config::{
+    Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH,
+};
+use crate::dns::Dns;
+use crate::mcrouter_tls::server_security;
+use crate::shared::{HostAddrs, McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
 use tko::TkoSettings;
 
@@ -68,8 +72,9 @@ pub fn config_path(args: &RouteArgs) -> Option<std::path::PathBuf> {
     }
 }
 
-/// The addresses clients connect to: every `--listen-addresses` entry on every port.
-pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
+/// The addresses clients connect to: every `--listen-addresses` entry on every port, and
+/// on every `--ssl-port` with TLS.
+pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<(Listen, PoolTls)>, String> {
     let mut ports = args.port.clone();
     if let Some(p) = &args.p {
         ports.push(
@@ -77,9 +82,26 @@ pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
                 .map_err(|_| format!("-p {p}: with an mcrouter config -p is the port"))?,
         );
     }
-    if ports.is_empty() {
-        return Err("no port to listen on: give -p/--port".into());
+    let ssl_ports = &args.mc_tls.ssl_port;
+    if ports.is_empty() && ssl_ports.is_empty() {
+        return Err("no port to listen on: give -p/--port (or --ssl-port)".into());
     }
+    let mut out: Vec<(Listen, PoolTls)> = listen_on(args, &ports)
+        .into_iter()
+        .map(|l| (l, PoolTls::default()))
+        .collect();
+    if !ssl_ports.is_empty() {
+        let tls = args.mc_tls.listener()?;
+        out.extend(
+            listen_on(args, ssl_ports)
+                .into_iter()
+                .map(|l| (l, tls.clone())),
+        );
+    }
+    Ok(out)
+}
+
+fn listen_on(args: &RouteArgs, ports: &[u16]) -> Vec<Listen> {
     let hosts: Vec<String> = match &args.listen_addresses {
         Some(list) => list
             .split(',')
@@ -94,7 +116,7 @@ pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
         None => vec!["0.0.0.0".to_owned()],
     };
     let mut out = Vec::new();
-    for port in ports {
+    for &port in ports {
         for host in &hosts {
             out.push(Listen::Tcp {
                 host: host.clone(),
@@ -102,7 +124,7 @@ pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<Listen>, String> {
             });
         }
     }
-    Ok(out)
+    out
 }
 
 /// TKO settings from the command line.
@@ -114,30 +136,60 @@ pub fn tko_settings(args: &RouteArgs) -> TkoSettings {
     }
 }
 
-/// Reads and validates the config and builds a generation from it.
-pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared, String> {
+/// The servers' host names (IP literals aside), each once.
+fn host_names(config: &routetree::Config) -> std::collections::BTreeSet<&str> {
+    config
+        .pools
+        .iter()
+        .flat_map(|p| &p.servers)
+        .map(|s| s.host.as_str())
+        .filter(|h| h.parse::<std::net::IpAddr>().is_err())
+        .collect()
+}
+
+/// Reads and validates the config, looks its servers' host names up with `dns` and builds
+/// a generation from it; the names' addresses come back to be compared at the next
+/// refresh. `quiet`: the config's warnings were logged already (a DNS refresh).
+pub fn load(
+    args: &RouteArgs,
+    threads: usize,
+    started: Instant,
+    dns: &mut Dns,
+    quiet: bool,
+) -> Result<(Shared, HostAddrs), String> {
     let (name, text) = source(args)?;
     let config =
         routetree::validate(&name, &text, &args.route_prefix).map_err(|e| e.to_string())?;
-    for warning in &config.warnings {
-        crate::log::warn(&format!("config: {warning}"));
+    if !quiet {
+        for warning in &config.warnings {
+            crate::log::warn(&format!("config: {warning}"));
+        }
     }
+    crate::mcrouter_tls::check_servers(&config)?;
+    let mut names = HostAddrs::new();
+    for host in host_names(&config) {
+        names.insert(host.to_owned(), dns.lookup_host(host)?);
+    }
+    let refresh = (args.dns_refresh_ms > 0 && !names.is_empty())
+        .then(|| Duration::from_millis(args.dns_refresh_ms));
+    dns.schedule(refresh);
     let listens = listen_addresses(args)?;
     let mut pools = Vec::new();
-    for listen in &listens {
-        let cfg = pool_cfg(
+    for (listen, tls) in &listens {
+        let mut cfg = pool_cfg(
             format!("listen-{}", listen_name(listen)),
             listen.clone(),
             Vec::new(),
             None,
         );
+        cfg.tls = tls.clone();
         pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
     }
     let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
     let tko = tko_settings(args);
     let mut index = Vec::with_capacity(config.pools.len());
     for pool in &config.pools {
-        let servers = pool
+        let servers: Vec<ServerSpec> = pool
             .servers
             .iter()
             .map(|s| ServerSpec {
@@ -149,9 +201,12 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
                 weight: 1,
                 name: None,
                 ketama_name: format!("{}:{}", s.host, s.port),
+                // Checked above.
+                tls: server_security(s.security.as_deref()).unwrap_or(None),
             })
             .collect();
-        let cfg = pool_cfg(
+        let any_ssl = servers.iter().any(|s| s.tls == Some(true));
+        let mut cfg = pool_cfg(
             pool.name.clone(),
             Listen::Tcp {
                 host: String::new(),
@@ -160,12 +215,25 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
             servers,
             timeout,
         );
+        cfg.tls = args.mc_tls.to_servers(any_ssl)?;
         index.push(pools.len());
         pools.push(std::sync::Arc::new(PoolRt::backend(
-            cfg, tko, threads, started,
+            cfg, tko, threads, started, &names,
         )?));
     }
-    Ok(Shared {
+    // Spooled deletes are replayed over TLS to the servers that speak it.
+    let mut tls_to = Vec::new();
+    for (id, pool) in config.pools.iter().enumerate() {
+        let rt = &pools[index[id]];
+        for (s, server) in pool.servers.iter().enumerate() {
+            if let Some((tls, name)) = rt.server_tls(s) {
+                let dest = format!("{}:{}", server.host, server.port);
+                tls_to.push((dest, (tls.clone(), name.to_owned())));
+            }
+        }
+    }
+    crate::asynclog::set_tls_destinations(tls_to);
+    let shared = Shared {
         listening: listens.len(),
         pools,
         mcrouter: Some(std::sync::Arc::new(McRoutes {
@@ -174,7 +242,19 @@ pub fn load(args: &RouteArgs, threads: usize, started: Instant) -> Result<Shared
             pools: index,
             leases: Default::default(),
         })),
-    })
+    };
+    Ok((shared, names))
+}
+
+/// `host (old -> new)` for every name whose address changed.
+pub fn changed_hosts(old: &HostAddrs, new: &HostAddrs) -> Vec<String> {
+    new.iter()
+        .filter_map(|(host, ip)| match old.get(host) {
+            Some(was) if was != ip => Some(format!("{host} ({was} -> {ip})")),
+            None => Some(format!("{host} (new: {ip})")),
+            _ => None,
+        })
+        .collect()
 }
 
 fn listen_name(listen: &Listen) -> String {

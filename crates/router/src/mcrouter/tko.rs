@@ -39,6 +39,11 @@ impl Tko {
         self.state.load(Relaxed) != UP
     }
 
+    /// 0 up, 1 soft TKO, 2 hard TKO (the `/metrics` gauge).
+    pub fn level(&self) -> u8 {
+        self.state.load(Relaxed)
+    }
+
     /// `"soft"`, `"hard"` or `"up"`, for logs.
     pub fn describe(&self) -> &'static str {
         match self.state.load(Relaxed) {

@@ -686,18 +686,13 @@ impl Backend {
     }
 }
 
-/// A pool with `tls: true` speaks TLS to its servers, named by `tls_server_name` or the
-/// server's host.
+/// A pool with `tls: true` (or an mcrouter server with `:ssl`) speaks TLS to its servers,
+/// named by `tls_server_name` or the server's host.
 fn with_tls(stream: Stream, rt: &PoolRt, s: usize) -> io::Result<Stream> {
-    let Some(config) = &rt.tls.servers else {
-        return Ok(stream);
-    };
-    let host = match (&rt.cfg.tls.server_name, &rt.cfg.servers[s].addr) {
-        (Some(name), _) => name.as_str(),
-        (None, crate::config::ServerAddr::Tcp { host, .. }) => host.as_str(),
-        (None, crate::config::ServerAddr::Unix { .. }) => "localhost",
-    };
-    stream.into_tls_client(config, host)
+    match rt.server_tls(s) {
+        Some((config, name)) => stream.into_tls_client(config, name),
+        None => Ok(stream),
+    }
 }
 
 #[cfg(test)]

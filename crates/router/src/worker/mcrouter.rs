@@ -113,7 +113,7 @@ impl Worker {
                 let logged = send.asynclog.is_some() && crate::asynclog::enabled();
                 if as_sent && send.exptime.is_empty() && !logged {
                     let p = routes.pools[send.pool];
-                    if self.pools[p].rt.is_tko(send.index) {
+                    if self.tko_blocks(p, send.index) {
                         self.local_reply(ci, McResult::Tko.error_reply());
                         return Planned::Done;
                     }
@@ -127,6 +127,16 @@ impl Worker {
         } else {
             Planned::Here
         }
+    }
+
+    /// Whether server `s` of pool `p` is TKO, so a send to it fails at once (counted).
+    fn tko_blocks(&self, p: usize, s: usize) -> bool {
+        let rt = &self.pools[p].rt;
+        let tko = rt.is_tko(s);
+        if tko {
+            rt.counters[self.id].tko_failed[s].add(1);
+        }
+        tko
     }
 
     /// Carries out `req` with an [`Exec`]. False when the request is not routed.
@@ -330,7 +340,7 @@ impl Worker {
         let send: &Send = run.exec.send(node);
         let p = run.routes.pools[send.pool];
         let s = send.index;
-        if self.pools[p].rt.is_tko(s) {
+        if self.tko_blocks(p, s) {
             return Err(McResult::Tko);
         }
         let mut bytes = std::mem::take(&mut self.mc.scratch);
