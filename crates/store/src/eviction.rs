@@ -26,7 +26,7 @@ pub(crate) enum Rest {
 }
 
 /// The small queue's aim: one segment in this many of the shard's (at least one).
-const SMALL_SHARE: usize = 4;
+const SMALL_SHARE: usize = 8;
 
 impl Shard {
     /// The queue a new item for a key starts in: a rewrite of an item that was read, or that
