@@ -180,11 +180,23 @@ impl Shard {
     }
 
     /// Empties and frees `seg` (already out of its FIFO), giving recently read items a second
-    /// chance in the main queue's head while it has room.
+    /// chance in the main queue's head while it has room. A small-queue segment whose read
+    /// items do not all fit there keeps the rest and becomes the main head instead (the
+    /// caller's next eviction then frees memory).
     fn evict_segment(&mut self, g: &Global, seg: u32) {
+        let large = self.segs[seg].large();
+        let small = self.segs[seg].queue == Queue::Small;
+        let rest = if small { Rest::Stay } else { Rest::Evict };
         match self.segs.head {
-            Some(head) if head != seg && !self.segs[seg].large() => {
-                self.move_to_head(g, seg, Queue::Main, true, Rest::Evict);
+            Some(head) if head != seg && !large => {
+                if !self.move_to_head(g, seg, Queue::Main, true, rest) {
+                    let now = self.now;
+                    self.recycle_in_place(g, seg, g.seg_size, false, now, Queue::Main);
+                }
+            }
+            None if small => {
+                let now = self.now;
+                self.recycle_in_place(g, seg, g.seg_size, false, now, Queue::Main);
             }
             _ => {
                 let now = self.now;
@@ -547,6 +559,55 @@ mod tests {
         assert!(val(&s, "cold:0", T0).is_none());
     }
 
+    /// A one-off scan of never-read keys, 3x what the cache holds, with no read of the hot
+    /// set meanwhile: the hot set (read once after being stored) survives whole, the scan's
+    /// keys are evicted and counted as evictions of unfetched items.
+    #[test]
+    fn hot_set_survives_a_one_off_scan_larger_than_the_cache() {
+        let s = store_mb(4);
+        let v = vec![b'h'; 100];
+        let hot: Vec<String> = (0..3_000).map(|i| format!("hot:{i}")).collect();
+        for k in &hot {
+            s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), T0);
+        }
+        for k in &hot {
+            assert!(get(&s, k, T0).is_some());
+        }
+        // Learn the capacity in items.
+        let probe = store_mb(4);
+        for i in 0..100_000u64 {
+            probe.store(
+                StoreRequest::new(StoreMode::Set, format!("scan:{i}").as_bytes(), &v),
+                T0,
+            );
+        }
+        let cap = probe.len();
+        let scan = cap * 3;
+        for i in 0..scan {
+            s.store(
+                StoreRequest::new(StoreMode::Set, format!("scan:{i}").as_bytes(), &v),
+                T0,
+            );
+        }
+        let lost: Vec<&String> = hot.iter().filter(|k| val(&s, k, T0).is_none()).collect();
+        assert!(
+            lost.is_empty(),
+            "{} of 3000 hot keys lost to the scan",
+            lost.len()
+        );
+        let st = s.stats().counters;
+        assert!(
+            st.evictions >= scan + 3_000 - cap,
+            "{} evictions",
+            st.evictions
+        );
+        assert_eq!(
+            st.evicted_unfetched, st.evictions,
+            "only scan keys were evicted"
+        );
+        assert!(val(&s, "scan:0", T0).is_none());
+    }
+
     #[test]
     fn large_item_churn_keeps_bookkeeping_bounded() {
         let s = store_mb(8);
@@ -793,8 +854,9 @@ mod tests {
         assert_eq!(s.stats().counters.curr_items, s.len());
     }
 
-    /// Hot/cold read-through workload: the segment second-chance policy's hit ratio is at least an
-    /// exact LRU's holding the same number of items.
+    /// Hot/cold read-through workload: the small/main queue policy's hit ratio is at least
+    /// about an exact LRU's holding the same number of items (the cold keys pass through the
+    /// small queue; the hot ones stay in the main queue).
     #[test]
     fn hit_ratio_at_least_lru() {
         use std::collections::{HashMap, VecDeque};
@@ -857,8 +919,8 @@ mod tests {
         }
         let (a, b) = (store_hits as f64 / 2e5, lru_hits as f64 / 2e5);
         println!("hit ratio: store {a:.3}, exact LRU {b:.3} ({cap} items)");
-        // 0.97: the shards' hash seeds vary per run, and with them the ratio by about 0.5%.
-        assert!(a >= b * 0.97, "store hit ratio {a:.3} vs LRU {b:.3}");
+        // The shards' hash seeds vary per run, and with them the ratio by about 0.5%.
+        assert!(a >= b * 0.98, "store hit ratio {a:.3} vs LRU {b:.3}");
     }
 
     /// Items kept at -m 64 after 1,000,000 sets of ~11-byte keys and 100-byte values.
