@@ -563,6 +563,40 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_moves_between_queues_with_its_count_and_head() {
+        let mut t = Segments::default();
+        let a = t.add(buf(1024), false, Queue::Small);
+        let b = t.add(buf(1024), false, Queue::Small);
+        let m = t.add(buf(1024), false, Queue::Main);
+        let l = t.add(buf(5000), true, Queue::Small);
+        assert_eq!(
+            t[l].queue,
+            Queue::Main,
+            "large items live in the main queue"
+        );
+        t.set_head(Queue::Small, b);
+        t.set_head(Queue::Main, m);
+        assert_eq!((t.queued(Queue::Small), t.queued(Queue::Main)), (2, 1));
+        assert_eq!(t.oldest(Queue::Small), Some(a));
+        assert_eq!(t.oldest(Queue::Main), Some(m));
+        // The small queue's oldest becomes the main head: counts follow, the old main head
+        // stays queued but is no longer a head.
+        t.requeue_as_head(a, Queue::Main);
+        assert_eq!((t.queued(Queue::Small), t.queued(Queue::Main)), (1, 2));
+        assert_eq!(
+            (t.head_of(Queue::Main), t.head_of(Queue::Small)),
+            (Some(a), Some(b))
+        );
+        assert!(!t.is_head(m) && t.is_head(a) && t.is_head(b));
+        assert_eq!(t.oldest(Queue::Small), Some(b));
+        assert_eq!(t.by_age().collect::<Vec<_>>(), vec![m, l, a, b]);
+        // Freeing a head clears it and its queue's count.
+        t.free(b);
+        assert_eq!((t.queued(Queue::Small), t.head_of(Queue::Small)), (0, None));
+        assert_eq!(t.oldest(Queue::Small), None);
+    }
+
+    #[test]
     fn figures_count_small_and_large_segments_apart() {
         let mut t = Segments::default();
         let s = t.add(buf(1024), false, Queue::Main);
