@@ -3,6 +3,7 @@
 
 use crate::item::{self, Header, ACCESSED};
 use crate::numeric;
+use crate::segments::Queue;
 use crate::shard::{Global, NeedMem, Shard};
 use crate::types::{ArithOpts, ArithResult};
 
@@ -44,7 +45,12 @@ pub(crate) fn arith_in_shard(
             flags: 0,
             force_exptime: g.force_exptime(),
         };
-        let seg = s.alloc(g, hdr.encoded_len(key.len(), digits.len()), now)?;
+        let seg = s.alloc(
+            g,
+            hdr.encoded_len(key.len(), digits.len()),
+            now,
+            Queue::Small,
+        )?;
         let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
         hdr.cas = cas;
         let (off, _) = s.write(seg, &hdr, key, digits.len(), |d| {
@@ -115,7 +121,8 @@ pub(crate) fn arith_in_shard(
         flags,
         force_exptime: g.force_exptime(),
     };
-    let seg = s.alloc(g, hdr.encoded_len(key.len(), digits.len()), now)?;
+    let q = s.queue_for(Some(&it));
+    let seg = s.alloc(g, hdr.encoded_len(key.len(), digits.len()), now, q)?;
     let Some(it) = s.find_live(g, h, key, now) else {
         s.unalloc(g, seg);
         return Ok(ArithResult::NotFound);

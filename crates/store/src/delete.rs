@@ -2,6 +2,7 @@
 //! remove-value variants).
 
 use crate::item::{self, Header, STALE, TOKEN_SENT};
+use crate::segments::Queue;
 use crate::shard::{Global, NeedMem, Shard, Unlink};
 use crate::types::{DeleteOpts, DeleteResult};
 
@@ -64,7 +65,7 @@ pub(crate) fn delete_in_shard(
             flags: 0,
             force_exptime: g.force_exptime(),
         };
-        let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now)?;
+        let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now, Queue::Small)?;
         let Some(it) = s.find_live(g, h, key, now) else {
             s.unalloc(g, seg);
             s.stats.delete_misses += 1;

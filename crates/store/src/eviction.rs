@@ -1,28 +1,56 @@
 //! Finding memory for a write, under the shard lock: room in the index and in the head
-//! segment, or a buffer of its own for a large item. Under the limit a shard takes fresh
-//! memory or rewrites a mostly dead segment; at the limit it evicts its FIFO-oldest segment,
-//! giving recently read items a second chance (see docs/storage.md, "Eviction").
+//! segment of the item's queue, or a buffer of its own for a large item. Under the limit a
+//! shard takes fresh memory or rewrites a mostly dead segment; at the limit it evicts from
+//! its small queue (new items; those read meanwhile move to the main queue) or from its main
+//! queue (segment-level second chance for items read since their last pass), keeping the
+//! small queue at about a tenth of the shard (see docs/storage.md, "Eviction").
 
 use crate::index::WAYS;
 use crate::item::{self, ACCESSED, DEAD};
-use crate::segments::LARGE_OVERHEAD;
+use crate::segments::{Queue, LARGE_OVERHEAD};
 use crate::shard::{grown_past_reservation, loc_of, Found, Global, NeedMem, Shard, Unlink};
 
 /// How many FIFO-oldest segments eviction looks at for one that is mostly dead bytes.
 const VICTIM_WINDOW: usize = 4;
 /// Most live items a mostly dead segment may hold to be rewritten instead of growing memory.
 const RECYCLE_MAX_ITEMS: usize = 64;
+/// What `move_to_head` does with items that do not fit in the head.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rest {
+    Evict,
+    /// The main queue recycles its oldest segment to make room, then evicts what still does
+    /// not fit.
+    RecycleMain,
+    /// They stay where they are.
+    Stay,
+}
+
+/// The small queue's aim: one segment in this many of the shard's (at least one).
+const SMALL_SHARE: usize = 8;
 
 impl Shard {
-    /// Room for an item of `size` bytes. Returns the segment to write it in.
-    pub fn alloc(&mut self, g: &Global, size: usize, now: u32) -> Result<u32, NeedMem> {
+    /// The queue a new item for a key starts in: a rewrite of an item that was read, or that
+    /// is in the main queue already, goes to the main queue; anything else to the small one.
+    pub fn queue_for(&self, old: Option<&Found>) -> Queue {
+        match old {
+            Some(f) if f.l.bits & ACCESSED != 0 || self.segs[f.seg].queue == Queue::Main => {
+                Queue::Main
+            }
+            _ => Queue::Small,
+        }
+    }
+
+    /// Room for an item of `size` bytes in queue `q`. Returns the segment to write it in.
+    pub fn alloc(&mut self, g: &Global, size: usize, now: u32, q: Queue) -> Result<u32, NeedMem> {
         self.ensure_index_room(g)?;
         if size > g.large_threshold {
             self.reserve_large(g, size as u64 + LARGE_OVERHEAD)?;
-            return Ok(self.segs.add(vec![0u8; size].into_boxed_slice(), true));
+            return Ok(self
+                .segs
+                .add(vec![0u8; size].into_boxed_slice(), true, Queue::Main));
         }
-        self.make_room(g, size, now)?;
-        Ok(self.segs.head.expect("make_room leaves a head"))
+        self.make_room(g, size, now, q)?;
+        Ok(self.segs.head_of(q).expect("make_room leaves a head"))
     }
 
     /// Makes the buffer in `owned` (taken only on success) a large segment of its own, for
@@ -36,7 +64,7 @@ impl Shard {
         let len = owned.as_ref().map_or(0, |b| b.len());
         self.reserve_large(g, len as u64 + LARGE_OVERHEAD)?;
         let buf = owned.take().expect("adopt_large needs a buffer");
-        Ok(self.segs.add(buf, true))
+        Ok(self.segs.add(buf, true, Queue::Main))
     }
 
     fn reserve_large(&mut self, g: &Global, charge: u64) -> Result<(), NeedMem> {
@@ -82,10 +110,10 @@ impl Shard {
         Ok(())
     }
 
-    /// Frees memory or space for a normal item of `size` bytes in the head segment.
-    fn make_room(&mut self, g: &Global, size: usize, now: u32) -> Result<(), NeedMem> {
+    /// Frees memory or space for a normal item of `size` bytes in the head segment of `q`.
+    fn make_room(&mut self, g: &Global, size: usize, now: u32, q: Queue) -> Result<(), NeedMem> {
         for _ in 0..64 {
-            if let Some(h) = self.segs.head {
+            if let Some(h) = self.segs.head_of(q) {
                 let s = &self.segs[h];
                 if s.buf.len() - s.used >= size {
                     return Ok(());
@@ -97,18 +125,18 @@ impl Shard {
                 g.mem.take_spare()
             };
             if let Some(buf) = spare {
-                let id = self.segs.add(buf, false);
-                self.segs.head = Some(id);
+                let id = self.segs.add(buf, false, q);
+                self.segs.set_head(q, id);
                 continue;
             }
-            if !g.mem.over_limit() && self.recycle_dead(g, now) {
+            if !g.mem.over_limit() && self.recycle_dead(g, now, q) {
                 continue;
             }
             if !g.mem.over_limit() && g.mem.try_reserve(g.seg_size as u64) {
                 let id = self
                     .segs
-                    .add(vec![0u8; g.seg_size].into_boxed_slice(), false);
-                self.segs.head = Some(id);
+                    .add(vec![0u8; g.seg_size].into_boxed_slice(), false, q);
+                self.segs.set_head(q, id);
                 continue;
             }
             if g.mem.over_limit() {
@@ -117,26 +145,58 @@ impl Shard {
                 }
                 continue;
             }
-            if !g.evictions || !self.recycle(g, now) {
+            if !g.evictions || !self.recycle(g, now, q, size) {
                 return Err(NeedMem);
             }
         }
         Err(NeedMem)
     }
 
-    /// Drops every item of the oldest segment and gives its memory back.
+    /// Segments the small queue aims at.
+    fn small_target(&self) -> usize {
+        ((self.segs.queued(Queue::Small) + self.segs.queued(Queue::Main)) / SMALL_SHARE).max(1)
+    }
+
+    /// Drops every item of the oldest segment (of the small queue while it is over its aim,
+    /// else of the main queue) and gives its memory back; items read since their last pass
+    /// move to the main queue's head while it has room.
     pub fn evict_oldest(&mut self, g: &Global) -> bool {
         if !g.evictions {
             return false;
         }
-        let Some(seg) = self.segs.oldest() else {
+        let q = if self.segs.queued(Queue::Small) > self.small_target()
+            || self.segs.oldest(Queue::Main).is_none()
+        {
+            Queue::Small
+        } else {
+            Queue::Main
+        };
+        let Some(seg) = self.segs.oldest(q) else {
             return false;
         };
-        self.segs.dequeue_oldest();
+        self.segs.dequeue_oldest(q);
+        self.evict_segment(g, seg);
+        true
+    }
+
+    /// Empties and frees `seg` (already out of its FIFO), giving recently read items a second
+    /// chance in the main queue's head while it has room. A small-queue segment whose read
+    /// items do not all fit there keeps the rest and becomes the main head instead (the
+    /// caller's next eviction then frees memory).
+    fn evict_segment(&mut self, g: &Global, seg: u32) {
+        let large = self.segs[seg].large();
+        let small = self.segs[seg].queue == Queue::Small;
+        let rest = if small { Rest::Stay } else { Rest::Evict };
         match self.segs.head {
-            // Second chance for recently read items while the head has room.
-            Some(head) if head != seg && !self.segs[seg].large() => {
-                self.move_to_head(g, seg, head, true)
+            Some(head) if head != seg && !large => {
+                if !self.move_to_head(g, seg, Queue::Main, true, rest) {
+                    let now = self.now;
+                    self.recycle_in_place(g, seg, g.seg_size, false, now, Queue::Main);
+                }
+            }
+            None if small => {
+                let now = self.now;
+                self.recycle_in_place(g, seg, g.seg_size, false, now, Queue::Main);
             }
             _ => {
                 let now = self.now;
@@ -147,19 +207,91 @@ impl Shard {
                 self.settle(g);
             }
         }
+    }
+
+    /// At the limit, makes room for a head of queue `q` (for an item of `size` bytes).
+    ///
+    /// The small queue makes room by evicting its oldest segment: items read while there
+    /// move to the main queue, the rest are evicted. The main queue grows only by those
+    /// moves: while the small queue holds more than its share, a victim whose read items do
+    /// not fit in the main head becomes the main head itself. Once the small queue is down to
+    /// its share, the main queue makes room by recycling its oldest segment (second chance
+    /// for items read since their last pass), and gives a segment back if the small queue
+    /// falls below its share.
+    fn recycle(&mut self, g: &Global, now: u32, q: Queue, size: usize) -> bool {
+        let small = self.segs.queued(Queue::Small);
+        let target = self.small_target();
+        let main_empty = self.segs.oldest(Queue::Main).is_none();
+        let small_over = small > target || main_empty;
+        match q {
+            Queue::Main if !small_over => return self.recycle_main(g, now, size),
+            Queue::Small if small < target && !main_empty => {
+                return self.main_gives_segment(g, now)
+            }
+            _ => {}
+        }
+        let Some(victim) = self.segs.oldest(Queue::Small) else {
+            return false;
+        };
+        // Keep the read items (their ACCESSED bit cleared: they start the main queue afresh).
+        self.segs[victim].live_items += 1;
+        let kept = self.compact(victim, g, g.seg_size, false, now);
+        self.segs[victim].live_items -= 1;
+        if kept == 0 {
+            self.segs.requeue_as_head(victim, q);
+        } else if q == Queue::Main {
+            self.segs.requeue_as_head(victim, Queue::Main);
+        } else {
+            // Emptied, the victim's buffer comes back as a spare for the small queue's head.
+            // While the main queue may grow, what does not fit in its head stays, and the
+            // victim (compacted again) becomes the new main head.
+            self.segs.dequeue_oldest(Queue::Small);
+            let rest = if small_over {
+                Rest::Stay
+            } else {
+                Rest::RecycleMain
+            };
+            if !self.move_to_head(g, victim, Queue::Main, false, rest) {
+                self.recycle_in_place(g, victim, g.seg_size, true, now, Queue::Main);
+            }
+        }
+        self.settle(g);
         true
     }
 
-    /// Segment-level second chance: the victim (FIFO-oldest, or among the few oldest one that
-    /// is mostly dead bytes) is compacted in place keeping recently read items (up to 3/4 of a
-    /// segment) and becomes the new head.
-    fn recycle(&mut self, g: &Global, now: u32) -> bool {
-        let Some(oldest) = self.segs.oldest() else {
+    fn main_head_has_room(&self, bytes: usize) -> bool {
+        self.segs.head.is_some_and(|h| {
+            let s = &self.segs[h];
+            s.buf.len() - s.used >= bytes
+        })
+    }
+
+    /// The small queue is under its share: the main queue's oldest segment is freed for it,
+    /// its read items moved to the main head (recycled in place first if it has no room).
+    fn main_gives_segment(&mut self, g: &Global, now: u32) -> bool {
+        let Some(victim) = self.segs.oldest(Queue::Main) else {
+            return false;
+        };
+        match self.segs.head {
+            Some(head) if head != victim && self.main_head_has_room(g.seg_size / 4) => {
+                self.segs.dequeue_oldest(Queue::Main);
+                self.evict_segment(g, victim);
+                true
+            }
+            _ => self.recycle_main(g, now, g.seg_size / 4),
+        }
+    }
+
+    /// Segment-level second chance in the main queue: the victim (FIFO-oldest, or among the
+    /// few oldest one that is mostly dead bytes) is compacted in place keeping recently read
+    /// items (up to 3/4 of a segment) and becomes the main head.
+    fn recycle_main(&mut self, g: &Global, now: u32, need: usize) -> bool {
+        let Some(oldest) = self.segs.oldest(Queue::Main) else {
             return false;
         };
         let mut victim = oldest;
         let mut best_dead = 0;
-        for id in self.segs.oldest_few(VICTIM_WINDOW) {
+        for id in self.segs.oldest_few(Queue::Main, VICTIM_WINDOW) {
             let s = &self.segs[id];
             if s.large() {
                 continue;
@@ -171,28 +303,32 @@ impl Shard {
             }
         }
         if self.segs[victim].large() {
-            return self.evict_oldest(g);
+            self.segs.dequeue_oldest(Queue::Main);
+            self.evict_segment(g, victim);
+            return true;
         }
         // Keeping at most 3/4 frees at least a quarter segment, room for any non-large item.
         // A mostly-dead segment keeps all its live items; the FIFO-oldest keeps only read ones.
-        self.recycle_in_place(g, victim, g.seg_size * 3 / 4, victim != oldest, now);
+        let budget = g.seg_size - need;
+        self.recycle_in_place(g, victim, budget, victim != oldest, now, Queue::Main);
         true
     }
 
-    /// Under the limit, rewriting a mostly dead segment in place beats taking fresh memory
-    /// when only a few items have to move: a fresh segment costs a page fault per 4 KiB
-    /// written (values of 100 KB pay ~25 each), and memory would otherwise grow with dead
-    /// bytes up to the limit. The item bound keeps the stall under the shard lock short.
-    fn recycle_dead(&mut self, g: &Global, now: u32) -> bool {
+    /// Under the limit, rewriting a mostly dead segment of queue `q` in place beats taking
+    /// fresh memory when only a few items have to move: a fresh segment costs a page fault
+    /// per 4 KiB written (values of 100 KB pay ~25 each), and memory would otherwise grow
+    /// with dead bytes up to the limit. The item bound keeps the stall under the shard lock
+    /// short.
+    fn recycle_dead(&mut self, g: &Global, now: u32, q: Queue) -> bool {
         // Drops stale entries so the window sees live segments.
-        if self.segs.oldest().is_none() {
+        if self.segs.oldest(q).is_none() {
             return false;
         }
         let mut victim = None;
         let mut best_dead = 0;
-        for id in self.segs.oldest_few(VICTIM_WINDOW) {
+        for id in self.segs.oldest_few(q, VICTIM_WINDOW) {
             let s = &self.segs[id];
-            if s.large() || Some(id) == self.segs.head {
+            if s.large() || self.segs.is_head(id) {
                 continue;
             }
             let dead = s.used - s.live_bytes;
@@ -204,11 +340,12 @@ impl Shard {
         let Some(victim) = victim else {
             return false;
         };
-        self.recycle_in_place(g, victim, g.seg_size, true, now);
+        self.recycle_in_place(g, victim, g.seg_size, true, now, q);
         true
     }
 
-    /// Compacts `victim` in place (see `compact`) and makes it the head, youngest in the FIFO.
+    /// Compacts `victim` in place (see `compact`) and makes it the head of `q`, youngest in
+    /// that FIFO.
     fn recycle_in_place(
         &mut self,
         g: &Global,
@@ -216,11 +353,12 @@ impl Shard {
         keep_budget: usize,
         keep_all: bool,
         now: u32,
+        q: Queue,
     ) {
         self.segs[victim].live_items += 1;
         self.compact(victim, g, keep_budget, keep_all, now);
         self.segs[victim].live_items -= 1;
-        self.segs.requeue_as_head(victim);
+        self.segs.requeue_as_head(victim, q);
         self.settle(g);
     }
 
@@ -281,9 +419,17 @@ impl Shard {
         write
     }
 
-    /// Moves a sealed segment's live items into the head while they fit (only recently read
-    /// ones if `only_accessed`), evicts the rest, and frees the segment.
-    pub fn move_to_head(&mut self, g: &Global, seg: u32, head: u32, only_accessed: bool) {
+    /// Moves a sealed segment's live items into the head of queue `q` while they fit (only
+    /// recently read ones if `only_accessed`), does with the rest as `rest` says, and frees
+    /// the segment if no item is left in it. Returns whether it was freed.
+    pub fn move_to_head(
+        &mut self,
+        g: &Global,
+        seg: u32,
+        q: Queue,
+        only_accessed: bool,
+        rest: Rest,
+    ) -> bool {
         let used = self.segs[seg].used;
         let now = self.now;
         let mut off = 0;
@@ -293,40 +439,59 @@ impl Shard {
             let l = item::parse(self.segs.buf(seg, off));
             let total = l.total();
             if l.bits & DEAD == 0 {
+                let gone = g.gone(self.segs.buf(seg, off), &l, now);
+                let wanted = gone.is_none() && (!only_accessed || l.bits & ACCESSED != 0);
+                let room = |s: &Self| {
+                    s.segs
+                        .head_of(q)
+                        .filter(|&h| h != seg && s.segs[h].buf.len() - s.segs[h].used >= total)
+                };
+                if wanted && rest == Rest::RecycleMain && room(self).is_none() {
+                    self.recycle_main(g, now, total);
+                }
                 let buf = self.segs.buf(seg, off);
-                let gone = g.gone(buf, &l, now);
                 let h = g.hash(&buf[l.key..l.key + l.key_len]);
                 let slot = self.index.find_loc(h, loc_of(seg, off)).expect("indexed");
-                let hs = &self.segs[head];
-                let fits = hs.buf.len() - hs.used >= total;
-                if gone.is_none() && fits && (!only_accessed || l.bits & ACCESSED != 0) {
-                    let dst = hs.used;
-                    self.segs.copy((seg, off), total, (head, dst));
-                    let hs = &mut self.segs[head];
-                    if only_accessed {
-                        hs.buf[dst] &= !ACCESSED;
+                let room = room(self);
+                if wanted && room.is_none() && rest == Rest::Stay {
+                    off += total;
+                    continue;
+                }
+                match room.filter(|_| wanted) {
+                    Some(head) => {
+                        let dst = self.segs[head].used;
+                        self.segs.copy((seg, off), total, (head, dst));
+                        let hs = &mut self.segs[head];
+                        if only_accessed {
+                            hs.buf[dst] &= !ACCESSED;
+                        }
+                        hs.used += total;
+                        hs.live_bytes += total;
+                        hs.live_items += 1;
+                        self.index.set_loc(slot, loc_of(head, dst));
+                        let s = &mut self.segs[seg];
+                        s.buf[off] |= DEAD;
+                        s.live_bytes -= total;
+                        s.live_items -= 1;
                     }
-                    hs.used += total;
-                    hs.live_bytes += total;
-                    hs.live_items += 1;
-                    self.index.set_loc(slot, loc_of(head, dst));
-                    let s = &mut self.segs[seg];
-                    s.buf[off] |= DEAD;
-                    s.live_bytes -= total;
-                    s.live_items -= 1;
-                } else {
-                    if gone.is_some() {
-                        self.stats.reclaimed += 1;
+                    None => {
+                        if gone.is_some() {
+                            self.stats.reclaimed += 1;
+                        }
+                        let f = Found { slot, seg, off, l };
+                        self.unlink(f, gone.unwrap_or(Unlink::Evicted));
                     }
-                    let f = Found { slot, seg, off, l };
-                    self.unlink(f, gone.unwrap_or(Unlink::Evicted));
                 }
             }
             off += total;
         }
         self.segs[seg].live_items -= 1;
-        self.segs.free(seg);
+        let freed = self.segs[seg].live_items == 0;
+        if freed {
+            self.segs.free(seg);
+        }
         self.settle(g);
+        freed
     }
 }
 
@@ -392,6 +557,55 @@ mod tests {
         }
         assert!(s.stats().counters.evictions > 200_000);
         assert!(val(&s, "cold:0", T0).is_none());
+    }
+
+    /// A one-off scan of never-read keys, 3x what the cache holds, with no read of the hot
+    /// set meanwhile: the hot set (read once after being stored) survives whole, the scan's
+    /// keys are evicted and counted as evictions of unfetched items.
+    #[test]
+    fn hot_set_survives_a_one_off_scan_larger_than_the_cache() {
+        let s = store_mb(4);
+        let v = vec![b'h'; 100];
+        let hot: Vec<String> = (0..3_000).map(|i| format!("hot:{i}")).collect();
+        for k in &hot {
+            s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), T0);
+        }
+        for k in &hot {
+            assert!(get(&s, k, T0).is_some());
+        }
+        // Learn the capacity in items.
+        let probe = store_mb(4);
+        for i in 0..100_000u64 {
+            probe.store(
+                StoreRequest::new(StoreMode::Set, format!("scan:{i}").as_bytes(), &v),
+                T0,
+            );
+        }
+        let cap = probe.len();
+        let scan = cap * 3;
+        for i in 0..scan {
+            s.store(
+                StoreRequest::new(StoreMode::Set, format!("scan:{i}").as_bytes(), &v),
+                T0,
+            );
+        }
+        let lost: Vec<&String> = hot.iter().filter(|k| val(&s, k, T0).is_none()).collect();
+        assert!(
+            lost.is_empty(),
+            "{} of 3000 hot keys lost to the scan",
+            lost.len()
+        );
+        let st = s.stats().counters;
+        assert!(
+            st.evictions >= scan + 3_000 - cap,
+            "{} evictions",
+            st.evictions
+        );
+        assert_eq!(
+            st.evicted_unfetched, st.evictions,
+            "only scan keys were evicted"
+        );
+        assert!(val(&s, "scan:0", T0).is_none());
     }
 
     #[test]
@@ -640,8 +854,9 @@ mod tests {
         assert_eq!(s.stats().counters.curr_items, s.len());
     }
 
-    /// Hot/cold read-through workload: the segment second-chance policy's hit ratio is at least an
-    /// exact LRU's holding the same number of items.
+    /// Hot/cold read-through workload: the small/main queue policy's hit ratio is at least
+    /// about an exact LRU's holding the same number of items (the cold keys pass through the
+    /// small queue; the hot ones stay in the main queue).
     #[test]
     fn hit_ratio_at_least_lru() {
         use std::collections::{HashMap, VecDeque};
@@ -704,8 +919,8 @@ mod tests {
         }
         let (a, b) = (store_hits as f64 / 2e5, lru_hits as f64 / 2e5);
         println!("hit ratio: store {a:.3}, exact LRU {b:.3} ({cap} items)");
-        // 0.97: the shards' hash seeds vary per run, and with them the ratio by about 0.5%.
-        assert!(a >= b * 0.97, "store hit ratio {a:.3} vs LRU {b:.3}");
+        // The shards' hash seeds vary per run, and with them the ratio by about 0.5%.
+        assert!(a >= b * 0.98, "store hit ratio {a:.3} vs LRU {b:.3}");
     }
 
     /// Items kept at -m 64 after 1,000,000 sets of ~11-byte keys and 100-byte values.

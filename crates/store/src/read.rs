@@ -2,6 +2,7 @@
 //! and the `ItemView` handed to read closures.
 
 use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
+use crate::segments::Queue;
 use crate::shard::{Found, Global, NeedMem, Shard};
 use crate::types::{ItemView, MetaFlags, MetaGetOpts};
 
@@ -69,7 +70,7 @@ pub(crate) fn meta_lookup(
                 flags: 0,
                 force_exptime: g.force_exptime(),
             };
-            let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now)?;
+            let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now, Queue::Small)?;
             hdr.cas = s.next_cas();
             let (off, _) = s.write(seg, &hdr, key, 0, |_| {});
             s.link(g, h, None, seg, off);

@@ -2,6 +2,7 @@
 //! expired and flushed items without waiting for a read, free fully dead segments, move the
 //! live rest out of mostly dead ones, and give memory back after the limit was lowered.
 
+use crate::eviction::Rest;
 use crate::exptime::expired;
 use crate::item::{self, DEAD};
 use crate::shard::{loc_of, Found, Global, Shard, Unlink};
@@ -37,8 +38,7 @@ impl Shard {
                 self.reclaim_off = 0;
             }
             if !s.active || self.reclaim_off >= s.used {
-                let compactable =
-                    s.active && Some(seg) != self.segs.head && !s.large() && s.used > 0;
+                let compactable = s.active && !self.segs.is_head(seg) && !s.large() && s.used > 0;
                 self.reclaim_seg += 1;
                 self.reclaim_off = 0;
                 segs_seen += 1;
@@ -77,20 +77,22 @@ impl Shard {
     }
 
     /// A sealed segment that is at least 3/4 dead bytes has its live items moved to the head
-    /// when the head has room, so the segment's memory goes back to the pool. Returns the
-    /// bytes moved.
+    /// of its queue when that has room, so the segment's memory goes back to the pool.
+    /// Returns the bytes moved.
     fn maybe_compact(&mut self, g: &Global, seg: u32) -> usize {
         let s = &self.segs[seg];
         if (s.used - s.live_bytes) * 4 < s.used * 3 {
             return 0;
         }
-        let Some(head) = self.segs.head else { return 0 };
+        let Some(head) = self.segs.head_of(s.queue) else {
+            return 0;
+        };
         let hs = &self.segs[head];
         let live = s.live_bytes;
         if hs.buf.len() - hs.used < live {
             return 0;
         }
-        self.move_to_head(g, seg, head, false);
+        self.move_to_head(g, seg, self.segs[seg].queue, false, Rest::Evict);
         live
     }
 }

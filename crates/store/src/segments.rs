@@ -1,7 +1,8 @@
 //! One shard's segments and their lifecycle: buffers items are written into back to back
-//! (plus one dedicated, shared buffer per large item), the FIFO of segments by age that
-//! eviction takes victims from, the open head segment writes go to, and the memory each
-//! segment is charged for. What happens to the items inside a victim is `eviction`'s business.
+//! (plus one dedicated, shared buffer per large item), the two FIFOs of segments by age that
+//! eviction takes victims from (small: new items; main: items read while in small, and
+//! large items), each queue's open head segment writes go to, and the memory each segment
+//! is charged for. What happens to the items inside a victim is `eviction`'s business.
 
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
@@ -12,6 +13,16 @@ use crate::segbuf::SegBuf;
 
 /// Bookkeeping charged for a dedicated large-item buffer besides its bytes.
 pub(crate) const LARGE_OVERHEAD: u64 = 64;
+
+/// The FIFO a segment belongs to (S3-FIFO's small and main queues, see docs/storage.md,
+/// "Eviction").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Queue {
+    /// Newly stored keys: a one-off key leaves from here without touching the main queue.
+    Small = 0,
+    /// Items read while in the small queue, rewrites of read items, and large items.
+    Main = 1,
+}
 
 /// One segment: a buffer filled from the front, with the live share of what was written.
 pub(crate) struct Seg {
@@ -26,6 +37,7 @@ pub(crate) struct Seg {
     /// (the reclaim cursor) is known to be stale.
     pub layout: u32,
     pub active: bool,
+    pub queue: Queue,
 }
 
 impl Seg {
@@ -56,11 +68,15 @@ pub(crate) struct SegFigures {
 pub(crate) struct Segments {
     segs: Vec<Seg>,
     free_ids: Vec<u32>,
-    /// (id, gen) by age, oldest first; entries whose gen no longer matches are stale.
-    fifo: VecDeque<(u32, u32)>,
-    /// The open segment small items are written to.
+    /// Per queue, (id, gen) by age, oldest first; entries whose gen no longer matches are stale.
+    fifos: [VecDeque<(u32, u32)>; 2],
+    /// The open segment of the main queue that items are written to.
     pub head: Option<u32>,
+    /// The open segment of the small queue.
+    pub small_head: Option<u32>,
     active: usize,
+    /// Segments (not large ones) in use per queue.
+    queued: [usize; 2],
     charged: u64,
     /// Memory freed while no budget was at hand; handed back by `settle`.
     pending_release: u64,
@@ -87,6 +103,33 @@ impl Segments {
         self.active
     }
 
+    /// Segments (large ones apart) in queue `q`.
+    pub fn queued(&self, q: Queue) -> usize {
+        self.queued[q as usize]
+    }
+
+    /// The open segment of queue `q`.
+    pub fn head_of(&self, q: Queue) -> Option<u32> {
+        match q {
+            Queue::Small => self.small_head,
+            Queue::Main => self.head,
+        }
+    }
+
+    /// Makes `seg`, already in queue `q`, that queue's open segment.
+    pub fn set_head(&mut self, q: Queue, seg: u32) {
+        debug_assert_eq!(self.segs[seg as usize].queue, q);
+        match q {
+            Queue::Small => self.small_head = Some(seg),
+            Queue::Main => self.head = Some(seg),
+        }
+    }
+
+    /// Whether `seg` is the open segment of its queue.
+    pub fn is_head(&self, seg: u32) -> bool {
+        self.head == Some(seg) || self.small_head == Some(seg)
+    }
+
     /// Size of the table (ids in use or free), for walks over it.
     pub fn table_len(&self) -> usize {
         self.segs.len()
@@ -107,8 +150,10 @@ impl Segments {
         self.segs[seg as usize].buf.header_mut(off, off + l.value)
     }
 
-    /// Puts `buf` (already charged to the budget) in use as the youngest segment.
-    pub fn add(&mut self, buf: Box<[u8]>, large: bool) -> u32 {
+    /// Puts `buf` (already charged to the budget) in use as the youngest segment of queue
+    /// `q` (large items always go to the main queue).
+    pub fn add(&mut self, buf: Box<[u8]>, large: bool, q: Queue) -> u32 {
+        let q = if large { Queue::Main } else { q };
         let seg = Seg {
             buf: if large {
                 SegBuf::shared(buf)
@@ -121,6 +166,7 @@ impl Segments {
             gen: 0,
             layout: 0,
             active: true,
+            queue: q,
         };
         let id = match self.free_ids.pop() {
             Some(id) => {
@@ -136,13 +182,16 @@ impl Segments {
         };
         self.charged += self.segs[id as usize].charge();
         self.active += 1;
-        if self.fifo.len() > 2 * self.active + 64 {
+        if !large {
+            self.queued[q as usize] += 1;
+        }
+        let fifo = &mut self.fifos[q as usize];
+        if fifo.len() > 2 * self.active + 64 {
             // Drop entries of freed segments so the queue stays proportional to live ones.
             let segs = &self.segs;
-            self.fifo
-                .retain(|&(i, gen)| segs[i as usize].active && segs[i as usize].gen == gen);
+            fifo.retain(|&(i, gen)| segs[i as usize].active && segs[i as usize].gen == gen);
         }
-        self.fifo.push_back((id, self.segs[id as usize].gen));
+        fifo.push_back((id, self.segs[id as usize].gen));
         id
     }
 
@@ -151,15 +200,22 @@ impl Segments {
         let s = &mut self.segs[seg as usize];
         debug_assert!(s.active);
         let charge = s.charge();
+        let queue = s.queue;
         let buf = std::mem::take(&mut s.buf);
         s.active = false;
         s.used = 0;
         s.gen = s.gen.wrapping_add(1);
         s.layout = s.layout.wrapping_add(1);
+        if !buf.is_shared() {
+            self.queued[queue as usize] -= 1;
+        }
         self.free_ids.push(seg);
         self.active -= 1;
         if self.head == Some(seg) {
             self.head = None;
+        }
+        if self.small_head == Some(seg) {
+            self.small_head = None;
         }
         self.charged -= charge;
         match buf {
@@ -172,10 +228,10 @@ impl Segments {
     /// A segment whose last live item just died: freed, except that an empty head is kept
     /// for writes, from its start.
     pub fn emptied(&mut self, seg: u32) {
-        let s = &mut self.segs[seg as usize];
-        if s.large() || Some(seg) != self.head {
+        if self.segs[seg as usize].large() || !self.is_head(seg) {
             self.free(seg);
         } else {
+            let s = &mut self.segs[seg as usize];
             s.used = 0;
             s.layout = s.layout.wrapping_add(1);
         }
@@ -188,8 +244,9 @@ impl Segments {
                 self.free(id);
             }
         }
-        self.fifo.clear();
+        self.fifos.iter_mut().for_each(VecDeque::clear);
         self.head = None;
+        self.small_head = None;
     }
 
     /// Hands memory freed since the last call back to the budget.
@@ -211,43 +268,70 @@ impl Segments {
         s.active && s.gen == gen
     }
 
-    /// Oldest segment still in use, dropping stale FIFO entries on the way.
-    pub fn oldest(&mut self) -> Option<u32> {
-        while let Some(&(id, gen)) = self.fifo.front() {
+    /// Oldest segment of queue `q` still in use, dropping stale FIFO entries on the way.
+    pub fn oldest(&mut self, q: Queue) -> Option<u32> {
+        while let Some(&(id, gen)) = self.fifos[q as usize].front() {
             if self.is_current(id, gen) {
                 return Some(id);
             }
-            self.fifo.pop_front();
+            self.fifos[q as usize].pop_front();
         }
         None
     }
 
-    /// Removes the oldest entry from the FIFO (after `oldest` returned it).
-    pub fn dequeue_oldest(&mut self) {
-        self.fifo.pop_front();
+    /// Removes the oldest entry from queue `q` (after `oldest(q)` returned it).
+    pub fn dequeue_oldest(&mut self, q: Queue) {
+        self.fifos[q as usize].pop_front();
     }
 
-    /// Segments in use among the first `n` FIFO entries, oldest first.
-    pub fn oldest_few(&self, n: usize) -> impl Iterator<Item = u32> + '_ {
-        self.fifo
+    /// Segments in use among the first `n` entries of queue `q`, oldest first.
+    pub fn oldest_few(&self, q: Queue, n: usize) -> impl Iterator<Item = u32> + '_ {
+        self.fifos[q as usize]
             .iter()
             .take(n)
             .filter(|&&(id, gen)| self.is_current(id, gen))
             .map(|&(id, _)| id)
     }
 
-    /// Makes `seg` the youngest segment and the head (it was rewritten in place).
-    pub fn requeue_as_head(&mut self, seg: u32) {
-        let pos = self
-            .fifo
+    /// Every segment in use, main queue then small queue, each oldest first: about the
+    /// order items would leave in.
+    pub fn by_age(&self) -> impl Iterator<Item = u32> + '_ {
+        self.oldest_few(Queue::Main, usize::MAX)
+            .chain(self.oldest_few(Queue::Small, usize::MAX))
+    }
+
+    /// Makes `seg` (rewritten in place, or dequeued) the youngest segment and the head of
+    /// queue `q`, moving it there from the queue it was in.
+    pub fn requeue_as_head(&mut self, seg: u32, q: Queue) {
+        self.requeue(seg, q);
+        self.set_head(q, seg);
+    }
+
+    /// Makes `seg` the youngest segment of queue `q`, moving it there from the queue it was
+    /// in (and out of its queue's head).
+    pub fn requeue(&mut self, seg: u32, q: Queue) {
+        let from = self.segs[seg as usize].queue;
+        let fifo = &mut self.fifos[from as usize];
+        if let Some(pos) = fifo
             .iter()
             .position(|&(id, gen)| id == seg && self.segs[id as usize].gen == gen)
-            .expect("segment is queued");
-        self.fifo.remove(pos);
+        {
+            fifo.remove(pos);
+        }
+        if self.head == Some(seg) {
+            self.head = None;
+        }
+        if self.small_head == Some(seg) {
+            self.small_head = None;
+        }
         let s = &mut self.segs[seg as usize];
         s.gen = s.gen.wrapping_add(1);
-        self.fifo.push_back((seg, s.gen));
-        self.head = Some(seg);
+        s.queue = q;
+        if !s.large() {
+            self.queued[from as usize] -= 1;
+            self.queued[q as usize] += 1;
+        }
+        self.fifos[q as usize].push_back((seg, s.gen));
     }
 
     /// Writes an item at the end of `seg`; the value is produced by `fill` into a slice of
@@ -373,17 +457,21 @@ mod tests {
     #[test]
     fn segments_age_in_fifo_order_and_freed_ones_drop_out() {
         let mut t = Segments::default();
-        let a = t.add(buf(1024), false);
-        let b = t.add(buf(1024), false);
-        let c = t.add(buf(1024), false);
+        let a = t.add(buf(1024), false, Queue::Main);
+        let b = t.add(buf(1024), false, Queue::Main);
+        let c = t.add(buf(1024), false, Queue::Main);
         assert_eq!(t.count(), 3);
         assert_eq!(t.charged(), 3 * 1024);
-        assert_eq!(t.oldest(), Some(a));
+        assert_eq!(t.oldest(Queue::Main), Some(a));
         t.free(a);
-        assert_eq!(t.oldest(), Some(b), "a freed segment's entry is skipped");
-        assert_eq!(t.oldest_few(4).collect::<Vec<_>>(), vec![b, c]);
-        t.dequeue_oldest();
-        assert_eq!(t.oldest(), Some(c));
+        assert_eq!(
+            t.oldest(Queue::Main),
+            Some(b),
+            "a freed segment's entry is skipped"
+        );
+        assert_eq!(t.oldest_few(Queue::Main, 4).collect::<Vec<_>>(), vec![b, c]);
+        t.dequeue_oldest(Queue::Main);
+        assert_eq!(t.oldest(Queue::Main), Some(c));
         assert_eq!(t.count(), 2);
         assert_eq!(t.charged(), 2 * 1024);
     }
@@ -391,11 +479,11 @@ mod tests {
     #[test]
     fn a_freed_id_is_reused_with_a_new_generation() {
         let mut t = Segments::default();
-        let a = t.add(buf(1024), false);
+        let a = t.add(buf(1024), false, Queue::Main);
         let (gen, layout) = (t[a].gen, t[a].layout);
         t.free(a);
         assert!(!t[a].active);
-        let again = t.add(buf(1024), false);
+        let again = t.add(buf(1024), false, Queue::Main);
         assert_eq!(again, a);
         assert_ne!(t[a].gen, gen, "the old FIFO entry must read as stale");
         assert_ne!(
@@ -403,7 +491,7 @@ mod tests {
             "a saved walk position must read as stale"
         );
         // Only the new entry counts.
-        assert_eq!(t.oldest_few(8).count(), 1);
+        assert_eq!(t.oldest_few(Queue::Main, 8).count(), 1);
         assert_eq!(t.table_len(), 1);
     }
 
@@ -412,8 +500,8 @@ mod tests {
         let mem = Budget::new(1 << 20, 0, 4);
         let mut t = Segments::default();
         assert!(mem.try_reserve(4096 + 100 + LARGE_OVERHEAD));
-        let small = t.add(buf(4096), false);
-        let large = t.add(buf(100), true);
+        let small = t.add(buf(4096), false, Queue::Main);
+        let large = t.add(buf(100), true, Queue::Main);
         assert!(t[large].large() && !t[small].large());
         assert_eq!(t.charged(), 4096 + 100 + LARGE_OVERHEAD);
         t.free(small);
@@ -436,7 +524,7 @@ mod tests {
     #[test]
     fn writes_append_and_an_emptied_head_is_kept_for_writes() {
         let mut t = Segments::default();
-        let s = t.add(buf(1024), false);
+        let s = t.add(buf(1024), false, Queue::Main);
         t.head = Some(s);
         let (o1, l1) = t.write(s, &hdr(), b"k1", 5, |v| v.copy_from_slice(b"hello"));
         let (o2, l2) = t.write(s, &hdr(), b"k2", 3, |v| v.copy_from_slice(b"abc"));
@@ -446,7 +534,7 @@ mod tests {
         assert_eq!(t[s].live_items, 2);
         assert_eq!(&t.buf(s, o2)[l2.value..l2.value + 3], b"abc");
         // Copy a value across segments.
-        let d = t.add(buf(1024), false);
+        let d = t.add(buf(1024), false, Queue::Main);
         t.copy((s, o1 + l1.value), 5, (d, 10));
         assert_eq!(&t.buf(d, 10)[..5], b"hello");
         // The head, emptied, is rewound instead of freed; another segment is freed.
@@ -462,24 +550,58 @@ mod tests {
     #[test]
     fn a_requeued_segment_becomes_the_youngest_head() {
         let mut t = Segments::default();
-        let a = t.add(buf(1024), false);
-        let b = t.add(buf(1024), false);
-        t.requeue_as_head(a);
+        let a = t.add(buf(1024), false, Queue::Main);
+        let b = t.add(buf(1024), false, Queue::Main);
+        t.requeue_as_head(a, Queue::Main);
         assert_eq!(t.head, Some(a));
-        assert_eq!(t.oldest(), Some(b));
-        assert_eq!(t.oldest_few(8).collect::<Vec<_>>(), vec![b, a]);
+        assert_eq!(t.oldest(Queue::Main), Some(b));
+        assert_eq!(t.oldest_few(Queue::Main, 8).collect::<Vec<_>>(), vec![b, a]);
         t.free_all();
         assert_eq!(t.count(), 0);
         assert_eq!(t.head, None);
-        assert_eq!(t.oldest(), None);
+        assert_eq!(t.oldest(Queue::Main), None);
+    }
+
+    #[test]
+    fn a_segment_moves_between_queues_with_its_count_and_head() {
+        let mut t = Segments::default();
+        let a = t.add(buf(1024), false, Queue::Small);
+        let b = t.add(buf(1024), false, Queue::Small);
+        let m = t.add(buf(1024), false, Queue::Main);
+        let l = t.add(buf(5000), true, Queue::Small);
+        assert_eq!(
+            t[l].queue,
+            Queue::Main,
+            "large items live in the main queue"
+        );
+        t.set_head(Queue::Small, b);
+        t.set_head(Queue::Main, m);
+        assert_eq!((t.queued(Queue::Small), t.queued(Queue::Main)), (2, 1));
+        assert_eq!(t.oldest(Queue::Small), Some(a));
+        assert_eq!(t.oldest(Queue::Main), Some(m));
+        // The small queue's oldest becomes the main head: counts follow, the old main head
+        // stays queued but is no longer a head.
+        t.requeue_as_head(a, Queue::Main);
+        assert_eq!((t.queued(Queue::Small), t.queued(Queue::Main)), (1, 2));
+        assert_eq!(
+            (t.head_of(Queue::Main), t.head_of(Queue::Small)),
+            (Some(a), Some(b))
+        );
+        assert!(!t.is_head(m) && t.is_head(a) && t.is_head(b));
+        assert_eq!(t.oldest(Queue::Small), Some(b));
+        assert_eq!(t.by_age().collect::<Vec<_>>(), vec![m, l, a, b]);
+        // Freeing a head clears it and its queue's count.
+        t.free(b);
+        assert_eq!((t.queued(Queue::Small), t.head_of(Queue::Small)), (0, None));
+        assert_eq!(t.oldest(Queue::Small), None);
     }
 
     #[test]
     fn figures_count_small_and_large_segments_apart() {
         let mut t = Segments::default();
-        let s = t.add(buf(1024), false);
+        let s = t.add(buf(1024), false, Queue::Main);
         t.write(s, &hdr(), b"k", 10, |_| {});
-        let l = t.add(buf(5000), true);
+        let l = t.add(buf(5000), true, Queue::Main);
         t.write(l, &hdr(), b"big", 4900, |_| {});
         let f = t.figures();
         assert_eq!((f.segments, f.large_items, f.large_bytes), (1, 1, 5000));

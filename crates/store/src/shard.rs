@@ -192,7 +192,7 @@ impl Shard {
     /// Last access time of the first live item of the oldest segment: about the oldest
     /// item's (memcached's per-class `age`).
     pub fn oldest_item_time(&self) -> Option<u32> {
-        let seg = self.segs.oldest_few(usize::MAX).next()?;
+        let seg = self.segs.by_age().next()?;
         let s = &self.segs[seg];
         let mut off = 0;
         while off < s.used {
@@ -496,7 +496,8 @@ impl Shard {
         let keep_wide = wide_cas || f.l.bits & item::CAS_WIDE != 0;
         let cas_for_size = if keep_wide { u64::MAX } else { 0 };
         let size = item::encoded_len(key.len(), f.l.value_len, flags, cas_for_size, true);
-        let seg = self.alloc(g, size, now)?;
+        let q = self.queue_for(Some(&f));
+        let seg = self.alloc(g, size, now, q)?;
         // Allocation may have evicted or moved the item.
         let Some(f) = self.find_live(g, h, key, now) else {
             self.unalloc(g, seg);
@@ -548,6 +549,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::segments::Queue;
     use crate::test_util::{set, store_mb, val, T0};
 
     fn global(limit: u64) -> Global {
@@ -576,7 +578,9 @@ mod tests {
     fn shard(g: &Global) -> (Shard, u32) {
         let mut s = Shard::new(3, 4, 64);
         assert!(g.mem.try_reserve(4096));
-        let seg = s.segs.add(vec![0u8; 4096].into_boxed_slice(), false);
+        let seg = s
+            .segs
+            .add(vec![0u8; 4096].into_boxed_slice(), false, Queue::Main);
         s.segs.head = Some(seg);
         (s, seg)
     }
@@ -647,7 +651,9 @@ mod tests {
         let (mut s, first) = shard(&g);
         put(&mut s, &g, first, b"a", b"v", 0);
         assert!(g.mem.try_reserve(4096));
-        let second = s.segs.add(vec![0u8; 4096].into_boxed_slice(), false);
+        let second = s
+            .segs
+            .add(vec![0u8; 4096].into_boxed_slice(), false, Queue::Main);
         s.segs.head = Some(second);
         put(&mut s, &g, second, b"b", b"v", 0);
         let used = g.mem.used();
@@ -688,7 +694,9 @@ mod tests {
         for i in 0..100u32 {
             if i % 50 == 0 {
                 assert!(g.mem.try_reserve(4096));
-                let seg = s.segs.add(vec![0u8; 4096].into_boxed_slice(), false);
+                let seg = s
+                    .segs
+                    .add(vec![0u8; 4096].into_boxed_slice(), false, Queue::Main);
                 s.segs.head = Some(seg);
                 segs.push(seg);
             }

@@ -48,7 +48,7 @@ impl Shard {
         now: u32,
         f: &mut impl FnMut(&Record<'_>) -> io::Result<()>,
     ) -> io::Result<()> {
-        for seg in self.segs.oldest_few(usize::MAX) {
+        for seg in self.segs.by_age() {
             let used = self.segs[seg].used;
             let mut off = 0;
             while off < used {

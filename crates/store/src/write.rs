@@ -2,6 +2,7 @@
 //! before and after allocation, then written by copy or in place).
 
 use crate::item::{self, Header, ACCESSED, STALE, TOKEN_SENT};
+use crate::segments::Queue;
 use crate::shard::{Found, Global, NeedMem, Shard, Unlink};
 use crate::types::{StoreMode, StoreOpts, StoreOutcome, StoreResult, Value};
 
@@ -101,9 +102,9 @@ pub(crate) fn store_in_shard(
 ) -> Result<StoreOutcome, NeedMem> {
     let now = req.now;
     let planned = match src {
-        Source::Copy(_) => plan_and_alloc(s, g, req, |s, g, size| s.alloc(g, size, now))?,
+        Source::Copy(_) => plan_and_alloc(s, g, req, |s, g, size, q| s.alloc(g, size, now, q))?,
         Source::InPlace { owned, .. } => {
-            plan_and_alloc(s, g, req, |s, g, _| s.adopt_large(g, owned))?
+            plan_and_alloc(s, g, req, |s, g, _, _| s.adopt_large(g, owned))?
         }
     };
     let (plan, seg) = match planned {
@@ -191,13 +192,14 @@ fn plan_and_alloc(
     s: &mut Shard,
     g: &Global,
     req: &StoreReq<'_>,
-    alloc: impl FnOnce(&mut Shard, &Global, usize) -> Result<u32, NeedMem>,
+    alloc: impl FnOnce(&mut Shard, &Global, usize, Queue) -> Result<u32, NeedMem>,
 ) -> Result<Result<(Plan, u32), StoreOutcome>, NeedMem> {
     let plan = match plan_store(s, g, req, false) {
         Ok(p) => p,
         Err(o) => return Ok(Err(o)),
     };
-    let seg = alloc(s, g, plan.size)?;
+    let q = s.queue_for(plan.old.as_ref());
+    let seg = alloc(s, g, plan.size, q)?;
     match plan_store(s, g, req, true) {
         Ok(p) => Ok(Ok((p, seg))),
         Err(o) => {
