@@ -3,7 +3,7 @@
 //! memory or rewrites a mostly dead segment; at the limit it evicts its FIFO-oldest segment,
 //! giving recently read items a second chance (see docs/storage.md, "Eviction").
 
-use crate::index::WAYS;
+use crate::index;
 use crate::item::{self, ACCESSED, DEAD};
 use crate::segments::LARGE_OVERHEAD;
 use crate::shard::{grown_past_reservation, loc_of, Found, Global, NeedMem, Shard, Unlink};
@@ -63,7 +63,7 @@ impl Shard {
             return Ok(());
         }
         let n = grown_past_reservation(self.index.nbuckets());
-        let delta = (n * WAYS * 8) as u64 - self.index.bytes() as u64;
+        let delta = (index::bytes_for(n) - self.index.bytes()) as u64;
         loop {
             if g.mem.try_reserve(delta) {
                 break;

@@ -79,9 +79,10 @@ impl Store {
         // Fine enough that every shard has dozens of segments, coarse enough that per-segment
         // slack is negligible: 64 MiB -> 64 KiB segments.
         let seg_size = ((limit / 1024).next_power_of_two()).clamp(16 << 10, 1 << 20) as usize;
-        // One index slot per ~128 bytes of limit: ~90% full when the cache is full of
-        // ~140-byte items; it grows if items are smaller.
-        let slots = (limit / 128) as usize;
+        // One index slot (6.4 bytes) per 120 bytes of limit, 5.3% of it: ~94% full when the
+        // cache is full of ~128-byte items (workload 7); it grows if items are smaller.
+        // Charging for 90% instead (one per ~115 bytes) held fewer such items.
+        let slots = (limit / 120) as usize;
         let buckets_per_shard = (slots / index::WAYS / NSHARDS).max(4);
         let shards: Vec<Padded> = (0..NSHARDS)
             .map(|i| {
@@ -92,7 +93,7 @@ impl Store {
                 )))
             })
             .collect();
-        let index_bytes = (buckets_per_shard * index::WAYS * 8 * NSHARDS) as u64;
+        let index_bytes = (index::bytes_for(buckets_per_shard) * NSHARDS) as u64;
         let g = Global {
             // Spares: a few segments' worth, and never a noticeable share of a small limit.
             mem: Budget::new(

@@ -8,17 +8,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::budget::Budget;
 use crate::exptime::expired;
-use crate::index::{Index, WAYS};
+use crate::index::{self, Index, WAYS};
 use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
 use crate::segbuf::ValueAt;
 use crate::segments::{SegFigures, Segments};
 use crate::stats::Counters;
 
-const OFF_BITS: u64 = 24;
+/// Offsets within a segment (at most 1 MiB) or within a large item's own buffer (the item
+/// starts within its first ~17 KB); the segment id takes the bits above.
+const OFF_BITS: u64 = 20;
 const OFF_MASK: u64 = (1 << OFF_BITS) - 1;
-/// Index buckets a shard starts with (32 KiB; 16 shards together match memcached's initial
-/// 2^16-bucket hash table).
-const INDEX_START_BUCKETS: usize = 512;
+/// Index buckets a shard starts with (25 KiB, 4,000 entries; 16 shards together about match
+/// memcached's initial 2^16-bucket hash table).
+const INDEX_START_BUCKETS: usize = 400;
 
 /// What all shards share: the memory budget and store-wide settings.
 pub(crate) struct Global {
@@ -106,6 +108,7 @@ pub(crate) struct Shard {
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
+    debug_assert!((off as u64) <= OFF_MASK);
     ((seg as u64) << OFF_BITS) | off as u64
 }
 fn split_loc(loc: u64) -> (u32, usize) {
@@ -137,7 +140,7 @@ impl Shard {
             segs: Segments::default(),
             index: Index::new(index_buckets.min(INDEX_START_BUCKETS)),
             index_reserved: index_buckets,
-            index_charged: (index_buckets * WAYS * 8) as u64,
+            index_charged: index::bytes_for(index_buckets) as u64,
             cas_counter: 0,
             stats: Counters::default(),
             reclaim_seg: 0,
@@ -186,7 +189,7 @@ impl Shard {
 
     /// Index bytes charged to the limit up front (the index grows into them).
     pub fn index_reserved_bytes(&self) -> u64 {
-        (self.index_reserved * WAYS * 8) as u64
+        index::bytes_for(self.index_reserved) as u64
     }
 
     /// Last access time of the first live item of the oldest segment: about the oldest
@@ -683,7 +686,7 @@ mod tests {
     fn an_index_outgrowing_its_reservation_is_charged() {
         let g = global(1 << 30);
         let mut s = Shard::new(0, 4, 1);
-        assert_eq!(s.charged(), (WAYS * 8) as u64);
+        assert_eq!(s.charged(), index::bytes_for(1) as u64);
         let mut segs = Vec::new();
         for i in 0..100u32 {
             if i % 50 == 0 {
@@ -695,7 +698,7 @@ mod tests {
             let key = format!("key:{i}");
             put(&mut s, &g, *segs.last().unwrap(), key.as_bytes(), b"v", 0);
         }
-        let index_growth = s.index.bytes() as u64 - (WAYS * 8) as u64;
+        let index_growth = s.index.bytes() as u64 - index::bytes_for(1) as u64;
         assert!(index_growth > 0);
         assert_eq!(g.mem.used(), 2 * 4096 + index_growth);
         assert_eq!(s.charged(), 2 * 4096 + s.index.bytes() as u64);
