@@ -79,9 +79,9 @@ impl Store {
         // Fine enough that every shard has dozens of segments, coarse enough that per-segment
         // slack is negligible: 64 MiB -> 64 KiB segments.
         let seg_size = ((limit / 1024).next_power_of_two()).clamp(16 << 10, 1 << 20) as usize;
-        // One index slot (6.4 bytes) per 120 bytes of limit, 5.3% of it: ~94% full when the
-        // cache is full of ~128-byte items (workload 7); it grows if items are smaller.
-        // Charging for 90% instead (one per ~115 bytes) held fewer such items.
+        // One index slot (6.4 bytes) per 120 bytes of limit, 5.3% of it: ~90-95% full when
+        // the cache is full of ~128-byte items (workload 7); it grows if items are smaller.
+        // One per 116 or 124 bytes held as many such items (within run-to-run noise).
         let slots = (limit / 120) as usize;
         let buckets_per_shard = (slots / index::WAYS / NSHARDS).max(4);
         let shards: Vec<Padded> = (0..NSHARDS)
@@ -229,7 +229,7 @@ impl Store {
             s.settle(&self.g);
             return f(None);
         };
-        let (pre_bits, pre_time) = read::state_before(&s, &it);
+        let (pre_bits, pre_time) = read::state_before(&s, &it, now);
         if bump {
             s.bump(&it, now);
         }

@@ -47,16 +47,17 @@ impl Global {
         !self.evictions
     }
 
-    /// memcached's item_is_flushed, with `time` the item's last update/access time.
-    pub fn is_flushed(&self, time: u32, now: u32) -> bool {
+    /// memcached's item_is_flushed for the item at `buf`: last updated or read at or before
+    /// flush_all's cutoff, once that has come.
+    pub fn is_flushed(&self, buf: &[u8], l: &Layout, now: u32) -> bool {
         let ol = self.oldest_live.load(Ordering::Relaxed);
-        ol != 0 && ol <= now && time <= ol
+        ol != 0 && ol <= now && item::time(buf, l, now) <= ol
     }
 
     /// Why a live item stored at `buf` is gone at `now` (flushed or expired), if it is.
     /// `now == 0` means "not known": nothing is gone.
     pub fn gone(&self, buf: &[u8], l: &Layout, now: u32) -> Option<Unlink> {
-        if now != 0 && self.is_flushed(item::time(buf, l), now) {
+        if now != 0 && self.is_flushed(buf, l, now) {
             Some(Unlink::Flushed)
         } else if now != 0 && expired(item::exptime(buf, l), now) {
             Some(Unlink::Expired)
@@ -201,7 +202,7 @@ impl Shard {
         while off < s.used {
             let l = item::parse(&s.buf[off..]);
             if l.bits & DEAD == 0 {
-                return Some(item::time(&s.buf[off..], &l));
+                return Some(item::time(&s.buf[off..], &l, self.now));
             }
             off += l.total();
         }
@@ -231,7 +232,7 @@ impl Shard {
         self.now = now;
         let f = self.find(h, key)?;
         let buf = self.buf(f.seg, f.off);
-        if g.is_flushed(item::time(buf, &f.l), now) {
+        if g.is_flushed(buf, &f.l, now) {
             self.stats.get_flushed += 1;
             self.unlink(f, Unlink::Flushed);
             return None;
@@ -262,7 +263,7 @@ impl Shard {
         match why {
             Unlink::Evicted => {
                 self.stats.evictions += 1;
-                let last_access = item::time(self.buf(seg, off), l);
+                let last_access = item::time(self.buf(seg, off), l, self.now);
                 self.stats.evicted_time = u64::from(self.now.saturating_sub(last_access));
                 if bits & FETCHED == 0 {
                     self.stats.evicted_unfetched += 1;
@@ -512,7 +513,7 @@ impl Shard {
             // Any value above u32::MAX makes the field wide; the real one is set below.
             cas: cas_for_size,
             exptime: item::exptime(buf, &f.l),
-            time: item::time(buf, &f.l),
+            time: item::time(buf, &f.l, now),
             flags,
             force_exptime: true,
         };
