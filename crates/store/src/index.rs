@@ -15,6 +15,9 @@ pub const BUCKET_BYTES: usize = 64;
 const MAX_KICKS: usize = 128;
 /// Locations never take more, so a tag keeps at least 8 bits.
 const MAX_LOC_BITS: u32 = 40;
+/// Location bits an index starts with: 16 segments' worth of 20-bit offsets. Widening walks
+/// the whole index, so starting narrower would only add walks while the first segment fills.
+const START_LOC_BITS: u32 = 24;
 
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
@@ -68,7 +71,7 @@ fn hi_tag_mask(loc_bits: u32) -> u16 {
 
 impl Index {
     pub fn new(nbuckets: usize) -> Index {
-        Index::with_loc_bits(nbuckets, 0)
+        Index::with_loc_bits(nbuckets, START_LOC_BITS)
     }
 
     fn with_loc_bits(nbuckets: usize, loc_bits: u32) -> Index {
@@ -130,13 +133,19 @@ impl Index {
         let (b1, b2) = self.buckets_of(h);
         for b in [b1, b2] {
             let bucket = &self.buckets[b];
-            for (i, &hi) in bucket.hi.iter().enumerate() {
-                if hi & self.hi_tag_mask == want_hi {
-                    let e = bucket.get(i);
-                    if e & !loc_mask == tag {
-                        if let Some(t) = is_key(e & loc_mask) {
-                            return Some((b * WAYS + i, t));
-                        }
+            // The high parts compared all at once (branch-free, so vectorized), then only the
+            // matches looked at.
+            let mut matches = 0u32;
+            for i in 0..WAYS {
+                matches |= u32::from(bucket.hi[i] & self.hi_tag_mask == want_hi) << i;
+            }
+            while matches != 0 {
+                let i = matches.trailing_zeros() as usize;
+                matches &= matches - 1;
+                let e = bucket.get(i);
+                if e & !loc_mask == tag {
+                    if let Some(t) = is_key(e & loc_mask) {
+                        return Some((b * WAYS + i, t));
                     }
                 }
             }

@@ -321,11 +321,16 @@ pub fn decode_time(stamp: u16, now: u32) -> u32 {
     }
 }
 
+/// Whether the item was idle longer than `IDLE_CAP` at `now`: its stamp must then be moved
+/// (`cap_idle`) before its idle time outgrows what 16 bits tell apart.
+pub fn idle_past_cap(buf: &[u8], l: &Layout, now: u32) -> bool {
+    now.saturating_sub(time(buf, l, now)) > IDLE_CAP
+}
+
 /// Moves the stamp of an item idle longer than `IDLE_CAP` at `now` forward to `IDLE_CAP`
-/// ago, before its idle time outgrows what 16 bits tell apart. Returns whether it moved.
+/// ago. Returns whether it moved.
 pub fn cap_idle(buf: &mut [u8], l: &Layout, now: u32) -> bool {
-    let t = time(buf, l, now);
-    if now.saturating_sub(t) <= IDLE_CAP {
+    if !idle_past_cap(buf, l, now) {
         return false;
     }
     set_time(buf, l, now - IDLE_CAP);

@@ -363,7 +363,9 @@ impl Store {
 
     /// Bounded maintenance, to be called about once a second: removes up to `budget` expired
     /// or flushed items' worth of scanning, frees dead segments, compacts mostly-dead ones,
-    /// and evicts down to a lowered limit. Returns items reclaimed.
+    /// and evicts down to a lowered limit. Returns items reclaimed. Each shard scans at least
+    /// one in 2,048 of its items per call, so that every item is seen within hours: items keep
+    /// their last-access time in 16 bits, which needs it (`item::cap_idle`).
     pub fn reclaim(&self, now: u32, budget: usize) -> usize {
         let per = (budget / NSHARDS).max(1);
         (0..NSHARDS)

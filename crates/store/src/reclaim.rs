@@ -64,7 +64,9 @@ impl Shard {
                 Unlink::Expired
             } else {
                 // Live: keep its idle time readable (see `item::cap_idle`).
-                item::cap_idle(self.segs.header_mut(seg, off, &l), &l, now);
+                if item::idle_past_cap(buf, &l, now) {
+                    item::cap_idle(self.segs.header_mut(seg, off, &l), &l, now);
+                }
                 continue;
             };
             let h = g.hash(&buf[l.key..l.key + l.key_len]);
