@@ -135,9 +135,15 @@ impl Index {
             let bucket = &self.buckets[b];
             // The high parts compared all at once (branch-free, so vectorized), then only the
             // matches looked at.
-            let mut matches = 0u32;
-            for i in 0..WAYS {
-                matches |= u32::from(bucket.hi[i] & self.hi_tag_mask == want_hi) << i;
+            let hit = |i: usize| bucket.hi[i] & self.hi_tag_mask == want_hi;
+            // Eight lanes make a byte mask, which compiles to one SIMD compare.
+            let mut first8 = 0u8;
+            for i in 0..8 {
+                first8 |= u8::from(hit(i)) << i;
+            }
+            let mut matches = u32::from(first8);
+            for i in 8..WAYS {
+                matches |= u32::from(hit(i)) << i;
             }
             while matches != 0 {
                 let i = matches.trailing_zeros() as usize;
