@@ -18,11 +18,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the cache server (accepts memcached's flags).
-    Serve(server::ServeArgs),
+    Serve(Box<server::ServeArgs>),
     /// Generate load against a memcached-protocol server (memtier-style options).
     Bench(Box<bench::BenchArgs>),
     /// Route memcached traffic to pools of servers (a drop-in for twemproxy/nutcracker).
-    Route(router::RouteArgs),
+    Route(Box<router::RouteArgs>),
     /// Delete cache keys as PostgreSQL rows change (logical replication, pgoutput).
     Invalidate(invalidate::InvalidateArgs),
     /// Watch a fleet live: ops/s, hit ratio, evictions, memory, latency per server.
@@ -38,9 +38,9 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => server::serve(args),
+        Command::Serve(args) => server::serve(*args),
         Command::Bench(args) => bench::run(*args).map(|_| ()),
-        Command::Route(args) => router::run(args),
+        Command::Route(args) => router::run(*args),
         Command::Invalidate(args) => invalidate::run(args),
         Command::Top(args) => top::run(args),
         Command::GenerateMan { dir } => generate_man(&dir),

@@ -5,7 +5,7 @@
 //! queue (segment-level second chance for items read since their last pass), keeping the
 //! small queue at about a tenth of the shard (see docs/storage.md, "Eviction").
 
-use crate::index::WAYS;
+use crate::index;
 use crate::item::{self, ACCESSED, DEAD};
 use crate::segments::{Queue, LARGE_OVERHEAD};
 use crate::shard::{grown_past_reservation, loc_of, Found, Global, NeedMem, Shard, Unlink};
@@ -91,7 +91,7 @@ impl Shard {
             return Ok(());
         }
         let n = grown_past_reservation(self.index.nbuckets());
-        let delta = (n * WAYS * 8) as u64 - self.index.bytes() as u64;
+        let delta = (index::bytes_for(n) - self.index.bytes()) as u64;
         loop {
             if g.mem.try_reserve(delta) {
                 break;

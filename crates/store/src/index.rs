@@ -1,78 +1,157 @@
-//! Compact hash index: 8-byte entries in 64-byte buckets of 8, two candidate buckets per key
-//! (cuckoo-style with kicking), so it runs at ~90% load. An entry is a 16-bit tag taken from
-//! the key hash plus a 48-bit item location; the key itself is compared in the item.
+//! Compact hash index: 6-byte entries, 10 to a 64-byte bucket (one cache line), two
+//! candidate buckets per key (cuckoo-style with kicking), so it runs at ~95% load. An entry
+//! is 48 bits: a tag taken from the top of the key hash above an item location of
+//! `loc_bits` bits; the key itself is compared in the item. A bucket keeps its entries as a
+//! row of 16-bit high parts and a row of 32-bit low parts, so a lookup filters on the first
+//! 20 bytes and reads a low part only on a match.
+//!
+//! `loc_bits` grows when a location that does not fit is stored (more segments in the shard):
+//! every tag then loses its lowest bits, in place, without rehashing. At `-m 64` locations
+//! take ~27 bits, leaving ~21-bit tags; a shard of 2^16 one-MiB segments would leave 12.
 
-pub const WAYS: usize = 8;
-const LOC_MASK: u64 = (1 << 48) - 1;
+pub const WAYS: usize = 10;
+/// Bytes per bucket: one cache line.
+pub const BUCKET_BYTES: usize = 64;
 const MAX_KICKS: usize = 128;
+/// Locations never take more, so a tag keeps at least 8 bits.
+const MAX_LOC_BITS: u32 = 40;
+/// Location bits an index starts with: 16 segments' worth of 20-bit offsets. Widening walks
+/// the whole index, so starting narrower would only add walks while the first segment fills.
+const START_LOC_BITS: u32 = 24;
 
-pub struct Index {
-    slots: Vec<u64>,
-    nbuckets: usize,
-    len: usize,
-    rng: u64,
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Bucket {
+    /// Bits 32..48 of each entry; 0 = empty slot (a tag's top bit is always set).
+    hi: [u16; WAYS],
+    /// Bits 0..32 of each entry.
+    lo: [u32; WAYS],
+    _pad: u32,
 }
 
-fn tag_of(h: u64) -> u64 {
-    // Never zero, so an occupied slot is never 0.
-    ((h >> 48) | 1) << 48
+const _: () = assert!(std::mem::size_of::<Bucket>() == BUCKET_BYTES);
+
+impl Bucket {
+    fn get(&self, i: usize) -> u64 {
+        (u64::from(self.hi[i]) << 32) | u64::from(self.lo[i])
+    }
+    fn put(&mut self, i: usize, e: u64) {
+        self.hi[i] = (e >> 32) as u16;
+        self.lo[i] = e as u32;
+    }
+    fn occupancy(&self) -> usize {
+        self.hi.iter().filter(|&&h| h != 0).count()
+    }
+    fn free_way(&self) -> Option<usize> {
+        self.hi.iter().position(|&h| h == 0)
+    }
+}
+
+/// Bytes of an index of `nbuckets` buckets.
+pub fn bytes_for(nbuckets: usize) -> usize {
+    nbuckets * BUCKET_BYTES
+}
+
+pub struct Index {
+    buckets: Vec<Bucket>,
+    len: usize,
+    rng: u64,
+    loc_bits: u32,
+    /// The bits of an entry's high part that belong to the tag.
+    hi_tag_mask: u16,
 }
 
 fn fastrange(x: u32, n: usize) -> usize {
     ((x as u64 * n as u64) >> 32) as usize
 }
 
+fn hi_tag_mask(loc_bits: u32) -> u16 {
+    (((!0u64 << loc_bits) >> 32) & 0xffff) as u16
+}
+
 impl Index {
     pub fn new(nbuckets: usize) -> Index {
-        let nbuckets = nbuckets.max(1);
+        Index::with_loc_bits(nbuckets, START_LOC_BITS)
+    }
+
+    fn with_loc_bits(nbuckets: usize, loc_bits: u32) -> Index {
         Index {
-            slots: vec![0; nbuckets * WAYS],
-            nbuckets,
+            buckets: vec![Bucket::default(); nbuckets.max(1)],
             len: 0,
             rng: 0x9E37_79B9_7F4A_7C15,
+            loc_bits,
+            hi_tag_mask: hi_tag_mask(loc_bits),
         }
     }
 
     pub fn bytes(&self) -> usize {
-        self.slots.len() * 8
+        bytes_for(self.buckets.len())
     }
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.buckets.len() * WAYS
     }
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
     pub fn nbuckets(&self) -> usize {
-        self.nbuckets
+        self.buckets.len()
     }
 
     /// Whether one more entry keeps the load under 95%; past it the shard grows the index or
-    /// evicts. Two choices of 8 ways fill to ~99%, but inserts kick more as they get there: at
-    /// 97.5% a store at `-m 64` with 100 B values cost ~65 instructions more (callgrind) for
-    /// 0.65% more items.
+    /// evicts. Inserts kick more as the table fills: at 97.5% a store at `-m 64` with 100 B
+    /// values cost ~65 instructions more (callgrind, 8-way buckets) for 0.65% more items.
     pub fn has_room_for_one(&self) -> bool {
-        (self.len + 1) * 20 < self.slots.len() * 19
+        (self.len + 1) * 20 < self.capacity() * 19
     }
 
-    fn buckets(&self, h: u64) -> (usize, usize) {
-        let b1 = fastrange(h as u32, self.nbuckets);
+    /// The tag of hash `h`, placed above the location bits: its top `48 - loc_bits` bits,
+    /// the highest forced to 1 so an occupied entry is never 0.
+    fn tag_of(&self, h: u64) -> u64 {
+        let tag_bits = 48 - self.loc_bits;
+        ((h >> (64 - tag_bits)) | (1 << (tag_bits - 1))) << self.loc_bits
+    }
+
+    fn loc_mask(&self) -> u64 {
+        (1 << self.loc_bits) - 1
+    }
+
+    fn buckets_of(&self, h: u64) -> (usize, usize) {
+        let n = self.buckets.len();
+        let b1 = fastrange(h as u32, n);
         let m = (h ^ (h >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let b2 = fastrange((m >> 32) as u32, self.nbuckets);
+        let b2 = fastrange((m >> 32) as u32, n);
         (b1, b2)
     }
 
     /// Slot of the entry for hash `h` whose location `is_key` accepts, with what it returned.
     #[inline]
     pub fn find<T>(&self, h: u64, mut is_key: impl FnMut(u64) -> Option<T>) -> Option<(usize, T)> {
-        let tag = tag_of(h);
-        let (b1, b2) = self.buckets(h);
+        let tag = self.tag_of(h);
+        let want_hi = (tag >> 32) as u16 & self.hi_tag_mask;
+        let loc_mask = self.loc_mask();
+        let (b1, b2) = self.buckets_of(h);
         for b in [b1, b2] {
-            let base = b * WAYS;
-            for (i, &e) in self.slots[base..base + WAYS].iter().enumerate() {
-                if e & !LOC_MASK == tag {
-                    if let Some(t) = is_key(e & LOC_MASK) {
-                        return Some((base + i, t));
+            let bucket = &self.buckets[b];
+            // The high parts compared all at once (branch-free, so vectorized), then only the
+            // matches looked at.
+            let hit = |i: usize| bucket.hi[i] & self.hi_tag_mask == want_hi;
+            // Eight lanes make a byte mask, which compiles to one SIMD compare.
+            let mut first8 = 0u8;
+            for i in 0..8 {
+                first8 |= u8::from(hit(i)) << i;
+            }
+            let mut matches = u32::from(first8);
+            for i in 8..WAYS {
+                matches |= u32::from(hit(i)) << i;
+            }
+            while matches != 0 {
+                let i = matches.trailing_zeros() as usize;
+                matches &= matches - 1;
+                let e = bucket.get(i);
+                if e & !loc_mask == tag {
+                    if let Some(t) = is_key(e & loc_mask) {
+                        return Some((b * WAYS + i, t));
                     }
                 }
             }
@@ -89,33 +168,59 @@ impl Index {
 
     #[cfg(test)]
     pub fn loc(&self, slot: usize) -> u64 {
-        self.slots[slot] & LOC_MASK
+        self.buckets[slot / WAYS].get(slot % WAYS) & self.loc_mask()
     }
 
     pub fn set_loc(&mut self, slot: usize, loc: u64) {
-        self.slots[slot] = (self.slots[slot] & !LOC_MASK) | loc;
+        self.fit(loc);
+        let mask = self.loc_mask();
+        let b = &mut self.buckets[slot / WAYS];
+        let e = b.get(slot % WAYS);
+        b.put(slot % WAYS, (e & !mask) | loc);
     }
 
     pub fn remove(&mut self, slot: usize) {
-        debug_assert!(self.slots[slot] != 0);
-        self.slots[slot] = 0;
+        debug_assert!(self.buckets[slot / WAYS].hi[slot % WAYS] != 0);
+        self.buckets[slot / WAYS].put(slot % WAYS, 0);
         self.len -= 1;
     }
 
     pub fn clear(&mut self) {
-        self.slots.iter_mut().for_each(|s| *s = 0);
+        self.buckets.iter_mut().for_each(|b| *b = Bucket::default());
         self.len = 0;
     }
 
-    fn place(&mut self, b: usize, e: u64) -> bool {
-        let base = b * WAYS;
-        for s in &mut self.slots[base..base + WAYS] {
-            if *s == 0 {
-                *s = e;
-                return true;
+    /// Widens the location field (narrowing every tag in place) until `loc` fits.
+    fn fit(&mut self, loc: u64) {
+        if loc >> self.loc_bits == 0 {
+            return;
+        }
+        let bits = 64 - loc.leading_zeros();
+        assert!(bits <= MAX_LOC_BITS, "index location {loc:#x} too wide");
+        let (old, shift) = (self.loc_bits, bits - self.loc_bits);
+        let old_mask = self.loc_mask();
+        for b in &mut self.buckets {
+            for i in 0..WAYS {
+                let e = b.get(i);
+                if e != 0 {
+                    let tag = (e >> old) >> shift;
+                    b.put(i, (tag << bits) | (e & old_mask));
+                }
             }
         }
-        false
+        self.loc_bits = bits;
+        self.hi_tag_mask = hi_tag_mask(bits);
+    }
+
+    fn place(&mut self, b: usize, e: u64) -> bool {
+        let bucket = &mut self.buckets[b];
+        match bucket.free_way() {
+            Some(i) => {
+                bucket.put(i, e);
+                true
+            }
+            None => false,
+        }
     }
 
     fn next_rand(&mut self) -> u64 {
@@ -134,11 +239,13 @@ impl Index {
         loc: u64,
         hash_of: &impl Fn(u64) -> u64,
     ) -> Result<(), (u64, u64)> {
-        let (b1, b2) = self.buckets(h);
-        let mut e = tag_of(h) | loc;
+        self.fit(loc);
+        let loc_mask = self.loc_mask();
+        let (b1, b2) = self.buckets_of(h);
+        let mut e = self.tag_of(h) | loc;
         let mut eh = h;
-        let count1 = self.occupancy(b1);
-        let count2 = self.occupancy(b2);
+        let count1 = self.buckets[b1].occupancy();
+        let count2 = self.buckets[b2].occupancy();
         let first = if count2 < count1 { b2 } else { b1 };
         if self.place(first, e) || self.place(if first == b1 { b2 } else { b1 }, e) {
             self.len += 1;
@@ -146,10 +253,12 @@ impl Index {
         }
         let mut b = if self.next_rand() & 1 == 0 { b1 } else { b2 };
         for _ in 0..MAX_KICKS {
-            let victim = b * WAYS + (self.next_rand() as usize % WAYS);
-            std::mem::swap(&mut self.slots[victim], &mut e);
-            eh = hash_of(e & LOC_MASK);
-            let (v1, v2) = self.buckets(eh);
+            let way = self.next_rand() as usize % WAYS;
+            let victim = self.buckets[b].get(way);
+            self.buckets[b].put(way, e);
+            e = victim;
+            eh = hash_of(e & loc_mask);
+            let (v1, v2) = self.buckets_of(eh);
             let alt = if v1 == b { v2 } else { v1 };
             if self.place(alt, e) {
                 self.len += 1;
@@ -157,27 +266,23 @@ impl Index {
             }
             b = alt;
         }
-        Err((eh, e & LOC_MASK))
-    }
-
-    fn occupancy(&self, b: usize) -> usize {
-        let base = b * WAYS;
-        self.slots[base..base + WAYS]
-            .iter()
-            .filter(|&&s| s != 0)
-            .count()
+        Err((eh, e & loc_mask))
     }
 
     /// Rebuilds with `nbuckets` buckets. Returns false (table unchanged) only if some entry
     /// still did not fit, which the caller treats as a reason to grow more.
     pub fn rebuild(&mut self, nbuckets: usize, hash_of: &impl Fn(u64) -> u64) -> bool {
-        let mut next = Index::new(nbuckets);
+        let mut next = Index::with_loc_bits(nbuckets, self.loc_bits);
         next.rng = self.rng;
-        for &e in &self.slots {
-            if e != 0 {
-                let loc = e & LOC_MASK;
-                if next.insert(hash_of(loc), loc, hash_of).is_err() {
-                    return false;
+        let loc_mask = self.loc_mask();
+        for b in &self.buckets {
+            for i in 0..WAYS {
+                let e = b.get(i);
+                if e != 0 {
+                    let loc = e & loc_mask;
+                    if next.insert(hash_of(loc), loc, hash_of).is_err() {
+                        return false;
+                    }
                 }
             }
         }
@@ -188,16 +293,20 @@ impl Index {
     /// Every occupied location.
     #[cfg(test)]
     pub fn locations(&self) -> impl Iterator<Item = u64> + '_ {
-        self.slots
-            .iter()
-            .filter(|&&e| e != 0)
-            .map(|&e| e & LOC_MASK)
+        let loc_mask = self.loc_mask();
+        self.buckets.iter().flat_map(move |b| {
+            (0..WAYS)
+                .map(move |i| b.get(i))
+                .filter(|&e| e != 0)
+                .map(move |e| e & loc_mask)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::collections::HashMap;
 
     fn mix(x: u64) -> u64 {
@@ -236,5 +345,146 @@ mod tests {
         }
         let all: HashMap<u64, ()> = idx.locations().map(|l| (l, ())).collect();
         assert_eq!(all.len(), n as usize - 1);
+    }
+
+    #[test]
+    fn a_bucket_is_one_cache_line_of_ten_entries() {
+        assert_eq!(std::mem::align_of::<Bucket>(), 64);
+        let idx = Index::new(100);
+        assert_eq!((idx.bytes(), idx.capacity()), (6400, 1000));
+        assert_eq!(bytes_for(3), 192);
+    }
+
+    #[test]
+    fn wider_locations_narrow_the_tags_in_place() {
+        let mut idx = Index::new(64);
+        let hash_of = |loc: u64| mix(loc);
+        // Small locations first, then ever wider ones up to 40 bits (tags of 8 bits).
+        let locs: Vec<u64> = (0..500u64)
+            .map(|i| {
+                if i < 100 {
+                    i
+                } else {
+                    (i * 7919) << (i % 25 + 8) & ((1 << 40) - 1)
+                }
+            })
+            .collect();
+        let mut seen = HashMap::new();
+        for &loc in &locs {
+            if seen.insert(loc, ()).is_none() {
+                idx.insert(mix(loc), loc, &hash_of).unwrap();
+            }
+            // Every location stored so far is found again after each widening.
+            if loc % 37 == 0 {
+                for &l in seen.keys() {
+                    let s = idx.find_loc(mix(l), l).expect("still found");
+                    assert_eq!(idx.loc(s), l);
+                }
+            }
+        }
+        assert_eq!(idx.loc_bits, 40);
+        assert_eq!(idx.hi_tag_mask, 0xff00);
+        for &l in seen.keys() {
+            assert!(idx.find_loc(mix(l), l).is_some());
+        }
+        // set_loc widens too.
+        let mut idx = Index::new(8);
+        idx.insert(mix(1), 1, &hash_of).unwrap();
+        let s = idx.find_loc(mix(1), 1).unwrap();
+        idx.set_loc(s, 1 << 35);
+        assert_eq!(idx.loc_bits, 36);
+        assert_eq!(idx.find_loc(mix(1), 1 << 35), Some(s));
+        assert_eq!(idx.find_loc(mix(1), 1), None);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u64),
+        Remove(usize),
+        Move(usize, u64),
+        Grow,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u64..(1 << 40)).prop_map(Op::Insert),
+            2 => any::<usize>().prop_map(Op::Remove),
+            2 => (any::<usize>(), 0u64..(1 << 40)).prop_map(|(i, l)| Op::Move(i, l)),
+            1 => Just(Op::Grow),
+        ]
+    }
+
+    proptest! {
+        /// Against a map from location to key hash: every live entry is found at its
+        /// location, removed ones are not, through inserts, moves, widening and growth.
+        #[test]
+        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..400), width in 1u32..40) {
+            // Locations are unique ids here; a location's key hash is a function of a key id.
+            let mut key_of: HashMap<u64, u64> = HashMap::new();
+            let mut idx = Index::new(4);
+            let mut next_key = 0u64;
+            for op in ops {
+                let keys: Vec<u64> = {
+                    let mut v: Vec<u64> = key_of.keys().copied().collect();
+                    v.sort();
+                    v
+                };
+                match op {
+                    Op::Insert(l) => {
+                        let l = l & ((1 << width) - 1);
+                        if key_of.contains_key(&l) {
+                            continue;
+                        }
+                        next_key += 1;
+                        key_of.insert(l, next_key);
+                        let km = key_of.clone();
+                        let hash_of = |loc: u64| mix(km[&loc]);
+                        let mut pending = (mix(next_key), l);
+                        while let Err(homeless) = idx.insert(pending.0, pending.1, &hash_of) {
+                            let n = idx.nbuckets() * 2;
+                            prop_assert!(idx.rebuild(n, &hash_of));
+                            pending = homeless;
+                        }
+                    }
+                    Op::Remove(i) if !keys.is_empty() => {
+                        let l = keys[i % keys.len()];
+                        let s = idx.find_loc(mix(key_of[&l]), l).expect("present");
+                        idx.remove(s);
+                        key_of.remove(&l);
+                    }
+                    Op::Move(i, to) if !keys.is_empty() => {
+                        let l = keys[i % keys.len()];
+                        if key_of.contains_key(&to) {
+                            continue;
+                        }
+                        let k = key_of[&l];
+                        let s = idx.find_loc(mix(k), l).expect("present");
+                        idx.set_loc(s, to);
+                        key_of.remove(&l);
+                        key_of.insert(to, k);
+                    }
+                    Op::Grow => {
+                        let km = key_of.clone();
+                        let n = idx.nbuckets() + idx.nbuckets() / 8 + 1;
+                        prop_assert!(idx.rebuild(n, &|loc: u64| mix(km[&loc])));
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(idx.len(), key_of.len());
+            }
+            for (&l, &k) in &key_of {
+                let s = idx.find_loc(mix(k), l);
+                prop_assert!(s.is_some(), "location {} lost", l);
+                prop_assert_eq!(idx.loc(s.unwrap()), l);
+                // The lookup by key (what the store does) finds it too.
+                let found = idx.find(mix(k), |loc| key_of.get(&loc).filter(|&&kk| kk == k).map(|_| loc));
+                prop_assert_eq!(found.map(|(_, loc)| loc), Some(l));
+            }
+            let mut all: Vec<u64> = idx.locations().collect();
+            all.sort();
+            let mut want: Vec<u64> = key_of.keys().copied().collect();
+            want.sort();
+            prop_assert_eq!(all, want);
+        }
     }
 }

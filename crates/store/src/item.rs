@@ -1,14 +1,20 @@
 //! Byte layout of one item inside a segment (or a dedicated large buffer).
 //!
 //! ```text
-//! [bits u8][key_len u8][value_len varint 1..5][time u32][exptime u32 if HAS_EXPTIME][client flags u32 if HAS_FLAGS][cas u32, or u64 if CAS_WIDE][key][value]
+//! [bits u8][key_len u8][value_len varint 1..5][time u16][exptime u32 if HAS_EXPTIME][client flags u32 if HAS_FLAGS][cas u32, or u64 if CAS_WIDE][key][value]
 //! ```
 //! time, read on every lookup, sits at a fixed offset after the varint; exptime right after
 //! it (0 when absent); the variable-width cas comes last.
 //! All integers little endian, unaligned. A 10-byte key with a 100-byte value, no exptime,
-//! zero flags and a cas below 2^32 costs 11 header bytes. The widths are fixed when the item
+//! zero flags and a cas below 2^32 costs 9 header bytes. The widths are fixed when the item
 //! is written: an in-place update that does not fit (`cas_fits`, `exptime_fits`) stores a new
 //! item instead.
+//!
+//! time (last access or update) is kept as the low 16 bits of the unix time and read back as
+//! the latest time at or before `now` with those bits (`decode_time`): exact while the item
+//! was touched less than ~18 hours ago. `Store::reclaim` walks every item well within that
+//! and moves the stamp of one idle longer than `IDLE_CAP` forward to `now - IDLE_CAP`, so
+//! an idle time reads exactly up to 12 hours and as 12 hours or a little more beyond.
 
 pub const HAS_FLAGS: u8 = 1;
 pub const STALE: u8 = 2;
@@ -79,12 +85,12 @@ fn exptime_len(bits: u8) -> usize {
 
 /// time + exptime + flags + cas, branch-free: it is on every lookup's path.
 fn fixed_len(bits: u8) -> usize {
-    8 + exptime_len(bits) + ((bits & HAS_FLAGS) as usize) * 4 + ((bits & CAS_WIDE) >> 4) as usize
+    6 + exptime_len(bits) + ((bits & HAS_FLAGS) as usize) * 4 + ((bits & CAS_WIDE) >> 4) as usize
 }
 
 /// Offset of the client flags (when present).
 fn flags_at(l: &Layout) -> usize {
-    l.fixed + 4 + exptime_len(l.bits)
+    l.fixed + TIME_LEN + exptime_len(l.bits)
 }
 
 /// Offset of the cas.
@@ -103,7 +109,7 @@ pub fn encoded_len(
 ) -> usize {
     2 + varint_len(value_len)
         + cas_len(cas)
-        + 4
+        + TIME_LEN
         + if exptime_field { 4 } else { 0 }
         + if flags != 0 { 4 } else { 0 }
         + key_len
@@ -213,8 +219,8 @@ pub fn write_header_wide(
         p += 1;
     }
     let fixed = p;
-    buf[p..p + 4].copy_from_slice(&h.time.to_le_bytes());
-    p += 4;
+    buf[p..p + TIME_LEN].copy_from_slice(&stamp(h.time).to_le_bytes());
+    p += TIME_LEN;
     if bits & HAS_EXPTIME != 0 {
         buf[p..p + 4].copy_from_slice(&h.exptime.to_le_bytes());
         p += 4;
@@ -267,21 +273,23 @@ pub fn exptime(buf: &[u8], l: &Layout) -> u32 {
     if l.bits & HAS_EXPTIME == 0 {
         0
     } else {
-        u32_at(buf, l.fixed + 4)
+        u32_at(buf, l.fixed + TIME_LEN)
     }
 }
 /// Callers check `exptime_fits` first.
 pub fn set_exptime(buf: &mut [u8], l: &Layout, v: u32) {
     debug_assert!(exptime_fits(l, v));
     if l.bits & HAS_EXPTIME != 0 {
-        buf[l.fixed + 4..l.fixed + 8].copy_from_slice(&v.to_le_bytes());
+        let at = l.fixed + TIME_LEN;
+        buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 }
-pub fn time(buf: &[u8], l: &Layout) -> u32 {
-    u32_at(buf, l.fixed)
+/// Last access or update time, as of `now` (see the module comment).
+pub fn time(buf: &[u8], l: &Layout, now: u32) -> u32 {
+    decode_time(u16::from_le_bytes([buf[l.fixed], buf[l.fixed + 1]]), now)
 }
 pub fn set_time(buf: &mut [u8], l: &Layout, v: u32) {
-    buf[l.fixed..l.fixed + 4].copy_from_slice(&v.to_le_bytes());
+    buf[l.fixed..l.fixed + TIME_LEN].copy_from_slice(&stamp(v).to_le_bytes());
 }
 pub fn flags(buf: &[u8], l: &Layout) -> u32 {
     if l.bits & HAS_FLAGS == 0 {
@@ -291,8 +299,46 @@ pub fn flags(buf: &[u8], l: &Layout) -> u32 {
     }
 }
 
+/// Bytes of the time field.
+const TIME_LEN: usize = 2;
+/// Stamps up to this many seconds ahead of `now` read as ahead, not as ~18 hours old: a
+/// worker may stamp an item with a clock read a moment after another's `now`.
+const TIME_AHEAD: u32 = 1024;
+/// Idle times up to this are kept exact (12 hours); `Store::reclaim` keeps longer ones here.
+pub const IDLE_CAP: u32 = 12 * 3600;
+
+fn stamp(t: u32) -> u16 {
+    t as u16
+}
+
+/// The time with low 16 bits `stamp` nearest before `now` (up to `TIME_AHEAD` after it).
+pub fn decode_time(stamp: u16, now: u32) -> u32 {
+    let back = u32::from((now as u16).wrapping_sub(stamp));
+    if back > (1 << 16) - TIME_AHEAD {
+        now.wrapping_add((1 << 16) - back)
+    } else {
+        now.saturating_sub(back)
+    }
+}
+
+/// Whether the item was idle longer than `IDLE_CAP` at `now`: its stamp must then be moved
+/// (`cap_idle`) before its idle time outgrows what 16 bits tell apart.
+pub fn idle_past_cap(buf: &[u8], l: &Layout, now: u32) -> bool {
+    now.saturating_sub(time(buf, l, now)) > IDLE_CAP
+}
+
+/// Moves the stamp of an item idle longer than `IDLE_CAP` at `now` forward to `IDLE_CAP`
+/// ago. Returns whether it moved.
+pub fn cap_idle(buf: &mut [u8], l: &Layout, now: u32) -> bool {
+    if !idle_past_cap(buf, l, now) {
+        return false;
+    }
+    set_time(buf, l, now - IDLE_CAP);
+    true
+}
+
 /// Smallest item: empty key and value, no exptime, 4-byte cas.
-pub const MIN_ITEM: usize = 11;
+pub const MIN_ITEM: usize = 9;
 /// Largest filler `write_filler` makes (2-byte value length).
 pub const MAX_FILLER: usize = MIN_ITEM + 1 + 0x3fff;
 
@@ -326,6 +372,9 @@ pub fn write_filler(buf: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    const NOW: u32 = 1_700_000_000;
 
     #[test]
     fn roundtrip_and_budget() {
@@ -347,7 +396,7 @@ mod tests {
                     bits: FETCHED | DEAD | HAS_EXPTIME,
                     cas: c,
                     exptime: exp,
-                    time: 6,
+                    time: NOW - 6,
                     flags,
                     force_exptime: force,
                 };
@@ -364,7 +413,7 @@ mod tests {
                 assert_eq!(p.bits & HAS_EXPTIME != 0, exp != 0 || force);
                 assert_eq!(cas(&buf, &p), c);
                 assert_eq!(exptime(&buf, &p), exp);
-                assert_eq!(time(&buf, &p), 6);
+                assert_eq!(time(&buf, &p, NOW), NOW - 6);
                 assert_eq!(super::flags(&buf, &p), flags);
                 assert_eq!(&buf[p.key..p.key + klen], &key[..]);
                 // In-place updates keep the neighbours intact.
@@ -379,20 +428,22 @@ mod tests {
                 let new_exp = if exptime_fits(&p, 8) { 8 } else { 0 };
                 set_cas(&mut buf, &p, new_cas);
                 set_exptime(&mut buf, &p, new_exp);
-                set_time(&mut buf, &p, 9);
+                set_time(&mut buf, &p, NOW + 9);
                 assert_eq!(cas(&buf, &p), new_cas);
                 assert_eq!(exptime(&buf, &p), new_exp);
-                assert_eq!(time(&buf, &p), 9);
+                assert_eq!(time(&buf, &p, NOW + 9), NOW + 9);
                 assert_eq!(super::flags(&buf, &p), flags);
                 assert_eq!(&buf[p.key..p.key + klen], &key[..]);
             }
         }
         // The headline item: 11-byte key, 100-byte value, no exptime, no flags, cas < 2^32 =>
-        // 11 bytes of header; an exptime costs 4 more, a wide cas 4 more.
-        assert_eq!(encoded_len(11, 100, 0, 1 << 20, false), 11 + 111);
-        assert_eq!(encoded_len(11, 100, 0, 1 << 20, true), 15 + 111);
-        assert_eq!(encoded_len(11, 100, 0, 1 << 40, true), 19 + 111);
-        assert_eq!(max_header_len(11, 100, 0), 19 + 11);
+        // 9 bytes of header; an exptime costs 4 more, a wide cas 4 more, flags 4 more.
+        assert_eq!(encoded_len(11, 100, 0, 1 << 20, false), 9 + 111);
+        assert_eq!(encoded_len(11, 100, 0, 1 << 20, true), 13 + 111);
+        assert_eq!(encoded_len(11, 100, 0, 1 << 40, true), 17 + 111);
+        assert_eq!(encoded_len(11, 100, 1, 1 << 20, false), 13 + 111);
+        assert_eq!(max_header_len(11, 100, 0), 17 + 11);
+        assert_eq!(max_header_len(11, 100, 7), 21 + 11);
     }
 
     #[test]
@@ -435,6 +486,122 @@ mod tests {
                 let l = parse(&buf);
                 assert_eq!(l.total(), n);
                 assert_ne!(l.bits & DEAD, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn the_time_reads_back_exactly_for_eighteen_hours_and_a_little_ahead() {
+        for back in [0u32, 1, 59, 3600, IDLE_CAP, 64_000, (1 << 16) - TIME_AHEAD] {
+            assert_eq!(decode_time(stamp(NOW - back), NOW), NOW - back, "{back}");
+        }
+        for ahead in [1u32, 2, TIME_AHEAD - 1] {
+            assert_eq!(decode_time(stamp(NOW + ahead), NOW), NOW + ahead, "{ahead}");
+        }
+        // Beyond the window a stamp aliases: what `cap_idle` exists to prevent.
+        assert_eq!(decode_time(stamp(NOW - (1 << 16) - 5), NOW), NOW - 5);
+        // Near the epoch nothing reads as before it.
+        assert_eq!(decode_time(stamp(70_000), 10), 0);
+    }
+
+    #[test]
+    fn cap_idle_keeps_idle_times_readable() {
+        let h = Header {
+            bits: 0,
+            cas: 1,
+            exptime: 0,
+            time: NOW,
+            flags: 0,
+            force_exptime: false,
+        };
+        let mut buf = vec![0u8; 32];
+        let l = write_header(&mut buf, &h, b"k", 0);
+        // A walk every few hours over 5 days: idle times read exactly up to the cap, then
+        // as the cap (without it the stamp would alias after ~18 hours).
+        let mut now = NOW;
+        let mut t = NOW;
+        for step in 0..40u32 {
+            now += 3 * 3600 + step;
+            let capped = cap_idle(&mut buf, &l, now);
+            assert_eq!(capped, now - t > IDLE_CAP);
+            if capped {
+                t = now - IDLE_CAP;
+            }
+            assert_eq!(time(&buf, &l, now), t);
+            assert_eq!(now - t, (now - NOW).min(IDLE_CAP));
+        }
+        // A read sets the exact time again.
+        set_time(&mut buf, &l, now);
+        assert!(!cap_idle(&mut buf, &l, now + 10));
+        assert_eq!(time(&buf, &l, now + 10), now);
+    }
+
+    /// Any header: (key length, value length, flags, exptime, cas, idle seconds, forced
+    /// exptime field, state bits).
+    fn any_header() -> impl Strategy<Value = (usize, usize, u32, u32, u64, u32, bool, u8)> {
+        (
+            0usize..=250,
+            prop_oneof![0usize..200, 0usize..70_000],
+            prop_oneof![Just(0u32), any::<u32>()],
+            prop_oneof![Just(0u32), any::<u32>()],
+            prop_oneof![0u64..=u32::MAX as u64, any::<u64>()],
+            0u32..=(1 << 16) - TIME_AHEAD,
+            any::<bool>(),
+            any::<u8>(),
+        )
+    }
+
+    proptest! {
+        /// Every header variant (with or without exptime and flags, 4- or 8-byte cas, any
+        /// value length) parses back to what was written, items laid end to end walk back
+        /// item by item, and in-place updates leave the other fields alone.
+        #[test]
+        fn any_items_round_trip(items in proptest::collection::vec(any_header(), 1..8)) {
+            let sizes: Vec<usize> = items
+                .iter()
+                .map(|&(k, v, f, e, c, _, force, _)| encoded_len(k, v, f, c, exptime_field(e, force)))
+                .collect();
+            let mut buf = vec![0u8; sizes.iter().sum()];
+            let mut off = 0;
+            for (i, &(k, v, f, e, c, idle, force, bits)) in items.iter().enumerate() {
+                let key: Vec<u8> = (0..k).map(|j| (i + j) as u8).collect();
+                let h = Header { bits, cas: c, exptime: e, time: NOW - idle, flags: f, force_exptime: force };
+                prop_assert_eq!(h.encoded_len(k, v), sizes[i]);
+                let l = write_header(&mut buf[off..], &h, &key, v);
+                buf[off + l.value..off + l.total()].fill(i as u8);
+                prop_assert_eq!(l.total(), sizes[i]);
+                off += sizes[i];
+            }
+            let mut off = 0;
+            for (i, &(k, v, f, e, c, idle, force, bits)) in items.iter().enumerate() {
+                let item = &mut buf[off..off + sizes[i]];
+                let l = parse(item);
+                prop_assert_eq!(l.total(), sizes[i]);
+                prop_assert_eq!((l.key_len, l.value_len), (k, v));
+                let kept = STALE | TOKEN_SENT | FETCHED | ACCESSED;
+                prop_assert_eq!(l.bits & kept, bits & kept);
+                prop_assert_eq!(l.bits & DEAD, 0);
+                prop_assert_eq!(l.bits & HAS_EXPTIME != 0, exptime_field(e, force));
+                prop_assert_eq!(l.bits & CAS_WIDE != 0, c > u32::MAX as u64);
+                prop_assert_eq!(cas(item, &l), c);
+                prop_assert_eq!(exptime(item, &l), e);
+                prop_assert_eq!(flags(item, &l), f);
+                prop_assert_eq!(time(item, &l, NOW), NOW - idle);
+                prop_assert!(item[l.key..l.key + k].iter().enumerate().all(|(j, &b)| b == (i + j) as u8));
+                prop_assert!(item[l.value..].iter().all(|&b| b == i as u8));
+                // In place: a cas that fits, an exptime that fits, a new time.
+                let new_cas = if cas_fits(&l, u64::MAX) { c ^ (1 << 40) } else { c ^ 1 };
+                let new_exp = if exptime_fits(&l, 5) { e ^ 5 } else { 0 };
+                set_cas(item, &l, new_cas);
+                set_exptime(item, &l, new_exp);
+                set_time(item, &l, NOW + 3);
+                prop_assert_eq!(parse(item).total(), sizes[i]);
+                prop_assert_eq!(cas(item, &l), new_cas);
+                prop_assert_eq!(exptime(item, &l), new_exp);
+                prop_assert_eq!(time(item, &l, NOW + 3), NOW + 3);
+                prop_assert_eq!(flags(item, &l), f);
+                prop_assert!(item[l.value..].iter().all(|&b| b == i as u8));
+                off += sizes[i];
             }
         }
     }

@@ -79,9 +79,10 @@ impl Store {
         // Fine enough that every shard has dozens of segments, coarse enough that per-segment
         // slack is negligible: 64 MiB -> 64 KiB segments.
         let seg_size = ((limit / 1024).next_power_of_two()).clamp(16 << 10, 1 << 20) as usize;
-        // One index slot per ~128 bytes of limit: ~90% full when the cache is full of
-        // ~140-byte items; it grows if items are smaller.
-        let slots = (limit / 128) as usize;
+        // One index slot (6.4 bytes) per 120 bytes of limit, 5.3% of it: ~90-95% full when
+        // the cache is full of ~128-byte items (workload 7); it grows if items are smaller.
+        // One per 116 or 124 bytes held as many such items (within run-to-run noise).
+        let slots = (limit / 120) as usize;
         let buckets_per_shard = (slots / index::WAYS / NSHARDS).max(4);
         let shards: Vec<Padded> = (0..NSHARDS)
             .map(|i| {
@@ -92,7 +93,7 @@ impl Store {
                 )))
             })
             .collect();
-        let index_bytes = (buckets_per_shard * index::WAYS * 8 * NSHARDS) as u64;
+        let index_bytes = (index::bytes_for(buckets_per_shard) * NSHARDS) as u64;
         let g = Global {
             // Spares: a few segments' worth, and never a noticeable share of a small limit.
             mem: Budget::new(
@@ -228,7 +229,7 @@ impl Store {
             s.settle(&self.g);
             return f(None);
         };
-        let (pre_bits, pre_time) = read::state_before(&s, &it);
+        let (pre_bits, pre_time) = read::state_before(&s, &it, now);
         if bump {
             s.bump(&it, now);
         }
@@ -362,7 +363,9 @@ impl Store {
 
     /// Bounded maintenance, to be called about once a second: removes up to `budget` expired
     /// or flushed items' worth of scanning, frees dead segments, compacts mostly-dead ones,
-    /// and evicts down to a lowered limit. Returns items reclaimed.
+    /// and evicts down to a lowered limit. Returns items reclaimed. Each shard scans at least
+    /// one in 2,048 of its items per call, so that every item is seen within hours: items keep
+    /// their last-access time in 16 bits, which needs it (`item::cap_idle`).
     pub fn reclaim(&self, now: u32, budget: usize) -> usize {
         let per = (budget / NSHARDS).max(1);
         (0..NSHARDS)

@@ -39,9 +39,9 @@ pub(crate) fn view<'a>(
 
 /// An item's bits and last-access time, read before an access changes them.
 #[inline]
-pub(crate) fn state_before(s: &Shard, f: &Found) -> (u8, u32) {
+pub(crate) fn state_before(s: &Shard, f: &Found, now: u32) -> (u8, u32) {
     let buf = s.buf(f.seg, f.off);
-    (buf[0], item::time(buf, &f.l))
+    (buf[0], item::time(buf, &f.l, now))
 }
 
 /// `mg`: lookup plus the lease decision (W/Z/X), as memcached's process_mget_command. `T`/`N`
@@ -77,7 +77,7 @@ pub(crate) fn meta_lookup(
             (s.find(h, key).expect("just linked"), true)
         }
     };
-    let (pre_bits, pre_time) = state_before(s, &it);
+    let (pre_bits, pre_time) = state_before(s, &it, now);
     let mut exp = item::exptime(s.buf(it.seg, it.off), &it.l);
     let mut mf = MetaFlags {
         created,
@@ -125,7 +125,7 @@ pub(crate) fn gat_lookup(
 ) -> Result<Option<(Found, u8, u32)>, NeedMem> {
     let found = match s.find_live(g, h, key, now) {
         Some(it) => {
-            let (pre_bits, pre_time) = state_before(s, &it);
+            let (pre_bits, pre_time) = state_before(s, &it, now);
             s.set_exptime_widening(g, h, key, it, exptime, now)?
                 .map(|it| (it, pre_bits, pre_time))
         }

@@ -12,6 +12,9 @@ impl Shard {
     /// mostly-dead ones, get back under a lowered limit. Returns items reclaimed.
     pub fn reclaim(&mut self, g: &Global, now: u32, budget: usize) -> usize {
         self.now = now;
+        // At one call a second, every item is visited within ~2,048 s (more if many are dead
+        // bytes): well within what an item's 16-bit time stamp needs (`item::cap_idle`).
+        let budget = budget.max((self.stats.curr_items / 2048) as usize);
         let before = self.stats.reclaimed;
         // A lowered limit: every shard gives back a few segments per call.
         while g.mem.over_limit() && g.mem.drop_spare() {}
@@ -55,11 +58,15 @@ impl Shard {
                 continue;
             }
             let buf = self.segs.buf(seg, off);
-            let why = if g.is_flushed(item::time(buf, &l), now) {
+            let why = if g.is_flushed(buf, &l, now) {
                 Unlink::Flushed
             } else if expired(item::exptime(buf, &l), now) {
                 Unlink::Expired
             } else {
+                // Live: keep its idle time readable (see `item::cap_idle`).
+                if item::idle_past_cap(buf, &l, now) {
+                    item::cap_idle(self.segs.header_mut(seg, off, &l), &l, now);
+                }
                 continue;
             };
             let h = g.hash(&buf[l.key..l.key + l.key_len]);

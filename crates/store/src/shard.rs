@@ -8,17 +8,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::budget::Budget;
 use crate::exptime::expired;
-use crate::index::{Index, WAYS};
+use crate::index::{self, Index, WAYS};
 use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
 use crate::segbuf::ValueAt;
 use crate::segments::{SegFigures, Segments};
 use crate::stats::Counters;
 
-const OFF_BITS: u64 = 24;
+/// Offsets within a segment (at most 1 MiB) or within a large item's own buffer (the item
+/// starts within its first ~17 KB); the segment id takes the bits above.
+const OFF_BITS: u64 = 20;
 const OFF_MASK: u64 = (1 << OFF_BITS) - 1;
-/// Index buckets a shard starts with (32 KiB; 16 shards together match memcached's initial
-/// 2^16-bucket hash table).
-const INDEX_START_BUCKETS: usize = 512;
+/// Index buckets a shard starts with (25 KiB, 4,000 entries; 16 shards together about match
+/// memcached's initial 2^16-bucket hash table).
+const INDEX_START_BUCKETS: usize = 400;
 
 /// What all shards share: the memory budget and store-wide settings.
 pub(crate) struct Global {
@@ -45,16 +47,17 @@ impl Global {
         !self.evictions
     }
 
-    /// memcached's item_is_flushed, with `time` the item's last update/access time.
-    pub fn is_flushed(&self, time: u32, now: u32) -> bool {
+    /// memcached's item_is_flushed for the item at `buf`: last updated or read at or before
+    /// flush_all's cutoff, once that has come.
+    pub fn is_flushed(&self, buf: &[u8], l: &Layout, now: u32) -> bool {
         let ol = self.oldest_live.load(Ordering::Relaxed);
-        ol != 0 && ol <= now && time <= ol
+        ol != 0 && ol <= now && item::time(buf, l, now) <= ol
     }
 
     /// Why a live item stored at `buf` is gone at `now` (flushed or expired), if it is.
     /// `now == 0` means "not known": nothing is gone.
     pub fn gone(&self, buf: &[u8], l: &Layout, now: u32) -> Option<Unlink> {
-        if now != 0 && self.is_flushed(item::time(buf, l), now) {
+        if now != 0 && self.is_flushed(buf, l, now) {
             Some(Unlink::Flushed)
         } else if now != 0 && expired(item::exptime(buf, l), now) {
             Some(Unlink::Expired)
@@ -106,6 +109,7 @@ pub(crate) struct Shard {
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
+    debug_assert!((off as u64) <= OFF_MASK);
     ((seg as u64) << OFF_BITS) | off as u64
 }
 fn split_loc(loc: u64) -> (u32, usize) {
@@ -137,7 +141,7 @@ impl Shard {
             segs: Segments::default(),
             index: Index::new(index_buckets.min(INDEX_START_BUCKETS)),
             index_reserved: index_buckets,
-            index_charged: (index_buckets * WAYS * 8) as u64,
+            index_charged: index::bytes_for(index_buckets) as u64,
             cas_counter: 0,
             stats: Counters::default(),
             reclaim_seg: 0,
@@ -186,7 +190,7 @@ impl Shard {
 
     /// Index bytes charged to the limit up front (the index grows into them).
     pub fn index_reserved_bytes(&self) -> u64 {
-        (self.index_reserved * WAYS * 8) as u64
+        index::bytes_for(self.index_reserved) as u64
     }
 
     /// Last access time of the first live item of the oldest segment: about the oldest
@@ -198,7 +202,7 @@ impl Shard {
         while off < s.used {
             let l = item::parse(&s.buf[off..]);
             if l.bits & DEAD == 0 {
-                return Some(item::time(&s.buf[off..], &l));
+                return Some(item::time(&s.buf[off..], &l, self.now));
             }
             off += l.total();
         }
@@ -228,7 +232,7 @@ impl Shard {
         self.now = now;
         let f = self.find(h, key)?;
         let buf = self.buf(f.seg, f.off);
-        if g.is_flushed(item::time(buf, &f.l), now) {
+        if g.is_flushed(buf, &f.l, now) {
             self.stats.get_flushed += 1;
             self.unlink(f, Unlink::Flushed);
             return None;
@@ -259,7 +263,7 @@ impl Shard {
         match why {
             Unlink::Evicted => {
                 self.stats.evictions += 1;
-                let last_access = item::time(self.buf(seg, off), l);
+                let last_access = item::time(self.buf(seg, off), l, self.now);
                 self.stats.evicted_time = u64::from(self.now.saturating_sub(last_access));
                 if bits & FETCHED == 0 {
                     self.stats.evicted_unfetched += 1;
@@ -510,7 +514,7 @@ impl Shard {
             // Any value above u32::MAX makes the field wide; the real one is set below.
             cas: cas_for_size,
             exptime: item::exptime(buf, &f.l),
-            time: item::time(buf, &f.l),
+            time: item::time(buf, &f.l, now),
             flags,
             force_exptime: true,
         };
@@ -689,7 +693,7 @@ mod tests {
     fn an_index_outgrowing_its_reservation_is_charged() {
         let g = global(1 << 30);
         let mut s = Shard::new(0, 4, 1);
-        assert_eq!(s.charged(), (WAYS * 8) as u64);
+        assert_eq!(s.charged(), index::bytes_for(1) as u64);
         let mut segs = Vec::new();
         for i in 0..100u32 {
             if i % 50 == 0 {
@@ -703,7 +707,7 @@ mod tests {
             let key = format!("key:{i}");
             put(&mut s, &g, *segs.last().unwrap(), key.as_bytes(), b"v", 0);
         }
-        let index_growth = s.index.bytes() as u64 - (WAYS * 8) as u64;
+        let index_growth = s.index.bytes() as u64 - index::bytes_for(1) as u64;
         assert!(index_growth > 0);
         assert_eq!(g.mem.used(), 2 * 4096 + index_growth);
         assert_eq!(s.charged(), 2 * 4096 + s.index.bytes() as u64);

@@ -447,7 +447,7 @@ fn a_ttl_given_later_to_an_item_stored_without_one_is_kept() {
     let before = s.stats().counters.bytes;
     let c = put(b"t", 5);
     // 5-byte value + 1-byte key + bits, key length, value length, time, flags, cas.
-    assert_eq!(s.stats().counters.bytes - before, 6 + 3 + 4 + 4 + 4);
+    assert_eq!(s.stats().counters.bytes - before, 6 + 3 + 2 + 4 + 4);
     assert_eq!(s.touch(b"t", T0 + 10, T0), TouchResult::Touched);
     assert_eq!(view(b"t", T0), Some((b"value".to_vec(), 5, c, T0 + 10)));
     assert_eq!(view(b"t", T0 + 10), None, "expired at its new TTL");
@@ -538,4 +538,39 @@ fn without_evictions_items_keep_an_exptime_field() {
         );
     }
     assert_eq!(s.len(), n);
+}
+
+/// An item's access time is kept in 16 bits (see item.rs). With `reclaim` walking the store
+/// as the server has it do, an idle time reads exactly up to 12 hours and as 12 hours beyond,
+/// and a delayed flush_all still takes an item last touched ~36 hours before it, which a bare
+/// 16-bit stamp would read as touched after the cutoff.
+#[test]
+fn idle_times_past_the_16_bit_stamp_stay_readable_and_flushable() {
+    let s = store_mb(8);
+    set(&s, "idle", "v", T0);
+    let idle = |k: &str, now: u32| s.peek(k.as_bytes(), now, |v| v.map(|v| now - v.last_access));
+    // Flushed at `flush`, checked 1,000 s later: the item was last touched exactly two
+    // 16-bit spans before the check minus 500 s.
+    let flush = T0 + 2 * 65_536 - 500;
+    let mut now = T0;
+    while now + 60 < flush {
+        now += 60;
+        s.reclaim(now, 1_000);
+        assert_eq!(
+            idle("idle", now),
+            Some((now - T0).min(crate::item::IDLE_CAP))
+        );
+    }
+    set(&s, "read", "v", now);
+    assert_eq!(val(&s, "read", now + 5).as_deref(), Some("v"));
+    assert_eq!(
+        idle("read", now + 7),
+        Some(2),
+        "a read stamps the exact time"
+    );
+    s.flush_all(10, flush);
+    set(&s, "new", "v", flush + 20);
+    assert_eq!(val(&s, "idle", flush + 1_000), None);
+    assert_eq!(val(&s, "read", flush + 1_000), None);
+    assert_eq!(val(&s, "new", flush + 1_000).as_deref(), Some("v"));
 }

@@ -340,10 +340,10 @@ mod tests {
     #[test]
     fn a_received_value_is_adopted_only_with_room_for_header_or_filler() {
         let len = 70_000;
-        // key 3 + bits/key_len 2 + varint 3 + 8-byte cas/exptime/time 16 = 24 header bytes
+        // key 3 + bits/key_len 2 + varint 3 + cas 8, exptime 4, time 2 = 22 header bytes
         // (room for a wide cas and an exptime: the cas is not known until the item is
         // written; the smaller header it may get leaves a longer filler in front).
-        let head = 24;
+        let head = 22;
         assert_eq!(source_of(StoreMode::Set, head, len), Some(0));
         assert_eq!(source_of(StoreMode::Add, head + 15, len), Some(15));
         assert_eq!(
@@ -353,8 +353,8 @@ mod tests {
         assert_eq!(source_of(StoreMode::Replace, head + 100, len), Some(100));
         // Too little room for a header, or for a filler in front of it: copied.
         assert_eq!(source_of(StoreMode::Set, head - 1, len), None);
-        assert_eq!(source_of(StoreMode::Set, head + 10, len), None);
-        assert_eq!(source_of(StoreMode::Set, head + 11, len), Some(11));
+        assert_eq!(source_of(StoreMode::Set, head + 8, len), None);
+        assert_eq!(source_of(StoreMode::Set, head + 9, len), Some(9));
         assert_eq!(source_of(StoreMode::Set, head + 16_001, len), None);
         // Modes that keep the old value are copied.
         assert_eq!(source_of(StoreMode::Append, head, len), None);
