@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import ssl
 import subprocess
@@ -15,6 +16,7 @@ from typing import Callable
 
 import memfleet as mf
 import pytest
+import redis
 import trustme
 from harness import (
     Conn,
@@ -391,6 +393,62 @@ def test_route_speaks_mutual_tls_to_its_servers(
         proxy.stop()
 
 
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+def test_route_speaks_mutual_tls_to_redis_servers(pki: Pki) -> None:
+    """A Redis pool with `tls: true`: redis-server listens on TLS only and requires a client
+    certificate; redis-py reaches it through the router in plaintext."""
+    rport = port_in(12000, 20000)
+    backend = Server(
+        [
+            shutil.which("redis-server") or "redis-server",
+            *("--port", "0", "--tls-port", str(rport), "--bind", "127.0.0.1"),
+            *("--tls-cert-file", str(pki.chain), "--tls-key-file", str(pki.key)),
+            *("--tls-ca-cert-file", str(pki.ca_file), "--tls-auth-clients", "yes"),
+            *("--save", "", "--appendonly", "no", "--logfile", "", "--loglevel", "warning"),
+        ],
+        port=rport,
+    ).start()
+    client_pem, client_key = pki.client_files()
+    port = port_in(12000, 20000)
+    tls = {
+        "tls": True,
+        "tls_ca_file": pki.ca_file,
+        "tls_cert_file": client_pem,
+        "tls_key_file": client_key,
+    }
+    try:
+        conf = pool_yaml("r", f"127.0.0.1:{port}", [f"127.0.0.1:{rport}:1"], redis=True, **tls)
+        proxy = route(conf, port)
+        try:
+            r = redis.Redis(host="127.0.0.1", port=port, protocol=2)
+            assert r.set("tls:k", "hello") is True
+            assert r.get("tls:k") == b"hello"
+            assert r.incr("tls:n", 5) == 5
+        finally:
+            proxy.stop()
+        direct = redis.Redis(
+            host="127.0.0.1",
+            port=rport,
+            protocol=2,
+            ssl=True,
+            ssl_ca_certs=str(pki.ca_file),
+            ssl_certfile=str(client_pem),
+            ssl_keyfile=str(client_key),
+        )
+        assert direct.get("tls:k") == b"hello"
+        # Without the client certificate redis-server refuses the router: clients get errors.
+        del tls["tls_cert_file"], tls["tls_key_file"]
+        conf = pool_yaml("r", f"127.0.0.1:{port}", [f"127.0.0.1:{rport}:1"], redis=True, **tls)
+        proxy = route(conf, port)
+        try:
+            with pytest.raises(redis.RedisError):
+                redis.Redis(host="127.0.0.1", port=port, protocol=2).get("tls:k")
+        finally:
+            proxy.stop()
+    finally:
+        backend.stop()
+
+
 def test_route_listener_speaks_tls(pki: Pki, start: Callable[..., Server]) -> None:
     backend = start("memcached")
     port = port_in(12000, 20000)
@@ -564,7 +622,9 @@ def test_mcrouter_asynclog_replays_over_tls(
 
         def none_left() -> bool:
             with tls_conn(secure.port or 0, pki.context()) as c:
-                return all(c.request(f"get {k}\r\n".encode(), b"END\r\n") == b"END\r\n" for k in keys)
+                return all(
+                    c.request(f"get {k}\r\n".encode(), b"END\r\n") == b"END\r\n" for k in keys
+                )
 
         eventually(none_left, "every key deleted over TLS")
         # Logged once the replay's last batch was acknowledged.
