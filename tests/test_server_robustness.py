@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -79,6 +80,35 @@ def test_sighup_does_not_stop_the_server() -> None:
         with Conn(server.port or 0) as c:
             assert c.request(b"version\r\n").startswith(b"VERSION "), name
         print(f"{name}: RSS {rss_mb(server):.1f} MB after SIGHUP")
+
+
+@pytest.mark.parametrize("make", [memfleet, memcached], ids=["memfleet", "memcached"])
+def test_sighup_as_soon_as_the_port_opens_does_not_stop_the_server(
+    make: Callable[..., Server],
+) -> None:
+    """The listening socket opens before the server has finished starting; a HUP that lands
+    in between (here, the first moment a connect succeeds) must not kill it either."""
+    for _ in range(10):
+        server = make("-m", "64")
+        assert server.port is not None
+        proc = subprocess.Popen(server.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the port never opened"
+                    assert proc.poll() is None, "the server exited at start"
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(0.2)
+            assert proc.poll() is None, "died of a SIGHUP sent as its port opened"
+            with Conn(server.port) as c:
+                assert c.request(b"version\r\n").startswith(b"VERSION ")
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def store_value(port: int, key: bytes, size: int) -> None:
@@ -182,8 +212,20 @@ def test_stalled_set_refused_when_memory_is_taken_then_finishes() -> None:
         assert int(stats(port)["store_no_memory"]) > 0
 
 
-MEMLIMITS = [b"7", b"8", b"1000000000", b"1000000001", b"4294967295", b"4294967296",
-             b"99999999999", b"-1", b"abc", b"100", b"2000000000 noreply", b"7 noreply"]
+MEMLIMITS = [
+    b"7",
+    b"8",
+    b"1000000000",
+    b"1000000001",
+    b"4294967295",
+    b"4294967296",
+    b"99999999999",
+    b"-1",
+    b"abc",
+    b"100",
+    b"2000000000 noreply",
+    b"7 noreply",
+]
 
 
 def test_cache_memlimit_bounds_like_memcached() -> None:
@@ -207,7 +249,9 @@ def test_disable_evictions_refuses_stores_when_full() -> None:
         replies = []
         with Conn(port) as c:
             for i in range(300):
-                replies.append(c.request(b"set ev%d 0 0 %d\r\n" % (i, len(value)) + value + b"\r\n"))
+                replies.append(
+                    c.request(b"set ev%d 0 0 %d\r\n" % (i, len(value)) + value + b"\r\n")
+                )
             first = c.request(b"get ev0\r\n", b"END\r\n")
         assert b"SERVER_ERROR out of memory storing object\r\n" in replies, name
         assert first.startswith(b"VALUE ev0 "), name
@@ -241,7 +285,9 @@ def test_verbose_logs_replies_and_unknown_commands() -> None:
         logs[name] = [
             line.split(" ", 1)[0][0] + " " + line.split(" ", 1)[1]
             for line in text.splitlines()
-            if line[:1] in "<>" and " " in line and "connection" not in line
+            if line[:1] in "<>"
+            and " " in line
+            and "connection" not in line
             and "server listening" not in line
         ]
     assert logs["memfleet"] == logs["memcached"], logs

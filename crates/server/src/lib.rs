@@ -65,6 +65,13 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         );
         return Ok(());
     }
+    // A HUP while the server starts (the io_uring probe, a warm restart's load) must not stop
+    // it either: until `install_signal_handler` takes over, it only sets a flag nobody reads.
+    signal_hook::flag::register(
+        signal_hook::consts::SIGHUP,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .map_err(|e| e.to_string())?;
     let mut settings = args.settings()?;
     for w in &settings.warnings {
         eprintln!("warning: {w}");
@@ -455,9 +462,10 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
     Ok(per_worker)
 }
 
-/// SIGINT/SIGTERM stop the server; SIGUSR1 stops it gracefully (saving items for `-e`). SIGHUP never stops it (a terminal closing or a log
-/// rotator's HUP must not take the cache down); as in memcached it re-reads the `-Y` password
-/// file, keeping the old entries if the new file is bad.
+/// SIGINT/SIGTERM stop the server; SIGUSR1 stops it gracefully (saving items for `-e`).
+/// SIGHUP never stops it (a terminal closing or a log rotator's HUP must not take the cache
+/// down); as in memcached it re-reads the `-Y` password file, keeping the old entries if the
+/// new file is bad.
 fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])

@@ -6,8 +6,8 @@
 //! Semantics follow mcrouter's route handles: All* modes, FailoverRoute (moves on only on
 //! the error results its `failover_errors` name for the operation), MissFailoverRoute,
 //! WarmUpRoute (a warm hit fills cold in the background with an `add`; deletes reach cold
-//! and warm, cold answers once both did), shadows (replies
-//! ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
+//! and warm, cold answers once both did), shadows (sent once the main child has answered,
+//! replies ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
 //! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
 //! back there ([`Exec::pin_leases`]); the book itself is `super::lease`'s.
 
@@ -374,12 +374,11 @@ impl Exec {
                 let cold = *cold;
                 self.start_node(cold, out);
             }
-            Kind::Shadowed { main, shadows } => {
-                let (main, shadows) = (*main, shadows.clone());
+            // The copies go out once the main child has answered (see `child_done`), so
+            // the client's reply never waits behind a shadow's send or its reply.
+            Kind::Shadowed { main, .. } => {
+                let main = *main;
                 self.start_node(main, out);
-                for s in shadows {
-                    self.start_node(s, out);
-                }
             }
             Kind::Fill { read, .. } => {
                 let read = *read;
@@ -417,6 +416,8 @@ impl Exec {
         enum Next {
             Wait,
             Reply(Reply),
+            /// Answer, then send the shadow copies.
+            ReplyThenCopy(Reply, Vec<usize>),
             Start(usize),
             Fill(Reply),
             AddToCold(Reply),
@@ -532,7 +533,9 @@ impl Exec {
                     Next::Reply(reply)
                 }
             }
-            Kind::Shadowed { main, .. } if *main == child => Next::Reply(reply),
+            Kind::Shadowed { main, shadows } if *main == child => {
+                Next::ReplyThenCopy(reply, std::mem::take(shadows))
+            }
             Kind::Fill { read, .. } if *read == child => Next::AddToCold(reply),
             Kind::Fill { .. } => {
                 self.nodes[id].done = true;
@@ -543,6 +546,12 @@ impl Exec {
         match next {
             Next::Wait => {}
             Next::Reply(r) => self.complete(id, r, out),
+            Next::ReplyThenCopy(r, shadows) => {
+                self.complete(id, r, out);
+                for s in shadows {
+                    self.start_node(s, out);
+                }
+            }
             Next::Start(c) => self.start_node(c, out),
             Next::Fill(r) => {
                 self.start_fill(id, out);

@@ -337,6 +337,40 @@ fn shadows_are_sent_and_ignored() {
 }
 
 #[test]
+fn shadow_copies_go_out_after_the_main_reply() {
+    let plan = Plan::Shadowed {
+        main: Box::new(to(0, 0)),
+        shadows: vec![(1.0, to(1, 0))],
+    };
+    let mut e = Exec::new(vec![get("k")], vec![plan], &mut |_| true);
+    let mut limits = FailoverLimits::default();
+    let mut actions = Vec::new();
+    e.start(&mut limits, &mut actions);
+    let sends: Vec<usize> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { node } => Some(e.send(*node).pool),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sends, vec![0], "only the main child is sent at first");
+    let Action::Send { node } = actions[0] else {
+        unreachable!()
+    };
+    let mut after = Vec::new();
+    e.on_reply(node, r(b"END\r\n"), &mut limits, &mut after);
+    assert!(
+        matches!(after[0], Action::Done { .. }),
+        "the client is answered first"
+    );
+    assert!(
+        matches!(after[1], Action::Send { node } if e.send(node).pool == 1),
+        "then the copy goes to the shadow"
+    );
+    assert!(!e.finished(), "the copy is still out");
+}
+
+#[test]
 fn parts_answer_independently() {
     let mut fleet = Fleet::new(|p, _, _| {
         if p == 0 {
