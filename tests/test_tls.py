@@ -61,6 +61,16 @@ class Pki:
         self.client.private_key_pem.write_to_path(str(key))
         return pem, key
 
+    def pool_tls(self) -> dict[str, object]:
+        """A nutcracker pool's keys for mutual TLS to its servers, with our client certificate."""
+        client_pem, client_key = self.client_files()
+        return {
+            "tls": True,
+            "tls_ca_file": self.ca_file,
+            "tls_cert_file": client_pem,
+            "tls_key_file": client_key,
+        }
+
     def server_opts(self, *extra: str) -> tuple[str, ...]:
         opts = ",".join((f"ssl_chain_cert={self.chain}", f"ssl_key={self.key}", *extra))
         return ("-Z", "-o", opts)
@@ -364,14 +374,8 @@ def test_route_speaks_mutual_tls_to_its_servers(
     impl: str, pki: Pki, start: Callable[..., Server]
 ) -> None:
     backend = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
-    client_pem, client_key = pki.client_files()
     port = port_in(12000, 20000)
-    tls = {
-        "tls": True,
-        "tls_ca_file": pki.ca_file,
-        "tls_cert_file": client_pem,
-        "tls_key_file": client_key,
-    }
+    tls = pki.pool_tls()
     conf = pool_yaml("p", f"127.0.0.1:{port}", [f"127.0.0.1:{backend.port}:1"], **tls)
     proxy = route(conf, port)
     try:
@@ -408,14 +412,8 @@ def test_route_speaks_mutual_tls_to_redis_servers(pki: Pki) -> None:
         ],
         port=rport,
     ).start()
-    client_pem, client_key = pki.client_files()
     port = port_in(12000, 20000)
-    tls = {
-        "tls": True,
-        "tls_ca_file": pki.ca_file,
-        "tls_cert_file": client_pem,
-        "tls_key_file": client_key,
-    }
+    tls = pki.pool_tls()
     try:
         conf = pool_yaml("r", f"127.0.0.1:{port}", [f"127.0.0.1:{rport}:1"], redis=True, **tls)
         proxy = route(conf, port)
@@ -432,8 +430,8 @@ def test_route_speaks_mutual_tls_to_redis_servers(pki: Pki) -> None:
             protocol=2,
             ssl=True,
             ssl_ca_certs=str(pki.ca_file),
-            ssl_certfile=str(client_pem),
-            ssl_keyfile=str(client_key),
+            ssl_certfile=str(tls["tls_cert_file"]),
+            ssl_keyfile=str(tls["tls_key_file"]),
         )
         assert direct.get("tls:k") == b"hello"
         # Without the client certificate redis-server refuses the router: clients get errors.
