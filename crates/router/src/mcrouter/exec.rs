@@ -55,6 +55,9 @@ pub enum Action {
     /// Send node `node`'s request ([`Exec::request`]) to its server ([`Exec::send`]), then
     /// call [`Exec::on_reply`] with the reply or the error it met.
     Send { node: usize },
+    /// As `Send`, for a shadow copy: the client already has its reply, so the worker sends
+    /// it after the replies that are ready, not before them.
+    SendCopy { node: usize },
     /// Part `part` (a key of the client's request) has its reply ([`Exec::part`]).
     Done { part: usize },
 }
@@ -548,8 +551,14 @@ impl Exec {
             Next::Reply(r) => self.complete(id, r, out),
             Next::ReplyThenCopy(r, shadows) => {
                 self.complete(id, r, out);
+                let from = out.len();
                 for s in shadows {
                     self.start_node(s, out);
+                }
+                for a in &mut out[from..] {
+                    if let Action::Send { node } = *a {
+                        *a = Action::SendCopy { node };
+                    }
                 }
             }
             Next::Start(c) => self.start_node(c, out),

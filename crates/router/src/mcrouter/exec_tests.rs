@@ -60,7 +60,7 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
         loop {
             for a in actions.drain(..) {
                 match a {
-                    Action::Send { node } => {
+                    Action::Send { node } | Action::SendCopy { node } => {
                         let s = exec.send(node).clone();
                         let mut bytes = Vec::new();
                         exec.request(node).write(&s, &mut bytes);
@@ -364,8 +364,8 @@ fn shadow_copies_go_out_after_the_main_reply() {
         "the client is answered first"
     );
     assert!(
-        matches!(after[1], Action::Send { node } if e.send(node).pool == 1),
-        "then the copy goes to the shadow"
+        matches!(after[1], Action::SendCopy { node } if e.send(node).pool == 1),
+        "then the copy goes to the shadow, after the turn's replies"
     );
     assert!(!e.finished(), "the copy is still out");
 }

@@ -60,6 +60,8 @@ pub(super) struct Execs {
     /// Spools appended to this turn, and the sends waiting for them.
     group: GroupCommit,
     spooled: Vec<Spooled>,
+    /// Shadow copies (execution, its generation, node), sent once the turn's replies are out.
+    copies: Vec<(usize, u32, usize)>,
     gen: u32,
     scratch: Vec<u8>,
     rng: u64,
@@ -283,6 +285,10 @@ impl Worker {
                         }
                     }
                 }
+                Action::SendCopy { node } => {
+                    let gen = self.mc.running[x].gen;
+                    self.mc.copies.push((x, gen, node));
+                }
                 Action::Done { .. } => self.answer_client(x),
             }
             i += 1;
@@ -297,6 +303,20 @@ impl Worker {
         }
         if self.mc.running[x].exec.finished() {
             self.mc.running.remove(x);
+        }
+    }
+
+    /// Whether shadow copies wait for [`Worker::send_copies`].
+    pub(super) fn has_copies(&self) -> bool {
+        !self.mc.copies.is_empty()
+    }
+
+    /// Sends the shadow copies held back while the turn's client replies went out.
+    pub(super) fn send_copies(&mut self) {
+        for (x, gen, node) in std::mem::take(&mut self.mc.copies) {
+            if self.mc.running.get(x).is_some_and(|run| run.gen == gen) {
+                self.drive(x, vec![Action::Send { node }]);
+            }
         }
     }
 

@@ -265,6 +265,14 @@ impl Worker {
             }
             match self.dirty_clients.pop() {
                 Some(c) => self.flush_client(c),
+                // Shadow copies once the replies are out: a copied key's client does not
+                // wait for the write to the shadow.
+                None if self.dirty_backends.is_empty()
+                    && self.arrivals.is_empty()
+                    && self.has_copies() =>
+                {
+                    self.send_copies()
+                }
                 // Last, once every ready reply is out: one fsync per spool for the turn.
                 None if self.dirty_backends.is_empty()
                     && self.arrivals.is_empty()
