@@ -25,8 +25,9 @@ def route_argv(
     """`memfleet route` with the mcrouter config file `conf`, 2 proxies, logging to `log`;
     `options` (flag -> value) as overridden by the flag/value pairs in `extra`."""
     argv = [memfleet_bin(), "route", "--config", f"file:{conf}", "-p", str(port)]
-    argv += ["--listen-addresses", listen, "--num-proxies", "2", "-L", str(log)]
-    for flag, value in {**options, **dict(zip(extra[::2], extra[1::2]))}.items():
+    argv += ["--listen-addresses", listen, "-L", str(log)]
+    defaults = {"--num-proxies": "2", **options}
+    for flag, value in {**defaults, **dict(zip(extra[::2], extra[1::2]))}.items():
         argv += [flag, value]
     return argv
 

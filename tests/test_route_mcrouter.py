@@ -206,6 +206,34 @@ def test_deterministic_order_policy_spreads_failovers(servers) -> None:
         assert len(set(holders)) >= 2, holders
 
 
+def test_least_failures_policy_skips_a_child_that_just_failed(servers) -> None:
+    a, c, d = servers(3)
+    # B answers, but refuses items over 1 KB with SERVER_ERROR: an error, not a TKO.
+    b = memcached("-I", "1k", "-o", "slab_chunk_max=1024").start()
+    try:
+        config = {
+            "pools": pools(A=[a], B=[b], C=[c], D=[d]),
+            "route": {
+                "type": "FailoverRoute",
+                "children": ["PoolRoute|A", "PoolRoute|B", "PoolRoute|C", "PoolRoute|D"],
+                "failover_policy": {"type": "LeastFailuresPolicy", "max_tries": 3},
+            },
+        }
+        # One worker: each proxy thread keeps its own error counts, as in mcrouter.
+        with run(config, "--num-proxies", "1") as r:
+            a.stop()
+            big = "x" * 2000
+            assert store(r.port, "big", big) == b"STORED\r\n"
+            assert fetch(c.port, "big").startswith(b"VALUE big"), "A down, B refused: C"
+            # B would take a small item, and in config order it is next after A; with its
+            # error in a row it comes after C and D.
+            assert store(r.port, "small", "v") == b"STORED\r\n"
+            assert fetch(b.port, "small") == b"END\r\n"
+            assert fetch(c.port, "small") == b"VALUE small 0 1\r\nv\r\nEND\r\n"
+    finally:
+        b.stop()
+
+
 def test_failover_errors_per_operation_class(servers) -> None:
     a, b = servers(2)
     a.stop()

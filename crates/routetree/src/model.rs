@@ -130,6 +130,13 @@ pub enum FailoverPolicy {
         /// server in a failover pool laid out like the normal one.
         ignore_normal_reply_index: bool,
     },
+    /// mcrouter's LeastFailuresPolicy: the first child, then the others with the fewest
+    /// errors in a row (as this worker saw them; a good reply resets a child's count), ties
+    /// in config order, `max_tries` children at most.
+    LeastFailures {
+        /// Most children tried, the first included (at most the number of children).
+        max_tries: usize,
+    },
 }
 
 /// `action` of ModifyExptimeRoute.

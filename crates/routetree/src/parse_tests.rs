@@ -568,4 +568,17 @@ fn failover_policy_types_are_checked() {
     };
     assert_eq!((*max_tries, *max_error_tries), (3, 3));
     assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    // LeastFailuresPolicy: max_tries only (required, cut to the children).
+    let e = err(&route(r#"{"type": "LeastFailuresPolicy"}"#)).to_string();
+    assert!(e.contains("LeastFailuresPolicy needs 'max_tries'"), "{e}");
+    let c = parse_config(
+        "t.json",
+        &route(r#"{"type": "LeastFailuresPolicy", "max_tries": 5}"#),
+    )
+    .unwrap();
+    let Route::Failover { policy, .. } = entry_route(&c) else {
+        panic!()
+    };
+    assert_eq!(policy, &FailoverPolicy::LeastFailures { max_tries: 3 });
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
 }

@@ -23,6 +23,9 @@ pub enum Plan {
         plans: Vec<Plan>,
         /// Which plans are tried, in which order (the failover policy's; the first is 0).
         order: Vec<usize>,
+        /// LeastFailuresPolicy's `max_tries`: `order` lists every plan, and when the request
+        /// starts, all but the first are sorted by their recent errors and this many kept.
+        least_failures: Option<usize>,
         /// The error replies other than `tko` after which the error is the reply.
         max_error_tries: usize,
         /// Error results that move on to the next plan.
@@ -309,7 +312,9 @@ impl Eval<'_, '_> {
             } => {
                 let mut plans = self.targets(children);
                 let (order, max_error_tries) = match policy {
-                    FailoverPolicy::InOrder => ((0..plans.len()).collect(), usize::MAX),
+                    FailoverPolicy::InOrder | FailoverPolicy::LeastFailures { .. } => {
+                        ((0..plans.len()).collect(), usize::MAX)
+                    }
                     FailoverPolicy::DeterministicOrder {
                         max_tries,
                         max_error_tries,
@@ -330,6 +335,10 @@ impl Eval<'_, '_> {
                     _ => Plan::Failover {
                         plans,
                         order,
+                        least_failures: match policy {
+                            FailoverPolicy::LeastFailures { max_tries } => Some(*max_tries),
+                            _ => None,
+                        },
                         max_error_tries,
                         errors: match self.class {
                             OpClass::Get => errors.gets.clone(),

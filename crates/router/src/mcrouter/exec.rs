@@ -21,20 +21,25 @@ use super::lease::{self, Issued, LeaseBook};
 use super::reply::{self, default_reply, is_hit, McResult, Reply};
 use super::request::ReqSpec;
 
-/// `failover_limit` token buckets, per FailoverRoute, kept by the worker across requests:
-/// each request through the route earns `rate` tokens (up to `burst`; a bucket starts
-/// full), each failover spends one, and without a token the error is the reply.
+/// What FailoverRoutes remember across requests, per worker (as mcrouter, per proxy thread).
 #[derive(Debug, Default)]
-pub struct FailoverLimits(HashMap<RouteId, f64>);
+pub struct FailoverState {
+    /// `failover_limit` token buckets: each request through the route earns `rate` tokens
+    /// (up to `burst`; a bucket starts full), each failover spends one, and without a token
+    /// the error is the reply.
+    tokens: HashMap<RouteId, f64>,
+    /// LeastFailuresPolicy: each child's error replies in a row.
+    errors_in_a_row: HashMap<RouteId, Vec<u32>>,
+}
 
-impl FailoverLimits {
+impl FailoverState {
     fn earn(&mut self, route: RouteId, limit: &FailoverLimit) {
-        let tokens = self.0.entry(route).or_insert(limit.burst);
+        let tokens = self.tokens.entry(route).or_insert(limit.burst);
         *tokens = (*tokens + limit.rate).min(limit.burst);
     }
 
     fn spend(&mut self, route: RouteId, limit: &FailoverLimit) -> bool {
-        let tokens = self.0.entry(route).or_insert(limit.burst);
+        let tokens = self.tokens.entry(route).or_insert(limit.burst);
         if *tokens >= 1.0 {
             *tokens -= 1.0;
             true
@@ -43,9 +48,32 @@ impl FailoverLimits {
         }
     }
 
-    /// Forgets every bucket (a reload renumbers the routes).
+    /// LeastFailuresPolicy's order: the first child, then the others by fewest errors in a
+    /// row (ties in config order), `max_tries` in all.
+    fn least_failures(&self, route: RouteId, children: usize, max_tries: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..children).collect();
+        if let Some(counts) = self.errors_in_a_row.get(&route) {
+            order[1..].sort_by_key(|&c| counts.get(c).copied().unwrap_or(0));
+        }
+        order.truncate(max_tries.max(1));
+        order
+    }
+
+    /// A child's reply: an error adds to its count, anything else resets it.
+    fn record(&mut self, route: RouteId, children: usize, child: usize, error: bool) {
+        let counts = self
+            .errors_in_a_row
+            .entry(route)
+            .or_insert_with(|| vec![0; children]);
+        if let Some(n) = counts.get_mut(child) {
+            *n = if error { n.saturating_add(1) } else { 0 };
+        }
+    }
+
+    /// Forgets every bucket and count (a reload renumbers the routes).
     pub fn clear(&mut self) {
-        self.0.clear();
+        self.tokens.clear();
+        self.errors_in_a_row.clear();
     }
 }
 
@@ -96,6 +124,8 @@ enum Kind {
         max_error_tries: usize,
         errors: Vec<String>,
         limit: Option<FailoverLimit>,
+        /// LeastFailuresPolicy's `max_tries`: `order` is made when the request starts.
+        least_failures: Option<usize>,
         /// The child that handed out the lease this request spends: no failover.
         pinned: Option<usize>,
     },
@@ -136,7 +166,7 @@ pub struct Exec {
     open: usize,
     outstanding: usize,
     /// The worker's failover buckets, lent for the length of a `start`/`on_reply` call.
-    limits: FailoverLimits,
+    limits: FailoverState,
     /// Leases FailoverRoutes saw handed out, for the worker's book.
     issued: Vec<Issued>,
 }
@@ -156,7 +186,7 @@ impl Exec {
             nodes: Vec::new(),
             roots: Vec::new(),
             outstanding: 0,
-            limits: FailoverLimits::default(),
+            limits: FailoverState::default(),
             issued: Vec::new(),
         };
         for (i, plan) in plans.iter().enumerate() {
@@ -195,7 +225,7 @@ impl Exec {
     }
 
     /// Starts every part; the actions come out in the order to carry them out.
-    pub fn start(&mut self, limits: &mut FailoverLimits, out: &mut Vec<Action>) {
+    pub fn start(&mut self, limits: &mut FailoverState, out: &mut Vec<Action>) {
         std::mem::swap(&mut self.limits, limits);
         for i in 0..self.roots.len() {
             let root = self.roots[i];
@@ -237,7 +267,7 @@ impl Exec {
         &mut self,
         node: usize,
         reply: Reply,
-        limits: &mut FailoverLimits,
+        limits: &mut FailoverState,
         out: &mut Vec<Action>,
     ) {
         std::mem::swap(&mut self.limits, limits);
@@ -278,6 +308,7 @@ impl Exec {
             Plan::Failover {
                 plans,
                 order,
+                least_failures,
                 max_error_tries,
                 errors,
                 limit,
@@ -292,6 +323,7 @@ impl Exec {
                 max_error_tries: *max_error_tries,
                 errors: errors.clone(),
                 limit: *limit,
+                least_failures: *least_failures,
                 pinned: None,
             },
             Plan::MissFailover {
@@ -356,16 +388,24 @@ impl Exec {
                 children,
                 order,
                 limit,
+                least_failures,
                 pinned,
                 ..
             } => {
                 if let Some(limit) = limit {
                     self.limits.earn(*route, limit);
                 }
+                let ordered = least_failures.map(|max_tries| {
+                    self.limits
+                        .least_failures(*route, children.len(), max_tries)
+                });
                 let at = pinned.unwrap_or(order[0]);
                 let first = children[at];
-                if let Kind::Failover { current, .. } = &mut self.nodes[id].kind {
+                if let Kind::Failover { current, order, .. } = &mut self.nodes[id].kind {
                     *current = at;
+                    if let Some(o) = ordered {
+                        *order = o;
+                    }
                 }
                 self.start_node(first, out);
             }
@@ -475,8 +515,13 @@ impl Exec {
                 max_error_tries,
                 errors,
                 limit,
+                least_failures,
                 pinned,
             } => {
+                if least_failures.is_some() {
+                    let error = reply.result.is_error();
+                    self.limits.record(*route, children.len(), *current, error);
+                }
                 let listed = pinned.is_none()
                     && reply.result.is_error()
                     && errors.iter().any(|e| e == reply.result.name());

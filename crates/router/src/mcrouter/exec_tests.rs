@@ -39,7 +39,7 @@ fn set(key: &str, exptime: i64) -> ReqSpec {
 struct Fleet<F: FnMut(usize, usize, &[u8]) -> Reply> {
     answer: F,
     sent: Vec<(usize, usize, Vec<u8>)>,
-    limits: FailoverLimits,
+    limits: FailoverState,
 }
 
 impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
@@ -47,7 +47,7 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
         Fleet {
             answer,
             sent: Vec::new(),
-            limits: FailoverLimits::default(),
+            limits: FailoverState::default(),
         }
     }
 
@@ -186,6 +186,7 @@ fn failover_moves_on_only_on_listed_errors() {
     let failover = |errors: &[&str]| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0), to(2, 0)],
         order: (0..3).collect(),
+        least_failures: None,
         max_error_tries: usize::MAX,
         errors: errors.iter().map(|e| e.to_string()).collect(),
         limit: None,
@@ -225,6 +226,7 @@ fn failover_with_exptime_caps_the_gutter() {
     let plan = Plan::Failover {
         plans: vec![to(0, 0), gutter],
         order: (0..2).collect(),
+        least_failures: None,
         max_error_tries: usize::MAX,
         errors: vec!["connect_error".into()],
         limit: None,
@@ -343,7 +345,7 @@ fn shadow_copies_go_out_after_the_main_reply() {
         shadows: vec![(1.0, to(1, 0))],
     };
     let mut e = Exec::new(vec![get("k")], vec![plan], &mut |_| true);
-    let mut limits = FailoverLimits::default();
+    let mut limits = FailoverState::default();
     let mut actions = Vec::new();
     e.start(&mut limits, &mut actions);
     let sends: Vec<usize> = actions
@@ -397,6 +399,7 @@ fn failover_limit_is_a_token_bucket_per_route() {
     let plan = |route, rate| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0)],
         order: (0..2).collect(),
+        least_failures: None,
         max_error_tries: usize::MAX,
         errors: vec!["tko".into()],
         limit: Some(FailoverLimit { rate, burst: 2.0 }),
@@ -426,11 +429,47 @@ fn failover_limit_is_a_token_bucket_per_route() {
     }
 }
 
+#[test]
+fn least_failures_policy_asks_children_with_fewer_errors_in_a_row_first() {
+    let plan = || Plan::Failover {
+        plans: (0..4).map(|p| to(p, 0)).collect(),
+        order: (0..4).collect(),
+        least_failures: Some(3),
+        max_error_tries: usize::MAX,
+        errors: vec!["tko".into()],
+        limit: None,
+        route: 11,
+    };
+    // Pools 0 and 1 are down, 2 and 3 up.
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p < 2 {
+            Reply::error(McResult::Tko)
+        } else {
+            r(b"STORED\r\n")
+        }
+    });
+    let asked = |fleet: &mut Fleet<_>| {
+        fleet.sent.clear();
+        let reply = fleet.run(&mut exec(set("k", 0), plan()))[0].1.clone();
+        assert_eq!(reply, b"STORED\r\n");
+        fleet.sent.iter().map(|s| s.0).collect::<Vec<_>>()
+    };
+    assert_eq!(asked(&mut fleet), [0, 1, 2], "no errors yet: config order");
+    // Child 1 failed once, 2 answered: 2 and 3 come before 1, and max_tries leaves 1 out.
+    assert_eq!(asked(&mut fleet), [0, 2]);
+    assert_eq!(
+        asked(&mut fleet),
+        [0, 2],
+        "the first child is always asked first"
+    );
+}
+
 /// A FailoverRoute over two servers (route id 5), as a lease pairing sees it.
 fn failover_pair() -> Plan {
     Plan::Failover {
         plans: vec![to(0, 0), to(1, 0)],
         order: (0..2).collect(),
+        least_failures: None,
         max_error_tries: usize::MAX,
         errors: vec!["connect_error".into(), "tko".into()],
         limit: None,
@@ -555,7 +594,7 @@ fn initial_sync_waits_for_all_and_answers_with_the_first() {
         plans: vec![to(0, 0), to(1, 0)],
     };
     let mut e = exec(ReqSpec::Delete { key: b"k".to_vec() }, plan);
-    let mut limits = FailoverLimits::default();
+    let mut limits = FailoverState::default();
     let mut out = Vec::new();
     e.start(&mut limits, &mut out);
     let nodes: Vec<usize> = out
@@ -595,6 +634,7 @@ fn failover_follows_the_policy_order_and_error_budget() {
     let plan = |order: Vec<usize>, max_error_tries| Plan::Failover {
         plans: vec![to(0, 0), to(1, 0), to(2, 0), to(3, 0)],
         order,
+        least_failures: None,
         max_error_tries,
         errors: vec!["timeout".into(), "tko".into()],
         limit: None,

@@ -22,7 +22,7 @@ use super::backend::{ReplyTo, EXEC_CLIENT};
 use super::client::{deliver, SlotKind};
 use super::Worker;
 use crate::asynclog::GroupCommit;
-use crate::mcrouter::exec::{Action, Exec, FailoverLimits};
+use crate::mcrouter::exec::{Action, Exec, FailoverState};
 use crate::mcrouter::reply::{self, McResult, Reply};
 use crate::mcrouter::request::{single_key, ReqSpec};
 use crate::shared::McRoutes;
@@ -66,7 +66,7 @@ pub(super) struct Execs {
     scratch: Vec<u8>,
     rng: u64,
     /// FailoverRoutes' `failover_limit` buckets, and the generation they belong to.
-    limits: FailoverLimits,
+    limits: FailoverState,
     limits_of: Option<Arc<McRoutes>>,
 }
 

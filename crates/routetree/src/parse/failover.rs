@@ -145,13 +145,13 @@ impl<'a> Builder<'a> {
             None => return self.fail("failover_policy has no 'type'"),
         };
         match ty {
-            "DeterministicOrderPolicy" => {}
-            "LeastFailuresPolicy" | "RendezvousPolicy" => {
+            "DeterministicOrderPolicy" | "LeastFailuresPolicy" => {}
+            "RendezvousPolicy" => {
                 return self.key("type", |b| {
                     b.fail(format!(
                         "failover_policy type '{ty}' is not supported yet (memfleet knows \
-                         DeterministicOrderPolicy; without failover_policy children are tried \
-                         in order)"
+                         DeterministicOrderPolicy and LeastFailuresPolicy; without \
+                         failover_policy children are tried in order)"
                     ))
                 })
             }
@@ -164,7 +164,6 @@ impl<'a> Builder<'a> {
                 })
             }
         }
-        let ty = "DeterministicOrderPolicy";
         let n = children.max(1) as i64;
         let required = |b: &mut Self, key: &str| -> Result<i64> {
             match map.get(key) {
@@ -181,6 +180,11 @@ impl<'a> Builder<'a> {
                 Ok(())
             })?;
             max_tries = n;
+        }
+        if ty == "LeastFailuresPolicy" {
+            return Ok(FailoverPolicy::LeastFailures {
+                max_tries: max_tries as usize,
+            });
         }
         let mut max_error_tries = required(self, "max_error_tries")?;
         if max_error_tries > max_tries {
