@@ -552,6 +552,27 @@ def test_mcrouter_ssl_servers_with_pem_flags(
         r.stop()
 
 
+def test_mcrouter_pool_wide_use_ssl_and_port_override(
+    pki: Pki, start: Callable[..., Server]
+) -> None:
+    """mcrouter's pool-level `use_ssl` makes its servers TLS, and `port_override` sends every
+    server of the pool to that port (here: the TLS port, the entry naming a dead one)."""
+    secure = start("memcached", *pki.server_opts())
+    config = {
+        "pools": {
+            "S": {"servers": ["127.0.0.1:1"], "use_ssl": True, "port_override": secure.port},
+        },
+        "route": "PoolRoute|S",
+    }
+    r, port = mcrouter_route(pki, config, "--pem-ca-path", str(pki.ca_file))
+    try:
+        assert ask(port, b"set k 0 0 3\r\ntls\r\n") == b"STORED\r\n"
+        with tls_conn(secure.port or 0, pki.context()) as direct:
+            assert direct.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 3\r\ntls\r\nEND\r\n"
+    finally:
+        r.stop()
+
+
 def test_mcrouter_config_errors_for_tls(pki: Pki) -> None:
     config = {"pools": {"S": {"servers": ["127.0.0.1:1:ascii:tls_to_plain"]}}, "route": "Pool|S"}
     for flags, message in [

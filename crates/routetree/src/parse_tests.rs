@@ -582,3 +582,53 @@ fn failover_policy_types_are_checked() {
     assert_eq!(policy, &FailoverPolicy::LeastFailures { max_tries: 3 });
     assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
 }
+
+#[test]
+fn pool_wide_security_and_port_override() {
+    let pool = |fields: &str| {
+        format!(
+            r#"{{"pools": {{"A": {{"servers": ["h:1", "h:2:ascii:plain"], {fields}}}}},
+                "route": "PoolRoute|A"}}"#
+        )
+    };
+    let servers = |fields: &str| -> Vec<(u16, Option<String>)> {
+        let c = parse_config("t.json", &pool(fields)).unwrap();
+        c.pools[0]
+            .servers
+            .iter()
+            .map(|s| (s.port, s.security.clone()))
+            .collect()
+    };
+    let ssl = || Some("ssl".to_owned());
+    let plain = || Some("plain".to_owned());
+    // A server's own field wins over the pool's default.
+    assert_eq!(servers(r#""use_ssl": true"#), [(1, ssl()), (2, plain())]);
+    assert_eq!(servers(r#""use_ssl": false"#), [(1, None), (2, plain())]);
+    let fizz = || Some("fizz".to_owned());
+    assert_eq!(
+        servers(r#""security_mech": "fizz", "use_ssl": false"#),
+        [(1, fizz()), (2, plain())],
+        "security_mech before use_ssl"
+    );
+    assert_eq!(
+        servers(r#""use_ssl": true, "port_override": 11212"#),
+        [(11212, ssl()), (11212, plain())]
+    );
+    // Agreeing data-center pairs override every server.
+    assert_eq!(
+        servers(
+            r#""security_mech_within_dc": "ssl", "security_mech_cross_dc": "ssl",
+               "port_override_within_dc": 7, "port_override_cross_dc": 7"#
+        ),
+        [(7, ssl()), (7, ssl())]
+    );
+    let e = err(&pool(r#""security_mech_within_dc": "ssl""#)).to_string();
+    assert!(e.contains("read only as equal pairs"), "{e}");
+    let e = err(&pool(r#""port_override": 70000"#)).to_string();
+    assert!(
+        e.contains("port_override must be an integer in 1..=65535"),
+        "{e}"
+    );
+    let e = err(&pool(r#""security_mech": true"#)).to_string();
+    assert!(e.contains("security_mech must be a string"), "{e}");
+}

@@ -48,6 +48,17 @@ impl<'a> Builder<'a> {
         }
     }
 
+    pub(super) fn string_field(&mut self, map: &Object, key: &str) -> Result<Option<String>> {
+        match map.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => {
+                let msg = format!("{key} must be a string, not {}", kind(other));
+                self.key(key, |b| b.fail(msg))
+            }
+        }
+    }
+
     pub(super) fn number(&mut self, v: &Value, what: &str) -> Result<f64> {
         match v.as_f64() {
             Some(x) => Ok(x),

@@ -123,7 +123,7 @@ impl<'a> Builder<'a> {
         let Some(servers) = map.get("servers") else {
             return self.fail(format!("pool '{name}' has no 'servers'"));
         };
-        let servers = self.key("servers", |b| {
+        let mut servers = self.key("servers", |b| {
             let Value::Array(items) = servers else {
                 return b.fail("servers must be an array of \"host:port\" strings");
             };
@@ -149,6 +149,7 @@ impl<'a> Builder<'a> {
                 self.key("servers", |b| b.at(Seg::Index(i), |b| b.fail::<()>(msg)))?;
             }
         }
+        self.pool_access(map, &mut servers)?;
         // mcrouter uses pool weights only when there is one per server.
         let weights = match map.get("weights") {
             Some(w) => {
@@ -177,4 +178,47 @@ impl<'a> Builder<'a> {
         self.pool_ids.insert(name.to_owned(), id);
         Ok(id)
     }
+
+    /// mcrouter's pool-wide access settings: `security_mech` (else the older `use_ssl`) for
+    /// the servers whose entry names none, `port_override` for every server. The
+    /// `*_within_dc` / `*_cross_dc` pairs are taken only when both halves agree (memfleet
+    /// does not know which servers are in the local data center); an agreeing security pair
+    /// overrides the entries too, as in mcrouter.
+    fn pool_access(&mut self, map: &Object, servers: &mut [Server]) -> Result<()> {
+        let within = self.string_field(map, "security_mech_within_dc")?;
+        let cross = self.string_field(map, "security_mech_cross_dc")?;
+        let (forced, default) = match (within, cross) {
+            (None, None) => match self.string_field(map, "security_mech")? {
+                Some(mech) => (None, Some(mech)),
+                None => (
+                    None,
+                    self.bool_field(map, "use_ssl", false)?
+                        .then(|| "ssl".into()),
+                ),
+            },
+            (Some(w), Some(c)) if w == c => (Some(w), None),
+            _ => return self.fail(DC_PAIRS),
+        };
+        let within = self.int_field(map, "port_override_within_dc", 0, 1, 65535)?;
+        let cross = self.int_field(map, "port_override_cross_dc", 0, 1, 65535)?;
+        let port = match (within, cross) {
+            (0, 0) => self.int_field(map, "port_override", 0, 1, 65535)?,
+            (w, c) if w == c => w,
+            _ => return self.fail(DC_PAIRS),
+        };
+        for s in servers {
+            if forced.is_some() || s.security.is_none() {
+                s.security = forced.clone().or_else(|| default.clone());
+            }
+            if port != 0 {
+                s.port = port as u16;
+            }
+        }
+        Ok(())
+    }
 }
+
+const DC_PAIRS: &str = "security_mech_within_dc / security_mech_cross_dc and \
+     port_override_within_dc / port_override_cross_dc are read only as equal pairs: memfleet \
+     does not know which servers are in the local data center (use security_mech and \
+     port_override)";
