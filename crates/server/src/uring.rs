@@ -3,9 +3,9 @@
 //!
 //! Each connection keeps one multishot receive armed that fills buffers from the worker's
 //! provided-buffer ring (`bufring`); its bytes are copied into the connection's read buffer
-//! and the buffer goes straight back. After a turn's completions are reaped, every
-//! connection that received something runs its requests once (`batch::process`), and its
-//! replies go out as one send. All sends, re-armed receives and cancels of a turn reach the
+//! and the buffer goes straight back. After each `REAP_BATCH` of a turn's completions is
+//! reaped, every connection that received something runs its requests once
+//! (`batch::process`), and its replies go out as one send. All sends, re-armed receives and cancels of a turn reach the
 //! kernel with the next turn's single `io_uring_enter`, which also waits for completions.
 //!
 //! While a connection's replies are being sent its requests wait, as with epoll; receiving
@@ -58,6 +58,14 @@ const BGID: u16 = 0;
 /// the epoll loop stops reading; a multishot receive may still bring up to one turn's
 /// worth of buffers before its cancel lands).
 const PAUSE_AT: usize = READ_BUF;
+/// Replies up to this size are sent from a buffer of their size rather than a pooled
+/// `READ_BUF` one: a connection holds its reply buffer until the send completes, in a later
+/// turn, and thousands of connections may be served in one turn.
+const SMALL_REPLY: usize = 2 * 1024;
+/// Completions handled before the connections they fed are served. Each connection that
+/// received bytes holds a read buffer until it is served, so this bounds those buffers
+/// (an incremental ring can bring bytes for thousands of connections in one turn).
+const REAP_BATCH: usize = 256;
 /// The longest a turn waits for completions; shutdown and wake-ups end the wait sooner.
 const WAIT: Duration = Duration::from_millis(500);
 
@@ -110,6 +118,8 @@ struct Slot {
     closed: bool,
     /// Queued to be served this turn.
     queued: bool,
+    /// In `UringWorker::yielded`, to be served again next turn.
+    yielded: bool,
     /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
     moving_to: Option<usize>,
     gather: Option<Box<Gather>>,
@@ -126,6 +136,7 @@ impl Slot {
             eof: false,
             closed: false,
             queued: false,
+            yielded: false,
             moving_to: None,
             gather: None,
         }
@@ -217,15 +228,15 @@ impl UringWorker {
         loop {
             self.enter();
             let now = unix_now();
-            self.reap(now);
-            let queue = std::mem::take(&mut self.queue);
-            for &t in &queue {
-                self.serve(t, now);
+            while self.reap(now) {
+                self.serve_queue(now);
             }
-            self.queue = queue;
-            self.queue.clear();
+            self.serve_queue(now);
             for _ in 0..self.yielded.len() {
                 if let Some(t) = self.yielded.pop_front() {
+                    if let Some(slot) = self.conns.get_mut(t) {
+                        slot.yielded = false;
+                    }
                     self.serve(t, now);
                 }
             }
@@ -365,13 +376,28 @@ impl UringWorker {
         }
     }
 
-    fn reap(&mut self, now: u32) {
+    /// Serves the connections that received bytes, in the order they arrived.
+    fn serve_queue(&mut self, now: u32) {
+        let queue = std::mem::take(&mut self.queue);
+        for &t in &queue {
+            self.serve(t, now);
+        }
+        self.queue = queue;
+        self.queue.clear();
+    }
+
+    /// Handles up to `REAP_BATCH` completions; true when more wait.
+    fn reap(&mut self, now: u32) -> bool {
         let mut cqes = std::mem::take(&mut self.cqes);
-        cqes.extend(
-            self.ring
-                .completion()
-                .map(|c| (c.user_data(), c.result(), c.flags())),
-        );
+        let more = {
+            let mut cq = self.ring.completion();
+            cqes.extend(
+                cq.by_ref()
+                    .take(REAP_BATCH)
+                    .map(|c| (c.user_data(), c.result(), c.flags())),
+            );
+            !cq.is_empty()
+        };
         for &(data, res, flags) in &cqes {
             let t = (data & ((1 << KIND_SHIFT) - 1)) as usize;
             match data >> KIND_SHIFT {
@@ -390,6 +416,7 @@ impl UringWorker {
         }
         cqes.clear();
         self.cqes = cqes;
+        more
     }
 
     fn enqueue(&mut self, t: usize) {
@@ -534,26 +561,31 @@ impl UringWorker {
                 conn.rbuf = buf;
             }
             let replies = !self.out.is_empty() || conn.unsent.is_some();
-            if !self.out.is_empty() {
+            if self.out.len() > SMALL_REPLY {
                 let next = if self.out.capacity() > OUT_KEEP {
                     Vec::with_capacity(READ_BUF)
                 } else {
                     self.pool.take()
                 };
                 conn.wbuf = std::mem::replace(&mut self.out, next);
+            } else if !self.out.is_empty() {
+                conn.wbuf = self.out.clone();
+                self.out.clear();
             }
             self.probe.finish(started);
             if replies {
                 self.send(t);
             }
-            let conn = &self.conns[t].conn;
+            let slot = &mut self.conns[t];
+            let conn = &slot.conn;
             if pending && conn.budget == 0 {
                 // -R requests ran and more wait: the others get a turn first (memcached's
                 // conn_yields).
                 self.stats.conn_yields.incr();
             }
-            if pending && !conn.has_unsent() && !conn.closing {
+            if pending && !conn.has_unsent() && !conn.closing && !slot.yielded {
                 // Served again next turn (once its replies are out, when they wait).
+                slot.yielded = true;
                 self.yielded.push_back(t);
             }
         }
