@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from harness import Conn, Server, memcached, memfleet
+from harness import Conn, Server, free_port, memcached, memfleet, serve_command, wait_for_port
 
 MB = 1 << 20
 
@@ -69,6 +69,25 @@ def slow_reader(port: int) -> socket.socket:
 def stats(port: int, sub: str = "") -> dict[str, str]:
     with Conn(port) as c:
         return c.stats(sub)
+
+
+def test_sigterm_stops_the_server_after_its_stderr_is_gone() -> None:
+    """A server whose stderr pipe has closed (its supervisor went away) still stops on
+    SIGTERM: its "Signal handled" line must not take the signal thread down."""
+    port = free_port()
+    argv = serve_command("-l", "127.0.0.1", "-p", str(port))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port)
+        assert proc.stderr is not None
+        proc.stderr.close()
+        proc.send_signal(signal.SIGTERM)
+        # A hang guard, not a timing claim: a stuck server never exits.
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_sighup_does_not_stop_the_server() -> None:
