@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from harness import Conn, Server, memcached, memfleet
+from harness import Conn, Server, free_port, memcached, memfleet, serve_command, wait_for_port
 
 MB = 1 << 20
 
@@ -69,6 +69,25 @@ def slow_reader(port: int) -> socket.socket:
 def stats(port: int, sub: str = "") -> dict[str, str]:
     with Conn(port) as c:
         return c.stats(sub)
+
+
+def test_sigterm_stops_the_server_after_its_stderr_is_gone() -> None:
+    """A server whose stderr pipe has closed (its supervisor went away) still stops on
+    SIGTERM: its "Signal handled" line must not take the signal thread down."""
+    port = free_port()
+    argv = serve_command("-l", "127.0.0.1", "-p", str(port))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port)
+        assert proc.stderr is not None
+        proc.stderr.close()
+        proc.send_signal(signal.SIGTERM)
+        # A hang guard, not a timing claim: a stuck server never exits.
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_sighup_does_not_stop_the_server() -> None:
@@ -348,3 +367,51 @@ def test_bad_key_after_paused_replies_still_discards_them() -> None:
             reply = c.request(b"get large small large\r\n", b"END\r\n")
             assert reply.count(b"VALUE ") == 3 and len(reply) > 400_000, name
         assert stats(port)["get_hits"] == str(2 + 300 + 3), name
+
+
+def test_requests_on_thousands_of_connections_in_one_turn() -> None:
+    """3,000 connections each send a get while the server is stopped (SIGSTOP), so all of
+    them arrive in one turn of its event loop: every connection gets its own value, and the
+    memory this takes stays in memcached's region. (io_uring: receives for all of them share
+    the ring's buffers, and each reply waits for its send in a buffer of its size; a pooled
+    16 KiB buffer per waiting reply took ~12 MB here.)"""
+    n = 3000
+    growth: dict[str, float] = {}
+    for name, server in both("-c", "4096"):
+        assert server.proc is not None
+        socks = [socket.create_connection(("127.0.0.1", server.port or 0)) for _ in range(n)]
+        try:
+            values = [b"%d" % i * 20 for i in range(n)]
+            socks[0].sendall(
+                b"".join(
+                    b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v)
+                    for i, v in enumerate(values)
+                )
+                + b"version\r\n"
+            )
+            got = b""
+            while not got.endswith(b"\r\n"):
+                got += socks[0].recv(4096)
+            assert got.startswith(b"VERSION "), (name, got)
+            time.sleep(0.3)
+            before = rss_mb(server)
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                for i, s in enumerate(socks):
+                    s.sendall(b"get k%d\r\n" % i)
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            for i, s in enumerate(socks):
+                want = b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(values[i]), values[i])
+                got = b""
+                while len(got) < len(want):
+                    chunk = s.recv(4096)
+                    assert chunk, (name, i, got)
+                    got += chunk
+                assert got == want, (name, i, got)
+            growth[name] = settled_rss_mb(server, rounds=2) - before
+        finally:
+            for s in socks:
+                s.close()
+    print(f"RSS growth MB: {growth}")
+    assert growth["memfleet"] < growth["memcached"] + 6, growth

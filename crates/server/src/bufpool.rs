@@ -45,11 +45,12 @@ impl BufPool {
     }
 
     /// Returns a buffer. Very large buffers are freed rather than kept, so one huge request
-    /// does not pin memory forever.
+    /// does not pin memory forever; so are ones smaller than `buf_size` (a small reply's own
+    /// buffer), which `take` could not hand out.
     pub fn give(&mut self, mut buf: Vec<u8>) {
         let cap = buf.capacity();
         buf.clear();
-        if cap == 0 {
+        if cap < self.buf_size {
             return;
         }
         if cap <= self.buf_size * 4 {
@@ -84,6 +85,8 @@ mod tests {
         assert!(b.is_empty());
         assert_eq!(b.as_ptr(), ptr);
         p.give(Vec::with_capacity(4 << 20));
+        assert_eq!(p.free_count(), 0);
+        p.give(Vec::with_capacity(100));
         assert_eq!(p.free_count(), 0);
         p.give(b);
         p.give(Vec::with_capacity(1024));

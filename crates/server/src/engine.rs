@@ -90,9 +90,9 @@ pub fn probe() -> Result<(), String> {
 
 fn probe_multishot_recv(mut ring: IoUring) -> Result<(), String> {
     let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
-    let bufs = BufRing::new(2, 64);
+    let mut bufs = BufRing::new(2, 64);
     // SAFETY: `bufs` outlives the ring, which is dropped first at the end of this function.
-    unsafe { bufs.register(&ring.submitter(), 0) }
+    unsafe { bufs.register(&ring.submitter(), 0, false) }
         .map_err(|e| format!("provided buffer ring: {e}"))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&b);
     let recv = opcode::RecvMulti::new(types::Fd(fd), 0)

@@ -489,8 +489,9 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
                     }
                     _ => continue,
                 };
-                eprintln!("Signal handled: {name}.");
                 shared.request_shutdown();
+                // Not eprintln!, which panics once stderr is a closed pipe.
+                let _ = writeln!(std::io::stderr(), "Signal handled: {name}.");
                 return;
             }
         })

@@ -3,9 +3,9 @@
 //!
 //! Each connection keeps one multishot receive armed that fills buffers from the worker's
 //! provided-buffer ring (`bufring`); its bytes are copied into the connection's read buffer
-//! and the buffer goes straight back. After a turn's completions are reaped, every
-//! connection that received something runs its requests once (`batch::process`), and its
-//! replies go out as one send. All sends, re-armed receives and cancels of a turn reach the
+//! and the buffer goes straight back. After each `REAP_BATCH` of a turn's completions is
+//! reaped, every connection that received something runs its requests once
+//! (`batch::process`), and its replies go out as one send. All sends, re-armed receives and cancels of a turn reach the
 //! kernel with the next turn's single `io_uring_enter`, which also waits for completions.
 //!
 //! While a connection's replies are being sent its requests wait, as with epoll; receiving
@@ -37,9 +37,14 @@ use crate::worker::{unix_now, Incoming, OUT_CAP, OUT_KEEP, READ_BUF};
 const SQ_ENTRIES: u32 = 1024;
 /// Completions the kernel can hold between two turns (multishot receives post many).
 const CQ_ENTRIES: u32 = 8192;
-/// Receive buffers in the provided-buffer ring, and their size. Each is copied out and
-/// handed back as soon as its completion is reaped; the kernel cycles through all of them,
-/// so the ring costs its full size in memory per worker.
+/// Receive buffers in the provided-buffer ring, and their size (1 MB per worker either
+/// way; the kernel cycles through all of them). Incremental (Linux 6.12+), receives share
+/// buffers, each taking only its bytes, so a turn holds about 1 MB of receives however many
+/// connections they are on. Otherwise each receive takes a whole buffer: a turn in which more
+/// than `RECV_BUFS` connections have bytes ends the rest with ENOBUFS, to be armed again (2,000
+/// connections one request each: two failed arms per request, measured).
+const INC_BUFS: u16 = 32;
+const INC_BUF_SIZE: usize = 32 * 1024;
 const RECV_BUFS: u16 = 256;
 const RECV_BUF_SIZE: usize = 4 * 1024;
 /// Bytes one arming of a multishot receive may bring in before it ends and is re-armed
@@ -53,6 +58,14 @@ const BGID: u16 = 0;
 /// the epoll loop stops reading; a multishot receive may still bring up to one turn's
 /// worth of buffers before its cancel lands).
 const PAUSE_AT: usize = READ_BUF;
+/// Replies up to this size are sent from a buffer of their size rather than a pooled
+/// `READ_BUF` one: a connection holds its reply buffer until the send completes, in a later
+/// turn, and thousands of connections may be served in one turn.
+const SMALL_REPLY: usize = 2 * 1024;
+/// Completions handled before the connections they fed are served. Each connection that
+/// received bytes holds a read buffer until it is served, so this bounds those buffers
+/// (an incremental ring can bring bytes for thousands of connections in one turn).
+const REAP_BATCH: usize = 256;
 /// The longest a turn waits for completions; shutdown and wake-ups end the wait sooner.
 const WAIT: Duration = Duration::from_millis(500);
 
@@ -105,6 +118,8 @@ struct Slot {
     closed: bool,
     /// Queued to be served this turn.
     queued: bool,
+    /// In `UringWorker::yielded`, to be served again next turn.
+    yielded: bool,
     /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
     moving_to: Option<usize>,
     gather: Option<Box<Gather>>,
@@ -121,6 +136,7 @@ impl Slot {
             eof: false,
             closed: false,
             queued: false,
+            yielded: false,
             moving_to: None,
             gather: None,
         }
@@ -177,9 +193,12 @@ impl UringWorker {
                     .setup_cqsize(CQ_ENTRIES)
                     .build(SQ_ENTRIES)
             })?;
-        let bufs = BufRing::new(RECV_BUFS, RECV_BUF_SIZE);
-        // SAFETY: `bufs` lives in the worker beside `ring`, which is dropped first.
-        unsafe { bufs.register(&ring.submitter(), BGID)? };
+        let mut bufs = BufRing::new(INC_BUFS, INC_BUF_SIZE);
+        // SAFETY (both): `bufs` lives in the worker beside `ring`, which is dropped first.
+        if unsafe { bufs.register(&ring.submitter(), BGID, true) }.is_err() {
+            bufs = BufRing::new(RECV_BUFS, RECV_BUF_SIZE);
+            unsafe { bufs.register(&ring.submitter(), BGID, false)? };
+        }
         let stats = shared.stats[id].clone();
         let probe = Probe::new(&shared.telemetry, id);
         Ok(UringWorker {
@@ -209,15 +228,15 @@ impl UringWorker {
         loop {
             self.enter();
             let now = unix_now();
-            self.reap(now);
-            let queue = std::mem::take(&mut self.queue);
-            for &t in &queue {
-                self.serve(t, now);
+            while self.reap(now) {
+                self.serve_queue(now);
             }
-            self.queue = queue;
-            self.queue.clear();
+            self.serve_queue(now);
             for _ in 0..self.yielded.len() {
                 if let Some(t) = self.yielded.pop_front() {
+                    if let Some(slot) = self.conns.get_mut(t) {
+                        slot.yielded = false;
+                    }
                     self.serve(t, now);
                 }
             }
@@ -357,13 +376,28 @@ impl UringWorker {
         }
     }
 
-    fn reap(&mut self, now: u32) {
+    /// Serves the connections that received bytes, in the order they arrived.
+    fn serve_queue(&mut self, now: u32) {
+        let queue = std::mem::take(&mut self.queue);
+        for &t in &queue {
+            self.serve(t, now);
+        }
+        self.queue = queue;
+        self.queue.clear();
+    }
+
+    /// Handles up to `REAP_BATCH` completions; true when more wait.
+    fn reap(&mut self, now: u32) -> bool {
         let mut cqes = std::mem::take(&mut self.cqes);
-        cqes.extend(
-            self.ring
-                .completion()
-                .map(|c| (c.user_data(), c.result(), c.flags())),
-        );
+        let more = {
+            let mut cq = self.ring.completion();
+            cqes.extend(
+                cq.by_ref()
+                    .take(REAP_BATCH)
+                    .map(|c| (c.user_data(), c.result(), c.flags())),
+            );
+            !cq.is_empty()
+        };
         for &(data, res, flags) in &cqes {
             let t = (data & ((1 << KIND_SHIFT) - 1)) as usize;
             match data >> KIND_SHIFT {
@@ -382,6 +416,7 @@ impl UringWorker {
         }
         cqes.clear();
         self.cqes = cqes;
+        more
     }
 
     fn enqueue(&mut self, t: usize) {
@@ -394,10 +429,11 @@ impl UringWorker {
 
     fn on_recv(&mut self, t: usize, res: i32, flags: u32, now: u32) {
         if let Some(bid) = cqueue::buffer_select(flags) {
-            if res > 0 {
-                self.receive(t, bid, res as usize, now);
+            let len = res.max(0) as usize;
+            if len > 0 {
+                self.receive(t, bid, len, now);
             }
-            self.bufs.recycle(bid);
+            self.bufs.release(bid, len, flags);
         }
         let Some(slot) = self.conns.get_mut(t) else {
             return;
@@ -525,26 +561,31 @@ impl UringWorker {
                 conn.rbuf = buf;
             }
             let replies = !self.out.is_empty() || conn.unsent.is_some();
-            if !self.out.is_empty() {
+            if self.out.len() > SMALL_REPLY {
                 let next = if self.out.capacity() > OUT_KEEP {
                     Vec::with_capacity(READ_BUF)
                 } else {
                     self.pool.take()
                 };
                 conn.wbuf = std::mem::replace(&mut self.out, next);
+            } else if !self.out.is_empty() {
+                conn.wbuf = self.out.clone();
+                self.out.clear();
             }
             self.probe.finish(started);
             if replies {
                 self.send(t);
             }
-            let conn = &self.conns[t].conn;
+            let slot = &mut self.conns[t];
+            let conn = &slot.conn;
             if pending && conn.budget == 0 {
                 // -R requests ran and more wait: the others get a turn first (memcached's
                 // conn_yields).
                 self.stats.conn_yields.incr();
             }
-            if pending && !conn.has_unsent() && !conn.closing {
+            if pending && !conn.has_unsent() && !conn.closing && !slot.yielded {
                 // Served again next turn (once its replies are out, when they wait).
+                slot.yielded = true;
                 self.yielded.push_back(t);
             }
         }
