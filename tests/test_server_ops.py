@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import TARGET
@@ -400,7 +401,16 @@ def test_without_io_uring_the_server_runs_epoll() -> None:
     refuse = ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=io_uring_setup",
               "-e", "inject=io_uring_setup:error=EPERM"]
     argv = refuse + serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring")
-    with Server(argv, port=port), Conn(port) as c:
-        assert c.stats("settings")["io_engine"] == "epoll"
-        assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
-        assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+    with Server(argv, port=port) as traced:
+        assert traced.proc is not None
+        pid = traced.proc.pid
+        # Stopping strace detaches it from the server, which would run on: stop it first.
+        server = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        try:
+            with Conn(port) as c:
+                assert c.stats("settings")["io_engine"] == "epoll"
+                assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+                assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+        finally:
+            for child in server:
+                os.kill(int(child), signal.SIGTERM)
