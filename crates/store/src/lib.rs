@@ -26,6 +26,7 @@ mod budget;
 mod delete;
 mod eviction;
 mod exptime;
+mod ghost;
 mod index;
 mod item;
 mod numeric;
@@ -46,6 +47,7 @@ use std::sync::{Mutex, MutexGuard};
 use arith::Delta;
 use budget::Budget;
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
+use ghost::Ghost;
 pub use segbuf::PinnedValue;
 use shard::{Global, NeedMem, Shard};
 pub use stats::{Counters, Stats};
@@ -84,21 +86,24 @@ impl Store {
         // One per 116 or 124 bytes held as many such items (within run-to-run noise).
         let slots = (limit / 120) as usize;
         let buckets_per_shard = (slots / index::WAYS / NSHARDS).max(4);
+        let ghost_slots = (limit / ghost::LIMIT_BYTES_PER_SLOT) as usize / NSHARDS;
         let shards: Vec<Padded> = (0..NSHARDS)
             .map(|i| {
                 Padded(Mutex::new(Shard::new(
                     i as u64,
                     SHARD_BITS,
                     buckets_per_shard,
+                    ghost_slots,
                 )))
             })
             .collect();
         let index_bytes = (index::bytes_for(buckets_per_shard) * NSHARDS) as u64;
+        let ghost_bytes = (Ghost::bytes_for(ghost_slots) * NSHARDS) as u64;
         let g = Global {
             // Spares: a few segments' worth, and never a noticeable share of a small limit.
             mem: Budget::new(
                 limit,
-                index_bytes,
+                index_bytes + ghost_bytes,
                 ((limit / seg_size as u64) / 32).min(8) as usize,
             ),
             seg_size,
