@@ -725,9 +725,9 @@ mod tests {
 
     #[test]
     fn index_starts_small_and_grows_into_its_charge() {
-        // At -m 64 the index is charged for 512K slots up front but allocated small, so a store
-        // with few items looks keys up in a few cache-resident buckets.
-        let s = store_mb(64);
+        // At -m 128 the index is charged for 560K slots up front but allocated small, so a
+        // store with few items looks keys up in a few cache-resident buckets.
+        let s = store_mb(128);
         let charged = s.mem_used();
         let start = s.stats();
         assert!(
@@ -744,7 +744,7 @@ mod tests {
         assert!(st.index_slots > n as u64);
         assert!(st.index_bytes > start.index_bytes);
         // Growing within the reservation charged nothing beyond the segments' memory.
-        assert_eq!(st.mem_used, charged + st.segments * (64 << 10));
+        assert_eq!(st.mem_used, charged + st.segments * (128 << 10));
         assert!((0..n)
             .step_by(97)
             .all(|i| val(&s, &format!("key:{i}"), T0).is_some()));
