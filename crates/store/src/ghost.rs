@@ -8,9 +8,11 @@
 //! worth of the latest evictions and never grows. Its bytes are charged to the memory limit once,
 //! up front, like the index's reservation.
 
-/// Bytes of limit per ghost slot (2 bytes): 0.2% of the limit. At `-m 16` with 200-byte
-/// values that remembers about a quarter of the items' worth of evicted keys.
-pub const LIMIT_BYTES_PER_SLOT: u64 = 1024;
+/// Bytes of limit per ghost slot (2 bytes): 0.1% of the limit (64 KiB at `-m 64`, ~500 of
+/// workload 7's items). At `-m 16` with 200-byte values it remembers 8,192 keys, the
+/// evictions of about a ninth of the cache; one slot per KiB missed no less, one per 4 KiB
+/// ~0.1 point more (`examples/cache_aside`).
+pub const LIMIT_BYTES_PER_SLOT: u64 = 2048;
 
 pub(crate) struct Ghost {
     /// Buckets of four fingerprints, newest in the low 16 bits; 0 = empty lane.
