@@ -623,9 +623,11 @@ mod tests {
     /// stored for the first time just before the scan is evicted by it.
     #[test]
     fn key_stored_again_after_eviction_from_small_survives_a_scan() {
-        // Values of 2 KB: the eviction of a segment remembers only a few keys at once.
-        let s = store_mb(4);
-        let v = vec![b'g'; 2_000];
+        // Values of 1 KB: the eviction of a segment remembers only a few keys at once, and
+        // each shard has ~32 segments, so moving memory between shards while the scan runs
+        // does not take a shard's small queue down to its share (which would evict from main).
+        let s = store_mb(8);
+        let v = vec![b'g'; 1_000];
         let set = |k: &str| {
             let r = s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), T0);
             assert_eq!(r.result, StoreResult::Stored);
