@@ -13,6 +13,9 @@
 /// evictions of about a ninth of the cache; twice as many missed no less, half as many
 /// ~0.1 point more on 10a (`examples/cache_aside`).
 pub const LIMIT_BYTES_PER_SLOT: u64 = 2048;
+/// At most this many slots in all (4 MiB, reached at `-m 2048`): a nearly empty cache's
+/// `mem_used` stays small, and a million keys is already a large window.
+pub const MAX_SLOTS: u64 = 1 << 20;
 
 /// Fingerprints per bucket.
 const LANES: usize = 4;

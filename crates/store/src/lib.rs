@@ -87,7 +87,8 @@ impl Store {
         // 2.5% fewer of them at -m 16, and no more of the small ones held (workload 7).
         let slots = (limit / 240) as usize;
         let buckets_per_shard = (slots / index::WAYS / NSHARDS).max(4);
-        let ghost_slots = (limit / ghost::LIMIT_BYTES_PER_SLOT) as usize / NSHARDS;
+        let ghost_slots =
+            (limit / ghost::LIMIT_BYTES_PER_SLOT).min(ghost::MAX_SLOTS) as usize / NSHARDS;
         let shards: Vec<Padded> = (0..NSHARDS)
             .map(|i| {
                 Padded(Mutex::new(Shard::new(
