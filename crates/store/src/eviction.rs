@@ -40,6 +40,15 @@ impl Shard {
         }
     }
 
+    /// `queue_for` a key of hash `h` being stored: a new key that the ghost remembers
+    /// (evicted from the small queue unread, lately) goes to the main queue.
+    pub fn queue_for_store(&mut self, h: u64, old: Option<&Found>) -> Queue {
+        if old.is_none() && self.ghost.take(h) {
+            return Queue::Main;
+        }
+        self.queue_for(old)
+    }
+
     /// Room for an item of `size` bytes in queue `q`. Returns the segment to write it in.
     pub fn alloc(&mut self, g: &Global, size: usize, now: u32, q: Queue) -> Result<u32, NeedMem> {
         self.ensure_index_room(g)?;
@@ -401,13 +410,9 @@ impl Shard {
                     self.index.set_loc(slot, loc_of(seg, write));
                     write += total;
                 } else {
-                    let f = Found { slot, seg, off, l };
-                    if gone.is_some() {
-                        self.stats.reclaimed += 1;
-                    }
                     // Keep the segment alive while we walk it.
                     self.segs[seg].live_items += 1;
-                    self.unlink(f, gone.unwrap_or(Unlink::Evicted));
+                    self.drop_item(Found { slot, seg, off, l }, h, gone);
                     self.segs[seg].live_items -= 1;
                 }
             }
@@ -417,6 +422,17 @@ impl Shard {
         s.used = write;
         s.layout = s.layout.wrapping_add(1);
         write
+    }
+
+    /// Unlinks an item that eviction does not keep: reclaimed if expired or flushed, else
+    /// evicted, and remembered in the ghost if it leaves the small queue unread.
+    fn drop_item(&mut self, f: Found, h: u64, gone: Option<Unlink>) {
+        if gone.is_some() {
+            self.stats.reclaimed += 1;
+        } else if f.l.bits & ACCESSED == 0 && self.segs[f.seg].queue == Queue::Small {
+            self.ghost.remember(h);
+        }
+        self.unlink(f, gone.unwrap_or(Unlink::Evicted));
     }
 
     /// Moves a sealed segment's live items into the head of queue `q` while they fit (only
@@ -474,13 +490,7 @@ impl Shard {
                         s.live_bytes -= total;
                         s.live_items -= 1;
                     }
-                    None => {
-                        if gone.is_some() {
-                            self.stats.reclaimed += 1;
-                        }
-                        let f = Found { slot, seg, off, l };
-                        self.unlink(f, gone.unwrap_or(Unlink::Evicted));
-                    }
+                    None => self.drop_item(Found { slot, seg, off, l }, h, gone),
                 }
             }
             off += total;
@@ -606,6 +616,40 @@ mod tests {
             "only scan keys were evicted"
         );
         assert!(val(&s, "scan:0", T0).is_none());
+    }
+
+    /// A key evicted from the small queue unread and stored again soon after (a cache-aside
+    /// refill) starts in the main queue, so a later one-off scan does not evict it; a key
+    /// stored for the first time just before the scan is evicted by it.
+    #[test]
+    fn key_stored_again_after_eviction_from_small_survives_a_scan() {
+        // Values of 1 KB: the eviction of a segment remembers only a few keys at once, and
+        // each shard has ~32 segments, so moving memory between shards while the scan runs
+        // does not take a shard's small queue down to its share (which would evict from main).
+        let s = store_mb(8);
+        let v = vec![b'g'; 1_000];
+        let set = |k: &str| {
+            let r = s.store(StoreRequest::new(StoreMode::Set, k.as_bytes(), &v), T0);
+            assert_eq!(r.result, StoreResult::Stored);
+        };
+        let present = |k: &str| s.peek(k.as_bytes(), T0, |x| x.is_some());
+        set("back");
+        let mut i = 0u64;
+        while present("back") {
+            set(&format!("fill:{i}"));
+            i += 1;
+        }
+        // A few more evictions from the small queue, fewer than the ghost remembers.
+        for j in 0..100 {
+            set(&format!("more:{j}"));
+        }
+        set("back");
+        set("fresh");
+        for j in 0..3 * i {
+            set(&format!("scan:{j}"));
+        }
+        assert!(!present("fresh"), "a new key is evicted by the scan");
+        assert!(present("back"), "the returning key went to the main queue");
     }
 
     #[test]

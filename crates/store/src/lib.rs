@@ -26,6 +26,7 @@ mod budget;
 mod delete;
 mod eviction;
 mod exptime;
+mod ghost;
 mod index;
 mod item;
 mod numeric;
@@ -46,6 +47,7 @@ use std::sync::{Mutex, MutexGuard};
 use arith::Delta;
 use budget::Budget;
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
+use ghost::Ghost;
 pub use segbuf::PinnedValue;
 use shard::{Global, NeedMem, Shard};
 pub use stats::{Counters, Stats};
@@ -79,26 +81,31 @@ impl Store {
         // Fine enough that every shard has dozens of segments, coarse enough that per-segment
         // slack is negligible: 64 MiB -> 64 KiB segments.
         let seg_size = ((limit / 1024).next_power_of_two()).clamp(16 << 10, 1 << 20) as usize;
-        // One index slot (6.4 bytes) per 120 bytes of limit, 5.3% of it: ~90-95% full when
-        // the cache is full of ~128-byte items (workload 7); it grows if items are smaller.
-        // One per 116 or 124 bytes held as many such items (within run-to-run noise).
-        let slots = (limit / 120) as usize;
+        // One index slot (6.4 bytes) per 240 bytes of limit, 2.7% of it, charged up front;
+        // past that the index grows by eighths at 95% load, taking memory from items. Charged
+        // for ~128-byte items (one per 120 bytes), it was half empty with ~220-byte items:
+        // 2.5% fewer of them at -m 16, and no more of the small ones held (workload 7).
+        let slots = (limit / 240) as usize;
         let buckets_per_shard = (slots / index::WAYS / NSHARDS).max(4);
+        let ghost_slots =
+            (limit / ghost::LIMIT_BYTES_PER_SLOT).min(ghost::MAX_SLOTS) as usize / NSHARDS;
         let shards: Vec<Padded> = (0..NSHARDS)
             .map(|i| {
                 Padded(Mutex::new(Shard::new(
                     i as u64,
                     SHARD_BITS,
                     buckets_per_shard,
+                    ghost_slots,
                 )))
             })
             .collect();
         let index_bytes = (index::bytes_for(buckets_per_shard) * NSHARDS) as u64;
+        let ghost_bytes = (Ghost::bytes_for(ghost_slots) * NSHARDS) as u64;
         let g = Global {
             // Spares: a few segments' worth, and never a noticeable share of a small limit.
             mem: Budget::new(
                 limit,
-                index_bytes,
+                index_bytes + ghost_bytes,
                 ((limit / seg_size as u64) / 32).min(8) as usize,
             ),
             seg_size,

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::budget::Budget;
 use crate::exptime::expired;
+use crate::ghost::Ghost;
 use crate::index::{self, Index, WAYS};
 use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
 use crate::segbuf::ValueAt;
@@ -106,6 +107,8 @@ pub(crate) struct Shard {
     nshards_bits: u32,
     /// Latest `now` seen, for eviction paths that are not handed one.
     pub now: u32,
+    /// Keys lately evicted from the small queue unread (charged to the limit up front).
+    pub ghost: Ghost,
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
@@ -134,8 +137,8 @@ pub(crate) fn hash_at(segs: &Segments, g: &Global, loc: u64) -> u64 {
 
 impl Shard {
     /// `index_buckets` is the index size charged up front; the index itself starts small
-    /// and doubles into that reservation as items arrive.
-    pub fn new(id: u64, nshards_bits: u32, index_buckets: usize) -> Shard {
+    /// and doubles into that reservation as items arrive. The ghost has `ghost_slots`.
+    pub fn new(id: u64, nshards_bits: u32, index_buckets: usize, ghost_slots: usize) -> Shard {
         Shard {
             id,
             segs: Segments::default(),
@@ -149,6 +152,7 @@ impl Shard {
             reclaim_layout: 0,
             nshards_bits,
             now: 0,
+            ghost: Ghost::new(ghost_slots),
         }
     }
 
@@ -175,9 +179,9 @@ impl Shard {
         (self.cas_counter << self.nshards_bits) | self.id
     }
 
-    /// Bytes this shard holds against the limit (segments and index).
+    /// Bytes this shard holds against the limit (segments, index and ghost).
     pub fn charged(&self) -> u64 {
-        self.segs.charged() + self.index_charged
+        self.segs.charged() + self.index_charged + self.ghost.bytes() as u64
     }
 
     pub fn buf(&self, seg: u32, off: usize) -> &[u8] {
@@ -421,6 +425,7 @@ impl Shard {
     pub fn clear(&mut self, g: &Global) {
         self.segs.free_all();
         self.index.clear();
+        self.ghost.clear();
         self.stats.curr_items = 0;
         self.stats.bytes = 0;
         self.settle(g);
@@ -580,7 +585,7 @@ mod tests {
 
     /// A shard with one charged head segment of 4 KiB.
     fn shard(g: &Global) -> (Shard, u32) {
-        let mut s = Shard::new(3, 4, 64);
+        let mut s = Shard::new(3, 4, 64, 1);
         assert!(g.mem.try_reserve(4096));
         let seg = s
             .segs
@@ -680,8 +685,8 @@ mod tests {
 
     #[test]
     fn cas_values_are_unique_across_shards() {
-        let mut a = Shard::new(3, 4, 4);
-        let mut b = Shard::new(4, 4, 4);
+        let mut a = Shard::new(3, 4, 4, 1);
+        let mut b = Shard::new(4, 4, 4, 1);
         let (a1, a2, b1) = (a.next_cas(), a.next_cas(), b.next_cas());
         assert!(a1 < a2);
         assert_eq!(a1 & 15, 3);
@@ -692,8 +697,9 @@ mod tests {
     #[test]
     fn an_index_outgrowing_its_reservation_is_charged() {
         let g = global(1 << 30);
-        let mut s = Shard::new(0, 4, 1);
-        assert_eq!(s.charged(), index::bytes_for(1) as u64);
+        let mut s = Shard::new(0, 4, 1, 1);
+        let ghost = s.ghost.bytes() as u64;
+        assert_eq!(s.charged(), index::bytes_for(1) as u64 + ghost);
         let mut segs = Vec::new();
         for i in 0..100u32 {
             if i % 50 == 0 {
@@ -710,7 +716,7 @@ mod tests {
         let index_growth = s.index.bytes() as u64 - index::bytes_for(1) as u64;
         assert!(index_growth > 0);
         assert_eq!(g.mem.used(), 2 * 4096 + index_growth);
-        assert_eq!(s.charged(), 2 * 4096 + s.index.bytes() as u64);
+        assert_eq!(s.charged(), 2 * 4096 + s.index.bytes() as u64 + ghost);
         for i in 0..100u32 {
             let key = format!("key:{i}");
             assert!(value_of(&mut s, &g, key.as_bytes(), T0).is_some(), "{key}");
@@ -719,9 +725,9 @@ mod tests {
 
     #[test]
     fn index_starts_small_and_grows_into_its_charge() {
-        // At -m 64 the index is charged for 512K slots up front but allocated small, so a store
-        // with few items looks keys up in a few cache-resident buckets.
-        let s = store_mb(64);
+        // At -m 128 the index is charged for 560K slots up front but allocated small, so a
+        // store with few items looks keys up in a few cache-resident buckets.
+        let s = store_mb(128);
         let charged = s.mem_used();
         let start = s.stats();
         assert!(
@@ -738,7 +744,7 @@ mod tests {
         assert!(st.index_slots > n as u64);
         assert!(st.index_bytes > start.index_bytes);
         // Growing within the reservation charged nothing beyond the segments' memory.
-        assert_eq!(st.mem_used, charged + st.segments * (64 << 10));
+        assert_eq!(st.mem_used, charged + st.segments * (128 << 10));
         assert!((0..n)
             .step_by(97)
             .all(|i| val(&s, &format!("key:{i}"), T0).is_some()));

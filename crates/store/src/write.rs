@@ -198,7 +198,7 @@ fn plan_and_alloc(
         Ok(p) => p,
         Err(o) => return Ok(Err(o)),
     };
-    let q = s.queue_for(plan.old.as_ref());
+    let q = s.queue_for_store(req.h, plan.old.as_ref());
     let seg = alloc(s, g, plan.size, q)?;
     match plan_store(s, g, req, true) {
         Ok(p) => Ok(Ok((p, seg))),
