@@ -57,6 +57,11 @@ pub fn resolve(settings: &Settings) -> (IoEngine, Option<String>) {
         let line = format!("io_engine: epoll (the io_uring loop does not serve {what} yet)");
         return (IoEngine::Epoll, Some(line));
     }
+    if asked == IoEngine::Auto && under_valgrind(std::env::var_os("LD_PRELOAD")) {
+        let line = "io_engine: epoll (under valgrind, where the io_uring loop stalls; \
+                    -o io_engine=uring forces it)";
+        return (IoEngine::Epoll, Some(line.into()));
+    }
     match probe() {
         Ok(()) => (IoEngine::Uring, None),
         Err(why) => (
@@ -64,6 +69,12 @@ pub fn resolve(settings: &Settings) -> (IoEngine, Option<String>) {
             Some(format!("io_engine: epoll (io_uring unavailable: {why})")),
         ),
     }
+}
+
+/// Whether valgrind runs us: it preloads its `vgpreload_*.so`. Its serialised threads do
+/// not see the kernel's ring writes in time, and the server never answers.
+fn under_valgrind(ld_preload: Option<std::ffi::OsString>) -> bool {
+    ld_preload.is_some_and(|p| p.to_string_lossy().contains("vgpreload"))
 }
 
 /// Tries what the io_uring loop uses on a socket pair: ring setup (refused on old kernels,
@@ -127,6 +138,15 @@ fn probe_multishot_recv(mut ring: IoUring) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn valgrind_is_told_by_its_preload() {
+        let preload = |s: &str| Some(std::ffi::OsString::from(s));
+        let vg = "/usr/libexec/valgrind/vgpreload_core-amd64-linux.so";
+        assert!(under_valgrind(preload(vg)));
+        assert!(!under_valgrind(preload("/usr/lib/libjemalloc.so")));
+        assert!(!under_valgrind(None));
+    }
 
     #[test]
     fn engine_names_round_trip() {
