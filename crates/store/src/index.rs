@@ -141,74 +141,65 @@ impl Index {
     #[inline]
     pub fn find<T>(&self, h: u64, mut is_key: impl FnMut(u64) -> Option<T>) -> Option<(usize, T)> {
         let tag = self.tag_of(h);
-        let (b1, b2) = Index::buckets_of(h, self.buckets.len());
-        for b in [b1, b2] {
-            if let Some((i, t)) = self.find_in(&self.buckets[b], tag, &mut is_key) {
-                return Some((b * WAYS + i, t));
-            }
-            if b1 == b2 {
-                break;
-            }
+        let found = self.scan(&self.buckets, 0, h, tag, &mut is_key);
+        if found.is_some() || self.old.is_empty() {
+            return found;
         }
-        if self.old.is_empty() {
-            return None;
-        }
-        self.find_in_old(h, tag, &mut is_key)
+        self.scan_old(h, tag, &mut is_key)
     }
 
-    /// `find`'s second half while a resize is under way: the old table's unmoved buckets.
+    /// `find`'s second half while a resize is under way: the old table (its moved buckets
+    /// are empty). Its slots number on after the current table's.
     #[inline(never)]
-    fn find_in_old<T>(
+    fn scan_old<T>(
         &self,
         h: u64,
         tag: u64,
         is_key: &mut impl FnMut(u64) -> Option<T>,
     ) -> Option<(usize, T)> {
-        let base = self.buckets.len() * WAYS;
-        let (b1, b2) = Index::buckets_of(h, self.old.len());
-        for b in [b1, b2] {
-            if b >= self.moved {
-                if let Some((i, t)) = self.find_in(&self.old[b], tag, is_key) {
-                    return Some((base + b * WAYS + i, t));
-                }
-            }
-            if b1 == b2 {
-                break;
-            }
-        }
-        None
+        self.scan(&self.old, self.buckets.len() * WAYS, h, tag, is_key)
     }
 
-    /// The way of `bucket` holding `tag` with a location `is_key` accepts.
+    /// The slot (numbered from `base`) in `table`'s two buckets for `h` holding `tag` with a
+    /// location `is_key` accepts.
     #[inline(always)]
-    fn find_in<T>(
+    fn scan<T>(
         &self,
-        bucket: &Bucket,
+        table: &[Bucket],
+        base: usize,
+        h: u64,
         tag: u64,
         is_key: &mut impl FnMut(u64) -> Option<T>,
     ) -> Option<(usize, T)> {
         let want_hi = (tag >> 32) as u16 & self.hi_tag_mask;
         let loc_mask = self.loc_mask();
-        // The high parts compared all at once (branch-free, so vectorized), then only the
-        // matches looked at.
-        let hit = |i: usize| bucket.hi[i] & self.hi_tag_mask == want_hi;
-        // Eight lanes make a byte mask, which compiles to one SIMD compare.
-        let mut first8 = 0u8;
-        for i in 0..8 {
-            first8 |= u8::from(hit(i)) << i;
-        }
-        let mut matches = u32::from(first8);
-        for i in 8..WAYS {
-            matches |= u32::from(hit(i)) << i;
-        }
-        while matches != 0 {
-            let i = matches.trailing_zeros() as usize;
-            matches &= matches - 1;
-            let e = bucket.get(i);
-            if e & !loc_mask == tag {
-                if let Some(t) = is_key(e & loc_mask) {
-                    return Some((i, t));
+        let (b1, b2) = Index::buckets_of(h, table.len());
+        for b in [b1, b2] {
+            let bucket = &table[b];
+            // The high parts compared all at once (branch-free, so vectorized), then only the
+            // matches looked at.
+            let hit = |i: usize| bucket.hi[i] & self.hi_tag_mask == want_hi;
+            // Eight lanes make a byte mask, which compiles to one SIMD compare.
+            let mut first8 = 0u8;
+            for i in 0..8 {
+                first8 |= u8::from(hit(i)) << i;
+            }
+            let mut matches = u32::from(first8);
+            for i in 8..WAYS {
+                matches |= u32::from(hit(i)) << i;
+            }
+            while matches != 0 {
+                let i = matches.trailing_zeros() as usize;
+                matches &= matches - 1;
+                let e = bucket.get(i);
+                if e & !loc_mask == tag {
+                    if let Some(t) = is_key(e & loc_mask) {
+                        return Some((base + b * WAYS + i, t));
+                    }
                 }
+            }
+            if b1 == b2 {
+                break;
             }
         }
         None
