@@ -140,24 +140,32 @@ impl Index {
     /// Slot of the entry for hash `h` whose location `is_key` accepts, with what it returned.
     #[inline]
     pub fn find<T>(&self, h: u64, mut is_key: impl FnMut(u64) -> Option<T>) -> Option<(usize, T)> {
-        let tag = self.tag_of(h);
-        let found = self.scan(&self.buckets, 0, h, tag, &mut is_key);
-        if found.is_some() || self.old.is_empty() {
-            return found;
-        }
-        self.scan_old(h, tag, &mut is_key)
+        self.find_current(h, &mut is_key)
+            .or_else(|| self.find_old(h, &mut is_key))
     }
 
-    /// `find`'s second half while a resize is under way: the old table (its moved buckets
-    /// are empty). Its slots number on after the current table's.
-    #[inline(never)]
-    fn scan_old<T>(
+    /// `find` in the current table alone: the whole lookup unless `resizing`.
+    #[inline]
+    pub fn find_current<T>(
         &self,
         h: u64,
-        tag: u64,
-        is_key: &mut impl FnMut(u64) -> Option<T>,
+        mut is_key: impl FnMut(u64) -> Option<T>,
     ) -> Option<(usize, T)> {
-        self.scan(&self.old, self.buckets.len() * WAYS, h, tag, is_key)
+        self.scan(&self.buckets, 0, h, self.tag_of(h), &mut is_key)
+    }
+
+    /// `find` in the table a resize is moving from (its moved buckets are empty), whose
+    /// slots number on after the current table's.
+    pub fn find_old<T>(
+        &self,
+        h: u64,
+        mut is_key: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        if self.old.is_empty() {
+            return None;
+        }
+        let base = self.buckets.len() * WAYS;
+        self.scan(&self.old, base, h, self.tag_of(h), &mut is_key)
     }
 
     /// The slot (numbered from `base`) in `table`'s two buckets for `h` holding `tag` with a

@@ -124,6 +124,19 @@ pub(crate) fn grown_past_reservation(nbuckets: usize) -> usize {
     nbuckets + nbuckets / 8 + 1
 }
 
+/// Whether the item at `loc` has key `key`; its place and layout if so.
+#[inline(always)]
+fn is_key(segs: &Segments, loc: u64, key: &[u8]) -> Option<(u32, usize, Layout)> {
+    let (s, o) = split_loc(loc);
+    let buf = segs.buf(s, o);
+    let kl = buf[1] as usize;
+    if kl != key.len() {
+        return None;
+    }
+    let l = item::parse(buf);
+    (&buf[l.key..l.key + kl] == key).then_some((s, o, l))
+}
+
 /// Hash of the key stored at `loc`, for index rebuilds and cuckoo kicks.
 pub(crate) fn hash_at(segs: &Segments, g: &Global, loc: u64) -> u64 {
     let (s, o) = split_loc(loc);
@@ -213,16 +226,20 @@ impl Shard {
     pub fn find(&self, h: u64, key: &[u8]) -> Option<Found> {
         let segs = &self.segs;
         // The matching item's layout comes back with it rather than being parsed again.
-        let (slot, (seg, off, l)) = self.index.find(h, |loc| {
-            let (s, o) = split_loc(loc);
-            let buf = segs.buf(s, o);
-            let kl = buf[1] as usize;
-            if kl != key.len() {
-                return None;
-            }
-            let l = item::parse(buf);
-            (&buf[l.key..l.key + kl] == key).then_some((s, o, l))
-        })?;
+        let Some((slot, (seg, off, l))) = self.index.find_current(h, |loc| is_key(segs, loc, key))
+        else {
+            return self.find_in_old_index(h, key);
+        };
+        Some(Found { slot, seg, off, l })
+    }
+
+    /// `find`'s rest while the index is being resized; out of line so the common lookup
+    /// stays as small as it was before resizes were incremental.
+    #[cold]
+    #[inline(never)]
+    fn find_in_old_index(&self, h: u64, key: &[u8]) -> Option<Found> {
+        let segs = &self.segs;
+        let (slot, (seg, off, l)) = self.index.find_old(h, |loc| is_key(segs, loc, key))?;
         Some(Found { slot, seg, off, l })
     }
 
