@@ -25,6 +25,10 @@ pub(crate) enum Rest {
     Stay,
 }
 
+/// Buckets of an index being resized moved per allocation: ~2 µs of work each with 100-byte
+/// items (each entry's key is read back to rehash it).
+const INDEX_MOVE_STEP: usize = 2;
+
 /// The small queue's aim: one segment in this many of the shard's (at least one).
 const SMALL_SHARE: usize = 8;
 
@@ -93,6 +97,7 @@ impl Shard {
     /// Grows the index before it gets too full to insert cheaply, taking the memory from
     /// this shard's oldest segments if needed.
     fn ensure_index_room(&mut self, g: &Global) -> Result<(), NeedMem> {
+        self.step_index_move(g, INDEX_MOVE_STEP);
         if self.index.has_room_for_one() {
             return Ok(());
         }

@@ -5,6 +5,11 @@
 //! row of 16-bit high parts and a row of 32-bit low parts, so a lookup filters on the first
 //! 20 bytes and reads a low part only on a match.
 //!
+//! Growing is incremental: `start_resize` puts an empty bigger table in front, new entries go
+//! there, and `migrate` moves the old table's buckets over a few at a time (the shard does a
+//! couple per write), so no single write rehashes a whole shard; lookups check both tables
+//! until the old one is empty. `rebuild` is the all-at-once form.
+//!
 //! `loc_bits` grows when a location that does not fit is stored (more segments in the shard):
 //! every tag then loses its lowest bits, in place, without rehashing. At `-m 64` locations
 //! take ~27 bits, leaving ~21-bit tags; a shard of 2^16 one-MiB segments would leave 12.
@@ -54,6 +59,12 @@ pub fn bytes_for(nbuckets: usize) -> usize {
 
 pub struct Index {
     buckets: Vec<Bucket>,
+    /// The table before `start_resize`, emptied into `buckets` by `migrate`; empty when no
+    /// resize is under way. Its slots number on after those of `buckets`.
+    old: Vec<Bucket>,
+    /// Buckets of `old` below this one are moved (empty).
+    moved: usize,
+    /// Entries in both tables.
     len: usize,
     rng: u64,
     loc_bits: u32,
@@ -77,6 +88,8 @@ impl Index {
     fn with_loc_bits(nbuckets: usize, loc_bits: u32) -> Index {
         Index {
             buckets: vec![Bucket::default(); nbuckets.max(1)],
+            old: Vec::new(),
+            moved: 0,
             len: 0,
             rng: 0x9E37_79B9_7F4A_7C15,
             loc_bits,
@@ -84,6 +97,7 @@ impl Index {
         }
     }
 
+    /// Bytes of the current table (an old one being moved from is freed once empty).
     pub fn bytes(&self) -> usize {
         bytes_for(self.buckets.len())
     }
@@ -116,8 +130,7 @@ impl Index {
         (1 << self.loc_bits) - 1
     }
 
-    fn buckets_of(&self, h: u64) -> (usize, usize) {
-        let n = self.buckets.len();
+    fn buckets_of(h: u64, n: usize) -> (usize, usize) {
         let b1 = fastrange(h as u32, n);
         let m = (h ^ (h >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let b2 = fastrange((m >> 32) as u32, n);
@@ -127,12 +140,50 @@ impl Index {
     /// Slot of the entry for hash `h` whose location `is_key` accepts, with what it returned.
     #[inline]
     pub fn find<T>(&self, h: u64, mut is_key: impl FnMut(u64) -> Option<T>) -> Option<(usize, T)> {
-        let tag = self.tag_of(h);
+        self.find_current(h, &mut is_key)
+            .or_else(|| self.find_old(h, &mut is_key))
+    }
+
+    /// `find` in the current table alone: the whole lookup unless `resizing`.
+    #[inline]
+    pub fn find_current<T>(
+        &self,
+        h: u64,
+        mut is_key: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        self.scan(&self.buckets, 0, h, self.tag_of(h), &mut is_key)
+    }
+
+    /// `find` in the table a resize is moving from (its moved buckets are empty), whose
+    /// slots number on after the current table's.
+    pub fn find_old<T>(
+        &self,
+        h: u64,
+        mut is_key: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        if self.old.is_empty() {
+            return None;
+        }
+        let base = self.buckets.len() * WAYS;
+        self.scan(&self.old, base, h, self.tag_of(h), &mut is_key)
+    }
+
+    /// The slot (numbered from `base`) in `table`'s two buckets for `h` holding `tag` with a
+    /// location `is_key` accepts.
+    #[inline(always)]
+    fn scan<T>(
+        &self,
+        table: &[Bucket],
+        base: usize,
+        h: u64,
+        tag: u64,
+        is_key: &mut impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
         let want_hi = (tag >> 32) as u16 & self.hi_tag_mask;
         let loc_mask = self.loc_mask();
-        let (b1, b2) = self.buckets_of(h);
+        let (b1, b2) = Index::buckets_of(h, table.len());
         for b in [b1, b2] {
-            let bucket = &self.buckets[b];
+            let bucket = &table[b];
             // The high parts compared all at once (branch-free, so vectorized), then only the
             // matches looked at.
             let hit = |i: usize| bucket.hi[i] & self.hi_tag_mask == want_hi;
@@ -151,7 +202,7 @@ impl Index {
                 let e = bucket.get(i);
                 if e & !loc_mask == tag {
                     if let Some(t) = is_key(e & loc_mask) {
-                        return Some((b * WAYS + i, t));
+                        return Some((base + b * WAYS + i, t));
                     }
                 }
             }
@@ -166,27 +217,43 @@ impl Index {
         self.find(h, |l| (l == loc).then_some(())).map(|(s, ())| s)
     }
 
+    /// The bucket and way of `slot`, in whichever table it numbers.
+    fn slot_mut(&mut self, slot: usize) -> (&mut Bucket, usize) {
+        let base = self.buckets.len() * WAYS;
+        if slot < base {
+            (&mut self.buckets[slot / WAYS], slot % WAYS)
+        } else {
+            let s = slot - base;
+            (&mut self.old[s / WAYS], s % WAYS)
+        }
+    }
+
     #[cfg(test)]
-    pub fn loc(&self, slot: usize) -> u64 {
-        self.buckets[slot / WAYS].get(slot % WAYS) & self.loc_mask()
+    pub fn loc(&mut self, slot: usize) -> u64 {
+        let mask = self.loc_mask();
+        let (b, i) = self.slot_mut(slot);
+        b.get(i) & mask
     }
 
     pub fn set_loc(&mut self, slot: usize, loc: u64) {
         self.fit(loc);
         let mask = self.loc_mask();
-        let b = &mut self.buckets[slot / WAYS];
-        let e = b.get(slot % WAYS);
-        b.put(slot % WAYS, (e & !mask) | loc);
+        let (b, i) = self.slot_mut(slot);
+        let e = b.get(i);
+        b.put(i, (e & !mask) | loc);
     }
 
     pub fn remove(&mut self, slot: usize) {
-        debug_assert!(self.buckets[slot / WAYS].hi[slot % WAYS] != 0);
-        self.buckets[slot / WAYS].put(slot % WAYS, 0);
+        let (b, i) = self.slot_mut(slot);
+        debug_assert!(b.hi[i] != 0);
+        b.put(i, 0);
         self.len -= 1;
     }
 
     pub fn clear(&mut self) {
         self.buckets.iter_mut().for_each(|b| *b = Bucket::default());
+        self.old = Vec::new();
+        self.moved = 0;
         self.len = 0;
     }
 
@@ -199,7 +266,7 @@ impl Index {
         assert!(bits <= MAX_LOC_BITS, "index location {loc:#x} too wide");
         let (old, shift) = (self.loc_bits, bits - self.loc_bits);
         let old_mask = self.loc_mask();
-        for b in &mut self.buckets {
+        for b in self.buckets.iter_mut().chain(self.old.iter_mut()) {
             for i in 0..WAYS {
                 let e = b.get(i);
                 if e != 0 {
@@ -240,42 +307,113 @@ impl Index {
         hash_of: &impl Fn(u64) -> u64,
     ) -> Result<(), (u64, u64)> {
         self.fit(loc);
+        let r = self.insert_entry::<false>(h, loc, hash_of);
+        if r.is_ok() {
+            self.len += 1;
+        }
+        r
+    }
+
+    /// Cuckoo insertion into the current table (`len` untouched). With `UNDO`, a failure
+    /// puts every kicked entry back, so the table is as before and the one homeless entry
+    /// is the one given.
+    #[inline(always)]
+    fn insert_entry<const UNDO: bool>(
+        &mut self,
+        h: u64,
+        loc: u64,
+        hash_of: &impl Fn(u64) -> u64,
+    ) -> Result<(), (u64, u64)> {
         let loc_mask = self.loc_mask();
-        let (b1, b2) = self.buckets_of(h);
+        let (b1, b2) = Index::buckets_of(h, self.buckets.len());
         let mut e = self.tag_of(h) | loc;
         let mut eh = h;
         let count1 = self.buckets[b1].occupancy();
         let count2 = self.buckets[b2].occupancy();
         let first = if count2 < count1 { b2 } else { b1 };
         if self.place(first, e) || self.place(if first == b1 { b2 } else { b1 }, e) {
-            self.len += 1;
             return Ok(());
         }
+        let mut kicked = [(0usize, 0usize, 0u64); MAX_KICKS];
         let mut b = if self.next_rand() & 1 == 0 { b1 } else { b2 };
-        for _ in 0..MAX_KICKS {
+        for kick in kicked.iter_mut() {
             let way = self.next_rand() as usize % WAYS;
             let victim = self.buckets[b].get(way);
+            if UNDO {
+                *kick = (b, way, victim);
+            }
             self.buckets[b].put(way, e);
             e = victim;
             eh = hash_of(e & loc_mask);
-            let (v1, v2) = self.buckets_of(eh);
+            let (v1, v2) = Index::buckets_of(eh, self.buckets.len());
             let alt = if v1 == b { v2 } else { v1 };
             if self.place(alt, e) {
-                self.len += 1;
                 return Ok(());
             }
             b = alt;
         }
+        if UNDO {
+            for &(b, way, victim) in kicked.iter().rev() {
+                self.buckets[b].put(way, victim);
+            }
+            return Err((h, loc));
+        }
         Err((eh, e & loc_mask))
     }
 
-    /// Rebuilds with `nbuckets` buckets. Returns false (table unchanged) only if some entry
-    /// still did not fit, which the caller treats as a reason to grow more.
+    /// Whether an old table is still being moved from (see `start_resize`).
+    pub fn resizing(&self) -> bool {
+        !self.old.is_empty()
+    }
+
+    /// Puts an empty table of `nbuckets` in front: inserts go there from now on, and
+    /// `migrate` moves the current entries over. A resize under way must have finished.
+    pub fn start_resize(&mut self, nbuckets: usize) {
+        assert!(!self.resizing(), "a resize is already under way");
+        let next = vec![Bucket::default(); nbuckets.max(1)];
+        self.old = std::mem::replace(&mut self.buckets, next);
+        self.moved = 0;
+    }
+
+    /// Moves up to `nbuckets` buckets of the old table into the current one. False when an
+    /// entry found no place there: it stays in the old table (still found), and only a
+    /// `rebuild` can finish the resize.
+    pub fn migrate(&mut self, nbuckets: usize, hash_of: &impl Fn(u64) -> u64) -> bool {
+        let loc_mask = self.loc_mask();
+        let end = self.moved.saturating_add(nbuckets).min(self.old.len());
+        while self.moved < end {
+            let b = self.moved;
+            for i in 0..WAYS {
+                let e = self.old[b].get(i);
+                if e == 0 {
+                    continue;
+                }
+                let loc = e & loc_mask;
+                if self
+                    .insert_entry::<true>(hash_of(loc), loc, hash_of)
+                    .is_err()
+                {
+                    return false;
+                }
+                self.old[b].put(i, 0);
+            }
+            self.moved += 1;
+        }
+        if self.moved == self.old.len() {
+            self.old = Vec::new();
+            self.moved = 0;
+        }
+        true
+    }
+
+    /// Rebuilds with `nbuckets` buckets at once (finishing any resize under way). Returns
+    /// false (table unchanged) only if some entry still did not fit, which the caller treats
+    /// as a reason to grow more.
     pub fn rebuild(&mut self, nbuckets: usize, hash_of: &impl Fn(u64) -> u64) -> bool {
         let mut next = Index::with_loc_bits(nbuckets, self.loc_bits);
         next.rng = self.rng;
         let loc_mask = self.loc_mask();
-        for b in &self.buckets {
+        for b in self.buckets.iter().chain(&self.old) {
             for i in 0..WAYS {
                 let e = b.get(i);
                 if e != 0 {
@@ -294,7 +432,7 @@ impl Index {
     #[cfg(test)]
     pub fn locations(&self) -> impl Iterator<Item = u64> + '_ {
         let loc_mask = self.loc_mask();
-        self.buckets.iter().flat_map(move |b| {
+        self.buckets.iter().chain(&self.old).flat_map(move |b| {
             (0..WAYS)
                 .map(move |i| b.get(i))
                 .filter(|&e| e != 0)
@@ -345,6 +483,82 @@ mod tests {
         }
         let all: HashMap<u64, ()> = idx.locations().map(|l| (l, ())).collect();
         assert_eq!(all.len(), n as usize - 1);
+    }
+
+    #[test]
+    fn a_resize_moves_entries_in_steps_and_finds_them_in_either_table() {
+        let mut idx = Index::new(100);
+        let hash_of = |loc: u64| mix(loc);
+        for loc in 1..=900 {
+            idx.insert(mix(loc), loc, &hash_of).unwrap();
+        }
+        idx.start_resize(200);
+        assert!(idx.resizing());
+        assert_eq!((idx.nbuckets(), idx.len()), (200, 900));
+        // New entries go to the new table at once, old ones are still found.
+        for loc in 901..=1000 {
+            idx.insert(mix(loc), loc, &hash_of).unwrap();
+        }
+        let mut steps = 0;
+        while idx.resizing() {
+            assert!(idx.migrate(3, &hash_of));
+            steps += 1;
+            // Mid-move: every entry found once, whichever table holds it; moves and removes
+            // reach the old table through its slots too.
+            if steps == 10 {
+                let s = idx.find_loc(mix(2), 2).unwrap();
+                idx.set_loc(s, 2_000_002);
+                let s = idx.find_loc(mix(3), 3).unwrap();
+                idx.remove(s);
+            }
+            if steps % 7 == 0 {
+                for loc in (1..=1000).filter(|&l| l != 2 && l != 3) {
+                    let s = idx.find_loc(mix(loc), loc);
+                    assert_eq!(
+                        s.map(|s| idx.loc(s)),
+                        Some(loc),
+                        "loc {loc} at step {steps}"
+                    );
+                }
+            }
+        }
+        assert_eq!(steps, 34, "100 old buckets, 3 a step");
+        assert_eq!(idx.len(), 999);
+        assert_eq!(
+            idx.find_loc(mix(2), 2_000_002).map(|s| idx.loc(s)),
+            Some(2_000_002)
+        );
+        assert!(idx.find_loc(mix(3), 3).is_none());
+        let mut all: Vec<u64> = idx.locations().collect();
+        all.sort();
+        assert_eq!(all.len(), 999);
+        assert!(idx.old.is_empty(), "the old table is freed");
+    }
+
+    #[test]
+    fn a_move_that_finds_no_place_leaves_both_tables_as_they_were() {
+        let mut idx = Index::new(10);
+        let hash_of = |loc: u64| mix(loc);
+        for loc in 1..=90 {
+            idx.insert(mix(loc), loc, &hash_of).unwrap();
+        }
+        // One bucket of ten ways cannot take 90 entries.
+        idx.start_resize(1);
+        assert!(!idx.migrate(usize::MAX, &hash_of));
+        assert!(idx.resizing());
+        assert_eq!(idx.len(), 90);
+        let mut all: Vec<u64> = idx.locations().collect();
+        all.sort();
+        assert_eq!(all, (1..=90).collect::<Vec<_>>(), "nothing lost or doubled");
+        for loc in 1..=90 {
+            assert!(idx.find_loc(mix(loc), loc).is_some(), "loc {loc}");
+        }
+        // A rebuild finishes it.
+        assert!(idx.rebuild(20, &hash_of));
+        assert!(!idx.resizing());
+        for loc in 1..=90 {
+            assert!(idx.find_loc(mix(loc), loc).is_some(), "loc {loc}");
+        }
     }
 
     #[test]
@@ -403,6 +617,8 @@ mod tests {
         Remove(usize),
         Move(usize, u64),
         Grow,
+        Resize,
+        Migrate(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -411,6 +627,8 @@ mod tests {
             2 => any::<usize>().prop_map(Op::Remove),
             2 => (any::<usize>(), 0u64..(1 << 40)).prop_map(|(i, l)| Op::Move(i, l)),
             1 => Just(Op::Grow),
+            1 => Just(Op::Resize),
+            2 => (0usize..4).prop_map(Op::Migrate),
         ]
     }
 
@@ -467,6 +685,16 @@ mod tests {
                         let km = key_of.clone();
                         let n = idx.nbuckets() + idx.nbuckets() / 8 + 1;
                         prop_assert!(idx.rebuild(n, &|loc: u64| mix(km[&loc])));
+                    }
+                    Op::Resize if idx.nbuckets() < 1024 => {
+                        let km = key_of.clone();
+                        prop_assert!(idx.migrate(usize::MAX, &|loc: u64| mix(km[&loc])));
+                        prop_assert!(!idx.resizing());
+                        idx.start_resize(idx.nbuckets() * 2);
+                    }
+                    Op::Migrate(n) => {
+                        let km = key_of.clone();
+                        prop_assert!(idx.migrate(n, &|loc: u64| mix(km[&loc])));
                     }
                     _ => {}
                 }

@@ -7,11 +7,16 @@ use crate::exptime::expired;
 use crate::item::{self, DEAD};
 use crate::shard::{loc_of, Found, Global, Shard, Unlink};
 
+/// Index buckets a call moves of a resize under way (~0.1 ms of work).
+const RECLAIM_INDEX_MOVE: usize = 64;
+
 impl Shard {
     /// Bounded background work: drop expired/flushed items, free fully dead segments, compact
     /// mostly-dead ones, get back under a lowered limit. Returns items reclaimed.
     pub fn reclaim(&mut self, g: &Global, now: u32, budget: usize) -> usize {
         self.now = now;
+        // An index resize left unfinished (writes stopped) ends within a few calls.
+        self.step_index_move(g, RECLAIM_INDEX_MOVE);
         // At one call a second, every item is visited within ~2,048 s (more if many are dead
         // bytes): well within what an item's 16-bit time stamp needs (`item::cap_idle`).
         let budget = budget.max((self.stats.curr_items / 2048) as usize);
