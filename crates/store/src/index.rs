@@ -101,6 +101,10 @@ impl Index {
     pub fn bytes(&self) -> usize {
         bytes_for(self.buckets.len())
     }
+    /// The old table's bytes while a resize moves it over (0 otherwise).
+    pub fn old_bytes(&self) -> usize {
+        bytes_for(self.old.len())
+    }
     pub fn capacity(&self) -> usize {
         self.buckets.len() * WAYS
     }

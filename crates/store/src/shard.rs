@@ -98,6 +98,9 @@ pub(crate) struct Shard {
     pub index_reserved: usize,
     /// Bytes charged for the index.
     pub index_charged: u64,
+    /// Of those, what the old table of a resize under way holds beyond the reservation
+    /// (only the last doubling into it has both tables past it); given back when it ends.
+    pub index_move_charged: u64,
     cas_counter: u64,
     pub stats: Counters,
     /// Where `reclaim` continues: segment, offset, and the segment's layout when saved.
@@ -158,6 +161,7 @@ impl Shard {
             index: Index::new(index_buckets.min(INDEX_START_BUCKETS)),
             index_reserved: index_buckets,
             index_charged: index::bytes_for(index_buckets) as u64,
+            index_move_charged: 0,
             cas_counter: 0,
             stats: Counters::default(),
             reclaim_seg: 0,
@@ -390,10 +394,31 @@ impl Shard {
             .index
             .migrate(usize::MAX, &|l: u64| hash_at(segs, g, l))
         {
-            return self.rebuild_index_within_reservation(g);
+            let grown = self.rebuild_index_within_reservation(g);
+            self.release_index_move(g);
+            return grown;
         }
+        self.release_index_move(g);
         self.index.start_resize((n * 2).min(self.index_reserved));
+        // Both tables exist until the move ends: charge what they hold past the charge,
+        // as `grow_index` does, so `-m` bounds the index mid-move too.
+        let held = (self.index.bytes() + self.index.old_bytes()) as u64;
+        let over = held.saturating_sub(self.index_charged);
+        if over > 0 {
+            g.mem.charge_over(over);
+            self.index_charged += over;
+            self.index_move_charged += over;
+        }
         true
+    }
+
+    /// Gives back what a finished resize's old table was charged.
+    fn release_index_move(&mut self, g: &Global) {
+        if self.index_move_charged > 0 && !self.index.resizing() {
+            g.mem.release(self.index_move_charged);
+            self.index_charged -= self.index_move_charged;
+            self.index_move_charged = 0;
+        }
     }
 
     /// Moves up to `buckets` buckets of an index being resized (see
@@ -405,12 +430,12 @@ impl Shard {
             return;
         }
         let segs = &self.segs;
-        if self.index.migrate(buckets, &|l: u64| hash_at(segs, g, l)) {
-            return;
-        }
-        if !self.rebuild_index_within_reservation(g) {
+        if !self.index.migrate(buckets, &|l: u64| hash_at(segs, g, l))
+            && !self.rebuild_index_within_reservation(g)
+        {
             self.grow_index(g, 0);
         }
+        self.release_index_move(g);
     }
 
     /// Rebuilds the index all at once at twice its size (at most the reserved size), then
@@ -460,6 +485,7 @@ impl Shard {
         if after > before + reserved {
             g.mem.charge_over(after - before - reserved);
         }
+        self.release_index_move(g);
         after - before
     }
 

@@ -626,3 +626,49 @@ fn index_doublings_move_entries_over_later_writes() {
     }
     assert_eq!(s.stats().counters.curr_items, written);
 }
+
+#[test]
+fn the_last_index_doubling_charges_the_old_table_until_it_is_moved() {
+    let s = store_mb(64);
+    let in_last_doubling = |s: &Store| {
+        (0..NSHARDS).find(|&i| {
+            let sh = s.lock(i);
+            sh.index.resizing() && sh.index.nbuckets() == sh.index_reserved
+        })
+    };
+    let mut i = 0;
+    let shard = loop {
+        set(&s, &format!("k:{i}"), "v", T0);
+        i += 1;
+        if let Some(shard) = in_last_doubling(&s) {
+            break shard;
+        }
+        assert!(i < 1_000_000, "no shard reached its last doubling");
+    };
+    {
+        let sh = s.lock(shard);
+        let held = (sh.index.bytes() + sh.index.old_bytes()) as u64;
+        assert_eq!(sh.index_charged, held, "both tables charged mid-move");
+        assert_eq!(sh.index_move_charged, sh.index.old_bytes() as u64);
+    }
+    let used_mid_move = s.mem_used();
+    for _ in 0..1_000 {
+        if !s.lock(shard).index.resizing() {
+            break;
+        }
+        s.reclaim(T0, 16);
+    }
+    let sh = s.lock(shard);
+    assert!(!sh.index.resizing());
+    assert_eq!(sh.index_move_charged, 0);
+    assert_eq!(
+        sh.index_charged,
+        sh.index.bytes() as u64,
+        "back to the reservation"
+    );
+    drop(sh);
+    assert!(
+        s.mem_used() < used_mid_move,
+        "the old table's charge was given back"
+    );
+}
