@@ -78,10 +78,6 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn salt(&mut self, map: &Object) -> Result<String> {
-        match map.get("salt") {
-            None => Ok(String::new()),
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => self.key("salt", |b| b.fail("salt must be a string")),
-        }
+        Ok(self.string_field(map, "salt")?.unwrap_or_default())
     }
 }
