@@ -48,15 +48,13 @@ impl FailoverState {
         }
     }
 
-    /// LeastFailuresPolicy's order: the first child, then the others by fewest errors in a
-    /// row (ties in config order), `max_tries` in all.
-    fn least_failures(&self, route: RouteId, children: usize, max_tries: usize) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..children).collect();
+    /// LeastFailuresPolicy's order: `order` (every child, the first first) with all but the
+    /// first sorted by fewest errors in a row (ties in config order), cut to `max_tries`.
+    fn order_by_failures(&self, route: RouteId, order: &mut Vec<usize>, max_tries: usize) {
         if let Some(counts) = self.errors_in_a_row.get(&route) {
             order[1..].sort_by_key(|&c| counts.get(c).copied().unwrap_or(0));
         }
         order.truncate(max_tries.max(1));
-        order
     }
 
     /// A child's reply: an error adds to its count, anything else resets it.
@@ -388,23 +386,25 @@ impl Exec {
                 children,
                 order,
                 limit,
-                least_failures,
                 pinned,
                 ..
             } => {
                 if let Some(limit) = limit {
                     self.limits.earn(*route, limit);
                 }
-                let ordered = least_failures.map(|max_tries| {
-                    self.limits
-                        .least_failures(*route, children.len(), max_tries)
-                });
                 let at = pinned.unwrap_or(order[0]);
                 let first = children[at];
-                if let Kind::Failover { current, order, .. } = &mut self.nodes[id].kind {
+                if let Kind::Failover {
+                    route,
+                    current,
+                    order,
+                    least_failures,
+                    ..
+                } = &mut self.nodes[id].kind
+                {
                     *current = at;
-                    if let Some(o) = ordered {
-                        *order = o;
+                    if let Some(max_tries) = *least_failures {
+                        self.limits.order_by_failures(*route, order, max_tries);
                     }
                 }
                 self.start_node(first, out);
