@@ -90,6 +90,25 @@ def test_sigterm_stops_the_server_after_its_stderr_is_gone() -> None:
             proc.wait()
 
 
+def test_verbose_logging_to_a_closed_stderr_keeps_serving() -> None:
+    """With -vv every request is logged to stderr; once that pipe has closed the workers must
+    go on answering rather than die on the failed write."""
+    port = free_port()
+    argv = serve_command("-l", "127.0.0.1", "-p", str(port), "-t", "1", "-vv")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port)
+        assert proc.stderr is not None
+        proc.stderr.close()
+        for i in range(3):
+            with Conn(port) as c:
+                assert c.request(f"set k{i} 0 0 1\r\nv\r\n".encode()) == b"STORED\r\n"
+                assert c.request(b"get k0\r\n", b"END\r\n") == b"VALUE k0 0 1\r\nv\r\nEND\r\n"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_sighup_does_not_stop_the_server() -> None:
     for name, server in both("-m", "64"):
         assert server.proc is not None

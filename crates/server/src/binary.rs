@@ -26,7 +26,7 @@ pub fn negotiate(env: &ExecEnv<'_>, first: u8, fd: i32) -> Protocol {
     let binary = datagram_is_binary(env, first);
     if env.shared.verbose() > 1 {
         let name = if binary { "binary" } else { "ascii" };
-        eprintln!("{fd}: Client using the {name} protocol");
+        stderr_line!("{fd}: Client using the {name} protocol");
     }
     if binary {
         Protocol::Binary
@@ -186,7 +186,7 @@ fn apply_error(env: &ExecEnv<'_>, e: &BinError<'_>, out: &mut Vec<u8>) {
 fn log_error(fd: i32, raw: &[u8]) {
     verbose::binary_request(fd, raw);
     if raw[0] != bin::REQUEST_MAGIC {
-        eprintln!("Invalid magic:  {:x}", raw[0]);
+        stderr_line!("Invalid magic:  {:x}", raw[0]);
     }
 }
 

@@ -4,6 +4,15 @@
 //! mio event loop and owns its connections, so nothing on the request path takes a global lock.
 //! Protocol parsing lives in `proto`, item storage in `store`; `execute` joins the two.
 
+/// `eprintln!` that never panics: a server whose stderr is a closed pipe (its supervisor
+/// gone) keeps serving, where `eprintln!` would panic the thread that logs.
+macro_rules! stderr_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod auth;
 mod batch;
 mod binary;
@@ -74,13 +83,13 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let mut settings = args.settings()?;
     for w in &settings.warnings {
-        eprintln!("warning: {w}");
+        stderr_line!("warning: {w}");
     }
     let (io_engine, why) = engine::resolve(&settings);
     if let Some(line) = why {
-        eprintln!("{line}");
+        stderr_line!("{line}");
     } else if settings.verbose > 0 {
-        eprintln!("io_engine: {}", io_engine.name());
+        stderr_line!("io_engine: {}", io_engine.name());
     }
     settings.io_engine = io_engine;
     // As memcached: an unreadable or malformed password file stops the server from starting.
@@ -233,7 +242,7 @@ fn run(
                         match uring::UringWorker::new(id, poll, rx, peers, shared.clone()) {
                             Ok(w) => w.run(),
                             Err(e) => {
-                                eprintln!("worker {id}: io_uring setup failed: {e}");
+                                stderr_line!("worker {id}: io_uring setup failed: {e}");
                                 shared.request_shutdown();
                             }
                         }
@@ -274,7 +283,7 @@ fn run(
     }
     let _ = maint.join();
     if shared.graceful.load(SeqCst) {
-        eprintln!("Gracefully stopping");
+        stderr_line!("Gracefully stopping");
         if let Some(path) = &shared.settings.memory_file {
             restart::save(&shared.store, path, VERSION, unix_now())?;
         }
@@ -311,7 +320,7 @@ fn accept_loop(
             Listener::Unix(l, _) => l,
         };
         if let Err(e) = poll.registry().register(src, Token(i), Interest::READABLE) {
-            eprintln!("failed to register listener: {e}");
+            stderr_line!("failed to register listener: {e}");
         }
     }
     let mut events = Events::with_capacity(64);
@@ -379,7 +388,7 @@ fn reject(shared: &Shared, incoming: Incoming) {
     // Counters need a single writer per field: workers never touch this one, the acceptor owns it.
     shared.stats[0].rejected_connections.incr();
     if shared.verbose() > 0 {
-        eprintln!("Too many open connections");
+        stderr_line!("Too many open connections");
     }
     const MSG: &[u8] = b"ERROR Too many open connections\r\n";
     match incoming {
@@ -483,15 +492,14 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
                     }
                     SIGHUP => {
                         if let Some(Err(e)) = shared.auth.as_ref().map(|a| a.reload()) {
-                            eprintln!("{e}");
+                            stderr_line!("{e}");
                         }
                         continue;
                     }
                     _ => continue,
                 };
                 shared.request_shutdown();
-                // Not eprintln!, which panics once stderr is a closed pipe.
-                let _ = writeln!(std::io::stderr(), "Signal handled: {name}.");
+                stderr_line!("Signal handled: {name}.");
                 return;
             }
         })

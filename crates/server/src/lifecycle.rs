@@ -70,7 +70,7 @@ pub fn admit(shared: &Shared, id: usize, stats: &ThreadStats, token: usize, a: A
     if !a.moved {
         stats.total_connections.incr();
         if shared.verbose() > 1 {
-            eprintln!("<{} new auto-negotiating client connection", a.info.fd);
+            stderr_line!("<{} new auto-negotiating client connection", a.info.fd);
         }
     }
     if let Ok(mut reg) = shared.registry[id].lock() {
@@ -97,7 +97,7 @@ pub fn touch(shared: &Shared, id: usize, token: usize, conn: &mut Conn, now: u32
 /// The socket closes when `conn` is dropped.
 pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn: &mut Conn) {
     if shared.verbose() > 1 {
-        eprintln!("<{} connection closed.", conn.stream.fd());
+        stderr_line!("<{} connection closed.", conn.stream.fd());
     }
     pool.give(std::mem::take(&mut conn.rbuf));
     pool.give(std::mem::take(&mut conn.wbuf));

@@ -39,11 +39,11 @@ pub fn write(path: &Path, tcp: &[SocketAddr], udp: &[SocketAddr]) {
         .open(&tmp)
         .and_then(|mut f| f.write_all(lines(tcp, udp).as_bytes()));
     if let Err(e) = written {
-        eprintln!("Failed to open \"{}\": {e}", Path::new(&tmp).display());
+        stderr_line!("Failed to open \"{}\": {e}", Path::new(&tmp).display());
         return;
     }
     if let Err(e) = std::fs::rename(&tmp, path) {
-        eprintln!("Failed to rename \"{}\": {e}", Path::new(&tmp).display());
+        stderr_line!("Failed to rename \"{}\": {e}", Path::new(&tmp).display());
     }
 }
 

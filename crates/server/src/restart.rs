@@ -23,11 +23,11 @@ pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("[restart] no saved state in {path}, starting with a clean cache");
+            stderr_line!("[restart] no saved state in {path}, starting with a clean cache");
             return store;
         }
         Err(e) => {
-            eprintln!("[restart] cannot open {path}: {e}; starting with a clean cache");
+            stderr_line!("[restart] cannot open {path}: {e}; starting with a clean cache");
             return store;
         }
     };
@@ -36,11 +36,11 @@ pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
     let loaded = store.load_snapshot(BufReader::with_capacity(IO_BUF, file), now);
     // Used up either way: a crash after this point must not bring these items back.
     if let Err(e) = std::fs::remove_file(path) {
-        eprintln!("[restart] cannot remove {path}: {e}");
+        stderr_line!("[restart] cannot remove {path}: {e}");
     }
     match loaded {
         Ok(r) => {
-            eprintln!(
+            stderr_line!(
                 "[restart] restored {} items from {path} in {:.3} s ({:.3} s CPU; saved at {} by {}; {} expired meanwhile, {} refused)",
                 r.restored,
                 started.elapsed().as_secs_f64(),
@@ -53,7 +53,7 @@ pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
             store
         }
         Err(e) => {
-            eprintln!("[restart] {path}: {e}; starting with a clean cache");
+            stderr_line!("[restart] {path}: {e}; starting with a clean cache");
             // Whatever part of the file was stored is dropped with the store.
             drop(store);
             Store::new(cfg)
@@ -83,7 +83,7 @@ pub fn save(store: &Store, path: &str, version: &str, now: u32) -> Result<(), St
     };
     match write() {
         Ok(r) => {
-            eprintln!(
+            stderr_line!(
                 "[restart] saved {} items ({} bytes) to {path} in {:.3} s",
                 r.items,
                 r.bytes,

@@ -271,7 +271,7 @@ impl UringWorker {
         if let Err(e) = res {
             match e.raw_os_error() {
                 Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => {}
-                _ => eprintln!("worker {}: io_uring_enter failed: {e}", self.id),
+                _ => stderr_line!("worker {}: io_uring_enter failed: {e}", self.id),
             }
         }
     }
@@ -286,7 +286,7 @@ impl UringWorker {
         }
         let _ = self.ring.submit();
         if self.ring.submission().push(&entry).is_err() {
-            eprintln!("worker {}: io_uring submission queue full", self.id);
+            stderr_line!("worker {}: io_uring submission queue full", self.id);
         }
     }
 

@@ -9,7 +9,7 @@ pub fn request(fd: i32, raw: &[u8]) {
         .iter()
         .position(|&b| b == b'\r' || b == b'\n')
         .unwrap_or(raw.len());
-    eprintln!("<{fd} {}", String::from_utf8_lossy(&raw[..line_end]));
+    stderr_line!("<{fd} {}", String::from_utf8_lossy(&raw[..line_end]));
 }
 
 /// Whether memcached logs this request's replies: its classic commands' status lines, but
@@ -34,10 +34,10 @@ pub fn replies(fd: i32, out: &[u8]) {
         rest = &rest[end + 2..];
         match value_header(line) {
             Some((key, len)) => {
-                eprintln!(">{fd} sending key {}", String::from_utf8_lossy(key));
+                stderr_line!(">{fd} sending key {}", String::from_utf8_lossy(key));
                 rest = rest.get(len + 2..).unwrap_or_default();
             }
-            None => eprintln!(">{fd} {}", String::from_utf8_lossy(line)),
+            None => stderr_line!(">{fd} {}", String::from_utf8_lossy(line)),
         }
     }
 }
@@ -56,7 +56,7 @@ fn value_header(line: &[u8]) -> Option<(&[u8], usize)> {
 /// Logs a binary request's 24-byte header as memcached does (`<fd Read binary protocol
 /// data:`, then four bytes a line).
 pub fn binary_request(fd: i32, raw: &[u8]) {
-    eprintln!(
+    stderr_line!(
         "<{fd} Read binary protocol data:{}",
         hex_lines(&format!("<{fd}   "), &raw[..raw.len().min(24)])
     );
@@ -71,29 +71,29 @@ pub fn binary_command(fd: i32, req: &proto::binary::BinRequest<'_>) {
     match req.command {
         Command::Get { key, touch, .. } => {
             let verb = if touch.is_some() { "TOUCH" } else { "GET" };
-            eprintln!("<{fd} {verb} {}", text(key));
+            stderr_line!("<{fd} {verb} {}", text(key));
         }
-        Command::Touch { key, .. } => eprintln!("<{fd} TOUCH {}", text(key)),
+        Command::Touch { key, .. } => stderr_line!("<{fd} TOUCH {}", text(key)),
         Command::Store { cmd, key, data, .. } => {
             let verb = match cmd {
                 StoreCmd::Append | StoreCmd::Prepend => {
-                    return eprintln!("Value len is {}", data.len());
+                    return stderr_line!("Value len is {}", data.len());
                 }
                 StoreCmd::Add => "ADD",
                 StoreCmd::Set => "SET",
                 _ => "REPLACE",
             };
-            eprintln!("<{fd} {verb} {} Value len is {}", text(key), data.len());
+            stderr_line!("<{fd} {verb} {} Value len is {}", text(key), data.len());
         }
-        Command::Delete { key } => eprintln!("Deleting {}", text(key)),
+        Command::Delete { key } => stderr_line!("Deleting {}", text(key)),
         Command::Arith {
             key,
             delta,
             initial,
             exptime,
             ..
-        } => eprintln!("incr {} {delta}, {initial}, {}", text(key), exptime as i32),
-        Command::Stat { key } => eprintln!("<{fd} STATS {}", text(key)),
+        } => stderr_line!("incr {} {delta}, {initial}, {}", text(key), exptime as i32),
+        Command::Stat { key } => stderr_line!("<{fd} STATS {}", text(key)),
         _ => {}
     }
 }
@@ -110,12 +110,12 @@ pub fn binary_replies(fd: i32, out: &[u8]) {
             continue;
         }
         if r.status != 0 && r.status != 0x21 && r.extras.is_empty() && r.key.is_empty() {
-            eprintln!(
+            stderr_line!(
                 ">{fd} Writing an error: {}",
                 String::from_utf8_lossy(r.value)
             );
         }
-        eprintln!(
+        stderr_line!(
             ">{fd} Writing bin response:{}",
             hex_lines(&format!(">{fd}  "), &rest[..24])
         );

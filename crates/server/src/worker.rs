@@ -177,7 +177,7 @@ impl Worker {
             }
             if let Err(e) = polled {
                 if e.kind() != io::ErrorKind::Interrupted {
-                    eprintln!("worker {}: poll failed: {e}", self.id);
+                    stderr_line!("worker {}: poll failed: {e}", self.id);
                     break;
                 }
             }
