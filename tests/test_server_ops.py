@@ -414,3 +414,27 @@ def test_without_io_uring_the_server_runs_epoll() -> None:
         finally:
             for child in server:
                 os.kill(int(child), signal.SIGTERM)
+
+
+def test_io_uring_as_on_kernels_before_6_17_serves_pipelined_requests() -> None:
+    """Linux 6.0-6.16 fail a multishot receive that carries a byte cap (EINVAL), and kernels
+    before 6.12 refuse incremental buffer rings: the probe finds out and the loop does without
+    both. MEMFLEET_URING_AS_OLDER_KERNEL makes this kernel's server run that way (scripts/test
+    runs the core suites so too): it says so at start and serves values larger than a ring
+    buffer and requests pipelined past a receive."""
+    port = free_port()
+    argv = ["env", "MEMFLEET_URING_AS_OLDER_KERNEL=1",
+            *serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring")]
+    with Server(argv, port=port) as server:
+        with Conn(port) as c:
+            assert c.stats("settings")["io_engine"] == "uring"
+            value = os.urandom(200_000)
+            assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+            c.send(b"get big\r\n" * 20 + b"mn\r\n")
+            want = (b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (len(value), value)) * 20
+            assert c.read_until(b"MN\r\n") == want + b"MN\r\n"
+        proc = server.proc
+        assert proc is not None and proc.stderr is not None
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert b"without a byte cap per receive" in proc.stderr.read()

@@ -171,6 +171,9 @@ pub struct Settings {
     /// `-o io_engine=auto|uring|epoll`: the workers' event loop as asked for; `serve`
     /// replaces it with the one that runs (`engine::resolve`).
     pub io_engine: crate::engine::IoEngine,
+    /// What the io_uring loop may use of the kernel's io_uring (set by `serve` with
+    /// `io_engine`).
+    pub uring_kernel: crate::engine::UringKernel,
 }
 
 /// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
@@ -373,6 +376,7 @@ impl ServeArgs {
             latency,
             hotkeys_rate,
             io_engine,
+            uring_kernel: crate::engine::UringKernel::default(),
         })
     }
 }

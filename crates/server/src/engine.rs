@@ -8,6 +8,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::bufring::BufRing;
 use crate::config::Settings;
+use crate::uring;
 
 /// `-o io_engine=`: what was asked for, and after `resolve` what runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,11 +43,21 @@ impl IoEngine {
     }
 }
 
-/// The engine to run for `settings`, and the line to log when it is not the one asked for.
-pub fn resolve(settings: &Settings) -> (IoEngine, Option<String>) {
+/// The engine to run for `settings`, what the io_uring loop may use of the kernel, and the
+/// line to log when either is less than asked for.
+pub fn resolve(settings: &Settings) -> (IoEngine, UringKernel, Option<String>) {
+    let (engine, line) = pick(settings);
+    match engine {
+        Err(()) => (IoEngine::Epoll, UringKernel::default(), line),
+        Ok(kernel) => (IoEngine::Uring, kernel, line),
+    }
+}
+
+/// `Ok` with what the kernel offers when io_uring runs, `Err` for epoll.
+fn pick(settings: &Settings) -> (Result<UringKernel, ()>, Option<String>) {
     let asked = settings.io_engine;
     if asked == IoEngine::Epoll {
-        return (IoEngine::Epoll, None);
+        return (Err(()), None);
     }
     let unserved = match (settings.tls.enabled, settings.udp.is_empty()) {
         (true, _) => Some("TLS (-Z)"),
@@ -55,20 +66,55 @@ pub fn resolve(settings: &Settings) -> (IoEngine, Option<String>) {
     };
     if let Some(what) = unserved {
         let line = format!("io_engine: epoll (the io_uring loop does not serve {what} yet)");
-        return (IoEngine::Epoll, Some(line));
+        return (Err(()), Some(line));
     }
     if asked == IoEngine::Auto && under_valgrind(std::env::var_os("LD_PRELOAD")) {
         let line = "io_engine: epoll (under valgrind, where the io_uring loop stalls; \
                     -o io_engine=uring forces it)";
-        return (IoEngine::Epoll, Some(line.into()));
+        return (Err(()), Some(line.into()));
     }
     match probe() {
-        Ok(()) => (IoEngine::Uring, None),
+        Ok(kernel) => {
+            let kernel = if std::env::var_os(AS_OLDER_KERNEL).is_some() {
+                UringKernel::BEFORE_6_12
+            } else {
+                kernel
+            };
+            let line = (!kernel.recv_cap).then(|| {
+                "io_engine: uring (without a byte cap per receive, Linux < 6.17: a client \
+                 that never reads may hold up to one turn of receives more)"
+                    .to_string()
+            });
+            (Ok(kernel), line)
+        }
         Err(why) => (
-            IoEngine::Epoll,
+            Err(()),
             Some(format!("io_engine: epoll (io_uring unavailable: {why})")),
         ),
     }
+}
+
+/// Set (to anything), the io_uring loop uses only what Linux 6.0-6.11 offer: no byte cap per
+/// receive, no incremental buffer ring. For tests of those paths on a newer kernel.
+pub const AS_OLDER_KERNEL: &str = "MEMFLEET_URING_AS_OLDER_KERNEL";
+
+/// What the kernel's io_uring offers beyond the loop's minimum (a multishot receive into a
+/// provided-buffer ring, Linux 6.0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UringKernel {
+    /// A multishot receive takes a cap on the bytes one arming brings (Linux 6.17). Before,
+    /// the field the cap goes in must be zero: a receive with it set fails with EINVAL.
+    pub recv_cap: bool,
+    /// An incremental buffer ring may be tried (registering it says whether the kernel has
+    /// it, Linux 6.12).
+    pub incremental_bufs: bool,
+}
+
+impl UringKernel {
+    const BEFORE_6_12: UringKernel = UringKernel {
+        recv_cap: false,
+        incremental_bufs: false,
+    };
 }
 
 /// Whether valgrind runs us: it preloads its `vgpreload_*.so`. Its serialised threads do
@@ -80,7 +126,7 @@ fn under_valgrind(ld_preload: Option<std::ffi::OsString>) -> bool {
 /// Tries what the io_uring loop uses on a socket pair: ring setup (refused on old kernels,
 /// with kernel.io_uring_disabled or under seccomp), the opcodes, a provided-buffer ring and
 /// a multishot receive into it (Linux 6.0).
-pub fn probe() -> Result<(), String> {
+pub fn probe() -> Result<UringKernel, String> {
     let ring: IoUring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
     let mut codes = io_uring::Probe::new();
     ring.submitter()
@@ -96,25 +142,69 @@ pub fn probe() -> Result<(), String> {
     if let Some((name, _)) = needed.iter().find(|(_, c)| !codes.is_supported(*c)) {
         return Err(format!("no {name} opcode"));
     }
-    probe_multishot_recv(ring)
+    let recv_cap = match probe_multishot_recv(ring, Some(1024)) {
+        Ok(()) => true,
+        Err(RecvProbe::Refused(libc::EINVAL)) => {
+            let ring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+            probe_multishot_recv(ring, None).map_err(|e| e.to_string())?;
+            false
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    Ok(UringKernel {
+        recv_cap,
+        incremental_bufs: true,
+    })
 }
 
-fn probe_multishot_recv(mut ring: IoUring) -> Result<(), String> {
-    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+/// Why a probe's multishot receive did not work.
+#[derive(Debug)]
+enum RecvProbe {
+    /// The receive completed with this errno.
+    Refused(i32),
+    /// It completed otherwise than a multishot receive does.
+    NotMultishot,
+    /// Setting it up failed.
+    Setup(String),
+}
+
+impl std::fmt::Display for RecvProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecvProbe::Refused(e) => {
+                let e = std::io::Error::from_raw_os_error(*e);
+                write!(f, "multishot recv: {e}")
+            }
+            RecvProbe::NotMultishot => write!(f, "multishot recv not supported"),
+            RecvProbe::Setup(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Arms a multishot receive (with `cap` bytes per arming, if given) on a socket pair and
+/// checks its first completion.
+fn probe_multishot_recv(mut ring: IoUring, cap: Option<u32>) -> Result<(), RecvProbe> {
+    let setup = |what: &str, e: &dyn std::fmt::Display| RecvProbe::Setup(format!("{what}: {e}"));
+    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| setup("socketpair", &e))?;
     let mut bufs = BufRing::new(2, 64);
     // SAFETY: `bufs` outlives the ring, which is dropped first at the end of this function.
     unsafe { bufs.register(&ring.submitter(), 0, false) }
-        .map_err(|e| format!("provided buffer ring: {e}"))?;
+        .map_err(|e| setup("provided buffer ring", &e))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&b);
-    let recv = opcode::RecvMulti::new(types::Fd(fd), 0)
-        .build()
-        .user_data(1);
+    let recv = opcode::RecvMulti::new(types::Fd(fd), 0).build();
+    let recv = match cap {
+        Some(cap) => uring::with_total_cap(recv, cap),
+        None => recv,
+    };
     // SAFETY: the entry refers to no memory of ours but the registered buffer ring.
-    unsafe { ring.submission().push(&recv) }.map_err(|e| e.to_string())?;
-    std::io::Write::write_all(&mut &a, b"x").map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&recv.user_data(1)) }.map_err(|e| setup("push", &e))?;
+    std::io::Write::write_all(&mut &a, b"x").map_err(|e| setup("write", &e))?;
     ring.submit_and_wait(1)
-        .map_err(|e| format!("io_uring_enter: {e}"))?;
-    let cqe: cqueue::Entry = ring.completion().next().ok_or("no completion")?;
+        .map_err(|e| setup("io_uring_enter", &e))?;
+    let cqe: cqueue::Entry = ring
+        .completion()
+        .next()
+        .ok_or_else(|| setup("io_uring_enter", &"no completion"))?;
     let more = cqueue::more(cqe.flags());
     let res = cqe.result();
     let cancel = opcode::AsyncCancel::new(1).build().user_data(2);
@@ -127,11 +217,8 @@ fn probe_multishot_recv(mut ring: IoUring) -> Result<(), String> {
     drop(ring);
     match (res, cqueue::buffer_select(cqe.flags()), more) {
         (1, Some(_), true) => Ok(()),
-        (r, _, _) if r < 0 => Err(format!(
-            "multishot recv: {}",
-            std::io::Error::from_raw_os_error(-r)
-        )),
-        _ => Err("multishot recv not supported".into()),
+        (r, _, _) if r < 0 => Err(RecvProbe::Refused(-r)),
+        _ => Err(RecvProbe::NotMultishot),
     }
 }
 
@@ -163,5 +250,23 @@ mod tests {
         let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
             .is_ok_and(|v| v.trim() == "2");
         assert_eq!(probe().is_ok(), !disabled, "{:?}", probe());
+    }
+
+    #[test]
+    fn probe_finds_the_receive_cap_from_linux_6_17() {
+        let Ok(kernel) = probe() else {
+            return; // io_uring disabled here: `probe_agrees_with_the_kernel` covers it
+        };
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut parts = release.trim().split(['.', '-']);
+        let mut next = || {
+            parts
+                .next()
+                .and_then(|p| p.parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        let version = (next(), next());
+        assert_eq!(kernel.recv_cap, version >= (6, 17), "kernel {release}");
+        assert!(kernel.incremental_bufs);
     }
 }

@@ -85,13 +85,14 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     for w in &settings.warnings {
         stderr_line!("warning: {w}");
     }
-    let (io_engine, why) = engine::resolve(&settings);
+    let (io_engine, uring_kernel, why) = engine::resolve(&settings);
     if let Some(line) = why {
         stderr_line!("{line}");
     } else if settings.verbose > 0 {
         stderr_line!("io_engine: {}", io_engine.name());
     }
     settings.io_engine = io_engine;
+    settings.uring_kernel = uring_kernel;
     // As memcached: an unreadable or malformed password file stops the server from starting.
     let auth = match &settings.auth_file {
         Some(path) => Some(auth::Authenticator::load(path).map_err(|e| e.to_string())?),

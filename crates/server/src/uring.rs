@@ -48,7 +48,8 @@ const INC_BUF_SIZE: usize = 32 * 1024;
 const RECV_BUFS: u16 = 256;
 const RECV_BUF_SIZE: usize = 4 * 1024;
 /// Bytes one arming of a multishot receive may bring in before it ends and is re-armed
-/// (Linux 6.17+; older kernels ignore the cap). Without it the kernel keeps receiving from a
+/// (Linux 6.17+; older kernels refuse a receive with the cap set, so `engine::probe` finds out
+/// and the cap is left off there). Without it the kernel keeps receiving from a
 /// flooding client until the ring runs dry, whatever the client's unsent replies, before a
 /// cancel can land: 40 clients pipelining gets and never reading held ~1 MB each.
 const RECV_WINDOW: u32 = 64 * 1024;
@@ -82,7 +83,7 @@ fn user_data(kind: u64, token: usize) -> u64 {
 
 /// Caps the bytes a multishot receive brings in before it ends (the SQE's `optlen`, which
 /// the io-uring crate does not expose yet; kernels before 6.17 ignore it).
-fn with_total_cap(entry: squeue::Entry, cap: u32) -> squeue::Entry {
+pub(crate) fn with_total_cap(entry: squeue::Entry, cap: u32) -> squeue::Entry {
     const OPTLEN_AT: usize = 44;
     const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
     // SAFETY: `Entry` is a #[repr(C)] wrapper of the 64-byte, plain-data `io_uring_sqe`, whose
@@ -194,8 +195,9 @@ impl UringWorker {
                     .build(SQ_ENTRIES)
             })?;
         let mut bufs = BufRing::new(INC_BUFS, INC_BUF_SIZE);
+        let incremental = shared.settings.uring_kernel.incremental_bufs;
         // SAFETY (both): `bufs` lives in the worker beside `ring`, which is dropped first.
-        if unsafe { bufs.register(&ring.submitter(), BGID, true) }.is_err() {
+        if !incremental || unsafe { bufs.register(&ring.submitter(), BGID, true) }.is_err() {
             bufs = BufRing::new(RECV_BUFS, RECV_BUF_SIZE);
             unsafe { bufs.register(&ring.submitter(), BGID, false)? };
         }
@@ -305,11 +307,13 @@ impl UringWorker {
         let slot = &mut self.conns[t];
         let fd = slot.conn.stream.fd();
         slot.recv_armed = true;
-        let recv = with_total_cap(
-            opcode::RecvMulti::new(types::Fd(fd), BGID).build(),
-            RECV_WINDOW,
-        )
-        .user_data(user_data(RECV, t));
+        let recv = opcode::RecvMulti::new(types::Fd(fd), BGID).build();
+        let recv = if self.shared.settings.uring_kernel.recv_cap {
+            with_total_cap(recv, RECV_WINDOW)
+        } else {
+            recv
+        };
+        let recv = recv.user_data(user_data(RECV, t));
         // SAFETY: the receive writes only into the registered buffer ring.
         unsafe { self.push(recv) };
     }
