@@ -82,12 +82,13 @@ fn user_data(kind: u64, token: usize) -> u64 {
 }
 
 /// Caps the bytes a multishot receive brings in before it ends (the SQE's `optlen`, which
-/// the io-uring crate does not expose yet; kernels before 6.17 ignore it).
+/// the io-uring crate does not expose yet). Kernels before 6.17 read the same bytes as
+/// `file_index` and fail the receive with EINVAL unless they are zero: `engine::probe`.
 pub(crate) fn with_total_cap(entry: squeue::Entry, cap: u32) -> squeue::Entry {
     const OPTLEN_AT: usize = 44;
     const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
     // SAFETY: `Entry` is a #[repr(C)] wrapper of the 64-byte, plain-data `io_uring_sqe`, whose
-    // `optlen` (a union with `file_index`, unused by a receive) is the u32 at byte 44.
+    // `optlen` (a union with `file_index`) is the u32 at byte 44.
     let mut raw: [u8; 64] = unsafe { std::mem::transmute(entry) };
     raw[OPTLEN_AT..OPTLEN_AT + 4].copy_from_slice(&cap.to_ne_bytes());
     // SAFETY: as above; any bytes are a valid sqe for the type.
