@@ -46,18 +46,17 @@ impl IoEngine {
 /// The engine to run for `settings`, what the io_uring loop may use of the kernel, and the
 /// line to log when either is less than asked for.
 pub fn resolve(settings: &Settings) -> (IoEngine, UringKernel, Option<String>) {
-    let (engine, line) = pick(settings);
-    match engine {
-        Err(()) => (IoEngine::Epoll, UringKernel::default(), line),
-        Ok(kernel) => (IoEngine::Uring, kernel, line),
+    match pick(settings) {
+        (None, line) => (IoEngine::Epoll, UringKernel::default(), line),
+        (Some(kernel), line) => (IoEngine::Uring, kernel, line),
     }
 }
 
-/// `Ok` with what the kernel offers when io_uring runs, `Err` for epoll.
-fn pick(settings: &Settings) -> (Result<UringKernel, ()>, Option<String>) {
+/// What the kernel offers when io_uring runs, None for epoll; and the line to log.
+fn pick(settings: &Settings) -> (Option<UringKernel>, Option<String>) {
     let asked = settings.io_engine;
     if asked == IoEngine::Epoll {
-        return (Err(()), None);
+        return (None, None);
     }
     let unserved = match (settings.tls.enabled, settings.udp.is_empty()) {
         (true, _) => Some("TLS (-Z)"),
@@ -66,12 +65,12 @@ fn pick(settings: &Settings) -> (Result<UringKernel, ()>, Option<String>) {
     };
     if let Some(what) = unserved {
         let line = format!("io_engine: epoll (the io_uring loop does not serve {what} yet)");
-        return (Err(()), Some(line));
+        return (None, Some(line));
     }
     if asked == IoEngine::Auto && under_valgrind(std::env::var_os("LD_PRELOAD")) {
         let line = "io_engine: epoll (under valgrind, where the io_uring loop stalls; \
                     -o io_engine=uring forces it)";
-        return (Err(()), Some(line.into()));
+        return (None, Some(line.into()));
     }
     match probe() {
         Ok(kernel) => {
@@ -85,10 +84,10 @@ fn pick(settings: &Settings) -> (Result<UringKernel, ()>, Option<String>) {
                  that never reads may hold up to one turn of receives more)"
                     .to_string()
             });
-            (Ok(kernel), line)
+            (Some(kernel), line)
         }
         Err(why) => (
-            Err(()),
+            None,
             Some(format!("io_engine: epoll (io_uring unavailable: {why})")),
         ),
     }
