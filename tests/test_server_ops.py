@@ -372,6 +372,21 @@ def test_connections_move_to_their_client_threads_worker(make_server) -> None:  
     stats = Conn(srv.port).request(b"stats\r\n", b"END\r\n")
     moved = int(stats.split(b"STAT conns_moved ")[1].split(b"\r\n")[0])
     assert moved > 0
+    # The server's close reaches every client, moved or not (a hand-over must not leave a
+    # copy of the socket open anywhere).
+    for c in conns:
+        c.send(b"quit\r\n")
+    for i, c in enumerate(conns):
+        assert closed_by_server(c), f"connection {i} was never closed"
+
+
+def closed_by_server(c: Conn) -> bool:
+    """Whether the server closes `c` (end of stream) within 5 s."""
+    c.sock.settimeout(5)
+    try:
+        return c.sock.recv(1) == b""
+    except (socket.timeout, TimeoutError):
+        return False
 
 
 @memfleet_only
