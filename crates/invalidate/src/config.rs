@@ -1,11 +1,13 @@
 //! `invalidate.yml`: what to read (source, tables and key templates) and where to send
 //! deletes (targets). Pure: text in, a checked `Config` or one-line error out.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use ring::{Distribution, Hash};
+use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::template::Template;
@@ -356,8 +358,58 @@ fn parse_table(name: &str, y: &Yaml) -> Result<TableSpec, ConfigError> {
     })
 }
 
+/// Most YAML nodes a config may stand for, an alias counted as all the nodes it names. A real
+/// config has hundreds; `YamlLoader` copies an alias's nodes at every use, so without a limit
+/// a few lines of aliases of aliases ("billion laughs") would expand into gigabytes.
+const MAX_NODES: u64 = 100_000;
+
+/// Refuses YAML whose aliases expand past `MAX_NODES`, counting from the parser's events
+/// before anything is built.
+fn check_expansion(text: &str) -> Result<(), ConfigError> {
+    let mut parser = Parser::new_from_str(text);
+    let mut anchors: HashMap<usize, u64> = HashMap::new();
+    // The collections open around the current event: their anchor and `nodes` at their start.
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let mut nodes: u64 = 0;
+    loop {
+        let (event, _) = parser
+            .next_token()
+            .map_err(|e| ConfigError(format!("YAML: {e}")))?;
+        match event {
+            Event::StreamEnd => return Ok(()),
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                open.push((anchor, nodes));
+                nodes += 1;
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((anchor, start)) = open.pop() {
+                    if anchor > 0 {
+                        anchors.insert(anchor, nodes - start);
+                    }
+                }
+            }
+            Event::Scalar(_, _, anchor, _) => {
+                if anchor > 0 {
+                    anchors.insert(anchor, 1);
+                }
+                nodes += 1;
+            }
+            Event::Alias(anchor) => {
+                nodes = nodes.saturating_add(anchors.get(&anchor).copied().unwrap_or(1));
+            }
+            _ => {}
+        }
+        if nodes > MAX_NODES {
+            return err(format!(
+                "YAML: aliases expand to more than {MAX_NODES} nodes"
+            ));
+        }
+    }
+}
+
 impl Config {
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
+        check_expansion(text)?;
         let docs =
             YamlLoader::load_from_str(text).map_err(|e| ConfigError(format!("YAML: {e}")))?;
         let [root] = docs.as_slice() else {
@@ -512,5 +564,23 @@ tables:
             let e = Config::from_yaml_str(text).unwrap_err().0;
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
         }
+    }
+    /// Aliases of aliases: 6 lines stand for a million nodes, which `YamlLoader` would build
+    /// (the invalidate_config fuzz target ran out of memory on 9 such lines).
+    #[test]
+    fn alias_expansion_is_bounded() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..6 {
+            let uses = vec![format!("*a{}", i - 1); 10].join(", ");
+            text += &format!("a{i}: &a{i} [{uses}]\n");
+        }
+        text += "source: {dsn: x}\ntargets: *a5\ntables: {t: [\"k:{id}\"]}\n";
+        let e = Config::from_yaml_str(&text).unwrap_err().0;
+        assert!(e.contains("aliases expand"), "{e}");
+        // Aliases within the limit still work.
+        let shared = "source: {dsn: x}\ntargets: [&m {memcached: /tmp/m.sock}]\n\
+                      tables: {a: &k [\"k:{id}\"], b: *k}\n";
+        let c = Config::from_yaml_str(shared).unwrap();
+        assert_eq!(c.tables[0].templates, c.tables[1].templates);
     }
 }

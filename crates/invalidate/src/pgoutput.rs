@@ -344,8 +344,9 @@ pub fn decode(buf: &[u8]) -> Result<Message<'_>, DecodeError> {
     Ok(msg)
 }
 
-/// The encoder the tests use to build messages; the inverse of [`decode`].
-#[cfg(test)]
+/// The encoder the tests (and the `pgoutput_decode` fuzz target) use to build messages; the
+/// inverse of [`decode`].
+#[cfg(any(test, fuzzing))]
 pub(crate) mod encode {
     use super::*;
 

@@ -349,7 +349,9 @@ impl<R: Read> Reader<R> {
     }
 }
 
-/// Reads one frame's payload into `buf` after checking its length and checksum.
+/// Reads one frame's payload into `buf` after checking its length and checksum. The buffer
+/// grows with the bytes actually read, so a length that a truncated or corrupt file only
+/// claims costs no memory.
 fn read_frame(src: &mut impl Read, buf: &mut Vec<u8>, max: usize) -> Result<u8, SnapshotError> {
     let mut head = [0u8; FRAME_HEAD];
     src.read_exact(&mut head)?;
@@ -358,8 +360,9 @@ fn read_frame(src: &mut impl Read, buf: &mut Vec<u8>, max: usize) -> Result<u8, 
         return Err(corrupt(format!("frame of {len} bytes")));
     }
     buf.clear();
-    buf.resize(len, 0);
-    src.read_exact(buf)?;
+    if src.take(len as u64).read_to_end(buf)? < len {
+        return Err(SnapshotError::Truncated);
+    }
     if checksum(&head[..5], buf) != u32_at(&head, 5) {
         return Err(corrupt("checksum mismatch"));
     }
@@ -537,6 +540,31 @@ mod tests {
         for cut in 0..file.len() {
             assert!(decode(&file[..cut]).is_err(), "cut at {cut} accepted");
         }
+    }
+
+    /// A frame's length is checked against the limit before reading, but the bytes it
+    /// claims may not be there: a truncated or corrupt file must not make the reader
+    /// allocate what the length says (up to `-I` plus a block).
+    #[test]
+    fn a_frame_length_allocates_only_the_bytes_there() {
+        let item_size_max = 128 << 20;
+        let mut file = Writer::header(&Header {
+            item_size_max,
+            ..header()
+        });
+        file.push(ITEMS);
+        file.extend_from_slice(&(item_size_max as u32).to_le_bytes());
+        file.extend_from_slice(&[0; 4]);
+        file.extend_from_slice(b"only these bytes follow");
+        let mut r = Reader::open(&file[..]).unwrap();
+        r.expect(64 << 20, item_size_max).unwrap();
+        assert!(matches!(r.next_block(), Err(SnapshotError::Truncated)));
+        assert!(
+            r.block.capacity() < 1 << 20,
+            "{} bytes allocated for a {}-byte file",
+            r.block.capacity(),
+            file.len()
+        );
     }
 
     #[test]

@@ -148,6 +148,18 @@ fn lease_get_replies_frame_whole() {
     assert_eq!(f.next(b"LVALUE k 99 0 3\r\nabcd\r\n"), Frame::Invalid);
 }
 
+/// A lease token is framed like an item but is not one, so an item after it starts past it
+/// (the reply_frame fuzz target had assumed items back to back).
+#[test]
+fn an_item_after_a_lease_token_keeps_its_place() {
+    let r = b"LVALUE k 99 0 3\r\nabc\r\nVALUE j 1 2\r\nhi\r\nEND\r\n";
+    let items = items_of(r);
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].item, 22..39);
+    assert_eq!(&r[items[0].key.clone()], b"j");
+    assert_eq!(&r[items[0].value.clone()], b"hi");
+}
+
 #[test]
 fn error_lines_are_whole_words() {
     for line in [
