@@ -18,6 +18,7 @@ mod batch;
 mod binary;
 mod bufpool;
 mod bufring;
+mod busy;
 mod config;
 mod conn;
 mod engine;

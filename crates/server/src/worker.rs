@@ -15,6 +15,7 @@ use slab::Slab;
 
 use crate::batch;
 use crate::bufpool::BufPool;
+use crate::busy::Busy;
 use crate::conn::Conn;
 use crate::env::ExecEnv;
 use crate::lifecycle;
@@ -36,22 +37,6 @@ pub(crate) const OUT_KEEP: usize = 2 << 20;
 /// Reads per wake-up before a busy connection yields to the others (besides the `-R` budget,
 /// which counts requests and is what `conn_yields` counts, as in memcached).
 const READS_PER_TURN: usize = 8;
-/// A worker that has found work at every poll for this long steps off its CPU for a moment,
-/// if other threads compete for that CPU. Under steady load it would otherwise never block
-/// and keep the CPU for a whole scheduler slice, while the threads queued behind it on that
-/// core (clients on the same machine, the other worker) wait: requests then see
-/// multi-millisecond delays (p99 4.5 ms vs a 0.06 ms median with 64 connections on two
-/// cores). Sleeping rather than sched_yield, which under foreign CPU load hands the core
-/// away for a full slice each time. A settled worker (`Worker::settled`) never pauses: its
-/// clients' threads are the ones it is waiting for, so it blocks as soon as they fall
-/// behind, and a pause would only leave the core idle (7-14% of it with 10 KB values).
-const BUSY_MAX: Duration = Duration::from_micros(300);
-/// The CPU counts as contended this long after the worker was last preempted; on a core of
-/// its own the worker never pauses.
-const CONTENDED_FOR: Duration = Duration::from_secs(1);
-/// A poll that took longer than this blocked for new events: the worker was idle.
-const POLL_BLOCKED: Duration = Duration::from_micros(20);
-
 /// A socket handed from the acceptor to a worker.
 pub enum Incoming {
     /// Socket, peer address and the listener's name.
@@ -146,35 +131,19 @@ impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = unix_now();
-        let mut busy_since = Instant::now();
-        let mut seen_preempted = involuntary_switches();
-        let mut last_preempted: Option<Instant> = None;
+        let mut busy = Busy::new();
         loop {
             let timeout = if self.ready.is_empty() {
                 Duration::from_millis(500)
             } else {
                 Duration::ZERO
             };
-            let mut before = Instant::now();
-            if before - busy_since >= BUSY_MAX {
-                busy_since = before;
-                let preempted = involuntary_switches();
-                if preempted != seen_preempted {
-                    seen_preempted = preempted;
-                    last_preempted = Some(before);
-                }
-                if !self.settled && last_preempted.is_some_and(|t| before - t < CONTENDED_FOR) {
-                    // The shortest sleep the kernel grants (its timer slack, 50 µs by default).
-                    std::thread::sleep(Duration::from_micros(1));
-                    before = Instant::now();
-                    busy_since = before;
-                }
+            if busy.should_pause(self.settled) {
+                busy.pause();
             }
+            let began = Instant::now();
             let polled = self.poll.poll(&mut events, Some(timeout));
-            let after = Instant::now();
-            if events.is_empty() || after - before > POLL_BLOCKED {
-                busy_since = after;
-            }
+            busy.waited(began, events.is_empty());
             if let Err(e) = polled {
                 if e.kind() != io::ErrorKind::Interrupted {
                     stderr_line!("worker {}: poll failed: {e}", self.id);
@@ -485,10 +454,6 @@ impl Worker {
 }
 
 /// Times this thread was preempted (involuntary context switches).
-fn involuntary_switches() -> libc::c_long {
-    crate::report::getrusage(libc::RUSAGE_THREAD).ru_nivcsw
-}
-
 /// Wakes a worker so it picks up new connections or notices shutdown.
 pub fn wake(w: &Waker) {
     let _ = w.wake();
