@@ -438,8 +438,9 @@ def test_io_uring_as_on_kernels_before_6_17_serves_pipelined_requests() -> None:
     runs the core suites so too): it says so at start and serves values larger than a ring
     buffer and requests pipelined past a receive."""
     port = free_port()
-    argv = ["env", "MEMFLEET_URING_AS_OLDER_KERNEL=1",
-            *serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring")]
+    # Not serve_command: the suite's MEMFLEET_SERVE_ARGS may pick epoll, and this is about io_uring.
+    argv = ["env", "MEMFLEET_URING_AS_OLDER_KERNEL=1", memfleet_bin(), "serve",
+            "-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring"]
     with Server(argv, port=port) as server:
         with Conn(port) as c:
             assert c.stats("settings")["io_engine"] == "uring"
