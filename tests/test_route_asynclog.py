@@ -4,8 +4,10 @@ the server answers again, also by a router restarted after kill -9."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,10 +172,19 @@ def test_no_delete_is_answered_before_its_spool_is_synced(servers, spool_dir: Pa
     r.argv = ["strace", "-f", "-o", str(trace), "-e", "trace=write,sendto,fdatasync", *r.argv]
     per_conn = [[f"c{c}:{i}" for i in range(300)] for c in range(3)]
     with r, a.paused():
-        assert delete_all(r.port, ["tko"]) == [b"NOT_FOUND\r\n"]
-        replies = pipeline_deletes(r.port, per_conn)
-        assert all(got == [b"NOT_FOUND\r\n"] * 300 for got in replies)
-        assert len(spooled(spool_dir, a)) == 901
+        assert r.proc is not None
+        # Stopping strace detaches it from the router, which would run on: stop the router.
+        strace_pid = r.proc.pid
+        try:
+            assert delete_all(r.port, ["tko"]) == [b"NOT_FOUND\r\n"]
+            replies = pipeline_deletes(r.port, per_conn)
+            assert all(got == [b"NOT_FOUND\r\n"] * 300 for got in replies)
+            assert len(spooled(spool_dir, a)) == 901
+        finally:
+            children = Path(f"/proc/{strace_pid}/task/{strace_pid}/children").read_text().split()
+            for child in children:
+                os.kill(int(child), signal.SIGTERM)
+            r.proc.wait(timeout=10)
     appends = syncs = answers = 0
     unsynced = False
     for line in trace.read_text().splitlines():
