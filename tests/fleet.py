@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import memcached_command, memfleet_bin, terminate
+from harness import memcached_command, memfleet_bin, stop_process, terminate
 from typing_extensions import Self
 
 NS_PREFIX = "mff-"
@@ -234,7 +234,7 @@ class Host:
     def pause(self) -> None:
         """SIGSTOP every process: the kernel still accepts and ACKs, nothing answers."""
         for p in self.live():
-            p.signal(signal.SIGSTOP)
+            stop_process(p.pid)
 
     def resume(self) -> None:
         for p in self.live():

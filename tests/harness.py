@@ -33,6 +33,30 @@ def memfleet_bin() -> str:
     return str(path)
 
 
+def stop_process(pid: int, timeout: float = 5.0) -> None:
+    """SIGSTOP `pid` and return once every one of its threads is stopped. kill() returns
+    before that: the kernel wakes one thread to start the group stop, and until it runs, the
+    others can still answer a request that arrives meanwhile."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not all_threads_stopped(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid}: threads still running {timeout} s after SIGSTOP")
+        time.sleep(0.001)
+
+
+def all_threads_stopped(pid: int) -> bool:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread exited
+            continue
+        # The state follows the command name, which is in parentheses and may hold any byte.
+        if stat[stat.rindex(")") + 2] not in "Tt":
+            return False
+    return True
+
+
 def serve_command(*args: str) -> list[str]:
     """`memfleet serve ARGS`, then the flags in $MEMFLEET_SERVE_ARGS (e.g. `-o io_engine=uring`,
     so one suite runs under each event loop: scripts/test)."""
@@ -128,7 +152,7 @@ class Server:
         """SIGSTOP for the block (the process hangs with its sockets open), SIGCONT after."""
         proc = self.proc
         assert proc is not None
-        proc.send_signal(signal.SIGSTOP)
+        stop_process(proc.pid)
         try:
             yield
         finally:
