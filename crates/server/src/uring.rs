@@ -177,6 +177,21 @@ pub struct UringWorker {
     cqes: Vec<(u64, i32, u32)>,
 }
 
+/// The ring's receive buffers: incremental (Linux 6.12+) where the kernel takes them, whole
+/// buffers otherwise. Only the kind registered is allocated.
+fn receive_buffers(ring: &IoUring, incremental: bool) -> io::Result<BufRing> {
+    // SAFETY (both): the caller keeps the buffers beside `ring`, which is dropped first.
+    if incremental {
+        let mut bufs = BufRing::new(INC_BUFS, INC_BUF_SIZE);
+        if unsafe { bufs.register(&ring.submitter(), BGID, true) }.is_ok() {
+            return Ok(bufs);
+        }
+    }
+    let mut bufs = BufRing::new(RECV_BUFS, RECV_BUF_SIZE);
+    unsafe { bufs.register(&ring.submitter(), BGID, false)? };
+    Ok(bufs)
+}
+
 impl UringWorker {
     /// Builds the worker on its own thread (the ring is single-issuer).
     pub fn new(
@@ -196,13 +211,7 @@ impl UringWorker {
                     .setup_cqsize(CQ_ENTRIES)
                     .build(SQ_ENTRIES)
             })?;
-        let mut bufs = BufRing::new(INC_BUFS, INC_BUF_SIZE);
-        let incremental = shared.settings.uring_kernel.incremental_bufs;
-        // SAFETY (both): `bufs` lives in the worker beside `ring`, which is dropped first.
-        if !incremental || unsafe { bufs.register(&ring.submitter(), BGID, true) }.is_err() {
-            bufs = BufRing::new(RECV_BUFS, RECV_BUF_SIZE);
-            unsafe { bufs.register(&ring.submitter(), BGID, false)? };
-        }
+        let bufs = receive_buffers(&ring, shared.settings.uring_kernel.incremental_bufs)?;
         let stats = shared.stats[id].clone();
         let probe = Probe::new(&shared.telemetry, id);
         Ok(UringWorker {
