@@ -221,6 +221,45 @@ def test_udp_get(make_server) -> None:  # type: ignore[no-untyped-def]
     assert data[8:] == b"VALUE u 0 5\r\nhello\r\nEND\r\n"
 
 
+def test_io_uring_loop_serves_udp_beside_tcp() -> None:
+    """-U no longer sends the server to the epoll loop: io_uring workers answer datagrams
+    (each worker's UDP socket is polled on its ring) while serving TCP, a reply of several
+    frames included, from clients whose datagrams reach both workers' sockets."""
+    port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
+    # Not serve_command: the epoll pass's MEMFLEET_SERVE_ARGS would pick epoll.
+    argv = [memfleet_bin(), "serve", "-l", "127.0.0.1", "-p", str(port), "-U", str(udp_port),
+            "-t", "2", "-o", "io_engine=uring"]  # fmt: skip
+    value = os.urandom(5000)  # four 1,400-byte frames
+    with Server(argv, port=port), Conn(port) as c:
+        assert c.stats("settings")["io_engine"] == "uring"
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+        clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(16)]
+        try:
+            for i, s in enumerate(clients):
+                s.settimeout(5)
+                assert c.request(b"set u%d 0 0 %d\r\n%d\r\n" % (i, len(str(i)), i)) == b"STORED\r\n"
+                s.sendto(struct.pack(">HHHH", i, 0, 1, 0) + b"get u%d\r\n" % i, ("127.0.0.1", udp_port))
+            for i, s in enumerate(clients):
+                data, _ = s.recvfrom(65536)
+                assert data == struct.pack(">HHHH", i, 0, 1, 0) + b"VALUE u%d 0 %d\r\n%d\r\nEND\r\n" % (
+                    i, len(str(i)), i)  # fmt: skip
+            s = clients[0]
+            s.sendto(struct.pack(">HHHH", 99, 0, 1, 0) + b"get big\r\n", ("127.0.0.1", udp_port))
+            frames = {}
+            while len(frames) < 4:
+                data, _ = s.recvfrom(65536)
+                req_id, seq, total, _ = struct.unpack(">HHHH", data[:8])
+                assert (req_id, total) == (99, 4)
+                frames[seq] = data[8:]
+            reply = b"".join(frames[i] for i in range(4))
+            assert reply == b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (len(value), value)
+        finally:
+            for s in clients:
+                s.close()
+        assert c.request(b"get u3\r\n", b"END\r\n") == b"VALUE u3 0 1\r\n3\r\nEND\r\n"
+        assert int(c.stats()["udp_requests"]) == 17
+
+
 def test_pipeline_of_large_gets_is_answered_in_full(server: Server) -> None:
     value = b"L" * (512 * 1024)
     with Conn(server.port) as c:

@@ -1,8 +1,8 @@
 //! Which event loop the workers run: io_uring (`uring`) where the kernel offers what it
 //! needs, else epoll (`worker`).
 //!
-//! The io_uring loop serves plain TCP and unix-socket connections; TLS (`-Z`) and UDP stay
-//! with the epoll loop, so a server with either runs epoll throughout.
+//! The io_uring loop serves plain TCP, unix-socket and UDP (`-U`) clients; TLS (`-Z`) stays
+//! with the epoll loop, so a server with it runs epoll throughout.
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -58,14 +58,9 @@ fn pick(settings: &Settings) -> (Option<UringKernel>, Option<String>) {
     if asked == IoEngine::Epoll {
         return (None, None);
     }
-    let unserved = match (settings.tls.enabled, settings.udp.is_empty()) {
-        (true, _) => Some("TLS (-Z)"),
-        (false, false) => Some("UDP (-U)"),
-        _ => None,
-    };
-    if let Some(what) = unserved {
-        let line = format!("io_engine: epoll (the io_uring loop does not serve {what} yet)");
-        return (None, Some(line));
+    if settings.tls.enabled {
+        let line = "io_engine: epoll (the io_uring loop does not serve TLS (-Z) yet)";
+        return (None, Some(line.into()));
     }
     if asked == IoEngine::Auto && under_valgrind(std::env::var_os("LD_PRELOAD")) {
         let line = "io_engine: epoll (under valgrind, where the io_uring loop stalls; \

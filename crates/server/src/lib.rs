@@ -235,13 +235,14 @@ fn run(
     let mut handles = Vec::new();
     let mut udp = udp.into_iter();
     for ((id, poll), rx) in polls.into_iter().enumerate().zip(receivers) {
+        let udp = udp.next().unwrap_or_default();
         if shared.settings.io_engine == engine::IoEngine::Uring {
             let (shared, peers) = (shared.clone(), senders.clone());
             handles.push(
                 thread::Builder::new()
                     .name(format!("worker-{id}"))
                     .spawn(move || {
-                        match uring::UringWorker::new(id, poll, rx, peers, shared.clone()) {
+                        match uring::UringWorker::new(id, poll, rx, peers, shared.clone(), udp) {
                             Ok(w) => w.run(),
                             Err(e) => {
                                 stderr_line!("worker {id}: io_uring setup failed: {e}");
@@ -253,15 +254,8 @@ fn run(
             );
             continue;
         }
-        let w = Worker::new(
-            id,
-            poll,
-            rx,
-            senders.clone(),
-            shared.clone(),
-            udp.next().unwrap_or_default(),
-        )
-        .map_err(|e| e.to_string())?;
+        let w = Worker::new(id, poll, rx, senders.clone(), shared.clone(), udp)
+            .map_err(|e| e.to_string())?;
         handles.push(
             thread::Builder::new()
                 .name(format!("worker-{id}"))

@@ -1,19 +1,82 @@
 //! memcached's UDP protocol: requests in datagrams, each request's reply split into framed
 //! datagrams.
 
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
 use mio::net::UdpSocket;
+use mio::{Interest, Poll, Token};
 
 use crate::bufpool::BufPool;
 use crate::env::ExecEnv;
 use crate::execute;
+use crate::shared::Shared;
+use crate::stats::ThreadStats;
 
 /// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
 const UDP_HEADER: usize = 8;
 const UDP_MAX_PAYLOAD: usize = 1400;
 
+/// The tokens of the epoll loop's UDP sockets in its mio poll: the 1,024 below the waker's
+/// (`usize::MAX`), far above any connection's slab index.
+pub const TOKEN_BASE: usize = usize::MAX - 1024;
+
+/// A worker's share of the UDP sockets (one per `-U` address, `SO_REUSEPORT`). The epoll loop
+/// registers them in its mio poll; the io_uring loop polls each on its ring.
+pub struct UdpSockets(Vec<UdpSocket>);
+
+impl UdpSockets {
+    pub fn new(sockets: Vec<std::net::UdpSocket>) -> io::Result<UdpSockets> {
+        let mut out = Vec::with_capacity(sockets.len());
+        for s in sockets {
+            s.set_nonblocking(true)?;
+            out.push(UdpSocket::from_std(s));
+        }
+        Ok(UdpSockets(out))
+    }
+
+    /// Registers socket `i` as token `TOKEN_BASE + i`.
+    pub fn register(&mut self, poll: &Poll) -> io::Result<()> {
+        for (i, s) in self.0.iter_mut().enumerate() {
+            poll.registry()
+                .register(s, Token(TOKEN_BASE + i), Interest::READABLE)?;
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn fd(&self, i: usize) -> RawFd {
+        self.0[i].as_raw_fd()
+    }
+
+    /// Answers every datagram waiting on socket `i`.
+    pub fn serve(
+        &self,
+        i: usize,
+        shared: &Shared,
+        stats: &ThreadStats,
+        now: u32,
+        pool: &mut BufPool,
+        out: &mut Vec<u8>,
+    ) {
+        let env = ExecEnv {
+            shared,
+            stats,
+            now,
+            direct: false,
+            reply_cap: usize::MAX,
+            probe: None,
+        };
+        answer_datagrams(&self.0[i], &env, pool, out);
+    }
+}
+
 /// Answers every datagram waiting on `socket`; replies are split into frames of at most
 /// 1400 bytes, as memcached does.
-pub fn serve(socket: &UdpSocket, env: &ExecEnv<'_>, pool: &mut BufPool, out: &mut Vec<u8>) {
+fn answer_datagrams(socket: &UdpSocket, env: &ExecEnv<'_>, pool: &mut BufPool, out: &mut Vec<u8>) {
     let mut dgram = pool.take();
     dgram.resize(64 * 1024, 0);
     let mut ends = Vec::new();

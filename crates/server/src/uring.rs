@@ -32,6 +32,7 @@ use crate::lifecycle;
 use crate::metrics::Probe;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
+use crate::udp::UdpSockets;
 use crate::worker::{unix_now, Incoming, OUT_CAP, OUT_KEEP, READ_BUF};
 
 /// Submission queue entries; a turn that queues more submits early (one extra enter).
@@ -76,6 +77,7 @@ const RECV: u64 = 1;
 const SEND: u64 = 2;
 const WAKE: u64 = 3;
 const CANCEL: u64 = 4;
+const UDP: u64 = 5;
 const KIND_SHIFT: u32 = 56;
 
 fn user_data(kind: u64, token: usize) -> u64 {
@@ -161,6 +163,8 @@ pub struct UringWorker {
     /// polls its descriptor.
     wake: mio::Poll,
     wake_events: mio::Events,
+    /// Polled on the ring (`UDP` completions), answered with recvfrom/sendto as on epoll.
+    udp: UdpSockets,
     rx: Receiver<Incoming>,
     /// Every worker's queue (this one's too), for handing connections over.
     peers: Vec<Sender<Incoming>>,
@@ -200,6 +204,7 @@ impl UringWorker {
         rx: Receiver<Incoming>,
         peers: Vec<Sender<Incoming>>,
         shared: Arc<Shared>,
+        udp: Vec<std::net::UdpSocket>,
     ) -> io::Result<UringWorker> {
         let ring = IoUring::builder()
             .setup_cqsize(CQ_ENTRIES)
@@ -214,12 +219,14 @@ impl UringWorker {
         let bufs = receive_buffers(&ring, shared.settings.uring_kernel.incremental_bufs)?;
         let stats = shared.stats[id].clone();
         let probe = Probe::new(&shared.telemetry, id);
+        let udp = UdpSockets::new(udp)?;
         Ok(UringWorker {
             ring,
             bufs,
             id,
             wake,
             wake_events: mio::Events::with_capacity(8),
+            udp,
             rx,
             peers,
             conns: Slab::new(),
@@ -236,6 +243,9 @@ impl UringWorker {
 
     pub fn run(mut self) {
         self.arm_wake();
+        for i in 0..self.udp.len() {
+            self.arm_udp(i);
+        }
         let mut last_sweep = unix_now();
         self.accept_new(last_sweep);
         let mut busy = Busy::new();
@@ -324,6 +334,28 @@ impl UringWorker {
             .user_data(user_data(WAKE, 0));
         // SAFETY: a poll refers to no memory of ours.
         unsafe { self.push(poll) };
+    }
+
+    /// A one-shot poll, armed again once the socket is drained: a multishot one would post a
+    /// completion per datagram, most of them for datagrams already answered.
+    fn arm_udp(&mut self, i: usize) {
+        let poll = opcode::PollAdd::new(types::Fd(self.udp.fd(i)), libc::POLLIN as u32)
+            .build()
+            .user_data(user_data(UDP, i));
+        // SAFETY: a poll refers to no memory of ours.
+        unsafe { self.push(poll) };
+    }
+
+    fn on_udp_ready(&mut self, i: usize, res: i32, now: u32) {
+        if res < 0 {
+            // Not expected on a bound socket; not armed again, so it cannot spin.
+            let e = io::Error::from_raw_os_error(-res);
+            stderr_line!("worker {}: UDP socket poll failed: {e}", self.id);
+            return;
+        }
+        let (pool, out) = (&mut self.pool, &mut self.out);
+        self.udp.serve(i, &self.shared, &self.stats, now, pool, out);
+        self.arm_udp(i);
     }
 
     fn arm_recv(&mut self, t: usize) {
@@ -438,6 +470,7 @@ impl UringWorker {
                         self.arm_wake();
                     }
                 }
+                UDP => self.on_udp_ready(t, res, now),
                 _ => {}
             }
         }

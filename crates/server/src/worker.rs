@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpStream, UdpSocket, UnixStream};
+use mio::net::{TcpStream, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
@@ -22,10 +22,9 @@ use crate::lifecycle;
 use crate::metrics::Probe;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
-use crate::udp;
+use crate::udp::{self, UdpSockets};
 
 pub const WAKER: Token = Token(usize::MAX);
-const UDP_BASE: usize = usize::MAX - 1024;
 
 /// Read buffer size taken from the pool; larger requests grow a buffer of their own.
 pub(crate) const READ_BUF: usize = 16 * 1024;
@@ -75,7 +74,7 @@ pub struct Worker {
     out: Vec<u8>,
     shared: Arc<Shared>,
     stats: Arc<ThreadStats>,
-    udp: Vec<UdpSocket>,
+    udp: UdpSockets,
     ready: VecDeque<usize>,
     /// Serves only connections of the CPU groups it is home to (`placement::settled`), as
     /// of the last survey: its busy periods then need no pauses.
@@ -102,7 +101,9 @@ impl Worker {
     ) -> io::Result<Worker> {
         let stats = shared.stats[id].clone();
         let probe = Probe::new(&shared.telemetry, id);
-        let mut w = Worker {
+        let mut udp = UdpSockets::new(udp)?;
+        udp.register(&poll)?;
+        Ok(Worker {
             id,
             poll,
             conns: Slab::new(),
@@ -112,20 +113,11 @@ impl Worker {
             out: Vec::with_capacity(READ_BUF),
             shared,
             stats,
-            udp: Vec::new(),
+            udp,
             ready: VecDeque::new(),
             settled: false,
             probe,
-        };
-        for (i, s) in udp.into_iter().enumerate() {
-            s.set_nonblocking(true)?;
-            let mut s = UdpSocket::from_std(s);
-            w.poll
-                .registry()
-                .register(&mut s, Token(UDP_BASE + i), Interest::READABLE)?;
-            w.udp.push(s);
-        }
-        Ok(w)
+        })
     }
 
     pub fn run(mut self) {
@@ -154,17 +146,14 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => self.accept_new(now),
-                    Token(t) if t >= UDP_BASE => {
-                        let env = ExecEnv {
-                            shared: &self.shared,
-                            stats: &self.stats,
-                            now,
-                            direct: false,
-                            reply_cap: usize::MAX,
-                            probe: None,
-                        };
-                        udp::serve(&self.udp[t - UDP_BASE], &env, &mut self.pool, &mut self.out);
-                    }
+                    Token(t) if t >= udp::TOKEN_BASE => self.udp.serve(
+                        t - udp::TOKEN_BASE,
+                        &self.shared,
+                        &self.stats,
+                        now,
+                        &mut self.pool,
+                        &mut self.out,
+                    ),
                     Token(t) => {
                         if ev.is_writable() {
                             self.on_writable(t);
