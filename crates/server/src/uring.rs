@@ -336,8 +336,8 @@ impl UringWorker {
         unsafe { self.push(poll) };
     }
 
-    /// A one-shot poll, armed again once the socket is drained: a multishot one would post a
-    /// completion per datagram, most of them for datagrams already answered.
+    /// A one-shot poll, armed again once the socket is drained. (A multishot poll posts a
+    /// completion per datagram wake-up; served once per reaped batch it measured the same.)
     fn arm_udp(&mut self, i: usize) {
         let poll = opcode::PollAdd::new(types::Fd(self.udp.fd(i)), libc::POLLIN as u32)
             .build()
