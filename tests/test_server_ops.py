@@ -224,7 +224,8 @@ def test_udp_get(make_server) -> None:  # type: ignore[no-untyped-def]
 def test_io_uring_loop_serves_udp_beside_tcp() -> None:
     """-U no longer sends the server to the epoll loop: io_uring workers answer datagrams
     (each worker's UDP socket is polled on its ring) while serving TCP, a reply of several
-    frames included, from clients whose datagrams reach both workers' sockets."""
+    frames included, to 16 client sockets (SO_REUSEPORT spreads them over the workers'
+    sockets by their ports)."""
     port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
     # Not serve_command: the epoll pass's MEMFLEET_SERVE_ARGS would pick epoll.
     argv = [memfleet_bin(), "serve", "-l", "127.0.0.1", "-p", str(port), "-U", str(udp_port),
