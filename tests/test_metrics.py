@@ -13,7 +13,7 @@ import urllib.request
 from collections import Counter
 
 import pytest
-from harness import Conn, Server, free_port, memcached, memfleet, memfleet_bin
+from harness import Conn, Server, eventually, free_port, memcached, memfleet, memfleet_bin
 from mcrouter_harness import McRouter
 from proxy_harness import Proxy, pool_yaml, port_in
 
@@ -53,6 +53,10 @@ def scrape(port: int) -> str:
         assert r.status == 200
         assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         return str(r.read().decode())
+
+
+def connections(port: int, name: str) -> float:
+    return value(parse(scrape(port)), name)
 
 
 def promtool_check(text: str) -> None:
@@ -119,6 +123,8 @@ def test_server_metrics_after_known_traffic() -> None:
     mport = free_port()
     with memfleet("-m", "32", "-o", f"metrics=127.0.0.1:{mport}") as srv, Conn(srv.port) as c:
         traffic(c)
+        # The harness's readiness probe may not be closed on its worker yet.
+        eventually(lambda: connections(mport, "memcached_current_connections") == 1, "one client")
         text = scrape(mport)
         s = parse(text)
         promtool_check(text)
@@ -307,6 +313,9 @@ def test_router_metrics_per_pool_and_server() -> None:
         proxy = Proxy(conf, port)
         proxy.argv += ["--metrics", f"127.0.0.1:{mport}"]
         with proxy as p, Conn(port) as c:
+            # The harness's readiness probe may not be closed on its worker yet.
+            key = "memfleet_router_current_connections"
+            eventually(lambda: connections(mport, key) == 1, "one client")
             s = sets_and_gets_then_scrape(c, mport)
             per_server = [
                 value(s, "memfleet_router_server_requests_total", pool="alpha", server=f"s{i}")

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -71,13 +72,53 @@ class Dnsmasq:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        time.sleep(0.2)
-        assert self.proc.poll() is None, "dnsmasq exited: " + self.proc.stderr.read().decode()
+        self.served: dict[str, set[str]] = {}
+        self.wait_serving(hosts)
 
     def set(self, hosts: str) -> None:
-        """New hosts-file records, read again on SIGHUP."""
+        """New hosts-file records, read again on SIGHUP; returns once dnsmasq answers them."""
         self.hosts.write_text(hosts)
         self.proc.send_signal(signal.SIGHUP)
+        self.wait_serving(hosts)
+
+    def wait_serving(self, hosts: str, limit: float = 10.0) -> None:
+        # Names of the previous records that are gone must stop resolving.
+        want: dict[str, set[str]] = {name: set() for name in self.served}
+        for line in hosts.splitlines():
+            addr, *names = line.split()
+            for name in names:
+                want.setdefault(name, set()).add(addr)
+        self.served = want
+        deadline = time.monotonic() + limit
+        while any(self.lookup(name) != addrs for name, addrs in want.items()):
+            if self.proc.poll() is not None:
+                raise AssertionError("dnsmasq exited: " + self.proc.stderr.read().decode())
+            if time.monotonic() > deadline:
+                raise AssertionError(f"dnsmasq does not answer {want} after {limit} s")
+            time.sleep(0.02)
+
+    def lookup(self, name: str) -> set[str]:
+        """The A records dnsmasq answers for `name` (empty if none or no answer yet)."""
+        qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+        query = struct.pack(">HHHHHH", 0x4D46, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", 1, 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(0.5)
+            try:
+                s.sendto(query, ("127.0.0.1", self.port))
+                reply = s.recv(4096)
+            except OSError:
+                return set()
+        answers = struct.unpack(">H", reply[6:8])[0]
+        at = 12 + len(qname) + 4  # past the header and the question
+        found = set()
+        for _ in range(answers):
+            at += 2 if reply[at] & 0xC0 == 0xC0 else reply.index(b"\0", at) + 1 - at
+            rtype, _cls, _ttl, size = struct.unpack(">HHIH", reply[at : at + 10])
+            at += 10
+            if rtype == 1 and size == 4:
+                found.add(socket.inet_ntoa(reply[at : at + 4]))
+            at += size
+        return found
 
     def stop(self) -> None:
         terminate(self.proc)
@@ -261,7 +302,6 @@ def test_sighup_looks_the_names_up_again(fleet: tuple[Dnsmasq, int]) -> None:
     keys = [f"hupkey:{i}" for i in range(300)]
     try:
         dns.set(a_records(ADDRS))
-        time.sleep(0.3)
         store_all(proxy, keys)
         assert ADDRS[2] not in placement(mc_port, keys).values()
         flush(mc_port)
@@ -284,7 +324,6 @@ def test_mcrouter_host_names_follow_their_records(fleet: tuple[Dnsmasq, int]) ->
     dns, mc_port = fleet
     a, b = f"a.{NAME}", f"b.{NAME}"
     dns.set(f"{ADDRS[0]} {a}\n{ADDRS[1]} {b}\n")
-    time.sleep(0.2)
     config = {"pools": {"A": {"servers": [f"{a}:{mc_port}", f"{b}:{mc_port}"]}}, "route": "PoolRoute|A"}
     flags = ("--dns-server", f"127.0.0.1:{dns.port}", "--dns-refresh-ms", "200")
     keys = [f"mcdns:{i}" for i in range(300)]

@@ -17,7 +17,16 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from harness import Conn, Server, free_port, memcached, memfleet, serve_command, wait_for_port
+from harness import (
+    Conn,
+    Server,
+    free_port,
+    memcached,
+    memfleet,
+    serve_command,
+    stop_process,
+    wait_for_port,
+)
 
 MB = 1 << 20
 
@@ -414,7 +423,7 @@ def test_requests_on_thousands_of_connections_in_one_turn() -> None:
             assert got.startswith(b"VERSION "), (name, got)
             time.sleep(0.3)
             before = rss_mb(server)
-            os.kill(server.proc.pid, signal.SIGSTOP)
+            stop_process(server.proc.pid)
             try:
                 for i, s in enumerate(socks):
                     s.sendall(b"get k%d\r\n" % i)

@@ -102,9 +102,10 @@ def test_ttl_relative_negative_and_absolute(server: Server) -> None:
         future = int(time.time()) + 3600
         c.request(b"set abs_future 0 %d 1\r\nx\r\n" % future)
         assert c.request(b"get abs_future\r\n", b"END\r\n") == b"VALUE abs_future 0 1\r\nx\r\nEND\r\n"
-        c.request(b"set short 0 1 1\r\nx\r\n")
+        # Two seconds: with one, a clock tick right after the set may already expire it.
+        c.request(b"set short 0 2 1\r\nx\r\n")
         assert c.request(b"get short\r\n", b"END\r\n") == b"VALUE short 0 1\r\nx\r\nEND\r\n"
-        time.sleep(2.2)
+        time.sleep(3.2)
         assert c.request(b"get short\r\n", b"END\r\n") == b"END\r\n"
 
 
@@ -114,9 +115,10 @@ def test_flush_all_now_and_delayed(server: Server) -> None:
         assert c.request(b"flush_all\r\n") == b"OK\r\n"
         assert c.request(b"get a\r\n", b"END\r\n") == b"END\r\n"
         c.request(b"set b 0 0 1\r\nx\r\n")
-        assert c.request(b"flush_all 2\r\n") == b"OK\r\n"
+        # flush_all N takes effect at the (N-1)th clock tick from now: 3 leaves at least a second.
+        assert c.request(b"flush_all 3\r\n") == b"OK\r\n"
         assert c.request(b"get b\r\n", b"END\r\n") == b"VALUE b 0 1\r\nx\r\nEND\r\n"
-        time.sleep(3.2)
+        time.sleep(4.2)
         assert c.request(b"get b\r\n", b"END\r\n") == b"END\r\n"
         c.send(b"flush_all noreply\r\n")
         assert c.request(b"version\r\n").startswith(b"VERSION ")

@@ -101,7 +101,7 @@ def test_incr_decr(client: Any) -> None:
 
 def test_touch_and_ttl(client: Any) -> None:
     assert not client.touch("t", 10)
-    client.set("t", "v", ttl=1)
+    client.set("t", "v", ttl=2)  # 1 may expire at the next clock tick, before the touch
     assert client.touch("t", 100)
     client.set("gone", "v", ttl=1)
     time.sleep(2.1)
