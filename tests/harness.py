@@ -52,7 +52,8 @@ def all_threads_stopped(pid: int) -> bool:
         except OSError:  # the thread exited
             continue
         # The state follows the command name, which is in parentheses and may hold any byte.
-        if stat[stat.rindex(")") + 2] not in "Tt":
+        # A thread that has exited (Z, X) will not answer either.
+        if stat[stat.rindex(")") + 2] not in "TtZX":
             return False
     return True
 
