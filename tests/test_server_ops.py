@@ -261,6 +261,32 @@ def test_io_uring_loop_serves_udp_beside_tcp() -> None:
         assert int(c.stats()["udp_requests"]) == 17
 
 
+@pytest.mark.parametrize("engine", ["epoll", "uring"])
+def test_queued_datagrams_do_not_hold_up_a_tcp_client(engine: str) -> None:
+    """A worker answers at most -R datagrams before its other clients (memcached answers one
+    per event). 100 `incr`s wait on the UDP socket ahead of a TCP `get` of the same counter
+    on the same worker (the server is stopped while they arrive): the get must not see all
+    100 done first. Then every datagram is answered."""
+    port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
+    argv = [memfleet_bin(), "serve", "-l", "127.0.0.1", "-p", str(port), "-U", str(udp_port),
+            "-t", "1", "-R", "20", "-o", f"io_engine={engine}"]  # fmt: skip
+    with Server(argv, port=port) as server, Conn(port) as c:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.settimeout(5)
+            assert c.request(b"set n 0 0 1\r\n0\r\n") == b"STORED\r\n"
+            with server.paused():
+                for i in range(100):
+                    u.sendto(struct.pack(">HHHH", i, 0, 1, 0) + b"incr n 1\r\n", ("127.0.0.1", udp_port))
+                time.sleep(0.05)  # the datagrams are ready before the TCP request is
+                c.send(b"get n\r\n")
+            reply = c.read_until(b"END\r\n")
+            done_first = int(reply.split(b"\r\n")[1])
+            assert done_first < 100, "every queued datagram was answered before the TCP client"
+            for _ in range(100):
+                u.recvfrom(65536)
+        assert c.request(b"get n\r\n", b"END\r\n") == b"VALUE n 0 3\r\n100\r\nEND\r\n"
+
+
 def test_pipeline_of_large_gets_is_answered_in_full(server: Server) -> None:
     value = b"L" * (512 * 1024)
     with Conn(server.port) as c:

@@ -52,7 +52,9 @@ impl UdpSockets {
         self.0[i].as_raw_fd()
     }
 
-    /// Answers every datagram waiting on socket `i`.
+    /// Answers the datagrams waiting on socket `i`, up to `-R` of them (memcached answers one
+    /// per event, so a flood cannot hold up the worker's other clients). True if it stopped
+    /// there: more may wait, and the caller comes back to the socket after its other work.
     pub fn serve(
         &self,
         i: usize,
@@ -61,7 +63,8 @@ impl UdpSockets {
         now: u32,
         pool: &mut BufPool,
         out: &mut Vec<u8>,
-    ) {
+    ) -> bool {
+        let budget = shared.settings.max_reqs_per_event;
         let env = ExecEnv {
             shared,
             stats,
@@ -70,17 +73,28 @@ impl UdpSockets {
             reply_cap: usize::MAX,
             probe: None,
         };
-        answer_datagrams(&self.0[i], &env, pool, out);
+        answer_datagrams(&self.0[i], &env, pool, out, budget)
     }
 }
 
-/// Answers every datagram waiting on `socket`; replies are split into frames of at most
-/// 1400 bytes, as memcached does.
-fn answer_datagrams(socket: &UdpSocket, env: &ExecEnv<'_>, pool: &mut BufPool, out: &mut Vec<u8>) {
+/// Answers up to `budget` datagrams waiting on `socket`, true if it answered that many;
+/// replies are split into frames of at most 1400 bytes, as memcached does.
+fn answer_datagrams(
+    socket: &UdpSocket,
+    env: &ExecEnv<'_>,
+    pool: &mut BufPool,
+    out: &mut Vec<u8>,
+    budget: usize,
+) -> bool {
     let mut dgram = pool.take();
     dgram.resize(64 * 1024, 0);
     let mut ends = Vec::new();
-    while let Ok((n, peer)) = socket.recv_from(&mut dgram) {
+    let mut answered = 0;
+    while answered < budget {
+        let Ok((n, peer)) = socket.recv_from(&mut dgram) else {
+            break;
+        };
+        answered += 1;
         env.stats.bytes_read.add(n as u64);
         env.stats.udp_requests.incr();
         if n < UDP_HEADER {
@@ -107,6 +121,7 @@ fn answer_datagrams(socket: &UdpSocket, env: &ExecEnv<'_>, pool: &mut BufPool, o
     out.clear();
     dgram.clear();
     pool.give(dgram);
+    answered == budget
 }
 
 /// Sends one reply in frames of at most 1400 bytes, each with the frame header (request id,

@@ -354,6 +354,7 @@ impl UringWorker {
             return;
         }
         let (pool, out) = (&mut self.pool, &mut self.out);
+        // Where datagrams are left, the poll re-armed completes at once, next turn.
         self.udp.serve(i, &self.shared, &self.stats, now, pool, out);
         self.arm_udp(i);
     }

@@ -75,6 +75,9 @@ pub struct Worker {
     shared: Arc<Shared>,
     stats: Arc<ThreadStats>,
     udp: UdpSockets,
+    /// UDP sockets left with datagrams after their `-R` budget: served again next turn (the
+    /// poll is edge-triggered, so no event would come for them).
+    udp_again: Vec<usize>,
     ready: VecDeque<usize>,
     /// Serves only connections of the CPU groups it is home to (`placement::settled`), as
     /// of the last survey: its busy periods then need no pauses.
@@ -114,6 +117,7 @@ impl Worker {
             shared,
             stats,
             udp,
+            udp_again: Vec::new(),
             ready: VecDeque::new(),
             settled: false,
             probe,
@@ -125,7 +129,7 @@ impl Worker {
         let mut last_sweep = unix_now();
         let mut busy = Busy::new();
         loop {
-            let timeout = if self.ready.is_empty() {
+            let timeout = if self.ready.is_empty() && self.udp_again.is_empty() {
                 Duration::from_millis(500)
             } else {
                 Duration::ZERO
@@ -146,14 +150,7 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => self.accept_new(now),
-                    Token(t) if t >= udp::TOKEN_BASE => self.udp.serve(
-                        t - udp::TOKEN_BASE,
-                        &self.shared,
-                        &self.stats,
-                        now,
-                        &mut self.pool,
-                        &mut self.out,
-                    ),
+                    Token(t) if t >= udp::TOKEN_BASE => self.serve_udp(t - udp::TOKEN_BASE, now),
                     Token(t) => {
                         if ev.is_writable() {
                             self.on_writable(t);
@@ -174,6 +171,9 @@ impl Worker {
                     self.on_readable(t, now);
                 }
             }
+            for i in std::mem::take(&mut self.udp_again) {
+                self.serve_udp(i, now);
+            }
             if self.shared.shutdown.load(Relaxed) {
                 break;
             }
@@ -186,6 +186,14 @@ impl Worker {
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
         for t in tokens {
             self.close(t);
+        }
+    }
+
+    fn serve_udp(&mut self, i: usize, now: u32) {
+        let (pool, out) = (&mut self.pool, &mut self.out);
+        let more = self.udp.serve(i, &self.shared, &self.stats, now, pool, out);
+        if more && !self.udp_again.contains(&i) {
+            self.udp_again.push(i);
         }
     }
 
