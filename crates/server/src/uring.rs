@@ -336,8 +336,9 @@ impl UringWorker {
         unsafe { self.push(poll) };
     }
 
-    /// A one-shot poll, armed again once the socket is drained. (A multishot poll posts a
-    /// completion per datagram wake-up; served once per reaped batch it measured the same.)
+    /// A one-shot poll, armed again after each batch of up to `-R` datagrams. (A multishot
+    /// poll posts a completion per datagram wake-up; served once per reaped batch it measured
+    /// the same.)
     fn arm_udp(&mut self, i: usize) {
         let poll = opcode::PollAdd::new(types::Fd(self.udp.fd(i)), libc::POLLIN as u32)
             .build()

@@ -450,7 +450,6 @@ impl Worker {
     }
 }
 
-/// Times this thread was preempted (involuntary context switches).
 /// Wakes a worker so it picks up new connections or notices shutdown.
 pub fn wake(w: &Waker) {
     let _ = w.wake();
