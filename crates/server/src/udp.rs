@@ -1,13 +1,13 @@
 //! memcached's UDP protocol: requests in datagrams, each request's reply split into framed
 //! datagrams.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 
 use mio::net::UdpSocket;
 use mio::{Interest, Poll, Token};
+use socket2::{SockAddr, SockRef};
 
-use crate::bufpool::BufPool;
 use crate::env::ExecEnv;
 use crate::execute;
 use crate::shared::Shared;
@@ -16,6 +16,8 @@ use crate::stats::ThreadStats;
 /// memcached's UDP frame header: request id, sequence number, datagram count, reserved.
 const UDP_HEADER: usize = 8;
 const UDP_MAX_PAYLOAD: usize = 1400;
+/// The largest datagram UDP carries.
+const MAX_DATAGRAM: usize = 64 * 1024;
 
 /// The tokens of the epoll loop's UDP sockets in its mio poll: the 1,024 below the waker's
 /// (`usize::MAX`), far above any connection's slab index.
@@ -23,7 +25,13 @@ pub const TOKEN_BASE: usize = usize::MAX - 1024;
 
 /// A worker's share of the UDP sockets (one per `-U` address, `SO_REUSEPORT`). The epoll loop
 /// registers them in its mio poll; the io_uring loop polls each on its ring.
-pub struct UdpSockets(Vec<UdpSocket>);
+pub struct UdpSockets {
+    sockets: Vec<UdpSocket>,
+    /// One datagram's receive buffer, allocated (and zeroed) once, if there are sockets.
+    dgram: Vec<u8>,
+    /// Where each request's reply ends in the reply buffer.
+    ends: Vec<usize>,
+}
 
 impl UdpSockets {
     pub fn new(sockets: Vec<std::net::UdpSocket>) -> io::Result<UdpSockets> {
@@ -32,12 +40,21 @@ impl UdpSockets {
             s.set_nonblocking(true)?;
             out.push(UdpSocket::from_std(s));
         }
-        Ok(UdpSockets(out))
+        let dgram = if out.is_empty() {
+            Vec::new()
+        } else {
+            vec![0; MAX_DATAGRAM]
+        };
+        Ok(UdpSockets {
+            sockets: out,
+            dgram,
+            ends: Vec::new(),
+        })
     }
 
     /// Registers socket `i` as token `TOKEN_BASE + i`.
     pub fn register(&mut self, poll: &Poll) -> io::Result<()> {
-        for (i, s) in self.0.iter_mut().enumerate() {
+        for (i, s) in self.sockets.iter_mut().enumerate() {
             poll.registry()
                 .register(s, Token(TOKEN_BASE + i), Interest::READABLE)?;
         }
@@ -45,23 +62,22 @@ impl UdpSockets {
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.sockets.len()
     }
 
     pub fn fd(&self, i: usize) -> RawFd {
-        self.0[i].as_raw_fd()
+        self.sockets[i].as_raw_fd()
     }
 
     /// Answers the datagrams waiting on socket `i`, up to `-R` of them (memcached answers one
     /// per event, so a flood cannot hold up the worker's other clients). True if it stopped
     /// there: more may wait, and the caller comes back to the socket after its other work.
     pub fn serve(
-        &self,
+        &mut self,
         i: usize,
         shared: &Shared,
         stats: &ThreadStats,
         now: u32,
-        pool: &mut BufPool,
         out: &mut Vec<u8>,
     ) -> bool {
         let budget = shared.settings.max_reqs_per_event;
@@ -73,7 +89,12 @@ impl UdpSockets {
             reply_cap: usize::MAX,
             probe: None,
         };
-        answer_datagrams(&self.0[i], &env, pool, out, budget)
+        let Self {
+            sockets,
+            dgram,
+            ends,
+        } = self;
+        answer_datagrams(&sockets[i], dgram, ends, &env, out, budget)
     }
 }
 
@@ -81,17 +102,15 @@ impl UdpSockets {
 /// replies are split into frames of at most 1400 bytes, as memcached does.
 fn answer_datagrams(
     socket: &UdpSocket,
+    dgram: &mut [u8],
+    ends: &mut Vec<usize>,
     env: &ExecEnv<'_>,
-    pool: &mut BufPool,
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let mut dgram = pool.take();
-    dgram.resize(64 * 1024, 0);
-    let mut ends = Vec::new();
     let mut answered = 0;
     while answered < budget {
-        let Ok((n, peer)) = socket.recv_from(&mut dgram) else {
+        let Ok((n, peer)) = socket.recv_from(dgram) else {
             break;
         };
         answered += 1;
@@ -109,18 +128,16 @@ fn answer_datagrams(
             out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
             ends.push(out.len());
         } else {
-            execute::run_datagram(env, &dgram[UDP_HEADER..n], out, &mut ends);
+            execute::run_datagram(env, &dgram[UDP_HEADER..n], out, ends);
         }
         // As memcached: each request's reply is a message of its own.
         let mut from = 0;
-        for &end in &ends {
+        for &end in ends.iter() {
             send_framed(socket, env, peer, req_id, &out[from..end]);
             from = end;
         }
     }
     out.clear();
-    dgram.clear();
-    pool.give(dgram);
     answered == budget
 }
 
@@ -137,15 +154,15 @@ fn send_framed(
         return;
     }
     let frames = reply.len().div_ceil(UDP_MAX_PAYLOAD).min(u16::MAX as usize);
-    let mut frame = Vec::with_capacity(UDP_HEADER + UDP_MAX_PAYLOAD);
+    let (sock, to) = (SockRef::from(socket), SockAddr::from(peer));
     for (seq, chunk) in reply.chunks(UDP_MAX_PAYLOAD).take(frames).enumerate() {
-        frame.clear();
-        frame.extend_from_slice(&req_id);
-        frame.extend_from_slice(&(seq as u16).to_be_bytes());
-        frame.extend_from_slice(&(frames as u16).to_be_bytes());
-        frame.extend_from_slice(&[0, 0]);
-        frame.extend_from_slice(chunk);
-        if let Ok(sent) = socket.send_to(&frame, peer) {
+        let mut header = [0u8; UDP_HEADER];
+        header[..2].copy_from_slice(&req_id);
+        header[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
+        header[4..6].copy_from_slice(&(frames as u16).to_be_bytes());
+        // Header and payload gathered by the kernel: the reply is not copied into a frame.
+        let frame = [IoSlice::new(&header), IoSlice::new(chunk)];
+        if let Ok(sent) = sock.send_to_vectored(&frame, &to) {
             env.stats.bytes_written.add(sent as u64);
         }
     }

@@ -354,9 +354,9 @@ impl UringWorker {
             stderr_line!("worker {}: UDP socket poll failed: {e}", self.id);
             return;
         }
-        let (pool, out) = (&mut self.pool, &mut self.out);
         // Where datagrams are left, the poll re-armed completes at once, next turn.
-        self.udp.serve(i, &self.shared, &self.stats, now, pool, out);
+        self.udp
+            .serve(i, &self.shared, &self.stats, now, &mut self.out);
         self.arm_udp(i);
     }
 

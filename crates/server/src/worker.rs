@@ -190,8 +190,9 @@ impl Worker {
     }
 
     fn serve_udp(&mut self, i: usize, now: u32) {
-        let (pool, out) = (&mut self.pool, &mut self.out);
-        let more = self.udp.serve(i, &self.shared, &self.stats, now, pool, out);
+        let more = self
+            .udp
+            .serve(i, &self.shared, &self.stats, now, &mut self.out);
         if more && !self.udp_again.contains(&i) {
             self.udp_again.push(i);
         }
