@@ -7,6 +7,7 @@ import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -69,6 +70,12 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def udp_frame(req_id: int, body: bytes) -> bytes:
+    """A one-datagram request (or reply) in memcached's UDP framing: request id, sequence
+    number 0, 1 datagram in all, reserved."""
+    return struct.pack(">HHHH", req_id, 0, 1, 0) + body
 
 
 def eventually(check: Callable[[], bool], what: str, limit: float = 5.0) -> None:

@@ -27,7 +27,7 @@ from binary_corpus import (
     pkt,
     store_extras,
 )
-from harness import Server, free_port, memcached, memfleet
+from harness import Server, free_port, memcached, memfleet, udp_frame
 
 SENTINEL_OPAQUE = 0xFEEDF00D
 SENTINEL = struct.pack(">BBHBBHIIQ", 0x80, NOOP, 0, 0, 0, 0, 0, SENTINEL_OPAQUE, 0)
@@ -174,7 +174,7 @@ def test_udp_same_as_memcached() -> None:
             replies: list[list[object]] = []
             for i, payload in enumerate(datagrams):
                 sock.settimeout(2)
-                sock.sendto(struct.pack(">HHHH", i, 0, 1, 0) + payload, ("127.0.0.1", udp))
+                sock.sendto(udp_frame(i, payload), ("127.0.0.1", udp))
                 got: list[object] = []
                 try:
                     while True:

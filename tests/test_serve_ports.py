@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from harness import Conn, memcached_command, memfleet_bin
+from harness import Conn, memcached_command, memfleet_bin, udp_frame
 
 IMPLEMENTATIONS = ["memfleet", "memcached"]
 
@@ -49,7 +48,7 @@ def started(impl: str, portfile: Path, *args: str) -> Iterator[dict[str, list[in
 def udp_version(port: int) -> bytes:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(5)
-        s.sendto(struct.pack(">HHHH", 7, 0, 1, 0) + b"version\r\n", ("127.0.0.1", port))
+        s.sendto(udp_frame(7, b"version\r\n"), ("127.0.0.1", port))
         return s.recv(2048)[8:]
 
 

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 from conftest import TARGET
-from harness import Conn, Server, free_port, memfleet_bin, serve_command, wait_for_port
+from harness import (
+    Conn,
+    Server,
+    free_port,
+    memfleet_bin,
+    serve_command,
+    udp_frame,
+    wait_for_port,
+)
 
 memfleet_only = pytest.mark.skipif(TARGET != "memfleet", reason="memfleet-specific behaviour")
 
@@ -214,7 +222,7 @@ def test_udp_get(make_server) -> None:  # type: ignore[no-untyped-def]
         c.request(b"set u 0 0 5\r\nhello\r\n")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(5)
-        s.sendto(struct.pack(">HHHH", 42, 0, 1, 0) + b"get u\r\n", ("127.0.0.1", udp_port))
+        s.sendto(udp_frame(42, b"get u\r\n"), ("127.0.0.1", udp_port))
         data, _ = s.recvfrom(65536)
     req_id, seq, total, _ = struct.unpack(">HHHH", data[:8])
     assert (req_id, seq, total) == (42, 0, 1)
@@ -239,13 +247,13 @@ def test_io_uring_loop_serves_udp_beside_tcp() -> None:
             for i, s in enumerate(clients):
                 s.settimeout(5)
                 assert c.request(b"set u%d 0 0 %d\r\n%d\r\n" % (i, len(str(i)), i)) == b"STORED\r\n"
-                s.sendto(struct.pack(">HHHH", i, 0, 1, 0) + b"get u%d\r\n" % i, ("127.0.0.1", udp_port))
+                s.sendto(udp_frame(i, b"get u%d\r\n" % i), ("127.0.0.1", udp_port))
             for i, s in enumerate(clients):
                 data, _ = s.recvfrom(65536)
-                assert data == struct.pack(">HHHH", i, 0, 1, 0) + b"VALUE u%d 0 %d\r\n%d\r\nEND\r\n" % (
-                    i, len(str(i)), i)  # fmt: skip
+                assert data == udp_frame(i, b"VALUE u%d 0 %d\r\n%d\r\nEND\r\n" % (
+                    i, len(str(i)), i))  # fmt: skip
             s = clients[0]
-            s.sendto(struct.pack(">HHHH", 99, 0, 1, 0) + b"get big\r\n", ("127.0.0.1", udp_port))
+            s.sendto(udp_frame(99, b"get big\r\n"), ("127.0.0.1", udp_port))
             frames = {}
             while len(frames) < 4:
                 data, _ = s.recvfrom(65536)
@@ -276,7 +284,7 @@ def test_queued_datagrams_do_not_hold_up_a_tcp_client(engine: str) -> None:
             assert c.request(b"set n 0 0 1\r\n0\r\n") == b"STORED\r\n"
             with server.paused():
                 for i in range(100):
-                    u.sendto(struct.pack(">HHHH", i, 0, 1, 0) + b"incr n 1\r\n", ("127.0.0.1", udp_port))
+                    u.sendto(udp_frame(i, b"incr n 1\r\n"), ("127.0.0.1", udp_port))
                 time.sleep(0.05)  # the datagrams are ready before the TCP request is
                 c.send(b"get n\r\n")
             reply = c.read_until(b"END\r\n")
