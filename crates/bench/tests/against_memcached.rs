@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 
 const MEMCACHED: &str = "/usr/bin/memcached";
 
+// Only `spawn_on_free_port` is used here.
+#[allow(dead_code)]
+#[path = "../../proto/tests/common/mod.rs"]
+mod common;
+use common::spawn_on_free_port;
+
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
@@ -29,25 +35,29 @@ impl Memcached {
             eprintln!("SKIP: {MEMCACHED} not installed (apt-get install memcached)");
             return None;
         }
+        let common = ["-t", "2", "-U", "0", "-m", "64"];
+        if !unix {
+            let (port, child) = spawn_on_free_port(&common);
+            return Some(Memcached {
+                child,
+                port,
+                socket: None,
+            });
+        }
+        // Named after a port only to be unique: this memcached listens on the socket alone.
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut cmd = Command::new(MEMCACHED);
+        let p = std::env::temp_dir().join(format!("bench-test-{port}.sock"));
+        let _ = std::fs::remove_file(&p);
+        let p = p.to_string_lossy().into_owned();
         // -u only matters (and is required) when running as root.
-        cmd.args(["-u", "nobody", "-t", "2", "-U", "0", "-m", "64"]);
-        let socket = if unix {
-            let p = std::env::temp_dir().join(format!("bench-test-{port}.sock"));
-            let _ = std::fs::remove_file(&p);
-            let p = p.to_string_lossy().into_owned();
-            cmd.args(["-s", &p, "-a", "0777"]);
-            Some(p)
-        } else {
-            cmd.args(["-l", "127.0.0.1", "-p", &port.to_string()]);
-            None
-        };
-        let child = cmd
+        let child = Command::new(MEMCACHED)
+            .args(["-u", "nobody"])
+            .args(common)
+            .args(["-s", &p, "-a", "0777"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -55,15 +65,11 @@ impl Memcached {
         let m = Memcached {
             child,
             port,
-            socket,
+            socket: Some(p),
         };
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(5) {
-            let up = match &m.socket {
-                Some(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
-                None => TcpStream::connect(("127.0.0.1", port)).is_ok(),
-            };
-            if up {
+            if std::os::unix::net::UnixStream::connect(m.socket.as_ref().unwrap()).is_ok() {
                 return Some(m);
             }
             std::thread::sleep(Duration::from_millis(20));

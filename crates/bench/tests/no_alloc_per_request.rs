@@ -4,10 +4,13 @@
 use bench::BenchArgs;
 use clap::Parser;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+
+// Only `spawn_on_free_port` is used here.
+#[allow(dead_code)]
+#[path = "../../proto/tests/common/mod.rs"]
+mod common;
+use common::spawn_on_free_port;
 
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
@@ -41,23 +44,7 @@ fn allocations_do_not_grow_with_requests() {
         eprintln!("SKIP: /usr/bin/memcached not installed");
         return;
     }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut mc = Command::new("/usr/bin/memcached")
-        .args(["-u", "nobody", "-U", "0", "-l", "127.0.0.1", "-p"])
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(5), "memcached not up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (port, mut mc) = spawn_on_free_port(&["-U", "0"]);
     let run = |n: u64, extra: &[&str]| {
         let mut argv = vec![
             "bench".to_string(),

@@ -25,21 +25,30 @@ pub fn memcached() -> Option<(u16, Option<Server>)> {
         eprintln!("SKIP: {MEMCACHED} not installed");
         return None;
     }
-    // `-p -1` lets memcached bind any free port, and it writes which to the port file: no
-    // port chosen here can be taken (by another test, or by a probe connected to itself)
-    // before memcached binds it.
+    let (port, child) = spawn_on_free_port(&["-U", "0"]);
+    Some((port, Some(Server(child))))
+}
+
+/// Starts memcached on 127.0.0.1 (as nobody, with `args`) on a TCP port it picks itself, and
+/// returns that port once it listens. (crates/bench's tests include this file too.)
+///
+/// `-p -1` lets memcached bind any free port and write which to its port file, so no port
+/// chosen here can be taken before memcached binds it: by another test, or by a readiness
+/// probe that connected to itself (on loopback, a connect to a port nobody listens on can
+/// pick that very port as its source).
+pub fn spawn_on_free_port(args: &[&str]) -> (u16, Child) {
     static STARTED: AtomicUsize = AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, Ordering::Relaxed);
     let portfile = std::env::temp_dir().join(format!("memcached-{}-{n}.ports", std::process::id()));
     let _ = std::fs::remove_file(&portfile);
-    let child = Command::new(MEMCACHED)
-        .args(["-u", "nobody", "-U", "0", "-l", "127.0.0.1", "-p", "-1"])
+    let mut child = Command::new(MEMCACHED)
+        .args(["-u", "nobody", "-l", "127.0.0.1", "-p", "-1"])
+        .args(args)
         .env("MEMCACHED_PORT_FILENAME", &portfile)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn memcached");
-    let mut server = Server(child);
     let start = Instant::now();
     loop {
         // memcached writes the file under another name and renames it when complete.
@@ -48,18 +57,17 @@ pub fn memcached() -> Option<(u16, Option<Server>)> {
             let port = text
                 .lines()
                 .find_map(|l| l.strip_prefix("TCP INET: "))
-                .and_then(|p| p.trim().parse().ok())
-                .expect("a TCP port in memcached's port file");
-            return Some((port, Some(server)));
+                .and_then(|p| p.trim().parse().ok());
+            if let Some(port) = port {
+                return (port, child);
+            }
         }
-        assert!(
-            server.0.try_wait().ok().flatten().is_none(),
-            "memcached exited at start"
-        );
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "memcached did not start"
-        );
+        let exited = child.try_wait().ok().flatten().is_some();
+        if exited || start.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("memcached did not start (exited: {exited})");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
