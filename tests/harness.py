@@ -92,10 +92,14 @@ def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return
+            with socket.create_connection((host, port), timeout=0.2) as s:
+                # On loopback, a connect to a port nobody listens on yet can pick that very
+                # port as its source and connect to itself: that is not the server.
+                if s.getsockname() != s.getpeername():
+                    return
         except OSError:
-            time.sleep(0.02)
+            pass
+        time.sleep(0.02)
     raise TimeoutError(f"nothing listening on {host}:{port}")
 
 
