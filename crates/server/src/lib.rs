@@ -76,12 +76,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         return Ok(());
     }
     // A HUP while the server starts (the io_uring probe, a warm restart's load) must not stop
-    // it either: until `install_signal_handler` takes over, it only sets a flag nobody reads.
-    signal_hook::flag::register(
-        signal_hook::consts::SIGHUP,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .map_err(|e| e.to_string())?;
+    // it either: until `install_signal_handler` takes over, it only sets this flag, which that
+    // handler then acts on (the port is reported before then, so a HUP sent at once is kept).
+    let early_hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, early_hup.clone())
+        .map_err(|e| e.to_string())?;
     let mut settings = args.settings()?;
     for w in &settings.warnings {
         stderr_line!("warning: {w}");
@@ -137,7 +136,15 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(settings.clone(), listeners, udp, tls, metrics, auth);
+    let result = run(
+        settings.clone(),
+        listeners,
+        udp,
+        tls,
+        metrics,
+        auth,
+        early_hup,
+    );
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -168,6 +175,7 @@ fn run(
     tls: Option<tls::Tls>,
     metrics: Option<std::net::TcpListener>,
     auth: Option<auth::Authenticator>,
+    early_hup: Arc<AtomicBool>,
 ) -> Result<(), String> {
     let threads = settings.threads;
     let now = unix_now();
@@ -229,7 +237,7 @@ fn run(
         telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))?;
     }
 
-    install_signal_handler(shared.clone())?;
+    install_signal_handler(shared.clone(), &early_hup)?;
 
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel()).unzip();
     let mut handles = Vec::new();
@@ -470,11 +478,15 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
 /// SIGINT/SIGTERM stop the server; SIGUSR1 stops it gracefully (saving items for `-e`).
 /// SIGHUP never stops it (a terminal closing or a log rotator's HUP must not take the cache
 /// down); as in memcached it re-reads the `-Y` password file, keeping the old entries if the
-/// new file is bad.
-fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
+/// new file is bad. A HUP that `early_hup` caught while the server started is acted on here.
+fn install_signal_handler(shared: Arc<Shared>, early_hup: &AtomicBool) -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])
         .map_err(|e| e.to_string())?;
+    // Checked after `signals` is registered, so a HUP in between is seen at least once.
+    if early_hup.swap(false, SeqCst) {
+        reload_auth(&shared);
+    }
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -487,9 +499,7 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
                         return;
                     }
                     SIGHUP => {
-                        if let Some(Err(e)) = shared.auth.as_ref().map(|a| a.reload()) {
-                            stderr_line!("{e}");
-                        }
+                        reload_auth(&shared);
                         continue;
                     }
                     _ => continue,
@@ -501,6 +511,13 @@ fn install_signal_handler(shared: Arc<Shared>) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Re-reads the `-Y` password file; a bad file is reported and the old entries stay.
+fn reload_auth(shared: &Shared) {
+    if let Some(Err(e)) = shared.auth.as_ref().map(|a| a.reload()) {
+        stderr_line!("{e}");
+    }
 }
 
 /// Like memcached, lift the soft open-files limit so `-c` connections fit (up to the hard limit).
