@@ -146,9 +146,7 @@ class Server:
             # Already running (e.g. `with started_server:`): a second process would fail to
             # bind while this one's handle was lost, leaving it running after the test.
             return self
-        self.proc = subprocess.Popen(
-            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             if self.unix_socket:
                 wait_for_unix(self.unix_socket)
@@ -202,6 +200,19 @@ def memfleet(*args: str, port: int | None = None) -> Server:
     if "-t" not in extra:
         extra += ["-t", "2"]
     return Server(serve_command("-l", "127.0.0.1", "-p", str(port), *extra), port=port)
+
+
+def save_warm_restart(memfile: str, items: int, *args: str) -> None:
+    """Leaves `memfile` holding `items` small items (k0, k1, ...) saved by `memfleet serve -e`
+    with flags `args`: enough of them keep the next start loading for a while after its port
+    opens, when a signal sent at once arrives before the server's signal thread runs."""
+    with memfleet(*args, "-e", memfile) as s:
+        assert s.proc is not None
+        with Conn(s.port or 0) as c:
+            c.send(b"".join(b"set k%d 0 0 10 noreply\r\n0123456789\r\n" % i for i in range(items)))
+            assert c.request(b"mn\r\n") == b"MN\r\n"
+        s.proc.send_signal(signal.SIGUSR1)
+        assert s.proc.wait(timeout=30) == 0
 
 
 def memcached_command(*args: str) -> list[str]:

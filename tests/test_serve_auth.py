@@ -13,7 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, eventually, free_port, memcached, memfleet, memfleet_bin
+from harness import (
+    Conn,
+    Server,
+    eventually,
+    free_port,
+    memcached,
+    memfleet,
+    memfleet_bin,
+    save_warm_restart,
+)
 
 # One request per step, each answered before the next is sent; every step gets a reply. (memcached drops all but one
 # reply when unauthenticated requests are pipelined; memfleet answers each.)
@@ -117,18 +126,9 @@ def test_sighup_rereads_the_file_and_keeps_it_when_broken(pwfile: Path) -> None:
 
 def test_sighup_while_a_warm_restart_loads_is_not_lost(pwfile: Path, tmp_path: Path) -> None:
     """The port accepts connections before a warm restart's items are loaded; a HUP sent as
-    soon as it does (as the harness does here) must still re-read the file."""
+    soon as it does must still re-read the file."""
     memfile = str(tmp_path / "mem")
-    with memfleet("-m", "64", "-e", memfile) as s:
-        assert s.proc is not None
-        with Conn(s.port or 0) as c:
-            # Enough items that loading them keeps the server busy after its port is open.
-            c.send(
-                b"".join(b"set k%d 0 0 10 noreply\r\n0123456789\r\n" % i for i in range(100_000))
-            )
-            assert c.request(b"mn\r\n") == b"MN\r\n"
-        s.proc.send_signal(signal.SIGUSR1)
-        s.proc.wait(timeout=30)
+    save_warm_restart(memfile, 100_000, "-m", "64")
     with memfleet("-m", "64", "-e", memfile, "-Y", str(pwfile)) as s:
         assert s.proc is not None
         pwfile.write_bytes(b"new:secret\n")

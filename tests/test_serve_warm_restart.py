@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, memcached, memfleet
+from harness import Conn, Server, memcached, memfleet, save_warm_restart
 
 Items = dict[bytes, tuple[int, int, bytes]]
 
@@ -125,6 +125,19 @@ def test_shutdown_graceful_saves_and_sigterm_does_not(memfile: str) -> None:
     assert not os.path.exists(memfile)
     with memfleet("-m", "64", "-e", memfile) as s:
         assert dump(s.port or 0) == {}
+
+
+def test_sigusr1_while_loading_saves_once_loaded(memfile: str) -> None:
+    """A USR1 sent as the port opens, while the saved items still load, stops the server
+    gracefully once they have: it is not the signal's default action (death, nothing saved)."""
+    save_warm_restart(memfile, 100_000, "-m", "64")
+    with memfleet("-m", "64", "-e", memfile) as s:
+        assert s.proc is not None
+        s.proc.send_signal(signal.SIGUSR1)
+        assert s.proc.wait(timeout=30) == 0
+    with memfleet("-m", "64", "-e", memfile) as s, Conn(s.port or 0) as c:
+        assert c.request(b"mg k0\r\n") == b"HD\r\n"
+        assert c.request(b"mg k99999\r\n") == b"HD\r\n"
 
 
 def saved_file(memfile: str) -> bytes:

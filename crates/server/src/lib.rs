@@ -75,12 +75,10 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    // A HUP while the server starts (the io_uring probe, a warm restart's load) must not stop
-    // it either: until `install_signal_handler` takes over, it only sets this flag, which that
-    // handler then acts on (the port is reported before then, so a HUP sent at once is kept).
-    let early_hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, early_hup.clone())
-        .map_err(|e| e.to_string())?;
+    // A HUP or USR1 while the server starts (the io_uring probe, a warm restart's load) must not
+    // stop it either: until `install_signal_handler` takes over, each only sets a flag, which
+    // that handler then acts on (the port is open before then, so a signal sent at once counts).
+    let early = EarlySignals::register().map_err(|e| e.to_string())?;
     let mut settings = args.settings()?;
     for w in &settings.warnings {
         stderr_line!("warning: {w}");
@@ -136,15 +134,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
-    let result = run(
-        settings.clone(),
-        listeners,
-        udp,
-        tls,
-        metrics,
-        auth,
-        early_hup,
-    );
+    let result = run(settings.clone(), listeners, udp, tls, metrics, auth, early);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -175,7 +165,7 @@ fn run(
     tls: Option<tls::Tls>,
     metrics: Option<std::net::TcpListener>,
     auth: Option<auth::Authenticator>,
-    early_hup: Arc<AtomicBool>,
+    early: EarlySignals,
 ) -> Result<(), String> {
     let threads = settings.threads;
     let now = unix_now();
@@ -237,7 +227,7 @@ fn run(
         telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))?;
     }
 
-    install_signal_handler(shared.clone(), &early_hup)?;
+    install_signal_handler(shared.clone(), early)?;
 
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel()).unzip();
     let mut handles = Vec::new();
@@ -478,18 +468,22 @@ fn bind_udp(settings: &Settings) -> Result<Vec<Vec<std::net::UdpSocket>>, String
 /// SIGINT/SIGTERM stop the server; SIGUSR1 stops it gracefully (saving items for `-e`).
 /// SIGHUP never stops it (a terminal closing or a log rotator's HUP must not take the cache
 /// down); as in memcached it re-reads the `-Y` password file, keeping the old entries if the
-/// new file is bad. A HUP that `early_hup` caught while the server started is acted on here.
-fn install_signal_handler(shared: Arc<Shared>, early_hup: &AtomicBool) -> Result<(), String> {
+/// new file is bad. What `early` caught while the server started is acted on first.
+fn install_signal_handler(shared: Arc<Shared>, early: EarlySignals) -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])
         .map_err(|e| e.to_string())?;
-    // Checked after `signals` is registered, so a HUP in between is seen at least once.
-    if early_hup.swap(false, SeqCst) {
-        reload_auth(&shared);
-    }
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
+            // Read after `signals` is registered, so a signal in between is seen at least once.
+            if early.usr1.swap(false, SeqCst) {
+                shared.request_graceful_shutdown();
+                return;
+            }
+            if early.hup.swap(false, SeqCst) {
+                reload_auth(&shared);
+            }
             for sig in signals.forever() {
                 let name = match sig {
                     SIGINT => "Interrupt",
@@ -511,6 +505,25 @@ fn install_signal_handler(shared: Arc<Shared>, early_hup: &AtomicBool) -> Result
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// SIGHUP and SIGUSR1 as flags, from the start of `serve` until the signal thread runs.
+struct EarlySignals {
+    hup: Arc<AtomicBool>,
+    usr1: Arc<AtomicBool>,
+}
+
+impl EarlySignals {
+    fn register() -> std::io::Result<EarlySignals> {
+        use signal_hook::consts::{SIGHUP, SIGUSR1};
+        let early = EarlySignals {
+            hup: Arc::default(),
+            usr1: Arc::default(),
+        };
+        signal_hook::flag::register(SIGHUP, early.hup.clone())?;
+        signal_hook::flag::register(SIGUSR1, early.usr1.clone())?;
+        Ok(early)
+    }
 }
 
 /// Re-reads the `-Y` password file; a bad file is reported and the old entries stay.
