@@ -5,6 +5,7 @@ invalidator is killed or the cache server stops answering."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import tempfile
@@ -268,6 +269,21 @@ def test_kill9_midstream_loses_nothing(
     time.sleep(1.0)
     case.inv.start()
     assert writer.wait(timeout=120) == 0
+    case.check_all_invalidated()
+    case.finish()
+
+
+def test_sighup_does_not_stop_it(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """A stray HUP (a terminal closing) leaves it streaming: nothing is missed."""
+    case = UsersCase(pg, cache, workdir, invalidators, "hup")
+    writer = case.write(pause=0.004)
+    case.wait_transactions(20)
+    assert case.inv.proc is not None
+    case.inv.proc.send_signal(signal.SIGHUP)
+    assert writer.wait(timeout=120) == 0
+    assert case.inv.proc.poll() is None, "stopped by SIGHUP"
     case.check_all_invalidated()
     case.finish()
 

@@ -55,7 +55,14 @@ pub fn run(args: InvalidateArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
-    rt.block_on(stream(config, args.check))
+    rt.block_on(async {
+        // A stray HUP (a terminal closing) must not stop invalidations. Once tokio installs
+        // its handler, the signal's default action is gone for the life of the process; the
+        // configuration is not re-read, so the events themselves are never read.
+        let _hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("signal handler: {e}"))?;
+        stream(config, args.check).await
+    })
 }
 
 /// Deletes computed since the last flush, and the newest commit they cover.
