@@ -168,6 +168,14 @@ class Server:
         finally:
             proc.send_signal(signal.SIGCONT)
 
+    def rss_mb(self) -> float:
+        """The process's resident set (VmRSS), in MiB."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"

@@ -167,7 +167,9 @@ def test_binary_protocol_client_is_refused_not_left_hanging(router: Proxy) -> No
         reply = b""
         while chunk := s.recv(4096):
             reply += chunk
-    magic, opcode, _klen, _elen, _dt, status, blen, opaque, _cas = struct.unpack(">BBHBBHIIQ", reply[:24])
+    magic, opcode, _klen, _elen, _dt, status, blen, opaque, _cas = struct.unpack(
+        ">BBHBBHIIQ", reply[:24]
+    )
     assert (magic, opcode, status, opaque) == (0x81, 0x00, 0x81, 0xABCD)
     assert reply[24:] == b"memfleet route: binary protocol not supported, use the text protocol"
     assert blen == len(reply) - 24
@@ -610,6 +612,7 @@ def test_sighup_reload_under_load_drops_no_connection(backends: list[Server]) ->
         for t in threads:
             t.start()
         time.sleep(0.3)
+
         def reloads() -> int:
             log = p.log_text()
             return log.count("configuration reloaded") + log.count("reload refused")
@@ -728,6 +731,50 @@ def test_hot_pipelining_client_does_not_starve_others(backends: list[Server]) ->
         stop.set()
         th.join()
         assert p.proc is not None and p.proc.poll() is None
+
+
+def test_clients_that_never_read_large_gets_leave_memory_bounded(backends: list[Server]) -> None:
+    """Replies the router asked for must be taken off the shared server connection whoever
+    waits for them, so it has to stop asking on behalf of a client that reads nothing: four
+    such clients pipelining gets of a 500 KB value (memfleet route held 2 GB for eight of
+    them, nutcracker 1.3 GB and growing) leave its memory within tens of MB each."""
+    value = b"v" * 500_000
+    with Conn(backends[0].port or 0) as c:
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+    port = my_port()
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    with Proxy(conf, port) as p:
+        before = p.rss_mb()
+        socks = []
+        try:
+            for _ in range(4):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.setblocking(False)
+                # Until the socket refuses more: thousands of gets the router reads at once.
+                try:
+                    for _ in range(20_000):
+                        s.send(b"get big\r\n")
+                except BlockingIOError:
+                    pass
+                socks.append(s)
+
+            def hits() -> int:
+                with Conn(backends[0].port or 0) as c:
+                    return int(c.stats()["get_hits"])
+
+            # Settled: the backend has served no more gets for half a second (at most 10 s).
+            seen, deadline = -1, time.monotonic() + 10
+            while (now := hits()) != seen and time.monotonic() < deadline:
+                seen = now
+                time.sleep(0.5)
+            grown = p.rss_mb() - before
+            print(f"router grew {grown:.0f} MB; the backend served {seen} gets")
+            assert grown < 4 * 40, f"router grew {grown:.0f} MB for 4 clients that never read"
+            with Conn(port) as c:
+                assert c.request(b"get small\r\n", b"END\r\n") == b"END\r\n"
+        finally:
+            for s in socks:
+                s.close()
 
 
 def test_pid_file_and_daemonize(tmp_path: Path, backends: list[Server]) -> None:

@@ -926,19 +926,12 @@ def test_config_test_flag_accepts_redis_pool(tmp_path: Path) -> None:
     assert "syntax is ok" in r.stderr
 
 
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_announced_bulk_size_is_not_allocated_up_front(backends: list[Server]) -> None:
     port = my_port()
     conf = pool_yaml(f"127.0.0.1:{port}", servers_of(backends[:1]), redis_auth=BACKEND_PW)
     with Proxy(conf, port) as p:
         assert p.proc is not None
-        before = rss_kb(p.proc.pid)
+        before = p.rss_mb()
         socks = [raw(port) for _ in range(8)]
         try:
             for s in socks:
@@ -950,7 +943,7 @@ def test_announced_bulk_size_is_not_allocated_up_front(backends: list[Server]) -
             with raw(port) as s:  # every request above has been read once this answers
                 s.sendall(cmd("AUTH", BACKEND_PW) + cmd("PING"))
                 assert s.recv(100) != b""
-            grown_mb = (rss_kb(p.proc.pid) - before) / 1024
+            grown_mb = p.rss_mb() - before
             assert grown_mb < 64, f"router grew {grown_mb:.0f} MB for 8 announced 512 MB values"
         finally:
             for s in socks:

@@ -31,21 +31,12 @@ from harness import (
 MB = 1 << 20
 
 
-def rss_mb(server: Server) -> float:
-    assert server.proc is not None
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def settled_rss_mb(server: Server, rounds: int = 8) -> float:
     """The largest RSS seen while the server works through what was sent (it only grows)."""
     peak = 0.0
     for _ in range(rounds):
         time.sleep(0.25)
-        peak = max(peak, rss_mb(server))
+        peak = max(peak, server.rss_mb())
     return peak
 
 
@@ -126,7 +117,7 @@ def test_sighup_does_not_stop_the_server() -> None:
         assert server.proc.poll() is None, f"{name} died of SIGHUP"
         with Conn(server.port or 0) as c:
             assert c.request(b"version\r\n").startswith(b"VERSION "), name
-        print(f"{name}: RSS {rss_mb(server):.1f} MB after SIGHUP")
+        print(f"{name}: RSS {server.rss_mb():.1f} MB after SIGHUP")
 
 
 @pytest.mark.parametrize("make", [memfleet, memcached], ids=["memfleet", "memcached"])
@@ -355,7 +346,7 @@ def test_stats_names_match_memcached() -> None:
             # One small item: what is in use, not the index reserved for a 4 GB cache.
             assert int(names[name]["mem_used"]) < 8 * MB, names[name]["mem_used"]
             assert int(stats(port, "slabs")["total_malloced"]) < 8 * MB
-            assert rss_mb(server) < 64
+            assert server.rss_mb() < 64
     for field in ("listen_disabled_num", "malloc_fails", "hash_bytes"):
         assert field in names["memfleet"], field
     for field in ("shutdown_command", "binding_protocol", "flush_enabled", "evictions"):
@@ -422,7 +413,7 @@ def test_requests_on_thousands_of_connections_in_one_turn() -> None:
                 got += socks[0].recv(4096)
             assert got.startswith(b"VERSION "), (name, got)
             time.sleep(0.3)
-            before = rss_mb(server)
+            before = server.rss_mb()
             stop_process(server.proc.pid)
             try:
                 for i, s in enumerate(socks):

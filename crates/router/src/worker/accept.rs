@@ -9,6 +9,7 @@ use proto::resp;
 use super::client::Client;
 use super::{
     auth, token, Control, Worker, HANDOFF_SLACK_MEMCACHED, HANDOFF_SLACK_REDIS, KIND_CLIENT,
+    REPLY_ESTIMATE_START,
 };
 use crate::buf::ReadBuf;
 use crate::net::Stream;
@@ -135,6 +136,7 @@ impl Worker {
             closing: false,
             eof: false,
             paused: false,
+            reply_estimate: REPLY_ESTIMATE_START,
             dirty: false,
             authed: !auth::needs_auth(&self.pools[pool].rt.cfg),
             progress: resp::Progress::default(),

@@ -79,6 +79,9 @@ pub(super) struct Client {
     pub(super) closing: bool,
     pub(super) eof: bool,
     pub(super) paused: bool,
+    /// The size of this client's replies, as far as the recent ones tell: it rises at once
+    /// to a larger reply and falls by a quarter with each smaller one.
+    pub(super) reply_estimate: u32,
     pub(super) dirty: bool,
     /// False until the client sent the pool's password (`client_auth`, or for a Redis pool
     /// also `redis_auth`).
@@ -102,11 +105,25 @@ impl Client {
             rbuf.clear();
             return false;
         }
-        if self.slots.len() >= MAX_SLOTS || self.unsent() >= MAX_UNSENT {
+        if self.over_limits(1) {
             self.paused = true;
             return false;
         }
         true
+    }
+
+    /// Whether the client is over `1/div` of the limits on requests in flight and on reply
+    /// bytes unread or expected (pause at 1, resume under 2: not on and off with each reply).
+    pub(super) fn over_limits(&self, div: usize) -> bool {
+        let expected = self.slots.len() * self.reply_estimate as usize;
+        self.slots.len() >= MAX_SLOTS / div
+            || self.unsent() >= MAX_UNSENT / div
+            || expected >= MAX_UNSENT / div
+    }
+
+    fn note_reply(&mut self, len: usize) {
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        self.reply_estimate = len.max(self.reply_estimate - self.reply_estimate / 4);
     }
 
     /// Moves finished replies at the head of the queue to the write buffer.
@@ -222,6 +239,7 @@ pub(super) fn deliver(
         return;
     }
     let i = to.seq.wrapping_sub(c.head_seq) as usize;
+    c.note_reply(reply.len());
     let Some(slot) = c.slots.get_mut(i) else {
         return;
     };
@@ -365,7 +383,7 @@ impl Worker {
                 return;
             }
         }
-        if c.paused && c.slots.len() < MAX_SLOTS / 2 && c.unsent() < MAX_UNSENT / 2 {
+        if c.paused && !c.over_limits(2) {
             c.paused = false;
             self.parse_client(ci);
             self.client_readable(ci, true);

@@ -65,8 +65,14 @@ const HANDOFF_SLACK_REDIS: i64 = 64;
 const MAX_READS_PER_TURN: usize = 8;
 /// Stop reading a client that has this many unanswered requests...
 const MAX_SLOTS: usize = 16 * 1024;
-/// ...or this many reply bytes it has not read yet.
+/// ...or this many reply bytes it has not read yet, or as many on their way (its requests
+/// in flight times the size of its recent replies): replies already asked for must be
+/// taken from the shared server connection, so a client that pipelines large gets and never
+/// reads would otherwise make the router hold them all.
 const MAX_UNSENT: usize = 8 * 1024 * 1024;
+/// A new client's replies are taken to be this large (memcached's largest item by default)
+/// until some arrive: its first burst puts 8 requests in flight, more as small replies come.
+const REPLY_ESTIMATE_START: u32 = 1024 * 1024;
 /// A half-received Redis request may buffer this much (redis's client-query-buffer-limit).
 const MAX_QUERY_BUFFER: usize = 1024 * 1024 * 1024;
 
