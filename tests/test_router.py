@@ -777,6 +777,31 @@ def test_clients_that_never_read_large_gets_leave_memory_bounded(backends: list[
                 s.close()
 
 
+def test_nutcracker_signals_neither_stop_nor_kill_it(backends: list[Server]) -> None:
+    """Signals as nutcracker takes them: HUP re-opens the log file (a rotator moved it; here
+    it also reloads), TTIN/TTOU make the log chattier/quieter, USR1/USR2 are ignored. By
+    default TTIN and TTOU stop a process and USR1 kills it: a site's scripts that send them
+    to nutcracker must not take the router down."""
+    port = my_port()
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    with Proxy(conf, port) as p:
+        assert p.proc is not None
+        for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1, signal.SIGUSR2):
+            p.proc.send_signal(sig)
+        eventually(lambda: "log level set to 5" in p.log_text(), "TTIN then TTOU")
+        assert "log level set to 6" in p.log_text()
+        # A stopped router would let this time out; a killed one refuse it.
+        with Conn(port, timeout=5) as c:
+            assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        assert p.proc.poll() is None
+        os.rename(p.log, p.log + ".1")
+        p.proc.send_signal(signal.SIGHUP)
+        eventually(
+            lambda: os.path.exists(p.log) and "configuration reloaded" in p.log_text(),
+            "HUP re-opening the log file",
+        )
+
+
 def test_pid_file_and_daemonize(tmp_path: Path, backends: list[Server]) -> None:
     port = my_port()
     conf = tmp_path / "c.yml"

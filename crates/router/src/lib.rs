@@ -36,7 +36,6 @@ mod worker;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -44,6 +43,7 @@ use std::time::{Duration, Instant};
 use config::{Config, Listen};
 use net::StdListener;
 use shared::{BackendAddr, Globals, PoolRt, Shared};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
 use worker::{Control, ListenerUpdate, Worker};
 
 /// nutcracker's command line, plus `-T/--threads`.
@@ -302,26 +302,9 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    // Signals first: a SIGHUP that arrives while starting must not kill the process.
-    let hup = Arc::new(AtomicBool::new(false));
-    let term = Arc::new(AtomicBool::new(false));
-    for (sig, flag) in [
-        (signal_hook::consts::SIGHUP, &hup),
-        (signal_hook::consts::SIGTERM, &term),
-        (signal_hook::consts::SIGINT, &term),
-    ] {
-        signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("signal: {e}"))?;
-    }
-    let log_file = match &args.output {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| format!("cannot open log file '{}': {e}", p.display()))?,
-        ),
-        None => None,
-    };
+    // Signals first: one that arrives while starting must not kill or stop the process.
+    let signals = ControlSignals::new().map_err(|e| format!("signal: {e}"))?;
+    let log_file = args.output.as_deref().map(log::open).transpose()?;
     log::init(args.verbose, log_file);
     let threads = args
         .threads
@@ -469,8 +452,23 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         dns,
         resolved,
     };
-    running.control_loop(hup, term);
+    running.control_loop(signals);
     Ok(())
+}
+
+/// The signals the control loop acts on, as nutcracker does where it has a meaning there:
+/// TERM/INT stop; HUP re-opens the `-o` log file and (memfleet's addition) reloads the
+/// configuration; TTIN/TTOU make the log chattier or quieter; USR1/USR2 are ignored. Caught
+/// from the start, so none of them stops (TTIN, TTOU) or kills the process by default.
+struct ControlSignals(signal_hook::iterator::Signals);
+
+impl ControlSignals {
+    fn new() -> std::io::Result<ControlSignals> {
+        signal_hook::iterator::Signals::new([
+            SIGTERM, SIGINT, SIGHUP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2,
+        ])
+        .map(ControlSignals)
+    }
 }
 
 fn serve_stats(
@@ -489,15 +487,28 @@ fn serve_stats(
 }
 
 impl Running {
-    fn control_loop(&mut self, hup: Arc<AtomicBool>, term: Arc<AtomicBool>) {
+    fn control_loop(&mut self, mut signals: ControlSignals) {
         loop {
             std::thread::sleep(Duration::from_millis(10));
-            if term.load(Relaxed) {
-                self.shutdown();
-                return;
+            let mut hup = false;
+            for sig in signals.0.pending() {
+                match sig {
+                    SIGTERM | SIGINT => {
+                        self.shutdown();
+                        return;
+                    }
+                    SIGHUP => hup = true,
+                    SIGTTIN | SIGTTOU => log::change_level(sig == SIGTTIN),
+                    _ => log::notice(&format!("signal {sig} ignored")),
+                }
+            }
+            if hup {
+                if let Some(path) = &self.args.output {
+                    log::reopen(path);
+                }
             }
             let changed = self.watched_file_changed();
-            if hup.swap(false, Relaxed) || changed {
+            if hup || changed {
                 match self.reload() {
                     Ok(()) => log::notice("configuration reloaded"),
                     Err(e) => log::warn(&format!(

@@ -15,6 +15,40 @@ pub fn init(level: u8, file: Option<std::fs::File>) {
     *OUT.lock().unwrap_or_else(|e| e.into_inner()) = file;
 }
 
+/// nutcracker's most verbose level (LOG_PVERB).
+const MAX_LEVEL: u8 = 11;
+
+/// SIGTTIN and SIGTTOU, as in nutcracker: one level chattier or quieter (0 to 11).
+pub fn change_level(louder: bool) {
+    let now = LEVEL.load(Relaxed);
+    let new = if louder {
+        now.saturating_add(1).min(MAX_LEVEL)
+    } else {
+        now.saturating_sub(1)
+    };
+    LEVEL.store(new, Relaxed);
+    // Written whatever the new level is.
+    write(0, &format!("log level set to {new}"));
+}
+
+/// Opens the `-o` file for appending (created if missing).
+pub fn open(path: &std::path::Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open log file '{}': {e}", path.display()))
+}
+
+/// SIGHUP, as in nutcracker: a log rotator renamed the file, so the name is opened again; if
+/// that fails, the old file is kept.
+pub fn reopen(path: &std::path::Path) {
+    match open(path) {
+        Ok(f) => *OUT.lock().unwrap_or_else(|e| e.into_inner()) = Some(f),
+        Err(e) => warn(&e),
+    }
+}
+
 fn write(level: u8, msg: &str) {
     if level > LEVEL.load(Relaxed) {
         return;
