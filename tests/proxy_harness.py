@@ -10,6 +10,7 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import Server, free_port, memfleet_bin
@@ -95,3 +96,21 @@ class Proxy(Server):
             return Path(self.log).read_text()
         except OSError:
             return ""
+
+
+def never_reading_client(port: int, first: bytes, request: bytes) -> socket.socket:
+    """A client that sends `first`, then `request` 1,000 times in a row (read by the router
+    at once), and never reads a reply. A thousand, not more: a router that forwards them all
+    holds every reply, and a test run against one must not take the machine's memory."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(first + request * 1000)
+    return s
+
+
+def settle(count: Callable[[], int], limit: float = 10.0) -> int:
+    """Polls `count` every 0.5 s until it stops moving (at most `limit` s); returns it."""
+    seen, deadline = -1, time.monotonic() + limit
+    while (now := count()) != seen and time.monotonic() < deadline:
+        seen = now
+        time.sleep(0.5)
+    return seen

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from harness import Conn, Server, eventually, keys_held, memcached, memfleet_bin, wait_for_port
-from proxy_harness import NUTCRACKER, Proxy, pool_yaml, port_in
+from proxy_harness import NUTCRACKER, Proxy, never_reading_client, pool_yaml, port_in, settle
 
 
 def my_port() -> int:
@@ -745,30 +745,16 @@ def test_clients_that_never_read_large_gets_leave_memory_bounded(backends: list[
     conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
     with Proxy(conf, port) as p:
         before = p.rss_mb()
-        socks = []
+        socks = [never_reading_client(port, b"", b"get big\r\n") for _ in range(4)]
         try:
-            for _ in range(4):
-                s = socket.create_connection(("127.0.0.1", port))
-                s.setblocking(False)
-                # Until the socket refuses more: thousands of gets the router reads at once.
-                try:
-                    for _ in range(20_000):
-                        s.send(b"get big\r\n")
-                except BlockingIOError:
-                    pass
-                socks.append(s)
 
             def hits() -> int:
                 with Conn(backends[0].port or 0) as c:
                     return int(c.stats()["get_hits"])
 
-            # Settled: the backend has served no more gets for half a second (at most 10 s).
-            seen, deadline = -1, time.monotonic() + 10
-            while (now := hits()) != seen and time.monotonic() < deadline:
-                seen = now
-                time.sleep(0.5)
+            served = settle(hits)
             grown = p.rss_mb() - before
-            print(f"router grew {grown:.0f} MB; the backend served {seen} gets")
+            print(f"router grew {grown:.0f} MB; the backend served {served} gets")
             assert grown < 4 * 40, f"router grew {grown:.0f} MB for 4 clients that never read"
             with Conn(port) as c:
                 assert c.request(b"get small\r\n", b"END\r\n") == b"END\r\n"

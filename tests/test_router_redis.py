@@ -16,7 +16,7 @@ import proxy_harness
 import pytest
 import redis
 from harness import Server, memfleet_bin
-from proxy_harness import port_in
+from proxy_harness import never_reading_client, port_in, settle
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -34,7 +34,7 @@ def my_port() -> int:
     return port_in(20000, 25000)
 
 
-def redis_server(password: str | None = BACKEND_PW) -> Server:
+def redis_server(password: str | None = BACKEND_PW, *flags: str) -> Server:
     port = my_port()
     argv = [
         REDIS_SERVER or "redis-server",
@@ -55,7 +55,7 @@ def redis_server(password: str | None = BACKEND_PW) -> Server:
     ]
     if password:
         argv += ["--requirepass", password]
-    return Server(argv, port=port).start()
+    return Server(argv + list(flags), port=port).start()
 
 
 def pool_yaml(listen: str, servers: list[str], **opts: object) -> str:
@@ -948,6 +948,49 @@ def test_announced_bulk_size_is_not_allocated_up_front(backends: list[Server]) -
         finally:
             for s in socks:
                 s.close()
+
+
+def test_clients_that_never_read_large_gets_hold_up_neither_memory_nor_others() -> None:
+    """As in test_router.py, for a Redis pool: four clients pipelining GETs of a 500 KB value
+    and never reading. Before the router judged replies on their way, it forwarded them all:
+    with 20,000 per client redis-server grew to 4 GB of output buffers and another client's
+    GET went unanswered."""
+    # A router that forwards every GET makes redis buffer the replies: bounded here, so a
+    # run against one fails without taking the machine's memory.
+    limit = ("--client-output-buffer-limit", "normal 256mb 256mb 0")
+    with redis_server(BACKEND_PW, *limit) as backend:
+        port = my_port()
+        conf = pool_yaml(f"127.0.0.1:{port}", servers_of([backend]), redis_auth=BACKEND_PW)
+        with Proxy(conf, port) as p:
+            with raw(port) as s:
+                s.sendall(cmd("AUTH", BACKEND_PW) + cmd("SET", "big", "v" * 500_000))
+                assert s.recv(100) == b"+OK\r\n"
+            before, backend_before = p.rss_mb(), backend.rss_mb()
+            auth, get = cmd("AUTH", BACKEND_PW), cmd("GET", "big")
+            socks = [never_reading_client(port, auth, get) for _ in range(4)]
+            try:
+
+                def gets() -> int:
+                    info = direct(backend).info("commandstats")
+                    return int(info.get("cmdstat_get", {}).get("calls", 0))
+
+                served = settle(gets)
+                grown, backend_grown = p.rss_mb() - before, backend.rss_mb() - backend_before
+                print(f"router grew {grown:.0f} MB, redis {backend_grown:.0f} MB; {served} GETs")
+                assert grown < 4 * 40, f"router grew {grown:.0f} MB"
+                assert backend_grown < 4 * 40, f"redis-server grew {backend_grown:.0f} MB"
+                # Each GET forwarded is a reply someone holds (about 25 per client: what
+                # fills 8 MB and the sockets' buffers); all 4,000 before.
+                assert served < 4 * 60, f"{served} GETs forwarded for clients that read nothing"
+                with raw(port) as s:
+                    s.sendall(cmd("AUTH", BACKEND_PW) + cmd("GET", "nokey"))
+                    got = b""
+                    while len(got) < 10:
+                        got += s.recv(100)
+                    assert got == b"+OK\r\n$-1\r\n"
+            finally:
+                for s in socks:
+                    s.close()
 
 
 def test_reload_with_a_new_password_asks_clients_to_authenticate_again(
