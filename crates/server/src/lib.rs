@@ -473,16 +473,18 @@ fn install_signal_handler(shared: Arc<Shared>, early: EarlySignals) -> Result<()
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])
         .map_err(|e| e.to_string())?;
+    // Read after `signals` is registered, so a signal in between is seen at least once. The
+    // password file is re-read here, before any worker serves a request.
+    if early.hup.swap(false, SeqCst) {
+        reload_auth(&shared);
+    }
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            // Read after `signals` is registered, so a signal in between is seen at least once.
+            // Stopped from here, once the workers run, as a USR1 that arrives later would be.
             if early.usr1.swap(false, SeqCst) {
                 shared.request_graceful_shutdown();
                 return;
-            }
-            if early.hup.swap(false, SeqCst) {
-                reload_auth(&shared);
             }
             for sig in signals.forever() {
                 let name = match sig {

@@ -385,8 +385,10 @@ impl Worker {
         }
         if c.paused && !c.over_limits(2) {
             c.paused = false;
-            self.parse_client(ci);
-            self.client_readable(ci, true);
+            // Parsed in the next turn's read phase: requests are not taken in while replies
+            // go out (a delete spooled now would be appended between a sync and the replies
+            // it released).
+            self.resumed.push(ci);
         }
     }
 

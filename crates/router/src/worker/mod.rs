@@ -160,6 +160,9 @@ pub struct Worker {
     dirty_clients: Vec<usize>,
     /// Clients that still had data after their turn.
     read_again: Vec<(usize, bool)>,
+    /// Clients that fell under half their limits while their replies went out: read again
+    /// at the start of the next turn.
+    resumed: Vec<usize>,
     /// Read buffers of idle clients, shared by this worker's connections.
     read_pool: Vec<Vec<u8>>,
     limits: Limits,
@@ -194,6 +197,7 @@ impl Worker {
             dirty_backends: Vec::new(),
             dirty_clients: Vec::new(),
             read_again: Vec::new(),
+            resumed: Vec::new(),
             read_pool: Vec::new(),
             // The backends enforce their own item size; the router only bounds what it buffers.
             limits: Limits {
@@ -250,12 +254,16 @@ impl Worker {
                     _ => self.accept(idx),
                 }
             }
+            for ci in std::mem::take(&mut self.resumed) {
+                self.parse_client(ci);
+                self.client_readable(ci, true);
+            }
             for (ci, drain) in std::mem::take(&mut self.read_again) {
                 self.client_readable(ci, drain);
             }
             self.flush_all();
             timeout = self.check_timeouts();
-            if !self.read_again.is_empty() {
+            if !self.read_again.is_empty() || !self.resumed.is_empty() {
                 timeout = Some(Duration::ZERO);
             }
         }
