@@ -48,13 +48,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_servers(cmd: str, n: int) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
+def start_servers(cmd: str, n: int, cpu: int | None = None) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
     addresses, procs = [], []
     for _ in range(n):
         port = free_port()
         argv = shlex.split(cmd) + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "256"]
         if os.path.basename(argv[0]) == "memcached" and os.geteuid() == 0:
             argv += ["-u", "root"]
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu)] + argv
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         addresses.append(f"127.0.0.1:{port}")
         for _ in range(200):
@@ -329,13 +331,24 @@ def main() -> int:
     ap.add_argument("--json", help="also write results as JSON to this file")
     ap.add_argument("--only", choices=("ops", "managed", "values"), help="run one part of the benchmark")
     ap.add_argument("--rounds", type=int, default=40, help="interleaved rounds of the managed dictionaries part (40)")
+    ap.add_argument(
+        "--pin",
+        metavar="CLIENT,SERVER",
+        help="run this process and the servers it starts on these CPUs (e.g. 0,0 or 0,1): a loopback "
+        "round trip takes several times longer between two CPUs than on one, and without pinning "
+        "the scheduler moves the processes between the two placements during a run",
+    )
     args = ap.parse_args()
+    server_cpu: int | None = None
+    if args.pin:
+        client_cpu, server_cpu = (int(x) for x in args.pin.split(","))
+        os.sched_setaffinity(0, {client_cpu})
     n = 2000 if args.quick else 20000
     procs: list[subprocess.Popen[bytes]] = []
     if args.servers:
         addresses = args.servers.split(",")
     else:
-        addresses, procs = start_servers(args.server_cmd, 3)
+        addresses, procs = start_servers(args.server_cmd, 3, server_cpu)
     parts = (args.only,) if args.only else ("managed", "ops", "values")
     out: dict[str, Any] = {}
     try:
@@ -350,7 +363,8 @@ def main() -> int:
             p.kill()
             p.wait()
 
-    print(f"python {sys.version.split()[0]}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    placement = f", client on CPU {client_cpu}, servers on CPU {server_cpu}" if args.pin else ", not pinned"
+    print(f"python {sys.version.split()[0]}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}{placement}")
     if "operations" in out:
         ops = out["operations"]
         clients = [c for c in ("memfleet", "pymemcache", "pylibmc") if c in ops[0]]

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""What zstd's own call costs the client per value, with the caches warm and with them cold.
+
+Trains a dictionary as the client does (``ManagedDicts()``'s size and level) on 1,000 records of
+each kind, then times the client's compress and decompress calls (``memfleet._dicts.Dictionary``,
+the client's parameters) on 100 other records: best of 5 passes, µs per call. "cold" writes a
+4 MB buffer before every call, as the kernel and a server sharing the CPU do between two requests.
+No server, no network: this is the floor under what a managed ``set`` or ``get`` adds.
+
+    PYTHONPATH=clients/python/src python3 clients/python/bench/zstd_cost.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable
+
+import msgpack
+import zstandard
+
+import memfleet
+from memfleet._dicts import Dictionary
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from samples import feed_entry, small_profile  # noqa: E402
+
+_CACHE_SWEEP = bytearray(4 << 20)
+
+
+def best_us(call: Callable[[bytes], bytes], inputs: list[bytes], cold: bool) -> float:
+    best = float("inf")
+    for _ in range(5):
+        total = 0.0
+        for data in inputs:
+            if cold:
+                _CACHE_SWEEP[::64] = b"\x01" * (len(_CACHE_SWEEP) // 64)
+            t0 = time.perf_counter()
+            call(data)
+            total += time.perf_counter() - t0
+        best = min(best, total / len(inputs) * 1e6)
+    return best
+
+
+def main() -> int:
+    policy = memfleet.ManagedDicts()
+    print("| record | msgpack B | stored B | compress µs, warm / cold | decompress µs, warm / cold |")
+    print("|---|---|---|---|---|")
+    for gen in (small_profile, feed_entry):
+        training = [msgpack.packb(gen(10_000 + i)) for i in range(policy.min_samples)]
+        trained = zstandard.train_dictionary(policy.dict_size, training, level=policy.level)
+        d = Dictionary(trained.as_bytes(), policy.level)
+        values = [msgpack.packb(gen(i)) for i in range(100)]
+        frames = [d.compress(v) for v in values]
+        plain = sum(map(len, values)) / len(values)
+        stored = sum(map(len, frames)) / len(frames)
+        c = [best_us(d.compress, values, cold) for cold in (False, True)]
+        u = [best_us(d.decompress, frames, cold) for cold in (False, True)]
+        print(f"| {gen.__name__} | {plain:.0f} | {stored:.0f} | {c[0]:.2f} / {c[1]:.2f} | {u[0]:.2f} / {u[1]:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
