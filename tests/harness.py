@@ -168,13 +168,13 @@ class Server:
         finally:
             proc.send_signal(signal.SIGCONT)
 
-    def rss_mb(self) -> float:
-        """The process's resident set (VmRSS), in MiB."""
+    def rss_mb(self, field: str = "VmRSS") -> float:
+        """The process's resident set in MiB: now (VmRSS), or its peak so far (VmHWM)."""
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
-        raise AssertionError("no VmRSS")
+        raise AssertionError(f"no {field}")
 
     @property
     def address(self) -> str:

@@ -763,6 +763,47 @@ def test_clients_that_never_read_large_gets_leave_memory_bounded(backends: list[
                 s.close()
 
 
+def test_a_client_that_stops_reading_after_small_replies_is_closed_at_256_mb(
+    backends: list[Server],
+) -> None:
+    """The pause judges a client by its recent replies, so one that read small ones first can
+    have a burst of large gets forwarded at once (up to 16,384). If it then reads nothing, the
+    router must not hold all their replies: past 256 MB unread it closes the client, as Redis
+    does past a client's output buffer limit. Others are served throughout."""
+    value = b"v" * 500_000
+    with Conn(backends[0].port or 0) as c:
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+    port = my_port()
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    with Proxy(conf, port) as p:
+        before = p.rss_mb("VmHWM")
+        greedy = Conn(port)
+        for _ in range(60):  # small replies bring its estimate down to a few hundred bytes
+            assert greedy.request(b"get small\r\n", b"END\r\n") == b"END\r\n"
+        # 1,500 gets of 500 KB in one write: 750 MB of replies, which it never reads
+        greedy.send(b"get big\r\n" * 1500)
+
+        def hits() -> int:
+            with Conn(backends[0].port or 0) as c:
+                return int(c.stats()["get_hits"])
+
+        served = settle(hits)
+        peak = p.rss_mb("VmHWM") - before
+        print(f"the backend served {served} gets; the router's peak grew {peak:.0f} MB")
+        assert peak < 450, f"the router held {peak:.0f} MB for a client that does not read"
+        greedy.sock.settimeout(10)
+        received = 0
+        try:
+            while chunk := greedy.sock.recv(1 << 20):  # what the kernel held, then the close
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        assert received < 256 * 1024 * 1024, "the client was not closed"
+        with Conn(port) as c:
+            assert c.request(b"get small\r\n", b"END\r\n") == b"END\r\n"
+        greedy.close()
+
+
 def test_nutcracker_signals_neither_stop_nor_kill_it(backends: list[Server]) -> None:
     """Signals as nutcracker takes them: HUP re-opens the log file (a rotator moved it; here
     it also reloads), TTIN/TTOU make the log chattier/quieter, USR1/USR2 are ignored. By

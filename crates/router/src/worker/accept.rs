@@ -136,6 +136,7 @@ impl Worker {
             closing: false,
             eof: false,
             paused: false,
+            overflowed: false,
             reply_estimate: REPLY_ESTIMATE_START,
             dirty: false,
             authed: !auth::needs_auth(&self.pools[pool].rt.cfg),

@@ -11,7 +11,7 @@ use proto::response::{self, Fragment, Item};
 use slab::Slab;
 
 use super::backend::ReplyTo;
-use super::{Worker, MAX_READS_PER_TURN, MAX_SLOTS, MAX_UNSENT, READ_POOL_MAX};
+use super::{Worker, MAX_READS_PER_TURN, MAX_SLOTS, MAX_UNREAD, MAX_UNSENT, READ_POOL_MAX};
 use crate::buf::ReadBuf;
 use crate::net::Stream;
 use crate::shared::PoolRt;
@@ -79,6 +79,9 @@ pub(super) struct Client {
     pub(super) closing: bool,
     pub(super) eof: bool,
     pub(super) paused: bool,
+    /// It has `MAX_UNREAD` bytes of replies it does not read: later ones are dropped, and it
+    /// is closed at its next flush.
+    pub(super) overflowed: bool,
     /// The size of this client's replies, as far as the recent ones tell: it rises at once
     /// to a larger reply and falls by a quarter with each smaller one.
     pub(super) reply_estimate: u32,
@@ -238,6 +241,17 @@ pub(super) fn deliver(
     if c.gen != to.gen {
         return;
     }
+    if c.unsent() >= MAX_UNREAD {
+        // Checked per reply: one turn may read hundreds of MB from a fast server.
+        c.overflowed = true;
+    }
+    if c.overflowed {
+        if !c.dirty {
+            c.dirty = true;
+            dirty.push(ci);
+        }
+        return;
+    }
     let i = to.seq.wrapping_sub(c.head_seq) as usize;
     c.note_reply(reply.len());
     let Some(slot) = c.slots.get_mut(i) else {
@@ -372,6 +386,14 @@ impl Worker {
                 return;
             }
         };
+        if c.overflowed {
+            crate::log::warn(&format!(
+                "client closed: {} MB of replies it does not read",
+                c.unsent() >> 20
+            ));
+            self.close_client(ci, true);
+            return;
+        }
         if c.wpos == c.wbuf.len() {
             c.wbuf.clear();
             c.wpos = 0;

@@ -70,6 +70,12 @@ const MAX_SLOTS: usize = 16 * 1024;
 /// taken from the shared server connection, so a client that pipelines large gets and never
 /// reads would otherwise make the router hold them all.
 const MAX_UNSENT: usize = 8 * 1024 * 1024;
+/// A client holding this many reply bytes it has not read is closed, as Redis closes a
+/// client over its output buffer's hard limit. The pause above keeps a client far below it
+/// unless it first reads small replies, then pipelines large gets and stops reading: what it
+/// asked for then may be up to `MAX_SLOTS` replies, which the router would otherwise hold.
+/// Above memcached's largest multi-get reply at its default item size (100 keys of 1 MB).
+const MAX_UNREAD: usize = 256 * 1024 * 1024;
 /// A new client's replies are taken to be this large (memcached's largest item by default)
 /// until some arrive: its first burst puts 8 requests in flight, more as small replies come.
 const REPLY_ESTIMATE_START: u32 = 1024 * 1024;
