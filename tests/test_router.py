@@ -733,26 +733,31 @@ def test_hot_pipelining_client_does_not_starve_others(backends: list[Server]) ->
         assert p.proc is not None and p.proc.poll() is None
 
 
+def pool_of_a_large_value(backend: Server) -> tuple[int, str]:
+    """Stores `big`, a 500 KB value, on `backend`: the port and config of a pool of it alone."""
+    value = b"v" * 500_000
+    with Conn(backend.port or 0) as c:
+        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
+    port = my_port()
+    return port, pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backend.port}:1"])
+
+
+def get_hits(backend: Server) -> int:
+    with Conn(backend.port or 0) as c:
+        return int(c.stats()["get_hits"])
+
+
 def test_clients_that_never_read_large_gets_leave_memory_bounded(backends: list[Server]) -> None:
     """Replies the router asked for must be taken off the shared server connection whoever
     waits for them, so it has to stop asking on behalf of a client that reads nothing: four
     such clients pipelining gets of a 500 KB value (memfleet route held 2 GB for eight of
     them, nutcracker 1.3 GB and growing) leave its memory within tens of MB each."""
-    value = b"v" * 500_000
-    with Conn(backends[0].port or 0) as c:
-        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
-    port = my_port()
-    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    port, conf = pool_of_a_large_value(backends[0])
     with Proxy(conf, port) as p:
         before = p.rss_mb()
         socks = [never_reading_client(port, b"", b"get big\r\n") for _ in range(4)]
         try:
-
-            def hits() -> int:
-                with Conn(backends[0].port or 0) as c:
-                    return int(c.stats()["get_hits"])
-
-            served = settle(hits)
+            served = settle(lambda: get_hits(backends[0]))
             grown = p.rss_mb() - before
             print(f"router grew {grown:.0f} MB; the backend served {served} gets")
             assert grown < 4 * 40, f"router grew {grown:.0f} MB for 4 clients that never read"
@@ -770,11 +775,7 @@ def test_a_client_that_stops_reading_after_small_replies_is_closed_at_256_mb(
     have a burst of large gets forwarded at once (up to 16,384). If it then reads nothing, the
     router must not hold all their replies: past 256 MB unread it closes the client, as Redis
     does past a client's output buffer limit. Others are served throughout."""
-    value = b"v" * 500_000
-    with Conn(backends[0].port or 0) as c:
-        assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
-    port = my_port()
-    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    port, conf = pool_of_a_large_value(backends[0])
     with Proxy(conf, port) as p:
         before = p.rss_mb("VmHWM")
         greedy = Conn(port)
@@ -782,12 +783,7 @@ def test_a_client_that_stops_reading_after_small_replies_is_closed_at_256_mb(
             assert greedy.request(b"get small\r\n", b"END\r\n") == b"END\r\n"
         # 1,500 gets of 500 KB in one write: 750 MB of replies, which it never reads
         greedy.send(b"get big\r\n" * 1500)
-
-        def hits() -> int:
-            with Conn(backends[0].port or 0) as c:
-                return int(c.stats()["get_hits"])
-
-        served = settle(hits)
+        served = settle(lambda: get_hits(backends[0]))
         peak = p.rss_mb("VmHWM") - before
         print(f"the backend served {served} gets; the router's peak grew {peak:.0f} MB")
         assert peak < 450, f"the router held {peak:.0f} MB for a client that does not read"
