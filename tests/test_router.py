@@ -800,6 +800,30 @@ def test_a_client_that_stops_reading_after_small_replies_is_closed_at_256_mb(
         greedy.close()
 
 
+def test_writers_that_stall_after_a_set_line_hold_what_they_sent_not_what_they_announced(
+    backends: list[Server],
+) -> None:
+    """A client that sends `set k 0 0 1000000` and two bytes, then stalls, must not make the
+    router set aside the megabyte it announced: 200 of them held 192 MB before (763 MB with
+    4 MB values); memcached bounds the same by its memory limit, nutcracker by what came."""
+    port = my_port()
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"127.0.0.1:{backends[0].port}:1"])
+    with Proxy(conf, port) as p:
+        before = p.rss_mb()
+        stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+        try:
+            for i, s in enumerate(stalled):
+                s.sendall(b"set stalled%d 0 0 1000000\r\nxx" % i)
+            grown = settle(lambda: int(p.rss_mb())) - before
+            print(f"router grew {grown:.0f} MB for 200 stalled writers")
+            assert grown < 64, f"router grew {grown:.0f} MB for 200 writers that sent 27 bytes each"
+            with Conn(port) as c:
+                assert c.request(b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
+        finally:
+            for s in stalled:
+                s.close()
+
+
 def test_nutcracker_signals_neither_stop_nor_kill_it(backends: list[Server]) -> None:
     """Signals as nutcracker takes them: HUP re-opens the log file (a rotator moved it; here
     it also reloads), TTIN/TTOU make the log chattier/quieter, USR1/USR2 are ignored. By
