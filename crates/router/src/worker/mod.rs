@@ -74,7 +74,8 @@ const MAX_UNSENT: usize = 8 * 1024 * 1024;
 /// client over its output buffer's hard limit. The pause above keeps a client far below it
 /// unless it first reads small replies, then pipelines large gets and stops reading: what it
 /// asked for then may be up to `MAX_SLOTS` replies, which the router would otherwise hold.
-/// Above memcached's largest multi-get reply at its default item size (100 keys of 1 MB).
+/// Well above an honest client's multi-get (100 keys of memcached's largest default item:
+/// 100 MB).
 const MAX_UNREAD: usize = 256 * 1024 * 1024;
 /// A new client's replies are taken to be this large (memcached's largest item by default)
 /// until some arrive: its first burst puts 8 requests in flight, more as small replies come.
