@@ -255,6 +255,26 @@ impl Framer {
     pub fn items(&self) -> &[Item] {
         &self.items
     }
+
+    /// The whole items so far of a get reply that [`Framer::next`] found incomplete.
+    pub fn items_so_far(&self) -> &[Item] {
+        if self.pos == 0 {
+            &[]
+        } else {
+            &self.items
+        }
+    }
+
+    /// The caller dropped the first `n` bytes of the buffer, which hold the first `k` of
+    /// [`Framer::items_so_far`] and nothing else: the reply goes on from there.
+    pub fn drop_front(&mut self, k: usize, n: usize) {
+        debug_assert!(k < self.items.len() && self.items[k].item.start == n);
+        self.items.drain(..k);
+        for item in &mut self.items {
+            *item = item.moved(n, 0);
+        }
+        self.pos -= n;
+    }
 }
 
 /// One backend connection's reply framing, by protocol.
@@ -291,6 +311,21 @@ impl ReplyFramer {
         match self {
             ReplyFramer::Memcached(f) => f.items(),
             ReplyFramer::Resp(_) => &[],
+        }
+    }
+
+    /// The whole items so far of an incomplete memcached get reply (always empty for RESP).
+    pub fn items_so_far(&self) -> &[Item] {
+        match self {
+            ReplyFramer::Memcached(f) => f.items_so_far(),
+            ReplyFramer::Resp(_) => &[],
+        }
+    }
+
+    /// See [`Framer::drop_front`].
+    pub fn drop_front(&mut self, k: usize, n: usize) {
+        if let ReplyFramer::Memcached(f) = self {
+            f.drop_front(k, n);
         }
     }
 }

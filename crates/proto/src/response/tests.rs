@@ -47,6 +47,27 @@ fn frames_each_reply_kind() {
 }
 
 #[test]
+fn items_so_far_can_be_dropped_and_the_reply_goes_on() {
+    let reply = b"VALUE a 0 1\r\nA\r\nVALUE b 0 2\r\nBB\r\nVALUE c 0 3\r\nCCC\r\nEND\r\n";
+    let mut f = Framer::new();
+    assert!(f.items_so_far().is_empty());
+    let cut = 40; // a's and b's items, part of c's
+    assert!(matches!(f.next(&reply[..cut]), Frame::Incomplete(_)));
+    assert_eq!(f.items_so_far().len(), 2);
+    let a = f.items_so_far()[0].item.end;
+    f.drop_front(1, a);
+    let rest = &reply[a..];
+    assert_eq!(
+        f.items_so_far()[0],
+        items_of(&reply[a..])[0],
+        "b's item, moved"
+    );
+    assert_eq!(f.next(rest), Frame::Complete(rest.len()));
+    assert_eq!(f.items(), items_of(rest));
+    assert!(f.items_so_far().is_empty(), "at a reply boundary again");
+}
+
+#[test]
 fn incomplete_until_whole_and_knows_the_size() {
     let reply = b"VALUE k 0 10\r\n0123456789\r\nEND\r\n";
     for cut in 0..reply.len() {

@@ -9,7 +9,7 @@ use proto::resp;
 use proto::response::{Frame, Item, ReplyFramer};
 
 use super::client::deliver;
-use super::get_batch::{GetBatch, Member};
+use super::get_batch::{GetBatch, Member, SPLIT_EARLY_FROM};
 use super::{error_reply, token, Worker, KIND_BACKEND};
 use crate::buf::ReadBuf;
 use crate::mcrouter::reply::McResult;
@@ -93,7 +93,7 @@ impl Pending {
     /// Each request this entry answers: itself, or every member of its merged get.
     pub(super) fn targets(&self) -> impl Iterator<Item = ReplyTo> + '_ {
         let lone = self.batch.is_none().then_some(self.to);
-        let merged = self.batch.iter().flat_map(|b| b.members()).map(|m| m.to);
+        let merged = self.batch.iter().flat_map(|b| b.waiting()).map(|m| m.to);
         lone.into_iter().chain(merged)
     }
 }
@@ -420,8 +420,37 @@ impl Worker {
                     any = true;
                 }
                 Frame::Incomplete(total) => {
+                    let mut dropped = 0;
+                    let items = be.framer.items_so_far();
+                    if let (true, false, Some(batch)) = (
+                        be.rbuf.len() >= SPLIT_EARLY_FROM,
+                        items.is_empty(),
+                        be.pending.front_mut().and_then(|p| p.batch.as_mut()),
+                    ) {
+                        // A large merged reply: answer whom its first items settle, and
+                        // drop them, rather than hold it all.
+                        let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
+                        let partial = be.rbuf.filled();
+                        let split = batch.split_partial(
+                            partial,
+                            items,
+                            &mut be.scratch,
+                            |m, part, part_items| {
+                                deliver(clients, dirty, m.to, part, part_items, true);
+                            },
+                        );
+                        if let Some((k, n)) = split {
+                            be.framer.drop_front(k, n);
+                            be.rbuf.consume(n);
+                            be.rt.counters[self.id].servers[be.server]
+                                .response_bytes
+                                .add(n as i64);
+                            dropped = n;
+                            any = true;
+                        }
+                    }
                     if let Some(t) = total {
-                        be.rbuf.reserve_total(t);
+                        be.rbuf.reserve_total(t - dropped);
                     }
                     break;
                 }
@@ -698,6 +727,51 @@ fn with_tls(stream: Stream, rt: &PoolRt, s: usize) -> io::Result<Stream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proto::response::Framer;
+
+    #[test]
+    fn a_failed_merged_get_answers_only_those_still_waiting() {
+        let to = |client| ReplyTo {
+            client,
+            gen: 1,
+            seq: 0,
+            frag: 0,
+        };
+        let mut batch = GetBatch::default();
+        batch.push(
+            Member {
+                to: to(1),
+                nkeys: 0,
+            },
+            [&b"a"[..]],
+        );
+        batch.push(
+            Member {
+                to: to(2),
+                nkeys: 0,
+            },
+            [&b"b"[..]],
+        );
+        // a's item and b's, whole: 1 is answered before the connection fails
+        let partial = b"VALUE a 0 1\r\nA\r\nVALUE b 0 1\r\nB\r\n";
+        let mut framer = Framer::new();
+        framer.next(partial);
+        let items = framer.items_so_far().to_vec();
+        let mut answered = Vec::new();
+        let mut scratch = Default::default();
+        batch.split_partial(partial, &items, &mut scratch, |m, _, _| {
+            answered.push(m.to.client)
+        });
+        assert_eq!(answered, [1]);
+        let p = Pending {
+            to: to(1),
+            quiet: false,
+            at: Instant::now(),
+            bytes: 0,
+            batch: Some(Box::new(batch)),
+        };
+        assert_eq!(p.targets().map(|t| t.client).collect::<Vec<_>>(), [2]);
+    }
 
     #[test]
     fn redis_handshake_sends_only_what_is_configured() {
