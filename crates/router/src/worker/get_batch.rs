@@ -370,38 +370,10 @@ mod tests {
 
     proptest! {
         /// Whatever subset of keys hits, splitting the merged reply gives each request
-        /// exactly what the backend would have answered it alone.
+        /// exactly what the backend would have answered it alone: whole, and when the reply
+        /// arrives in pieces of any sizes and is split as it comes.
         #[test]
         fn split_equals_separate_gets(
-            reqs in prop::collection::vec(prop::collection::vec(0u8..6, 1..5), 1..8),
-            hit_mask in any::<u8>(),
-        ) {
-            let hit = |k: u8| hit_mask & (1 << k) != 0;
-            let name = |k: u8| format!("k{k}");
-            let alone = |keys: &[u8]| {
-                let mut r = Vec::new();
-                for &k in keys.iter().filter(|&&k| hit(k)) {
-                    r.extend(value(&name(k), &format!("v{k}")));
-                }
-                r.extend_from_slice(b"END\r\n");
-                r
-            };
-            let mut b = GetBatch::default();
-            for (i, keys) in reqs.iter().enumerate() {
-                let names: Vec<String> = keys.iter().map(|&k| name(k)).collect();
-                b.push(member(i as u32), names.iter().map(|n| n.as_bytes()));
-            }
-            let all: Vec<u8> = reqs.concat();
-            let got = split(&b, &alone(&all));
-            prop_assert_eq!(got.len(), reqs.len());
-            for (i, keys) in reqs.iter().enumerate() {
-                prop_assert_eq!(&got[i], &(i as u32, alone(keys)));
-            }
-        }
-
-        /// The same when the reply arrives in pieces of any sizes and is split as it comes.
-        #[test]
-        fn split_as_it_arrives_equals_separate_gets(
             reqs in prop::collection::vec(prop::collection::vec(0u8..6, 1..5), 1..8),
             hit_mask in any::<u8>(),
             cuts in prop::collection::vec(1usize..24, 1..6),
@@ -416,17 +388,22 @@ mod tests {
                 r.extend_from_slice(b"END\r\n");
                 r
             };
-            let mut b = GetBatch::default();
+            let batch = || {
+                let mut b = GetBatch::default();
+                for (i, keys) in reqs.iter().enumerate() {
+                    let names: Vec<String> = keys.iter().map(|&k| name(k)).collect();
+                    b.push(member(i as u32), names.iter().map(|n| n.as_bytes()));
+                }
+                b
+            };
+            let reply = alone(&reqs.concat());
+            let whole = split(&batch(), &reply);
+            let in_pieces = split_as_it_arrives(&mut batch(), &reply, &cuts);
+            prop_assert_eq!(whole.len(), reqs.len());
             for (i, keys) in reqs.iter().enumerate() {
-                let names: Vec<String> = keys.iter().map(|&k| name(k)).collect();
-                b.push(member(i as u32), names.iter().map(|n| n.as_bytes()));
+                prop_assert_eq!(&whole[i], &(i as u32, alone(keys)));
             }
-            let all: Vec<u8> = reqs.concat();
-            let got = split_as_it_arrives(&mut b, &alone(&all), &cuts);
-            prop_assert_eq!(got.len(), reqs.len());
-            for (i, keys) in reqs.iter().enumerate() {
-                prop_assert_eq!(&got[i], &(i as u32, alone(keys)));
-            }
+            prop_assert_eq!(in_pieces, whole);
         }
     }
 }
