@@ -798,6 +798,8 @@ def test_a_client_that_stops_reading_after_small_replies_is_closed_at_256_mb(
         except ConnectionResetError:
             pass
         assert received < 256 * 1024 * 1024, "the client was not closed"
+        assert p.stats()["alpha"]["client_err"] >= 1
+        assert "replies it does not read" in p.log_text()
         with Conn(port) as c:
             assert c.request(b"get small\r\n", b"END\r\n") == b"END\r\n"
         greedy.close()
