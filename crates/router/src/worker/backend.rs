@@ -420,37 +420,12 @@ impl Worker {
                     any = true;
                 }
                 Frame::Incomplete(total) => {
-                    let mut dropped = 0;
-                    let items = be.framer.items_so_far();
-                    if let (true, false, Some(batch)) = (
-                        be.rbuf.len() >= SPLIT_EARLY_FROM,
-                        items.is_empty(),
-                        be.pending.front_mut().and_then(|p| p.batch.as_mut()),
-                    ) {
-                        // A large merged reply: answer whom its first items settle, and
-                        // drop them, rather than hold it all.
-                        let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
-                        let partial = be.rbuf.filled();
-                        let split = batch.split_partial(
-                            partial,
-                            items,
-                            &mut be.scratch,
-                            |m, part, part_items| {
-                                deliver(clients, dirty, m.to, part, part_items, true);
-                            },
-                        );
-                        if let Some((k, n)) = split {
-                            be.framer.drop_front(k, n);
-                            be.rbuf.consume(n);
-                            be.rt.counters[self.id].servers[be.server]
-                                .response_bytes
-                                .add(n as i64);
-                            dropped = n;
-                            any = true;
-                        }
+                    let dropped = self.split_early(b);
+                    if dropped > 0 {
+                        any = true;
                     }
                     if let Some(t) = total {
-                        be.rbuf.reserve_total(t - dropped);
+                        self.backends[b].rbuf.reserve_total(t - dropped);
                     }
                     break;
                 }
@@ -458,9 +433,42 @@ impl Worker {
             }
         }
         if any {
+            let be = &self.backends[b];
             be.rt.record_success(be.server);
         }
         true
+    }
+
+    /// A merged reply still arriving with `SPLIT_EARLY_FROM` bytes buffered: answers whom
+    /// its first items settle and drops them, rather than hold it all. Returns the bytes
+    /// dropped.
+    fn split_early(&mut self, b: usize) -> usize {
+        let be = &mut self.backends[b];
+        if be.rbuf.len() < SPLIT_EARLY_FROM {
+            return 0;
+        }
+        let Some(batch) = be.pending.front_mut().and_then(|p| p.batch.as_mut()) else {
+            return 0;
+        };
+        let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
+        let items = be.framer.items_so_far();
+        let split = batch.split_partial(
+            be.rbuf.filled(),
+            items,
+            &mut be.scratch,
+            |m, part, part_items| {
+                deliver(clients, dirty, m.to, part, part_items, true);
+            },
+        );
+        let Some((k, n)) = split else {
+            return 0;
+        };
+        be.framer.drop_front(k, n);
+        be.rbuf.consume(n);
+        be.rt.counters[self.id].servers[be.server]
+            .response_bytes
+            .add(n as i64);
+        n
     }
 
     pub(super) fn fail_then(&mut self, b: usize, why: Why) -> bool {

@@ -129,6 +129,14 @@ impl Client {
         self.reply_estimate = len.max(self.reply_estimate - self.reply_estimate / 4);
     }
 
+    /// Queues client `ci` (this one) for a flush at the end of the turn, once.
+    fn mark_dirty(&mut self, ci: usize, dirty: &mut Vec<usize>) {
+        if !self.dirty {
+            self.dirty = true;
+            dirty.push(ci);
+        }
+    }
+
     /// Moves finished replies at the head of the queue to the write buffer.
     pub(super) fn drain_ready(&mut self) {
         while let Some(front) = self.slots.front() {
@@ -241,15 +249,10 @@ pub(super) fn deliver(
     if c.gen != to.gen {
         return;
     }
-    if c.unsent() >= MAX_UNREAD {
-        // Checked per reply: one turn may read hundreds of MB from a fast server.
-        c.overflowed = true;
-    }
+    // Checked per reply: one turn may read hundreds of MB from a fast server.
+    c.overflowed |= c.unsent() >= MAX_UNREAD;
     if c.overflowed {
-        if !c.dirty {
-            c.dirty = true;
-            dirty.push(ci);
-        }
+        c.mark_dirty(ci, dirty);
         return;
     }
     let i = to.seq.wrapping_sub(c.head_seq) as usize;
@@ -293,19 +296,13 @@ pub(super) fn deliver(
         }
     }
     c.drain_ready();
-    if !c.dirty {
-        c.dirty = true;
-        dirty.push(ci);
-    }
+    c.mark_dirty(ci, dirty);
 }
 
 impl Worker {
     pub(super) fn mark_client(&mut self, ci: usize) {
         if let Some(c) = self.clients.get_mut(ci) {
-            if !c.dirty {
-                c.dirty = true;
-                self.dirty_clients.push(ci);
-            }
+            c.mark_dirty(ci, &mut self.dirty_clients);
         }
     }
 

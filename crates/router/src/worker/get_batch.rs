@@ -38,9 +38,8 @@ pub struct GetBatch {
     keys: Vec<u8>,
     key_ends: Vec<u32>,
     members: Vec<Member>,
-    /// Members already answered from the first items of the reply, and their keys.
+    /// Members already answered from the first items of the reply.
     answered: usize,
-    answered_keys: usize,
 }
 
 impl GetBatch {
@@ -51,6 +50,14 @@ impl GetBatch {
     /// The members not answered yet.
     pub fn waiting(&self) -> &[Member] {
         &self.members[self.answered..]
+    }
+
+    /// The keys of the members already answered.
+    fn answered_keys(&self) -> usize {
+        self.members[..self.answered]
+            .iter()
+            .map(|m| m.nkeys as usize)
+            .sum()
     }
 
     pub fn key_count(&self) -> usize {
@@ -78,7 +85,6 @@ impl GetBatch {
         self.key_ends.clear();
         self.members.clear();
         self.answered = 0;
-        self.answered_keys = 0;
     }
 
     fn key(&self, i: usize) -> &[u8] {
@@ -107,7 +113,7 @@ impl GetBatch {
             return;
         }
         let mut next_item = 0;
-        let mut next_key = self.answered_keys;
+        let mut next_key = self.answered_keys();
         for m in self.waiting() {
             let first = next_item;
             next_item = self.walk(m, next_key, reply, items, next_item);
@@ -126,7 +132,7 @@ impl GetBatch {
         scratch: &mut (Vec<u8>, Vec<Item>),
         mut each: impl FnMut(&Member, &[u8], &[Item]),
     ) -> Option<(usize, usize)> {
-        let (mut next_item, mut answered, mut next_key) = (0, self.answered, self.answered_keys);
+        let (mut next_item, mut answered, mut next_key) = (0, self.answered, self.answered_keys());
         while let Some(m) = self.members.get(answered) {
             let end = self.walk(m, next_key, partial, items, next_item);
             if end >= items.len() {
@@ -138,7 +144,7 @@ impl GetBatch {
         if answered == self.answered {
             return None;
         }
-        (self.answered, self.answered_keys) = (answered, next_key);
+        self.answered = answered;
         Some((next_item, items[next_item].item.start))
     }
 
