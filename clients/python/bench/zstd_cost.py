@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What zstd's own call costs the client per value, with the caches warm and with them cold.
 
-Trains a dictionary as the client does (``ManagedDicts()``'s size and level) on 1,000 records of
-each kind, then times the client's compress and decompress calls (``memfleet._dicts.Dictionary``,
-the client's parameters) on 100 other records: best of 5 passes, µs per call. "cold" writes a
+Trains a dictionary as the client does (``memfleet._dicts.train``, ``ManagedDicts()``'s size and
+level) on 1,000 records of each kind, then times the client's compress and decompress calls (the
+client's ``Dictionary``, its parameters) on 100 other records: best of 5 passes, µs per call. "cold" writes a
 4 MB buffer before every call, as the kernel and a server sharing the CPU do between two requests.
 No server, no network: this is the floor under what a managed ``set`` or ``get`` adds.
 
@@ -18,10 +18,9 @@ import time
 from typing import Callable
 
 import msgpack
-import zstandard
 
 import memfleet
-from memfleet._dicts import Dictionary
+from memfleet._dicts import train
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from samples import feed_entry, small_profile  # noqa: E402
@@ -49,8 +48,7 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for gen in (small_profile, feed_entry):
         training = [msgpack.packb(gen(10_000 + i)) for i in range(policy.min_samples)]
-        trained = zstandard.train_dictionary(policy.dict_size, training, level=policy.level)
-        d = Dictionary(trained.as_bytes(), policy.level)
+        d = train(training, policy.dict_size, policy.level)  # as the client trains a family's
         values = [msgpack.packb(gen(i)) for i in range(100)]
         frames = [d.compress(v) for v in values]
         plain = sum(map(len, values)) / len(values)

@@ -217,6 +217,16 @@ def compression_params(level: int, dict_size: int) -> zstandard.ZstdCompressionP
     )
 
 
+def train(samples: list[bytes], dict_size: int, level: int, family: Family | None = None) -> Dictionary:
+    """A dictionary with a new random id for ``samples`` (encoded values), of ``dict_size`` bytes
+    at most and an eighth of the samples' size at most; raises ``zstandard.ZstdError`` when zstd
+    cannot train one."""
+    training: list[bytes | bytearray | memoryview] = list(samples)
+    size = min(dict_size, max(1024, sum(map(len, training)) // 8))
+    zd = zstandard.train_dictionary(size, training, dict_id=new_id(), level=level)
+    return Dictionary(zd.as_bytes(), level, family)
+
+
 def new_id() -> int:
     # zstd leaves ids below 32768 and from 2**31 to registered dictionaries
     return 32768 + secrets.randbelow((1 << 31) - 32768)
@@ -404,16 +414,13 @@ class Dictionaries:
         policy = self.policy
         assert policy is not None
         held_out = samples[::10]
-        training: list[bytes | bytearray | memoryview] = [s for i, s in enumerate(samples) if i % 10]
-        size = min(policy.dict_size, max(1024, sum(map(len, training)) // 8))
         try:
-            zd = zstandard.train_dictionary(size, training, dict_id=new_id(), level=self._level)
+            d = train([s for i, s in enumerate(samples) if i % 10], policy.dict_size, self._level, fam)
         except zstandard.ZstdError as exc:
             log.warning("memfleet: training a dictionary for %r failed: %s", fam.name, exc)
             fam.sampling = True
             fam.settle()
             return
-        d = Dictionary(zd.as_bytes(), self._level, fam)
         with_dict = sum(len(d.compress(s)) for s in held_out)
         d.baseline = with_dict / max(1, sum(len(self._plain(s)) for s in held_out))
         self.counts["trained"] += 1
