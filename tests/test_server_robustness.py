@@ -215,39 +215,105 @@ def test_stalled_large_sets_count_against_the_memory_limit() -> None:
     assert rss["memfleet"] < 64 + 48, rss
 
 
-def test_stalled_set_refused_when_memory_is_taken_then_finishes() -> None:
-    """Once values under way fill -m, a further large set gets memcached's reply at its
-    command line and its value is swallowed; the connection stays usable, and a held one
-    that finishes is stored. (memcached allocates a large item's chunks as they arrive, so
-    whether it refuses here depends on timing: only memfleet is checked.)"""
+def wait_for_bytes_read(port: int, sent: int) -> None:
+    """Waits until the server has read `sent` bytes from its clients (its `bytes_read`)."""
+    deadline = time.monotonic() + 30
+    while int(stats(port)["bytes_read"]) < sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_values_under_way_fill_their_share_then_a_set_is_refused_and_a_held_one_finishes() -> None:
+    """Values under way hold at most a quarter of -m together (at -m 64, 16 MiB). Once held
+    sets fill that share with bytes they really sent, a further large set whose value
+    arrives in parts gets memcached's reply as they arrive and its value is swallowed; the
+    connection stays usable, and a held one that finishes is stored. (memcached allocates a
+    large item's chunks as they arrive, so whether it refuses here depends on timing: only
+    memfleet is checked.)"""
     size = 1000 * 1000
-    with memfleet("-m", "64", "-M") as server:
+    part = 990 * 1000
+    with memfleet("-m", "64") as server:
         port = server.port or 0
         held = []
         sent = 0
-        for i in range(80):
+        # One at a time, so that each is charged whole before the next arrives: 16 fit in
+        # 16 MB, and what is left is less than the late value.
+        for i in range(20):
             s = socket.create_connection(("127.0.0.1", port))
-            request = b"set held%d 0 0 %d\r\n" % (i, size) + b"h" * 1000
+            request = b"set held%d 0 0 %d\r\n" % (i, size) + b"h" * part
             s.sendall(request)
             sent += len(request)
             held.append(s)
-        # The held sets reserve their memory when the server reads them: wait until it has.
-        deadline = time.monotonic() + 30
-        while int(stats(port)["bytes_read"]) < sent and time.monotonic() < deadline:
-            time.sleep(0.05)
+            wait_for_bytes_read(port, sent)
         with Conn(port) as c:
-            c.send(b"set late 0 0 %d\r\n" % size + b"x" * size + b"\r\n")
+            # Its part arrives (and is refused) before the rest: a value that arrives whole
+            # in one read is stored, evicting as any store does.
+            late = b"set late 0 0 %d\r\n" % size + b"x" * part
+            c.send(late)
+            wait_for_bytes_read(port, sent + len(late))
+            c.send(b"x" * (size - part) + b"\r\n")
             assert c.read_line() == b"SERVER_ERROR out of memory storing object\r\n"
             assert c.request(b"version\r\n").startswith(b"VERSION ")
             assert c.request(b"get late\r\n", b"END\r\n") == b"END\r\n"
         for s in held[1:]:
             s.close()
         first = held[0]
-        first.sendall(b"h" * (size - 1000) + b"\r\n")
+        first.sendall(b"h" * (size - part) + b"\r\n")
         first.settimeout(5)
         assert first.recv(100) == b"STORED\r\n"
         first.close()
         assert int(stats(port)["store_no_memory"]) > 0
+
+
+def test_announced_values_that_never_arrive_evict_nothing() -> None:
+    """65 clients announce 1 MB values (65 MB, more than -m 64), send 10 bytes and stall:
+    only what arrived is charged, so the 2,000 items stored before all stay (memcached
+    evicts none either)."""
+    kept: dict[str, int] = {}
+    for name, server in both("-m", "64"):
+        port = server.port or 0
+        with Conn(port) as c:
+            c.send(
+                b"".join(
+                    b"set item%d 0 0 100 noreply\r\n%s\r\n" % (i, b"i" * 100) for i in range(2000)
+                )
+            )
+            assert c.request(b"version\r\n").startswith(b"VERSION ")
+        socks = []
+        sent = int(stats(port)["bytes_read"])
+        for i in range(65):
+            s = socket.create_connection(("127.0.0.1", port))
+            request = b"set stall%d 0 0 1000000\r\n" % i + b"s" * 10
+            s.sendall(request)
+            sent += len(request)
+            socks.append(s)
+        wait_for_bytes_read(port, sent)
+        with Conn(port) as c:
+            keys = b" ".join(b"item%d" % i for i in range(2000))
+            reply = c.request(b"get " + keys + b"\r\n", b"END\r\n")
+            kept[name] = reply.count(b"VALUE ")
+            evictions = int(c.stats()["evictions"])
+        for s in socks:
+            s.close()
+        assert evictions == 0, (name, evictions)
+    assert kept == {"memfleet": 2000, "memcached": 2000}, kept
+
+
+def test_values_just_under_64_kib_stalled_on_thousands_of_connections_stay_in_bounds() -> None:
+    """2,000 clients each send 64,000 of the 65,000 bytes they announce and stall: 128 MB
+    really sent. What values under way hold is item memory within -m (their share of it),
+    so the server's RSS stays within memcached's under the same load."""
+    conns = 2000
+
+    def load(port: int) -> list[socket.socket]:
+        socks = []
+        for i in range(conns):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"set part%d 0 0 65000\r\n" % i + b"p" * 64000)
+            socks.append(s)
+        return socks
+
+    rss = measure(("-m", "64", "-c", "4096"), load)
+    assert rss["memfleet"] <= rss["memcached"] + 8, rss
 
 
 MEMLIMITS = [

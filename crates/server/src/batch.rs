@@ -2,10 +2,12 @@
 //! executes them, and lays the buffer out for a large request still arriving.
 //!
 //! A value of at least `execute::IN_PLACE_MIN` bytes is received into a buffer of its own
-//! that becomes the item's. That buffer is item memory before it is an item: it is charged
-//! to the store's limit (`store::Store::reserve`) while the value arrives, as memcached
-//! receives values into memory under `-m`, and refused with memcached's reply when no room
-//! can be made.
+//! that becomes the item's. A request larger than a pooled read buffer is item memory before
+//! it is an item: what has arrived of it is charged to the store's limit
+//! (`store::Store::reserve`), as memcached receives values into memory under `-m`, and it is
+//! refused with memcached's reply when no room can be made. Only bytes that arrived are
+//! charged, so announcing values and stalling evicts nothing, and values under way hold at
+//! most a quarter of `-m` together (`Store::in_flight_cap`).
 
 use proto::reply;
 
@@ -52,6 +54,8 @@ pub fn process(
     let limits = &env.shared.limits;
     let mut pos = conn.front;
     let mut stopped_early = false;
+    // The request left incomplete at the front holds a charge (`Conn::reserved`).
+    let mut charged = false;
     while pos < buf.len() && !conn.closing {
         if out.len() >= env.reply_cap || conn.budget == 0 {
             stopped_early = true;
@@ -137,6 +141,14 @@ pub fn process(
             }
             proto::Parse::Incomplete { total } => {
                 if let Some(total) = total {
+                    // Charged as it arrives (what arrived is all of this request's).
+                    if total > pool.buf_size() {
+                        if !conn.reserve_to(&env.shared.store, (buf.len() - pos) as u64) {
+                            refuse_value(env, conn, buf, pos, total, out);
+                            break;
+                        }
+                        charged = true;
+                    }
                     let in_place = total >= execute::IN_PLACE_MIN;
                     // Keep a buffer already laid out for this request.
                     if pos != conn.front
@@ -144,12 +156,8 @@ pub fn process(
                         || in_place != (conn.front > 0)
                     {
                         buf.drain(..pos);
-                        pos = 0;
-                        if in_place && !reserve(env, conn, total) {
-                            refuse_value(env, conn, buf, total, out);
-                            break;
-                        }
                         conn.front = grow_for(pool, buf, total, in_place);
+                        pos = conn.front;
                     }
                 }
                 break;
@@ -190,29 +198,29 @@ pub fn process(
         buf.drain(..pos);
         conn.front = 0;
     }
-    if conn.front == 0 {
+    if !charged {
         conn.release_reservation(&env.shared.store);
     }
     stopped_early
 }
 
-/// Charges the buffer for a large request of `total` bytes to the store's memory limit.
-fn reserve(env: &ExecEnv<'_>, conn: &mut Conn, total: usize) -> bool {
-    conn.reserve(&env.shared.store, (HEADROOM + total) as u64)
-}
-
-/// No memory for a large value under way: answer as memcached does when it cannot allocate
-/// the item, and discard the value (the part in `buf` now, the rest as it arrives).
+/// No memory for a value under way: answer as memcached does when it cannot allocate the
+/// item, and discard the value (the part in `buf` from `at` now, the rest as it arrives).
 fn refuse_value(
     env: &ExecEnv<'_>,
     conn: &mut Conn,
     buf: &mut Vec<u8>,
+    at: usize,
     total: usize,
     out: &mut Vec<u8>,
 ) {
     env.stats.store_no_memory.incr();
-    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
-    let noreply = buf[..line_end]
+    let request = &buf[at..];
+    let line_end = request
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(request.len());
+    let noreply = request[..line_end]
         .split(|b| b.is_ascii_whitespace())
         .rfind(|t| !t.is_empty())
         == Some(b"noreply");
@@ -220,11 +228,12 @@ fn refuse_value(
         out.extend_from_slice(reply::SERVER_ERROR_OOM_STORING);
     }
     if env.shared.verbose() > 1 {
-        verbose::request(conn.stream.fd(), &buf[..line_end]);
+        verbose::request(conn.stream.fd(), &request[..line_end]);
         verbose::replies(conn.stream.fd(), reply::SERVER_ERROR_OOM_STORING);
     }
-    conn.swallow = total - buf.len();
+    conn.swallow = total - request.len();
     buf.clear();
+    conn.front = 0;
 }
 
 /// Makes room for a request of `total` bytes (a large value), preferring a buffer the pool

@@ -3,9 +3,9 @@
 //!
 //! A connection speaks binary from its first byte on (`-B binary`, or 0x80 under `-B auto`,
 //! decided once in `batch`). Values are copied into the store (no in-place receive), but a
-//! value of `execute::IN_PLACE_MIN` bytes or more is charged to `-m` while it arrives, as on
-//! text connections; the read buffer never grows past what the codec asks for, which is
-//! bounded by the item size limit.
+//! value larger than a pooled read buffer is charged to `-m` as it arrives, as on text
+//! connections; the read buffer never grows past what the codec asks for, which is bounded
+//! by the item size limit.
 
 use proto::binary::{self as bin, opcode as op, BinError, BinParse, BinRequest, Command, Status};
 use proto::{StoreCmd, Tokens};
@@ -93,13 +93,11 @@ pub fn process(
             BinParse::Incomplete { total } => {
                 buf.drain(..pos);
                 pos = 0;
-                // A large value's buffer is charged to `-m` while it arrives (a header waiting
-                // for a long key is bounded by the 64 KiB key length field, and not charged).
-                let charge = (total + GROW_SLACK) as u64;
-                if total >= execute::IN_PLACE_MIN
-                    && waits_for_value(buf, total)
-                    && !conn.reserve(&env.shared.store, charge)
-                {
+                // A value larger than a pooled buffer is charged to `-m` as it arrives (a
+                // header waiting for a long key is bounded by the 64 KiB key length field,
+                // and not charged).
+                let charge = total > pool.buf_size() && waits_for_value(buf, total);
+                if charge && !conn.reserve_to(&env.shared.store, buf.len() as u64) {
                     refuse_value(env, conn, buf, total, out);
                 } else if total > buf.capacity() {
                     let mut big = pool
@@ -213,6 +211,7 @@ fn refuse_value(
     }
     hold_or_send(conn, total - buf.len(), reply, out);
     buf.clear();
+    conn.release_reservation(&env.shared.store);
 }
 
 /// Executes one request, appending its replies to `out`. True: close the connection.

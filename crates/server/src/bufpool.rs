@@ -29,6 +29,11 @@ impl BufPool {
         }
     }
 
+    /// The capacity of the buffers `take` hands out.
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+
     /// An empty buffer with at least `buf_size` capacity.
     pub fn take(&mut self) -> Vec<u8> {
         self.free

@@ -102,8 +102,9 @@ pub struct Conn {
     /// Keys of the get at the front of `rbuf` already answered: it paused while its
     /// replies were written (see `execute::retrieve`).
     pub resume: usize,
-    /// Bytes charged to the store's memory limit for the large value being received into
-    /// `rbuf` (see `batch`); given back once the request is done or the connection closes.
+    /// Bytes charged to the store's memory limit for the value being received into `rbuf`:
+    /// what has arrived of a request larger than a pooled read buffer (see `batch`); given
+    /// back once the request is done or the connection closes.
     pub reserved: u64,
     /// Bytes still to discard (the data block of a refused value).
     pub swallow: usize,
@@ -192,13 +193,14 @@ impl Conn {
             && self.authenticated
     }
 
-    /// Charges `bytes` for the large value under way to the store's memory limit, once per
-    /// value (a charge already made stands). False when the store has no room.
-    pub fn reserve(&mut self, store: &store::Store, bytes: u64) -> bool {
-        if self.reserved > 0 {
+    /// Raises the charge for the value under way to `bytes` (what has arrived of it, so a
+    /// client that announces a value and stalls holds only what it sent). False when the
+    /// store has no room, or values under way already hold their share (`Store::reserve`).
+    pub fn reserve_to(&mut self, store: &store::Store, bytes: u64) -> bool {
+        if bytes <= self.reserved {
             return true;
         }
-        if !store.reserve(bytes) {
+        if !store.reserve(bytes - self.reserved) {
             return false;
         }
         self.reserved = bytes;

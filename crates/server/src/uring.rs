@@ -8,9 +8,10 @@
 //! (`batch::process`), and its replies go out as one send. All sends, re-armed receives and cancels of a turn reach the
 //! kernel with the next turn's single `io_uring_enter`, which also waits for completions.
 //!
-//! While a connection's replies are being sent its requests wait, as with epoll; receiving
-//! goes on until `PAUSE_AT` bytes wait unread, then the receive is cancelled until the
-//! replies are out, so a client that never reads holds bounded memory.
+//! While a connection's replies are being sent its requests wait, as with epoll, and so do
+//! requests past its `-R` budget; receiving goes on until `PAUSE_AT` bytes wait unexecuted,
+//! then the receive is cancelled until they have run, so a client that never reads, or one
+//! that pipelines quiet requests faster than they run, holds bounded memory.
 
 use std::collections::VecDeque;
 use std::io;
@@ -57,9 +58,9 @@ const RECV_BUF_SIZE: usize = 4 * 1024;
 const RECV_WINDOW: u32 = 64 * 1024;
 /// The buffer group of the ring (one ring per worker, each on its own io_uring).
 const BGID: u16 = 0;
-/// While replies wait to be sent, receiving stops once this many request bytes wait (as
-/// the epoll loop stops reading; a multishot receive may still bring up to one turn's
-/// worth of buffers before its cancel lands).
+/// While replies wait to be sent or the `-R` budget is spent, receiving stops once this many
+/// request bytes wait (as the epoll loop stops reading; a multishot receive may still bring
+/// up to `RECV_WINDOW`, or on older kernels the ring's buffers, before its cancel lands).
 const PAUSE_AT: usize = READ_BUF;
 /// Replies up to this size are sent from a buffer of their size rather than a pooled
 /// `READ_BUF` one: a connection holds its reply buffer until the send completes, in a later
@@ -657,7 +658,9 @@ impl UringWorker {
             self.close(t);
             return;
         }
-        let backlog = conn.has_unsent() && conn.rbuf.len() >= PAUSE_AT;
+        // Requests wait on replies being sent, or on the `-R` budget (quiet commands make no
+        // replies, so only this bounds what a client that pipelines them has read ahead).
+        let backlog = (conn.has_unsent() || conn.pending) && conn.rbuf.len() >= PAUSE_AT;
         if slot.eof || conn.closing {
             return;
         }

@@ -70,6 +70,8 @@ pub struct Store {
     shards: Box<[Padded]>,
     g: Global,
     item_size_max: AtomicU64,
+    /// Bytes `reserve`d for values still arriving, at most `in_flight_cap`.
+    in_flight: AtomicU64,
     process_start: u32,
     steal_rotor: AtomicU32,
 }
@@ -118,6 +120,7 @@ impl Store {
             shards: shards.into_boxed_slice(),
             g,
             item_size_max: AtomicU64::new(cfg.item_size_max as u64),
+            in_flight: AtomicU64::new(0),
             process_start: cfg.process_start,
             steal_rotor: AtomicU32::new(0),
         }
@@ -382,8 +385,19 @@ impl Store {
 
     /// Charges `bytes` to the memory limit for a value still being received (memcached
     /// receives values into item memory), evicting as a store would. False when no room can
-    /// be made (evictions disabled, or everything left is itself reserved).
+    /// be made (evictions disabled, or everything left is itself reserved), or when values
+    /// under way already hold `in_flight_cap` bytes: clients that send part of a value and
+    /// stall can then take at most that share of the cache, not all of it.
     pub fn reserve(&self, bytes: u64) -> bool {
+        let cap = self.in_flight_cap();
+        let taken = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+                (cur + bytes <= cap).then_some(cur + bytes)
+            });
+        if taken.is_err() {
+            return false;
+        }
         for attempt in 0..1024 {
             if self.g.mem.try_reserve(bytes) {
                 return true;
@@ -392,15 +406,28 @@ impl Store {
                 continue;
             }
             if !self.steal(NSHARDS) && (!self.g.evictions || attempt > NSHARDS) {
-                return false;
+                break;
             }
         }
+        self.in_flight.fetch_sub(bytes, Ordering::Relaxed);
         false
     }
 
     /// Gives back a `reserve` charge.
     pub fn unreserve(&self, bytes: u64) {
         self.g.mem.release(bytes);
+        self.in_flight.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// The most that values still arriving may hold together: a quarter of the limit, and
+    /// never less than two of the largest items.
+    pub fn in_flight_cap(&self) -> u64 {
+        (self.mem_limit() / 4).max(2 * self.item_size_max.load(Ordering::Relaxed))
+    }
+
+    /// Bytes reserved for values still arriving.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// `cache_memlimit`: takes effect at once for new allocations; `reclaim` evicts down.

@@ -227,15 +227,44 @@ fn reserving_for_a_value_under_way_evicts_and_counts_against_the_limit() {
         set(&s, &format!("r{i}"), &v, T0);
     }
     let before = s.mem_used();
-    assert!(s.reserve(4 << 20), "evicts to make room");
+    assert!(s.reserve(2 << 20), "evicts to make room");
     let kept = (0..70)
         .filter(|i| val(&s, &format!("r{i}"), T0).is_some())
         .count();
     assert!(kept < 70, "items evicted for the reservation");
     assert!(s.mem_used() <= 8 << 20);
     assert!(!s.reserve(16 << 20), "more than the limit");
-    s.unreserve(4 << 20);
+    s.unreserve(2 << 20);
     assert!(s.mem_used() < before);
+    assert_eq!(s.in_flight(), 0);
+}
+
+#[test]
+fn values_under_way_hold_at_most_their_cap_together() {
+    let s = store_mb(64);
+    let cap = s.in_flight_cap();
+    assert_eq!(cap, 16 << 20, "a quarter of -m 64");
+    let v = "c".repeat(1000);
+    for i in 0..40_000 {
+        set(&s, &format!("c{i}"), &v, T0);
+    }
+    let step = 64 << 10;
+    let mut held = 0;
+    while s.reserve(step) {
+        held += step;
+        assert!(held <= cap, "reservations past the cap");
+    }
+    assert_eq!(held, cap, "refused only at the cap");
+    assert_eq!(s.in_flight(), cap);
+    // The cap bounds what stalled values can evict: most of the items are still there.
+    let kept = (0..40_000)
+        .filter(|i| val(&s, &format!("c{i}"), T0).is_some())
+        .count();
+    assert!(kept > 30_000, "only the cap's worth evicted, kept {kept}");
+    s.unreserve(step);
+    assert!(s.reserve(step), "room again once one is given back");
+    s.unreserve(cap);
+    assert_eq!(s.in_flight(), 0);
 }
 
 #[test]
@@ -255,6 +284,7 @@ fn without_evictions_a_full_store_refuses_stores_and_reservations() {
     assert_eq!(val(&s, "n0", T0).as_deref(), Some(v.as_str()));
     assert_eq!(s.stats().counters.evictions, 0);
     assert!(!s.reserve(1 << 20));
+    assert_eq!(s.in_flight(), 0, "a refused reservation holds nothing");
 }
 
 /// The item encoding's variable-width fields at their edges, through the whole store: cas
