@@ -648,3 +648,26 @@ def test_mcrouter_asynclog_replays_over_tls(
         eventually(none_left, "every key deleted over TLS")
         # Logged once the replay's last batch was acknowledged.
         eventually(lambda: "asynclog: replayed" in r.log_text(), "the replay logged")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_bulk_load_of_quiet_sets_over_tls_is_run_through(
+    impl: str, pki: Pki, start: Callable[..., Server]
+) -> None:
+    """200,000 `set ... noreply` down one TLS connection without reading (quiet requests make
+    no replies, so only the server's read-ahead bound slows the client), then `version`:
+    all are run, and the server holds a bounded part of the stream at a time."""
+    srv = start(impl, *pki.server_opts(), "-m", "64")
+    count = 200_000
+    with tls_conn(srv.port or 0, pki.context()) as c:
+        for first in range(0, count, 2000):
+            c.send(
+                b"".join(
+                    b"set k%d 0 0 100 noreply\r\n%s\r\n" % (i, b"v" * 100)
+                    for i in range(first, first + 2000)
+                )
+            )
+        assert c.request(b"version\r\n").startswith(b"VERSION ")
+        reply = c.request(b"get k%d\r\n" % (count - 1), b"END\r\n")
+        assert reply.endswith(b"v" * 100 + b"\r\nEND\r\n"), reply[:80]
+    assert srv.rss_mb("VmHWM") < 64 + 40, impl
