@@ -187,10 +187,9 @@ mod tests {
     /// A multishot receive on a real socket pair fills ring buffers, and recycled buffers
     /// are used again.
     #[test]
+    #[cfg_attr(io_uring_refused, ignore = "this kernel refuses io_uring")]
     fn multishot_receive_fills_and_reuses_buffers() {
-        let Ok(mut ring) = IoUring::new(8) else {
-            return; // io_uring refused here (engine::probe makes serve fall back to epoll)
-        };
+        let mut ring = IoUring::new(8).unwrap();
         let mut bufs = BufRing::new(2, 8);
         // SAFETY: `bufs` is declared after `ring`... and dropped after it (explicit drop).
         unsafe { bufs.register(&ring.submitter(), 3, false) }.unwrap();
@@ -217,15 +216,16 @@ mod tests {
     /// Incremental: receives on two sockets share one buffer, each completion's bytes
     /// follow the previous one's, and the buffer returns once the kernel has filled it.
     #[test]
+    #[cfg_attr(io_uring_refused, ignore = "this kernel refuses io_uring")]
+    #[cfg_attr(
+        io_uring_whole_buffers,
+        ignore = "a kernel before 6.12: whole buffers per receive (the test above)"
+    )]
     fn incremental_receives_share_a_buffer() {
-        let Ok(mut ring) = IoUring::new(8) else {
-            return; // io_uring refused here (engine::probe makes serve fall back to epoll)
-        };
+        let mut ring = IoUring::new(8).unwrap();
         let mut bufs = BufRing::new(2, 16);
         // SAFETY: `bufs` is dropped after `ring` (explicit drops below).
-        if unsafe { bufs.register(&ring.submitter(), 4, true) }.is_err() {
-            return; // a kernel before 6.12: whole buffers per receive (the test above)
-        }
+        unsafe { bufs.register(&ring.submitter(), 4, true) }.unwrap();
         let pairs: Vec<_> = (0..2)
             .map(|_| std::os::unix::net::UnixStream::pair().unwrap())
             .collect();
