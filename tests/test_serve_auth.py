@@ -36,6 +36,9 @@ SCRIPTS: list[list[bytes]] = [
     [b"set a 0 0 10\r\nuser  pass\r\n", b"delete k\r\n"],
     [b"set a 0 0 10\nother pw:2\r\n", b"set k 0 0 2\r\nhi\r\n", b"mg k v\r\n"],
     [b"set a 0 0 9\r\nuser pass\r\nget a\r\n"],
+    # Only spaces separate the words (docs/protocol.md): a tab does not, leading ones are skipped.
+    [b"set a 0 0 9\r\nuser\tpass\r\n", b"set a 0 0 11\r\n  user pass\r\n", b"mn\r\n"],
+    [b"set a 0 0 10\r\nuser pass \r\n", b"mn\r\n"],
 ]
 
 

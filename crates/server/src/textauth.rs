@@ -3,7 +3,8 @@
 //! `user password`. The key, flags and exptime are ignored and nothing is stored.
 //!
 //! Replies: `STORED` (logged in; later requests run normally), `CLIENT_ERROR authentication
-//! failure`, `CLIENT_ERROR bad authentication token format` (the value is not two words),
+//! failure`, `CLIENT_ERROR bad authentication token format` (the value has fewer than two
+//! space-separated words; words after the second are ignored, as in memcached),
 //! `CLIENT_ERROR bad command line termination` (the value does not end in `\r\n`), and
 //! `CLIENT_ERROR unauthenticated` for any other line. The connection stays open after each,
 //! except when a line has no newline within [`MAX_LINE`] bytes, which closes it. A declared
