@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harness import memfleet_bin
+from harness import free_port, memfleet_bin
 
 VALID = """// An mcrouter config as mcrouter's wiki writes them.
 {
@@ -153,3 +153,25 @@ def test_missing_file_and_bad_mode_are_errors(tmp_path: Path) -> None:
     r = validate("--config", f"file:{path}", mode="--validate-config=later")
     assert r.returncode == 1
     assert "expected exit or run" in r.stderr
+
+
+def test_a_path_without_file_prefix_is_named_as_such(tmp_path: Path) -> None:
+    """mcrouter reads `--config` as `file:PATH` or inline JSON; a bare path (a common slip)
+    gets a message that says so, not a JSON error at line 1, whether it exists or not."""
+    path = write(tmp_path, VALID)
+    for given in (str(path), str(tmp_path / "absent.json"), "mcrouter.json"):
+        r = validate("--config", given, "-R", "/region/cluster/")
+        assert r.returncode == 1, r.stderr
+        assert f"--config file:{given}" in r.stderr, r.stderr
+        run = subprocess.run(
+            [memfleet_bin(), "route", "--config", given, "-p", str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert run.returncode != 0
+        assert f"--config file:{given}" in run.stderr, run.stderr
+    # Inline JSON(M) still works, with a comment before the object too.
+    r = validate("--config", "// pools\n" + VALID, "-R", "/region/cluster/")
+    assert r.returncode == 0, r.stderr

@@ -53,6 +53,10 @@ pub fn source(args: &RouteArgs) -> Result<(String, String), String> {
     match (&args.config, &args.config_file, &args.config_str) {
         (Some(config), _, _) => match config.strip_prefix("file:") {
             Some(path) => read(path),
+            None if !looks_like_json(config) => Err(format!(
+                "--config '{config}' is neither file:PATH nor inline JSON: a path needs \
+                 mcrouter's file: prefix (--config file:{config})"
+            )),
             None => Ok(("--config".to_owned(), config.clone())),
         },
         (None, Some(path), _) => read(&path.to_string_lossy()),
@@ -61,6 +65,12 @@ pub fn source(args: &RouteArgs) -> Result<(String, String), String> {
                                    --config-file PATH, --config-str JSON)"
             .into()),
     }
+}
+
+/// Inline config text: JSON(M) starts with an object, or with a comment before it.
+fn looks_like_json(text: &str) -> bool {
+    let text = text.trim_start();
+    text.starts_with('{') || text.starts_with("//") || text.starts_with("/*")
 }
 
 /// The file to watch for changes, when the config came from one.
