@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from harness import Conn, Server, eventually, memcached, memfleet_bin
@@ -493,6 +494,27 @@ def test_reload_on_sighup_and_file_change_refuses_a_bad_config(servers) -> None:
             lambda: store(r.port, "k4") == b"STORED\r\n" and fetch(a.port, "k4") != b"END\r\n",
             "file watch reload",
         )
+
+
+def test_one_change_is_one_reload_whether_signalled_or_watched(servers) -> None:
+    """An edited config followed by SIGHUP is read once: the file watch, which checks the
+    file once a second, must not reload the same change again (it logged two reloads)."""
+    a, b = servers(2)
+    with run({"pools": pools(A=[a], B=[b]), "route": "PoolRoute|A"}) as r:
+        assert r.proc is not None
+
+        def reloads() -> int:
+            return r.log_text().count("configuration reloaded")
+
+        r.write({"pools": pools(A=[a], B=[b]), "route": "PoolRoute|B"})
+        r.proc.send_signal(signal.SIGHUP)
+        eventually(lambda: reloads() >= 1, "the signalled reload")
+        time.sleep(2.5)  # past two of the watch's once-a-second checks
+        assert reloads() == 1, r.log_text()
+        r.write({"pools": pools(A=[a], B=[b]), "route": "PoolRoute|A"})
+        eventually(lambda: reloads() >= 2, "the watched reload")
+        time.sleep(2.5)
+        assert reloads() == 2, r.log_text()
 
 
 def test_command_line(tmp_path: Path, servers) -> None:

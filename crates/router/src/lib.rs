@@ -509,6 +509,11 @@ impl Running {
             }
             let changed = self.watched_file_changed();
             if hup || changed {
+                if hup {
+                    // The file as of now is what this reload reads: the watch must not
+                    // reload it again for the same change.
+                    self.watch.mtime = mcrouter::config_path(&self.args).and_then(|p| modified(&p));
+                }
                 match self.reload() {
                     Ok(()) => log::notice("configuration reloaded"),
                     Err(e) => log::warn(&format!(
