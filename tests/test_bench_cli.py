@@ -183,3 +183,18 @@ def test_unsupported_memtier_options_are_refused_by_name(mc: Server) -> None:
     ]:
         r = bench("-p", str(mc.port), "-n", "1", *argv)
         assert r.returncode != 0 and name in r.stderr and "not supported" in r.stderr, r.stderr
+
+
+def test_error_replies_are_named_with_their_counts(tmp_path: Path) -> None:
+    """`errors N` alone says nothing of what went wrong: the report lists the error replies
+    by line with their counts, in the text output and the JSON file."""
+    js = tmp_path / "r.json"
+    with memcached("-m", "64", "-I", "1k", "-o", "slab_chunk_max=512") as small:
+        out = ok(
+            "-p", str(small.port), "-t", "1", "-c", "2", "-n", "50", "--ratio", "1:0",
+            "-d", "2000", "--hide-histogram", f"--json-out-file={js}",
+        )  # fmt: skip
+    assert re.search(r"errors 100\b", out), out
+    assert "  100 x SERVER_ERROR object too large for cache" in out, out
+    report = json.loads(js.read_text())
+    assert report["error_replies"] == [["SERVER_ERROR object too large for cache", 100]]

@@ -158,6 +158,9 @@ where
             record(&mut op.hist, us);
             if reply.error {
                 st.errors += 1;
+                if let Some(line) = parser.take_error_line() {
+                    st.note_error_reply(&line);
+                }
             }
             if sent_req.kind == OpKind::Get {
                 st.hits += reply.hits as u64;

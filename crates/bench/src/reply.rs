@@ -60,6 +60,8 @@ pub struct ReplyParser {
     acc: Reply,
     /// Elements of a Redis array reply still to read.
     left: u64,
+    /// The line of the first error in the reply being read (`take_error_line`).
+    error_line: Option<Box<[u8]>>,
 }
 
 impl Default for ReplyParser {
@@ -73,6 +75,7 @@ impl ReplyParser {
         ReplyParser {
             state: State::Line,
             acc: Reply::default(),
+            error_line: None,
             left: 0,
         }
     }
@@ -130,6 +133,19 @@ impl ReplyParser {
         std::mem::take(&mut self.acc)
     }
 
+    /// Marks the reply as an error, keeping its first error line.
+    fn fail(&mut self, line: &[u8]) {
+        self.acc.error = true;
+        if self.error_line.is_none() {
+            self.error_line = Some(line.into());
+        }
+    }
+
+    /// The error line of the last reply returned with `error` set (once).
+    pub fn take_error_line(&mut self) -> Option<Box<[u8]>> {
+        self.error_line.take()
+    }
+
     /// Handles one line; returns the reply if this line ends it. Lines are classified by
     /// [`proto::response::parse_line`], the same reader the router frames replies with.
     fn line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
@@ -142,7 +158,7 @@ impl ReplyParser {
         let parsed = parse_line(line).map_err(|_| bad(line))?;
         if parsed == Line::Error {
             // memcached ends any reply, even a multi-get in progress, with the error line.
-            self.acc.error = true;
+            self.fail(line);
             return Ok(Some(self.finish()));
         }
         let multi = expect == Expect::MetaMultiGet;
@@ -150,7 +166,7 @@ impl ReplyParser {
             (Expect::Store, Line::Other(status)) => {
                 match status {
                     b"STORED" => {}
-                    b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" => self.acc.error = true,
+                    b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" => self.fail(line),
                     _ => return Err(bad(line)),
                 }
                 Ok(Some(self.finish()))
@@ -158,7 +174,7 @@ impl ReplyParser {
             (Expect::MetaStore, Line::Other(status)) => {
                 match status.split(|&b| b == b' ').next().unwrap_or(b"") {
                     b"HD" => {}
-                    b"NS" | b"EX" | b"NF" => self.acc.error = true,
+                    b"NS" | b"EX" | b"NF" => self.fail(line),
                     _ => return Err(bad(line)),
                 }
                 Ok(Some(self.finish()))
@@ -207,7 +223,7 @@ impl ReplyParser {
         match t {
             b'-' => {
                 // An error element inside an array does not end it.
-                self.acc.error = true;
+                self.fail(line);
             }
             b'+' if expect == Expect::RedisStore => {}
             b'*' if expect == Expect::RedisMultiGet && !in_array => {

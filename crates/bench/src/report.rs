@@ -48,6 +48,8 @@ pub struct Report {
     pub misses: u64,
     pub hit_ratio: f64,
     pub errors: u64,
+    /// Error reply lines and how often each came, most frequent first.
+    pub error_replies: Vec<(String, u64)>,
     pub connection_errors: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
@@ -97,6 +99,7 @@ impl Report {
                 s.hits as f64 / looked as f64
             },
             errors: s.errors,
+            error_replies: s.error_replies_by_count(),
             connection_errors: s.connection_errors,
             bytes_sent: s.bytes_sent,
             bytes_received: s.bytes_received,
@@ -196,6 +199,12 @@ impl Report {
             self.errors,
             self.connection_errors
         );
+        for (line, n) in self.error_replies.iter().take(5) {
+            let _ = writeln!(o, "  {n} x {line}");
+        }
+        if self.error_replies.len() > 5 {
+            let _ = writeln!(o, "  ... and {} more kinds", self.error_replies.len() - 5);
+        }
         if with_histogram {
             let _ = writeln!(o, "\nlatency distribution (all requests):");
             for (p, us) in &self.latency_distribution {

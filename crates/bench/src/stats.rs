@@ -39,6 +39,12 @@ impl OpStats {
 }
 
 /// Everything one thread (or the whole run) counted.
+/// Distinct error lines kept by count; more would let a server that answers every request
+/// with a different line grow the map without bound.
+pub const ERROR_KINDS: usize = 16;
+/// Where error lines past the first `ERROR_KINDS` distinct ones are counted.
+pub const OTHER_ERRORS: &str = "(other error lines)";
+
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     pub sets: OpStats,
@@ -48,6 +54,9 @@ pub struct Stats {
     pub misses: u64,
     /// Error replies (ERROR, CLIENT_ERROR, SERVER_ERROR, NOT_STORED, ...).
     pub errors: u64,
+    /// How often each error reply's line came, for the first `ERROR_KINDS` distinct lines
+    /// (later ones count under `OTHER_ERRORS`).
+    pub error_replies: std::collections::BTreeMap<String, u64>,
     /// Connections that failed to connect or broke mid-run.
     pub connection_errors: u64,
     pub bytes_sent: u64,
@@ -61,9 +70,39 @@ impl Stats {
         self.hits += o.hits;
         self.misses += o.misses;
         self.errors += o.errors;
+        for (line, n) in &o.error_replies {
+            self.add_error_reply(line, *n);
+        }
         self.connection_errors += o.connection_errors;
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;
+    }
+
+    /// Counts one error reply by its line (as text, at most 120 characters).
+    pub fn note_error_reply(&mut self, line: &[u8]) {
+        let text = String::from_utf8_lossy(&line[..line.len().min(120)]);
+        self.add_error_reply(text.trim_end(), 1);
+    }
+
+    fn add_error_reply(&mut self, line: &str, n: u64) {
+        let known = self.error_replies.contains_key(line);
+        let key = if known || self.error_replies.len() < ERROR_KINDS {
+            line
+        } else {
+            OTHER_ERRORS
+        };
+        *self.error_replies.entry(key.to_owned()).or_default() += n;
+    }
+
+    /// Error reply lines, most frequent first.
+    pub fn error_replies_by_count(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .error_replies
+            .iter()
+            .map(|(line, n)| (line.clone(), *n))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v
     }
 
     pub fn ops(&self) -> u64 {
