@@ -170,6 +170,16 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
             command: b"refresh_certs",
             mut args,
         } => crate::tls::refresh_certs(env, args.any(|a| a == b"noreply"), out),
+        // A key dump is read until `END` (memcached-tool dump/keys, and most dump scripts),
+        // so memcached's one-line refusal would leave them waiting forever: refuse it as
+        // memcached does with its crawler off, then close, which ends such a reader at once.
+        Request::Admin {
+            command: b"lru_crawler",
+            args,
+        } if args.clone().next() == Some(&b"metadump"[..]) => {
+            out.extend_from_slice(reply::LRU_CRAWLER_DISABLED);
+            return Flow::Close;
+        }
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
