@@ -254,7 +254,7 @@ impl UringWorker {
             // Unlike the epoll loop's, a settled worker pauses too: its clients' threads need
             // not share its CPU (the scheduler rarely moves a worker that seldom sleeps), and
             // with the pause skipped when settled, 3 of 8 workload-4 runs still had a p99 of
-            // 3.4-4.2 ms (0 of 8 without the skip; bench/RESULTS.md, session 9).
+            // 3.4-4.2 ms (0 of 8 without the skip; bench/results-log.md, 2026-11-24).
             if busy.should_pause(false) {
                 // The turn's sends go out before the worker steps aside.
                 let _ = self.ring.submit();

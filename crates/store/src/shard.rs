@@ -380,7 +380,7 @@ impl Shard {
     /// The doubled table takes new entries at once; the old entries move over a few
     /// buckets per allocation (`step_index_move`). Rehashing them all here held the shard
     /// lock for ~0.5 ms per 4,000 items (4 ms at 30,000, a 1 GB cache's fourth doubling),
-    /// stalling every connection that wrote to the shard meanwhile (issue 17). The move ends
+    /// stalling every connection that wrote to the shard meanwhile. The move ends
     /// well before the new table fills: a doubled table takes ~0.9x the old capacity in new
     /// items before it is 95% full, while moving takes 1/`INDEX_MOVE_STEP` allocations per
     /// old bucket, 0.05x its capacity.

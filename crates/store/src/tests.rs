@@ -605,7 +605,7 @@ fn idle_times_past_the_16_bit_stamp_stay_readable_and_flushable() {
     assert_eq!(val(&s, "new", flush + 1_000).as_deref(), Some("v"));
 }
 
-/// Issue 17: an index doubling moved every entry of the shard in the one write that needed
+/// An index doubling moved every entry of the shard in the one write that needed
 /// room, under the shard lock (4 ms at a 1 GB cache's fourth doubling). Now the doubled table
 /// takes writes at once and the old entries move over a few buckets per write: a growth
 /// leaves the shard mid-resize, every item stays readable meanwhile, and the resize ends.
