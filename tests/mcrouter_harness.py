@@ -35,7 +35,7 @@ def route_argv(
 class McRouter(Server):
     """The router with an mcrouter config file, short timeouts and quick TKO probes."""
 
-    def __init__(self, config: dict, *extra: str, prefix: str | None = None) -> None:
+    def __init__(self, config: dict | str, *extra: str, prefix: str | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="mcroute-")
         self.conf_path = os.path.join(self.dir, "mcrouter.json")
         self.write(config)
@@ -51,8 +51,10 @@ class McRouter(Server):
             argv += ["--route-prefix", prefix]
         super().__init__(argv, port=port)
 
-    def write(self, config: dict) -> None:
-        Path(self.conf_path).write_text(json.dumps(config))
+    def write(self, config: dict | str) -> None:
+        """Writes `config`: a dict as JSON, a string (a config as written, comments and
+        all) as it is."""
+        Path(self.conf_path).write_text(config if isinstance(config, str) else json.dumps(config))
 
     def log_text(self) -> str:
         try:
