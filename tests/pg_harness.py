@@ -118,13 +118,13 @@ class Postgres:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _psql(self, sql: str | None = None) -> list[str]:
+    def _psql(self, sql: str | None = None, database: str = "postgres") -> list[str]:
         argv = [
             str(self.bindir / "psql"),
             "-h", str(self.dir),
             "-p", str(self.port),
             "-U", "postgres",
-            "-d", "postgres",
+            "-d", database,
             "-X", "-q", "-A", "-t",
             "-v", "ON_ERROR_STOP=1",
         ]
@@ -132,16 +132,17 @@ class Postgres:
             argv += ["-c", sql]
         return argv
 
-    def sql(self, sql: str) -> list[list[str]]:
-        """Runs one statement; the rows, each as a list of text fields."""
-        r = subprocess.run(self._psql(sql), capture_output=True, text=True, check=False)
+    def sql(self, sql: str, database: str = "postgres") -> list[list[str]]:
+        """Runs one statement in `database`; the rows, each as a list of text fields."""
+        r = subprocess.run(self._psql(sql, database), capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise RuntimeError(f"psql: {r.stderr.strip()}")
         return [line.split("|") for line in r.stdout.splitlines() if line]
 
-    def script(self, text: str) -> None:
-        """Runs a script (many statements and transactions) through one psql."""
-        r = subprocess.run(self._psql(), input=text, capture_output=True, text=True, check=False)
+    def script(self, text: str, database: str = "postgres") -> None:
+        """Runs a script (many statements and transactions) through one psql, as the
+        superuser, connected to `database`."""
+        r = subprocess.run(self._psql(database=database), input=text, capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise RuntimeError(f"psql: {r.stderr.strip()}")
 

@@ -5,10 +5,13 @@ invalidator is killed or the cache server stops answering."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -559,3 +562,98 @@ def test_pool_target_hashes_like_the_router(
         router.stop()
         for b in backends:
             b.stop()
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "invalidate.md"
+
+
+def doc_block(name: str) -> str:
+    """The fenced block after `<!-- invalidate-setup: NAME -->` in docs/invalidate.md, as
+    written there (indentation of the list item removed)."""
+    m = re.search(
+        rf"<!-- invalidate-setup: {re.escape(name)} -->\n( *)```\w+\n(.*?)\n *```",
+        DOC.read_text(),
+        re.DOTALL,
+    )
+    assert m, f"docs/invalidate.md has no block marked invalidate-setup: {name}"
+    return textwrap.dedent("\n".join(line[len(m.group(1)) :] for line in m.group(2).splitlines()))
+
+
+class DocDatabase:
+    """Database `app` of the docs, its users table owned by role `app`, as an application
+    would have it; `drop` drops it and everything the setup created."""
+
+    def __init__(self, pg: Postgres) -> None:
+        self.pg = pg
+        # The database is the superuser's: owning it would give role app (and its members)
+        # CREATE on it, hiding a missing grant.
+        pg.script("CREATE ROLE app; CREATE DATABASE app;")
+        pg.script(
+            "CREATE TABLE public.users (id int PRIMARY KEY, email text NOT NULL);"
+            "ALTER TABLE public.users OWNER TO app;"
+            "ALTER TABLE public.users REPLICA IDENTITY FULL;",
+            database="app",
+        )
+
+    def drop(self) -> None:
+        self.pg.script(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE database = 'app';"
+            "DROP DATABASE IF EXISTS app WITH (FORCE); DROP ROLE IF EXISTS memfleet; DROP ROLE IF EXISTS app;"
+        )
+
+
+def documented_check(pg: Postgres, cache: Server, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """The docs' configuration, pointed at this PostgreSQL (its socket directory and port)
+    and this memcached, then the docs' --check command run by a shell in its directory."""
+    config = doc_block("config")
+    config = re.sub(r"host=/run/postgresql port=5432", f"host={pg.dir} port={pg.port}", config)
+    config = config.replace("127.0.0.1:11211", f"127.0.0.1:{cache.port}")
+    assert f"port={pg.port} user=memfleet dbname=app" in config, config
+    (workdir / "invalidate.yml").write_text(config + f"\nspool_dir: {workdir / 'spool'}\n")
+    bindir = str(Path(memfleet_bin()).parent)
+    return subprocess.run(
+        ["bash", "-euc", doc_block("check")],
+        cwd=workdir,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("setup", ["precreated", "self-created"])
+def test_documented_setup_works(pg: Postgres, cache: Server, workdir: Path, setup: str) -> None:
+    db = DocDatabase(pg)
+    try:
+        pg.script(doc_block(setup), database="app")
+        r = documented_check(pg, cache, workdir)
+        assert r.returncode == 0, r.stderr
+        assert "created replication slot memfleet" in r.stderr, r.stderr
+        slots = pg.sql("SELECT database, plugin FROM pg_replication_slots WHERE slot_name = 'memfleet'")
+        assert slots == [["app", "pgoutput"]]
+        tables = pg.sql("SELECT tablename FROM pg_publication_tables WHERE pubname = 'memfleet'", database="app")
+        assert tables == [["users"]]
+    finally:
+        db.drop()
+
+
+def test_missing_grant_is_named(pg: Postgres, cache: Server, workdir: Path) -> None:
+    """The role of the docs without what creating the publication needs: the refusal says
+    which grant is missing."""
+    db = DocDatabase(pg)
+    try:
+        pg.script("CREATE ROLE memfleet LOGIN REPLICATION PASSWORD 'change-me';", database="app")
+        r = documented_check(pg, cache, workdir)
+        assert r.returncode != 0
+        assert "permission denied for database app" in r.stderr, r.stderr
+        assert "GRANT CREATE ON DATABASE app TO memfleet" in r.stderr, r.stderr
+
+        pg.script("GRANT CREATE ON DATABASE app TO memfleet;", database="app")
+        r = documented_check(pg, cache, workdir)
+        assert r.returncode != 0
+        assert "must be owner of table users" in r.stderr, r.stderr
+        assert "GRANT app TO memfleet" in r.stderr, r.stderr
+    finally:
+        db.drop()

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use pgwire_replication::config::{ReplicationConfig, TlsConfig};
 use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
 use crate::config::{quote_ident, Config};
@@ -115,16 +116,22 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
     match pubrow {
         None => {
             let list: Vec<String> = config.tables.iter().map(|t| t.quoted()).collect();
-            client
+            let created_publication = client
                 .batch_execute(&format!(
                     "CREATE PUBLICATION {} FOR TABLE {}",
                     quote_ident(publication),
                     list.join(", ")
                 ))
                 .await
-                .map_err(|e| {
-                    format!("cannot create publication {publication}: {}", pg_error(&e))
-                })?;
+                .map_err(|e| (pg_error(&e), e.code().cloned()));
+            if let Err((error, code)) = created_publication {
+                let mut msg = format!("cannot create publication {publication}: {error}");
+                if code == Some(SqlState::INSUFFICIENT_PRIVILEGE) {
+                    let hint = publication_grant_hint(&client, config, &error).await;
+                    msg.push_str(&format!("; {hint}"));
+                }
+                return Err(msg);
+            }
             created.push(format!("publication {publication}"));
         }
         Some(row) => {
@@ -213,6 +220,89 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
     Ok(Prepared { warnings, created })
 }
 
+/// What the connected role lacks for `CREATE PUBLICATION` (refused with `error`): `CREATE`
+/// on the database, or ownership of the tables (membership in their owner role).
+async fn publication_grant_hint(client: &Client, config: &Config, error: &str) -> String {
+    let who = client
+        .query_one("SELECT current_database()::text, current_user::text", &[])
+        .await;
+    let (db, user) = match &who {
+        Ok(row) => (row.get::<_, String>(0), row.get::<_, String>(1)),
+        Err(_) => ("<database>".into(), "<role>".into()),
+    };
+    let mut owners = Vec::new();
+    for t in &config.tables {
+        let row = client
+            .query_opt(
+                "SELECT pg_get_userbyid(c.relowner)::text FROM pg_class c \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 \
+                 AND NOT pg_has_role(current_user, c.relowner, 'USAGE')",
+                &[&t.schema, &t.name],
+            )
+            .await;
+        if let Ok(Some(row)) = row {
+            owners.push(row.get::<_, String>(0));
+        }
+    }
+    owners.sort();
+    owners.dedup();
+    let tables: Vec<String> = config
+        .tables
+        .iter()
+        .map(|t| format!("{}.{}", ident(&t.schema), ident(&t.name)))
+        .collect();
+    grant_hint(
+        error,
+        &db,
+        &user,
+        &owners,
+        &config.source.publication,
+        &tables,
+    )
+}
+
+fn grant_hint(
+    error: &str,
+    db: &str,
+    user: &str,
+    owners: &[String],
+    publication: &str,
+    tables: &[String],
+) -> String {
+    let (db, user) = (ident(db), ident(user));
+    let mut missing = Vec::new();
+    if error.contains("permission denied for database") {
+        missing.push(format!("GRANT CREATE ON DATABASE {db} TO {user}"));
+    }
+    for owner in owners {
+        missing.push(format!("GRANT {} TO {user}", ident(owner)));
+    }
+    let grants = if missing.is_empty() {
+        String::new()
+    } else {
+        format!("grant what {user} lacks ({}), or ", missing.join("; "))
+    };
+    format!(
+        "creating a publication needs CREATE on the database and ownership of its tables: \
+         {grants}have a superuser run CREATE PUBLICATION {} FOR TABLE {} once (docs/invalidate.md)",
+        ident(publication),
+        tables.join(", ")
+    )
+}
+
+/// An identifier as an operator would type it: bare when it needs no quotes.
+fn ident(s: &str) -> String {
+    let plain = s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        s.to_owned()
+    } else {
+        quote_ident(s)
+    }
+}
+
 /// The replication connection's settings, from the same DSN.
 pub fn replication_config(
     config: &Config,
@@ -261,4 +351,35 @@ pub fn replication_config(
         .with_wakeup_interval(Duration::from_secs(1))
         .with_application_name("memfleet-invalidate");
     Ok(repl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_hint_names_each_missing_grant() {
+        let tables = ["public.users".to_string()];
+        let hint = grant_hint(
+            "ERROR: permission denied for database app",
+            "app",
+            "memfleet",
+            &["app".into()],
+            "memfleet",
+            &tables,
+        );
+        assert!(hint.contains("GRANT CREATE ON DATABASE app TO memfleet; GRANT app TO memfleet"));
+        assert!(hint.contains("CREATE PUBLICATION memfleet FOR TABLE public.users once"));
+        // Owner only: no database grant asked for; names needing quotes are quoted.
+        let hint = grant_hint(
+            "ERROR: must be owner of table users",
+            "my db",
+            "memfleet",
+            &["Owner".into()],
+            "memfleet",
+            &tables,
+        );
+        assert!(hint.contains(r#"(GRANT "Owner" TO memfleet)"#), "{hint}");
+        assert!(!hint.contains("ON DATABASE"), "{hint}");
+    }
 }
