@@ -557,3 +557,31 @@ def test_key_dump_tools_stop_at_once() -> None:
             assert r.returncode == 0, (mode, r.stderr)
         with Conn(port) as c:
             assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n"
+
+
+def test_command_line_as_a_memcached_user_types_it() -> None:
+    """`-i` prints the license and exits 0 (as memcached); `-h` lists the -o options; an
+    extstore option is refused at start rather than ignored (the server would hold far less
+    than asked); `--memory` is taken as `--memory-limit` instead of suggesting
+    `--memory-file`."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [memfleet_bin(), "serve", *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+
+    r = run("-i")
+    assert r.returncode == 0 and "Apache License" in r.stdout, r
+    help_text = run("-h").stdout
+    for option in ("idle_timeout", "io_engine", "metrics", "hotkeys", "ssl_chain_cert", "ext_"):
+        assert option in help_text, option
+    r = run("-p", str(free_port()), "-o", "ext_path=/tmp/memfleet-flash:64m,ext_item_size=512")
+    assert r.returncode != 0 and "-o ext_path" in r.stderr, r
+    port = free_port()
+    server = Server(serve_command("--memory", "32", "-l", "127.0.0.1", "-p", str(port)), port=port)
+    with server, Conn(port) as c:
+        assert c.stats("settings")["maxbytes"] == str(32 << 20)

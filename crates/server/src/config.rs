@@ -45,7 +45,12 @@ pub struct ServeArgs {
     #[arg(short = 'u', long = "user")]
     pub user: Option<String>,
     /// item memory in megabytes
-    #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
+    #[arg(
+        short = 'm',
+        long = "memory-limit",
+        alias = "memory",
+        default_value_t = 64
+    )]
     pub memory_limit_mb: u64,
     /// return an error on memory exhausted instead of evicting
     #[arg(short = 'M', long = "disable-evictions")]
@@ -62,6 +67,9 @@ pub struct ServeArgs {
     /// print version and exit
     #[arg(short = 'V', long = "version")]
     pub version: bool,
+    /// print the license and exit
+    #[arg(short = 'i', long = "license")]
+    pub license: bool,
     /// save PID in <file>
     #[arg(short = 'P', long = "pidfile")]
     pub pidfile: Option<String>,
@@ -118,7 +126,14 @@ pub struct ServeArgs {
     /// enable TLS on the TCP listeners (-o ssl_chain_cert=..,ssl_key=.. ; see docs/operations.md)
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
-    /// comma separated extended options (unknown ones are ignored with a warning)
+    /// comma separated extended options: idle_timeout=SECONDS, io_engine=uring|epoll,
+    /// metrics=ADDR:PORT (Prometheus /metrics), latency=on|off, hotkeys=RATE (sample one
+    /// request in RATE for `stats hotkeys`), ssl_chain_cert=FILE, ssl_key=FILE,
+    /// ssl_ca_cert=FILE, ssl_verify_mode=0-3, ssl_min_version=2|3 (TLS 1.2, 1.3),
+    /// ssl_wbuf_size, ssl_session_cache, ssl_keyformat, ssl_ciphers (ignored). memcached's
+    /// tuning knobs (hashpower, slab_*, lru_*, modern, ...) are accepted and ignored; ext_*
+    /// (extstore, flash) is refused, as memfleet has no flash tier yet; other unknown options
+    /// are ignored with a warning
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
 }
@@ -250,6 +265,14 @@ impl ServeArgs {
             }
             match name {
                 "" => {}
+                // Asked-for storage that memfleet does not have: starting without it would
+                // hold far less than the operator sized the box for.
+                ext if ext.starts_with("ext_") => {
+                    return Err(format!(
+                        "-o {name}: extstore (values on flash) is not supported by memfleet \
+                         yet; start without the ext_* options"
+                    ))
+                }
                 "idle_timeout" => {
                     idle_timeout = value
                         .parse()

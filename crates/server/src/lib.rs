@@ -68,6 +68,15 @@ enum Listener {
 
 /// Runs the server until SIGINT/SIGTERM or `shutdown`.
 pub fn serve(args: ServeArgs) -> Result<(), String> {
+    if args.license {
+        println!(
+            "memfleet {}: a memcached-compatible cache server, router and tools.\n\
+             Licensed under the Apache License, Version 2.0: \
+             https://www.apache.org/licenses/LICENSE-2.0 (the LICENSE file of the source).",
+            env!("CARGO_PKG_VERSION")
+        );
+        return Ok(());
+    }
     if args.version {
         println!(
             "memfleet {} (memcached {VERSION})",
