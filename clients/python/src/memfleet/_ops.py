@@ -488,6 +488,12 @@ class Operations(ClientCore[S]):
         if not (yield Call(lock_server, lambda meta: P.req_store(b"add", lk, b"1", 0, lock_ttl, meta), P.parse_store)):
             return False, None
         try:
+            # A loader that held the lock until just now stored its value before releasing
+            # the lock: read once more, or this caller would load the same miss again.
+            missing = object()
+            value = yield from self._get(key, missing)
+            if value is not missing:
+                return True, value
             value = yield Load(loader)
             yield from self._store(b"set", key, value, ttl)
             return True, value
