@@ -125,7 +125,9 @@ pub fn process(
                     Flow::Continue => {}
                     Flow::Close => conn.closing = true,
                     Flow::Paused(p) => {
-                        conn.unsent = p.value.map(|(value, tail)| Unsent::new(value, tail));
+                        conn.unsent = p
+                            .value
+                            .map(|(value, tail)| Box::new(Unsent::new(value, tail)));
                         stopped_early = true;
                         if let Some(next) = p.next_key {
                             conn.resume = next;

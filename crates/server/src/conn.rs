@@ -98,7 +98,9 @@ pub struct Conn {
     pub front: usize,
     /// Reply bytes the socket did not take yet; they go before `unsent`.
     pub wbuf: Vec<u8>,
-    pub unsent: Option<Unsent>,
+    /// Boxed: only a connection sending a large value has one, and every idle one pays for
+    /// the field (see the size test below).
+    pub unsent: Option<Box<Unsent>>,
     /// Keys of the get at the front of `rbuf` already answered: it paused while its
     /// replies were written (see `execute::retrieve`).
     pub resume: usize,
@@ -221,12 +223,12 @@ impl Conn {
 pub fn write_out(
     fd: i32,
     head: &[u8],
-    unsent: &mut Option<Unsent>,
+    unsent: &mut Option<Box<Unsent>>,
     stats: &ThreadStats,
 ) -> io::Result<usize> {
     let mut head_sent = 0;
     loop {
-        let (value, tail) = unsent.as_ref().map_or((&[][..], &[][..]), Unsent::rest);
+        let (value, tail) = unsent.as_deref().map_or((&[][..], &[][..]), Unsent::rest);
         let parts = [&head[head_sent..], value, tail];
         if parts.iter().all(|p| p.is_empty()) {
             break;
@@ -289,4 +291,16 @@ pub fn recv_into(fd: i32, buf: &mut Vec<u8>) -> io::Result<usize> {
     // SAFETY: the kernel initialised n bytes just past len.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every open connection, idle or not, holds one `Conn`: growth here is paid per idle
+    /// connection (bench/idle-conns). Move rarely used state behind a Box instead.
+    #[test]
+    fn per_connection_state_stays_small() {
+        let size = std::mem::size_of::<super::Conn>();
+        eprintln!("Conn: {size} bytes");
+        assert!(size <= 144, "Conn grew to {size} bytes");
+    }
 }

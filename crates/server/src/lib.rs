@@ -43,7 +43,6 @@ mod uring;
 mod verbose;
 mod worker;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -212,7 +211,7 @@ fn run(
         limits,
         store,
         stats: (0..threads).map(|_| Arc::default()).collect(),
-        registry: (0..threads).map(|_| Mutex::new(HashMap::new())).collect(),
+        registry: (0..threads).map(|_| Mutex::default()).collect(),
         curr_conns: AtomicUsize::new(0),
         worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
         cpu_groups: (0..threads)

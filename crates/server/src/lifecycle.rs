@@ -87,7 +87,7 @@ pub fn touch(shared: &Shared, id: usize, token: usize, conn: &mut Conn, now: u32
     }
     conn.last_cmd = now;
     if let Ok(mut reg) = shared.registry[id].lock() {
-        if let Some(info) = reg.get_mut(&token) {
+        if let Some(info) = reg.get_mut(token) {
             info.last_cmd = now;
         }
     }
@@ -103,7 +103,7 @@ pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn
     pool.give(std::mem::take(&mut conn.wbuf));
     conn.release_reservation(&shared.store);
     if let Ok(mut reg) = shared.registry[id].lock() {
-        reg.remove(&token);
+        reg.remove(token);
     }
     refuse(shared, id);
 }
@@ -204,7 +204,7 @@ pub fn plan_moves<'a>(
 
 /// Takes connection `token` out of worker `id`'s registry, to hand it over.
 pub fn unregister(shared: &Shared, id: usize, token: usize) -> Option<ConnInfo> {
-    shared.registry[id].lock().ok()?.remove(&token)
+    shared.registry[id].lock().ok()?.remove(token)
 }
 
 /// Hands idle TCP connection `conn` (out of worker `id`'s loop and registry) to worker `to`.

@@ -265,7 +265,7 @@ pub(crate) fn mem_in_use(st: &store::Stats) -> u64 {
 fn conns(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     for reg in &env.shared.registry {
         let Ok(reg) = reg.lock() else { continue };
-        for (_, c) in reg.iter() {
+        for c in reg.iter() {
             match c.peer {
                 Some(peer) => stat(out, &format!("{}:addr", c.fd), format!("tcp:{peer}")),
                 None => stat(out, &format!("{}:addr", c.fd), &c.listen),

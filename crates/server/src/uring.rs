@@ -127,7 +127,8 @@ struct Slot {
     /// In `UringWorker::yielded`, to be served again next turn.
     yielded: bool,
     /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
-    moving_to: Option<usize>,
+    /// (u32: a worker index; every idle connection has this field.)
+    moving_to: Option<u32>,
     gather: Option<Box<Gather>>,
 }
 
@@ -506,7 +507,7 @@ impl UringWorker {
             slot.recv_pausing = false;
             if let Some(to) = slot.moving_to.take() {
                 if !slot.closed && !slot.eof && res <= 0 && slot.conn.is_idle() {
-                    self.hand_over(t, to);
+                    self.hand_over(t, to as usize);
                     return;
                 }
             }
@@ -684,7 +685,7 @@ impl UringWorker {
         let plan = lifecycle::plan_moves(&self.shared, self.id, conns, now);
         for (t, to) in plan.moves {
             let slot = &mut self.conns[t];
-            slot.moving_to = Some(to);
+            slot.moving_to = Some(to as u32);
             slot.recv_pausing = true;
             self.cancel(RECV, t);
         }
@@ -738,5 +739,16 @@ impl UringWorker {
         if self.conns.get(t).is_some_and(|s| s.closed && !s.busy()) {
             self.conns.remove(t);
         }
+    }
+}
+
+#[cfg(test)]
+mod slot_size {
+    /// A `Slot` per open connection (the `Conn` and the ring's state): see conn.rs's test.
+    #[test]
+    fn per_connection_slot_stays_small() {
+        let size = std::mem::size_of::<super::Slot>();
+        eprintln!("Slot: {size} bytes");
+        assert!(size <= 176, "Slot grew to {size} bytes");
     }
 }

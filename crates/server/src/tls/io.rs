@@ -149,12 +149,12 @@ pub fn write_out(
     tls: &mut ServerConnection,
     fd: i32,
     head: &[u8],
-    unsent: &mut Option<Unsent>,
+    unsent: &mut Option<Box<Unsent>>,
     stats: &ThreadStats,
 ) -> io::Result<usize> {
     let mut head_sent = 0;
     loop {
-        let before = (head_sent, unsent.as_ref().map(Unsent::sent));
+        let before = (head_sent, unsent.as_deref().map(Unsent::sent));
         // rustls takes plaintext up to its buffer limit, then the socket must drain records.
         while head_sent < head.len() {
             let n = tls.writer().write(&head[head_sent..])?;
@@ -178,7 +178,7 @@ pub fn write_out(
         }
         flush(tls, fd)?;
         let taken_all = head_sent == head.len() && unsent.is_none();
-        let stuck = before == (head_sent, unsent.as_ref().map(Unsent::sent));
+        let stuck = before == (head_sent, unsent.as_deref().map(Unsent::sent));
         // Stuck: rustls takes no plaintext and has no records to send (it would only
         // before the handshake ends, when there are no replies yet).
         if taken_all || stuck || tls.wants_write() {
