@@ -219,6 +219,16 @@ def test_stats_subcommands(server: Server) -> None:
         assert c.request(b"stats nonsense\r\n").startswith(b"")
 
 
+def test_stats_conns_names_each_clients_address(server: Server) -> None:
+    # The peer address is read from the socket when asked, not stored per connection.
+    with Conn(server.port) as a, Conn(server.port) as b:
+        b.request(b"version\r\n")
+        reply = a.request(b"stats conns\r\n", b"END\r\n").decode()
+        for c in (a, b):
+            assert f":addr tcp:127.0.0.1:{c.sock.getsockname()[1]}\r\n" in reply, reply
+        assert f"listen_addr tcp:127.0.0.1:{server.port}" in reply, reply
+
+
 def test_large_values_in_a_multiget_with_a_bad_key(server: Server) -> None:
     value = b"v" * (300 * 1024)
     with Conn(server.port) as c:

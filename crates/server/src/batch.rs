@@ -24,6 +24,7 @@ use crate::verbose;
 /// command line (the header can be up to 12 bytes longer than the shortest command line, and
 /// the gap left in front must be 0 or at least a minimal item).
 const HEADROOM: usize = 32;
+const _: () = assert!(HEADROOM <= u8::MAX as usize, "Conn::front is a u8");
 
 /// Runs the complete requests in `buf`, appending replies to `out`, and drops consumed bytes.
 /// Returns true when it stopped early, with requests left in `buf`: when the connection's `-R`
@@ -52,7 +53,7 @@ pub fn process(
         }
     }
     let limits = &env.shared.limits;
-    let mut pos = conn.front;
+    let mut pos = usize::from(conn.front);
     let mut stopped_early = false;
     // The request left incomplete at the front holds a charge (`Conn::reserved`).
     let mut charged = false;
@@ -93,7 +94,7 @@ pub fn process(
                 if log && conn.resume == 0 {
                     verbose::request(fd, &buf[pos..pos + used]);
                 }
-                let received = (pos == conn.front && conn.front > 0)
+                let received = (pos == usize::from(conn.front) && conn.front > 0)
                     .then(|| Received::of(&req, buf))
                     .flatten();
                 if let Some(received) = received {
@@ -116,7 +117,7 @@ pub fn process(
                 }
                 let log_replies = log && verbose::logs_replies(&req);
                 let mark = out.len();
-                let flow = execute::run(env, req, conn.resume, out);
+                let flow = execute::run(env, req, conn.resume as usize, out);
                 if log_replies {
                     verbose::replies(fd, &out[mark..]);
                 }
@@ -130,7 +131,8 @@ pub fn process(
                             .map(|(value, tail)| Box::new(Unsent::new(value, tail)));
                         stopped_early = true;
                         if let Some(next) = p.next_key {
-                            conn.resume = next;
+                            // Bounded by the keys on one request line.
+                            conn.resume = next as u32;
                             break;
                         }
                     }
@@ -153,13 +155,13 @@ pub fn process(
                     }
                     let in_place = total >= execute::IN_PLACE_MIN;
                     // Keep a buffer already laid out for this request.
-                    if pos != conn.front
+                    if pos != usize::from(conn.front)
                         || pos + total > buf.capacity()
                         || in_place != (conn.front > 0)
                     {
                         buf.drain(..pos);
-                        conn.front = grow_for(pool, buf, total, in_place);
-                        pos = conn.front;
+                        pos = grow_for(pool, buf, total, in_place);
+                        conn.front = pos as u8;
                     }
                 }
                 break;
@@ -196,7 +198,7 @@ pub fn process(
     if pos >= buf.len() {
         buf.clear();
         conn.front = 0;
-    } else if pos > conn.front {
+    } else if pos > usize::from(conn.front) {
         buf.drain(..pos);
         conn.front = 0;
     }

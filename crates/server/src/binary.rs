@@ -151,7 +151,7 @@ fn hold_or_send(conn: &mut Conn, swallow: usize, reply: Vec<u8>, out: &mut Vec<u
     if swallow == 0 {
         out.extend_from_slice(&reply);
     } else if !reply.is_empty() {
-        conn.after_swallow = Some(reply.into_boxed_slice());
+        conn.after_swallow = Some(Box::new(reply));
     }
 }
 

@@ -343,12 +343,12 @@ fn accept_loop(
             loop {
                 let incoming = match l {
                     Listener::Tcp(l, listen, tls) => match l.accept() {
-                        Ok((s, peer)) => {
+                        Ok((s, _)) => {
                             let _ = s.set_nodelay(true);
                             if *tls {
-                                Incoming::Tls(s, peer, listen.clone())
+                                Incoming::Tls(s, listen.clone())
                             } else {
-                                Incoming::Tcp(s, peer, listen.clone())
+                                Incoming::Tcp(s, listen.clone())
                             }
                         }
                         Err(_) => break,
@@ -367,7 +367,7 @@ fn accept_loop(
                     *o = c.load(SeqCst);
                 }
                 let cpu = match &incoming {
-                    Incoming::Tcp(s, _, _) | Incoming::Tls(s, _, _) => {
+                    Incoming::Tcp(s, _) | Incoming::Tls(s, _) => {
                         placement::incoming_cpu(s.as_raw_fd())
                     }
                     _ => None,
@@ -394,7 +394,7 @@ fn reject(shared: &Shared, incoming: Incoming) {
     }
     const MSG: &[u8] = b"ERROR Too many open connections\r\n";
     match incoming {
-        Incoming::Tcp(mut s, _, _) => {
+        Incoming::Tcp(mut s, _) => {
             let _ = s.write(MSG);
         }
         Incoming::Unix(mut s, _) => {

@@ -24,21 +24,21 @@ pub struct Arrival {
 /// session cannot start.
 pub fn arrive(shared: &Shared, id: usize, inc: Incoming, now: u32) -> Option<Arrival> {
     let mut tls = None;
-    let (stream, peer, listen, moved_at) = match inc {
-        Incoming::Tcp(s, peer, listen) => (Stream::Tcp(s), Some(peer), listen, None),
-        Incoming::Tls(s, peer, listen) => {
+    let (stream, listen, moved_at) = match inc {
+        Incoming::Tcp(s, listen) => (Stream::Tcp(s), listen, None),
+        Incoming::Tls(s, listen) => {
             let session = shared.tls.as_ref().map(|t| t.accept());
             let Some(Ok(session)) = session else {
                 refuse(shared, id);
                 return None;
             };
             tls = Some(Box::new(crate::tls::io::TlsSession::new(session)));
-            (Stream::Tcp(s), Some(peer), listen, None)
+            (Stream::Tcp(s), listen, None)
         }
-        Incoming::Unix(s, listen) => (Stream::Unix(s), None, listen, None),
+        Incoming::Unix(s, listen) => (Stream::Unix(s), listen, None),
         Incoming::Moved(m) => {
             let (stream, i) = m.into_parts();
-            (Stream::Tcp(stream), i.peer, i.listen, Some(i.last_cmd))
+            (Stream::Tcp(stream), i.listen, Some(i.last_cmd))
         }
     };
     let last_cmd = moved_at.unwrap_or(now);
@@ -48,9 +48,8 @@ pub fn arrive(shared: &Shared, id: usize, inc: Incoming, now: u32) -> Option<Arr
     conn.tls = tls;
     let info = ConnInfo {
         fd: conn.stream.fd(),
-        peer,
-        listen,
         last_cmd,
+        listen,
     };
     Some(Arrival {
         conn,

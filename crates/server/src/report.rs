@@ -262,11 +262,19 @@ pub(crate) fn mem_in_use(st: &store::Stats) -> u64 {
     st.mem_used.saturating_sub(unused_index)
 }
 
+/// The TCP peer of registered connection `fd`; None for a unix-socket client.
+fn peer_of(fd: i32) -> Option<std::net::SocketAddr> {
+    // SAFETY: called with the registry's lock held, and a worker takes a connection out of
+    // its registry before its socket closes, so `fd` is that connection's open socket.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&fd).peer_addr().ok()?.as_socket()
+}
+
 fn conns(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     for reg in &env.shared.registry {
         let Ok(reg) = reg.lock() else { continue };
         for c in reg.iter() {
-            match c.peer {
+            match peer_of(c.fd) {
                 Some(peer) => stat(out, &format!("{}:addr", c.fd), format!("tcp:{peer}")),
                 None => stat(out, &format!("{}:addr", c.fd), &c.listen),
             }

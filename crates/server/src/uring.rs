@@ -117,7 +117,7 @@ struct Slot {
     /// A send is under way; `conn.wbuf` from `head_sent` and `conn.unsent` are the kernel's.
     sending: bool,
     /// Bytes at the front of `conn.wbuf` already sent.
-    head_sent: usize,
+    head_sent: u32,
     /// The peer closed its side or the socket failed: close once replies are out.
     eof: bool,
     /// Closed and counted; kept only until the kernel is done with its operations.
@@ -127,8 +127,8 @@ struct Slot {
     /// In `UringWorker::yielded`, to be served again next turn.
     yielded: bool,
     /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
-    /// (u32: a worker index; every idle connection has this field.)
-    moving_to: Option<u32>,
+    /// (u16: every idle connection has this field; workers past 65,535 are not moved to.)
+    moving_to: Option<u16>,
     gather: Option<Box<Gather>>,
 }
 
@@ -389,7 +389,7 @@ impl UringWorker {
     fn send(&mut self, t: usize) {
         let slot = &mut self.conns[t];
         let fd = types::Fd(slot.conn.stream.fd());
-        let head = &slot.conn.wbuf[slot.head_sent..];
+        let head = &slot.conn.wbuf[slot.head_sent as usize..];
         let entry = match &slot.conn.unsent {
             None => opcode::Send::new(fd, head.as_ptr(), head.len() as u32)
                 .flags(libc::MSG_NOSIGNAL)
@@ -573,14 +573,14 @@ impl UringWorker {
         }
         let n = res as usize;
         self.stats.bytes_written.add(n as u64);
-        let from_head = n.min(slot.conn.wbuf.len() - slot.head_sent);
-        slot.head_sent += from_head;
+        let from_head = n.min(slot.conn.wbuf.len() - slot.head_sent as usize);
+        slot.head_sent += from_head as u32;
         if let Some(u) = &mut slot.conn.unsent {
             if u.advance(n - from_head) {
                 slot.conn.unsent = None;
             }
         }
-        if slot.head_sent == slot.conn.wbuf.len() {
+        if slot.head_sent as usize == slot.conn.wbuf.len() {
             let wbuf = std::mem::take(&mut slot.conn.wbuf);
             slot.head_sent = 0;
             self.pool.give(wbuf);
@@ -606,7 +606,8 @@ impl UringWorker {
         if !conn.has_unsent() && !conn.closing && !conn.rbuf.is_empty() {
             lifecycle::touch(&self.shared, self.id, t, conn, now);
             let mut buf = std::mem::take(&mut conn.rbuf);
-            conn.budget = self.shared.settings.max_reqs_per_event;
+            conn.budget =
+                u32::try_from(self.shared.settings.max_reqs_per_event).unwrap_or(u32::MAX);
             let started = self.probe.start();
             let env = ExecEnv {
                 shared: &self.shared,
@@ -684,8 +685,9 @@ impl UringWorker {
             .map(|(t, s)| (t, &s.conn));
         let plan = lifecycle::plan_moves(&self.shared, self.id, conns, now);
         for (t, to) in plan.moves {
+            let Ok(to) = u16::try_from(to) else { continue };
             let slot = &mut self.conns[t];
-            slot.moving_to = Some(to as u32);
+            slot.moving_to = Some(to);
             slot.recv_pausing = true;
             self.cancel(RECV, t);
         }
@@ -749,6 +751,6 @@ mod slot_size {
     fn per_connection_slot_stays_small() {
         let size = std::mem::size_of::<super::Slot>();
         eprintln!("Slot: {size} bytes");
-        assert!(size <= 176, "Slot grew to {size} bytes");
+        assert!(size <= 144, "Slot grew to {size} bytes");
     }
 }

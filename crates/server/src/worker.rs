@@ -38,10 +38,10 @@ pub(crate) const OUT_KEEP: usize = 2 << 20;
 const READS_PER_TURN: usize = 8;
 /// A socket handed from the acceptor to a worker.
 pub enum Incoming {
-    /// Socket, peer address and the listener's name.
-    Tcp(TcpStream, std::net::SocketAddr, Arc<str>),
+    /// Socket and the listener's name.
+    Tcp(TcpStream, Arc<str>),
     /// As `Tcp`, from a TLS listener (`-Z`).
-    Tls(TcpStream, std::net::SocketAddr, Arc<str>),
+    Tls(TcpStream, Arc<str>),
     Unix(UnixStream, Arc<str>),
     /// An idle connection another worker handed over (see `placement`).
     Moved(Moved),
@@ -279,7 +279,7 @@ impl Worker {
         // for its replies to be written: run them before reading.
         let mut pending = std::mem::take(&mut conn.pending);
         let peer_closed = conn.peer_closed;
-        conn.budget = self.shared.settings.max_reqs_per_event;
+        conn.budget = u32::try_from(self.shared.settings.max_reqs_per_event).unwrap_or(u32::MAX);
         loop {
             let mut drained = false;
             if !pending {
