@@ -581,6 +581,9 @@ def test_command_line_as_a_memcached_user_types_it() -> None:
         assert option in help_text, option
     r = run("-p", str(free_port()), "-o", "ext_path=/tmp/memfleet-flash:64m,ext_item_size=512")
     assert r.returncode != 0 and "-o ext_path" in r.stderr, r
+    for refused in ("temporary_ttl=60", "proxy_config=/etc/proxy.lua"):
+        r = run("-p", str(free_port()), "-o", refused)
+        assert r.returncode != 0 and f"-o {refused.split('=')[0]}" in r.stderr, r
     port = free_port()
     server = Server(serve_command("--memory", "32", "-l", "127.0.0.1", "-p", str(port)), port=port)
     with server, Conn(port) as c:

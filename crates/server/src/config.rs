@@ -132,8 +132,8 @@ pub struct ServeArgs {
     /// ssl_ca_cert=FILE, ssl_verify_mode=0-3, ssl_min_version=2|3 (TLS 1.2, 1.3),
     /// ssl_wbuf_size, ssl_session_cache, ssl_keyformat, ssl_ciphers (ignored). memcached's
     /// tuning knobs (hashpower, slab_*, lru_*, modern, ...) are accepted and ignored; ext_*
-    /// (extstore, flash) is refused, as memfleet has no flash tier yet; other unknown options
-    /// are ignored with a warning
+    /// (extstore, flash), temporary_ttl (other than 0) and proxy_config are refused, as they
+    /// would change what is kept; other unknown options are ignored with a warning
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
 }
@@ -272,6 +272,19 @@ impl ServeArgs {
                         "-o {name}: extstore (values on flash) is not supported by memfleet \
                          yet; start without the ext_* options"
                     ))
+                }
+                // Items with a short TTL kept apart from eviction: ignoring it would evict
+                // what the operator asked to be kept.
+                "temporary_ttl" if value.parse::<u32>() != Ok(0) => {
+                    return Err(format!(
+                        "-o temporary_ttl={value}: memfleet evicts short-TTL items like any \
+                         other; start without it (or with temporary_ttl=0)"
+                    ))
+                }
+                "proxy_config" => {
+                    return Err("-o proxy_config: memfleet serve is a cache, not a proxy; \
+                         run `memfleet route` for memcached's proxy"
+                        .to_string())
                 }
                 "idle_timeout" => {
                     idle_timeout = value
