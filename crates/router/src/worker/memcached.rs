@@ -7,7 +7,7 @@ use super::auth;
 use super::backend::ReplyTo;
 use super::client::{MultiGet, SlotKind};
 use super::mcrouter::Planned;
-use super::{Worker, NO_SERVER, VERSION};
+use super::{Worker, NO_SERVER};
 
 /// Where a key-bearing request goes: by the placement of a nutcracker pool, or to the one
 /// server (pool, index) a route tree chose.
@@ -168,7 +168,11 @@ impl Worker {
             }
             Request::FlushAll { noreply, .. } => self.broadcast(ci, p, raw, noreply),
             Request::MetaNoop => self.local_reply(ci, b"MN\r\n"),
-            Request::Version => self.local_reply(ci, VERSION),
+            // memcached's form: client libraries parse the number (proto::reply::VERSION).
+            Request::Version => {
+                let reply = format!("VERSION {}\r\n", proto::reply::VERSION);
+                self.local_reply(ci, reply.as_bytes())
+            }
             Request::Verbosity { noreply, .. } => {
                 if !noreply {
                     self.local_reply(ci, b"OK\r\n")
