@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -923,3 +925,40 @@ def test_real_clients_through_the_router(router: Proxy) -> None:
     mc.set_multi({"lib1": "a", "lib2": "b"})
     assert mc.get_multi(["lib1", "lib2", "nope"]) == {"lib1": "a", "lib2": "b"}
     assert mc.incr("n", 2) == 3
+
+
+PHP_VERSION_AND_STATS = """
+$m = new Memcached();
+$m->addServer('127.0.0.1', (int)$argv[1]);
+echo json_encode(['version' => $m->getVersion(), 'stats' => $m->getStats()]);
+"""
+
+
+@pytest.mark.skipif(shutil.which("memcstat") is None, reason="libmemcached-tools not installed")
+@pytest.mark.skipif(shutil.which("php") is None, reason="php-cli not installed")
+def test_libmemcached_reads_the_routers_version_and_stats(router: Proxy) -> None:
+    # libmemcached asks `version` before `stats` and parses major.minor.micro from it; the
+    # stats' version goes into a 24-byte field.
+    out = subprocess.run(
+        ["memcstat", f"--servers=127.0.0.1:{router.port}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert "Failed" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "\tversion: 1.6.18-memfleet-" in out.stdout, out.stdout
+    php = subprocess.run(
+        ["php", "-r", PHP_VERSION_AND_STATS, str(router.port)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    got = json.loads(php.stdout)
+    server = f"127.0.0.1:{router.port}"
+    assert got["version"] == {server: "1.6.18"}
+    stats = got["stats"][server]
+    assert router.proc is not None and stats["pid"] == router.proc.pid
+    assert stats["version"].startswith("1.6.18-memfleet-")
+    assert stats["curr_connections"] >= 1

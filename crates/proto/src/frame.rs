@@ -1,6 +1,7 @@
 //! What a reply framer answers, shared by the memcached (`response`) and RESP (`resp`) framers.
 
-/// A reply line longer than this without `\n` means the stream is not memcached (or RESP).
+/// A RESP reply line longer than this without `\n` means the stream is not RESP (memcached
+/// lines have a tighter bound, `response::MAX_LINE`).
 pub const MAX_REPLY_LINE: usize = 64 * 1024;
 
 /// What a framer found at the head of a buffer.

@@ -1,5 +1,12 @@
 //! Reply lines (exact memcached bytes, CRLF included) and fast writers.
 
+/// The version memfleet answers `version` with (and `stats`' `version`). It starts with the
+/// memcached release memfleet behaves as, because client libraries parse it: libmemcached
+/// reads `major.minor.micro` with `strtol` (and fails the request otherwise), and copies the
+/// `stats` value into a 24-byte field.
+pub const VERSION: &str = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION"));
+const _: () = assert!(VERSION.len() < 24, "libmemcached's stats version field");
+
 /// The reply `STORED`.
 pub const STORED: &[u8] = b"STORED\r\n";
 /// The reply `NOT_STORED`.

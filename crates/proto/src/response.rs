@@ -1,5 +1,6 @@
 //! memcached replies as a client or proxy reads them: what one reply line is ([`parse_line`]),
-//! where one reply ends in a byte stream and where its items are ([`Framer`]), and how the
+//! where one reply ends in a byte stream and where its items are ([`Framer`]), whether it
+//! may answer its request at all ([`Expect`], [`AskedKeys`]), and how the
 //! replies to the parts of a split get merge back ([`merge_get`]). RESP replies are framed by
 //! [`crate::resp::RespFramer`], which answers with the same [`Frame`]; [`ReplyFramer`] picks
 //! one by protocol.
@@ -16,6 +17,10 @@ use memchr::memchr;
 
 pub use crate::frame::{Frame, MAX_REPLY_LINE};
 use crate::resp::RespFramer;
+
+mod expect;
+use expect::echoes_ok;
+pub use expect::{AskedKeys, Expect};
 
 /// One memcached reply line (without its line end), as [`parse_line`] sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,70 +157,128 @@ impl Item {
     }
 }
 
-/// Finds memcached reply boundaries and, for a get reply, its items, in one pass. Remembers
-/// how far into a long get reply it already checked, so a reply arriving in many reads is
-/// scanned once.
-#[derive(Clone, Debug, Default)]
+/// A reply line longer than this is not memcached's: its longest are `VALUE` lines (a key
+/// of at most 250 bytes and three numbers) and meta lines with their flags, under 1 KB.
+pub const MAX_LINE: usize = 2048;
+
+/// The largest value a [`Framer`] takes unless told otherwise ([`Framer::max_value`]).
+pub const DEFAULT_MAX_VALUE: usize = 64 * 1024 * 1024;
+
+/// Why a framer answered [`Frame::Invalid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not a reply of the protocol: a line without CRLF or longer than [`MAX_LINE`], a
+    /// malformed `VALUE` or `VA` line, data not followed by CRLF.
+    Garbage,
+    /// A reply of the protocol, but not one the request may get ([`Expect`]).
+    Unexpected,
+    /// An item of a key the get did not ask for, or not in the order asked.
+    UnaskedKey,
+    /// A value longer than the framer's limit; its announced length.
+    TooLarge(usize),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Garbage => f.write_str("not a memcached reply"),
+            Refusal::Unexpected => f.write_str("not a reply to the request"),
+            Refusal::UnaskedKey => f.write_str("an item of a key not asked for"),
+            Refusal::TooLarge(n) => write!(f, "a value of {n} bytes, over the limit"),
+        }
+    }
+}
+
+/// Finds memcached reply boundaries and, for a get reply, its items, in one pass, checking
+/// each reply against what its request may get ([`Expect`], [`AskedKeys`]). Remembers how
+/// far into a long get reply it already checked, so a reply arriving in many reads is
+/// scanned once. After [`Frame::Invalid`] the stream cannot be read on.
+#[derive(Clone, Debug)]
 pub struct Framer {
     /// Bytes of the current reply already known to be whole VALUE items.
     pos: usize,
     items: Vec<Item>,
+    /// The first asked key the next item may be of.
+    next_key: usize,
+    max_value: usize,
+    refused: Option<Refusal>,
+}
+
+impl Default for Framer {
+    fn default() -> Framer {
+        Framer::new()
+    }
 }
 
 impl Framer {
-    /// A framer at a reply boundary.
+    /// A framer at a reply boundary, taking values up to [`DEFAULT_MAX_VALUE`].
     pub fn new() -> Framer {
-        Framer::default()
+        Framer {
+            pos: 0,
+            items: Vec::new(),
+            next_key: 0,
+            max_value: DEFAULT_MAX_VALUE,
+            refused: None,
+        }
     }
 
-    /// Frames the first reply in `buf` (which starts at a reply boundary). After
-    /// `Complete(n)`, [`Framer::items`] are that reply's items until the next call; the caller
-    /// drops `n` bytes before calling again.
-    pub fn next(&mut self, buf: &[u8]) -> Frame {
+    /// The same, refusing values longer than `max` bytes as soon as they are announced.
+    pub fn max_value(mut self, max: usize) -> Framer {
+        self.max_value = max;
+        self
+    }
+
+    /// Frames the first reply in `buf` (which starts at a reply boundary), the answer to a
+    /// request that `expect`s it and, for a get, asked for `keys`. After `Complete(n)`,
+    /// [`Framer::items`] are that reply's items until the next call; the caller drops `n`
+    /// bytes before calling again. `Invalid` as soon as the bytes cannot become such a reply
+    /// ([`Framer::refusal`] says why).
+    pub fn next(&mut self, buf: &[u8], expect: Expect, keys: AskedKeys<'_>) -> Frame {
         if self.pos == 0 {
             self.items.clear();
+            self.next_key = 0;
         }
         loop {
             let rest = &buf[self.pos..];
-            let nl = match memchr(b'\n', rest) {
-                Some(nl) => nl,
-                None if rest.len() > MAX_REPLY_LINE => return Frame::Invalid,
-                None => return Frame::Incomplete(None),
+            let in_get = self.pos > 0;
+            let Some(nl) = memchr(b'\n', &rest[..rest.len().min(MAX_LINE + 1)]) else {
+                if rest.len() > MAX_LINE {
+                    return self.refuse(Refusal::Garbage);
+                }
+                if !expect.may_start(rest, in_get) {
+                    return self.refuse(Refusal::Unexpected);
+                }
+                return Frame::Incomplete(None);
             };
-            let line = trim_cr(&rest[..nl]);
+            let Some(line) = rest[..nl].strip_suffix(b"\r") else {
+                return self.refuse(Refusal::Garbage);
+            };
             let line_end = self.pos + nl + 1;
-            match parse_line(line) {
-                Err(BadLine)
-                    if self.pos == 0
-                        || line.starts_with(b"VALUE ")
-                        || line.starts_with(b"LVALUE ") =>
-                {
-                    return Frame::Invalid
-                }
-                // A lease token in place of an item: framed like one, not an item itself.
-                Ok(Line::LeaseValue { len, .. }) => {
-                    let end = line_end + len + 2;
-                    if buf.len() < end {
-                        return Frame::Incomplete(Some(end));
-                    }
-                    if &buf[end - 2..end] != b"\r\n" {
-                        return Frame::Invalid;
-                    }
-                    self.pos = end;
-                    continue;
-                }
-                Ok(Line::Value {
+            if matches!(expect, Expect::Meta { .. }) && !echoes_ok(line, keys) {
+                return self.refuse(Refusal::Unexpected);
+            }
+            let Ok(line) = parse_line(line) else {
+                return self.refuse(Refusal::Garbage);
+            };
+            match line {
+                Line::Value {
                     key,
                     flags,
                     cas,
                     len,
-                }) => {
-                    let end = line_end + len + 2;
+                } => {
+                    if !expect.items() {
+                        return self.refuse(Refusal::Unexpected);
+                    }
+                    let (asked, end) = match self.item_ok(expect, keys, key, len, line_end) {
+                        Ok(found) => found,
+                        Err(frame) => return frame,
+                    };
                     if buf.len() < end {
                         return Frame::Incomplete(Some(end));
                     }
                     if &buf[end - 2..end] != b"\r\n" {
-                        return Frame::Invalid;
+                        return self.refuse(Refusal::Garbage);
                     }
                     let at = |t: &[u8]| {
                         let s = t.as_ptr() as usize - buf.as_ptr() as usize;
@@ -228,27 +291,89 @@ impl Framer {
                         value: line_end..end - 2,
                         item: self.pos..end,
                     });
+                    self.next_key = asked;
                     self.pos = end;
-                    continue;
                 }
-                Ok(Line::Va { len }) if self.pos == 0 => {
+                // A lease token in place of an item: framed like one, not an item itself.
+                Line::LeaseValue { key, len, .. } => {
+                    if !expect.lease() {
+                        return self.refuse(Refusal::Unexpected);
+                    }
+                    let (asked, end) = match self.item_ok(expect, keys, key, len, line_end) {
+                        Ok(found) => found,
+                        Err(frame) => return frame,
+                    };
+                    if buf.len() < end {
+                        return Frame::Incomplete(Some(end));
+                    }
+                    if &buf[end - 2..end] != b"\r\n" {
+                        return self.refuse(Refusal::Garbage);
+                    }
+                    self.next_key = asked;
+                    self.pos = end;
+                }
+                Line::Va { len } => {
+                    if in_get || !expect.va() {
+                        return self.refuse(Refusal::Unexpected);
+                    }
+                    if len > self.max_value {
+                        return self.refuse(Refusal::TooLarge(len));
+                    }
                     let end = line_end + len + 2;
                     if buf.len() < end {
                         return Frame::Incomplete(Some(end));
                     }
                     if &buf[end - 2..end] != b"\r\n" {
-                        return Frame::Invalid;
+                        return self.refuse(Refusal::Garbage);
                     }
                     return Frame::Complete(end);
                 }
-                // END closes a get reply; anything else is a one-line reply (or an error line
-                // that cut a get reply short, which ends it just the same).
-                _ => {
-                    self.pos = 0;
-                    return Frame::Complete(line_end);
-                }
+                // END closes a get reply; an error line answers anything (and may cut a get
+                // reply short, which ends it just the same).
+                Line::End if in_get || expect.items() => return self.complete(line_end),
+                Line::Error => return self.complete(line_end),
+                Line::Other(l) if !in_get && expect.accepts(l) => return self.complete(line_end),
+                Line::End | Line::Other(_) => return self.refuse(Refusal::Unexpected),
             }
         }
+    }
+
+    /// Checks an item's key and length before its data is waited for: Ok(the asked key's
+    /// index after it, where the item ends).
+    fn item_ok(
+        &mut self,
+        expect: Expect,
+        keys: AskedKeys<'_>,
+        key: &[u8],
+        len: usize,
+        line_end: usize,
+    ) -> Result<(usize, usize), Frame> {
+        let asked = match expect {
+            Expect::Any => self.next_key,
+            _ => match keys.find(key, self.next_key) {
+                Some(i) => i + 1,
+                None => return Err(self.refuse(Refusal::UnaskedKey)),
+            },
+        };
+        if len > self.max_value {
+            return Err(self.refuse(Refusal::TooLarge(len)));
+        }
+        Ok((asked, line_end + len + 2))
+    }
+
+    fn complete(&mut self, end: usize) -> Frame {
+        self.pos = 0;
+        Frame::Complete(end)
+    }
+
+    fn refuse(&mut self, why: Refusal) -> Frame {
+        self.refused = Some(why);
+        Frame::Invalid
+    }
+
+    /// Why the last [`Frame::Invalid`] was answered.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refused
     }
 
     /// The items of the reply the last [`Framer::next`] completed (empty for other replies).
@@ -287,21 +412,31 @@ pub enum ReplyFramer {
 }
 
 impl ReplyFramer {
-    /// A framer for RESP when `redis`, else for memcached.
-    pub fn new(redis: bool) -> ReplyFramer {
+    /// A framer for RESP when `redis`, else for memcached taking values up to
+    /// `max_value` bytes.
+    pub fn new(redis: bool, max_value: usize) -> ReplyFramer {
         if redis {
             ReplyFramer::Resp(RespFramer::default())
         } else {
-            ReplyFramer::Memcached(Framer::new())
+            ReplyFramer::Memcached(Framer::new().max_value(max_value))
         }
     }
 
-    /// Frames the first reply in `buf`; see [`Framer::next`].
+    /// Frames the first reply in `buf`; see [`Framer::next`]. RESP replies are checked for
+    /// their syntax only.
     #[inline]
-    pub fn next(&mut self, buf: &[u8]) -> Frame {
+    pub fn next(&mut self, buf: &[u8], expect: Expect, keys: AskedKeys<'_>) -> Frame {
         match self {
-            ReplyFramer::Memcached(f) => f.next(buf),
+            ReplyFramer::Memcached(f) => f.next(buf, expect, keys),
             ReplyFramer::Resp(f) => f.next(buf),
+        }
+    }
+
+    /// Why the last `Invalid` was answered, when the framer says.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ReplyFramer::Memcached(f) => f.refusal(),
+            ReplyFramer::Resp(_) => None,
         }
     }
 

@@ -154,6 +154,15 @@ pub struct RouteArgs {
     /// per pool (`dns_refresh_ms`).
     #[arg(long = "dns-refresh-ms", value_name = "MS", default_value_t = 30_000)]
     pub dns_refresh_ms: u64,
+    /// mcrouter configs: the largest value that crosses the router, bytes: a server's reply
+    /// announcing more closes its connection; a larger client item is refused. nutcracker
+    /// configs set this per pool (`item_size_max`).
+    #[arg(long = "item-size-max", value_name = "BYTES",
+          default_value_t = config::DEFAULT_ITEM_SIZE_MAX,
+          value_parser = clap::value_parser!(u32).range(
+              i64::from(*config::ITEM_SIZE_MAX_RANGE.start())
+                  ..=i64::from(*config::ITEM_SIZE_MAX_RANGE.end())))]
+    pub item_size_max: u32,
     #[command(flatten)]
     pub mc_tls: mcrouter_tls::McTlsArgs,
 }

@@ -115,11 +115,8 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
         globals.started.elapsed().as_secs()
     );
     let _ = write!(out, "STAT time {}\r\n", crate::log::epoch_us() / 1_000_000);
-    let _ = write!(
-        out,
-        "STAT version memfleet-route-{}\r\n",
-        env!("CARGO_PKG_VERSION")
-    );
+    // memcached's form, which client libraries parse (see proto::reply::VERSION).
+    let _ = write!(out, "STAT version {}\r\n", proto::reply::VERSION);
     let _ = write!(out, "STAT threads {}\r\n", globals.threads);
     for (k, v) in &g {
         let _ = write!(out, "STAT {k} {v}\r\n");

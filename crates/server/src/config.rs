@@ -3,9 +3,8 @@
 
 use clap::{ArgAction, Args};
 
-/// The version string clients see (`version`, `stats`). Starts with memcached's so that clients
-/// that parse the version for feature checks treat memfleet as memcached 1.6.18.
-pub const VERSION: &str = concat!("1.6.18-memfleet-", env!("CARGO_PKG_VERSION"));
+/// The version string clients see (`version`, `stats`); see [`proto::reply::VERSION`].
+pub const VERSION: &str = proto::reply::VERSION;
 
 /// memcached-compatible flags. Long names follow memcached 1.6 (`--port`, `--memory-limit`, ...).
 #[derive(Args, Debug, Clone)]

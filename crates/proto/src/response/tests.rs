@@ -1,12 +1,23 @@
 use super::*;
 use proptest::prelude::*;
 
+/// Framing with no expectation, for the tests of framing itself.
+trait FrameAny {
+    fn any(&mut self, buf: &[u8]) -> Frame;
+}
+
+impl FrameAny for Framer {
+    fn any(&mut self, buf: &[u8]) -> Frame {
+        self.next(buf, Expect::Any, AskedKeys::NONE)
+    }
+}
+
 fn frame_all(stream: &[u8]) -> Vec<Vec<u8>> {
     let mut f = Framer::new();
     let mut out = Vec::new();
     let mut start = 0;
     loop {
-        match f.next(&stream[start..]) {
+        match f.any(&stream[start..]) {
             Frame::Complete(n) => {
                 out.push(stream[start..start + n].to_vec());
                 start += n;
@@ -22,7 +33,7 @@ fn frame_all(stream: &[u8]) -> Vec<Vec<u8>> {
 /// The items of one complete get reply.
 fn items_of(reply: &[u8]) -> Vec<Item> {
     let mut f = Framer::new();
-    assert_eq!(f.next(reply), Frame::Complete(reply.len()));
+    assert_eq!(f.any(reply), Frame::Complete(reply.len()));
     f.items().to_vec()
 }
 
@@ -52,7 +63,7 @@ fn items_so_far_can_be_dropped_and_the_reply_goes_on() {
     let mut f = Framer::new();
     assert!(f.items_so_far().is_empty());
     let cut = 40; // a's and b's items, part of c's
-    assert!(matches!(f.next(&reply[..cut]), Frame::Incomplete(_)));
+    assert!(matches!(f.any(&reply[..cut]), Frame::Incomplete(_)));
     assert_eq!(f.items_so_far().len(), 2);
     let a = f.items_so_far()[0].item.end;
     f.drop_front(1, a);
@@ -62,7 +73,7 @@ fn items_so_far_can_be_dropped_and_the_reply_goes_on() {
         items_of(&reply[a..])[0],
         "b's item, moved"
     );
-    assert_eq!(f.next(rest), Frame::Complete(rest.len()));
+    assert_eq!(f.any(rest), Frame::Complete(rest.len()));
     assert_eq!(f.items(), items_of(rest));
     assert!(f.items_so_far().is_empty(), "at a reply boundary again");
 }
@@ -72,29 +83,26 @@ fn incomplete_until_whole_and_knows_the_size() {
     let reply = b"VALUE k 0 10\r\n0123456789\r\nEND\r\n";
     for cut in 0..reply.len() {
         let mut f = Framer::new();
-        match f.next(&reply[..cut]) {
+        match f.any(&reply[..cut]) {
             Frame::Incomplete(Some(n)) => assert_eq!(n, 26),
             Frame::Incomplete(None) => {}
             other => panic!("cut {cut}: {other:?}"),
         }
     }
-    assert_eq!(Framer::new().next(reply), Frame::Complete(reply.len()));
+    assert_eq!(Framer::new().any(reply), Frame::Complete(reply.len()));
 }
 
 #[test]
 fn garbage_is_invalid() {
-    assert_eq!(Framer::new().next(b"VALUE k 0 x\r\n"), Frame::Invalid);
-    assert_eq!(Framer::new().next(b"VALUE k 0\r\n"), Frame::Invalid);
+    assert_eq!(Framer::new().any(b"VALUE k 0 x\r\n"), Frame::Invalid);
+    assert_eq!(Framer::new().any(b"VALUE k 0\r\n"), Frame::Invalid);
+    assert_eq!(Framer::new().any(b"VALUE k 0 1\r\nabc\r\n"), Frame::Invalid);
     assert_eq!(
-        Framer::new().next(b"VALUE k 0 1\r\nabc\r\n"),
+        Framer::new().any(&vec![b'x'; MAX_REPLY_LINE + 1]),
         Frame::Invalid
     );
-    assert_eq!(
-        Framer::new().next(&vec![b'x'; MAX_REPLY_LINE + 1]),
-        Frame::Invalid
-    );
-    assert_eq!(Framer::new().next(b"VA x\r\n"), Frame::Invalid);
-    assert_eq!(Framer::new().next(b"VA 12345678901\r\n"), Frame::Invalid);
+    assert_eq!(Framer::new().any(b"VA x\r\n"), Frame::Invalid);
+    assert_eq!(Framer::new().any(b"VA 12345678901\r\n"), Frame::Invalid);
 }
 
 #[test]
@@ -116,11 +124,11 @@ fn items_of_a_get_reply_in_one_pass() {
     assert!(items_of(b"END\r\n").is_empty());
     // Items of a reply read in pieces are those of the whole reply.
     let mut f = Framer::new();
-    assert_eq!(f.next(&r[..36]), Frame::Incomplete(Some(37)));
-    assert_eq!(f.next(r), Frame::Complete(r.len()));
+    assert_eq!(f.any(&r[..36]), Frame::Incomplete(Some(37)));
+    assert_eq!(f.any(r), Frame::Complete(r.len()));
     assert_eq!(f.items(), &items[..]);
     // The next reply starts with no items.
-    assert_eq!(f.next(b"STORED\r\n"), Frame::Complete(8));
+    assert_eq!(f.any(b"STORED\r\n"), Frame::Complete(8));
     assert!(f.items().is_empty());
     let moved = bb.moved(18, 3);
     assert_eq!(
@@ -162,11 +170,11 @@ fn reply_lines_are_classified() {
 fn lease_get_replies_frame_whole() {
     let mut f = Framer::new();
     let r = b"LVALUE k 99 0 3\r\nabc\r\nEND\r\nSTORED\r\n";
-    assert_eq!(f.next(&r[..12]), Frame::Incomplete(None));
-    assert_eq!(f.next(&r[..20]), Frame::Incomplete(Some(22)));
-    assert_eq!(f.next(r), Frame::Complete(27));
+    assert_eq!(f.any(&r[..12]), Frame::Incomplete(None));
+    assert_eq!(f.any(&r[..20]), Frame::Incomplete(Some(22)));
+    assert_eq!(f.any(r), Frame::Complete(27));
     assert!(f.items().is_empty());
-    assert_eq!(f.next(b"LVALUE k 99 0 3\r\nabcd\r\n"), Frame::Invalid);
+    assert_eq!(f.any(b"LVALUE k 99 0 3\r\nabcd\r\n"), Frame::Invalid);
 }
 
 /// A lease token is framed like an item but is not one, so an item after it starts past it
@@ -298,11 +306,11 @@ proptest! {
         let cut = cut.min(stream.len());
         // Feed the first `cut` bytes, then everything: same result as all at once.
         let mut f = Framer::new();
-        let first = f.next(&stream[..cut]);
+        let first = f.any(&stream[..cut]);
         prop_assert!(first != Frame::Invalid);
         let mut got = Vec::new();
         let mut start = 0;
-        while let Frame::Complete(n) = f.next(&stream[start..]) {
+        while let Frame::Complete(n) = f.any(&stream[start..]) {
             let reply = &stream[start..start + n];
             if start == 0 {
                 let items: Vec<(Vec<u8>, Vec<u8>)> = f
@@ -323,7 +331,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_frame_safely(buf in proptest::collection::vec(any::<u8>(), 0..200)) {
         let mut f = Framer::new();
-        if let Frame::Complete(n) = f.next(&buf) {
+        if let Frame::Complete(n) = f.any(&buf) {
             prop_assert!(n <= buf.len());
             let mut end = 0;
             for it in f.items() {

@@ -35,6 +35,7 @@ pub(super) struct RawPool {
     pub(super) tls: PoolTls,
     pub(super) dns: Vec<DnsName>,
     pub(super) dns_refresh_ms: Option<u32>,
+    pub(super) item_size_max: Option<u32>,
 }
 
 /// Applies one `key: value` (or one sequence element of `key:`), like nc_conf.c's
@@ -90,6 +91,14 @@ pub(super) fn set_directive(
         "dns_refresh_ms" => num(&mut pool.dns_refresh_ms),
         // ---- memfleet-only directives (nutcracker rejects them) ----
         "client_auth" => text(&mut pool.client_auth),
+        "item_size_max" => parse_num(value)
+            .and_then(|n| {
+                super::ITEM_SIZE_MAX_RANGE
+                    .contains(&n)
+                    .then_some(n)
+                    .ok_or("is not between 1024 and 1073741824 (bytes)")
+            })
+            .and_then(|n| once(&mut pool.item_size_max, n)),
         // The `tls*` and `listen_tls*` directives, else an unknown one.
         _ => pool.tls.directive(key, value).unwrap_or(Err("is unknown")),
     };

@@ -5,8 +5,8 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives (`client_auth`, the `tls*` and `listen_tls*` ones, `dns:`/
-//!   `srv:` servers and `dns_refresh_ms`) are accepted, and `reuseport` from twemproxy's
+//! - memfleet-only directives (`client_auth`, `item_size_max`, the `tls*` and `listen_tls*`
+//!   ones, `dns:`/`srv:` servers and `dns_refresh_ms`) are accepted, and `reuseport` from twemproxy's
 //!   master branch too.
 //!
 //! Modules, one concept each, layered so that none imports one above it: `scalar` (C
@@ -41,6 +41,10 @@ pub const DEFAULT_BACKLOG: u32 = 512;
 pub const DEFAULT_SERVER_CONNECTIONS: u32 = 1;
 pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u32 = 30_000;
 pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = 2;
+/// memfleet's `item_size_max` when a pool does not say: values up to 64 MB cross the router.
+pub const DEFAULT_ITEM_SIZE_MAX: u32 = 64 * 1024 * 1024;
+/// `item_size_max` (and mcrouter configs' `--item-size-max`) bounds, as memcached's `-I`.
+pub const ITEM_SIZE_MAX_RANGE: std::ops::RangeInclusive<u32> = 1024..=1024 * 1024 * 1024;
 
 /// A parsed, validated configuration: pools in file order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +98,9 @@ pub struct Pool {
     pub client_auth: Option<String>,
     /// TLS on the listener and to the servers (memfleet extension).
     pub tls: PoolTls,
+    /// The largest item a client may store through the pool, as memcached's `-I` counts
+    /// it, and the largest value a server's reply may announce (memfleet extension).
+    pub item_size_max: u32,
 }
 
 impl Pool {
@@ -201,6 +208,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             servers: r.servers,
             client_auth: r.client_auth,
             tls: r.tls,
+            item_size_max: r.item_size_max.unwrap_or(DEFAULT_ITEM_SIZE_MAX),
             name: r.name,
         });
     }

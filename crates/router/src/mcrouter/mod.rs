@@ -191,6 +191,7 @@ pub fn load(
             listen.clone(),
             Vec::new(),
             None,
+            args.item_size_max,
         );
         cfg.tls = tls.clone();
         pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
@@ -224,6 +225,7 @@ pub fn load(
             },
             servers,
             timeout,
+            args.item_size_max,
         );
         cfg.tls = args.mc_tls.to_servers(any_ssl)?;
         index.push(pools.len());
@@ -279,6 +281,7 @@ fn pool_cfg(
     listen: Listen,
     servers: Vec<ServerSpec>,
     timeout: Option<Duration>,
+    item_size_max: u32,
 ) -> Pool {
     Pool {
         name,
@@ -302,5 +305,6 @@ fn pool_cfg(
         servers,
         client_auth: None,
         tls: Default::default(),
+        item_size_max,
     }
 }

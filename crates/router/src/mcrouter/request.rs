@@ -2,6 +2,7 @@
 //! buffer while failovers and fills go on), named as mcrouter names operations, and written
 //! out per destination with the routing prefix stripped and the exptime rewritten. Pure.
 
+use proto::response::Expect;
 use proto::{Request, StoreCmd};
 use ring::RoutingKey;
 use routetree::Send;
@@ -219,6 +220,23 @@ impl ReqSpec {
                 b"ms" => Op::MetaUpdate,
                 _ => Op::MetaOther,
             },
+        }
+    }
+
+    /// The replies its server may send back (see `proto::response::Expect`).
+    pub fn expect(&self) -> Expect {
+        let meta = |cmd: [u8; 2]| Expect::Meta { cmd, quiet: false };
+        match self {
+            ReqSpec::Get { .. } => Expect::Get,
+            ReqSpec::Store { .. } => Expect::Store,
+            ReqSpec::Delete { .. } => Expect::Delete,
+            ReqSpec::Arith { .. } => Expect::Arith,
+            ReqSpec::Touch { .. } => Expect::Touch,
+            ReqSpec::Meta { cmd, .. } => meta(*cmd),
+            ReqSpec::LeaseGet { .. } => Expect::LeaseGet,
+            ReqSpec::LeaseSet { .. } => Expect::LeaseSet,
+            ReqSpec::FlushAll { .. } => Expect::Ok,
+            ReqSpec::FillRead { .. } => meta(*b"mg"),
         }
     }
 
@@ -468,6 +486,42 @@ mod tests {
                 out
             })
             .collect()
+    }
+
+    #[test]
+    fn each_send_expects_what_the_request_would() {
+        for raw in [
+            &b"get a b\r\n"[..],
+            b"gats 5 k\r\n",
+            b"cas k 0 0 1 9\r\nx\r\n",
+            b"delete k\r\n",
+            b"incr k 1\r\n",
+            b"touch k 5\r\n",
+            b"flush_all\r\n",
+            b"mg k v\r\n",
+            b"ms k 1 T5\r\nx\r\n",
+            b"me k\r\n",
+        ] {
+            let proto::Parse::Request(req, _) = proto::parse(raw, &proto::Limits::default()) else {
+                panic!("does not parse");
+            };
+            for spec in ReqSpec::split(&req).unwrap() {
+                assert_eq!(Some(spec.expect()), Expect::of(&req), "{raw:?}");
+            }
+        }
+        // Sent without its q, a quiet meta command gets its reply whatever it is.
+        assert_eq!(
+            specs(b"md k q\r\n")[0].expect(),
+            Expect::Meta {
+                cmd: *b"md",
+                quiet: false
+            }
+        );
+        let lease = proto::parse_mcrouter(b"lease-get k\r\n", &proto::Limits::default());
+        let proto::Parse::Request(req, _) = lease else {
+            panic!("does not parse");
+        };
+        assert_eq!(ReqSpec::split(&req).unwrap()[0].expect(), Expect::LeaseGet);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use proto::resp;
-use proto::response::{Frame, Item, ReplyFramer};
+use proto::response::{AskedKeys, Expect, Frame, Item, Refusal, ReplyFramer};
 
 use super::client::deliver;
 use super::get_batch::{GetBatch, Member, SPLIT_EARLY_FROM};
@@ -81,15 +81,24 @@ impl Arrivals {
 /// One request in flight on a backend connection.
 pub(super) struct Pending {
     to: ReplyTo,
-    /// Quiet meta command followed by `mn`: the reply is everything up to `MN`.
-    quiet: bool,
+    /// The replies it may get; any other closes the connection. A quiet meta command is
+    /// followed by `mn`: its reply is everything up to `MN`.
+    expect: Expect,
     at: Instant,
     bytes: u32,
-    /// Several clients' gets merged into one line: the reply is split between them.
+    /// A get's keys, which its items must follow; with several members, clients' gets
+    /// merged into one line, whose reply is split between them.
     batch: Option<Box<GetBatch>>,
 }
 
+/// Spare key lists a backend connection keeps, so a get costs no allocation.
+const SPARE_BATCHES: usize = 16;
+
 impl Pending {
+    fn quiet(&self) -> bool {
+        matches!(self.expect, Expect::Meta { quiet: true, .. })
+    }
+
     /// Each request this entry answers: itself, or every member of its merged get.
     pub(super) fn targets(&self) -> impl Iterator<Item = ReplyTo> + '_ {
         let lone = self.batch.is_none().then_some(self.to);
@@ -145,10 +154,13 @@ pub(super) struct Backend {
     pub(super) pending: VecDeque<Pending>,
     dirty: bool,
     open_get: Option<OpenGet>,
-    /// The keys of `open_get` as they go on the line, and its requests; the storage is
-    /// reused from batch to batch.
+    /// The keys of `open_get` as they go on the line, and its requests.
     get_line: Vec<u8>,
-    batch: GetBatch,
+    batch: Box<GetBatch>,
+    /// Key lists of answered gets, cleared, for the next ones (boxed: each becomes a
+    /// `Pending::batch` and comes back without a move of its contents).
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<GetBatch>>,
     /// Where split replies of a merged get (and their items) are assembled.
     scratch: (Vec<u8>, Vec<Item>),
 }
@@ -158,7 +170,8 @@ pub(super) enum Why {
     Eof,
     Io(io::Error),
     Timeout,
-    Protocol,
+    /// A reply that is not one to the request it would answer (the framer's reason).
+    Protocol(Option<Refusal>),
     /// The backend refused the AUTH or SELECT the router sent for the pool.
     Handshake(String),
 }
@@ -211,7 +224,7 @@ impl Worker {
                     for _ in 0..n {
                         pending.push_back(Pending {
                             to: ReplyTo::HANDSHAKE,
-                            quiet: false,
+                            expect: Expect::Any,
                             at: self.now,
                             bytes: 0,
                             batch: None,
@@ -226,14 +239,15 @@ impl Worker {
                     place: Some((p, k)),
                     connecting: true,
                     rbuf: ReadBuf::default(),
-                    framer: ReplyFramer::new(rt.cfg.redis),
+                    framer: ReplyFramer::new(rt.cfg.redis, rt.cfg.item_size_max as usize),
                     wbuf,
                     wpos: 0,
                     pending,
                     dirty: false,
                     open_get: None,
                     get_line: Vec::new(),
-                    batch: GetBatch::default(),
+                    batch: Box::default(),
+                    spare: Vec::new(),
                     scratch: (Vec::new(), Vec::new()),
                 });
                 self.pools[p].conns[s][k] = Some(b);
@@ -251,10 +265,27 @@ impl Worker {
         }
     }
 
-    /// Queues a request on backend `b`; its reply goes to `to`. `parts` are written one
-    /// after the other.
-    pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, quiet: bool) {
-        self.backends[b].enqueue(parts, to, quiet, self.now);
+    /// Queues a request on backend `b`; its reply goes to `to` and must be one it
+    /// `expect`s. `parts` are written one after the other.
+    pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, expect: Expect) {
+        self.backends[b].enqueue(parts, to, expect, None, self.now);
+        self.mark_backend(b);
+    }
+
+    /// Queues a get that is not merged (gat, gats, lease-get, an execution's get) asking
+    /// `keys`, which its reply's items must follow.
+    pub(super) fn enqueue_keyed<'k>(
+        &mut self,
+        b: usize,
+        parts: &[&[u8]],
+        to: ReplyTo,
+        expect: Expect,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) {
+        let be = &mut self.backends[b];
+        let mut batch = be.spare.pop().unwrap_or_default();
+        batch.push(Member { to, nkeys: 0 }, keys);
+        be.enqueue(parts, to, expect, Some(batch), self.now);
         self.mark_backend(b);
     }
 
@@ -361,11 +392,19 @@ impl Worker {
         }
         let mut any = false;
         loop {
-            match be.framer.next(be.rbuf.filled()) {
+            // Bytes no request asked for: the server is out of step.
+            let Some(p) = be.pending.front() else {
+                if be.rbuf.is_empty() {
+                    break;
+                }
+                return self.fail_then(b, Why::Protocol(Some(Refusal::Unexpected)));
+            };
+            let keys = p
+                .batch
+                .as_ref()
+                .map_or(AskedKeys::NONE, |batch| batch.asked());
+            match be.framer.next(be.rbuf.filled(), p.expect, keys) {
                 Frame::Complete(n) => {
-                    let Some(p) = be.pending.front() else {
-                        return self.fail_then(b, Why::Protocol);
-                    };
                     let reply = &be.rbuf.filled()[..n];
                     if p.to == ReplyTo::HANDSHAKE {
                         if reply.first() == Some(&b'-') {
@@ -376,15 +415,17 @@ impl Worker {
                         be.rbuf.consume(n);
                         continue;
                     }
-                    let done = !p.quiet || reply == b"MN\r\n";
+                    let quiet = p.quiet();
+                    let done = !quiet || reply == b"MN\r\n";
                     let items = be.framer.items();
-                    if let Some(batch) = &p.batch {
+                    if let Some(batch) = p.batch.as_ref().filter(|batch| batch.members().len() > 1)
+                    {
                         let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
                         let scratch = &mut be.scratch;
                         batch.split_reply(reply, items, scratch, |m, part, part_items| {
                             deliver(clients, dirty, m.to, part, part_items, true);
                         });
-                    } else if p.quiet && done {
+                    } else if quiet && done {
                         deliver(
                             &mut self.clients,
                             &mut self.dirty_clients,
@@ -414,7 +455,12 @@ impl Worker {
                         c.responses.add(1);
                         c.out_queue.add(-1);
                         c.out_queue_bytes.add(-i64::from(p.bytes));
-                        be.pending.pop_front();
+                        if let Some(mut batch) = be.pending.pop_front().and_then(|p| p.batch) {
+                            if be.spare.len() < SPARE_BATCHES {
+                                batch.clear();
+                                be.spare.push(batch);
+                            }
+                        }
                     }
                     be.rbuf.consume(n);
                     any = true;
@@ -429,7 +475,10 @@ impl Worker {
                     }
                     break;
                 }
-                Frame::Invalid => return self.fail_then(b, Why::Protocol),
+                Frame::Invalid => {
+                    let why = be.framer.refusal();
+                    return self.fail_then(b, Why::Protocol(why));
+                }
             }
         }
         if any {
@@ -450,6 +499,9 @@ impl Worker {
         let Some(batch) = be.pending.front_mut().and_then(|p| p.batch.as_mut()) else {
             return 0;
         };
+        if batch.members().len() < 2 {
+            return 0;
+        }
         let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
         let items = be.framer.items_so_far();
         let split = batch.split_partial(
@@ -506,7 +558,7 @@ impl Worker {
                 c.server_timedout.add(1);
                 "Connection timed out".to_owned()
             }
-            Why::Protocol => {
+            Why::Protocol(_) => {
                 c.server_err.add(1);
                 "invalid reply from server".to_owned()
             }
@@ -560,9 +612,19 @@ impl Worker {
         if failed > 0 || handshake || !matches!(why, Why::Eof) || be.connecting {
             be.rt.record_failure(be.server);
         }
+        let detail = match why {
+            Why::Protocol(Some(Refusal::TooLarge(n))) => {
+                format!(
+                    " (a value of {n} bytes, over item_size_max {})",
+                    be.rt.cfg.item_size_max
+                )
+            }
+            Why::Protocol(Some(r)) => format!(" ({r})"),
+            _ => String::new(),
+        };
         crate::log::info(&format!(
-            "pool '{}': server '{}' connection dropped: {}",
-            be.rt.cfg.name, be.rt.servers[be.server].stats_name, text
+            "pool '{}': server '{}' connection dropped: {text}{detail}",
+            be.rt.cfg.name, be.rt.servers[be.server].stats_name
         ));
     }
 
@@ -612,7 +674,14 @@ impl Backend {
     }
 
     /// Appends a request to the write buffer and its entry to the queue.
-    pub(super) fn enqueue(&mut self, parts: &[&[u8]], to: ReplyTo, quiet: bool, now: Instant) {
+    pub(super) fn enqueue(
+        &mut self,
+        parts: &[&[u8]],
+        to: ReplyTo,
+        expect: Expect,
+        batch: Option<Box<GetBatch>>,
+        now: Instant,
+    ) {
         let bytes: usize = parts.iter().map(|p| p.len()).sum();
         for part in parts {
             self.wbuf.extend_from_slice(part);
@@ -626,10 +695,10 @@ impl Backend {
         }
         self.pending.push_back(Pending {
             to,
-            quiet,
+            expect,
             at: now,
             bytes: bytes as u32,
-            batch: None,
+            batch,
         });
         let c = self.counters();
         c.requests.add(1);
@@ -702,18 +771,13 @@ impl Backend {
         self.wbuf.splice(at..at, self.get_line.drain(..));
         let bytes = (self.wbuf.len() - at - open.wbuf_after) as u32;
         let first = self.batch.members()[0];
-        let batch = if self.batch.members().len() == 1 {
-            self.batch.clear();
-            None
-        } else {
-            Some(Box::new(std::mem::take(&mut self.batch)))
-        };
+        let next = self.spare.pop().unwrap_or_default();
         let entry = Pending {
             to: first.to,
-            quiet: false,
+            expect: Expect::Get,
             at: open.at,
             bytes,
-            batch,
+            batch: Some(std::mem::replace(&mut self.batch, next)),
         };
         let at = self.pending.len() - open.pending_after;
         self.pending.insert(at, entry);
@@ -733,66 +797,4 @@ fn with_tls(stream: Stream, rt: &PoolRt, s: usize) -> io::Result<Stream> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proto::response::Framer;
-
-    #[test]
-    fn a_failed_merged_get_answers_only_those_still_waiting() {
-        let to = |client| ReplyTo {
-            client,
-            gen: 1,
-            seq: 0,
-            frag: 0,
-        };
-        let mut batch = GetBatch::default();
-        batch.push(
-            Member {
-                to: to(1),
-                nkeys: 0,
-            },
-            [&b"a"[..]],
-        );
-        batch.push(
-            Member {
-                to: to(2),
-                nkeys: 0,
-            },
-            [&b"b"[..]],
-        );
-        // a's item and b's, whole: 1 is answered before the connection fails
-        let partial = b"VALUE a 0 1\r\nA\r\nVALUE b 0 1\r\nB\r\n";
-        let mut framer = Framer::new();
-        framer.next(partial);
-        let items = framer.items_so_far().to_vec();
-        let mut answered = Vec::new();
-        let mut scratch = Default::default();
-        batch.split_partial(partial, &items, &mut scratch, |m, _, _| {
-            answered.push(m.to.client)
-        });
-        assert_eq!(answered, [1]);
-        let p = Pending {
-            to: to(1),
-            quiet: false,
-            at: Instant::now(),
-            bytes: 0,
-            batch: Some(Box::new(batch)),
-        };
-        assert_eq!(p.targets().map(|t| t.client).collect::<Vec<_>>(), [2]);
-    }
-
-    #[test]
-    fn redis_handshake_sends_only_what_is_configured() {
-        let mut out = Vec::new();
-        assert_eq!(redis_handshake(None, 0, &mut out), 0);
-        assert!(out.is_empty());
-        assert_eq!(redis_handshake(Some("pw"), 3, &mut out), 2);
-        assert_eq!(
-            out,
-            b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"
-        );
-        out.clear();
-        assert_eq!(redis_handshake(None, 1, &mut out), 1);
-        assert!(out.starts_with(b"*2\r\n$6\r\nSELECT"));
-    }
-}
+mod tests;

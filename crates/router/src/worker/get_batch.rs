@@ -9,7 +9,7 @@
 //! split as it arrives: a request is answered once an item for a later key shows its keys
 //! are done, so the router never holds all of such a reply at once.
 
-use proto::response::{is_get_reply, Item};
+use proto::response::{is_get_reply, AskedKeys, Item};
 
 use super::backend::ReplyTo;
 
@@ -32,7 +32,8 @@ pub struct Member {
     pub nkeys: u32,
 }
 
-/// The keys and requests of one merged get, in line order.
+/// The keys of one get line, in line order, and the requests it answers: one, or several
+/// merged. The reply's items are checked against the keys as they are framed.
 #[derive(Clone, Debug, Default)]
 pub struct GetBatch {
     keys: Vec<u8>,
@@ -87,13 +88,9 @@ impl GetBatch {
         self.answered = 0;
     }
 
-    fn key(&self, i: usize) -> &[u8] {
-        let start = if i == 0 {
-            0
-        } else {
-            self.key_ends[i - 1] as usize
-        };
-        &self.keys[start..self.key_ends[i] as usize]
+    /// The keys on the line, in order: what the reply's items must follow.
+    pub fn asked(&self) -> AskedKeys<'_> {
+        AskedKeys::new(&self.keys, &self.key_ends)
     }
 
     /// Splits the backend's reply to the merged line (`items`: its items, from the framer):
@@ -160,7 +157,7 @@ impl GetBatch {
     ) -> usize {
         for k in first_key..first_key + m.nkeys as usize {
             if let Some(item) = items.get(next_item) {
-                if buf[item.key.clone()] == *self.key(k) {
+                if buf[item.key.clone()] == *self.asked().get(k) {
                     next_item += 1;
                 }
             }
@@ -191,7 +188,7 @@ impl GetBatch {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use proto::response::{Frame, Framer};
+    use proto::response::{AskedKeys, Expect, Frame, Framer};
 
     fn member(client: u32) -> Member {
         Member {
@@ -213,14 +210,17 @@ mod tests {
         let mut out = Vec::new();
         let mut scratch = Default::default();
         let mut framer = Framer::new();
-        let items = match framer.next(reply) {
+        let items = match framer.next(reply, Expect::Get, batch.asked()) {
             Frame::Complete(_) => framer.items().to_vec(),
             other => panic!("{other:?}"),
         };
         batch.split_reply(reply, &items, &mut scratch, |m, r, r_items| {
             // Each part's items are where its bytes are.
             let mut f = Framer::new();
-            assert_eq!(f.next(r), Frame::Complete(r.len()));
+            assert_eq!(
+                f.next(r, Expect::Any, AskedKeys::NONE),
+                Frame::Complete(r.len())
+            );
             assert_eq!(f.items(), r_items);
             out.push((m.to.client, r.to_vec()))
         });
@@ -245,11 +245,14 @@ mod tests {
             sent = end;
             let mut record = |m: &Member, r: &[u8], r_items: &[Item]| {
                 let mut f = Framer::new();
-                assert_eq!(f.next(r), Frame::Complete(r.len()));
+                assert_eq!(
+                    f.next(r, Expect::Any, AskedKeys::NONE),
+                    Frame::Complete(r.len())
+                );
                 assert_eq!(f.items(), r_items);
                 out.push((m.to.client, r.to_vec()));
             };
-            match framer.next(&buf) {
+            match framer.next(&buf, Expect::Get, batch.asked()) {
                 Frame::Complete(n) => {
                     assert_eq!(n, buf.len());
                     batch.split_reply(&buf, framer.items(), &mut scratch, record);
@@ -284,7 +287,10 @@ mod tests {
         // a's and c's items and part of d's: 1 is settled (an item of a later key follows);
         // 2 is not yet (c is its last key, and nothing after it has come).
         let partial = &reply[..a.len() + c.len() + 3];
-        assert!(matches!(framer.next(partial), Frame::Incomplete(_)));
+        assert!(matches!(
+            framer.next(partial, Expect::Get, b.asked()),
+            Frame::Incomplete(_)
+        ));
         let items = framer.items_so_far().to_vec();
         let (k, n) = b
             .split_partial(partial, &items, &mut scratch, |m, r, _| {
@@ -296,7 +302,10 @@ mod tests {
         assert_eq!(b.waiting().len(), 2);
         framer.drop_front(k, n);
         let rest = &reply[n..];
-        assert_eq!(framer.next(rest), Frame::Complete(rest.len()));
+        assert_eq!(
+            framer.next(rest, Expect::Get, b.asked()),
+            Frame::Complete(rest.len())
+        );
         b.split_reply(rest, framer.items(), &mut scratch, |m, r, _| {
             got.push((m.to.client, r.to_vec()))
         });
@@ -348,6 +357,23 @@ mod tests {
                 (3, [value("b", "B"), b"END\r\n".to_vec()].concat()),
             ]
         );
+    }
+
+    #[test]
+    fn a_merged_reply_must_follow_the_keys_of_its_line() {
+        let mut b = GetBatch::default();
+        b.push(member(1), [&b"a"[..]]);
+        b.push(member(2), [&b"b"[..], b"c"]);
+        let frame = |items: &[&str]| {
+            let mut reply: Vec<u8> = items.iter().flat_map(|k| value(k, "v")).collect();
+            reply.extend_from_slice(b"END\r\n");
+            Framer::new().next(&reply, Expect::Get, b.asked())
+        };
+        assert!(matches!(frame(&["a", "c"]), Frame::Complete(_)));
+        // Another request's key, one out of order, one twice: never split to anyone.
+        for bad in [&["a", "z", "c"][..], &["b", "a"], &["c", "c"]] {
+            assert_eq!(frame(bad), Frame::Invalid, "{bad:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use proto::response::Expect;
 use proto::Request;
 use ring::RoutingKey;
 use routetree::{AllMode, Plan, Send};
@@ -64,6 +65,8 @@ pub(super) struct Execs {
     copies: Vec<(usize, u32, usize)>,
     gen: u32,
     scratch: Vec<u8>,
+    /// The key of the send being queued.
+    key: Vec<u8>,
     rng: u64,
     /// FailoverRoutes' `failover_limit` buckets, and the generation they belong to.
     limits: FailoverState,
@@ -365,7 +368,13 @@ impl Worker {
         }
         let mut bytes = std::mem::take(&mut self.mc.scratch);
         bytes.clear();
-        run.exec.request(node).write(send, &mut bytes);
+        let req = run.exec.request(node);
+        req.write(send, &mut bytes);
+        let expect = req.expect();
+        // Its items must be of the key as sent (the routing prefix may be stripped).
+        let mut key = std::mem::take(&mut self.mc.key);
+        key.clear();
+        key.extend_from_slice(req.key_for(send));
         let client = (run.to.client, run.to.gen);
         let to = ReplyTo {
             client: EXEC_CLIENT,
@@ -375,13 +384,19 @@ impl Worker {
         };
         let result = match self.backend_for(p, s, 0) {
             Ok(b) => {
-                self.enqueue(b, &[&bytes], to, false);
+                match expect {
+                    Expect::Get | Expect::LeaseGet => {
+                        self.enqueue_keyed(b, &[&bytes], to, expect, [&key[..]])
+                    }
+                    _ => self.enqueue(b, &[&bytes], to, expect),
+                }
                 self.backends[b].bar(client.0, client.1);
                 Ok(())
             }
             Err(_) => Err(McResult::ConnectError),
         };
         self.mc.scratch = bytes;
+        self.mc.key = key;
         result
     }
 

@@ -1,13 +1,14 @@
 //! memcached pools: parsing a client's requests and routing each to the server(s) that own
 //! its keys, or answering it here.
 
-use proto::{forward, Parse, Request};
+use proto::response::Expect;
+use proto::{forward, Limits, Parse, Request};
 
 use super::auth;
 use super::backend::ReplyTo;
 use super::client::{MultiGet, SlotKind};
 use super::mcrouter::Planned;
-use super::{Worker, NO_SERVER, VERSION};
+use super::{Worker, NO_SERVER};
 
 /// Where a key-bearing request goes: by the placement of a nutcracker pool, or to the one
 /// server (pool, index) a route tree chose.
@@ -68,7 +69,11 @@ impl Worker {
             } else {
                 proto::parse
             };
-            match parse(data, &self.limits) {
+            let limits = Limits {
+                item_size_max: c.rt.cfg.item_size_max as usize,
+                ..self.limits
+            };
+            match parse(data, &limits) {
                 Parse::Incomplete { total } => {
                     if let Some(t) = total {
                         rbuf.reserve_total(t);
@@ -118,6 +123,7 @@ impl Worker {
                 Planned::Here => {}
             }
         }
+        let expect = Expect::of(&req).unwrap_or(Expect::Any);
         match req {
             Request::Get { keys, cas } => {
                 let cmd: &[u8] = if cas { b"gets" } else { b"get" };
@@ -138,37 +144,49 @@ impl Worker {
                             key,
                             &[line, b"\r\n", rest],
                             SlotKind::NoReply,
-                            false,
+                            expect,
                         );
                         return;
                     }
                 }
-                self.route_key(ci, d, key, &[raw], SlotKind::Single, false);
+                self.route_key(ci, d, key, &[raw], SlotKind::Single, expect);
             }
             Request::MetaGet { key, flags, .. }
             | Request::MetaSet { key, flags, .. }
             | Request::MetaDelete { key, flags }
             | Request::MetaArithmetic { key, flags, .. } => {
-                if flags.noreply() {
-                    // The backend decides what q hides; `mn` marks where its answer ends.
-                    self.route_key(
-                        ci,
-                        d,
-                        key.as_bytes(),
-                        &[raw, b"mn\r\n"],
-                        SlotKind::Single,
-                        true,
-                    );
+                // The backend decides what q hides; `mn` marks where its answer ends.
+                let with_mn = [raw, b"mn\r\n"];
+                let parts = if flags.noreply() {
+                    &with_mn[..]
                 } else {
-                    self.route_key(ci, d, key.as_bytes(), &[raw], SlotKind::Single, false);
+                    &[raw]
+                };
+                let Some(b) = self.key_backend(ci, d, key.as_bytes()) else {
+                    return;
+                };
+                let to = self.clients[ci].push(ci, 1, SlotKind::Single);
+                // A reply echoes the opaque and the key (as sent): a reply to another
+                // request shows by them.
+                let opaque = flags.opaque();
+                if opaque.is_none() && !flags.has(b'k') {
+                    self.enqueue(b, parts, to, expect);
+                } else {
+                    let key = if flags.has(b'k') { key.wire() } else { b"" };
+                    let echo = [opaque.unwrap_or_default(), key];
+                    self.enqueue_keyed(b, parts, to, expect, echo);
                 }
             }
             Request::MetaDebug { key } => {
-                self.route_key(ci, d, key.as_bytes(), &[raw], SlotKind::Single, false)
+                self.route_key(ci, d, key.as_bytes(), &[raw], SlotKind::Single, expect)
             }
             Request::FlushAll { noreply, .. } => self.broadcast(ci, p, raw, noreply),
             Request::MetaNoop => self.local_reply(ci, b"MN\r\n"),
-            Request::Version => self.local_reply(ci, VERSION),
+            // memcached's form: client libraries parse the number (proto::reply::VERSION).
+            Request::Version => {
+                let reply = format!("VERSION {}\r\n", proto::reply::VERSION);
+                self.local_reply(ci, reply.as_bytes())
+            }
             Request::Verbosity { noreply, .. } => {
                 if !noreply {
                     self.local_reply(ci, b"OK\r\n")
@@ -202,6 +220,7 @@ impl Worker {
         }
     }
 
+    /// Forwards a request of one key; `expect`: see [`Worker::enqueue`].
     pub(super) fn route_key(
         &mut self,
         ci: usize,
@@ -209,22 +228,29 @@ impl Worker {
         key: &[u8],
         parts: &[&[u8]],
         kind: SlotKind,
-        quiet: bool,
+        expect: Expect,
     ) {
+        let Some(b) = self.key_backend(ci, d, key) else {
+            return;
+        };
+        let to = self.clients[ci].push(ci, 1, kind);
+        self.enqueue(b, parts, to, expect);
+    }
+
+    /// The backend connection for `key`, or None when the client was answered an error.
+    fn key_backend(&mut self, ci: usize, d: Dest, key: &[u8]) -> Option<usize> {
         let p = d.pool();
         let Some(s) = self.server_for(d, key) else {
             self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));
-            return;
+            return None;
         };
-        let b = match self.backend_for(p, s, ci) {
-            Ok(b) => b,
+        match self.backend_for(p, s, ci) {
+            Ok(b) => Some(b),
             Err(msg) => {
                 self.fail_forward(ci, p, &msg);
-                return;
+                None
             }
-        };
-        let to = self.clients[ci].push(ci, 1, kind);
-        self.enqueue(b, parts, to, quiet);
+        }
     }
 
     pub(super) fn route_get(
@@ -276,7 +302,7 @@ impl Worker {
             let to = self.clients[ci].push(ci, 1, SlotKind::Single);
             match plain {
                 Some(cas) => self.enqueue_get(b, cas, keys.flatten(), to),
-                None => self.enqueue(b, &[raw], to, false),
+                None => self.enqueue_keyed(b, &[raw], to, Expect::Get, keys.flatten()),
             }
             return;
         }
@@ -337,18 +363,16 @@ impl Worker {
                 frag: f as u16,
                 ..to
             };
+            let frag_keys = list
+                .iter()
+                .filter(|&&(_, s)| s == servers[f])
+                .map(|&(k, _)| k);
             match plain {
-                Some(cas) => {
-                    let frag_keys = list
-                        .iter()
-                        .filter(|&&(_, s)| s == servers[f])
-                        .map(|&(k, _)| k);
-                    self.enqueue_get(b, cas, frag_keys, to);
-                }
+                Some(cas) => self.enqueue_get(b, cas, frag_keys, to),
                 None => {
                     let line = &mut lines[f];
                     line.extend_from_slice(b"\r\n");
-                    self.enqueue(b, &[line], to, false);
+                    self.enqueue_keyed(b, &[line], to, Expect::Get, frag_keys);
                 }
             }
         }
@@ -390,8 +414,8 @@ impl Worker {
                 ..to
             };
             match stripped {
-                Some((line, rest)) => self.enqueue(b, &[line, b"\r\n", rest], to, false),
-                None => self.enqueue(b, &[raw], to, false),
+                Some((line, rest)) => self.enqueue(b, &[line, b"\r\n", rest], to, Expect::Ok),
+                None => self.enqueue(b, &[raw], to, Expect::Ok),
             }
         }
     }

@@ -107,8 +107,6 @@ fn error_reply(redis: bool, msg: &str) -> Vec<u8> {
         format!("SERVER_ERROR {msg}\r\n").into_bytes()
     }
 }
-const VERSION: &[u8] =
-    concat!("VERSION memfleet-route-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes();
 
 fn token(kind: usize, idx: usize) -> Token {
     Token(idx << 2 | kind)

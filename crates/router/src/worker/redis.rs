@@ -3,6 +3,7 @@
 
 use proto::redis_cmd::{self, Kind, Local};
 use proto::resp::{self, RespParse, RespRequest};
+use proto::response::Expect;
 
 use super::auth;
 use super::backend::ReplyTo;
@@ -181,7 +182,7 @@ impl Worker {
                         frag: f as u16,
                         ..to
                     };
-                    self.enqueue(b, &[frame], to, false);
+                    self.enqueue(b, &[frame], to, Expect::Any);
                 }
             }
         }
@@ -200,11 +201,11 @@ impl Worker {
         };
         let to = c.push(ci, 1, kind);
         match req.raw_multibulk() {
-            Some(raw) => self.enqueue(b, &[raw], to, false),
+            Some(raw) => self.enqueue(b, &[raw], to, Expect::Any),
             None => {
                 let mut frame = Vec::new();
                 req.write_multibulk(&mut frame);
-                self.enqueue(b, &[&frame], to, false);
+                self.enqueue(b, &[&frame], to, Expect::Any);
             }
         }
     }

@@ -192,6 +192,7 @@ fn defaults_match_twemproxy() {
     assert_eq!(p.server_retry_timeout, Duration::from_secs(30));
     assert_eq!(p.server_failure_limit, 2);
     assert_eq!(p.client_auth, None);
+    assert_eq!(p.item_size_max, 64 * 1024 * 1024);
     // Port 11211 is left out of the ketama name.
     assert_eq!(p.servers[0].ketama_name, "127.0.0.1");
 }
@@ -218,6 +219,7 @@ fn every_directive_is_read() {
   server_retry_timeout: 500
   server_failure_limit: 5
   client_auth: letmein
+  item_size_max: 1048576
   servers:
    - /tmp/mc.sock:2 local
    - /tmp/mc2.sock:1
@@ -245,6 +247,7 @@ fn every_directive_is_read() {
     assert_eq!(p.server_retry_timeout, Duration::from_millis(500));
     assert_eq!(p.server_failure_limit, 5);
     assert_eq!(p.client_auth.as_deref(), Some("letmein"));
+    assert_eq!(p.item_size_max, 1024 * 1024);
     assert_eq!(
         p.servers[0].addr,
         ServerAddr::Unix {

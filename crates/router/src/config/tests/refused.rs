@@ -29,6 +29,12 @@ fn bad_values_are_refused_with_reasons() {
         ),
         ("redis_auth: pw", "only valid for a redis pool"),
         ("server_connections: 0", "cannot be 0"),
+        (
+            "item_size_max: 1023",
+            "directive \"item_size_max\" is not between 1024 and 1073741824 (bytes)",
+        ),
+        ("item_size_max: 1073741825", "is not between"),
+        ("item_size_max: 64m", "is not a number"),
     ];
     for (line, want) in cases {
         let err = reject(&with(line));

@@ -1,0 +1,61 @@
+use super::*;
+use proto::response::Framer;
+
+#[test]
+fn a_failed_merged_get_answers_only_those_still_waiting() {
+    let to = |client| ReplyTo {
+        client,
+        gen: 1,
+        seq: 0,
+        frag: 0,
+    };
+    let mut batch = GetBatch::default();
+    batch.push(
+        Member {
+            to: to(1),
+            nkeys: 0,
+        },
+        [&b"a"[..]],
+    );
+    batch.push(
+        Member {
+            to: to(2),
+            nkeys: 0,
+        },
+        [&b"b"[..]],
+    );
+    // a's item and b's, whole: 1 is answered before the connection fails
+    let partial = b"VALUE a 0 1\r\nA\r\nVALUE b 0 1\r\nB\r\n";
+    let mut framer = Framer::new();
+    framer.next(partial, Expect::Get, batch.asked());
+    let items = framer.items_so_far().to_vec();
+    let mut answered = Vec::new();
+    let mut scratch = Default::default();
+    batch.split_partial(partial, &items, &mut scratch, |m, _, _| {
+        answered.push(m.to.client)
+    });
+    assert_eq!(answered, [1]);
+    let p = Pending {
+        to: to(1),
+        expect: Expect::Get,
+        at: Instant::now(),
+        bytes: 0,
+        batch: Some(Box::new(batch)),
+    };
+    assert_eq!(p.targets().map(|t| t.client).collect::<Vec<_>>(), [2]);
+}
+
+#[test]
+fn redis_handshake_sends_only_what_is_configured() {
+    let mut out = Vec::new();
+    assert_eq!(redis_handshake(None, 0, &mut out), 0);
+    assert!(out.is_empty());
+    assert_eq!(redis_handshake(Some("pw"), 3, &mut out), 2);
+    assert_eq!(
+        out,
+        b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"
+    );
+    out.clear();
+    assert_eq!(redis_handshake(None, 1, &mut out), 1);
+    assert!(out.starts_with(b"*2\r\n$6\r\nSELECT"));
+}
