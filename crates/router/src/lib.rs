@@ -14,8 +14,9 @@
 //! mcrouter configs: `mcrouter` (the route tree's execution, and loading a generation with
 //! its host names looked up through `dns`), `mcrouter_tls` (the `:ssl` field and mcrouter's
 //! TLS flags as the same `PoolTls` the YAML path uses), `mcrouter_config`
-//! (`--validate-config`).
+//! (`--validate-config`). `args` is the command line; `probe` tries servers out of rotation.
 
+mod args;
 mod asynclog;
 mod buf;
 mod config;
@@ -27,6 +28,7 @@ mod mcrouter_config;
 mod mcrouter_tls;
 mod metrics;
 mod net;
+mod probe;
 mod route;
 mod shared;
 mod stats;
@@ -34,149 +36,18 @@ mod tls;
 mod worker;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Write;
 use std::sync::mpsc::channel;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use config::{Config, Listen};
 use net::StdListener;
-use shared::{BackendAddr, Globals, PoolRt, Shared};
+use shared::{Globals, Shared};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
 use worker::{Control, ListenerUpdate, Worker};
 
-/// nutcracker's command line, plus `-T/--threads`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RouteArgs {
-    /// Configuration file (nutcracker.yml).
-    #[arg(short = 'c', long = "conf-file", default_value = "conf/nutcracker.yml")]
-    pub conf_file: PathBuf,
-    /// Test the configuration for syntax errors and exit.
-    #[arg(short = 't', long = "test-conf")]
-    pub test_conf: bool,
-    /// Stats monitoring port (default 22222; with an mcrouter config, none unless given).
-    #[arg(short = 's', long = "stats-port")]
-    pub stats_port: Option<u16>,
-    /// Stats monitoring address.
-    #[arg(short = 'a', long = "stats-addr", default_value = "0.0.0.0")]
-    pub stats_addr: String,
-    /// Stats aggregation interval in msec (accepted for compatibility: memfleet's stats are live).
-    #[arg(short = 'i', long = "stats-interval", default_value_t = 30_000)]
-    pub stats_interval: u64,
-    /// Logging level (nutcracker's 0..11; 5 = notice).
-    #[arg(short = 'v', long = "verbose", default_value_t = 5)]
-    pub verbose: u8,
-    /// Run as a daemon.
-    #[arg(short = 'd', long = "daemonize")]
-    pub daemonize: bool,
-    /// nutcracker: the process id file; with an mcrouter config (--config...): the port.
-    #[arg(short = 'p', value_name = "PID_FILE|PORT")]
-    pub p: Option<String>,
-    /// Process id file.
-    #[arg(long = "pid-file")]
-    pub pid_file: Option<PathBuf>,
-    /// Log file (default stderr); `-L/--log-path` is mcrouter's spelling.
-    #[arg(
-        short = 'o',
-        long = "output",
-        visible_short_alias = 'L',
-        visible_alias = "log-path"
-    )]
-    pub output: Option<PathBuf>,
-    /// mbuf chunk size (accepted for compatibility; memfleet sizes buffers per request).
-    #[arg(short = 'm', long = "mbuf-size")]
-    pub mbuf_size: Option<usize>,
-    /// Print the stats description and exit.
-    #[arg(short = 'D', long = "describe-stats")]
-    pub describe_stats: bool,
-    /// Worker threads (default: number of cores); `--num-proxies` is mcrouter's spelling.
-    #[arg(short = 'T', long = "threads", visible_alias = "num-proxies")]
-    pub threads: Option<usize>,
-    /// mcrouter: check the mcrouter config and exit (`exit`, the default) with 0 or 1.
-    #[arg(long = "validate-config", num_args = 0..=1, require_equals = true,
-          default_missing_value = "exit", value_name = "exit|run")]
-    pub validate_config: Option<String>,
-    /// mcrouter: the config, as `file:PATH` or inline JSON.
-    #[arg(long = "config", value_name = "file:PATH|JSON")]
-    pub config: Option<String>,
-    /// mcrouter (deprecated there): the config file.
-    #[arg(long = "config-file", value_name = "PATH")]
-    pub config_file: Option<PathBuf>,
-    /// mcrouter (deprecated there): the config as a JSON string.
-    #[arg(long = "config-str", value_name = "JSON")]
-    pub config_str: Option<String>,
-    /// Serve Prometheus metrics on http://ADDR:PORT/metrics (off by default).
-    #[arg(long = "metrics", value_name = "ADDR:PORT")]
-    pub metrics: Option<String>,
-    /// mcrouter: the default routing prefix (`/region/cluster/`).
-    #[arg(short = 'R', long = "route-prefix", default_value = routetree::DEFAULT_ROUTE_PREFIX)]
-    pub route_prefix: String,
-    /// mcrouter: the port(s) to listen on (also `-p` with an mcrouter config).
-    #[arg(long = "port", value_name = "PORT")]
-    pub port: Vec<u16>,
-    /// mcrouter: comma-separated addresses to listen on (default: all).
-    #[arg(long = "listen-addresses", value_name = "ADDR,...")]
-    pub listen_addresses: Option<String>,
-    /// mcrouter: server timeout in ms.
-    #[arg(long = "server-timeout", value_name = "MS",
-          default_value_t = mcrouter::DEFAULT_SERVER_TIMEOUT_MS)]
-    pub server_timeout: u64,
-    /// mcrouter: consecutive timeouts that mark a server TKO (soft); 0: never.
-    #[arg(long = "timeouts-until-tko", default_value_t = mcrouter::DEFAULT_TIMEOUTS_UNTIL_TKO)]
-    pub timeouts_until_tko: u32,
-    /// mcrouter: first delay before probing a TKO server, ms (doubles after each failure).
-    #[arg(short = 'r', long = "probe-timeout-initial", value_name = "MS",
-          default_value_t = mcrouter::DEFAULT_PROBE_INITIAL_MS)]
-    pub probe_timeout_initial: u64,
-    /// mcrouter: longest delay between probes of a TKO server, ms.
-    #[arg(long = "probe-timeout-max", value_name = "MS",
-          default_value_t = mcrouter::DEFAULT_PROBE_MAX_MS)]
-    pub probe_timeout_max: u64,
-    /// mcrouter: the asynclog spool directory: deletes that a PoolRoute with `asynclog`
-    /// could not deliver are spooled here and replayed (none without it).
-    #[arg(long = "async-dir", value_name = "DIR")]
-    pub async_dir: Option<PathBuf>,
-    /// mcrouter: do not spool failed deletes; their errors go to the client.
-    #[arg(long = "asynclog-disable")]
-    pub asynclog_disable: bool,
-    /// Largest asynclog spool per destination, bytes; beyond it the oldest deletes are
-    /// dropped (logged and counted).
-    #[arg(long = "asynclog-max-bytes", value_name = "BYTES",
-          default_value_t = asynclog::DEFAULT_MAX_BYTES)]
-    pub asynclog_max_bytes: u64,
-    /// The nameserver for `dns:`/`srv:` servers (default: /etc/resolv.conf's); also
-    /// MEMFLEET_DNS_SERVER.
-    #[arg(long = "dns-server", value_name = "IP:PORT")]
-    pub dns_server: Option<std::net::SocketAddr>,
-    /// mcrouter: look the servers' host names up again every MS (0: only at start and on
-    /// reload); a changed address is installed as a reload. nutcracker configs set this
-    /// per pool (`dns_refresh_ms`).
-    #[arg(long = "dns-refresh-ms", value_name = "MS", default_value_t = 30_000)]
-    pub dns_refresh_ms: u64,
-    /// mcrouter configs: the largest value that crosses the router, bytes: a server's reply
-    /// announcing more closes its connection; a larger client item is refused. nutcracker
-    /// configs set this per pool (`item_size_max`).
-    #[arg(long = "item-size-max", value_name = "BYTES",
-          default_value_t = config::DEFAULT_ITEM_SIZE_MAX,
-          value_parser = clap::value_parser!(u32).range(
-              i64::from(*config::ITEM_SIZE_MAX_RANGE.start())
-                  ..=i64::from(*config::ITEM_SIZE_MAX_RANGE.end())))]
-    pub item_size_max: u32,
-    #[command(flatten)]
-    pub mc_tls: mcrouter_tls::McTlsArgs,
-}
-
-impl RouteArgs {
-    /// The pid file: `--pid-file`, or nutcracker's `-p` when the config is nutcracker's.
-    pub fn pid_path(&self) -> Option<PathBuf> {
-        match (&self.pid_file, &self.p) {
-            (Some(p), _) => Some(p.clone()),
-            (None, Some(p)) if !mcrouter::requested(self) => Some(PathBuf::from(p)),
-            _ => None,
-        }
-    }
-}
+pub use args::RouteArgs;
 
 const DESCRIBE: &str = "pool stats:
   client_eof          \"# eof on client connections\"
@@ -540,10 +411,10 @@ impl Running {
                 .clone();
             for pool in &shared.pools {
                 for s in pool.due_for_retry() {
-                    spawn_probe(pool.clone(), s);
+                    probe::spawn_probe(pool.clone(), s);
                 }
                 for s in pool.tko_probes_due() {
-                    spawn_tko_probe(pool.clone(), s);
+                    probe::spawn_tko_probe(pool.clone(), s);
                 }
             }
         }
@@ -704,110 +575,4 @@ impl Running {
         let _ = &self.globals;
         std::process::exit(0);
     }
-}
-
-/// Tries an ejected server once (connect + `version`, or for a Redis pool `AUTH` if the
-/// pool has a password and `PING`) off the control thread; on success
-/// it rejoins the ring, else it waits another `server_retry_timeout`.
-fn spawn_probe(pool: Arc<PoolRt>, s: usize) {
-    // Push the retry time out first so the next control tick does not probe again.
-    pool.retry_result(s, false);
-    let _ = std::thread::Builder::new()
-        .name("route-probe".into())
-        .spawn(move || {
-            let wait = pool
-                .timeout()
-                .unwrap_or(Duration::from_secs(1))
-                .min(Duration::from_secs(1));
-            let ok = probe(&pool, s, wait);
-            if ok {
-                pool.retry_result(s, true);
-            }
-        });
-}
-
-/// Probes a TKO server of an mcrouter pool (connect + `version`) off the control thread.
-fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
-    let spawned = std::thread::Builder::new()
-        .name("route-probe".into())
-        .spawn({
-            let pool = pool.clone();
-            move || {
-                let wait = pool.timeout().unwrap_or(Duration::from_secs(1));
-                let ok = probe(&pool, s, wait);
-                pool.tko_probe_result(s, ok);
-            }
-        });
-    if spawned.is_err() {
-        pool.tko_probe_result(s, false);
-    }
-}
-
-/// Whether server `s` of `pool` answers (over TLS when its connections use TLS).
-fn probe(pool: &PoolRt, s: usize, wait: Duration) -> bool {
-    let cfg = &pool.cfg;
-    fn talk(s: &mut (impl Read + Write), cfg: &config::Pool) -> bool {
-        if cfg.redis {
-            return talk_redis(s, cfg.redis_auth.as_deref(), cfg.redis_db);
-        }
-        if s.write_all(b"version\r\n").is_err() {
-            return false;
-        }
-        let mut buf = [0u8; 128];
-        let mut got = 0;
-        while got < buf.len() {
-            match s.read(&mut buf[got..]) {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => got += n,
-            }
-            if buf[..got].contains(&b'\n') {
-                return buf.starts_with(b"VERSION ");
-            }
-        }
-        false
-    }
-    match &pool.servers[s].addr {
-        BackendAddr::Tcp(a) => match std::net::TcpStream::connect_timeout(a, wait) {
-            Ok(mut tcp) => {
-                let _ = tcp.set_read_timeout(Some(wait));
-                let _ = tcp.set_write_timeout(Some(wait));
-                match pool.server_tls(s) {
-                    Some((config, name)) => tls::blocking_client(tcp, config, name)
-                        .is_ok_and(|mut tls| talk(&mut tls, cfg)),
-                    None => talk(&mut tcp, cfg),
-                }
-            }
-            Err(_) => false,
-        },
-        BackendAddr::Unix(p) => match std::os::unix::net::UnixStream::connect(p) {
-            Ok(mut s) => {
-                let _ = s.set_read_timeout(Some(wait));
-                let _ = s.set_write_timeout(Some(wait));
-                talk(&mut s, cfg)
-            }
-            Err(_) => false,
-        },
-    }
-}
-
-/// `[AUTH <password>] PING`: the server is back when it answers `[+OK] +PONG`.
-fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>, db: u32) -> bool {
-    let mut req = Vec::new();
-    // The same handshake as a real connection: a server that refuses the pool's database
-    // must not come back only to fail every connection.
-    let mut expect = b"+OK\r\n".repeat(worker::redis_handshake(auth, db, &mut req));
-    proto::resp::write_command(&mut req, 1, [&b"PING"[..]]);
-    expect.extend_from_slice(b"+PONG\r\n");
-    if s.write_all(&req).is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 128];
-    let mut got = 0;
-    while got < expect.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => got += n,
-        }
-    }
-    buf[..got] == expect[..]
 }
