@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use proto::KEY_MAX_LENGTH;
+
 /// Options of `memfleet bench`. Names and defaults follow memtier_benchmark.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -408,7 +410,6 @@ pub enum Limit {
 /// Largest value we agree to send: memcached's default item limit is 1 MB, and a
 /// bigger one would only measure the server's refusal.
 pub const MAX_DATA_SIZE: usize = 16 << 20;
-pub const MAX_KEY_LEN: usize = 250;
 
 /// Validated, ready-to-run settings.
 #[derive(Debug, Clone)]
@@ -443,9 +444,9 @@ impl BenchArgs {
             return Err("--key-minimum is larger than --key-maximum".into());
         }
         let longest_key = self.key_prefix.len() + self.key_maximum.to_string().len();
-        if longest_key > MAX_KEY_LEN {
+        if longest_key > KEY_MAX_LENGTH {
             return Err(format!(
-                "keys would be {longest_key} bytes long; memcached allows {MAX_KEY_LEN}"
+                "keys would be {longest_key} bytes long; memcached allows {KEY_MAX_LENGTH}"
             ));
         }
         if self.key_prefix.bytes().any(|b| b <= b' ' || b == 0x7f) {

@@ -5,13 +5,10 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{ring::default_provider, CryptoProvider};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tlsload::SYSTEM_CA_BUNDLE;
 use tokio_rustls::TlsConnector;
-
-/// Where the trust anchors come from without `--cacert`: Debian's bundle, or $SSL_CERT_FILE.
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// memtier_benchmark's TLS options.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -78,9 +75,8 @@ impl TlsArgs {
         };
         let mut config = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
-                let chain = read_certs(cert)?;
-                let key =
-                    PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--key {key}: {e}"))?;
+                let chain = tlsload::certs(cert).map_err(|e| format!("{cert}: {e}"))?;
+                let key = tlsload::private_key(key).map_err(|e| format!("--key {key}: {e}"))?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| format!("--cert/--key: {e}"))?
@@ -98,29 +94,15 @@ impl TlsArgs {
         }))
     }
 
+    /// Without `--cacert`: $SSL_CERT_FILE, else the system's bundle.
     fn roots(&self) -> Result<RootCertStore, String> {
         let path = match &self.cacert {
             Some(p) => p.clone(),
             None => std::env::var("SSL_CERT_FILE").unwrap_or_else(|_| SYSTEM_CA_BUNDLE.into()),
         };
-        let mut roots = RootCertStore::empty();
-        for cert in read_certs(&path)? {
-            roots
-                .add(cert)
-                .map_err(|e| format!("CA certificate in {path}: {e}"))?;
-        }
-        Ok(roots)
+        let certs = tlsload::certs(&path).map_err(|e| format!("{path}: {e}"))?;
+        tlsload::roots(certs).map_err(|e| format!("CA certificate in {path}: {e}"))
     }
-}
-
-fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| format!("{path}: {e}"))?;
-    if certs.is_empty() {
-        return Err(format!("{path}: no certificate in the file"));
-    }
-    Ok(certs)
 }
 
 impl TlsClient {

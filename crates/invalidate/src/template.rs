@@ -122,9 +122,6 @@ impl Template {
     }
 }
 
-/// Longest key memcached accepts.
-pub const MAX_KEY_LEN: usize = 250;
-
 /// Why a rendered key cannot be sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BadKey {
@@ -134,7 +131,7 @@ pub enum BadKey {
 }
 
 pub fn check_key(key: &[u8]) -> Result<(), BadKey> {
-    if key.len() > MAX_KEY_LEN {
+    if key.len() > proto::KEY_MAX_LENGTH {
         return Err(BadKey::TooLong);
     }
     if key.is_empty() || key.iter().any(|&b| b <= b' ' || b == 0x7f) {

@@ -3,6 +3,8 @@
 //! with the `--server-pem-*` flags for clients. Both become the [`PoolTls`] of the
 //! nutcracker path, so the same rustls code carries them.
 
+use tlsload::SYSTEM_CA_BUNDLE;
+
 use crate::config::PoolTls;
 
 /// mcrouter's TLS flags.
@@ -38,9 +40,6 @@ pub struct McTlsArgs {
     #[arg(long = "ssl-require-peer-certs")]
     pub ssl_require_peer_certs: bool,
 }
-
-/// Trust anchors when no CA file is named (mcrouter has its own default path).
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Whether a server speaks TLS by its security field: `Some(true)` for `ssl` (and `fizz`,
 /// `ktls12`: TLS 1.3 / 1.2, which rustls negotiates by itself), `Some(false)` for `plain`,

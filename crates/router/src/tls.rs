@@ -5,15 +5,12 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use rustls::crypto::ring::default_provider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig};
+use tlsload::SYSTEM_CA_BUNDLE;
 
 use crate::config::PoolTls;
-
-/// Trust anchors for servers when a pool names no `tls_ca_file`.
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// A pool's TLS configs, read from its files when the configuration is loaded.
 #[derive(Default)]
@@ -71,25 +68,15 @@ impl TlsConfigs {
 }
 
 fn certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| format!("{path}: {e}"))?;
-    if certs.is_empty() {
-        return Err(format!("{path}: no certificate in the file"));
-    }
-    Ok(certs)
+    tlsload::certs(path).map_err(|e| format!("{path}: {e}"))
 }
 
 fn private_key(path: &str) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("{path}: {e}"))
+    tlsload::private_key(path).map_err(|e| format!("{path}: {e}"))
 }
 
 fn roots(path: &str) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in certs(path)? {
-        roots.add(cert).map_err(|e| format!("{path}: {e}"))?;
-    }
-    Ok(roots)
+    tlsload::roots(certs(path)?).map_err(|e| format!("{path}: {e}"))
 }
 
 fn client_connection(config: Arc<ClientConfig>, name: &str) -> io::Result<ClientConnection> {

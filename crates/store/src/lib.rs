@@ -58,6 +58,11 @@ pub use types::{
 pub use warm::{LoadReport, SaveReport};
 use write::{Source, StoreReq};
 
+use proto::KEY_MAX_LENGTH;
+
+// An item's header holds the key length in one byte.
+const _: () = assert!(KEY_MAX_LENGTH <= u8::MAX as usize);
+
 const SHARD_BITS: u32 = 4;
 const NSHARDS: usize = 1 << SHARD_BITS;
 
@@ -294,7 +299,10 @@ impl Store {
         let mut src = Source::of(mode, key, flags, value, &mut hold);
         let vlen = src.len();
         let max = self.item_size_max.load(Ordering::Relaxed) as usize;
-        if key.is_empty() || key.len() > 250 || item_too_large(key.len(), vlen, flags, max) {
+        if key.is_empty()
+            || key.len() > KEY_MAX_LENGTH
+            || item_too_large(key.len(), vlen, flags, max)
+        {
             return fail(StoreResult::TooLarge);
         }
         let req = StoreReq {

@@ -18,6 +18,8 @@
 use std::fmt;
 use std::io::{self, Read};
 
+use proto::KEY_MAX_LENGTH;
+
 /// First bytes of every snapshot file.
 pub const MAGIC: [u8; 8] = *b"MFWARM\r\n";
 /// Version of this format; a file of another version is refused.
@@ -429,7 +431,7 @@ fn parse_records(block: &[u8], item_size_max: u64) -> Result<Records<'_>, Snapsh
         }
         let key_len = block[at] as usize;
         let value_len = u32_at(block, at + 17) as u64;
-        if key_len == 0 || key_len > 250 || value_len > item_size_max {
+        if key_len == 0 || key_len > KEY_MAX_LENGTH || value_len > item_size_max {
             return Err(corrupt("record with an impossible length"));
         }
         let total = RECORD_HEAD + key_len + value_len as usize;

@@ -13,12 +13,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// The longest key memcached accepts.
-const MAX_KEY: usize = 250;
+use proto::KEY_MAX_LENGTH;
 
 /// Whether `key` can be a spooled key: what memcached accepts (no space or control byte).
 pub fn valid_key(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
+    !key.is_empty() && key.len() <= KEY_MAX_LENGTH && key.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
 /// The keys in a spool file's bytes, and whether the file was clean. A last line without
@@ -76,7 +75,7 @@ impl Spool {
             bytes: keys.iter().map(|k| entry_bytes(k)).sum(),
             entries: keys.into(),
             first_seq: 0,
-            max_bytes: max_bytes.max(MAX_KEY as u64 + 1),
+            max_bytes: max_bytes.max(KEY_MAX_LENGTH as u64 + 1),
             dropped: 0,
             unsynced: false,
             syncs: 0,

@@ -9,10 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 use rustls::crypto::ring::default_provider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::{ServerConfig, ServerConnection};
 
 use crate::env::ExecEnv;
 use options::{TlsOptions, VerifyMode};
@@ -66,15 +64,9 @@ fn load(o: &TlsOptions) -> Result<ServerConfig, String> {
     let chain_err = |e: &dyn std::fmt::Display| {
         format!("Error loading the certificate chain: {chain_path} : {e}")
     };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(chain_path)
-        .map_err(|e| chain_err(&e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| chain_err(&e))?;
-    if chain.is_empty() {
-        return Err(chain_err(&"no certificate in the file"));
-    }
+    let chain = tlsload::certs(chain_path).map_err(|e| chain_err(&e))?;
     let key_path = o.key.as_deref().unwrap_or(chain_path);
-    let key = PrivateKeyDer::from_pem_file(key_path)
+    let key = tlsload::private_key(key_path)
         .map_err(|e| format!("Error loading the key: {key_path} : {e}"))?;
 
     let provider = Arc::new(default_provider());
@@ -92,12 +84,8 @@ fn load(o: &TlsOptions) -> Result<ServerConfig, String> {
             let ca_err = |e: &dyn std::fmt::Display| {
                 format!("Error loading the CA certificates: {ca_path} : {e}")
             };
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(ca_path).map_err(|e| ca_err(&e))? {
-                roots
-                    .add(cert.map_err(|e| ca_err(&e))?)
-                    .map_err(|e| ca_err(&e))?;
-            }
+            let certs = tlsload::all_certs(ca_path).map_err(|e| ca_err(&e))?;
+            let roots = tlsload::roots(certs).map_err(|e| ca_err(&e))?;
             let b = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let b = if mode == VerifyMode::Request {
                 b.allow_unauthenticated()
