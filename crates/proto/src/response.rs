@@ -270,16 +270,10 @@ impl Framer {
                     if !expect.items() {
                         return self.refuse(Refusal::Unexpected);
                     }
-                    let (asked, end) = match self.item_ok(expect, keys, key, len, line_end) {
+                    let (asked, end) = match self.item_ok(buf, expect, keys, key, len, line_end) {
                         Ok(found) => found,
                         Err(frame) => return frame,
                     };
-                    if buf.len() < end {
-                        return Frame::Incomplete(Some(end));
-                    }
-                    if &buf[end - 2..end] != b"\r\n" {
-                        return self.refuse(Refusal::Garbage);
-                    }
                     let at = |t: &[u8]| {
                         let s = t.as_ptr() as usize - buf.as_ptr() as usize;
                         s..s + t.len()
@@ -299,16 +293,10 @@ impl Framer {
                     if !expect.lease() {
                         return self.refuse(Refusal::Unexpected);
                     }
-                    let (asked, end) = match self.item_ok(expect, keys, key, len, line_end) {
+                    let (asked, end) = match self.item_ok(buf, expect, keys, key, len, line_end) {
                         Ok(found) => found,
                         Err(frame) => return frame,
                     };
-                    if buf.len() < end {
-                        return Frame::Incomplete(Some(end));
-                    }
-                    if &buf[end - 2..end] != b"\r\n" {
-                        return self.refuse(Refusal::Garbage);
-                    }
                     self.next_key = asked;
                     self.pos = end;
                 }
@@ -338,10 +326,11 @@ impl Framer {
         }
     }
 
-    /// Checks an item's key and length before its data is waited for: Ok(the asked key's
-    /// index after it, where the item ends).
+    /// Checks an item's key and length before its data is waited for, then that its data is
+    /// all in `buf` and ends in CRLF: Ok(the asked key's index after it, where the item ends).
     fn item_ok(
         &mut self,
+        buf: &[u8],
         expect: Expect,
         keys: AskedKeys<'_>,
         key: &[u8],
@@ -358,7 +347,14 @@ impl Framer {
         if len > self.max_value {
             return Err(self.refuse(Refusal::TooLarge(len)));
         }
-        Ok((asked, line_end + len + 2))
+        let end = line_end + len + 2;
+        if buf.len() < end {
+            return Err(Frame::Incomplete(Some(end)));
+        }
+        if &buf[end - 2..end] != b"\r\n" {
+            return Err(self.refuse(Refusal::Garbage));
+        }
+        Ok((asked, end))
     }
 
     fn complete(&mut self, end: usize) -> Frame {
