@@ -4,7 +4,44 @@
 //! exists by the time the command returns. What an unwritable pid file means is the
 //! caller's choice: memcached warns and runs, nutcracker refuses to start.
 
-use std::path::Path;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Why going to the background or writing the pid file failed.
+#[derive(Debug)]
+pub enum Error {
+    Fork(io::Error),
+    Setsid(io::Error),
+    PidFile { path: PathBuf, source: io::Error },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Fork(e) => write!(f, "daemonize failed: {e}"),
+            Error::Setsid(_) => f.write_str("setsid failed"),
+            Error::PidFile { path, source } => {
+                write!(f, "cannot write pid file '{}': {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Fork(e) | Error::Setsid(e) | Error::PidFile { source: e, .. } => Some(e),
+        }
+    }
+}
+
+/// Callers whose own errors are still text take this one's message.
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
 
 /// What to do when the pid file cannot be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,14 +60,11 @@ pub fn daemonize(
     keep_stdio: bool,
     pid_file: Option<&Path>,
     on_error: PidFileError,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     // SAFETY: no threads exist yet, so the child may keep running Rust code after fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!(
-            "daemonize failed: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(Error::Fork(io::Error::last_os_error()));
     }
     if pid > 0 {
         let code = match pid_file.map(|p| write_pid(p, pid as u32, on_error)) {
@@ -49,7 +83,7 @@ pub fn daemonize(
     // SAFETY: plain libc calls on our own process and fds 0-2.
     unsafe {
         if libc::setsid() == -1 {
-            return Err("setsid failed".into());
+            return Err(Error::Setsid(io::Error::last_os_error()));
         }
         if !keep_stdio {
             let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
@@ -67,19 +101,22 @@ pub fn daemonize(
 }
 
 /// Writes this process's pid to `path` (for a process that stays in the foreground).
-pub fn write_pid_file(path: &Path, on_error: PidFileError) -> Result<(), String> {
+pub fn write_pid_file(path: &Path, on_error: PidFileError) -> Result<(), Error> {
     write_pid(path, std::process::id(), on_error)
 }
 
-fn write_pid(path: &Path, pid: u32, on_error: PidFileError) -> Result<(), String> {
+fn write_pid(path: &Path, pid: u32, on_error: PidFileError) -> Result<(), Error> {
     match std::fs::write(path, format!("{pid}\n")) {
         Ok(()) => Ok(()),
-        Err(e) => {
-            let msg = format!("cannot write pid file '{}': {e}", path.display());
+        Err(source) => {
+            let err = Error::PidFile {
+                path: path.to_path_buf(),
+                source,
+            };
             if on_error == PidFileError::Fail {
-                return Err(msg);
+                return Err(err);
             }
-            eprintln!("warning: {msg}");
+            eprintln!("warning: {err}");
             Ok(())
         }
     }
@@ -99,7 +136,12 @@ mod tests {
         assert_eq!(text, format!("{}\n", std::process::id()));
         let missing = dir.join("no/such/dir/x.pid");
         assert!(write_pid_file(&missing, PidFileError::Warn).is_ok());
-        assert!(write_pid_file(&missing, PidFileError::Fail).is_err());
+        let err = write_pid_file(&missing, PidFileError::Fail).unwrap_err();
+        assert!(matches!(err, Error::PidFile { .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with("cannot write pid file '"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

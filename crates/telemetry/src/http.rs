@@ -7,7 +7,8 @@
 //! `TIMEOUT` to read the answer, so a stuck or trickling scraper delays the next scrape but
 //! never holds the thread.
 
-use std::io::{Read, Write};
+use std::fmt;
+use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -17,13 +18,58 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 const HEAD_MAX: usize = 8 * 1024;
 const LINGER: Duration = Duration::from_millis(200);
 
+/// Why the metrics endpoint could not start.
+#[derive(Debug)]
+pub enum Error {
+    Address { addr: String, source: io::Error },
+    Listen { addr: String, source: io::Error },
+    Spawn(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Address { addr, source } => {
+                write!(f, "invalid metrics address '{addr}': {source}")
+            }
+            Error::Listen { addr, source } => {
+                write!(f, "cannot listen for metrics on {addr}: {source}")
+            }
+            Error::Spawn(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Address { source, .. } | Error::Listen { source, .. } | Error::Spawn(source) => {
+                Some(source)
+            }
+        }
+    }
+}
+
+/// Callers whose own errors are still text take this one's message.
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
 /// Binds the metrics address (`HOST:PORT`, `[V6]:PORT`).
-pub fn bind(addr: &str) -> Result<TcpListener, String> {
+pub fn bind(addr: &str) -> Result<TcpListener, Error> {
     let addrs: Vec<_> = addr
         .to_socket_addrs()
-        .map_err(|e| format!("invalid metrics address '{addr}': {e}"))?
+        .map_err(|source| Error::Address {
+            addr: addr.into(),
+            source,
+        })?
         .collect();
-    TcpListener::bind(&addrs[..]).map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))
+    TcpListener::bind(&addrs[..]).map_err(|source| Error::Listen {
+        addr: addr.into(),
+        source,
+    })
 }
 
 /// Serves `render()` on `/metrics` from a thread named `name` for the life of the process.
@@ -31,7 +77,7 @@ pub fn spawn(
     listener: TcpListener,
     name: &str,
     render: impl Fn() -> String + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
@@ -40,7 +86,7 @@ pub fn spawn(
             }
         })
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(Error::Spawn)
 }
 
 /// What a request head asks for.
