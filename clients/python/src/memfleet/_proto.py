@@ -8,7 +8,7 @@ clients drive the same parsers.
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 from .errors import MemfleetServerError
 
@@ -148,12 +148,20 @@ STORED = {
 }
 
 
-def parse_store(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    r = STORED.get(line)
-    if r is None:
-        raise raise_for(line)
-    return r
+def _one_line(answers: dict[bytes, bool]) -> Callable[[bool], Generator[int, bytes, bool]]:
+    """The parser of a reply that is one line saying yes or no; any other line is an error."""
+
+    def parse(meta: bool) -> Generator[int, bytes, bool]:
+        line = yield LINE
+        r = answers.get(line)
+        if r is None:
+            raise raise_for(line)
+        return r
+
+    return parse
+
+
+parse_store = _one_line(STORED)
 
 
 def req_set_many(items: list[tuple[bytes, bytes, int]], ttl: int, meta: bool) -> bytes:
@@ -190,13 +198,7 @@ def req_delete(kb: bytes, meta: bool) -> bytes:
     return (b"md " if meta else b"delete ") + kb + b"\r\n"
 
 
-def parse_delete(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    if line in (b"HD", b"DELETED"):
-        return True
-    if line in (b"NF", b"NOT_FOUND"):
-        return False
-    raise raise_for(line)
+parse_delete = _one_line({b"HD": True, b"DELETED": True, b"NF": False, b"NOT_FOUND": False})
 
 
 def req_delete_many(kbs: list[bytes], meta: bool) -> bytes:
@@ -237,13 +239,7 @@ def req_touch(kb: bytes, ttl: int, meta: bool) -> bytes:
     return b"touch " + kb + b" " + _ttl(ttl) + b"\r\n"
 
 
-def parse_touch(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    if line in (b"HD", b"TOUCHED"):
-        return True
-    if line in (b"EN", b"NOT_FOUND"):
-        return False
-    raise raise_for(line)
+parse_touch = _one_line({b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False})
 
 
 def req_arith(kb: bytes, delta: int, decr: bool, initial: int | None, ttl: int, meta: bool) -> bytes:
@@ -327,11 +323,7 @@ def parse_probe(meta: bool) -> Generator[int, bytes, bool]:
     return line == b"MN"
 
 
-def parse_ok(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    if line == b"OK":
-        return True
-    raise raise_for(line)
+parse_ok = _one_line({b"OK": True})
 
 
 def parse_version(meta: bool) -> Generator[int, bytes, str]:
