@@ -20,14 +20,15 @@ sys.path.append(str(Path(__file__).resolve().parents[3] / "tests"))
 from harness import Server, free_port, memcached, memcached_command  # noqa: E402
 
 
-def cache_server() -> Server:
-    """A server (not started) on a free port: ``$MEMFLEET_TEST_SERVER``, a command prefix such as
-    ``/path/to/memfleet serve``, else Debian's memcached; either with memcached's flags."""
-    prefix = shlex.split(os.environ.get("MEMFLEET_TEST_SERVER", ""))
+def cache_server(*flags: str, command: str | None = None) -> Server:
+    """A server (not started) on a free port: ``command`` or ``$MEMFLEET_TEST_SERVER``, a command
+    prefix such as ``/path/to/memfleet serve``, else Debian's memcached; either with memcached's
+    flags, then ``flags``."""
+    prefix = shlex.split(os.environ.get("MEMFLEET_TEST_SERVER", "") if command is None else command)
     if not prefix:
-        return memcached()
+        return memcached(*flags)
     port = free_port()
-    argv = [*prefix, "-l", "127.0.0.1", "-p", str(port), "-U", "0"]
+    argv = [*prefix, "-l", "127.0.0.1", "-p", str(port), "-U", "0", *flags]
     if os.path.basename(prefix[0]) == "memcached":
         argv = memcached_command(*argv[1:], exe=prefix[0])
     return Server(argv, port=port)
