@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable
 
 import pytest
-from client_support import raw_request
+from client_support import free_port, raw_request
 
 import memfleet
 from memfleet.serde import FLAG_INTEGER, FLAG_MSGPACK, FLAG_TEXT
@@ -263,7 +263,7 @@ def test_timeout_on_silent_server(make_client: Any) -> None:
 
 
 def test_connect_refused_raises_and_ignore_errors(make_client: Any) -> None:
-    port = _closed_port()
+    port = free_port()  # free: nothing listens there
     c = make_client([f"127.0.0.1:{port}"], failure_limit=0)
     with pytest.raises(memfleet.MemfleetConnectionError):
         c.get("x")
@@ -271,12 +271,6 @@ def test_connect_refused_raises_and_ignore_errors(make_client: Any) -> None:
     assert quiet.get("x", "d") == "d"
     assert quiet.set("x", 1) is False
     assert quiet.get_many(["a", "b"]) == {}
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_thread_safety(server: Any) -> None:
