@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,32 +25,36 @@ from client_support import Server, cache_server  # noqa: E402
 import memfleet
 
 
-def _start_many(n: int) -> list[Server]:
-    return [cache_server().start() for _ in range(n)]
+@contextmanager
+def _running(n: int) -> Iterator[list[Server]]:
+    """``n`` started servers, killed after (also those started when one fails to)."""
+    ss: list[Server] = []
+    try:
+        for _ in range(n):
+            ss.append(cache_server().start())
+        yield ss
+    finally:
+        for s in ss:
+            s.kill()
 
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
-    s = cache_server().start()
-    yield s
-    s.kill()
+    with _running(1) as (s,):
+        yield s
 
 
 @pytest.fixture(scope="session")
 def servers3() -> Iterator[list[Server]]:
-    ss = _start_many(3)
-    yield ss
-    for s in ss:
-        s.kill()
+    with _running(3) as ss:
+        yield ss
 
 
 @pytest.fixture()
 def fresh_servers3() -> Iterator[list[Server]]:
     """Three servers the test may kill and restart."""
-    ss = _start_many(3)
-    yield ss
-    for s in ss:
-        s.kill()
+    with _running(3) as ss:
+        yield ss
 
 
 class Blocking:
