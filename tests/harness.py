@@ -88,9 +88,25 @@ def eventually(check: Callable[[], bool], what: str, limit: float = 5.0) -> None
     raise AssertionError(f"never happened: {what}")
 
 
-def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
+class ServerExited(RuntimeError):
+    """The process a wait was for has exited: it will never listen."""
+
+
+def check_running(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None and proc.poll() is not None:
+        raise ServerExited(f"{proc.args} exited with {proc.returncode}")
+
+
+def wait_for_port(
+    port: int,
+    timeout: float = 10.0,
+    host: str = "127.0.0.1",
+    proc: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Until something listens on host:port; ServerExited at once if `proc` (the server) exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        check_running(proc)
         try:
             with socket.create_connection((host, port), timeout=0.2) as s:
                 # On loopback, a connect to a port nobody listens on yet can pick that very
@@ -103,9 +119,12 @@ def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> 
     raise TimeoutError(f"nothing listening on {host}:{port}")
 
 
-def wait_for_unix(path: str, timeout: float = 10.0) -> None:
+def wait_for_unix(
+    path: str, timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        check_running(proc)
         if os.path.exists(path):
             try:
                 with socket.socket(socket.AF_UNIX) as s:
@@ -149,10 +168,10 @@ class Server:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             if self.unix_socket:
-                wait_for_unix(self.unix_socket)
+                wait_for_unix(self.unix_socket, proc=self.proc)
             elif self.port:
-                wait_for_port(self.port)
-        except TimeoutError:
+                wait_for_port(self.port, proc=self.proc)
+        except (TimeoutError, ServerExited):
             self.stop()
             raise
         return self
@@ -191,6 +210,12 @@ class Server:
         self.proc = None
         return code
 
+    def kill(self) -> int:
+        """SIGKILL, as a crash: no shutdown work (memcached's takes up to a second), then reaped."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        return self.stop()
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -223,10 +248,10 @@ def save_warm_restart(memfile: str, items: int, *args: str) -> None:
         assert s.proc.wait(timeout=30) == 0
 
 
-def memcached_command(*args: str) -> list[str]:
-    """Debian's memcached with `args`, told to run as root when we are root (it refuses to
-    otherwise)."""
-    exe = shutil.which("memcached") or "/usr/bin/memcached"
+def memcached_command(*args: str, exe: str | None = None) -> list[str]:
+    """Debian's memcached (or `exe`) with `args`, told to run as root when we are root (it
+    refuses to otherwise)."""
+    exe = exe or shutil.which("memcached") or "/usr/bin/memcached"
     return [exe, *(["-u", "root"] if os.geteuid() == 0 else []), *args]
 
 

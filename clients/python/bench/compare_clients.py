@@ -14,10 +14,7 @@ import json
 import os
 import pickle
 import random
-import shlex
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import zlib
@@ -28,6 +25,10 @@ from memfleet.serde import Serde
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from samples import feed_entry, html_page, int_list, small_profile, user_profile  # noqa: E402
+
+# servers are started and stopped as the client's tests do it (tests/harness.py underneath)
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from client_support import Server, cache_server  # noqa: E402
 
 try:
     import pylibmc
@@ -42,30 +43,24 @@ except ImportError:  # pragma: no cover
 
 
 # -- servers ------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def start_servers(cmd: str, n: int, cpu: int | None = None) -> list[Server]:
+    """``n`` servers ``cmd`` of 256 MB each on free loopback ports, on CPU ``cpu`` if given."""
+    servers: list[Server] = []
+    try:
+        for _ in range(n):
+            s = cache_server("-m", "256", command=cmd)
+            if cpu is not None:
+                s.argv = ["taskset", "-c", str(cpu), *s.argv]
+            servers.append(s.start())
+    except BaseException:
+        stop_servers(servers)
+        raise
+    return servers
 
 
-def start_servers(cmd: str, n: int, cpu: int | None = None) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
-    addresses, procs = [], []
-    for _ in range(n):
-        port = free_port()
-        argv = shlex.split(cmd) + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "256"]
-        if os.path.basename(argv[0]) == "memcached" and os.geteuid() == 0:
-            argv += ["-u", "root"]
-        if cpu is not None:
-            argv = ["taskset", "-c", str(cpu)] + argv
-        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        addresses.append(f"127.0.0.1:{port}")
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.02)
-    return addresses, procs
+def stop_servers(servers: list[Server]) -> None:
+    for s in servers:
+        s.kill()
 
 
 # -- timing -------------------------------------------------------------------------------------
@@ -344,11 +339,12 @@ def main() -> int:
         client_cpu, server_cpu = (int(x) for x in args.pin.split(","))
         os.sched_setaffinity(0, {client_cpu})
     n = 2000 if args.quick else 20000
-    procs: list[subprocess.Popen[bytes]] = []
+    servers: list[Server] = []
     if args.servers:
         addresses = args.servers.split(",")
     else:
-        addresses, procs = start_servers(args.server_cmd, 3, server_cpu)
+        servers = start_servers(args.server_cmd, 3, server_cpu)
+        addresses = [s.address for s in servers]
     parts = (args.only,) if args.only else ("managed", "ops", "values")
     out: dict[str, Any] = {}
     try:
@@ -359,9 +355,7 @@ def main() -> int:
         if "values" in parts:
             out["values"] = bench_values(max(200, n // 10))
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        stop_servers(servers)
 
     placement = f", client on CPU {client_cpu}, servers on CPU {server_cpu}" if args.pin else ", not pinned"
     print(f"python {sys.version.split()[0]}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}{placement}")

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import memfleet
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_clients import start_servers  # noqa: E402
+from compare_clients import start_servers, stop_servers  # noqa: E402
 from samples import feed_entry, small_profile  # noqa: E402
 
 GENERATORS: dict[str, Callable[[int], Any]] = {"small_profile": small_profile, "feed_entry": feed_entry}
@@ -124,7 +124,8 @@ def main() -> int:
         server, client, op, kind, dict_id, warm, calls = json.loads(args.run)
         run_calls(server, client, op, kind, dict_id, warm, calls)
         return 0
-    addresses, procs = start_servers(args.server_cmd, 1)
+    servers = start_servers(args.server_cmd, 1)
+    addresses = [s.address for s in servers]
     try:
         ids = prepare(addresses[0])
         print("| case | managed dictionaries | no compression | extra |")
@@ -144,9 +145,7 @@ def main() -> int:
                     flush=True,
                 )
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        stop_servers(servers)
     return 0
 
 

@@ -1,55 +1,37 @@
-"""Helpers the client tests import by name: real cache servers on free loopback ports, and a
-raw request to one. (Not in conftest.py: the repository's own tests/conftest.py has that module
-name when both suites run in one pytest session.)"""
+"""Helpers the client tests import by name: the server they run against, and a raw request to
+one. (Not in conftest.py: the repository's own tests/conftest.py has that module name when both
+suites run in one pytest session.)
+
+Servers are started, waited for and stopped by the repository's one test harness,
+``tests/harness.py``: a free loopback port, readiness that a probe connected to itself does not
+fake, a server that exits early reported at once, SIGTERM then SIGKILL and a reaped process.
+"""
 
 from __future__ import annotations
 
 import os
 import shlex
 import socket
-import subprocess
-import time
+import sys
+from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+sys.path.append(str(Path(__file__).resolve().parents[3] / "tests"))
+from harness import Server, free_port, memcached, memcached_command  # noqa: E402
 
 
-class ServerProcess:
-    def __init__(self, port: int = 0) -> None:
-        self.port = port or free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> ServerProcess:
-        cmd = shlex.split(os.environ.get("MEMFLEET_TEST_SERVER", "memcached"))
-        cmd += ["-p", str(self.port), "-l", "127.0.0.1", "-U", "0"]
-        if os.path.basename(cmd[0]) == "memcached" and os.geteuid() == 0:
-            cmd += ["-u", "root"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited with {self.proc.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"{cmd} did not start listening")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+def cache_server(*flags: str, command: str | None = None) -> Server:
+    """A server (not started) on a free port: ``command`` or ``$MEMFLEET_TEST_SERVER``, a command
+    prefix such as ``/path/to/memfleet serve``, else Debian's memcached; either with memcached's
+    flags, then ``flags``."""
+    prefix = shlex.split(os.environ.get("MEMFLEET_TEST_SERVER", "") if command is None else command)
+    if not prefix:
+        return memcached(*flags)
+    port = free_port()
+    argv = [*prefix, "-l", "127.0.0.1", "-p", str(port), "-U", "0", *flags]
+    if os.path.basename(prefix[0]) == "memcached":
+        argv = memcached_command(*argv[1:], exe=prefix[0])
+    return Server(argv, port=port)
 
 
 def raw_request(client: Any, request: bytes) -> bytes:

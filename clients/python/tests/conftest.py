@@ -1,8 +1,8 @@
 """Fixtures: real cache servers on free loopback ports.
 
-The server command is ``$MEMFLEET_TEST_SERVER`` (a command prefix, default ``memcached``), e.g.
-``MEMFLEET_TEST_SERVER="/work/main/target/release/memfleet serve"``; it gets memcached's flags
-``-p PORT -l 127.0.0.1 -U 0``.
+The server command is ``$MEMFLEET_TEST_SERVER`` (a command prefix, default Debian's
+``memcached``), e.g. ``MEMFLEET_TEST_SERVER="/work/main/target/release/memfleet serve"``; it gets
+memcached's flags ``-l 127.0.0.1 -p PORT -U 0`` (``client_support.cache_server``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,37 +20,41 @@ import pytest
 # The repository's pytest settings import test files without touching sys.path; the tests here
 # import their helpers by module name.
 sys.path.append(str(Path(__file__).resolve().parent))
-from client_support import ServerProcess  # noqa: E402
+from client_support import Server, cache_server  # noqa: E402
 
 import memfleet
 
 
-def _start_many(n: int) -> list[ServerProcess]:
-    return [ServerProcess().start() for _ in range(n)]
+@contextmanager
+def _running(n: int) -> Iterator[list[Server]]:
+    """``n`` started servers, killed after (also those started when one fails to)."""
+    ss: list[Server] = []
+    try:
+        for _ in range(n):
+            ss.append(cache_server().start())
+        yield ss
+    finally:
+        for s in ss:
+            s.kill()
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[ServerProcess]:
-    s = ServerProcess().start()
-    yield s
-    s.stop()
+def server() -> Iterator[Server]:
+    with _running(1) as (s,):
+        yield s
 
 
 @pytest.fixture(scope="session")
-def servers3() -> Iterator[list[ServerProcess]]:
-    ss = _start_many(3)
-    yield ss
-    for s in ss:
-        s.stop()
+def servers3() -> Iterator[list[Server]]:
+    with _running(3) as ss:
+        yield ss
 
 
 @pytest.fixture()
-def fresh_servers3() -> Iterator[list[ServerProcess]]:
+def fresh_servers3() -> Iterator[list[Server]]:
     """Three servers the test may kill and restart."""
-    ss = _start_many(3)
-    yield ss
-    for s in ss:
-        s.stop()
+    with _running(3) as ss:
+        yield ss
 
 
 class Blocking:
@@ -90,7 +95,7 @@ def make_client(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.fixture(params=["meta", "text"])
-def client(request: pytest.FixtureRequest, server: ServerProcess, make_client: Any) -> Any:
+def client(request: pytest.FixtureRequest, server: Server, make_client: Any) -> Any:
     """Either driver over either protocol."""
     c = make_client([server.address], protocol=request.param)
     c.flush_all()
@@ -98,7 +103,7 @@ def client(request: pytest.FixtureRequest, server: ServerProcess, make_client: A
 
 
 @pytest.fixture()
-def mclient(server: ServerProcess, make_client: Any) -> Any:
+def mclient(server: Server, make_client: Any) -> Any:
     """Either driver, meta protocol."""
     c = make_client([server.address])
     c.flush_all()
@@ -106,7 +111,7 @@ def mclient(server: ServerProcess, make_client: Any) -> Any:
 
 
 @pytest.fixture()
-def client3(servers3: list[ServerProcess]) -> Iterator[memfleet.Client]:
+def client3(servers3: list[Server]) -> Iterator[memfleet.Client]:
     c = memfleet.Client([s.address for s in servers3])
     c.flush_all()
     yield c

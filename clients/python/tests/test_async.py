@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from client_support import free_port
 
 import memfleet
 
@@ -86,11 +87,14 @@ def test_async_get_many_fans_out_concurrently(servers3: list[Any]) -> None:
 
 
 def test_async_connection_errors() -> None:
+    # a free port, not a fixed one (port 1 may be some service of the host's)
+    dead = f"127.0.0.1:{free_port()}"
+
     async def main() -> None:
-        c = memfleet.AsyncClient(["127.0.0.1:1"], failure_limit=0)
+        c = memfleet.AsyncClient([dead], failure_limit=0)
         with pytest.raises(memfleet.MemfleetConnectionError):
             await c.get("x")
-        q = memfleet.AsyncClient(["127.0.0.1:1"], ignore_errors=True, failure_limit=0)
+        q = memfleet.AsyncClient([dead], ignore_errors=True, failure_limit=0)
         assert await q.get("x", "d") == "d"
 
     run(main())

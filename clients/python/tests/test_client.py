@@ -5,10 +5,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
-from client_support import raw_request
+from client_support import free_port, raw_request
 
 import memfleet
 from memfleet.serde import FLAG_INTEGER, FLAG_MSGPACK, FLAG_TEXT
@@ -181,8 +181,8 @@ def test_protocol_autodetect_uses_meta(server: Any, make_client: Any) -> None:
     assert c._router.servers[0].meta is True
 
 
-def _text_only_server(stop: threading.Event) -> int:
-    """A fake pre-meta server: ERROR for mn, END for every get."""
+def _scripted_server(stop: threading.Event, answer: Callable[[bytes], bytes]) -> int:
+    """A fake server on a free port that sends ``answer(line)`` for each request line."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
     lsock.listen()
@@ -203,7 +203,7 @@ def _text_only_server(stop: threading.Event) -> int:
                     buf += data
                     while b"\r\n" in buf:
                         line, buf = buf.split(b"\r\n", 1)
-                        conn.sendall(b"END\r\n" if line.startswith(b"get ") else b"ERROR\r\n")
+                        conn.sendall(answer(line))
         lsock.close()
 
     threading.Thread(target=serve, daemon=True).start()
@@ -212,11 +212,38 @@ def _text_only_server(stop: threading.Event) -> int:
 
 def test_protocol_autodetect_falls_back_to_text(make_client: Any) -> None:
     stop = threading.Event()
-    port = _text_only_server(stop)
+    # a pre-meta server: ERROR for mn, END for every get
+    port = _scripted_server(stop, lambda line: b"END\r\n" if line.startswith(b"get ") else b"ERROR\r\n")
     try:
         c = make_client([f"127.0.0.1:{port}"])
         assert c.get("x") is None
         assert c._router.servers[0].meta is False
+    finally:
+        stop.set()
+
+
+def _multiget_answer(line: bytes) -> bytes:
+    """Meta replies to ``mg <key> f v k q``: a hit for h*, an EN (which a quiet miss should not
+    send, and the client skips) for e*, a server error for x*; MN for mn."""
+    if line == b"mn":
+        return b"MN\r\n"
+    key = line.split()[1]
+    if key.startswith(b"h"):
+        return b"VA 2 f0 k%b\r\n%b\r\n" % (key, key[-2:])
+    if key.startswith(b"e"):
+        return b"EN\r\n"
+    return b"SERVER_ERROR out of memory\r\n"
+
+
+def test_meta_multiget_reply_reading(make_client: Any) -> None:
+    stop = threading.Event()
+    port = _scripted_server(stop, _multiget_answer)
+    try:
+        c = make_client([f"127.0.0.1:{port}"], protocol="meta", compress_threshold=None)
+        assert c.get_many(["h01", "e1", "h02", "e2"]) == {"h01": b"01", "h02": b"02"}
+        with pytest.raises(memfleet.MemfleetServerError, match="out of memory"):
+            c.get_many(["h03", "x1"])
+        assert c.get_many(["h04"]) == {"h04": b"04"}  # a fresh connection: the failed one is closed
     finally:
         stop.set()
 
@@ -236,7 +263,7 @@ def test_timeout_on_silent_server(make_client: Any) -> None:
 
 
 def test_connect_refused_raises_and_ignore_errors(make_client: Any) -> None:
-    port = _closed_port()
+    port = free_port()  # free: nothing listens there
     c = make_client([f"127.0.0.1:{port}"], failure_limit=0)
     with pytest.raises(memfleet.MemfleetConnectionError):
         c.get("x")
@@ -244,12 +271,6 @@ def test_connect_refused_raises_and_ignore_errors(make_client: Any) -> None:
     assert quiet.get("x", "d") == "d"
     assert quiet.set("x", 1) is False
     assert quiet.get_many(["a", "b"]) == {}
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_thread_safety(server: Any) -> None:

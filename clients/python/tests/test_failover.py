@@ -21,7 +21,7 @@ def test_killed_server_is_ejected_and_comes_back(fresh_servers3: list[Any], make
     for k in keys:
         c.set(k, k)
 
-    victim.stop()
+    victim.kill()
     k0 = on_victim[0]
     errors = 0
     for _ in range(2):
@@ -50,7 +50,7 @@ def test_all_servers_dead_raises(fresh_servers3: list[Any], make_client: Any) ->
     addresses = [s.address for s in fresh_servers3]
     c = make_client(addresses, failure_limit=1, retry_timeout=30)
     for s in fresh_servers3:
-        s.stop()
+        s.kill()
     for _ in range(10):
         try:
             c.get("anything")
@@ -66,7 +66,7 @@ def test_stale_pooled_connection_after_restart(fresh_servers3: list[Any], make_c
     s = fresh_servers3[0]
     c = make_client([s.address], failure_limit=3, retry_timeout=0.2)
     c.set("a", 1)
-    s.stop()
+    s.kill()
     s.start()
     # the pooled connection is dead; the first call fails, later calls reconnect
     with pytest.raises(memfleet.MemfleetConnectionError):

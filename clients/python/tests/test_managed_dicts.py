@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import msgpack
 import pytest
-from client_support import ServerProcess
+from client_support import Server
 
 import memfleet
 from memfleet import _dicts
@@ -86,7 +86,7 @@ def test_a_frame_read_with_another_dictionary_of_the_same_id_fails() -> None:
             other.decompress(frame)
 
 
-def test_a_family_function_groups_keys(server: ServerProcess) -> None:
+def test_a_family_function_groups_keys(server: Server) -> None:
     def family(key: bytes) -> str | None:
         return None if key.startswith(b"skip") else "people"
 
@@ -104,7 +104,7 @@ def test_a_family_function_groups_keys(server: ServerProcess) -> None:
     c.close()
 
 
-def test_records_shrink_after_training(servers3: list[ServerProcess], make_client: Any) -> None:
+def test_records_shrink_after_training(servers3: list[Server], make_client: Any) -> None:
     """Default settings: after 2,000 writes, small records are stored at <= 0.4x pickle and ~1 KB
     JSON-like records at <= 0.5x msgpack."""
     c = make_client([s.address for s in servers3])
@@ -130,7 +130,7 @@ def test_records_shrink_after_training(servers3: list[ServerProcess], make_clien
     assert c.dictionaries.stats()["unreadable"] == 0
 
 
-def test_second_process_reads_compressed_values(servers3: list[ServerProcess]) -> None:
+def test_second_process_reads_compressed_values(servers3: list[Server]) -> None:
     addrs = [s.address for s in servers3]
     c = memfleet.Client(addrs, managed_dicts=small_policy())
     c.flush_all()
@@ -200,7 +200,7 @@ def test_frames_find_their_dictionary_by_id() -> None:
         reader.decompress(unknown.compress(values[0]))
 
 
-def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: ServerProcess, make_client: Any) -> None:
+def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: Server, make_client: Any) -> None:
     writer = make_client([server.address], managed_dicts=small_policy())
     writer.flush_all()
     for i in range(300):
@@ -234,7 +234,7 @@ def test_deleted_dictionary_reads_as_miss_and_family_retrains(server: ServerProc
     plain.close()
 
 
-def test_dictionary_id_collision_takes_a_new_id(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dictionary_id_collision_takes_a_new_id(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = iter([0x40000001, 0x40000001, 0x40000002, 0x40000003])
     monkeypatch.setattr(_dicts, "new_id", lambda: next(ids))
     plain = memfleet.Client([server.address], compress_threshold=None)  # stores bytes as they are
@@ -251,7 +251,7 @@ def test_dictionary_id_collision_takes_a_new_id(server: ServerProcess, monkeypat
     assert memfleet.Client([server.address]).get("rec:5:v") == small_profile(5)
 
 
-def test_a_dictionary_is_used_only_once_published(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dictionary_is_used_only_once_published(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every id the writer draws is taken by someone else's dictionary, so publishing never
     succeeds: the writer keeps storing values without it, and a reader reads every one."""
     monkeypatch.setattr(_dicts, "new_id", lambda: 0x40000001)
@@ -274,7 +274,7 @@ def test_a_dictionary_is_used_only_once_published(server: ServerProcess, monkeyp
         x.close()
 
 
-def test_a_dictionary_item_that_fails_its_hash_is_refused(server: ServerProcess) -> None:
+def test_a_dictionary_item_that_fails_its_hash_is_refused(server: Server) -> None:
     c = memfleet.Client([server.address], managed_dicts=small_policy())
     c.flush_all()
     for i in range(300):
@@ -293,7 +293,7 @@ def test_a_dictionary_item_that_fails_its_hash_is_refused(server: ServerProcess)
     assert reader.dictionaries.stats()["unreadable"] == 1
 
 
-def item_ttl(server: ServerProcess, key: str) -> int:
+def item_ttl(server: Server, key: str) -> int:
     """Seconds the server will keep ``key`` (-1: no expiry)."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
         s.sendall(b"mg " + key.encode() + b" t\r\n")
@@ -302,7 +302,7 @@ def item_ttl(server: ServerProcess, key: str) -> int:
     return int(head[1][1:])
 
 
-def test_dictionary_outlives_the_values_written_with_it(server: ServerProcess, make_client: Any) -> None:
+def test_dictionary_outlives_the_values_written_with_it(server: Server, make_client: Any) -> None:
     c = make_client([server.address], managed_dicts=small_policy(dict_ttl=50))
     c.flush_all()
     for i in range(300):
@@ -325,7 +325,7 @@ def test_dictionary_outlives_the_values_written_with_it(server: ServerProcess, m
     assert ttl_after_write(0, lambda t: t == -1) == -1
 
 
-def test_managed_dicts_off(server: ServerProcess) -> None:
+def test_managed_dicts_off(server: Server) -> None:
     for options in ({"managed_dicts": False}, {"compress_threshold": None}):
         c = memfleet.Client([server.address], **options)  # type: ignore[arg-type]
         for i in range(1200):
@@ -340,7 +340,7 @@ def drifting(i: int, phase: int) -> Any:
     return small_profile(i) if phase == 0 else feed_entry(i)
 
 
-def test_rollover_under_concurrent_readers_and_writers(servers3: list[ServerProcess]) -> None:
+def test_rollover_under_concurrent_readers_and_writers(servers3: list[Server]) -> None:
     addrs = [s.address for s in servers3]
     policy = small_policy(drift_window=400)
     writer = memfleet.Client(addrs, managed_dicts=policy)
@@ -397,7 +397,7 @@ def test_rollover_under_concurrent_readers_and_writers(servers3: list[ServerProc
     assert fresh.dictionaries.stats()["unreadable"] == 0
 
 
-def test_rollover_with_asyncio_tasks(servers3: list[ServerProcess]) -> None:
+def test_rollover_with_asyncio_tasks(servers3: list[Server]) -> None:
     addrs = [s.address for s in servers3]
 
     async def main() -> None:

@@ -10,7 +10,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from client_support import ServerProcess
+from client_support import Server
 
 import memfleet
 from memfleet import _php
@@ -44,7 +44,7 @@ function rep($v) {
 """
 
 
-def php(server: ServerProcess, serializer: str, body: str, *args: str, compression: str = "ZLIB") -> Any:
+def php(server: Server, serializer: str, body: str, *args: str, compression: str = "ZLIB") -> Any:
     """Run PHP ``body`` against ``server`` (compression from 100 bytes, ``$argv[2:]`` = ``args``);
     its JSON output."""
     code = PRELUDE % (SERIALIZERS[serializer], f"Memcached::COMPRESSION_{compression}") + body
@@ -79,7 +79,7 @@ FROM_PHP: dict[str, tuple[str, Any]] = {
 COMPRESSED = {"big", "bigrec"}
 
 
-def raw_item(server: ServerProcess, key: str) -> tuple[int, bytes]:
+def raw_item(server: Server, key: str) -> tuple[int, bytes]:
     """(flags, stored bytes) as the server holds them."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
         s.sendall(b"mg " + key.encode() + b" f v\r\n")
@@ -91,12 +91,12 @@ def raw_item(server: ServerProcess, key: str) -> tuple[int, bytes]:
     return int(parts[2][1:]), rest[: int(parts[1])]
 
 
-def raw_flags(server: ServerProcess, key: str) -> int:
+def raw_flags(server: Server, key: str) -> int:
     return raw_item(server, key)[0]
 
 
 @pytest.mark.parametrize("serializer", ["msgpack", "json"])
-def test_python_reads_what_php_wrote(server: ServerProcess, make_client: Any, serializer: str) -> None:
+def test_python_reads_what_php_wrote(server: Server, make_client: Any, serializer: str) -> None:
     c = make_client([server.address], value_format="php-memcached")
     c.flush_all()
     php(server, serializer, "".join(f"$m->set('{k}', {src});\n" for k, (src, _) in FROM_PHP.items()))
@@ -120,9 +120,7 @@ def _from_php_rep(rep: list[Any]) -> Any:
 
 @pytest.mark.parametrize("serializer", ["msgpack", "json"])
 @pytest.mark.parametrize("compression", ["zlib", "zstd"])
-def test_php_reads_what_python_wrote(
-    server: ServerProcess, make_client: Any, serializer: str, compression: str
-) -> None:
+def test_php_reads_what_python_wrote(server: Server, make_client: Any, serializer: str, compression: str) -> None:
     if compression == "zstd" and php(server, serializer, "echo json_encode(defined('Memcached::HAVE_ZSTD'));") is False:
         pytest.skip("this php-memcached has no zstd (Debian's 3.2 build); Python reads its own below")
     c = make_client(
@@ -155,7 +153,7 @@ def test_php_reads_what_python_wrote(
             assert have == (want.encode() if isinstance(want, str) else want), k
 
 
-def test_zstd_layout_reads_back(server: ServerProcess) -> None:
+def test_zstd_layout_reads_back(server: Server) -> None:
     """php-memcached 3.3's zstd layout: flags 16|128, then the length and a zstd frame."""
     c = memfleet.Client([server.address], value_format="php-memcached", php_compression="zstd")
     c.set("z", "x" * 5000)
@@ -164,7 +162,7 @@ def test_zstd_layout_reads_back(server: ServerProcess) -> None:
     c.close()
 
 
-def test_python_reads_php_fastlz(server: ServerProcess) -> None:
+def test_python_reads_php_fastlz(server: Server) -> None:
     """PHP's default compression: FastLZ level 1 below 64 KB, level 2 from 64 KB."""
     php(
         server,
@@ -204,7 +202,7 @@ def test_corrupt_fastlz_is_an_error_not_garbage() -> None:
     assert _php.fastlz_decompress(b"\x02abc\x20\x02", 6) == b"abcabc"
 
 
-def test_php_format_has_no_managed_dictionaries(server: ServerProcess) -> None:
+def test_php_format_has_no_managed_dictionaries(server: Server) -> None:
     c = memfleet.Client([server.address], value_format="php-memcached")
     assert c.dictionaries.policy is None
     with pytest.raises(ValueError):

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import ServerProcess, free_port
+from client_support import Server, free_port
 
 import memfleet
 
@@ -19,7 +16,7 @@ NUTCRACKER = shutil.which("nutcracker") or ("/usr/sbin/nutcracker" if Path("/usr
 
 
 @pytest.fixture()
-def twemproxy(server: ServerProcess, tmp_path: Path) -> Iterator[str]:
+def twemproxy(server: Server, tmp_path: Path) -> Iterator[str]:
     """nutcracker on a free port in front of the test server; yields its address."""
     if NUTCRACKER is None:
         pytest.skip("nutcracker not installed")
@@ -30,21 +27,11 @@ def twemproxy(server: ServerProcess, tmp_path: Path) -> Iterator[str]:
         f"pool:\n  listen: 127.0.0.1:{port}\n  hash: md5\n  distribution: ketama\n  servers:\n   - {server.address}:1\n"
     )
     argv = [NUTCRACKER, "-c", str(conf), "-s", str(free_port()), "-a", "127.0.0.1", "-o", str(tmp_path / "log")]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = Server(argv, port=port).start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            assert proc.poll() is None, (tmp_path / "log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "nutcracker did not start listening"
-                time.sleep(0.02)
-        yield f"127.0.0.1:{port}"
+        yield proxy.address
     finally:
-        proc.kill()
-        proc.wait()
+        proxy.kill()
 
 
 def test_default_client_falls_back_to_text_through_twemproxy(twemproxy: str, make_client: Any) -> None:

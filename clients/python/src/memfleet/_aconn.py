@@ -56,14 +56,9 @@ class AsyncConnection:
     async def probe(self) -> bool | None:
         """As :meth:`memfleet._conn.Connection.probe`."""
         try:
-            return bool(await self.run(b"mn\r\n", None, _parse_probe))
+            return bool(await self.run(P.PROBE, None, P.parse_probe))
         except ConnectionError:
             return None
-
-
-def _parse_probe(meta: bool) -> P.Parser:
-    line = yield P.LINE
-    return line == b"MN"
 
 
 class AsyncServer(ServerBase[AsyncConnection]):

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from . import _proto as P
 from ._router import ServerBase
-from .errors import MemfleetConnectionError, MemfleetServerError
+from .errors import MemfleetConnectionError
 
 _RECV = 65536
 _GATHER_FROM = 16384
@@ -135,56 +135,31 @@ class Connection:
         return buf[:n]
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
-        """Read and parse one reply; store replies and meta multigets skip the generator parser."""
+        """Read and parse one reply; store replies skip the generator parser."""
         if parse is P.parse_store:
             line = self.readline()
             ok = P.STORED.get(line)
             if ok is None:
                 raise P.raise_for(line)
             return ok
-        if meta and parse is P.parse_get_many:
-            return self.read_meta_multiget()
         gen = parse(meta)
+        send = gen.send
+        readline = self.readline
+        read_value = self.read_value
         try:
             need = next(gen)
             while True:
-                need = gen.send(self.readline() if need < 0 else self.read_value(need))
+                need = send(readline() if need < 0 else read_value(need))
         except StopIteration as stop:
             return stop.value
 
     def probe(self) -> bool | None:
-        """Does the server speak meta? ``mn`` gets ``MN`` from a meta server and ``ERROR`` from an
-        old one; twemproxy closes the connection instead (None)."""
+        """Does the server speak meta (``P.parse_probe``)? None: it closed the connection."""
         try:
-            self.send(b"mn\r\n")
-            return self.readline() == b"MN"
+            self.send(P.PROBE)
+            return bool(self.reply(P.parse_probe, True))
         except ConnectionError:  # closed or reset; a timeout is not one
             return None
-
-    def read_meta_multiget(self) -> dict[bytes, tuple[bytes, int]]:
-        """Replies to pipelined ``mg <key> f v k q`` ... ``mn``: {key: (data, flags)} of the hits."""
-        out: dict[bytes, tuple[bytes, int]] = {}
-        readline = self.readline
-        read_value = self.read_value
-        while True:
-            line = readline()
-            if line == b"MN":
-                return out
-            if line[:3] != b"VA ":
-                if line == b"EN":
-                    continue
-                raise MemfleetServerError(line.decode("utf-8", "replace"))
-            parts = line.split()
-            data = read_value(int(parts[1]))
-            flags = 0
-            key = b""
-            for t in parts[2:]:
-                c = t[0]
-                if c == 102:  # f
-                    flags = int(t[1:])
-                elif c == 107:  # k
-                    key = t[1:]
-            out[key] = (data, flags)
 
 
 class Server(ServerBase[Connection]):

@@ -8,7 +8,7 @@ clients drive the same parsers.
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 from .errors import MemfleetServerError
 
@@ -40,8 +40,11 @@ def req_get(kb: bytes, meta: bool, cas: bool = False) -> bytes:
     return (b"gets " if cas else b"get ") + kb + b"\r\n"
 
 
-def _meta_flags(tokens: list[bytes]) -> dict[int, bytes]:
-    return {t[0]: t[1:] for t in tokens}
+def _value_head(line: bytes) -> tuple[int, dict[int, bytes]]:
+    """A meta ``VA <size> <flag>...`` line: the data size, and each returned flag's token by its
+    letter (``f`` client flags, ``k`` key, ``c`` cas, ``W``/``X``/``Z`` lease state)."""
+    parts = line.split()
+    return int(parts[1]), {t[0]: t[1:] for t in parts[2:]}
 
 
 def parse_get(meta: bool) -> Generator[int, bytes, tuple[bytes, int, int] | None]:
@@ -49,9 +52,8 @@ def parse_get(meta: bool) -> Generator[int, bytes, tuple[bytes, int, int] | None
     line = yield LINE
     if meta:
         if line.startswith(b"VA "):
-            parts = line.split()
-            data = yield int(parts[1])
-            f = _meta_flags(parts[2:])
+            n, f = _value_head(line)
+            data = yield n
             return data, int(f.get(102, b"0")), int(f.get(99, b"0"))
         if line == b"EN":
             return None
@@ -76,29 +78,38 @@ def req_get_many(kbs: list[bytes], meta: bool) -> bytes:
 
 
 def parse_get_many(meta: bool) -> Generator[int, bytes, dict[bytes, tuple[bytes, int]]]:
+    """{key: (data, flags)} of the hits. Meta: the replies to ``mg <key> f v k q`` ... ``mn``
+    (hits only, each naming its key; a miss's ``EN`` is tolerated), up to ``MN``. Text: ``VALUE``
+    items up to ``END``."""
     out: dict[bytes, tuple[bytes, int]] = {}
-    end = b"MN" if meta else b"END"
+    if meta:
+        while True:
+            line = yield LINE
+            if line[:3] == b"VA ":
+                # _value_head's letters, read inline: its dict per item costs a fifth more here
+                parts = line.split()
+                data = yield int(parts[1])
+                flags = 0
+                key = b""
+                for t in parts[2:]:
+                    c = t[0]
+                    if c == 102:  # f
+                        flags = int(t[1:])
+                    elif c == 107:  # k
+                        key = t[1:]
+                out[key] = (data, flags)
+            elif line == b"MN":
+                return out
+            elif line != b"EN":
+                raise raise_for(line)
     while True:
         line = yield LINE
-        if line == end:
-            return out
-        parts = line.split()
-        if meta and parts[0] == b"VA":
-            data = yield int(parts[1])
-            flags = 0
-            key = b""
-            for t in parts[2:]:
-                c = t[0]
-                if c == 102:
-                    flags = int(t[1:])
-                elif c == 107:
-                    key = t[1:]
-            out[key] = (data, flags)
-        elif not meta and parts[0] == b"VALUE":
+        if line[:6] == b"VALUE ":
+            parts = line.split()
             data = yield int(parts[3])
             out[parts[1]] = (data, int(parts[2]))
-        elif line == b"EN":
-            continue
+        elif line == b"END":
+            return out
         else:
             raise raise_for(line)
 
@@ -137,12 +148,20 @@ STORED = {
 }
 
 
-def parse_store(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    r = STORED.get(line)
-    if r is None:
-        raise raise_for(line)
-    return r
+def _one_line(answers: dict[bytes, bool]) -> Callable[[bool], Generator[int, bytes, bool]]:
+    """The parser of a reply that is one line saying yes or no; any other line is an error."""
+
+    def parse(meta: bool) -> Generator[int, bytes, bool]:
+        line = yield LINE
+        r = answers.get(line)
+        if r is None:
+            raise raise_for(line)
+        return r
+
+    return parse
+
+
+parse_store = _one_line(STORED)
 
 
 def req_set_many(items: list[tuple[bytes, bytes, int]], ttl: int, meta: bool) -> bytes:
@@ -179,13 +198,7 @@ def req_delete(kb: bytes, meta: bool) -> bytes:
     return (b"md " if meta else b"delete ") + kb + b"\r\n"
 
 
-def parse_delete(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    if line in (b"HD", b"DELETED"):
-        return True
-    if line in (b"NF", b"NOT_FOUND"):
-        return False
-    raise raise_for(line)
+parse_delete = _one_line({b"HD": True, b"DELETED": True, b"NF": False, b"NOT_FOUND": False})
 
 
 def req_delete_many(kbs: list[bytes], meta: bool) -> bytes:
@@ -226,13 +239,7 @@ def req_touch(kb: bytes, ttl: int, meta: bool) -> bytes:
     return b"touch " + kb + b" " + _ttl(ttl) + b"\r\n"
 
 
-def parse_touch(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    if line in (b"HD", b"TOUCHED"):
-        return True
-    if line in (b"EN", b"NOT_FOUND"):
-        return False
-    raise raise_for(line)
+parse_touch = _one_line({b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False})
 
 
 def req_arith(kb: bytes, delta: int, decr: bool, initial: int | None, ttl: int, meta: bool) -> bytes:
@@ -250,7 +257,7 @@ def parse_arith(meta: bool) -> Generator[int, bytes, int | None]:
     line = yield LINE
     if meta:
         if line.startswith(b"VA "):
-            data = yield int(line.split()[1])
+            data = yield _value_head(line)[0]
             return int(data)
         if line in (b"NF", b"NS"):
             return None
@@ -292,20 +299,13 @@ def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
         return lease
     if not line.startswith(b"VA "):
         raise raise_for(line)
-    parts = line.split()
-    lease.data = yield int(parts[1])
-    for t in parts[2:]:
-        c = t[:1]
-        if c == b"f":
-            lease.flags = int(t[1:])
-        elif c == b"c":
-            lease.cas = int(t[1:])
-        elif c == b"W":
-            lease.win = True
-        elif c == b"X":
-            lease.stale = True
-        elif c == b"Z":
-            lease.taken = True
+    n, f = _value_head(line)
+    lease.data = yield n
+    lease.flags = int(f.get(102, b"0"))  # f
+    lease.cas = int(f.get(99, b"0"))  # c
+    lease.win = 87 in f  # W
+    lease.stale = 88 in f  # X
+    lease.taken = 90 in f  # Z
     # a vivified stub is an empty item with flags 0 that someone holds (W for us, Z for others)
     stub = not lease.data and lease.flags == 0 and (lease.win or lease.taken) and not lease.stale
     lease.hit = not stub
@@ -313,11 +313,17 @@ def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
 
 
 # -- misc --------------------------------------------------------------------------------------
-def parse_ok(meta: bool) -> Generator[int, bytes, bool]:
+PROBE = b"mn\r\n"
+
+
+def parse_probe(meta: bool) -> Generator[int, bytes, bool]:
+    """Does the server speak meta? ``mn`` gets ``MN`` from a meta server and ``ERROR`` from an old
+    one (twemproxy closes the connection instead: the driver's ConnectionError)."""
     line = yield LINE
-    if line == b"OK":
-        return True
-    raise raise_for(line)
+    return line == b"MN"
+
+
+parse_ok = _one_line({b"OK": True})
 
 
 def parse_version(meta: bool) -> Generator[int, bytes, str]:
