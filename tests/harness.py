@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -66,10 +67,53 @@ def serve_command(*args: str) -> list[str]:
     return [memfleet_bin(), "serve", *args, *extra]
 
 
+# Test servers listen above the kernel's client-port range (32768-60999 by default), so a
+# port picked here is never taken meanwhile by some outgoing connection's local end.
+TEST_PORTS = range(61000, 65536)
+_handed_out: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
+    # Both protocols: servers started with -U take the same port for UDP.
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            # As the servers do: a port held only by TIME_WAIT connections is free to them.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port in TEST_PORTS free for TCP and UDP now, not handed out before in this process
+    (until all have been). `kind` is accepted for callers that name the protocol."""
+    del kind
+    if len(_handed_out) >= len(TEST_PORTS) // 2:
+        _handed_out.clear()
+    start = random.randrange(len(TEST_PORTS))
+    for i in range(len(TEST_PORTS)):
+        port = TEST_PORTS[(start + i) % len(TEST_PORTS)]
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    raise RuntimeError(f"no free port in {TEST_PORTS.start}-{TEST_PORTS.stop - 1}")
+
+
+def listening_socket(host: str = "127.0.0.1") -> socket.socket:
+    """A listening TCP socket on a free test port, for stand-in servers written in Python."""
+    for _ in range(20):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, free_port()))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(128)
+        return sock
+    raise RuntimeError("no free test port to listen on")
 
 
 def udp_frame(req_id: int, body: bytes) -> bytes:

@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, memcached, memfleet_bin
-from proxy_harness import port_in
+from harness import Conn, Server, free_port, memcached, memfleet_bin
 
 
 def route_argv(
@@ -40,7 +39,7 @@ class McRouter(Server):
         self.conf_path = os.path.join(self.dir, "mcrouter.json")
         self.write(config)
         self.log = os.path.join(self.dir, "log")
-        port = port_in(20000, 24000)
+        port = free_port()
         options = {
             "--server-timeout": "300",
             "--probe-timeout-initial": "100",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -16,20 +15,6 @@ from pathlib import Path
 from harness import Server, free_port, memfleet_bin
 
 NUTCRACKER = shutil.which("nutcracker")
-
-
-def port_in(lo: int, hi: int) -> int:
-    """A free port in [lo, hi), below the ephemeral range: other suites' free_port() and
-    outgoing connections cannot grab it between our check and the server's bind."""
-    for _ in range(100):
-        port = random.randrange(lo, hi)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    return free_port()
 
 
 def pool_yaml(name: str, listen: str, servers: list[str], **opts: object) -> str:
@@ -46,8 +31,6 @@ def pool_yaml(name: str, listen: str, servers: list[str], **opts: object) -> str
 class Proxy(Server):
     """`memfleet route` (or nutcracker) with a config file and a stats port."""
 
-    # Each suite keeps its ports in its own range (see port_in).
-    ports: tuple[int, int] = (12000, 20000)
 
     def __init__(
         self,
@@ -60,7 +43,7 @@ class Proxy(Server):
         self.dir = tempfile.mkdtemp(prefix="route-")
         self.conf_path = os.path.join(self.dir, "conf.yml")
         Path(self.conf_path).write_text(conf)
-        self.stats_port = port_in(*self.ports)
+        self.stats_port = free_port()
         self.log = os.path.join(self.dir, "log")
         if nutcracker:
             assert NUTCRACKER, "nutcracker not installed"

@@ -146,7 +146,7 @@ def test_redis_protocol_through_a_redis_pool_of_memfleet_route(rs: Server) -> No
     argv = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     argv += ["--appendonly", "no", "--logfile", "", "--loglevel", "warning"]
     with Server(argv, port=port) as rs2:
-        listen = proxy_harness.port_in(25000, 26000)
+        listen = free_port()
         servers = [f"127.0.0.1:{rs.port}:1", f"127.0.0.1:{rs2.port}:1"]
         conf = proxy_harness.pool_yaml(
             "r", f"127.0.0.1:{listen}", servers, redis=True, hash="murmur", distribution="ketama"

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from harness import Conn, Server, eventually, free_port, memcached, memfleet, memfleet_bin
 from mcrouter_harness import McRouter
-from proxy_harness import Proxy, pool_yaml, port_in
+from proxy_harness import Proxy, pool_yaml
 
 PROMTOOL = shutil.which("promtool")
 
@@ -298,7 +298,7 @@ def sets_and_gets_then_scrape(c: Conn, mport: int) -> dict[tuple[str, Labels], f
 def test_router_metrics_per_pool_and_server() -> None:
     backends = [memfleet("-t", "1").start() for _ in range(2)]
     try:
-        port = port_in(12000, 20000)
+        port = free_port()
         conf = pool_yaml(
             "alpha",
             f"127.0.0.1:{port}",

@@ -14,9 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness import Conn, Server, eventually, memcached, memfleet_bin
+from harness import Conn, Server, eventually, free_port, memcached, memfleet_bin
 from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
-from proxy_harness import port_in
 
 __all__ = ["servers"]
 
@@ -540,7 +539,7 @@ def test_command_line(tmp_path: Path, servers) -> None:
         ("--config-file", str(conf)),
         ("--validate-config=run", f"--config=file:{conf}"),
     ):
-        port = port_in(20000, 24000)
+        port = free_port()
         argv = [memfleet_bin(), "route", flag, value, "--port", str(port)]
         with Server(argv + ["--listen-addresses", "127.0.0.1"], port=port) as s:
             assert fetch(s.port, "k") == b"VALUE k 0 1\r\nv\r\nEND\r\n"

@@ -15,12 +15,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, eventually, keys_held, memcached, memfleet_bin, wait_for_port
-from proxy_harness import NUTCRACKER, Proxy, never_reading_client, pool_yaml, port_in, settle
+from harness import (
+    Conn,
+    Server,
+    eventually,
+    free_port,
+    keys_held,
+    listening_socket,
+    memcached,
+    memfleet_bin,
+    wait_for_port,
+)
+from proxy_harness import NUTCRACKER, Proxy, never_reading_client, pool_yaml, settle
 
 
 def my_port() -> int:
-    return port_in(12000, 20000)
+    return free_port()
 
 
 def mc(*args: str, port: int | None = None) -> Server:
@@ -469,9 +479,7 @@ def test_dead_backend_errors_then_ejects_then_returns(backends: list[Server]) ->
 
 def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
     # Accepts and reads but never answers.
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)
+    silent = listening_socket()
     held: list[socket.socket] = []
     stop = threading.Event()
 

@@ -16,21 +16,19 @@ from pathlib import Path
 
 import proxy_harness
 import pytest
-from harness import Conn, Server, eventually, memfleet_bin
+from harness import Conn, Server, eventually, free_port, listening_socket, memfleet_bin
 from mcrouter_harness import McRouter
-from proxy_harness import pool_yaml, port_in
+from proxy_harness import pool_yaml
 
 INVALID = b"SERVER_ERROR invalid reply from server\r\n"
 STORAGE = (b"set", b"add", b"replace", b"append", b"prepend", b"cas")
 
 
+Proxy = proxy_harness.Proxy
+
+
 def my_port() -> int:
-    """Above the ephemeral range, apart from the other router suites."""
-    return port_in(61000, 64000)
-
-
-class Proxy(proxy_harness.Proxy):
-    ports = (61000, 64000)
+    return free_port()
 
 
 def connect(server: Server, timeout: float) -> Conn:
@@ -70,7 +68,7 @@ class FakeBackend:
 
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = listening_socket()
         self.port = self.listener.getsockname()[1]
         self.received: list[bytes] = []
         self.connections = 0

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import Conn, Server, keys_held, memcached_command, terminate, wait_for_port
+from harness import Conn, Server, free_port, keys_held, memcached_command, terminate, wait_for_port
 from mcrouter_harness import McRouter
-from proxy_harness import Proxy, pool_yaml, port_in
+from proxy_harness import Proxy, pool_yaml
 
 DNSMASQ = shutil.which("dnsmasq") or (
     "/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else None
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(DNSMASQ is None, reason="dnsmasq not installed (
 def port_free_on(addrs: list[str], kind: int = socket.SOCK_STREAM) -> int:
     """A port free on every address, so each memcached can use the same one."""
     for _ in range(100):
-        port = port_in(21000, 30000)
+        port = free_port()
         try:
             for a in addrs:
                 with socket.socket(socket.AF_INET, kind) as s:
@@ -155,7 +155,7 @@ def fleet(mc_port: int) -> Iterator[tuple[Dnsmasq, int]]:
 
 
 def start_router(dns: Dnsmasq, server: str, refresh_ms: int = 200) -> Proxy:
-    listen = port_in(12000, 20000)
+    listen = free_port()
     conf = pool_yaml(
         "dnspool",
         f"127.0.0.1:{listen}",

@@ -15,8 +15,8 @@ from pathlib import Path
 import proxy_harness
 import pytest
 import redis
-from harness import Server, memfleet_bin
-from proxy_harness import never_reading_client, port_in, settle
+from harness import Server, free_port, listening_socket, memfleet_bin
+from proxy_harness import never_reading_client, settle
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not i
 
 def my_port() -> int:
     """test_router.py keeps to 12000-20000."""
-    return port_in(20000, 25000)
+    return free_port()
 
 
 def redis_server(password: str | None = BACKEND_PW, *flags: str) -> Server:
@@ -62,8 +62,7 @@ def pool_yaml(listen: str, servers: list[str], **opts: object) -> str:
     return proxy_harness.pool_yaml("rpool", listen, servers, redis=True, **opts)
 
 
-class Proxy(proxy_harness.Proxy):
-    ports = (20000, 25000)
+Proxy = proxy_harness.Proxy
 
 
 def rc(**kw: object) -> redis.Redis:
@@ -851,9 +850,7 @@ def test_backend_refusing_auth_is_a_backend_failure(backends: list[Server]) -> N
 
 
 def test_unresponsive_backend_times_out(tmp_path: Path) -> None:
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)
+    silent = listening_socket()
     port = my_port()
     conf = pool_yaml(f"127.0.0.1:{port}", [f"127.0.0.1:{silent.getsockname()[1]}:1"], timeout=300)
     try:

@@ -31,7 +31,7 @@ from harness import (
 from mcrouter_harness import McRouter, ask
 from memfleet.aio import AsyncClient
 from memfleet.errors import MemfleetError
-from proxy_harness import Proxy, pool_yaml, port_in
+from proxy_harness import Proxy, pool_yaml
 
 IMPLS = ["memfleet", "memcached"]
 
@@ -374,7 +374,7 @@ def test_route_speaks_mutual_tls_to_its_servers(
     impl: str, pki: Pki, start: Callable[..., Server]
 ) -> None:
     backend = start(impl, *pki.server_opts(f"ssl_ca_cert={pki.ca_file}", "ssl_verify_mode=2"))
-    port = port_in(12000, 20000)
+    port = free_port()
     tls = pki.pool_tls()
     conf = pool_yaml("p", f"127.0.0.1:{port}", [f"127.0.0.1:{backend.port}:1"], **tls)
     proxy = route(conf, port)
@@ -401,7 +401,7 @@ def test_route_speaks_mutual_tls_to_its_servers(
 def test_route_speaks_mutual_tls_to_redis_servers(pki: Pki) -> None:
     """A Redis pool with `tls: true`: redis-server listens on TLS only and requires a client
     certificate; redis-py reaches it through the router in plaintext."""
-    rport = port_in(12000, 20000)
+    rport = free_port()
     backend = Server(
         [
             shutil.which("redis-server") or "redis-server",
@@ -412,7 +412,7 @@ def test_route_speaks_mutual_tls_to_redis_servers(pki: Pki) -> None:
         ],
         port=rport,
     ).start()
-    port = port_in(12000, 20000)
+    port = free_port()
     tls = pki.pool_tls()
     try:
         conf = pool_yaml("r", f"127.0.0.1:{port}", [f"127.0.0.1:{rport}:1"], redis=True, **tls)
@@ -449,7 +449,7 @@ def test_route_speaks_mutual_tls_to_redis_servers(pki: Pki) -> None:
 
 def test_route_listener_speaks_tls(pki: Pki, start: Callable[..., Server]) -> None:
     backend = start("memcached")
-    port = port_in(12000, 20000)
+    port = free_port()
     tls = {
         "listen_tls_cert_file": pki.chain,
         "listen_tls_key_file": pki.key,
@@ -593,7 +593,7 @@ def test_mcrouter_config_errors_for_tls(pki: Pki) -> None:
 def test_mcrouter_ssl_port_listener(pki: Pki, start: Callable[..., Server]) -> None:
     backend = start("memcached")
     config = {"pools": {"A": {"servers": [backend.address]}}, "route": "PoolRoute|A"}
-    ssl_port = port_in(24000, 28000)
+    ssl_port = free_port()
     flags = ["--ssl-port", str(ssl_port), "--server-pem-cert-path", str(pki.chain)]
     flags += ["--server-pem-key-path", str(pki.key)]
     mutual = ["--ssl-require-peer-certs", "--server-pem-ca-path", str(pki.ca_file)]

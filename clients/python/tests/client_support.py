@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[3] / "tests"))
-from harness import Server, free_port, memcached, memcached_command  # noqa: E402
+from harness import (  # noqa: E402
+    Server,
+    free_port,
+    memcached,
+    memcached_command,
+)
+from harness import listening_socket as listening_socket  # noqa: E402  (for the tests)
 
 
 def cache_server(*flags: str, command: str | None = None) -> Server:

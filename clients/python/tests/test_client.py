@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable
 
 import pytest
-from client_support import free_port, raw_request
+from client_support import free_port, listening_socket, raw_request
 
 import memfleet
 from memfleet.serde import FLAG_INTEGER, FLAG_MSGPACK, FLAG_TEXT
@@ -183,9 +183,7 @@ def test_protocol_autodetect_uses_meta(server: Any, make_client: Any) -> None:
 
 def _scripted_server(stop: threading.Event, answer: Callable[[bytes], bytes]) -> int:
     """A fake server on a free port that sends ``answer(line)`` for each request line."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen()
+    lsock = listening_socket()
     lsock.settimeout(0.2)
 
     def serve() -> None:
@@ -249,9 +247,7 @@ def test_meta_multiget_reply_reading(make_client: Any) -> None:
 
 
 def test_timeout_on_silent_server(make_client: Any) -> None:
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen()
+    lsock = listening_socket()
     try:
         c = make_client([f"127.0.0.1:{lsock.getsockname()[1]}"], timeout=0.3, protocol="meta")
         t0 = time.monotonic()
