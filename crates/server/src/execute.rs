@@ -169,7 +169,7 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
         Request::Admin {
             command: b"refresh_certs",
             mut args,
-        } => crate::tls::refresh_certs(env, args.any(|a| a == b"noreply"), out),
+        } => refresh_certs(env, args.any(|a| a == b"noreply"), out),
         // A key dump is read until `END` (memcached-tool dump/keys, and most dump scripts),
         // so memcached's one-line refusal would leave them waiting forever: refuse it as
         // memcached does with its crawler off, then close, which ends such a reader at once.
@@ -223,6 +223,21 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
         Request::MetaDebug { key } => meta::debug(env, &key, out),
     }
     Flow::Continue
+}
+
+/// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
+fn refresh_certs(env: &ExecEnv<'_>, noreply: bool, out: &mut Vec<u8>) {
+    let reply = match &env.shared.tls {
+        None => "Error TLS not enabled".to_string(),
+        Some(tls) => match tls.refresh(env.now) {
+            Ok(()) => "OK".to_string(),
+            Err(e) => e,
+        },
+    };
+    if !noreply {
+        out.extend_from_slice(reply.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// The largest `cache_memlimit` memcached accepts, in megabytes.
@@ -454,42 +469,3 @@ pub(crate) enum Got {
 
 /// Values at least this large are written from store memory instead of copied into `out`.
 const DIRECT_WRITE_MIN: usize = 64 * 1024;
-
-/// A UDP datagram holds whole requests; `ends` gets the end of each request's reply in `out`
-/// (memcached sends each as a message of its own). Binary requests (`-B binary`, or a first
-/// byte of 0x80 under `-B auto`) go to `binary`.
-pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut Vec<usize>) {
-    if let Some(&first) = payload.first() {
-        if crate::binary::datagram_is_binary(env, first) {
-            return crate::binary::run_datagram(env, payload, out, ends);
-        }
-    }
-    let mut pos = 0;
-    while pos < payload.len() {
-        match proto::parse(&payload[pos..], &env.shared.limits) {
-            proto::Parse::Request(req, used) => {
-                pos += used;
-                let flow = run(env, req, 0, out);
-                ends.push(out.len());
-                if let Flow::Close = flow {
-                    return;
-                }
-            }
-            proto::Parse::Incomplete { .. } => return,
-            proto::Parse::Error {
-                reply,
-                consumed,
-                swallow,
-                close,
-                ..
-            } => {
-                out.extend_from_slice(reply);
-                ends.push(out.len());
-                pos += consumed + swallow;
-                if close {
-                    return;
-                }
-            }
-        }
-    }
-}

@@ -19,11 +19,13 @@ mod binary;
 mod bufpool;
 mod bufring;
 mod busy;
+mod clock;
 mod config;
 mod conn;
 mod engine;
 mod env;
 mod execute;
+mod handoff;
 mod hotkeys;
 mod latency;
 mod lifecycle;
@@ -34,11 +36,13 @@ mod placement;
 mod portfile;
 mod report;
 mod restart;
+mod rusage;
 mod shared;
 mod stats;
 mod textauth;
 mod tls;
 mod udp;
+mod unsent;
 mod uring;
 mod verbose;
 mod worker;
@@ -54,9 +58,11 @@ use std::time::Duration;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use clock::unix_now;
 pub use config::{ServeArgs, Settings, VERSION};
+use handoff::{Incoming, WAKER};
 use shared::Shared;
-use worker::{unix_now, Incoming, Worker, WAKER};
+use worker::Worker;
 
 /// A listening socket and its name as `stats conns` prints it (shared by its connections).
 enum Listener {
@@ -91,7 +97,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     for w in &settings.warnings {
         stderr_line!("warning: {w}");
     }
-    let (io_engine, uring_kernel, why) = engine::resolve(&settings);
+    let (io_engine, uring_kernel, why) = engine::resolve(settings.io_engine, settings.tls.enabled);
     if let Some(line) = why {
         stderr_line!("{line}");
     } else if settings.verbose > 0 {
@@ -375,7 +381,7 @@ fn accept_loop(
                 let w = placement::choose(cpu, &open, &mut rr);
                 shared.worker_conns[w].fetch_add(1, SeqCst);
                 if senders[w].send(incoming).is_ok() {
-                    worker::wake(&wakers[w]);
+                    handoff::wake(&wakers[w]);
                 } else {
                     shared.worker_conns[w].fetch_sub(1, SeqCst);
                     shared.curr_conns.fetch_sub(1, SeqCst);
