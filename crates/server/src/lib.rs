@@ -24,6 +24,7 @@ mod config;
 mod conn;
 mod engine;
 mod env;
+mod error;
 mod execute;
 mod handoff;
 mod hotkeys;
@@ -49,11 +50,12 @@ mod verbose;
 mod worker;
 
 pub use config::{ServeArgs, Settings, VERSION};
+pub use error::ServeError;
 use start::signals::EarlySignals;
 use start::{listen, process, threads};
 
 /// Runs the server until SIGINT/SIGTERM or `shutdown`.
-pub fn serve(args: ServeArgs) -> Result<(), String> {
+pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     if args.license {
         println!(
             "memfleet {}: a memcached-compatible cache server, router and tools.\n\
@@ -73,8 +75,8 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     // A HUP or USR1 while the server starts (the io_uring probe, a warm restart's load) must not
     // stop it either: until `install_signal_handler` takes over, each only sets a flag, which
     // that handler then acts on (the port is open before then, so a signal sent at once counts).
-    let early = EarlySignals::register().map_err(|e| e.to_string())?;
-    let mut settings = args.settings()?;
+    let early = EarlySignals::register().map_err(|e| ServeError::Run(e.to_string()))?;
+    let mut settings = args.settings().map_err(ServeError::Settings)?;
     for w in &settings.warnings {
         stderr_line!("warning: {w}");
     }
@@ -90,28 +92,31 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     process::raise_fd_limit(settings.conn_limit);
     // Certificates load before any socket opens: a bad file stops startup, as in memcached.
     let tls = match settings.tls.enabled {
-        true => Some(tls::Tls::new(&settings.tls, clock::unix_now())?),
+        true => Some(tls::Tls::new(&settings.tls, clock::unix_now()).map_err(ServeError::Tls)?),
         false => None,
     };
-    let listeners = listen::bind_listeners(&settings)?;
-    let udp = listen::bind_udp(&settings)?;
+    let listeners = listen::bind_listeners(&settings).map_err(ServeError::Listen)?;
+    let udp = listen::bind_udp(&settings).map_err(ServeError::Listen)?;
     listen::write_port_file(&listeners, &udp);
     let metrics = settings
         .metrics
         .as_deref()
         .map(telemetry::http::bind)
-        .transpose()?;
+        .transpose()
+        .map_err(ServeError::Listen)?;
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
     let pidfile = settings.pidfile.as_deref().map(std::path::Path::new);
     if settings.daemon {
-        daemon::daemonize(settings.verbose > 0, pidfile, daemon::PidFileError::Warn)?;
+        daemon::daemonize(settings.verbose > 0, pidfile, daemon::PidFileError::Warn)
+            .map_err(ServeError::Process)?;
     } else if let Some(path) = pidfile {
-        daemon::write_pid_file(path, daemon::PidFileError::Warn)?;
+        daemon::write_pid_file(path, daemon::PidFileError::Warn).map_err(ServeError::Process)?;
     }
     if let Some(user) = &settings.user {
-        process::drop_privileges(user)?;
+        process::drop_privileges(user).map_err(ServeError::Process)?;
     }
-    let result = threads::run(settings.clone(), listeners, udp, tls, metrics, auth, early);
+    let result = threads::run(settings.clone(), listeners, udp, tls, metrics, auth, early)
+        .map_err(ServeError::Run);
     if let Some((path, _)) = &settings.unix_socket {
         let _ = std::fs::remove_file(path);
     }

@@ -8,14 +8,15 @@ pub mod threads;
 
 use crate::auth::Authenticator;
 use crate::config::Settings;
+use crate::error::ServeError;
 
 /// The password file, if any: `-Y`'s, else `-S`'s. As memcached: an unreadable or malformed
 /// file stops the server from starting.
-pub fn load_auth(settings: &Settings) -> Result<Option<Authenticator>, String> {
+pub fn load_auth(settings: &Settings) -> Result<Option<Authenticator>, ServeError> {
     match &settings.auth_file {
         Some(path) => Authenticator::load(path)
             .map(Some)
-            .map_err(|e| e.to_string()),
+            .map_err(ServeError::Auth),
         None => load_sasl_users(settings),
     }
 }
@@ -23,13 +24,12 @@ pub fn load_auth(settings: &Settings) -> Result<Option<Authenticator>, String> {
 /// `-S`: the users of the password file $MEMCACHED_SASL_PWDB names (memcached's variable and
 /// `user:password` format). memcached falls back on the system's SASL database; memfleet has
 /// none, so it refuses to start without the file.
-fn load_sasl_users(settings: &Settings) -> Result<Option<Authenticator>, String> {
+fn load_sasl_users(settings: &Settings) -> Result<Option<Authenticator>, ServeError> {
     if !settings.sasl {
         return Ok(None);
     }
-    let path = std::env::var_os("MEMCACHED_SASL_PWDB")
-        .ok_or("-S needs MEMCACHED_SASL_PWDB set to a password file (user:password lines)")?;
+    let path = std::env::var_os("MEMCACHED_SASL_PWDB").ok_or(ServeError::SaslUsersUnset)?;
     Authenticator::load(path)
         .map(Some)
-        .map_err(|e| e.to_string())
+        .map_err(ServeError::Auth)
 }
