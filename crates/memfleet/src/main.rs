@@ -38,7 +38,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => server::serve(*args),
+        Command::Serve(args) => server::serve(*args).map_err(|e| e.to_string()),
         Command::Bench(args) => bench::run(*args).map(|_| ()),
         Command::Route(args) => router::run(*args),
         Command::Invalidate(args) => invalidate::run(args),

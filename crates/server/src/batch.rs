@@ -13,11 +13,20 @@ use proto::reply;
 
 use crate::binary;
 use crate::bufpool::BufPool;
-use crate::conn::{Conn, Protocol, Unsent};
+use crate::conn::{Conn, Protocol};
 use crate::env::ExecEnv;
 use crate::execute::{self, Flow, Received};
 use crate::textauth;
+use crate::unsent::Unsent;
 use crate::verbose;
+
+/// Read buffer size taken from the pool; larger requests grow a buffer of their own.
+pub const READ_BUF: usize = 16 * 1024;
+/// Replies one batch may build before it is written out; the rest of the batch waits, so a
+/// pipeline of large gets never builds an unbounded reply buffer.
+pub const OUT_CAP: usize = 256 * 1024;
+/// The reply buffer keeps capacity up to this size between batches (large values reuse it).
+pub const OUT_KEEP: usize = 2 << 20;
 
 /// Bytes kept free in front of a request whose value is received in place
 /// (`execute::IN_PLACE_MIN`), for the item header to be written over the

@@ -8,17 +8,14 @@
 //! by the item size limit.
 
 use proto::binary::{self as bin, opcode as op, BinError, BinParse, BinRequest, Command, Status};
-use proto::{StoreCmd, Tokens};
-use store::{ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreOpts, StoreRequest};
-use store::{StoreMode, StoreResult};
+use proto::{Request, Tokens};
+use store::{ArithResult, DeleteResult, StoreResult};
 
 use crate::bufpool::BufPool;
 use crate::config;
 use crate::conn::{Conn, Protocol};
 use crate::env::ExecEnv;
-use crate::execute::{self, Got};
-use crate::meta::store_mode;
-use crate::report;
+use crate::execute::{self, Extras, Got, Outcome};
 use crate::verbose;
 
 /// The protocol of a connection whose first byte is `first` (logged under `-vv`).
@@ -171,14 +168,17 @@ fn codec_settings(env: &ExecEnv<'_>, authenticated: bool) -> bin::Settings {
 fn apply_error(env: &ExecEnv<'_>, e: &BinError<'_>, out: &mut Vec<u8>) {
     e.write_reply(out);
     if let Some(key) = e.unlink {
-        let _ = env
-            .shared
-            .store
-            .delete(key, env.now, &DeleteOpts::default());
+        unlink(env, key);
     }
     if e.status == Some(Status::TooLarge) {
         env.stats.store_too_large.incr();
     }
+}
+
+/// Drops the old item of a set refused before it ran, as memcached does.
+fn unlink(env: &ExecEnv<'_>, key: &[u8]) {
+    let delete = Request::Delete { key, noreply: true };
+    execute::apply(env, &delete, Extras::default());
 }
 
 fn log_error(fd: i32, raw: &[u8]) {
@@ -203,10 +203,7 @@ fn refuse_value(
     BinRequest::from_header(buf).write_store_oom(&mut reply);
     if matches!(opcode, op::SET | op::SETQ) {
         if let Some(key) = bin::key_range(buf).and_then(|k| buf.get(k)) {
-            let _ = env
-                .shared
-                .store
-                .delete(key, env.now, &DeleteOpts::default());
+            unlink(env, key);
         }
     }
     hold_or_send(conn, total - buf.len(), reply, out);
@@ -223,15 +220,14 @@ fn run(
     out: &mut Vec<u8>,
     log: Option<i32>,
 ) -> bool {
-    let store = &env.shared.store;
-    let st = env.stats;
-    let now = env.now;
     if let Some(fd) = log {
         verbose::binary_command(fd, req);
     }
     match req.command {
+        // A binary key may hold spaces, which the text request's key list splits on: each
+        // get is one lookup.
         Command::Get { key, touch, .. } => {
-            let touch = touch.map(|e| store.exptime(i64::from(e), now));
+            let touch = touch.map(|e| env.shared.store.exptime(i64::from(e), env.now));
             execute::lookup(env, key, touch, |found| match found {
                 Some(it) => {
                     req.write_hit(out, it.flags, it.cas, it.value);
@@ -243,144 +239,104 @@ fn run(
                 }
             });
         }
-        Command::Touch { key, exptime } => {
-            st.cmd_touch.incr();
-            let exptime = store.exptime(i64::from(exptime), now);
-            store.gat(key, exptime, now, |found| match found {
-                Some(it) => req.write_hit(out, it.flags, it.cas, &[]),
-                None => req.write_miss(out),
-            });
-        }
-        Command::Store {
-            cmd,
-            key,
-            flags,
-            exptime,
-            data,
-        } => {
-            st.cmd_set.incr();
-            // memcached turns set/add/replace with a CAS into a cas command, and checks the
-            // CAS of append/prepend too.
-            let (mode, compare_cas) = match cmd {
-                StoreCmd::Append | StoreCmd::Prepend => (store_mode(cmd, 0), req.cas),
-                _ if req.cas != 0 => (StoreMode::Cas(req.cas), 0),
-                _ => (store_mode(cmd, 0), 0),
-            };
-            let opts = StoreOpts {
-                compare_cas,
-                ..StoreOpts::default()
-            };
-            let r = store.store(
-                StoreRequest::new(mode, key, data)
-                    .flags(flags)
-                    .exptime(store.exptime(i64::from(exptime), now))
-                    .opts(opts),
-                now,
-            );
-            match r.result {
-                StoreResult::Stored => req.write_ok(out, r.cas, &[]),
-                StoreResult::Exists => req.write_error(out, Status::KeyExists),
-                StoreResult::NotFound => req.write_error(out, Status::KeyNotFound),
-                StoreResult::NotStored => req.write_error(out, req.not_stored_status()),
-                // The codec refused values over the limit; an append can still grow past it.
-                StoreResult::TooLarge => {
-                    st.store_too_large.incr();
-                    req.write_error(out, req.not_stored_status());
-                }
-                StoreResult::NoMemory => {
-                    st.store_no_memory.incr();
-                    req.write_store_oom(out);
-                }
-            }
-        }
-        Command::Delete { key } => {
-            let opts = DeleteOpts {
-                compare_cas: (req.cas != 0).then_some(req.cas),
-                ..DeleteOpts::default()
-            };
-            match store.delete(key, now, &opts) {
-                DeleteResult::Deleted => req.write_ok(out, 0, &[]),
-                DeleteResult::NotFound => req.write_error(out, Status::KeyNotFound),
-                DeleteResult::Exists => req.write_error(out, Status::KeyExists),
-                DeleteResult::NoMemory => req.write_error(out, Status::OutOfMemory),
-            }
-        }
-        Command::Arith {
-            incr,
-            key,
-            delta,
-            initial,
-            exptime,
-        } => {
-            // An expiration of 0xffffffff means "do not create the item on a miss".
-            let vivify =
-                (exptime != u32::MAX).then(|| (initial, store.exptime(i64::from(exptime), now)));
-            let opts = ArithOpts {
-                compare_cas: req.cas,
-                vivify,
-                ..ArithOpts::default()
-            };
-            match store.incr_decr(key, incr, delta, now, &opts) {
-                ArithResult::Ok { value, cas, .. } => req.write_arith(out, value, cas),
-                ArithResult::NotFound => req.write_error(out, Status::KeyNotFound),
-                ArithResult::Exists => req.write_error(out, Status::KeyExists),
-                ArithResult::NonNumeric => req.write_error(out, Status::NonNumeric),
-                ArithResult::NoMemory => {
-                    req.write_error_message(out, Status::OutOfMemory, bin::OOM_INCREMENTING)
-                }
-            }
-        }
-        Command::Quit => {
-            req.write_ok(out, 0, &[]);
-            return true;
-        }
-        Command::Flush { delay } => {
-            if env.shared.settings.disable_flush_all {
-                req.write_error(out, Status::AuthError);
-            } else {
-                st.cmd_flush.incr();
-                store.flush_all(i64::from(delay), now);
-                req.write_ok(out, 0, &[]);
-            }
-        }
-        Command::Noop => req.write_ok(out, 0, &[]),
-        Command::Version => req.write_ok(out, 0, config::VERSION.as_bytes()),
         Command::Stat { key } => stat(env, req, key, out),
-        Command::SaslListMechs => req.write_ok(out, 0, SASL_MECHS),
+        Command::SaslListMechs => req.write_ok(out, 0, execute::SASL_MECHS),
         Command::Sasl {
             step,
             mechanism,
             data,
         } => {
-            if sasl(env, step, mechanism, data) {
+            if execute::sasl_plain(env, step, mechanism, data) {
                 *authenticated = true;
                 req.write_ok(out, 0, b"Authenticated");
             } else {
                 req.write_error(out, Status::AuthError);
             }
         }
+        _ => match shared_request(req).and_then(|r| execute::apply(env, &r, extras(req))) {
+            Some(outcome) => return reply(req, outcome, out),
+            None => req.write_error(out, Status::UnknownCommand),
+        },
     }
     false
 }
 
-/// The mechanisms LIST_MECHS announces.
-const SASL_MECHS: &[u8] = b"PLAIN";
+/// The shared request a binary one runs as: `BinRequest::request`'s, plus delete with a CAS,
+/// incr/decr and noop, whose CAS, initial value and expiration go in `extras`.
+fn shared_request<'a>(req: &BinRequest<'a>) -> Option<Request<'a>> {
+    req.request().or(match req.command {
+        Command::Delete { key } => Some(Request::Delete {
+            key,
+            noreply: req.quiet,
+        }),
+        Command::Arith {
+            incr, key, delta, ..
+        } => Some(Request::Arith {
+            incr,
+            key,
+            delta,
+            noreply: req.quiet,
+        }),
+        Command::Noop => Some(Request::MetaNoop),
+        _ => None,
+    })
+}
 
-/// SASL auth/step: PLAIN (`[authzid] NUL user NUL password`) in one step, checked against the
-/// `-S` password file (counted in `auth_cmds` / `auth_errors`). A step is never expected, and
-/// an authorization id other than the user is refused, so both fail.
-fn sasl(env: &ExecEnv<'_>, step: bool, mechanism: &[u8], data: &[u8]) -> bool {
-    let Some(users) = &env.shared.auth else {
-        return false;
+/// What the header and extras add to `shared_request`.
+fn extras(req: &BinRequest<'_>) -> Extras {
+    let vivify = match req.command {
+        // An expiration of 0xffffffff means "do not create the item on a miss".
+        Command::Arith {
+            initial, exptime, ..
+        } if exptime != u32::MAX => Some((initial, exptime)),
+        _ => None,
     };
-    let mut parts = data.splitn(3, |&b| b == 0);
-    let (authzid, user, pass) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(z), Some(u), Some(p)) => (z, u, p),
-        _ => (&b"-"[..], &b""[..], &b""[..]),
-    };
-    let usable = !step && mechanism == SASL_MECHS && (authzid.is_empty() || authzid == user);
-    // Checked (and counted) even when unusable, so a bad request costs what a bad password does.
-    users.verify(user, pass) && usable
+    Extras {
+        cas: req.cas,
+        vivify,
+    }
+}
+
+/// memcached's binary reply to `outcome` (quiet requests send only errors). True: close.
+fn reply(req: &BinRequest<'_>, outcome: Outcome, out: &mut Vec<u8>) -> bool {
+    match outcome {
+        Outcome::Stored { result, cas } => match result {
+            StoreResult::Stored => req.write_ok(out, cas, &[]),
+            StoreResult::Exists => req.write_error(out, Status::KeyExists),
+            StoreResult::NotFound => req.write_error(out, Status::KeyNotFound),
+            // The codec refused values over the limit; an append can still grow past it.
+            StoreResult::NotStored | StoreResult::TooLarge => {
+                req.write_error(out, req.not_stored_status())
+            }
+            StoreResult::NoMemory => req.write_store_oom(out),
+        },
+        Outcome::Deleted(r) => match r {
+            DeleteResult::Deleted => req.write_ok(out, 0, &[]),
+            DeleteResult::NotFound => req.write_error(out, Status::KeyNotFound),
+            DeleteResult::Exists => req.write_error(out, Status::KeyExists),
+            DeleteResult::NoMemory => req.write_error(out, Status::OutOfMemory),
+        },
+        Outcome::Arith(r) => match r {
+            ArithResult::Ok { value, cas, .. } => req.write_arith(out, value, cas),
+            ArithResult::NotFound => req.write_error(out, Status::KeyNotFound),
+            ArithResult::Exists => req.write_error(out, Status::KeyExists),
+            ArithResult::NonNumeric => req.write_error(out, Status::NonNumeric),
+            ArithResult::NoMemory => {
+                req.write_error_message(out, Status::OutOfMemory, bin::OOM_INCREMENTING)
+            }
+        },
+        Outcome::Touched(Some((flags, cas))) => req.write_hit(out, flags, cas, &[]),
+        Outcome::Touched(None) => req.write_miss(out),
+        Outcome::Flushed | Outcome::Noop => req.write_ok(out, 0, &[]),
+        // memcached answers a flush under `-F` with an auth error.
+        Outcome::FlushRefused => req.write_error(out, Status::AuthError),
+        Outcome::Version => req.write_ok(out, 0, config::VERSION.as_bytes()),
+        Outcome::Quit => {
+            req.write_ok(out, 0, &[]);
+            return true;
+        }
+    }
+    false
 }
 
 /// stat: every statistic (no key) or the group the key names, as one packet per statistic
@@ -405,7 +361,10 @@ fn stat(env: &ExecEnv<'_>, req: &BinRequest<'_>, key: &[u8], out: &mut Vec<u8>) 
         return req.write_error(out, Status::KeyNotFound);
     };
     let mut text = Vec::new();
-    report::stats(env, Tokens::new(group), &mut text);
+    let stats = Request::Stats {
+        args: Tokens::new(group),
+    };
+    execute::run(env, stats, 0, &mut text);
     text_stats_to_binary(&text, req.opaque, out);
 }
 
@@ -457,6 +416,7 @@ pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: 
 mod tests {
     use super::*;
     use proto::binary::{parse_response, ResponseParse};
+    use proto::StoreCmd;
 
     #[test]
     fn only_a_value_under_way_is_charged() {
@@ -478,6 +438,46 @@ mod tests {
         assert!(waits_for_value(&set[..40], set.len()));
         assert!(!waits_for_value(&set[..30], 35));
         assert!(!waits_for_value(&set[..10], 24));
+    }
+
+    #[test]
+    fn delete_with_cas_and_arith_run_as_shared_requests_with_extras() {
+        let request = |cas, command| BinRequest {
+            opcode: op::DELETE,
+            opaque: 0,
+            cas,
+            quiet: true,
+            command,
+        };
+        let delete = request(7, Command::Delete { key: b"k" });
+        let shared = shared_request(&delete);
+        let want = Request::Delete {
+            key: b"k",
+            noreply: true,
+        };
+        assert_eq!(shared, Some(want));
+        assert_eq!((extras(&delete).cas, extras(&delete).vivify), (7, None));
+        for (exptime, vivify) in [(60, Some((5, 60))), (u32::MAX, None)] {
+            let arith = request(
+                0,
+                Command::Arith {
+                    incr: true,
+                    key: b"n",
+                    delta: 2,
+                    initial: 5,
+                    exptime,
+                },
+            );
+            let shared = shared_request(&arith);
+            assert!(matches!(shared, Some(Request::Arith { delta: 2, .. })));
+            assert_eq!(extras(&arith).vivify, vivify);
+        }
+        assert_eq!(
+            shared_request(&request(0, Command::Noop)),
+            Some(Request::MetaNoop)
+        );
+        let stat = request(0, Command::Stat { key: b"" });
+        assert_eq!(shared_request(&stat), None);
     }
 
     #[test]

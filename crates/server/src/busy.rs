@@ -111,7 +111,7 @@ impl Busy {
 
 /// This thread's (involuntary, voluntary) context switches so far.
 fn switches() -> (libc::c_long, libc::c_long) {
-    let usage = crate::report::getrusage(libc::RUSAGE_THREAD);
+    let usage = crate::rusage::getrusage(libc::RUSAGE_THREAD);
     (usage.ru_nivcsw, usage.ru_nvcsw)
 }
 

@@ -163,7 +163,8 @@ pub struct Settings {
     pub binding_protocol: &'static str,
     /// `-S`: binary connections must authenticate (SASL PLAIN) first.
     pub sasl: bool,
-    pub max_reqs_per_event: usize,
+    /// `-R`, at least 1; a connection's budget per turn is counted in a u32 (`Conn::budget`).
+    pub max_reqs_per_event: u32,
     pub idle_timeout: u32,
     pub daemon: bool,
     pub pidfile: Option<String>,
@@ -398,7 +399,7 @@ impl ServeArgs {
             evictions: !self.disable_evictions,
             binding_protocol,
             sasl: self.sasl,
-            max_reqs_per_event: self.max_reqs_per_event.max(1),
+            max_reqs_per_event: u32::try_from(self.max_reqs_per_event.max(1)).unwrap_or(u32::MAX),
             idle_timeout,
             daemon: self.daemon,
             pidfile: self.pidfile.clone(),

@@ -7,8 +7,6 @@
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::bufring::BufRing;
-use crate::config::Settings;
-use crate::uring;
 
 /// `-o io_engine=`: what was asked for, and after `resolve` what runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,22 +41,21 @@ impl IoEngine {
     }
 }
 
-/// The engine to run for `settings`, what the io_uring loop may use of the kernel, and the
-/// line to log when either is less than asked for.
-pub fn resolve(settings: &Settings) -> (IoEngine, UringKernel, Option<String>) {
-    match pick(settings) {
+/// The engine to run when `asked` for (`tls`: with `-Z`), what the io_uring loop may use of
+/// the kernel, and the line to log when either is less than asked for.
+pub fn resolve(asked: IoEngine, tls: bool) -> (IoEngine, UringKernel, Option<String>) {
+    match pick(asked, tls) {
         (None, line) => (IoEngine::Epoll, UringKernel::default(), line),
         (Some(kernel), line) => (IoEngine::Uring, kernel, line),
     }
 }
 
 /// What the kernel offers when io_uring runs, None for epoll; and the line to log.
-fn pick(settings: &Settings) -> (Option<UringKernel>, Option<String>) {
-    let asked = settings.io_engine;
+fn pick(asked: IoEngine, tls: bool) -> (Option<UringKernel>, Option<String>) {
     if asked == IoEngine::Epoll {
         return (None, None);
     }
-    if settings.tls.enabled {
+    if tls {
         let line = "io_engine: epoll (the io_uring loop does not serve TLS (-Z) yet)";
         return (None, Some(line.into()));
     }
@@ -187,7 +184,7 @@ fn probe_multishot_recv(mut ring: IoUring, cap: Option<u32>) -> Result<(), RecvP
     let fd = std::os::fd::AsRawFd::as_raw_fd(&b);
     let recv = opcode::RecvMulti::new(types::Fd(fd), 0).build();
     let recv = match cap {
-        Some(cap) => uring::with_total_cap(recv, cap),
+        Some(cap) => with_total_cap(recv, cap),
         None => recv,
     };
     // SAFETY: the entry refers to no memory of ours but the registered buffer ring.
@@ -214,6 +211,20 @@ fn probe_multishot_recv(mut ring: IoUring, cap: Option<u32>) -> Result<(), RecvP
         (r, _, _) if r < 0 => Err(RecvProbe::Refused(-r)),
         _ => Err(RecvProbe::NotMultishot),
     }
+}
+
+/// Caps the bytes a multishot receive brings in before it ends (the SQE's `optlen`, which
+/// the io-uring crate does not expose yet). Kernels before 6.17 read the same bytes as
+/// `file_index` and fail the receive with EINVAL unless they are zero: `engine::probe`.
+pub fn with_total_cap(entry: squeue::Entry, cap: u32) -> squeue::Entry {
+    const OPTLEN_AT: usize = 44;
+    const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
+    // SAFETY: `Entry` is a #[repr(C)] wrapper of the 64-byte, plain-data `io_uring_sqe`, whose
+    // `optlen` (a union with `file_index`) is the u32 at byte 44.
+    let mut raw: [u8; 64] = unsafe { std::mem::transmute(entry) };
+    raw[OPTLEN_AT..OPTLEN_AT + 4].copy_from_slice(&cap.to_ne_bytes());
+    // SAFETY: as above; any bytes are a valid sqe for the type.
+    unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(raw) }
 }
 
 #[cfg(test)]

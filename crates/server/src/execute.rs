@@ -7,7 +7,7 @@
 use proto::reply::{self, write_u64};
 use proto::{Request, ShutdownMode, StoreCmd};
 use store::{
-    ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreRequest, StoreResult, TouchResult,
+    ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreOpts, StoreRequest, StoreResult,
 };
 
 use crate::env::ExecEnv;
@@ -36,91 +36,18 @@ pub struct Paused {
 pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) -> Flow {
     let store = &env.shared.store;
     let st = env.stats;
-    let now = env.now;
     match req {
         Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, out),
         Request::Gat { exptime, keys, cas } => {
             return retrieve(env, keys, cas, Some(exptime), skip, out)
         }
-        Request::Store {
-            cmd,
-            key,
-            flags,
-            exptime,
-            data,
-            cas_unique,
-            noreply,
-        } => {
-            st.cmd_set.incr();
-            let mode = store_mode(cmd, cas_unique);
-            let req = StoreRequest::new(mode, key, data)
-                .flags(flags)
-                .exptime(store.exptime(exptime, now));
-            let r = store.store(req, now);
-            reply_stored(st, r.result, noreply, out);
-        }
-        Request::Delete { key, noreply } => {
-            let r = store.delete(key, now, &DeleteOpts::default());
-            if !noreply {
-                out.extend_from_slice(match r {
-                    DeleteResult::Deleted => reply::DELETED,
-                    DeleteResult::NotFound => reply::NOT_FOUND,
-                    DeleteResult::Exists => reply::EXISTS,
-                    DeleteResult::NoMemory => reply::SERVER_ERROR_OOM,
-                });
-            }
-        }
-        Request::Arith {
-            incr,
-            key,
-            delta,
-            noreply,
-        } => {
-            let r = store.incr_decr(key, incr, delta, now, &ArithOpts::default());
-            if !noreply {
-                match r {
-                    ArithResult::Ok { value, .. } => {
-                        write_u64(out, value);
-                        out.extend_from_slice(b"\r\n");
-                    }
-                    ArithResult::NotFound => out.extend_from_slice(reply::NOT_FOUND),
-                    ArithResult::NonNumeric => {
-                        out.extend_from_slice(reply::CLIENT_ERROR_NON_NUMERIC)
-                    }
-                    ArithResult::Exists => out.extend_from_slice(reply::EXISTS),
-                    ArithResult::NoMemory => out.extend_from_slice(reply::SERVER_ERROR_OOM),
-                }
-            }
-        }
-        Request::Touch {
-            key,
-            exptime,
-            noreply,
-        } => {
-            st.cmd_touch.incr();
-            let r = store.touch(key, store.exptime(exptime, now), now);
-            if !noreply {
-                out.extend_from_slice(match r {
-                    TouchResult::Touched => reply::TOUCHED,
-                    TouchResult::NotFound => reply::NOT_FOUND,
-                });
-            }
-        }
-        Request::FlushAll { delay, noreply } => {
-            if env.shared.settings.disable_flush_all {
-                out.extend_from_slice(reply::CLIENT_ERROR_FLUSH_NOT_ALLOWED);
-                return Flow::Continue;
-            }
-            st.cmd_flush.incr();
-            store.flush_all(delay, now);
-            if !noreply {
-                out.extend_from_slice(reply::OK);
-            }
-        }
-        Request::Version => {
-            out.extend_from_slice(b"VERSION ");
-            out.extend_from_slice(crate::config::VERSION.as_bytes());
-            out.extend_from_slice(b"\r\n");
+        Request::Store { noreply, .. }
+        | Request::Delete { noreply, .. }
+        | Request::Arith { noreply, .. }
+        | Request::Touch { noreply, .. }
+        | Request::FlushAll { noreply, .. } => return run_shared(env, &req, noreply, out),
+        Request::Version | Request::Quit | Request::MetaNoop => {
+            return run_shared(env, &req, false, out)
         }
         Request::Verbosity { level, noreply } => {
             env.shared.verbosity.store(
@@ -131,7 +58,6 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
                 out.extend_from_slice(reply::OK);
             }
         }
-        Request::Quit => return Flow::Close,
         Request::Shutdown(mode) => {
             if !env.shared.settings.enable_shutdown {
                 out.extend_from_slice(reply::ERROR_SHUTDOWN_NOT_ENABLED);
@@ -169,7 +95,7 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
         Request::Admin {
             command: b"refresh_certs",
             mut args,
-        } => crate::tls::refresh_certs(env, args.any(|a| a == b"noreply"), out),
+        } => refresh_certs(env, args.any(|a| a == b"noreply"), out),
         // A key dump is read until `END` (memcached-tool dump/keys, and most dump scripts),
         // so memcached's one-line refusal would leave them waiting forever: refuse it as
         // memcached does with its crawler off, then close, which ends such a reader at once.
@@ -219,10 +145,44 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
             meta::arithmetic(env, &key, &flags, incr, out);
             replace_with_error(out, mark, late_error);
         }
-        Request::MetaNoop => out.extend_from_slice(reply::MN),
         Request::MetaDebug { key } => meta::debug(env, &key, out),
     }
     Flow::Continue
+}
+
+/// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
+fn refresh_certs(env: &ExecEnv<'_>, noreply: bool, out: &mut Vec<u8>) {
+    let reply = match &env.shared.tls {
+        None => "Error TLS not enabled".to_string(),
+        Some(tls) => match tls.refresh(env.now) {
+            Ok(()) => "OK".to_string(),
+            Err(e) => e,
+        },
+    };
+    if !noreply {
+        out.extend_from_slice(reply.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The mechanisms LIST_MECHS announces.
+pub const SASL_MECHS: &[u8] = b"PLAIN";
+
+/// SASL auth/step: PLAIN (`[authzid] NUL user NUL password`) in one step, checked against the
+/// `-S` password file (counted in `auth_cmds` / `auth_errors`). A step is never expected, and
+/// an authorization id other than the user is refused, so both fail.
+pub fn sasl_plain(env: &ExecEnv<'_>, step: bool, mechanism: &[u8], data: &[u8]) -> bool {
+    let Some(users) = &env.shared.auth else {
+        return false;
+    };
+    let mut parts = data.splitn(3, |&b| b == 0);
+    let (authzid, user, pass) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(z), Some(u), Some(p)) => (z, u, p),
+        _ => (&b"-"[..], &b""[..], &b""[..]),
+    };
+    let usable = !step && mechanism == SASL_MECHS && (authzid.is_empty() || authzid == user);
+    // Checked (and counted) even when unusable, so a bad request costs what a bad password does.
+    users.verify(user, pass) && usable
 }
 
 /// The largest `cache_memlimit` memcached accepts, in megabytes.
@@ -286,26 +246,183 @@ pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mu
     let req = StoreRequest::received(mode, &r.key, item, r.value_at, r.value_len)
         .flags(r.flags)
         .exptime(exptime);
-    let o = store.store(req, env.now);
-    reply_stored(env.stats, o.result, r.noreply, out);
+    let outcome = stored(env.stats, store.store(req, env.now));
+    reply_text(outcome, r.noreply, out);
 }
 
-fn reply_stored(st: &ThreadStats, result: StoreResult, noreply: bool, out: &mut Vec<u8>) {
-    if result == StoreResult::TooLarge {
+/// What every protocol's request did, for each to reply in its own way (`reply_text` here,
+/// `binary::reply` for the binary protocol).
+pub enum Outcome {
+    /// A storage command: the result and the new item's CAS.
+    Stored {
+        result: StoreResult,
+        cas: u64,
+    },
+    Deleted(DeleteResult),
+    Arith(ArithResult),
+    /// A touch: the item's flags and CAS; None on a miss.
+    Touched(Option<(u32, u64)>),
+    Flushed,
+    /// flush_all under `-F`.
+    FlushRefused,
+    Version,
+    Noop,
+    /// quit: the connection closes once the reply, if any, is written.
+    Quit,
+}
+
+/// What a binary request adds to the shared request (text requests have none): the CAS a
+/// delete or incr/decr must match (0: any), and the initial value and expiration an
+/// incr/decr creates its item with on a miss.
+#[derive(Clone, Copy, Default)]
+pub struct Extras {
+    pub cas: u64,
+    pub vivify: Option<(u64, u32)>,
+}
+
+/// Runs the requests every protocol has (storage, delete, incr/decr, touch, flush_all,
+/// version, noop, quit) and says what happened; None for the others.
+pub fn apply(env: &ExecEnv<'_>, req: &Request<'_>, x: Extras) -> Option<Outcome> {
+    let store = &env.shared.store;
+    let st = env.stats;
+    let now = env.now;
+    Some(match *req {
+        Request::Store {
+            cmd,
+            key,
+            flags,
+            exptime,
+            data,
+            cas_unique,
+            ..
+        } => {
+            st.cmd_set.incr();
+            // memcached checks a binary append/prepend's CAS too (a text one has none).
+            let compare_cas = match cmd {
+                StoreCmd::Append | StoreCmd::Prepend => cas_unique,
+                _ => 0,
+            };
+            let req = StoreRequest::new(store_mode(cmd, cas_unique), key, data)
+                .flags(flags)
+                .exptime(store.exptime(exptime, now))
+                .opts(StoreOpts {
+                    compare_cas,
+                    ..StoreOpts::default()
+                });
+            stored(st, store.store(req, now))
+        }
+        Request::Delete { key, .. } => {
+            let opts = DeleteOpts {
+                compare_cas: (x.cas != 0).then_some(x.cas),
+                ..DeleteOpts::default()
+            };
+            Outcome::Deleted(store.delete(key, now, &opts))
+        }
+        Request::Arith {
+            incr, key, delta, ..
+        } => {
+            let opts = ArithOpts {
+                compare_cas: x.cas,
+                vivify: x
+                    .vivify
+                    .map(|(initial, exptime)| (initial, store.exptime(i64::from(exptime), now))),
+                ..ArithOpts::default()
+            };
+            Outcome::Arith(store.incr_decr(key, incr, delta, now, &opts))
+        }
+        Request::Touch { key, exptime, .. } => {
+            st.cmd_touch.incr();
+            let exptime = store.exptime(exptime, now);
+            Outcome::Touched(store.gat(key, exptime, now, |found| {
+                found.map(|it| (it.flags, it.cas))
+            }))
+        }
+        Request::FlushAll { delay, .. } => {
+            if env.shared.settings.disable_flush_all {
+                return Some(Outcome::FlushRefused);
+            }
+            st.cmd_flush.incr();
+            store.flush_all(delay, now);
+            Outcome::Flushed
+        }
+        Request::Version => Outcome::Version,
+        Request::MetaNoop => Outcome::Noop,
+        Request::Quit => Outcome::Quit,
+        _ => return None,
+    })
+}
+
+/// A storage command's outcome, with its failures counted.
+fn stored(st: &ThreadStats, r: store::StoreOutcome) -> Outcome {
+    if r.result == StoreResult::TooLarge {
         st.store_too_large.incr();
-    } else if result == StoreResult::NoMemory {
+    } else if r.result == StoreResult::NoMemory {
         st.store_no_memory.incr();
     }
-    if !noreply {
-        out.extend_from_slice(match result {
+    Outcome::Stored {
+        result: r.result,
+        cas: r.cas,
+    }
+}
+
+/// A shared request on a text connection.
+fn run_shared(env: &ExecEnv<'_>, req: &Request<'_>, noreply: bool, out: &mut Vec<u8>) -> Flow {
+    match apply(env, req, Extras::default()) {
+        Some(outcome) => reply_text(outcome, noreply, out),
+        None => Flow::Continue,
+    }
+}
+
+/// memcached's text reply to `outcome` (none with `noreply`, but for a refused flush_all).
+fn reply_text(outcome: Outcome, noreply: bool, out: &mut Vec<u8>) -> Flow {
+    let line: &[u8] = match outcome {
+        Outcome::Stored { result, .. } => match result {
             StoreResult::Stored => reply::STORED,
             StoreResult::NotStored => reply::NOT_STORED,
             StoreResult::Exists => reply::EXISTS,
             StoreResult::NotFound => reply::NOT_FOUND,
             StoreResult::TooLarge => reply::SERVER_ERROR_TOO_LARGE,
             StoreResult::NoMemory => reply::SERVER_ERROR_OOM_STORING,
-        });
+        },
+        Outcome::Deleted(r) => match r {
+            DeleteResult::Deleted => reply::DELETED,
+            DeleteResult::NotFound => reply::NOT_FOUND,
+            DeleteResult::Exists => reply::EXISTS,
+            DeleteResult::NoMemory => reply::SERVER_ERROR_OOM,
+        },
+        Outcome::Arith(r) => match r {
+            ArithResult::Ok { value, .. } => {
+                if !noreply {
+                    write_u64(out, value);
+                    out.extend_from_slice(b"\r\n");
+                }
+                return Flow::Continue;
+            }
+            ArithResult::NotFound => reply::NOT_FOUND,
+            ArithResult::NonNumeric => reply::CLIENT_ERROR_NON_NUMERIC,
+            ArithResult::Exists => reply::EXISTS,
+            ArithResult::NoMemory => reply::SERVER_ERROR_OOM,
+        },
+        Outcome::Touched(Some(_)) => reply::TOUCHED,
+        Outcome::Touched(None) => reply::NOT_FOUND,
+        Outcome::FlushRefused => {
+            out.extend_from_slice(reply::CLIENT_ERROR_FLUSH_NOT_ALLOWED);
+            return Flow::Continue;
+        }
+        Outcome::Flushed => reply::OK,
+        Outcome::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(crate::config::VERSION.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            return Flow::Continue;
+        }
+        Outcome::Noop => reply::MN,
+        Outcome::Quit => return Flow::Close,
+    };
+    if !noreply {
+        out.extend_from_slice(line);
     }
+    Flow::Continue
 }
 
 /// memcached finds some meta errors only while writing the reply, after the lookup and its
@@ -454,42 +571,3 @@ pub(crate) enum Got {
 
 /// Values at least this large are written from store memory instead of copied into `out`.
 const DIRECT_WRITE_MIN: usize = 64 * 1024;
-
-/// A UDP datagram holds whole requests; `ends` gets the end of each request's reply in `out`
-/// (memcached sends each as a message of its own). Binary requests (`-B binary`, or a first
-/// byte of 0x80 under `-B auto`) go to `binary`.
-pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut Vec<usize>) {
-    if let Some(&first) = payload.first() {
-        if crate::binary::datagram_is_binary(env, first) {
-            return crate::binary::run_datagram(env, payload, out, ends);
-        }
-    }
-    let mut pos = 0;
-    while pos < payload.len() {
-        match proto::parse(&payload[pos..], &env.shared.limits) {
-            proto::Parse::Request(req, used) => {
-                pos += used;
-                let flow = run(env, req, 0, out);
-                ends.push(out.len());
-                if let Flow::Close = flow {
-                    return;
-                }
-            }
-            proto::Parse::Incomplete { .. } => return,
-            proto::Parse::Error {
-                reply,
-                consumed,
-                swallow,
-                close,
-                ..
-            } => {
-                out.extend_from_slice(reply);
-                ends.push(out.len());
-                pos += consumed + swallow;
-                if close {
-                    return;
-                }
-            }
-        }
-    }
-}

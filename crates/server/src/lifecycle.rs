@@ -7,10 +7,10 @@ use std::sync::mpsc::Sender;
 
 use crate::bufpool::BufPool;
 use crate::conn::{Conn, Stream};
+use crate::handoff::{self, Incoming, Moved};
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
-use crate::worker::{self, Incoming, Moved};
 
 /// A connection built from a socket handed to worker `id`, not yet in its loop.
 pub struct Arrival {
@@ -226,7 +226,7 @@ pub fn send_to(
         .send(Incoming::Moved(Moved::new(stream, info)))
         .is_ok()
     {
-        worker::wake(&shared.wakers[to]);
+        handoff::wake(&shared.wakers[to]);
     } else {
         // The other worker has stopped (shutdown): the connection was closed on drop.
         shared.worker_conns[to].fetch_sub(1, SeqCst);

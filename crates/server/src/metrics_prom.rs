@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use telemetry::{Exposition, Kind};
 
+use crate::clock::unix_now;
 use crate::latency::COMMANDS;
 use crate::metrics::HOTKEYS_SHOWN;
 use crate::report;
 use crate::shared::Shared;
 use crate::stats::merge;
-use crate::worker::unix_now;
 
 fn secs(t: libc::timeval) -> f64 {
     t.tv_sec as f64 + t.tv_usec as f64 / 1e6
@@ -57,7 +57,7 @@ pub fn render(shared: &Shared) -> String {
         "The server's clock, Unix seconds.",
         now,
     );
-    let (user, system) = report::cpu_times();
+    let (user, system) = crate::rusage::cpu_times();
     e.single(
         "memcached_process_user_cpu_seconds_total",
         Counter,

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use proto::Tokens;
 
 use crate::env::ExecEnv;
+use crate::rusage::cpu_times;
 use crate::stats::merge;
 
 fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
@@ -42,22 +43,6 @@ pub fn stats(env: &ExecEnv<'_>, mut args: Tokens<'_>, out: &mut Vec<u8>) {
         }
         Some(_) => out.extend_from_slice(b"ERROR\r\n"),
     }
-}
-
-/// getrusage(2) for `who` (`RUSAGE_SELF`, `RUSAGE_THREAD`); all zero if it fails.
-pub(crate) fn getrusage(who: libc::c_int) -> libc::rusage {
-    // SAFETY: getrusage fills the zeroed struct we own (and leaves it zeroed on failure).
-    unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(who, &mut u);
-        u
-    }
-}
-
-/// The process's user and system CPU time.
-pub(crate) fn cpu_times() -> (libc::timeval, libc::timeval) {
-    let u = getrusage(libc::RUSAGE_SELF);
-    (u.ru_utime, u.ru_stime)
 }
 
 fn rusage() -> (String, String) {
@@ -120,7 +105,15 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         .unwrap_or_default();
     stat(out, "auth_cmds", auth.auth_cmds);
     stat(out, "auth_errors", auth.auth_errors);
-    crate::tls::write_stats(env, s.ssl_handshake_errors, out);
+    // The lines memcached adds with `-Z`.
+    if let Some(tls) = &shared.tls {
+        stat(out, "ssl_handshake_errors", s.ssl_handshake_errors);
+        stat(
+            out,
+            "time_since_server_cert_refresh",
+            tls.seconds_since_refresh(env.now),
+        );
+    }
     stat(out, "bytes_read", s.bytes_read);
     stat(out, "bytes_written", s.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);

@@ -63,7 +63,7 @@ pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
 
 /// CPU time of the calling thread: other load on the machine inflates wall time.
 fn thread_cpu_seconds() -> f64 {
-    let u = crate::report::getrusage(libc::RUSAGE_THREAD);
+    let u = crate::rusage::getrusage(libc::RUSAGE_THREAD);
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(u.ru_utime) + secs(u.ru_stime)
 }

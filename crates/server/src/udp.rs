@@ -8,6 +8,7 @@ use mio::net::UdpSocket;
 use mio::{Interest, Poll, Token};
 use socket2::{SockAddr, SockRef};
 
+use crate::binary;
 use crate::env::ExecEnv;
 use crate::execute;
 use crate::shared::Shared;
@@ -80,7 +81,7 @@ impl UdpSockets {
         now: u32,
         out: &mut Vec<u8>,
     ) -> bool {
-        let budget = shared.settings.max_reqs_per_event;
+        let budget = shared.settings.max_reqs_per_event as usize;
         let env = ExecEnv {
             shared,
             stats,
@@ -128,7 +129,7 @@ fn answer_datagrams(
             out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
             ends.push(out.len());
         } else {
-            execute::run_datagram(env, &dgram[UDP_HEADER..n], out, ends);
+            run_datagram(env, &dgram[UDP_HEADER..n], out, ends);
         }
         // As memcached: each request's reply is a message of its own.
         let mut from = 0;
@@ -164,6 +165,45 @@ fn send_framed(
         let frame = [IoSlice::new(&header), IoSlice::new(chunk)];
         if let Ok(sent) = sock.send_to_vectored(&frame, &to) {
             env.stats.bytes_written.add(sent as u64);
+        }
+    }
+}
+
+/// A UDP datagram holds whole requests; `ends` gets the end of each request's reply in `out`
+/// (memcached sends each as a message of its own). Binary requests (`-B binary`, or a first
+/// byte of 0x80 under `-B auto`) go to `binary`.
+fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut Vec<usize>) {
+    if let Some(&first) = payload.first() {
+        if binary::datagram_is_binary(env, first) {
+            return binary::run_datagram(env, payload, out, ends);
+        }
+    }
+    let mut pos = 0;
+    while pos < payload.len() {
+        match proto::parse(&payload[pos..], &env.shared.limits) {
+            proto::Parse::Request(req, used) => {
+                pos += used;
+                let flow = execute::run(env, req, 0, out);
+                ends.push(out.len());
+                if let execute::Flow::Close = flow {
+                    return;
+                }
+            }
+            proto::Parse::Incomplete { .. } => return,
+            proto::Parse::Error {
+                reply,
+                consumed,
+                swallow,
+                close,
+                ..
+            } => {
+                out.extend_from_slice(reply);
+                ends.push(out.len());
+                pos += consumed + swallow;
+                if close {
+                    return;
+                }
+            }
         }
     }
 }

@@ -23,18 +23,20 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
 
-use crate::batch;
+use crate::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
 use crate::bufpool::BufPool;
 use crate::bufring::BufRing;
 use crate::busy::Busy;
+use crate::clock::unix_now;
 use crate::conn::Conn;
+use crate::engine::with_total_cap;
 use crate::env::ExecEnv;
+use crate::handoff::Incoming;
 use crate::lifecycle;
 use crate::metrics::Probe;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
 use crate::udp::UdpSockets;
-use crate::worker::{unix_now, Incoming, OUT_CAP, OUT_KEEP, READ_BUF};
 
 /// Submission queue entries; a turn that queues more submits early (one extra enter).
 const SQ_ENTRIES: u32 = 1024;
@@ -83,20 +85,6 @@ const KIND_SHIFT: u32 = 56;
 
 fn user_data(kind: u64, token: usize) -> u64 {
     kind << KIND_SHIFT | token as u64
-}
-
-/// Caps the bytes a multishot receive brings in before it ends (the SQE's `optlen`, which
-/// the io-uring crate does not expose yet). Kernels before 6.17 read the same bytes as
-/// `file_index` and fail the receive with EINVAL unless they are zero: `engine::probe`.
-pub(crate) fn with_total_cap(entry: squeue::Entry, cap: u32) -> squeue::Entry {
-    const OPTLEN_AT: usize = 44;
-    const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
-    // SAFETY: `Entry` is a #[repr(C)] wrapper of the 64-byte, plain-data `io_uring_sqe`, whose
-    // `optlen` (a union with `file_index`) is the u32 at byte 44.
-    let mut raw: [u8; 64] = unsafe { std::mem::transmute(entry) };
-    raw[OPTLEN_AT..OPTLEN_AT + 4].copy_from_slice(&cap.to_ne_bytes());
-    // SAFETY: as above; any bytes are a valid sqe for the type.
-    unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(raw) }
 }
 
 /// Replies handed to the kernel as one sendmsg: the reply buffer, a large value from the
@@ -606,8 +594,7 @@ impl UringWorker {
         if !conn.has_unsent() && !conn.closing && !conn.rbuf.is_empty() {
             lifecycle::touch(&self.shared, self.id, t, conn, now);
             let mut buf = std::mem::take(&mut conn.rbuf);
-            conn.budget =
-                u32::try_from(self.shared.settings.max_reqs_per_event).unwrap_or(u32::MAX);
+            conn.budget = self.shared.settings.max_reqs_per_event;
             let started = self.probe.start();
             let env = ExecEnv {
                 shared: &self.shared,

@@ -9,60 +9,25 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpStream, UnixStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::batch;
+use crate::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
 use crate::bufpool::BufPool;
 use crate::busy::Busy;
+use crate::clock::unix_now;
 use crate::conn::Conn;
 use crate::env::ExecEnv;
+use crate::handoff::{Incoming, WAKER};
 use crate::lifecycle;
 use crate::metrics::Probe;
-use crate::shared::{ConnInfo, Shared};
+use crate::shared::Shared;
 use crate::stats::ThreadStats;
 use crate::udp::{self, UdpSockets};
 
-pub const WAKER: Token = Token(usize::MAX);
-
-/// Read buffer size taken from the pool; larger requests grow a buffer of their own.
-pub(crate) const READ_BUF: usize = 16 * 1024;
-/// Replies one batch may build before it is written out; the rest of the batch waits, so a
-/// pipeline of large gets never builds an unbounded reply buffer.
-pub(crate) const OUT_CAP: usize = 256 * 1024;
-/// The reply buffer keeps capacity up to this size between batches (large values reuse it).
-pub(crate) const OUT_KEEP: usize = 2 << 20;
 /// Reads per wake-up before a busy connection yields to the others (besides the `-R` budget,
 /// which counts requests and is what `conn_yields` counts, as in memcached).
 const READS_PER_TURN: usize = 8;
-/// A socket handed from the acceptor to a worker.
-pub enum Incoming {
-    /// Socket and the listener's name.
-    Tcp(TcpStream, Arc<str>),
-    /// As `Tcp`, from a TLS listener (`-Z`).
-    Tls(TcpStream, Arc<str>),
-    Unix(UnixStream, Arc<str>),
-    /// An idle connection another worker handed over (see `placement`).
-    Moved(Moved),
-}
-
-/// An idle connection on its way between workers: no buffered bytes, no pending replies.
-pub struct Moved {
-    stream: TcpStream,
-    info: ConnInfo,
-}
-
-impl Moved {
-    pub fn new(stream: TcpStream, info: ConnInfo) -> Moved {
-        Moved { stream, info }
-    }
-
-    pub fn into_parts(self) -> (TcpStream, ConnInfo) {
-        (self.stream, self.info)
-    }
-}
-
 pub struct Worker {
     id: usize,
     poll: Poll,
@@ -84,13 +49,6 @@ pub struct Worker {
     settled: bool,
     /// This thread's latency histograms and hot-key sampler.
     probe: Probe,
-}
-
-pub fn unix_now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(0)
 }
 
 impl Worker {
@@ -279,7 +237,7 @@ impl Worker {
         // for its replies to be written: run them before reading.
         let mut pending = std::mem::take(&mut conn.pending);
         let peer_closed = conn.peer_closed;
-        conn.budget = u32::try_from(self.shared.settings.max_reqs_per_event).unwrap_or(u32::MAX);
+        conn.budget = self.shared.settings.max_reqs_per_event;
         loop {
             let mut drained = false;
             if !pending {
@@ -449,9 +407,4 @@ impl Worker {
             self.close(t);
         }
     }
-}
-
-/// Wakes a worker so it picks up new connections or notices shutdown.
-pub fn wake(w: &Waker) {
-    let _ = w.wake();
 }

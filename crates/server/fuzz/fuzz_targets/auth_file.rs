@@ -6,11 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../src/auth.rs"]
-mod auth;
-
-use auth::PasswordFile;
+use server::auth::PasswordFile;
 
 fuzz_target!(|data: &[u8]| {
     let body = data.strip_suffix(b"\n").unwrap_or(data);

@@ -12,7 +12,6 @@ use rustls::crypto::ring::default_provider;
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
 use rustls::{ServerConfig, ServerConnection};
 
-use crate::env::ExecEnv;
 use options::{TlsOptions, VerifyMode};
 
 /// Sessions the server remembers for resumption with `ssl_session_cache`.
@@ -107,31 +106,4 @@ fn load(o: &TlsOptions) -> Result<ServerConfig, String> {
         config.send_tls13_tickets = 0;
     }
     Ok(config)
-}
-
-/// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
-pub fn refresh_certs(env: &ExecEnv<'_>, noreply: bool, out: &mut Vec<u8>) {
-    let reply = match &env.shared.tls {
-        None => "Error TLS not enabled".to_string(),
-        Some(tls) => match tls.refresh(env.now) {
-            Ok(()) => "OK".to_string(),
-            Err(e) => e,
-        },
-    };
-    if !noreply {
-        out.extend_from_slice(reply.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// The `stats` lines memcached adds with `-Z`.
-pub fn write_stats(env: &ExecEnv<'_>, handshake_errors: u64, out: &mut Vec<u8>) {
-    use std::io::Write;
-    if let Some(tls) = &env.shared.tls {
-        let _ = write!(
-            out,
-            "STAT ssl_handshake_errors {handshake_errors}\r\nSTAT time_since_server_cert_refresh {}\r\n",
-            tls.seconds_since_refresh(env.now)
-        );
-    }
 }

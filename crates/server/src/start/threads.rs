@@ -1,0 +1,163 @@
+//! The server's threads: builds the shared state, starts the workers (io_uring or epoll),
+//! the maintenance and signal threads, runs the acceptor, and saves items at a graceful stop.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use mio::{Poll, Waker};
+
+use super::accept::accept_loop;
+use super::listen::Listener;
+use super::signals::{install_signal_handler, EarlySignals};
+use crate::auth;
+use crate::clock::unix_now;
+use crate::config::{Settings, VERSION};
+use crate::handoff::WAKER;
+use crate::shared::Shared;
+use crate::worker::Worker;
+use crate::{engine, metrics, metrics_prom, placement, restart, tls, uring};
+
+pub fn run(
+    settings: Settings,
+    listeners: Vec<Listener>,
+    udp: Vec<Vec<std::net::UdpSocket>>,
+    tls: Option<tls::Tls>,
+    metrics: Option<std::net::TcpListener>,
+    auth: Option<auth::Authenticator>,
+    early: EarlySignals,
+) -> Result<(), String> {
+    let threads = settings.threads;
+    let now = unix_now();
+    let store_config = store::Config {
+        mem_limit: settings.mem_limit as u64,
+        item_size_max: settings.item_size_max,
+        process_start: now,
+        evictions: settings.evictions,
+    };
+    let store = match &settings.memory_file {
+        Some(path) => restart::load_or_cold(store_config, path, now),
+        None => store::Store::new(store_config),
+    };
+    let limits = proto::Limits {
+        item_size_max: settings.item_size_max,
+        ..proto::Limits::default()
+    };
+
+    let mut polls = Vec::new();
+    let mut wakers = Vec::new();
+    for _ in 0..threads {
+        let poll = Poll::new().map_err(|e| e.to_string())?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?;
+        wakers.push(Arc::new(waker));
+        polls.push(poll);
+    }
+    let accept_poll = Poll::new().map_err(|e| e.to_string())?;
+    let accept_waker =
+        Arc::new(Waker::new(accept_poll.registry(), WAKER).map_err(|e| e.to_string())?);
+    let mut all_wakers = wakers.clone();
+    all_wakers.push(accept_waker);
+
+    let shared = Arc::new(Shared {
+        verbosity: AtomicU8::new(settings.verbose),
+        limits,
+        store,
+        stats: (0..threads).map(|_| Arc::default()).collect(),
+        registry: (0..threads).map(|_| Mutex::default()).collect(),
+        curr_conns: AtomicUsize::new(0),
+        worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
+        cpu_groups: (0..threads)
+            .map(|_| {
+                (0..placement::CPU_GROUPS)
+                    .map(|_| AtomicUsize::new(0))
+                    .collect()
+            })
+            .collect(),
+        shutdown: AtomicBool::new(false),
+        graceful: AtomicBool::new(false),
+        process_start: now,
+        wakers: all_wakers,
+        auth,
+        telemetry: metrics::Telemetry::new(threads, settings.latency, settings.hotkeys_rate),
+        settings,
+        tls,
+    });
+    if let Some(listener) = metrics {
+        let shared = shared.clone();
+        telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))?;
+    }
+
+    install_signal_handler(shared.clone(), early)?;
+
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel()).unzip();
+    let mut handles = Vec::new();
+    let mut udp = udp.into_iter();
+    for ((id, poll), rx) in polls.into_iter().enumerate().zip(receivers) {
+        let udp = udp.next().unwrap_or_default();
+        if shared.settings.io_engine == engine::IoEngine::Uring {
+            let (shared, peers) = (shared.clone(), senders.clone());
+            handles.push(
+                thread::Builder::new()
+                    .name(format!("worker-{id}"))
+                    .spawn(move || {
+                        match uring::UringWorker::new(id, poll, rx, peers, shared.clone(), udp) {
+                            Ok(w) => w.run(),
+                            Err(e) => {
+                                stderr_line!("worker {id}: io_uring setup failed: {e}");
+                                shared.request_shutdown();
+                            }
+                        }
+                    })
+                    .map_err(|e| e.to_string())?,
+            );
+            continue;
+        }
+        let w = Worker::new(id, poll, rx, senders.clone(), shared.clone(), udp)
+            .map_err(|e| e.to_string())?;
+        handles.push(
+            thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || w.run())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+
+    let maint = {
+        let shared = shared.clone();
+        thread::Builder::new()
+            .name("maintenance".into())
+            .spawn(move || maintenance(&shared))
+            .map_err(|e| e.to_string())?
+    };
+
+    accept_loop(&shared, accept_poll, listeners, &senders, &wakers);
+    shared.request_shutdown();
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = maint.join();
+    if shared.graceful.load(SeqCst) {
+        stderr_line!("Gracefully stopping");
+        if let Some(path) = &shared.settings.memory_file {
+            restart::save(&shared.store, path, VERSION, unix_now())?;
+        }
+    }
+    Ok(())
+}
+
+/// Items examined per maintenance pass, so a pass never holds shards for long.
+const RECLAIM_BUDGET: usize = 20_000;
+
+/// Reclaims expired items and does other bounded background work about once a second.
+fn maintenance(shared: &Shared) {
+    while !shared.shutdown.load(SeqCst) {
+        shared.store.reclaim(unix_now(), RECLAIM_BUDGET);
+        for _ in 0..10 {
+            if shared.shutdown.load(SeqCst) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
