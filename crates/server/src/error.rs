@@ -17,7 +17,11 @@ pub enum ServeError {
     Tls(String),
     /// A listening socket (`-p`, `-U`, `-s`, the metrics address).
     Listen(String),
-    /// Daemonizing, the pid file, or switching to the `-u` user.
+    /// The metrics address (`--metrics`).
+    Metrics(telemetry::http::Error),
+    /// Daemonizing (`-d`) or the pid file (`-P`).
+    Daemon(daemon::Error),
+    /// Switching to the `-u` user.
     Process(String),
     /// Signal handling or a thread could not be set up, or saving items for `-e` failed.
     Run(String),
@@ -27,6 +31,8 @@ impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServeError::Auth(e) => write!(f, "{e}"),
+            ServeError::Metrics(e) => write!(f, "{e}"),
+            ServeError::Daemon(e) => write!(f, "{e}"),
             ServeError::SaslUsersUnset => f.write_str(
                 "-S needs MEMCACHED_SASL_PWDB set to a password file (user:password lines)",
             ),

@@ -103,14 +103,14 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .as_deref()
         .map(telemetry::http::bind)
         .transpose()
-        .map_err(ServeError::Listen)?;
+        .map_err(ServeError::Metrics)?;
     // As memcached: an unwritable pid file is reported, and the server runs anyway.
     let pidfile = settings.pidfile.as_deref().map(std::path::Path::new);
     if settings.daemon {
         daemon::daemonize(settings.verbose > 0, pidfile, daemon::PidFileError::Warn)
-            .map_err(ServeError::Process)?;
+            .map_err(ServeError::Daemon)?;
     } else if let Some(path) = pidfile {
-        daemon::write_pid_file(path, daemon::PidFileError::Warn).map_err(ServeError::Process)?;
+        daemon::write_pid_file(path, daemon::PidFileError::Warn).map_err(ServeError::Daemon)?;
     }
     if let Some(user) = &settings.user {
         process::drop_privileges(user).map_err(ServeError::Process)?;
