@@ -6,7 +6,7 @@
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::bufring::BufRing;
+use crate::io::bufring::BufRing;
 
 /// `-o io_engine=`: what was asked for, and after `resolve` what runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

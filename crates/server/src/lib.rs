@@ -14,40 +14,26 @@ macro_rules! stderr_line {
 }
 
 pub mod auth;
-mod batch;
-mod binary;
-mod bufpool;
-mod bufring;
-mod busy;
 mod clock;
 mod config;
-mod conn;
 mod engine;
-mod env;
 mod error;
-mod execute;
-mod handoff;
+mod event;
+mod exec;
 mod hotkeys;
+mod io;
 mod latency;
-mod lifecycle;
-mod meta;
 mod metrics;
 mod metrics_prom;
 mod placement;
 mod portfile;
-mod report;
 mod restart;
 mod rusage;
 mod shared;
 mod start;
 mod stats;
-mod textauth;
 mod tls;
-mod udp;
-mod unsent;
-mod uring;
 mod verbose;
-mod worker;
 
 pub use config::{ServeArgs, Settings, VERSION};
 pub use error::ServeError;

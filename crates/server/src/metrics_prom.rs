@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use telemetry::{Exposition, Kind};
 
 use crate::clock::unix_now;
+use crate::exec::report;
 use crate::latency::COMMANDS;
 use crate::metrics::HOTKEYS_SHOWN;
-use crate::report;
 use crate::shared::Shared;
 use crate::stats::merge;
 

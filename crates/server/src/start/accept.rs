@@ -9,7 +9,7 @@ use std::time::Duration;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::listen::Listener;
-use crate::handoff::{self, Incoming};
+use crate::event::handoff::{self, Incoming};
 use crate::placement;
 use crate::shared::Shared;
 

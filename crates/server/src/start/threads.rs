@@ -14,10 +14,11 @@ use super::signals::{install_signal_handler, EarlySignals};
 use crate::auth;
 use crate::clock::unix_now;
 use crate::config::{Settings, VERSION};
-use crate::handoff::WAKER;
+use crate::event::handoff::WAKER;
+use crate::event::uring;
+use crate::event::worker::Worker;
 use crate::shared::Shared;
-use crate::worker::Worker;
-use crate::{engine, metrics, metrics_prom, placement, restart, tls, uring};
+use crate::{engine, metrics, metrics_prom, placement, restart, tls};
 
 pub fn run(
     settings: Settings,

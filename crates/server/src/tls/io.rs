@@ -7,8 +7,8 @@ use std::io::{self, Read, Write};
 
 use rustls::ServerConnection;
 
+use crate::io::unsent::Unsent;
 use crate::stats::ThreadStats;
-use crate::unsent::Unsent;
 
 /// A TLS connection's session, and what the last read learnt of its socket.
 pub struct TlsSession {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use proto::Tokens;
 
-use crate::env::ExecEnv;
+use crate::exec::env::ExecEnv;
 use crate::rusage::cpu_times;
 use crate::stats::merge;
 

@@ -10,8 +10,8 @@ use std::os::fd::AsRawFd;
 
 use mio::net::{TcpStream, UnixStream};
 
+use crate::io::unsent::Unsent;
 use crate::stats::ThreadStats;
-use crate::unsent::Unsent;
 
 pub enum Stream {
     Tcp(TcpStream),

@@ -11,11 +11,11 @@ use proto::binary::{self as bin, opcode as op, BinError, BinParse, BinRequest, C
 use proto::{Request, Tokens};
 use store::{ArithResult, DeleteResult, StoreResult};
 
-use crate::bufpool::BufPool;
 use crate::config;
-use crate::conn::{Conn, Protocol};
-use crate::env::ExecEnv;
-use crate::execute::{self, Extras, Got, Outcome};
+use crate::exec::env::ExecEnv;
+use crate::exec::execute::{self, Extras, Got, Outcome};
+use crate::io::bufpool::BufPool;
+use crate::io::conn::{Conn, Protocol};
 use crate::verbose;
 
 /// The protocol of a connection whose first byte is `first` (logged under `-vv`).

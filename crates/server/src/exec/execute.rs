@@ -10,9 +10,9 @@ use store::{
     ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreOpts, StoreRequest, StoreResult,
 };
 
-use crate::env::ExecEnv;
-use crate::meta::{self, store_mode};
-use crate::report;
+use crate::exec::env::ExecEnv;
+use crate::exec::meta::{self, store_mode};
+use crate::exec::report;
 use crate::stats::ThreadStats;
 
 /// What the connection does after a request.

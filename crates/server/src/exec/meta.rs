@@ -7,7 +7,7 @@ use store::{
     StoreRequest, StoreResult,
 };
 
-use crate::env::ExecEnv;
+use crate::exec::env::ExecEnv;
 
 /// ` k<key>`, plus ` b` when the key came base64-encoded.
 fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {

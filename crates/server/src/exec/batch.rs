@@ -11,13 +11,13 @@
 
 use proto::reply;
 
-use crate::binary;
-use crate::bufpool::BufPool;
-use crate::conn::{Conn, Protocol};
-use crate::env::ExecEnv;
-use crate::execute::{self, Flow, Received};
-use crate::textauth;
-use crate::unsent::Unsent;
+use crate::exec::binary;
+use crate::exec::env::ExecEnv;
+use crate::exec::execute::{self, Flow, Received};
+use crate::exec::textauth;
+use crate::io::bufpool::BufPool;
+use crate::io::conn::{Conn, Protocol};
+use crate::io::unsent::Unsent;
 use crate::verbose;
 
 /// Read buffer size taken from the pool; larger requests grow a buffer of their own.

@@ -8,9 +8,9 @@ use mio::net::UdpSocket;
 use mio::{Interest, Poll, Token};
 use socket2::{SockAddr, SockRef};
 
-use crate::binary;
-use crate::env::ExecEnv;
-use crate::execute;
+use crate::exec::binary;
+use crate::exec::env::ExecEnv;
+use crate::exec::execute;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
 

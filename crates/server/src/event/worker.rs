@@ -12,18 +12,18 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
-use crate::bufpool::BufPool;
-use crate::busy::Busy;
 use crate::clock::unix_now;
-use crate::conn::Conn;
-use crate::env::ExecEnv;
-use crate::handoff::{Incoming, WAKER};
-use crate::lifecycle;
+use crate::event::busy::Busy;
+use crate::event::handoff::{Incoming, WAKER};
+use crate::event::lifecycle;
+use crate::event::udp::{self, UdpSockets};
+use crate::exec::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
+use crate::exec::env::ExecEnv;
+use crate::io::bufpool::BufPool;
+use crate::io::conn::Conn;
 use crate::metrics::Probe;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
-use crate::udp::{self, UdpSockets};
 
 /// Reads per wake-up before a busy connection yields to the others (besides the `-R` budget,
 /// which counts requests and is what `conn_yields` counts, as in memcached).

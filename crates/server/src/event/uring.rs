@@ -23,20 +23,20 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
 
-use crate::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
-use crate::bufpool::BufPool;
-use crate::bufring::BufRing;
-use crate::busy::Busy;
 use crate::clock::unix_now;
-use crate::conn::Conn;
 use crate::engine::with_total_cap;
-use crate::env::ExecEnv;
-use crate::handoff::Incoming;
-use crate::lifecycle;
+use crate::event::busy::Busy;
+use crate::event::handoff::Incoming;
+use crate::event::lifecycle;
+use crate::event::udp::UdpSockets;
+use crate::exec::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
+use crate::exec::env::ExecEnv;
+use crate::io::bufpool::BufPool;
+use crate::io::bufring::BufRing;
+use crate::io::conn::Conn;
 use crate::metrics::Probe;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
-use crate::udp::UdpSockets;
 
 /// Submission queue entries; a turn that queues more submits early (one extra enter).
 const SQ_ENTRIES: u32 = 1024;

@@ -5,9 +5,9 @@
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::mpsc::Sender;
 
-use crate::bufpool::BufPool;
-use crate::conn::{Conn, Stream};
-use crate::handoff::{self, Incoming, Moved};
+use crate::event::handoff::{self, Incoming, Moved};
+use crate::io::bufpool::BufPool;
+use crate::io::conn::{Conn, Stream};
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
