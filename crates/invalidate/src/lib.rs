@@ -16,7 +16,6 @@ pub mod keys;
 pub mod memcache;
 pub mod pgoutput;
 pub mod source;
-pub mod spool;
 pub mod stats;
 pub mod template;
 
