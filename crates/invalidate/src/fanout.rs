@@ -3,6 +3,7 @@
 //! and a spool; `deliver` returns only once every key is acknowledged or spooled.
 
 use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -11,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::config::{Addr, Config, TargetSpec};
 use crate::memcache::{Conn, Reply};
-use crate::spool::Spool;
+use spool::Spool;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SinkStats {
@@ -108,7 +109,7 @@ impl Sink {
         }
         if !self.spool.is_empty() {
             // Older deletes are waiting: these go behind them, to keep the order.
-            self.spool.append(&keys)?;
+            self.spool.append_all(&keys)?;
             self.stats.spooled += keys.len() as u64;
             return Ok(());
         }
@@ -118,7 +119,7 @@ impl Sink {
                 let mut rest: Vec<&[u8]> = p.failed.iter().map(|&i| chunk[i]).collect();
                 rest.extend_from_slice(&chunk[p.settled_prefix..]);
                 rest.extend_from_slice(&keys[((n + 1) * limits.max_batch_keys).min(keys.len())..]);
-                self.spool.append(&rest)?;
+                self.spool.append_all(&rest)?;
                 self.stats.spooled += rest.len() as u64;
                 return Ok(());
             }
@@ -131,7 +132,7 @@ impl Sink {
         if self.spool.is_empty() || Instant::now() < self.next_retry {
             return Ok(());
         }
-        let keys = self.spool.read_all()?;
+        let (seq, keys) = self.spool.oldest(usize::MAX);
         for chunk in keys.chunks(limits.max_batch_keys) {
             let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
             if self.send(&refs, limits).await.is_err() {
@@ -143,7 +144,7 @@ impl Sink {
             }
             self.stats.replayed += chunk.len() as u64;
         }
-        self.spool.clear()?;
+        self.spool.ack(seq, keys.len())?;
         info!(
             "target {}: back; {} spooled deletes replayed",
             self.label,
@@ -180,6 +181,12 @@ fn spool_name(index: usize, addr: &Addr) -> String {
     format!("{index}-{text}")
 }
 
+/// Opens (creating the directory if needed) the spool `name` in `dir`: `NAME.keys`, unbounded.
+fn open_spool(dir: &Path, name: &str) -> io::Result<Spool> {
+    std::fs::create_dir_all(dir)?;
+    Spool::open(&dir.join(format!("{name}.keys")), spool::UNBOUNDED)
+}
+
 impl Fanout {
     pub fn new(config: &Config) -> io::Result<Fanout> {
         let limits = Limits {
@@ -190,7 +197,7 @@ impl Fanout {
         };
         let mut sinks = Vec::new();
         let mut add = |label: String, addr: Addr| -> io::Result<usize> {
-            let spool = Spool::open(&config.spool_dir, &spool_name(sinks.len(), &addr))?;
+            let spool = open_spool(&config.spool_dir, &spool_name(sinks.len(), &addr))?;
             if !spool.is_empty() {
                 info!(
                     "target {label}: spool {} has deletes to replay",

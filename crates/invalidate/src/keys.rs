@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use crate::config::{Changes, TableSpec};
-use crate::pgoutput::{Message, Value};
-use crate::template::{check_key, BadKey, Template};
+use pgoutput::template::{check_key, BadKey, Template};
+use pgoutput::{Message, Value};
 
 struct Relation {
     /// Index into the configured tables; `None` for a table the publication carries but
@@ -181,7 +181,7 @@ impl KeyMaker {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::pgoutput::{Column, OldKind};
+    use pgoutput::{Column, OldKind};
 
     fn maker(tables: &str) -> KeyMaker {
         let text =

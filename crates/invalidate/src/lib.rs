@@ -11,14 +11,13 @@ macro_rules! info {
 }
 
 pub mod config;
+// `config` and the fuzz target of the config read key templates from here.
+pub use pgoutput::template;
 pub mod fanout;
 pub mod keys;
 pub mod memcache;
-pub mod pgoutput;
 pub mod source;
-pub mod spool;
 pub mod stats;
-pub mod template;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -31,9 +30,9 @@ use pgwire_replication::{Lsn, ReplicationEvent};
 use crate::config::Config;
 use crate::fanout::Fanout;
 use crate::keys::KeyMaker;
-use crate::pgoutput::Message;
 use crate::stats::Stats;
-use crate::template::BadKey;
+use pgoutput::template::BadKey;
+use pgoutput::Message;
 
 #[derive(clap::Args, Debug)]
 pub struct InvalidateArgs {

@@ -1,5 +1,6 @@
 //! One connection to a memcached server (or a `memfleet route` listener) that pipelines
-//! `delete KEY\r\n` commands and reads their replies back in order.
+//! `delete KEY\r\n` commands and reads their replies back in order, framed by
+//! `proto::response::Framer`: a reply a delete cannot get ends the connection.
 
 use std::io;
 use std::time::Duration;
@@ -7,6 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::{timeout_at, Instant};
+
+use proto::response::{AskedKeys, Expect, Frame, Framer};
 
 use crate::config::Addr;
 
@@ -17,7 +20,7 @@ pub enum Reply {
     NotFound,
     /// `CLIENT_ERROR ...`: the server refuses the key; sending it again will not help.
     ClientError,
-    /// `SERVER_ERROR ...`, `ERROR` or anything else: the delete may not have happened
+    /// `SERVER_ERROR ...` or `ERROR`: the delete may not have happened
     /// (a router answers this when the backend is down), so it is retried.
     Failed,
 }
@@ -113,14 +116,20 @@ impl Conn {
             Err(_) => return (replies, Some(timed_out("write"))),
         }
         let mut start = 0;
+        let mut framer = Framer::new();
         while replies.len() < keys.len() {
-            match self.rbuf[start..].iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    let line = &self.rbuf[start..start + i];
-                    replies.push(parse_reply(line));
-                    start += i + 1;
+            match framer.next(&self.rbuf[start..], Expect::Delete, AskedKeys::NONE) {
+                Frame::Complete(n) => {
+                    // Without its `\n`.
+                    replies.push(parse_reply(&self.rbuf[start..start + n - 1]));
+                    start += n;
                 }
-                None => {
+                Frame::Invalid => {
+                    // Not a reply to a delete (or a line without end): out of step.
+                    let e = io::Error::new(io::ErrorKind::InvalidData, "not a reply to delete");
+                    return (replies, Some(e));
+                }
+                Frame::Incomplete(_) => {
                     self.rbuf.drain(..start);
                     start = 0;
                     match timeout_at(deadline, self.read_more()).await {
@@ -164,5 +173,40 @@ mod tests {
         );
         assert_eq!(parse_reply(b"ERROR\r"), Reply::Failed);
         assert!(!Reply::Failed.settled() && Reply::ClientError.settled());
+    }
+
+    /// Deletes to a peer on a Unix socket that answers with `reply` and then keeps the
+    /// connection open: what `delete_all` returns.
+    async fn deletes_answered_by(reply: &'static [u8]) -> (Vec<Reply>, Option<io::Error>) {
+        let path = std::env::temp_dir().join(format!("memfleet-mc-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            s.write_all(reply).await.unwrap();
+            let mut sink = [0u8; 1024];
+            while s.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+        });
+        let addr = Addr::Unix(path.clone());
+        let mut conn = Conn::connect(&addr, Duration::from_secs(5)).await.unwrap();
+        let out = conn.delete_all(&[b"a", b"b"], Duration::from_secs(5)).await;
+        drop(conn);
+        peer.await.unwrap();
+        let _ = std::fs::remove_file(&path);
+        out
+    }
+
+    #[tokio::test]
+    async fn a_reply_a_delete_cannot_get_ends_the_connection() {
+        let (replies, e) = deletes_answered_by(b"DELETED\r\nSTORED\r\n").await;
+        assert_eq!(replies, [Reply::Deleted]);
+        assert_eq!(e.unwrap().kind(), io::ErrorKind::InvalidData);
+        // A line without end is refused once past the framer's bound, not buffered on.
+        let mut long = b"SERVER_ERROR ".to_vec();
+        long.resize(64 * 1024, b'x');
+        let endless: &'static [u8] = Box::leak(long.into_boxed_slice());
+        let (replies, e) = deletes_answered_by(endless).await;
+        assert!(replies.is_empty());
+        assert_eq!(e.unwrap().kind(), io::ErrorKind::InvalidData);
     }
 }

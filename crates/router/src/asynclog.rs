@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::log;
 use crate::mcrouter::reply::McResult;
-use crate::mcrouter::spool::Spool;
+use spool::Spool;
 
 /// Default `--asynclog-max-bytes`: 64 MiB per destination.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;

@@ -7,15 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../src/template.rs"]
-mod template;
-
-#[allow(dead_code)]
-#[path = "../../src/config.rs"]
-mod config;
-
-use config::{Config, TargetSpec};
+use invalidate::config::{Config, TargetSpec};
+use invalidate::template;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -7,15 +7,14 @@
 //!
 //! Modules: `reply` (result classes, combining replies), `request` (a key's request,
 //! owned, written per destination), `exec` (the plan state machine), `lease` (which
-//! FailoverRoute child handed out a lease token), `tko` (destination health), `spool` (the
-//! asynclog file of one destination). Pure but for `spool`'s file; the
-//! worker and `crate::asynclog` do the network I/O.
+//! FailoverRoute child handed out a lease token), `tko` (destination health). Pure; the
+//! asynclog file of a destination is the `spool` crate's; the worker and `crate::asynclog`
+//! do the network I/O.
 
 pub mod exec;
 pub mod lease;
 pub mod reply;
 pub mod request;
-pub mod spool;
 pub mod tko;
 
 use std::time::{Duration, Instant};

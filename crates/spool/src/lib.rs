@@ -1,12 +1,14 @@
-//! The asynclog spool of one destination: keys whose deletes could not be delivered, one
-//! per line, oldest first. Appends are written at once and fsync'ed in groups
-//! ([`Spool::append`], then one [`Spool::sync`] for all of them) before their clients are
-//! answered; replayed entries leave the file only once acknowledged. Bounded: when an append would pass
-//! `max_bytes`, the oldest entries are dropped until the spool is at three quarters of the
-//! limit (so a full spool is not rewritten on every append).
+//! A delete spool: keys whose deletes could not be delivered, one per line (`KEY\n`), oldest
+//! first, kept in memory and in a file. Appends are written at once and fsync'ed in groups
+//! ([`Spool::append`], then one [`Spool::sync`] for all of them, or [`Spool::append_all`]);
+//! replayed entries leave the file only once acknowledged ([`Spool::oldest`], [`Spool::ack`]).
+//! A spool may be bounded: when an append would pass `max_bytes`, the oldest entries are
+//! dropped until the spool is at three quarters of the limit (so a full spool is not
+//! rewritten on every append).
 //!
-//! The file format and queue logic are here; the thread that replays, and the hook that
-//! spools, are in `crate::asynclog`.
+//! Used by the router's asynclog (`HOST:PORT.asynclog`, bounded by `--asynclog-max-bytes`)
+//! and the invalidator's per-server backlog (`N-ADDR.keys`, unbounded). Pure but for the
+//! file: the sending and replaying are the callers'.
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -40,6 +42,9 @@ pub fn decode(bytes: &[u8]) -> (Vec<Vec<u8>>, bool) {
     (keys, clean)
 }
 
+/// `max_bytes` for a spool that never drops entries.
+pub const UNBOUNDED: u64 = u64::MAX;
+
 fn entry_bytes(key: &[u8]) -> u64 {
     key.len() as u64 + 1
 }
@@ -56,13 +61,13 @@ pub struct Spool {
     dropped: u64,
     /// Lines were appended since the last sync (or rewrite): not yet known to be on disk.
     unsynced: bool,
-    /// fsyncs of appends done, for tests and counts.
+    /// fsyncs of appends done, for tests.
     syncs: u64,
 }
 
 impl Spool {
-    /// Opens (creating if needed) the spool at `path`; a damaged file is rewritten with
-    /// its valid entries.
+    /// Opens (creating if needed) the spool at `path`; a damaged file (a torn last line, a
+    /// line that is not a key) is rewritten with its valid entries.
     pub fn open(path: &Path, max_bytes: u64) -> io::Result<Spool> {
         let mut text = Vec::new();
         if let Ok(mut f) = File::open(path) {
@@ -109,7 +114,6 @@ impl Spool {
     }
 
     /// fsyncs [`Spool::sync`] made since the spool was opened.
-    #[cfg(test)]
     pub fn syncs(&self) -> u64 {
         self.syncs
     }
@@ -123,14 +127,8 @@ impl Spool {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a key"));
         }
         let need = entry_bytes(key);
-        if self.bytes + need <= self.max_bytes {
-            let mut line = Vec::with_capacity(key.len() + 1);
-            line.extend_from_slice(key);
-            line.push(b'\n');
-            self.file.write_all(&line)?;
-            self.unsynced = true;
-            self.entries.push_back(key.to_vec());
-            self.bytes += need;
+        if self.bytes.saturating_add(need) <= self.max_bytes {
+            self.write_lines(&[key])?;
             return Ok(0);
         }
         let target = self.max_bytes / 4 * 3;
@@ -148,6 +146,37 @@ impl Spool {
         self.dropped += dropped;
         self.rewrite()?;
         Ok(dropped)
+    }
+
+    /// Appends `keys` in order and waits until they are on disk. Returns how many of the
+    /// oldest entries were dropped to make room.
+    pub fn append_all(&mut self, keys: &[&[u8]]) -> io::Result<u64> {
+        let need: u64 = keys.iter().map(|k| entry_bytes(k)).sum();
+        let mut dropped = 0;
+        if keys.iter().all(|k| valid_key(k)) && self.bytes.saturating_add(need) <= self.max_bytes {
+            // The common case in one write.
+            self.write_lines(keys)?;
+        } else {
+            for k in keys {
+                dropped += self.append(k)?;
+            }
+        }
+        self.sync()?;
+        Ok(dropped)
+    }
+
+    /// Writes `keys` (valid, with room) at the end of the file, unsynced.
+    fn write_lines(&mut self, keys: &[&[u8]]) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(keys.iter().map(|k| k.len() + 1).sum());
+        for k in keys {
+            buf.extend_from_slice(k);
+            buf.push(b'\n');
+        }
+        self.file.write_all(&buf)?;
+        self.unsynced = true;
+        self.entries.extend(keys.iter().map(|k| k.to_vec()));
+        self.bytes += buf.len() as u64;
+        Ok(())
     }
 
     /// Puts every append so far on disk (one `fdatasync` for all; none when there is
@@ -228,8 +257,7 @@ mod tests {
     use super::*;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("memfleet-asynclog-{}-{name}", std::process::id()));
+        let d = std::env::temp_dir().join(format!("memfleet-spool-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
@@ -406,5 +434,28 @@ mod tests {
                 assert_eq!(again, stripped);
             }
         }
+    }
+
+    /// The invalidator's use: batches appended and synced, everything replayed then acked.
+    #[test]
+    fn append_all_reopen_replay_all() {
+        let dir = tmpdir("batches");
+        let path = dir.join("0-h_1.keys");
+        let mut s = Spool::open(&path, UNBOUNDED).unwrap();
+        assert!(s.is_empty());
+        assert_eq!(s.append_all(&[b"a", b"b"]).unwrap(), 0);
+        s.append_all(&[b"c"]).unwrap();
+        assert_eq!(s.syncs(), 2);
+        drop(s);
+        let mut s = Spool::open(&path, UNBOUNDED).unwrap();
+        let (seq, all) = s.oldest(usize::MAX);
+        assert_eq!(all, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        s.ack(seq, all.len()).unwrap();
+        assert!(s.is_empty());
+        assert_eq!(fs::read(&path).unwrap(), b"");
+        s.append_all(&[b"d"]).unwrap();
+        assert_eq!(keys(&s), [b"d".to_vec()]);
+        assert_eq!(fs::read(&path).unwrap(), b"d\n");
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,11 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../src/template.rs"]
-mod template;
-
-use template::{check_key, BadKey, Template};
+use pgoutput::template::{check_key, BadKey, Template};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(source) = std::str::from_utf8(data) else {

@@ -7,10 +7,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../src/pgoutput.rs"]
-mod pgoutput;
-
 use pgoutput::{decode, encode, Message};
 
 fuzz_target!(|data: &[u8]| {

@@ -1,14 +1,10 @@
 #![no_main]
-//! Arbitrary bytes as an asynclog spool file (`memfleet route --async-dir`; one key per
-//! line): decoding must never panic, hand back only keys memcached accepts, and call the file
+//! Arbitrary bytes as a delete spool file (`memfleet route --async-dir`, the invalidator's
+//! `spool_dir`; one key per line): decoding must never panic, hand back only keys memcached accepts, and call the file
 //! clean only when it is exactly those keys' lines (empty lines aside). The decoded keys
 //! written back as a spool decode to themselves, clean.
 
 use libfuzzer_sys::fuzz_target;
-
-#[allow(dead_code)]
-#[path = "../../src/mcrouter/spool.rs"]
-mod spool;
 
 fn encode(keys: &[Vec<u8>]) -> Vec<u8> {
     keys.iter()

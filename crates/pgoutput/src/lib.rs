@@ -3,6 +3,8 @@
 //! Every length is checked against the input, so a malformed message is an error, never a
 //! panic or an allocation larger than the input.
 
+pub mod template;
+
 use std::fmt;
 
 /// One column value of a tuple, as pgoutput sends it.
@@ -347,7 +349,7 @@ pub fn decode(buf: &[u8]) -> Result<Message<'_>, DecodeError> {
 /// The encoder the tests (and the `pgoutput_decode` fuzz target) use to build messages; the
 /// inverse of [`decode`].
 #[cfg(any(test, fuzzing))]
-pub(crate) mod encode {
+pub mod encode {
     use super::*;
 
     fn cstr(out: &mut Vec<u8>, s: &[u8]) {
