@@ -1,8 +1,8 @@
 //! One connection's request loop.
 
-use crate::reply::ReplyParser;
 use crate::request::{OpKind, RequestGen, Sent};
 use crate::stats::{record, Stats};
+use proto::response::tally::ReplyParser;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;

@@ -9,7 +9,6 @@
 pub mod args;
 mod client;
 pub mod keys;
-pub mod reply;
 pub mod report;
 pub mod request;
 mod runner;

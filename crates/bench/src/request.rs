@@ -2,7 +2,7 @@
 
 use crate::args::{Protocol, Ratio, SizeRange};
 use crate::keys::KeyGen;
-use crate::reply::Expect;
+use proto::response::tally::Expect;
 use rand::rngs::SmallRng;
 use rand::Rng;
 

@@ -19,6 +19,7 @@ pub use crate::frame::{Frame, MAX_REPLY_LINE};
 use crate::resp::RespFramer;
 
 mod expect;
+pub mod tally;
 use expect::echoes_ok;
 pub use expect::{AskedKeys, Expect};
 

@@ -1,9 +1,10 @@
-//! Incremental parser of the replies to the requests the bench sends.
-//!
-//! The parser is resumable: it consumes what it can from the bytes given, including
-//! part of a value's data, so the caller's read buffer only ever has to hold one line.
+//! Tallying replies without keeping them: for a load generator, which counts hits, misses
+//! and errors and throws the values away. [`super::Framer`] frames whole replies for a
+//! proxy to forward; this reader is resumable instead: it consumes what it can from the
+//! bytes given, including part of a value's data, so the caller's read buffer only ever has
+//! to hold one line. Both read lines with [`super::parse_line`].
 
-use proto::response::{parse_line, Line};
+use super::{parse_line, Line};
 
 /// What reply the oldest outstanding request expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,7 @@ enum State {
     },
 }
 
+/// Reads one connection's replies in order, given what each request expects.
 #[derive(Debug)]
 pub struct ReplyParser {
     state: State,
@@ -71,6 +73,7 @@ impl Default for ReplyParser {
 }
 
 impl ReplyParser {
+    /// A parser at the start of a reply.
     pub fn new() -> Self {
         ReplyParser {
             state: State::Line,
@@ -147,7 +150,7 @@ impl ReplyParser {
     }
 
     /// Handles one line; returns the reply if this line ends it. Lines are classified by
-    /// [`proto::response::parse_line`], the same reader the router frames replies with.
+    /// [`super::parse_line`], the same reader the router frames replies with.
     fn line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
         if matches!(
             expect,
@@ -219,7 +222,7 @@ impl ReplyParser {
     fn resp_line(&mut self, expect: Expect, line: &[u8]) -> Result<Option<Reply>, ProtocolError> {
         let (&t, rest) = line.split_first().ok_or_else(|| bad(line))?;
         let in_array = self.left > 0;
-        let number = || proto::resp::parse_ll(rest).ok_or_else(|| bad(line));
+        let number = || crate::resp::parse_ll(rest).ok_or_else(|| bad(line));
         match t {
             b'-' => {
                 // An error element inside an array does not end it.

@@ -6,11 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../src/reply.rs"]
-mod reply;
-
-use reply::{Expect, ProtocolError, Reply, ReplyParser};
+use proto::response::tally::{Expect, ProtocolError, Reply, ReplyParser};
 
 const EXPECTS: [Expect; 8] = [
     Expect::Store,
