@@ -20,13 +20,11 @@ pub mod tko;
 
 use std::time::{Duration, Instant};
 
-use crate::config::{
-    Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH,
-};
 use crate::dns::Dns;
 use crate::mcrouter_tls::server_security;
 use crate::shared::{HostAddrs, McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
+use nutconf::{Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
 use tko::TkoSettings;
 
 /// mcrouter's default `--server-timeout`, ms.
