@@ -19,8 +19,8 @@ use ring::RoutingKey;
 use routetree::{AllMode, Plan, Send};
 use slab::Slab;
 
-use super::backend::{ReplyTo, EXEC_CLIENT};
 use super::client::{deliver, SlotKind};
+use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::Worker;
 use crate::asynclog::GroupCommit;
 use crate::mcrouter::exec::{Action, Exec, FailoverState};
