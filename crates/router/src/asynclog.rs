@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::log;
-use crate::mcrouter::reply::McResult;
 use crate::mcrouter::spool::Spool;
+use routetree::reply::McResult;
 
 /// Default `--asynclog-max-bytes`: 64 MiB per destination.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use ring::Ring;
 
 use crate::counters::PoolCounters;
-use crate::mcrouter::tko::{Tko, TkoSettings};
 use nutconf::{Config, Pool, ServerAddr};
+use routetree::tko::{Tko, TkoSettings};
 
 /// Host names already looked up, and their addresses.
 pub type HostAddrs = std::collections::BTreeMap<String, std::net::IpAddr>;
@@ -336,7 +336,7 @@ pub struct McRoutes {
     /// `pools[id]`: the index in `Shared::pools` of routetree pool `id`.
     pub pools: Vec<usize>,
     /// Which FailoverRoute child handed out each lease token (for this generation).
-    pub leases: crate::mcrouter::lease::LeaseBook,
+    pub leases: routetree::lease::LeaseBook,
 }
 
 /// One configuration generation.

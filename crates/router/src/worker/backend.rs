@@ -13,9 +13,9 @@ use super::get_batch::{GetBatch, Member, SPLIT_EARLY_FROM};
 use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::{error_reply, token, Worker, KIND_BACKEND};
 use crate::buf::ReadBuf;
-use crate::mcrouter::reply::McResult;
 use crate::net::{error_text, Stream};
 use crate::shared::PoolRt;
+use routetree::reply::McResult;
 use std::sync::Arc;
 
 /// A backend reply (or the failure met instead) for an execution.
