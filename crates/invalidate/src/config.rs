@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nutconf::ServerAddr;
 use ring::{Distribution, Hash};
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::{Yaml, YamlLoader};
@@ -199,38 +200,38 @@ fn parse_addr(s: &str, what: &str) -> Result<Addr, ConfigError> {
     }
 }
 
-/// A pool server as nutcracker.yml writes it: `host:port:weight [name]`, or `host:port`
-/// (weight 1). Placed on the ring exactly as `memfleet route` places it.
+/// A pool server as nutcracker.yml writes it (`host:port:weight [name]`,
+/// `/unix/path:weight [name]`), read by the router's own parser so keys are placed exactly
+/// as `memfleet route` places them; the weight may be left out (1).
 fn parse_pool_server(s: &str) -> Result<PoolServer, ConfigError> {
-    let bad = || {
-        err(format!(
-            "pool server {s:?} is not \"host:port[:weight] [name]\""
-        ))
+    let spec = nutconf::parse_server(s).or_else(|why| {
+        let (entry, name) = match s.rsplit_once(' ') {
+            Some((entry, name)) => (entry, Some(name)),
+            None => (s, None),
+        };
+        // Only the weight-less shape gets the default weight: one ':' less than nutcracker's.
+        let colons = if s.starts_with('/') { 0 } else { 1 };
+        if entry.matches(':').count() != colons {
+            return Err(why);
+        }
+        let weighted = match name {
+            Some(name) => format!("{entry}:1 {name}"),
+            None => format!("{entry}:1"),
+        };
+        nutconf::parse_server(&weighted).map_err(|_| why)
+    });
+    let spec = spec.map_err(|why| ConfigError(format!("pool server {s:?} {why}")))?;
+    let addr = match &spec.addr {
+        // The router refuses an empty host only when it connects; refused here up front.
+        ServerAddr::Tcp { host, .. } if host.is_empty() => {
+            return err(format!("pool server {s:?} has no host"))
+        }
+        ServerAddr::Tcp { host, port } => Addr::Tcp(format!("{host}:{port}")),
+        ServerAddr::Unix { path } => Addr::Unix(PathBuf::from(path)),
     };
-    let (spec, name) = match s.split_once(' ') {
-        Some((spec, name)) if !name.trim().is_empty() => (spec, Some(name.trim())),
-        Some(_) => return bad(),
-        None => (s, None),
-    };
-    let parts: Vec<&str> = spec.split(':').collect();
-    let (host, port, weight) = match parts.as_slice() {
-        [host, port] => (*host, *port, "1"),
-        [host, port, weight] => (*host, *port, *weight),
-        _ => return bad(),
-    };
-    let (Ok(port), Ok(weight)) = (port.parse::<u16>(), weight.parse::<u32>()) else {
-        return bad();
-    };
-    if host.is_empty() || port == 0 || weight == 0 {
-        return bad();
-    }
-    let mut server = ring::Server::new(host, port, weight);
-    if let Some(name) = name {
-        server = server.named(name);
-    }
     Ok(PoolServer {
-        addr: Addr::Tcp(format!("{host}:{port}")),
-        ring: server,
+        addr,
+        ring: spec.ring_server(),
     })
 }
 
@@ -555,7 +556,7 @@ tables:
             (&format!("{base}tables: {{t: [k]}}\nbogus: 1"), "unknown key \"bogus\""),
             ("source: {dsn: x, slot: Bad-Slot}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "lower-case"),
             ("source: {dsn: x}\ntargets: [{memcached: nohost}]\ntables: {t: [k]}", "host:port"),
-            ("source: {dsn: x}\ntargets: [{pool: {servers: [\"h:1:0\"]}}]\ntables: {t: [k]}", "host:port[:weight]"),
+            ("source: {dsn: x}\ntargets: [{pool: {servers: [\"h:1:0\"]}}]\ntables: {t: [k]}", "zero weight"),
             ("source: {dsn: x}\ntargets: [{pool: {servers: [\"h:1\"], hash: nope}}]\ntables: {t: [k]}", "known hash"),
             (&format!("{base}tables: {{t: {{keys: [k], changes: [merge]}}}}"), "insert, update or delete"),
             (&format!("{base}tables: {{t: [k], public.t: [j]}}"), "twice"),
@@ -565,6 +566,43 @@ tables:
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
         }
     }
+    /// Pool servers are read by the router's parser: the same entries are refused, and the
+    /// accepted ones sit on the ring under the router's names (the raw port text included).
+    #[test]
+    fn pool_servers_as_the_router_reads_them() {
+        let server = |line: &str| parse_pool_server(line).map_err(|e| e.0);
+        for line in [
+            "h:011212:1",
+            "h:11212:3 beta",
+            "[::1]:11211:1",
+            "/tmp/m.sock:2 m",
+        ] {
+            let ours = server(line).unwrap();
+            let routes = nutconf::parse_server(line).unwrap().ring_server();
+            assert_eq!(ours.ring, routes, "{line}");
+        }
+        assert_eq!(server("h:011212:1").unwrap().ring.point_label(), "h:011212");
+        assert_eq!(
+            server("/tmp/m.sock:2").unwrap().addr,
+            Addr::Unix("/tmp/m.sock".into())
+        );
+        // Without a weight: weight 1, as documented.
+        let bare = server("10.0.0.2:11212 beta").unwrap();
+        assert_eq!(bare.ring, server("10.0.0.2:11212:1 beta").unwrap().ring);
+        assert_eq!(bare.addr, Addr::Tcp("10.0.0.2:11212".into()));
+        for (line, why) in [
+            ("h:+1:1", "invalid port"),
+            ("h:1:+1", "invalid weight"),
+            ("h:1:1 two words", "invalid weight"),
+            ("h:0:5", "invalid port"),
+            (":1:1", "no host"),
+            ("/a:b:1", "format string"),
+        ] {
+            let e = server(line).unwrap_err();
+            assert!(e.contains(why), "{line}: {e}");
+        }
+    }
+
     /// Aliases of aliases: 6 lines stand for a million nodes, which `YamlLoader` would build
     /// (the invalidate_config fuzz target ran out of memory on 9 such lines).
     #[test]

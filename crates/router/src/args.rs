@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::{asynclog, config, mcrouter, mcrouter_tls};
+use crate::{asynclog, mcrouter, mcrouter_tls};
 
 /// nutcracker's command line, plus `-T/--threads`.
 #[derive(clap::Args, Debug, Clone)]
@@ -116,10 +116,10 @@ pub struct RouteArgs {
     /// announcing more closes its connection; a larger client item is refused. nutcracker
     /// configs set this per pool (`item_size_max`).
     #[arg(long = "item-size-max", value_name = "BYTES",
-          default_value_t = config::DEFAULT_ITEM_SIZE_MAX,
+          default_value_t = nutconf::DEFAULT_ITEM_SIZE_MAX,
           value_parser = clap::value_parser!(u32).range(
-              i64::from(*config::ITEM_SIZE_MAX_RANGE.start())
-                  ..=i64::from(*config::ITEM_SIZE_MAX_RANGE.end())))]
+              i64::from(*nutconf::ITEM_SIZE_MAX_RANGE.start())
+                  ..=i64::from(*nutconf::ITEM_SIZE_MAX_RANGE.end())))]
     pub item_size_max: u32,
     #[command(flatten)]
     pub mc_tls: mcrouter_tls::McTlsArgs,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::log;
-use crate::mcrouter::reply::McResult;
+use routetree::reply::McResult;
 use spool::Spool;
 
 /// Default `--asynclog-max-bytes`: 64 MiB per destination.

@@ -16,7 +16,7 @@ use hickory_resolver::Resolver;
 
 use ring::KETAMA_DEFAULT_PORT;
 
-use crate::config::{Config, DnsLookup, DnsName, ServerAddr, ServerSpec};
+use nutconf::{Config, DnsLookup, DnsName, ServerAddr, ServerSpec};
 
 /// One resolved server: what it is called in the ring and where it is.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -7,7 +7,7 @@
 //! `worker::accept`). One control thread handles SIGHUP (reload), SIGTERM/SIGINT and the
 //! re-probing of ejected servers; one thread serves the stats port.
 //!
-//! Modules: `config` reads nutcracker.yml, `dns` looks up its `dns:`/`srv:` servers (on the
+//! Modules: `nutconf` (its own crate) reads nutcracker.yml, `dns` looks up its `dns:`/`srv:` servers (on the
 //! control thread), `shared` holds a configuration generation and
 //! server health, `route` chooses the server(s) of a request, `worker` is the event loop
 //! (clients, backends, memcached and Redis routing), `stats` the counters and their report.
@@ -19,7 +19,6 @@
 mod args;
 mod asynclog;
 mod buf;
-mod config;
 mod counters;
 mod dns;
 mod log;
@@ -41,8 +40,8 @@ use std::sync::mpsc::channel;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use config::{Config, Listen};
 use net::StdListener;
+use nutconf::{Config, Listen};
 use shared::{Globals, Shared};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
 use worker::{Control, ListenerUpdate, Worker};
@@ -72,19 +71,6 @@ server stats:
   out_queue           \"# requests in outgoing queue\"
   out_queue_bytes     \"current request bytes in outgoing queue\"
 ";
-
-/// Reads and validates a configuration file.
-pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
-    let config = Config::from_yaml_str(&text).map_err(|e| {
-        format!(
-            "configuration file '{}' syntax is invalid: {e}",
-            path.display()
-        )
-    })?;
-    Ok(config)
-}
 
 struct Running {
     args: RouteArgs,
@@ -145,7 +131,7 @@ fn load_generation(
         let (shared, names) = mcrouter::load(args, threads, started, dns, false)?;
         return Ok((shared, Resolved::Mcrouter(names)));
     }
-    let config = load_config(&args.conf_file)?;
+    let config = Config::load(&args.conf_file)?;
     let members = dns.resolve(&config)?;
     let shared = Shared::new(dns::expand(&config, &members), threads, started)?;
     Ok((shared, Resolved::Nutcracker(config, members)))
@@ -175,7 +161,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         return Ok(());
     }
     if args.test_conf && !mcrouter::requested(&args) {
-        load_config(&args.conf_file)?;
+        Config::load(&args.conf_file)?;
         eprintln!(
             "memfleet route: configuration file '{}' syntax is ok",
             args.conf_file.display()

@@ -5,7 +5,7 @@
 
 use tlsload::SYSTEM_CA_BUNDLE;
 
-use crate::config::PoolTls;
+use nutconf::PoolTls;
 
 /// mcrouter's TLS flags.
 #[derive(clap::Args, Debug, Clone, Default)]

@@ -175,8 +175,8 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::counters::WorkerCounters;
+    use nutconf::Config;
     use std::time::Instant;
 
     fn globals(threads: usize, started: Instant) -> Globals {

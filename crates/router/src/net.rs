@@ -8,9 +8,9 @@ use std::sync::Arc;
 use mio::event::Source;
 use mio::{Interest, Registry, Token};
 
-use crate::config::Listen;
 use crate::shared::BackendAddr;
 use crate::tls::TlsStream;
+use nutconf::Listen;
 
 /// A bound listening socket, before it is handed to worker threads.
 pub enum StdListener {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::shared::{BackendAddr, PoolRt};
-use crate::{config, tls, worker};
+use crate::{tls, worker};
 
 /// Tries an ejected server once (connect + `version`, or for a Redis pool `AUTH` if the
 /// pool has a password and `PING`) off the control thread; on success
@@ -49,7 +49,7 @@ pub(crate) fn spawn_tko_probe(pool: Arc<PoolRt>, s: usize) {
 /// Whether server `s` of `pool` answers (over TLS when its connections use TLS).
 fn probe(pool: &PoolRt, s: usize, wait: Duration) -> bool {
     let cfg = &pool.cfg;
-    fn talk(s: &mut (impl Read + Write), cfg: &config::Pool) -> bool {
+    fn talk(s: &mut (impl Read + Write), cfg: &nutconf::Pool) -> bool {
         if cfg.redis {
             return talk_redis(s, cfg.redis_auth.as_deref(), cfg.redis_db);
         }

@@ -66,7 +66,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use nutconf::Config;
     use std::time::Instant;
 
     const YAML: &str = "p:\n  listen: 127.0.0.1:22121\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  servers:\n   - 127.0.0.1:1:1 one\n   - 127.0.0.1:2:1 two\n";

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use ring::Ring;
 
-use crate::config::{Config, Pool, ServerAddr};
 use crate::counters::PoolCounters;
-use crate::mcrouter::tko::{Tko, TkoSettings};
+use nutconf::{Config, Pool, ServerAddr};
+use routetree::tko::{Tko, TkoSettings};
 
 /// Host names already looked up, and their addresses.
 pub type HostAddrs = std::collections::BTreeMap<String, std::net::IpAddr>;
@@ -318,8 +318,8 @@ impl PoolRt {
     /// The listen address as a key identifying "the same listener" across reloads.
     pub fn listen_key(&self) -> String {
         match &self.cfg.listen {
-            crate::config::Listen::Tcp { host, port } => format!("tcp:{host}:{port}"),
-            crate::config::Listen::Unix { path, .. } => format!("unix:{path}"),
+            nutconf::Listen::Tcp { host, port } => format!("tcp:{host}:{port}"),
+            nutconf::Listen::Unix { path, .. } => format!("unix:{path}"),
         }
     }
 
@@ -336,7 +336,7 @@ pub struct McRoutes {
     /// `pools[id]`: the index in `Shared::pools` of routetree pool `id`.
     pub pools: Vec<usize>,
     /// Which FailoverRoute child handed out each lease token (for this generation).
-    pub leases: crate::mcrouter::lease::LeaseBook,
+    pub leases: routetree::lease::LeaseBook,
 }
 
 /// One configuration generation.

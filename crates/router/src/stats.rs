@@ -157,8 +157,8 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::counters::WorkerCounters;
+    use nutconf::Config;
     use std::time::Instant;
 
     #[test]

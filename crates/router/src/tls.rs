@@ -10,7 +10,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig};
 use tlsload::SYSTEM_CA_BUNDLE;
 
-use crate::config::PoolTls;
+use nutconf::PoolTls;
 
 /// A pool's TLS configs, read from its files when the configuration is loaded.
 #[derive(Default)]

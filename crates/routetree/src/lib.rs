@@ -17,10 +17,15 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod exec;
+pub mod lease;
 pub mod model;
 pub mod parse;
 pub mod plan;
+pub mod reply;
+pub mod request;
 pub mod source;
+pub mod tko;
 
 pub use crate::error::{ConfigError, Path, Seg};
 pub use crate::model::*;

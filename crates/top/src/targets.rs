@@ -1,4 +1,4 @@
-//! Which servers to watch: from the command line, a nutcracker.yml (read by the router's own
+//! Which servers to watch: from the command line, a nutcracker.yml (read by `nutconf`, the router's
 //! parser) or an mcrouter JSON config (read by routetree's).
 
 use std::path::Path;
@@ -53,7 +53,7 @@ pub fn parse_arg(arg: &str) -> Result<Target, String> {
 /// Every server of every memcached pool of a nutcracker.yml (Redis pools' servers have no
 /// memcached `stats` to read, so they are left out).
 pub fn from_nutcracker(path: &Path) -> Result<Vec<Target>, String> {
-    let config = router::load_config(path)?;
+    let config = nutconf::Config::load(path)?;
     Ok(config
         .pools
         .iter()

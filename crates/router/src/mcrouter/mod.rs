@@ -3,30 +3,20 @@
 //! listen address (clients arrive there; it has no servers) followed by one backend pool
 //! per mcrouter pool, whose servers keep the config's order (the route tree names them by
 //! index) and carry TKO state. Requests are planned by `routetree` and carried out by
-//! [`exec::Exec`] in the worker (`worker/mcrouter.rs`).
+//! `routetree::exec::Exec` in the worker (`worker/mcrouter.rs`); the pure parts of
+//! carrying out a request (`exec`, `request`, `reply`, `lease`, `tko`) live in `routetree`.
 //!
-//! Modules: `reply` (result classes, combining replies), `request` (a key's request,
-//! owned, written per destination), `exec` (the plan state machine), `lease` (which
-//! FailoverRoute child handed out a lease token), `tko` (destination health). Pure; the
-//! asynclog file of a destination is the `spool` crate's; the worker and `crate::asynclog`
-//! do the network I/O.
-
-pub mod exec;
-pub mod lease;
-pub mod reply;
-pub mod request;
-pub mod tko;
+//! The asynclog file of a destination is the `spool` crate's; the worker and
+//! `crate::asynclog` do the network I/O.
 
 use std::time::{Duration, Instant};
 
-use crate::config::{
-    Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH,
-};
 use crate::dns::Dns;
 use crate::mcrouter_tls::server_security;
 use crate::shared::{HostAddrs, McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
-use tko::TkoSettings;
+use nutconf::{Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
+use routetree::tko::TkoSettings;
 
 /// mcrouter's default `--server-timeout`, ms.
 pub const DEFAULT_SERVER_TIMEOUT_MS: u64 = 1000;

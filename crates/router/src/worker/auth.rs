@@ -7,7 +7,7 @@ use proto::redis_cmd::{ERR_AUTH_NOT_SET, ERR_WRONGPASS};
 use proto::resp::{self, RespRequest};
 use proto::Request;
 
-use crate::config::Pool;
+use nutconf::Pool;
 
 pub const OK: &[u8] = b"+OK\r\n";
 const ERR_HELLO_NOAUTH: &[u8] = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
@@ -174,7 +174,7 @@ pub fn hello(cfg: &Pool, req: &RespRequest<'_>, now: Session, out: &mut Vec<u8>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use nutconf::Config;
     use proto::resp::drive::with_command;
 
     fn pool(extra: &str) -> Pool {

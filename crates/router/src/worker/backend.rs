@@ -10,37 +10,13 @@ use proto::response::{AskedKeys, Expect, Frame, Item, Refusal, ReplyFramer};
 
 use super::client::deliver;
 use super::get_batch::{GetBatch, Member, SPLIT_EARLY_FROM};
+use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::{error_reply, token, Worker, KIND_BACKEND};
 use crate::buf::ReadBuf;
-use crate::mcrouter::reply::McResult;
 use crate::net::{error_text, Stream};
 use crate::shared::PoolRt;
+use routetree::reply::McResult;
 use std::sync::Arc;
-
-/// Where a backend reply goes: request `seq` of client `client` (slab index, and `gen` to
-/// tell a reused index from the client that sent the request), part `frag` of it when the
-/// request was split over servers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ReplyTo {
-    pub client: u32,
-    pub gen: u32,
-    pub seq: u64,
-    pub frag: u16,
-}
-
-impl ReplyTo {
-    /// The AUTH / SELECT a Redis backend connection starts with: no client waits for it.
-    const HANDSHAKE: ReplyTo = ReplyTo {
-        client: u32::MAX,
-        gen: 0,
-        seq: 0,
-        frag: 0,
-    };
-}
-
-/// `ReplyTo::client` of a send an mcrouter execution made (`seq`: its slab index << 32 |
-/// node; see `worker/mcrouter.rs`).
-pub(super) const EXEC_CLIENT: u32 = u32::MAX - 1;
 
 /// A backend reply (or the failure met instead) for an execution.
 pub(super) struct Arrived {

@@ -10,7 +10,7 @@ use proto::resp::resp3::{write_resp3, Shape};
 use proto::response::{self, Fragment, Item};
 use slab::Slab;
 
-use super::backend::ReplyTo;
+use super::reply_to::ReplyTo;
 use super::{Worker, MAX_READS_PER_TURN, MAX_SLOTS, MAX_UNREAD, MAX_UNSENT, READ_POOL_MAX};
 use crate::buf::ReadBuf;
 use crate::net::Stream;

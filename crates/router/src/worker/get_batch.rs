@@ -11,7 +11,7 @@
 
 use proto::response::{is_get_reply, AskedKeys, Item};
 
-use super::backend::ReplyTo;
+use super::reply_to::ReplyTo;
 
 /// A merged get line may not grow past this many bytes of keys...
 pub const MAX_BATCH_KEY_BYTES: usize = 8 * 1024;

@@ -19,14 +19,14 @@ use ring::RoutingKey;
 use routetree::{AllMode, Plan, Send};
 use slab::Slab;
 
-use super::backend::{ReplyTo, EXEC_CLIENT};
 use super::client::{deliver, SlotKind};
+use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::Worker;
 use crate::asynclog::GroupCommit;
-use crate::mcrouter::exec::{Action, Exec, FailoverState};
-use crate::mcrouter::reply::{self, McResult, Reply};
-use crate::mcrouter::request::{single_key, ReqSpec};
 use crate::shared::McRoutes;
+use routetree::exec::{Action, Exec, FailoverState};
+use routetree::reply::{self, McResult, Reply};
+use routetree::request::{single_key, ReqSpec};
 
 /// One client request being carried out.
 struct Running {

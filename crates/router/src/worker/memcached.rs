@@ -5,9 +5,9 @@ use proto::response::Expect;
 use proto::{forward, Limits, Parse, Request};
 
 use super::auth;
-use super::backend::ReplyTo;
 use super::client::{MultiGet, SlotKind};
 use super::mcrouter::Planned;
+use super::reply_to::ReplyTo;
 use super::{Worker, NO_SERVER};
 
 /// Where a key-bearing request goes: by the placement of a nutcracker pool, or to the one

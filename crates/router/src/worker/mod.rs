@@ -28,6 +28,7 @@ mod get_batch;
 mod mcrouter;
 mod memcached;
 mod redis;
+mod reply_to;
 
 use std::collections::HashMap;
 use std::io;

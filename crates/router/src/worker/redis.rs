@@ -6,8 +6,8 @@ use proto::resp::{self, RespParse, RespRequest};
 use proto::response::Expect;
 
 use super::auth;
-use super::backend::ReplyTo;
 use super::client::{write_resp3_or_error, RedisMulti, SlotKind};
+use super::reply_to::ReplyTo;
 use super::{Worker, MAX_QUERY_BUFFER, NO_SERVER, RESP_LIMITS, RESP_LIMITS_UNAUTH};
 use proto::resp::resp3::Shape;
 

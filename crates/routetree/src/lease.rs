@@ -13,10 +13,10 @@ use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use routetree::RouteId;
+use crate::RouteId;
 
-use super::reply::Reply;
-use super::request::ReqSpec;
+use crate::reply::Reply;
+use crate::request::ReqSpec;
 
 /// Most tokens remembered per config generation (about 100 bytes each).
 pub const MAX_TOKENS: usize = 65_536;

@@ -2,8 +2,8 @@
 //! and every request it got is recorded.
 
 use super::*;
-use crate::mcrouter::request::GetCmd;
-use routetree::{AllMode, ExptimeAction, FailoverLimit, Plan, Send};
+use crate::request::GetCmd;
+use crate::{AllMode, ExptimeAction, FailoverLimit, Plan, Send};
 
 fn to(pool: usize, index: usize) -> Plan {
     Plan::Send(Send {
@@ -501,7 +501,7 @@ fn meta(cmd: &[u8; 2], key: &str, flags: &str, data: Option<&[u8]>) -> ReqSpec {
 /// Runs `req` through the failover pair with the book's pins, then books what it handed out.
 fn run_leased<F: FnMut(usize, usize, &[u8]) -> Reply>(
     fleet: &mut Fleet<F>,
-    book: &super::lease::LeaseBook,
+    book: &crate::lease::LeaseBook,
     req: ReqSpec,
 ) -> Vec<u8> {
     let now = std::time::Instant::now();
@@ -516,7 +516,7 @@ fn run_leased<F: FnMut(usize, usize, &[u8]) -> Reply>(
 
 #[test]
 fn lease_set_goes_to_the_child_that_issued_the_token() {
-    let book = super::lease::LeaseBook::default();
+    let book = crate::lease::LeaseBook::default();
     let primary_up = std::cell::Cell::new(false);
     let mut fleet = Fleet::new(|p, _, req: &[u8]| match (p, primary_up.get()) {
         (0, false) => Reply::error(McResult::ConnectError),
@@ -547,7 +547,7 @@ fn lease_set_goes_to_the_child_that_issued_the_token() {
 
 #[test]
 fn lease_set_does_not_fail_over_from_the_issuer() {
-    let book = super::lease::LeaseBook::default();
+    let book = crate::lease::LeaseBook::default();
     let primary_up = std::cell::Cell::new(true);
     let mut fleet = Fleet::new(|p, _, _: &[u8]| match (p, primary_up.get()) {
         (0, false) => Reply::error(McResult::ConnectError),
@@ -575,7 +575,7 @@ fn lease_set_does_not_fail_over_from_the_issuer() {
 
 #[test]
 fn only_winning_meta_gets_book_a_lease() {
-    let book = super::lease::LeaseBook::default();
+    let book = crate::lease::LeaseBook::default();
     let mut fleet = Fleet::new(|p, _, _: &[u8]| match p {
         0 => Reply::error(McResult::Tko),
         _ => r(b"VA 0 c77 Z\r\n\r\n"),

@@ -1,6 +1,6 @@
 //! A pool's TLS directives: `tls`, `tls_ca_file`, `tls_cert_file`, `tls_key_file`,
 //! `tls_server_name` (to the servers) and `listen_tls_*` (the listener). Loading the
-//! files is `crate::tls`'s job; here they are only read and checked for consistency.
+//! files is the router's job (its `tls` module); here they are only read and checked for consistency.
 
 use super::scalar::{once, parse_bool};
 

@@ -1,5 +1,5 @@
 //! `servers:` entries: `host:port:weight [name]`, `/path:weight [name]`, and the DNS-named
-//! `dns:HOST:PORT:WEIGHT` / `srv:NAME:WEIGHT` (memfleet extension, resolved by `crate::dns`).
+//! `dns:HOST:PORT:WEIGHT` / `srv:NAME:WEIGHT` (memfleet extension, resolved by the router's `dns`).
 
 use ring::KETAMA_DEFAULT_PORT;
 
@@ -96,8 +96,9 @@ pub(super) fn parse_dns_server(value: &str) -> Option<Result<DnsName, &'static s
 }
 
 /// Parses a `servers:` entry from its end, as twemproxy's `conf_add_server` does:
-/// optional ` name` after the last space, then `:weight`, then (TCP only) `:port`.
-pub(super) fn parse_server(value: &str) -> Result<ServerSpec, &'static str> {
+/// optional ` name` after the last space, then `:weight`, then (TCP only) `:port`. The
+/// error is the rest of nutcracker's sentence after `directive "servers:"`.
+pub fn parse_server(value: &str) -> Result<ServerSpec, &'static str> {
     const FORMAT: &str = "has an invalid \"hostname:port:weight [name]\"or \"/path/unix_socket:weight [name]\" format string";
     let unix = value.starts_with('/');
     let (rest, name) = match value.rsplit_once(' ') {

@@ -2,12 +2,12 @@
 //! buffer while failovers and fills go on), named as mcrouter names operations, and written
 //! out per destination with the routing prefix stripped and the exptime rewritten. Pure.
 
+use crate::Send;
 use proto::response::Expect;
 use proto::{Request, StoreCmd};
 use ring::RoutingKey;
-use routetree::Send;
 
-use super::reply::Op;
+use crate::reply::Op;
 
 /// Which get command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub enum GetCmd {
 }
 
 /// A request for one key (or flush_all), owned.
+// Unmarked fields are the command's own, named as the protocol names them.
+#[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReqSpec {
     /// get / gets / gat / gats of one key.
@@ -458,7 +460,7 @@ fn meta_mode(flags: &[u8]) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use routetree::ExptimeAction;
+    use crate::ExptimeAction;
 
     fn send(keep_prefix: bool, exptime: Vec<(ExptimeAction, i64)>) -> Send {
         Send {

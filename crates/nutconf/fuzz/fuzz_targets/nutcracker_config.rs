@@ -3,17 +3,9 @@
 //! or an error, never panic or hang. An accepted config must hold what validation promises
 //! (pools with distinct names and listen addresses, servers with distinct ketama names,
 //! non-zero server connections) and every pool's ring must place keys on its own servers.
-//!
-//! The router's `config` module is pure (it depends on `ring` and `yaml-rust2` only) and
-//! private to the router, so it is compiled here from its source file.
 
 use libfuzzer_sys::fuzz_target;
-
-#[allow(dead_code, unused_imports)]
-#[path = "../../src/config/mod.rs"]
-mod config;
-
-use config::{Config, Listen};
+use nutconf::{Config, Listen};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

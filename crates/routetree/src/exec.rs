@@ -9,17 +9,17 @@
 //! and warm, cold answers once both did), shadows (sent once the main child has answered,
 //! replies ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
 //! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
-//! back there ([`Exec::pin_leases`]); the book itself is `super::lease`'s.
+//! back there ([`Exec::pin_leases`]); the book itself is `crate::lease`'s.
 
 use std::collections::HashMap;
 
-use routetree::{AllMode, FailoverLimit, Plan, RouteId, Send};
+use crate::{AllMode, FailoverLimit, Plan, RouteId, Send};
 
 use std::time::Instant;
 
-use super::lease::{self, Issued, LeaseBook};
-use super::reply::{self, default_reply, is_hit, McResult, Reply};
-use super::request::ReqSpec;
+use crate::lease::{self, Issued, LeaseBook};
+use crate::reply::{self, default_reply, is_hit, McResult, Reply};
+use crate::request::ReqSpec;
 
 /// What FailoverRoutes remember across requests, per worker (as mcrouter, per proxy thread).
 #[derive(Debug, Default)]
@@ -76,6 +76,8 @@ impl FailoverState {
 }
 
 /// What the worker does next.
+// `node` and `part` are described by each variant.
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Send node `node`'s request ([`Exec::request`]) to its server ([`Exec::send`]), then

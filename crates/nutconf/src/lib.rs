@@ -1,4 +1,5 @@
-//! nutcracker.yml (twemproxy 0.5) configuration: parsing, defaults and validation.
+//! nutcracker.yml (twemproxy 0.5) configuration: parsing, defaults and validation. Pure
+//! (no sockets, no runtime): `memfleet route`, `top` and `invalidate` share it.
 //!
 //! A file that `nutcracker -t` accepts parses here to the same pools, and the files it
 //! rejects are rejected with the same reason, in the same words where twemproxy has them
@@ -29,7 +30,7 @@ use ring::{Distribution, Hash, Ring};
 
 pub use self::error::ConfigError;
 pub use self::listen::Listen;
-pub use self::server::{DnsLookup, DnsName, ServerAddr, ServerSpec};
+pub use self::server::{parse_server, DnsLookup, DnsName, ServerAddr, ServerSpec};
 pub use self::tls::PoolTls;
 
 use self::directives::RawPool;
@@ -51,7 +52,7 @@ pub const ITEM_SIZE_MAX_RANGE: std::ops::RangeInclusive<u32> = 1024..=1024 * 102
 pub struct Config {
     pub pools: Vec<Pool>,
     /// Pools whose servers come (partly) from DNS; their `servers` hold only the fixed
-    /// entries until `dns::expand` adds the resolved ones.
+    /// entries until the router's `dns::expand` adds the resolved ones.
     pub dns: Vec<PoolDns>,
 }
 
@@ -117,6 +118,18 @@ impl Config {
         yaml::check_tokens(text)?;
         let pools = yaml::parse_pools(text)?;
         validate(pools)
+    }
+
+    /// Reads and validates a configuration file; the error names the file.
+    pub fn load(path: &std::path::Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
+        Config::from_yaml_str(&text).map_err(|e| {
+            format!(
+                "configuration file '{}' syntax is invalid: {e}",
+                path.display()
+            )
+        })
     }
 
     pub fn pool(&self, name: &str) -> Option<&Pool> {
