@@ -178,7 +178,7 @@ fn apply_error(env: &ExecEnv<'_>, e: &BinError<'_>, out: &mut Vec<u8>) {
 /// Drops the old item of a set refused before it ran, as memcached does.
 fn unlink(env: &ExecEnv<'_>, key: &[u8]) {
     let delete = Request::Delete { key, noreply: true };
-    execute::apply(env, &delete, Extras::default());
+    execute::apply(env, delete, Extras::default());
 }
 
 fn log_error(fd: i32, raw: &[u8]) {
@@ -253,7 +253,7 @@ fn run(
                 req.write_error(out, Status::AuthError);
             }
         }
-        _ => match shared_request(req).and_then(|r| execute::apply(env, &r, extras(req))) {
+        _ => match shared_request(req).and_then(|r| execute::apply(env, r, extras(req))) {
             Some(outcome) => return reply(req, outcome, out),
             None => req.write_error(out, Status::UnknownCommand),
         },
