@@ -1,6 +1,7 @@
 //! Why a configuration was refused, worded like nutcracker where it has words.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// Why a configuration was refused. `Display` gives one line naming the pool,
 /// directive and YAML line where known.
@@ -50,3 +51,50 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Why a configuration file could not be used: unreadable, or refused. `Display` names the
+/// file.
+#[derive(Debug)]
+pub enum LoadError {
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    Invalid {
+        path: PathBuf,
+        error: ConfigError,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Read { path, source } => write!(
+                f,
+                "cannot read configuration file '{}': {source}",
+                path.display()
+            ),
+            LoadError::Invalid { path, error } => write!(
+                f,
+                "configuration file '{}' syntax is invalid: {error}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LoadError::Read { source, .. } => Some(source),
+            LoadError::Invalid { error, .. } => Some(error),
+        }
+    }
+}
+
+// Callers whose own errors are still messages.
+impl From<LoadError> for String {
+    fn from(e: LoadError) -> String {
+        e.to_string()
+    }
+}

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use ring::{Distribution, Hash, Ring};
 
-pub use self::error::ConfigError;
+pub use self::error::{ConfigError, LoadError};
 pub use self::listen::Listen;
 pub use self::server::{parse_server, DnsLookup, DnsName, ServerAddr, ServerSpec};
 pub use self::tls::PoolTls;
@@ -121,14 +121,14 @@ impl Config {
     }
 
     /// Reads and validates a configuration file; the error names the file.
-    pub fn load(path: &std::path::Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read configuration file '{}': {e}", path.display()))?;
-        Config::from_yaml_str(&text).map_err(|e| {
-            format!(
-                "configuration file '{}' syntax is invalid: {e}",
-                path.display()
-            )
+    pub fn load(path: &std::path::Path) -> Result<Config, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_yaml_str(&text).map_err(|error| LoadError::Invalid {
+            path: path.to_owned(),
+            error,
         })
     }
 
