@@ -82,14 +82,7 @@ impl UdpSockets {
         out: &mut Vec<u8>,
     ) -> bool {
         let budget = shared.settings.max_reqs_per_event as usize;
-        let env = ExecEnv {
-            shared,
-            stats,
-            now,
-            direct: false,
-            reply_cap: usize::MAX,
-            probe: None,
-        };
+        let env = ExecEnv::datagram(shared, stats, now);
         let Self {
             sockets,
             dgram,

@@ -29,7 +29,7 @@ use crate::event::busy::Busy;
 use crate::event::handoff::Incoming;
 use crate::event::lifecycle;
 use crate::event::udp::UdpSockets;
-use crate::exec::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
+use crate::exec::batch::{self, OUT_KEEP, READ_BUF};
 use crate::exec::env::ExecEnv;
 use crate::io::bufpool::BufPool;
 use crate::io::bufring::BufRing;
@@ -596,15 +596,7 @@ impl UringWorker {
             let mut buf = std::mem::take(&mut conn.rbuf);
             conn.budget = self.shared.settings.max_reqs_per_event;
             let started = self.probe.start();
-            let env = ExecEnv {
-                shared: &self.shared,
-                stats: &self.stats,
-                now,
-                // Under -vv every reply goes through `out`, where it is logged.
-                direct: self.shared.verbose() < 2,
-                reply_cap: OUT_CAP,
-                probe: Some(&self.probe),
-            };
+            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe);
             let pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             conn.pending = pending;
             if buf.is_empty() {

@@ -17,7 +17,7 @@ use crate::event::busy::Busy;
 use crate::event::handoff::{Incoming, WAKER};
 use crate::event::lifecycle;
 use crate::event::udp::{self, UdpSockets};
-use crate::exec::batch::{self, OUT_CAP, OUT_KEEP, READ_BUF};
+use crate::exec::batch::{self, OUT_KEEP, READ_BUF};
 use crate::exec::env::ExecEnv;
 use crate::io::bufpool::BufPool;
 use crate::io::conn::Conn;
@@ -273,15 +273,7 @@ impl Worker {
             }
             let started = self.probe.start();
             let conn = &mut self.conns[t];
-            let env = ExecEnv {
-                shared: &self.shared,
-                stats: &self.stats,
-                now,
-                // Under -vv every reply goes through `out`, where it is logged.
-                direct: self.shared.verbose() < 2,
-                reply_cap: OUT_CAP,
-                probe: Some(&self.probe),
-            };
+            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe);
             pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             if !self.out.is_empty() || conn.unsent.is_some() {
                 let out = std::mem::take(&mut self.out);

@@ -22,9 +22,6 @@ use crate::verbose;
 
 /// Read buffer size taken from the pool; larger requests grow a buffer of their own.
 pub const READ_BUF: usize = 16 * 1024;
-/// Replies one batch may build before it is written out; the rest of the batch waits, so a
-/// pipeline of large gets never builds an unbounded reply buffer.
-pub const OUT_CAP: usize = 256 * 1024;
 /// The reply buffer keeps capacity up to this size between batches (large values reuse it).
 pub const OUT_KEEP: usize = 2 << 20;
 

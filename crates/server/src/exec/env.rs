@@ -16,3 +16,39 @@ pub struct ExecEnv<'a> {
     /// The worker's latency and hot-key probe; None on the UDP path.
     pub probe: Option<&'a crate::metrics::Probe>,
 }
+
+/// Replies one batch may build before it is written out; the rest of the batch waits, so a
+/// pipeline of large gets never builds an unbounded reply buffer.
+pub const OUT_CAP: usize = 256 * 1024;
+
+impl<'a> ExecEnv<'a> {
+    /// For a TCP or unix-socket worker: replies capped per batch, large values written from
+    /// the item itself unless `-vv` logs every reply (it logs what passes through `out`).
+    pub fn stream(
+        shared: &'a Shared,
+        stats: &'a ThreadStats,
+        now: u32,
+        probe: &'a crate::metrics::Probe,
+    ) -> Self {
+        ExecEnv {
+            shared,
+            stats,
+            now,
+            direct: shared.verbose() < 2,
+            reply_cap: OUT_CAP,
+            probe: Some(probe),
+        }
+    }
+
+    /// For the UDP path: a reply is one datagram train built whole, without the probe.
+    pub fn datagram(shared: &'a Shared, stats: &'a ThreadStats, now: u32) -> Self {
+        ExecEnv {
+            shared,
+            stats,
+            now,
+            direct: false,
+            reply_cap: usize::MAX,
+            probe: None,
+        }
+    }
+}

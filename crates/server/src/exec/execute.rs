@@ -32,7 +32,9 @@ pub struct Paused {
 }
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
-/// already answered before it paused.
+/// already answered before it paused. Inlined so that the request, a few hundred bytes, is
+/// not copied again into the call (one copy more per request costs ~1% of a set).
+#[inline(always)]
 pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) -> Flow {
     let store = &env.shared.store;
     let st = env.stats;
