@@ -42,7 +42,7 @@ fn main() {
         Command::Bench(args) => bench::run(*args).map(|_| ()),
         Command::Route(args) => router::run(*args),
         Command::Invalidate(args) => invalidate::run(args),
-        Command::Top(args) => top::run(args),
+        Command::Top(args) => top::run(args).map_err(|e| e.to_string()),
         Command::GenerateMan { dir } => generate_man(&dir),
     };
     if let Err(e) = result {
