@@ -41,7 +41,7 @@ fn main() {
         Command::Serve(args) => server::serve(*args).map_err(|e| e.to_string()),
         Command::Bench(args) => bench::run(*args).map(|_| ()),
         Command::Route(args) => router::run(*args),
-        Command::Invalidate(args) => invalidate::run(args),
+        Command::Invalidate(args) => invalidate::run(args).map_err(|e| e.to_string()),
         Command::Top(args) => top::run(args).map_err(|e| e.to_string()),
         Command::GenerateMan { dir } => generate_man(&dir),
     };
