@@ -345,7 +345,8 @@ fn unreachable_server_is_an_error() {
         .unwrap()
         .args;
     let e = bench::run(args).unwrap_err();
-    assert!(e.contains("cannot connect"), "{e}");
+    assert!(matches!(e, bench::BenchError::Unreachable { .. }), "{e}");
+    assert!(e.to_string().contains("cannot connect"), "{e}");
 }
 
 /// A fake server on a free port; `reply` decides what each connection gets back.

@@ -39,7 +39,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => server::serve(*args).map_err(|e| e.to_string()),
-        Command::Bench(args) => bench::run(*args).map(|_| ()),
+        Command::Bench(args) => bench::run(*args).map(|_| ()).map_err(|e| e.to_string()),
         Command::Route(args) => router::run(*args),
         Command::Invalidate(args) => invalidate::run(args).map_err(|e| e.to_string()),
         Command::Top(args) => top::run(args).map_err(|e| e.to_string()),
