@@ -12,9 +12,7 @@ const MEMCACHED: &str = "/usr/bin/memcached";
 
 // Only `spawn_on_free_port` is used here.
 #[allow(dead_code)]
-#[path = "../../proto/tests/common/mod.rs"]
-mod common;
-use common::spawn_on_free_port;
+use testpeer::spawn_on_free_port;
 
 #[derive(Parser)]
 struct Cli {
