@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use proto::KEY_MAX_LENGTH;
 
+use crate::error::{ArgError, BenchError};
+
 /// Options of `memfleet bench`. Names and defaults follow memtier_benchmark.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -201,7 +203,7 @@ pub struct Unsupported {
 
 impl Unsupported {
     /// The first refused option given, as an error message.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ArgError> {
         let given: [(bool, &str, &str); 12] = [
             (self.cluster_mode, "--cluster-mode", "Redis Cluster is not spoken; point it at `memfleet route` instead"),
             (self.command.is_some(), "--command", "arbitrary commands are not supported; only the set/get mix"),
@@ -217,12 +219,23 @@ impl Unsupported {
             (self.print_all_runs, "--print-all-runs", "every run is always printed"),
         ];
         match given.iter().find(|g| g.0) {
-            Some((_, name, why)) => {
-                Err(format!("{name} is not supported by memfleet bench: {why}"))
-            }
+            Some(&(_, option, why)) => Err(ArgError::Unsupported { option, why }),
             None => Ok(()),
         }
     }
+}
+
+fn invalid(message: impl Into<String>) -> ArgError {
+    ArgError::Invalid(message.into())
+}
+
+/// `A<sep>B`, both halves parsed; `bad` is the message for no separator, a bad A, a bad B.
+fn parse_pair<T: FromStr>(s: &str, sep: char, bad: [String; 3]) -> Result<(T, T), ArgError> {
+    let [shape, first, second] = bad;
+    let (a, b) = s.split_once(sep).ok_or_else(|| invalid(shape))?;
+    let a = a.trim().parse().map_err(|_| invalid(first))?;
+    let b = b.trim().parse().map_err(|_| invalid(second))?;
+    Ok((a, b))
 }
 
 /// `-n`: a count, or memtier's `allkeys`.
@@ -233,14 +246,14 @@ pub enum Requests {
 }
 
 impl FromStr for Requests {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
         if s.eq_ignore_ascii_case("allkeys") {
             return Ok(Requests::AllKeys);
         }
         s.parse()
             .map(Requests::Count)
-            .map_err(|_| format!("requests `{s}` must be a number or `allkeys`"))
+            .map_err(|_| invalid(format!("requests `{s}` must be a number or `allkeys`")))
     }
 }
 
@@ -249,13 +262,15 @@ impl FromStr for Requests {
 pub struct Percentiles(pub Vec<f64>);
 
 impl FromStr for Percentiles {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
         let list = s
             .split(',')
             .map(|p| match p.trim().parse::<f64>() {
                 Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
-                _ => Err(format!("percentile `{p}` must be a number from 0 to 100")),
+                _ => Err(invalid(format!(
+                    "percentile `{p}` must be a number from 0 to 100"
+                ))),
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Percentiles(list))
@@ -270,21 +285,19 @@ pub struct Ratio {
 }
 
 impl FromStr for Ratio {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, b) = s
-            .split_once(':')
-            .ok_or_else(|| format!("ratio `{s}` must be SET:GET, e.g. 1:10"))?;
-        let set: u32 = a
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad SET part in ratio `{s}`"))?;
-        let get: u32 = b
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad GET part in ratio `{s}`"))?;
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
+        let (set, get): (u32, u32) = parse_pair(
+            s,
+            ':',
+            [
+                format!("ratio `{s}` must be SET:GET, e.g. 1:10"),
+                format!("bad SET part in ratio `{s}`"),
+                format!("bad GET part in ratio `{s}`"),
+            ],
+        )?;
         if set == 0 && get == 0 {
-            return Err("ratio 0:0 sends nothing".into());
+            return Err(invalid("ratio 0:0 sends nothing"));
         }
         Ok(Ratio { set, get })
     }
@@ -306,16 +319,16 @@ pub enum KeyPattern {
 }
 
 impl KeyPattern {
-    fn from_letter(s: &str) -> Result<Self, String> {
+    fn from_letter(s: &str) -> Result<Self, ArgError> {
         match s.trim() {
             "R" | "r" => Ok(KeyPattern::Random),
             "G" | "g" => Ok(KeyPattern::Gaussian),
             "Z" | "z" => Ok(KeyPattern::Zipf),
             "S" | "s" => Ok(KeyPattern::Sequential),
             "P" | "p" => Ok(KeyPattern::Parallel),
-            other => Err(format!(
+            other => Err(invalid(format!(
                 "unknown key pattern `{other}` (R random, G gaussian, Z zipf, S sequential, P parallel)"
-            )),
+            ))),
         }
     }
 }
@@ -328,8 +341,8 @@ pub struct KeyPatterns {
 }
 
 impl FromStr for KeyPatterns {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
         match s.split_once(':') {
             Some((a, b)) => Ok(KeyPatterns {
                 set: KeyPattern::from_letter(a)?,
@@ -351,15 +364,19 @@ pub struct SizeRange {
 }
 
 impl FromStr for SizeRange {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, b) = s
-            .split_once('-')
-            .ok_or_else(|| format!("data size range `{s}` must be MIN-MAX"))?;
-        let min: usize = a.trim().parse().map_err(|_| format!("bad MIN in `{s}`"))?;
-        let max: usize = b.trim().parse().map_err(|_| format!("bad MAX in `{s}`"))?;
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
+        let (min, max): (usize, usize) = parse_pair(
+            s,
+            '-',
+            [
+                format!("data size range `{s}` must be MIN-MAX"),
+                format!("bad MIN in `{s}`"),
+                format!("bad MAX in `{s}`"),
+            ],
+        )?;
         if min > max {
-            return Err(format!("data size range `{s}`: MIN > MAX"));
+            return Err(invalid(format!("data size range `{s}`: MIN > MAX")));
         }
         Ok(SizeRange { min, max })
     }
@@ -374,18 +391,18 @@ pub enum Protocol {
 }
 
 impl FromStr for Protocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
         match s {
             "text" | "memcache_text" | "memcache" => Ok(Protocol::Text),
             "meta" | "memcache_meta" => Ok(Protocol::Meta),
             "redis" | "resp2" => Ok(Protocol::Redis),
-            "resp3" | "memcache_binary" => Err(format!(
+            "resp3" | "memcache_binary" => Err(invalid(format!(
                 "protocol `{s}` is not supported by memfleet bench (memcache_text, meta, redis)"
-            )),
-            _ => Err(format!(
+            ))),
+            _ => Err(invalid(format!(
                 "unknown protocol `{s}` (memcache_text, meta, redis)"
-            )),
+            ))),
         }
     }
 }
@@ -426,39 +443,42 @@ pub struct Config {
 }
 
 impl BenchArgs {
-    pub fn validate(&self) -> Result<Config, String> {
+    pub fn validate(&self) -> Result<Config, BenchError> {
         if self.threads == 0 || self.clients == 0 {
-            return Err("--threads and --clients must be at least 1".into());
+            return Err(invalid("--threads and --clients must be at least 1").into());
         }
         if self.pipeline == 0 {
-            return Err("--pipeline must be at least 1".into());
+            return Err(invalid("--pipeline must be at least 1").into());
         }
         self.unsupported.check()?;
         if self.run_count == 0 {
-            return Err("--run-count must be at least 1".into());
+            return Err(invalid("--run-count must be at least 1").into());
         }
         if self.print_percentiles.0.is_empty() {
-            return Err("--print-percentiles needs at least one percentile".into());
+            return Err(invalid("--print-percentiles needs at least one percentile").into());
         }
         if self.key_minimum > self.key_maximum {
-            return Err("--key-minimum is larger than --key-maximum".into());
+            return Err(invalid("--key-minimum is larger than --key-maximum").into());
         }
         let longest_key = self.key_prefix.len() + self.key_maximum.to_string().len();
         if longest_key > KEY_MAX_LENGTH {
-            return Err(format!(
+            return Err(invalid(format!(
                 "keys would be {longest_key} bytes long; memcached allows {KEY_MAX_LENGTH}"
-            ));
+            ))
+            .into());
         }
         if self.key_prefix.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err("--key-prefix must not contain spaces or control characters".into());
+            return Err(
+                invalid("--key-prefix must not contain spaces or control characters").into(),
+            );
         }
         let uses = |p: KeyPattern| self.key_pattern.set == p || self.key_pattern.get == p;
         if uses(KeyPattern::Zipf) && !(self.key_zipf_exp > 0.0 && self.key_zipf_exp.is_finite()) {
-            return Err("--key-zipf-exp must be a positive number".into());
+            return Err(invalid("--key-zipf-exp must be a positive number").into());
         }
         if let Some(sd) = self.key_stddev {
             if !(sd > 0.0 && sd.is_finite()) {
-                return Err("--key-stddev must be positive".into());
+                return Err(invalid("--key-stddev must be positive").into());
             }
         }
         let size = match self.data_size_range {
@@ -469,7 +489,7 @@ impl BenchArgs {
             },
         };
         if size.max > MAX_DATA_SIZE {
-            return Err(format!("data size above {MAX_DATA_SIZE} bytes"));
+            return Err(invalid(format!("data size above {MAX_DATA_SIZE} bytes")).into());
         }
         let conns = (self.threads * self.clients) as u64;
         let range = self.key_maximum - self.key_minimum + 1;
@@ -479,26 +499,28 @@ impl BenchArgs {
                 get: KeyPattern::Parallel,
             };
         let limit = match (self.test_time, self.requests) {
-            (Some(0), _) => return Err("--test-time must be at least 1".into()),
+            (Some(0), _) => return Err(invalid("--test-time must be at least 1").into()),
             (Some(t), _) => Limit::Seconds(t),
-            (None, Some(Requests::Count(0))) => return Err("--requests must be at least 1".into()),
+            (None, Some(Requests::Count(0))) => {
+                return Err(invalid("--requests must be at least 1").into())
+            }
             (None, Some(Requests::Count(n))) => Limit::Requests(n),
             (None, Some(Requests::AllKeys)) => Limit::Requests(range.div_ceil(conns)),
             (None, None) => Limit::Requests(10_000),
         };
         let rate = match (self.rate, self.rate_limiting) {
-            (Some(0), _) => return Err("--rate must be at least 1".into()),
-            (_, Some(0)) => return Err("--rate-limiting must be at least 1".into()),
+            (Some(0), _) => return Err(invalid("--rate must be at least 1").into()),
+            (_, Some(0)) => return Err(invalid("--rate-limiting must be at least 1").into()),
             (_, Some(per_conn)) => Some(per_conn.saturating_mul(conns)),
             (r, None) => r,
         };
         if let Some(r) = self.expiry_range {
             if r.max > u32::MAX as usize {
-                return Err("--expiry-range above 2^32 seconds".into());
+                return Err(invalid("--expiry-range above 2^32 seconds").into());
             }
         }
         if self.tls.tls && self.unix_socket.is_some() {
-            return Err("--tls runs over TCP only, not --unix-socket".into());
+            return Err(invalid("--tls runs over TCP only, not --unix-socket").into());
         }
         let seed = self.seed.filter(|_| !self.randomize).unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -523,6 +545,7 @@ impl BenchArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::TlsError;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -757,7 +780,11 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap_err();
-        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+        assert!(
+            matches!(&e, BenchError::Tls(TlsError::Certs { path, .. }) if path == "/nonexistent/ca.pem"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
         let c = parse(&["--tls", "--tls-skip-verify", "--sni", "cache.example"])
             .unwrap()
             .validate()
@@ -778,6 +805,11 @@ mod tests {
             (&["--wait-ratio", "1:1"][..], "--wait-ratio"),
         ] {
             let e = parse(argv).unwrap().validate().unwrap_err();
+            assert!(
+                matches!(e, BenchError::Args(ArgError::Unsupported { option, .. }) if option == name),
+                "{e}"
+            );
+            let e = e.to_string();
             assert!(e.starts_with(name) && e.contains("not supported"), "{e}");
         }
     }

@@ -1,5 +1,6 @@
 //! One connection's request loop.
 
+use crate::error::ConnError;
 use crate::request::{OpKind, RequestGen, Sent};
 use crate::stats::{record, Stats};
 use proto::response::tally::ReplyParser;
@@ -30,7 +31,7 @@ pub async fn drive<S>(
     mut gen: RequestGen,
     plan: Plan,
     stats: Rc<RefCell<Stats>>,
-) -> Result<(), String>
+) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -82,11 +83,9 @@ where
         }
         timer_wake = None;
         if !wbuf.is_empty() {
-            sock.write_all(&wbuf)
-                .await
-                .map_err(|e| format!("write: {e}"))?;
+            sock.write_all(&wbuf).await.map_err(ConnError::Write)?;
             // TLS may hold encrypted records back until flushed; a no-op on a plain socket.
-            sock.flush().await.map_err(|e| format!("write: {e}"))?;
+            sock.flush().await.map_err(ConnError::Write)?;
             stats.borrow_mut().bytes_sent += wbuf.len() as u64;
             // Values of 100 KB+ should not pin that much memory per idle connection.
             if wbuf.capacity() > 1 << 20 {
@@ -133,9 +132,9 @@ where
             }
             None => sock.read(&mut rbuf[rend..]).await,
         }
-        .map_err(|e| format!("read: {e}"))?;
+        .map_err(ConnError::Read)?;
         if n == 0 {
-            return Err("server closed the connection".into());
+            return Err(ConnError::Closed);
         }
         rend += n;
         now = Instant::now();
@@ -145,7 +144,7 @@ where
         while let Some(&(sent_req, t0)) = inflight.front() {
             let (used, reply) = parser
                 .parse(sent_req.expect, &rbuf[rstart..rend])
-                .map_err(|e| e.0)?;
+                .map_err(ConnError::Reply)?;
             rstart += used;
             let Some(reply) = reply else { break };
             inflight.pop_front();
@@ -170,7 +169,7 @@ where
             }
         }
         if inflight.is_empty() && rstart != rend {
-            return Err("server sent bytes nobody asked for".into());
+            return Err(ConnError::Unasked);
         }
     }
 }

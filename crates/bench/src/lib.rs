@@ -8,6 +8,7 @@
 
 pub mod args;
 mod client;
+mod error;
 pub mod keys;
 pub mod report;
 pub mod request;
@@ -16,6 +17,7 @@ pub mod stats;
 mod tls;
 
 pub use args::BenchArgs;
+pub use error::{ArgError, BenchError, ConnError, TlsError};
 pub use report::Report;
 
 use std::io::Write;
@@ -23,7 +25,7 @@ use std::time::Instant;
 
 /// Runs the benchmark described by `args`, printing progress lines and the final
 /// report to stdout. Errors: invalid options, or the server cannot be reached.
-pub fn run(args: BenchArgs) -> Result<Report, String> {
+pub fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let cfg = args.validate()?;
     if cfg.args.prepopulate {
         let pcfg = runner::prepopulate_config(&cfg);
@@ -62,8 +64,10 @@ pub fn run(args: BenchArgs) -> Result<Report, String> {
     }
     let _ = out.flush();
     if let Some(path) = &cfg.args.json_out_file {
-        std::fs::write(path, report.to_json() + "\n")
-            .map_err(|e| format!("writing {path}: {e}"))?;
+        std::fs::write(path, report.to_json() + "\n").map_err(|error| BenchError::WriteJson {
+            path: path.clone(),
+            error,
+        })?;
     }
     Ok(report)
 }

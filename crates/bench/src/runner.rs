@@ -2,6 +2,7 @@
 
 use crate::args::{Config, KeyPattern, KeyPatterns, Limit, Ratio};
 use crate::client::{drive, Plan};
+use crate::error::{BenchError, ConnError};
 use crate::keys::{KeyGen, KeySpace};
 use crate::request::{make_value, RequestGen};
 use crate::stats::{new_histogram, Stats};
@@ -56,7 +57,7 @@ enum Msg {
     Done {
         stats: Box<Stats>,
         connected: usize,
-        first_error: Option<String>,
+        first_error: Option<ConnError>,
     },
 }
 
@@ -82,12 +83,15 @@ impl Target {
     }
 
     /// A synchronous connect so an unreachable server is reported clearly, once.
-    fn probe(&self) -> Result<(), String> {
+    fn probe(&self) -> Result<(), BenchError> {
         let r = match self {
             Target::Tcp(a) => std::net::TcpStream::connect(a).map(|_| ()),
             Target::Unix(p) => std::os::unix::net::UnixStream::connect(p).map(|_| ()),
         };
-        r.map_err(|e| format!("cannot connect to {}: {e}", self.describe()))
+        r.map_err(|error| BenchError::Unreachable {
+            target: self.describe(),
+            error,
+        })
     }
 }
 
@@ -97,13 +101,17 @@ enum Conn {
     Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
 }
 
-async fn connect(t: &Target, tls: Option<&crate::tls::TlsClient>) -> Result<Conn, String> {
+async fn connect(t: &Target, tls: Option<&crate::tls::TlsClient>) -> Result<Conn, ConnError> {
     match t {
         Target::Tcp(a) => {
-            let s = tokio::net::TcpStream::connect(a)
-                .await
-                .map_err(|e| format!("connect {a}: {e}"))?;
-            s.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+            let s =
+                tokio::net::TcpStream::connect(a)
+                    .await
+                    .map_err(|error| ConnError::Connect {
+                        target: a.clone(),
+                        error,
+                    })?;
+            s.set_nodelay(true).map_err(ConnError::NoDelay)?;
             match tls {
                 Some(tls) => Ok(Conn::Tls(Box::new(tls.handshake(s).await?))),
                 None => Ok(Conn::Tcp(s)),
@@ -112,12 +120,15 @@ async fn connect(t: &Target, tls: Option<&crate::tls::TlsClient>) -> Result<Conn
         Target::Unix(p) => tokio::net::UnixStream::connect(p)
             .await
             .map(Conn::Unix)
-            .map_err(|e| format!("connect {p}: {e}")),
+            .map_err(|error| ConnError::Connect {
+                target: p.clone(),
+                error,
+            }),
     }
 }
 
 /// Runs one phase (the measured run, or the prepopulation) and merges all threads.
-pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
+pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, BenchError> {
     let target = Target::of(cfg);
     target.probe()?;
     let a = &cfg.args;
@@ -147,7 +158,7 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
             .spawn(move || {
                 worker(t, &cfg, &target, space, value, total_clients, barrier, &tx);
             })
-            .map_err(|e| format!("spawn thread: {e}"))?;
+            .map_err(BenchError::Spawn)?;
         handles.push(h);
     }
     drop(tx);
@@ -203,7 +214,7 @@ pub fn run_phase(cfg: &Config, live: bool) -> Result<PhaseResult, String> {
         let _ = h.join();
     }
     if connected == 0 {
-        return Err(first_error.unwrap_or_else(|| "no connection could be made".into()));
+        return Err(BenchError::NoConnection(first_error));
     }
     Ok(PhaseResult {
         stats: total,
@@ -315,7 +326,7 @@ fn worker(
             let _ = tx.send(Msg::Done {
                 stats: Box::default(),
                 connected: 0,
-                first_error: Some(format!("runtime: {e}")),
+                first_error: Some(ConnError::Runtime(e)),
             });
             return;
         }
@@ -324,7 +335,7 @@ fn worker(
     let a = &cfg.args;
     let interval = Rc::new(RefCell::new(Stats::default()));
     let mut total = Stats::default();
-    let mut first_error: Option<String> = None;
+    let mut first_error: Option<ConnError> = None;
     let mut conns = Vec::with_capacity(a.clients);
     rt.block_on(async {
         for _ in 0..a.clients {
@@ -358,7 +369,7 @@ fn worker(
         None => true,
         Some(r) => r as f64 / a.threads as f64 >= 1.0,
     };
-    let errors: Rc<RefCell<Vec<String>>> = Rc::default();
+    let errors: Rc<RefCell<Vec<ConnError>>> = Rc::default();
     let seconds_sent = std::cell::Cell::new(0u64);
     local.block_on(&rt, async {
         let mut handles = Vec::with_capacity(conns.len());
@@ -471,7 +482,7 @@ fn worker(
                     }
                 }
                 interval.borrow_mut().connection_errors += cut;
-                errors.borrow_mut().push(format!("{cut} connection(s) stopped answering"));
+                errors.borrow_mut().push(ConnError::Stalled(cut));
             }
         }
     });
@@ -490,7 +501,7 @@ fn worker(
     total.merge(&last);
     drop(last);
     if first_error.is_none() {
-        first_error = errors.borrow().first().cloned();
+        first_error = errors.borrow_mut().drain(..).next();
     }
     let _ = tx.send(Msg::Done {
         stats: Box::new(total),

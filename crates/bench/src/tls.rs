@@ -10,6 +10,8 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tlsload::SYSTEM_CA_BUNDLE;
 use tokio_rustls::TlsConnector;
 
+use crate::error::{ConnError, TlsError};
+
 /// memtier_benchmark's TLS options.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TlsArgs {
@@ -49,23 +51,21 @@ impl std::fmt::Debug for TlsClient {
 impl TlsArgs {
     /// None without `--tls`; reads the certificate files now so a bad one is reported before
     /// any connection is made.
-    pub fn client(&self, server: &str) -> Result<Option<TlsClient>, String> {
+    pub fn client(&self, server: &str) -> Result<Option<TlsClient>, TlsError> {
         if !self.tls {
             let given = self.cert.is_some()
                 || self.cacert.is_some()
                 || self.tls_skip_verify
                 || self.sni.is_some();
             return match given {
-                true => {
-                    Err("--cert, --key, --cacert, --tls-skip-verify and --sni need --tls".into())
-                }
+                true => Err(TlsError::NeedsTls),
                 false => Ok(None),
             };
         }
         let provider = Arc::new(default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?;
+            .map_err(TlsError::Setup)?;
         let builder = if self.tls_skip_verify {
             builder
                 .dangerous()
@@ -75,11 +75,17 @@ impl TlsArgs {
         };
         let mut config = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
-                let chain = tlsload::certs(cert).map_err(|e| format!("{cert}: {e}"))?;
-                let key = tlsload::private_key(key).map_err(|e| format!("--key {key}: {e}"))?;
+                let chain = tlsload::certs(cert).map_err(|error| TlsError::Certs {
+                    path: cert.clone(),
+                    error,
+                })?;
+                let key = tlsload::private_key(key).map_err(|error| TlsError::Key {
+                    path: key.clone(),
+                    error,
+                })?;
                 builder
                     .with_client_auth_cert(chain, key)
-                    .map_err(|e| format!("--cert/--key: {e}"))?
+                    .map_err(TlsError::ClientAuth)?
             }
             _ => builder.with_no_client_auth(),
         };
@@ -87,7 +93,7 @@ impl TlsArgs {
         config.resumption = rustls::client::Resumption::disabled();
         let host = self.sni.as_deref().unwrap_or(server);
         let name = ServerName::try_from(host.to_string())
-            .map_err(|_| format!("--sni/--server '{host}' is not a host name or IP address"))?;
+            .map_err(|_| TlsError::ServerName(host.to_owned()))?;
         Ok(Some(TlsClient {
             connector: TlsConnector::from(Arc::new(config)),
             name,
@@ -95,13 +101,16 @@ impl TlsArgs {
     }
 
     /// Without `--cacert`: $SSL_CERT_FILE, else the system's bundle.
-    fn roots(&self) -> Result<RootCertStore, String> {
+    fn roots(&self) -> Result<RootCertStore, TlsError> {
         let path = match &self.cacert {
             Some(p) => p.clone(),
             None => std::env::var("SSL_CERT_FILE").unwrap_or_else(|_| SYSTEM_CA_BUNDLE.into()),
         };
-        let certs = tlsload::certs(&path).map_err(|e| format!("{path}: {e}"))?;
-        tlsload::roots(certs).map_err(|e| format!("CA certificate in {path}: {e}"))
+        let certs = tlsload::certs(&path).map_err(|error| TlsError::Certs {
+            path: path.clone(),
+            error,
+        })?;
+        tlsload::roots(certs).map_err(|error| TlsError::Roots { path, error })
     }
 }
 
@@ -109,11 +118,11 @@ impl TlsClient {
     pub async fn handshake(
         &self,
         tcp: tokio::net::TcpStream,
-    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, ConnError> {
         self.connector
             .connect(self.name.clone(), tcp)
             .await
-            .map_err(|e| format!("TLS handshake: {e}"))
+            .map_err(ConnError::Handshake)
     }
 }
 

@@ -12,9 +12,7 @@ const MEMCACHED: &str = "/usr/bin/memcached";
 
 // Only `spawn_on_free_port` is used here.
 #[allow(dead_code)]
-#[path = "../../proto/tests/common/mod.rs"]
-mod common;
-use common::spawn_on_free_port;
+use testpeer::spawn_on_free_port;
 
 #[derive(Parser)]
 struct Cli {
@@ -345,7 +343,8 @@ fn unreachable_server_is_an_error() {
         .unwrap()
         .args;
     let e = bench::run(args).unwrap_err();
-    assert!(e.contains("cannot connect"), "{e}");
+    assert!(matches!(e, bench::BenchError::Unreachable { .. }), "{e}");
+    assert!(e.to_string().contains("cannot connect"), "{e}");
 }
 
 /// A fake server on a free port; `reply` decides what each connection gets back.

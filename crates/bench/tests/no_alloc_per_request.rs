@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 // Only `spawn_on_free_port` is used here.
 #[allow(dead_code)]
-#[path = "../../proto/tests/common/mod.rs"]
-mod common;
-use common::spawn_on_free_port;
+use testpeer::spawn_on_free_port;
 
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);

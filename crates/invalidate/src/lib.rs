@@ -11,6 +11,7 @@ macro_rules! info {
 }
 
 pub mod config;
+mod error;
 // `config` and the fuzz target of the config read key templates from here.
 pub use pgoutput::template;
 pub mod fanout;
@@ -28,6 +29,7 @@ use pgwire_replication::client::ReplicationClient;
 use pgwire_replication::{Lsn, ReplicationEvent};
 
 use crate::config::Config;
+pub use crate::error::InvalidateError;
 use crate::fanout::Fanout;
 use crate::keys::KeyMaker;
 use crate::stats::Stats;
@@ -45,21 +47,32 @@ pub struct InvalidateArgs {
     pub check: bool,
 }
 
-pub fn run(args: InvalidateArgs) -> Result<(), String> {
-    let text = std::fs::read_to_string(&args.config)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let config =
-        Config::from_yaml_str(&text).map_err(|e| format!("{}: {e}", args.config.display()))?;
+pub fn run(args: InvalidateArgs) -> Result<(), InvalidateError> {
+    let text =
+        std::fs::read_to_string(&args.config).map_err(|error| InvalidateError::ReadConfig {
+            path: args.config.clone(),
+            error,
+        })?;
+    let config = Config::from_yaml_str(&text).map_err(|error| InvalidateError::Config {
+        path: args.config.clone(),
+        error,
+    })?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+        .map_err(|error| InvalidateError::Setup {
+            what: "runtime",
+            error,
+        })?;
     rt.block_on(async {
         // A stray HUP (a terminal closing) must not stop invalidations. Once tokio installs
         // its handler, the signal's default action is gone for the life of the process; the
         // configuration is not re-read, so the events themselves are never read.
         let _hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|e| format!("signal handler: {e}"))?;
+            .map_err(|error| InvalidateError::Setup {
+                what: "signal handler",
+                error,
+            })?;
         stream(config, args.check).await
     })
 }
@@ -96,12 +109,12 @@ async fn flush(
     fanout: &mut Fanout,
     client: &ReplicationClient,
     stats: &Mutex<Stats>,
-) -> Result<(), String> {
+) -> Result<(), InvalidateError> {
     if !batch.keys.is_empty() {
         fanout
             .deliver(&batch.keys)
             .await
-            .map_err(|e| format!("cannot write the spool: {e}; stopping with nothing confirmed"))?;
+            .map_err(InvalidateError::SpoolWrite)?;
     }
     if let Some(lsn) = batch.last_commit {
         client.update_applied_lsn(lsn);
@@ -134,11 +147,11 @@ async fn flush(
 }
 
 /// Tries targets with spooled deletes again, and publishes what the targets did.
-async fn replay(fanout: &mut Fanout, stats: &Mutex<Stats>) -> Result<(), String> {
+async fn replay(fanout: &mut Fanout, stats: &Mutex<Stats>) -> Result<(), InvalidateError> {
     fanout
         .replay_spools()
         .await
-        .map_err(|e| format!("cannot rewrite the spool: {e}"))?;
+        .map_err(InvalidateError::SpoolRewrite)?;
     stats.lock().expect("stats lock").sinks = fanout
         .sinks
         .iter()
@@ -147,7 +160,7 @@ async fn replay(fanout: &mut Fanout, stats: &Mutex<Stats>) -> Result<(), String>
     Ok(())
 }
 
-async fn stream(config: Config, check_only: bool) -> Result<(), String> {
+async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError> {
     let pg = source::parse_dsn(&config.source.dsn)?;
     let prepared = source::prepare(&config, &pg).await?;
     for w in &prepared.warnings {
@@ -160,8 +173,10 @@ async fn stream(config: Config, check_only: bool) -> Result<(), String> {
         info!("configuration checked");
         return Ok(());
     }
-    let mut fanout = Fanout::new(&config)
-        .map_err(|e| format!("spool_dir {}: {e}", config.spool_dir.display()))?;
+    let mut fanout = Fanout::new(&config).map_err(|error| InvalidateError::SpoolDir {
+        dir: config.spool_dir.clone(),
+        error,
+    })?;
     let stats = Arc::new(Mutex::new(Stats::default()));
     if let Some(addr) = &config.stats {
         stats::listen(addr, stats.clone()).await?;
@@ -169,7 +184,10 @@ async fn stream(config: Config, check_only: bool) -> Result<(), String> {
     let repl = source::replication_config(&config, &pg)?;
     let mut client = ReplicationClient::connect(repl.clone())
         .await
-        .map_err(|e| format!("replication connection to slot {}: {e}", config.source.slot))?;
+        .map_err(|error| InvalidateError::Replication {
+            slot: config.source.slot.clone(),
+            error,
+        })?;
     info!(
         "streaming slot {} (publication {}) to {} target server(s)",
         config.source.slot,
@@ -179,7 +197,10 @@ async fn stream(config: Config, check_only: bool) -> Result<(), String> {
     let mut keys = KeyMaker::new(config.tables.clone());
     let mut batch = Batch::default();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("signal handler: {e}"))?;
+        .map_err(|error| InvalidateError::Setup {
+        what: "signal handler",
+        error,
+    })?;
     loop {
         let ended = session(
             &config,
@@ -227,7 +248,7 @@ async fn session(
     fanout: &mut Fanout,
     stats: &Mutex<Stats>,
     terminate: &mut tokio::signal::unix::Signal,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, InvalidateError> {
     let mut fresh = Vec::new();
     // Between a Begin and its Commit: the server's position is not ours to confirm.
     let mut in_transaction = false;
@@ -256,8 +277,7 @@ async fn session(
         };
         match event {
             ReplicationEvent::XLogData { data, .. } => {
-                let msg = pgoutput::decode(&data)
-                    .map_err(|e| format!("{e}; stopping with nothing confirmed past it"))?;
+                let msg = pgoutput::decode(&data).map_err(InvalidateError::Decode)?;
                 if matches!(
                     msg,
                     Message::Insert { .. } | Message::Update { .. } | Message::Delete { .. }

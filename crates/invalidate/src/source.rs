@@ -10,10 +10,11 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
 use crate::config::{quote_ident, Config};
+use crate::InvalidateError::{self, Database, Refused};
 
-pub fn parse_dsn(dsn: &str) -> Result<tokio_postgres::Config, String> {
+pub fn parse_dsn(dsn: &str) -> Result<tokio_postgres::Config, InvalidateError> {
     dsn.parse::<tokio_postgres::Config>()
-        .map_err(|e| format!("source.dsn: {e}"))
+        .map_err(InvalidateError::Dsn)
 }
 
 fn describe(pg: &tokio_postgres::Config) -> String {
@@ -34,13 +35,13 @@ fn pg_error(e: &tokio_postgres::Error) -> String {
     }
 }
 
-async fn connect(pg: &tokio_postgres::Config) -> Result<Client, String> {
+async fn connect(pg: &tokio_postgres::Config) -> Result<Client, InvalidateError> {
     let (client, conn) = pg.connect(NoTls).await.map_err(|e| {
-        format!(
+        Database(format!(
             "cannot connect to PostgreSQL at {}: {}",
             describe(pg),
             pg_error(&e)
-        )
+        ))
     })?;
     tokio::spawn(async move {
         let _ = conn.await;
@@ -56,9 +57,12 @@ pub struct Prepared {
 
 /// Checks the configuration against the database and creates what is missing. Every
 /// refusal is one sentence naming the table, column, publication or slot at fault.
-pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Prepared, String> {
+pub async fn prepare(
+    config: &Config,
+    pg: &tokio_postgres::Config,
+) -> Result<Prepared, InvalidateError> {
     let client = connect(pg).await?;
-    let q = |e: tokio_postgres::Error| pg_error(&e);
+    let q = |e: tokio_postgres::Error| Database(pg_error(&e));
     let mut warnings = Vec::new();
     let mut created = Vec::new();
 
@@ -78,17 +82,20 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
             .await
             .map_err(q)?;
         if rows.is_empty() {
-            return Err(format!("table {} does not exist", t.display_name()));
+            return Err(Refused(format!(
+                "table {} does not exist",
+                t.display_name()
+            )));
         }
         let full = rows.iter().any(|r| r.get::<_, String>(1) == "f");
         for tpl in &t.templates {
             for col in tpl.columns() {
                 let Some(row) = rows.iter().find(|r| r.get::<_, String>(0) == col) else {
-                    return Err(format!(
+                    return Err(Refused(format!(
                         "key template {:?} of table {} names column {col:?}, which the table does not have",
                         tpl.source(),
                         t.display_name()
-                    ));
+                    )));
                 };
                 let in_identity: bool = row.get(2);
                 if !full && !in_identity && (t.changes.update || t.changes.delete) {
@@ -130,7 +137,7 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
                     let hint = publication_grant_hint(&client, config, &error).await;
                     msg.push_str(&format!("; {hint}"));
                 }
-                return Err(msg);
+                return Err(Refused(msg));
             }
             created.push(format!("publication {publication}"));
         }
@@ -148,12 +155,12 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
                     .iter()
                     .any(|r| r.get::<_, String>(0) == t.schema && r.get::<_, String>(1) == t.name);
                 if !listed {
-                    return Err(format!(
+                    return Err(Refused(format!(
                         "table {} is not in publication {publication}; run ALTER PUBLICATION {} ADD TABLE {}",
                         t.display_name(),
                         quote_ident(publication),
                         t.quoted()
-                    ));
+                    )));
                 }
                 let missing: Vec<&str> = [
                     (t.changes.insert && !ins, "insert"),
@@ -165,11 +172,11 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
                 .map(|(_, n)| *n)
                 .collect();
                 if !missing.is_empty() {
-                    return Err(format!(
+                    return Err(Refused(format!(
                         "publication {publication} does not publish {} but table {} asks for it",
                         missing.join(", "),
                         t.display_name()
-                    ));
+                    )));
                 }
             }
         }
@@ -194,7 +201,12 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
                     &[slot],
                 )
                 .await
-                .map_err(|e| format!("cannot create replication slot {slot}: {}", pg_error(&e)))?;
+                .map_err(|e| {
+                    Refused(format!(
+                        "cannot create replication slot {slot}: {}",
+                        pg_error(&e)
+                    ))
+                })?;
             created.push(format!("replication slot {slot}"));
             break;
         };
@@ -202,17 +214,17 @@ pub async fn prepare(config: &Config, pg: &tokio_postgres::Config) -> Result<Pre
         let kind: String = row.get(1);
         let pid: Option<i32> = row.get(2);
         if kind != "logical" || plugin.as_deref() != Some("pgoutput") {
-            return Err(format!(
+            return Err(Refused(format!(
                 "replication slot {slot} exists but is a {kind} slot with plugin {}; memfleet needs a logical pgoutput slot",
                 plugin.as_deref().unwrap_or("none")
-            ));
+            )));
         }
         match pid {
             None => break,
             Some(pid) if tokio::time::Instant::now() >= deadline => {
-                return Err(format!(
+                return Err(Refused(format!(
                     "replication slot {slot} is in use by another consumer (walsender pid {pid})"
-                ));
+                )));
             }
             Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -307,10 +319,10 @@ fn ident(s: &str) -> String {
 pub fn replication_config(
     config: &Config,
     pg: &tokio_postgres::Config,
-) -> Result<ReplicationConfig, String> {
+) -> Result<ReplicationConfig, InvalidateError> {
     let user = match pg.get_user() {
         Some(u) => u.to_owned(),
-        None => std::env::var("USER").map_err(|_| "source.dsn names no user".to_string())?,
+        None => std::env::var("USER").map_err(|_| InvalidateError::NoUser)?,
     };
     let password = pg
         .get_password()

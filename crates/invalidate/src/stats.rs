@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::fanout::SinkStats;
 use crate::keys::Skipped;
+use crate::InvalidateError;
 
 pub struct Stats {
     pub transactions: u64,
@@ -102,10 +103,13 @@ impl Stats {
 }
 
 /// Serves the stats on `addr` until the process ends.
-pub async fn listen(addr: &str, stats: Arc<Mutex<Stats>>) -> Result<(), String> {
+pub async fn listen(addr: &str, stats: Arc<Mutex<Stats>>) -> Result<(), InvalidateError> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("stats listener {addr}: {e}"))?;
+        .map_err(|error| InvalidateError::Stats {
+            addr: addr.to_owned(),
+            error,
+        })?;
     tokio::spawn(async move {
         while let Ok((sock, _)) = listener.accept().await {
             let stats = stats.clone();

@@ -39,10 +39,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => server::serve(*args).map_err(|e| e.to_string()),
-        Command::Bench(args) => bench::run(*args).map(|_| ()),
+        Command::Bench(args) => bench::run(*args).map(|_| ()).map_err(|e| e.to_string()),
         Command::Route(args) => router::run(*args),
-        Command::Invalidate(args) => invalidate::run(args),
-        Command::Top(args) => top::run(args),
+        Command::Invalidate(args) => invalidate::run(args).map_err(|e| e.to_string()),
+        Command::Top(args) => top::run(args).map_err(|e| e.to_string()),
         Command::GenerateMan { dir } => generate_man(&dir),
     };
     if let Err(e) = result {

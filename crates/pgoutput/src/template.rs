@@ -130,6 +130,7 @@ pub enum BadKey {
     BadByte,
 }
 
+/// Whether memcached accepts `key` in a text command: the one key rule (spool's too).
 pub fn check_key(key: &[u8]) -> Result<(), BadKey> {
     if key.len() > proto::KEY_MAX_LENGTH {
         return Err(BadKey::TooLong);

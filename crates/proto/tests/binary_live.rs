@@ -1,5 +1,5 @@
 //! Differential check of the binary codec against a real memcached 1.6.18 (started by the
-//! test, see `common`; skipped when not installed).
+//! test, see `testpeer`; skipped when not installed).
 //!
 //! * Every opcode, composed with `BinRequest::encode`: memcached's replies must parse with
 //!   `parse_response` and carry the statuses, keys and values predicted here.
@@ -17,8 +17,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-mod common;
-use common::memcached;
+use testpeer::memcached;
 
 /// A marker noop ends each exchange; its reply tells that everything before was answered.
 const MARK: u32 = 0xfeed_f00d;

@@ -10,8 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-mod common;
-use common::memcached;
+use testpeer::memcached;
 
 fn ask(port: u16, input: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();

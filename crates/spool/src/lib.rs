@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 
 use proto::KEY_MAX_LENGTH;
 
-/// Whether `key` can be a spooled key: what memcached accepts (no space or control byte).
+/// Whether `key` can be a spooled key: what memcached accepts (no space or control byte),
+/// by the rule the invalidator's templates check their keys with.
 pub fn valid_key(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= KEY_MAX_LENGTH && key.iter().all(|&b| b > b' ' && b != 0x7f)
+    pgoutput::template::check_key(key).is_ok()
 }
 
 /// The keys in a spool file's bytes, and whether the file was clean. A last line without

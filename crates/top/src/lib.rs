@@ -7,6 +7,7 @@
 //! `rates` turns two samples into a row, `table` formats and sorts rows, `screen` draws them.
 //! Everything but `poll` and `screen` is pure and unit-tested.
 
+mod error;
 mod poll;
 mod rates;
 mod screen;
@@ -18,6 +19,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use error::TopError;
 use table::{Column, Sort};
 
 /// `memfleet top`'s command line.
@@ -46,42 +48,35 @@ pub struct TopArgs {
 }
 
 /// Runs the view until the user quits. Errors are for bad arguments or no terminal.
-pub fn run(args: TopArgs) -> Result<(), String> {
+pub fn run(args: TopArgs) -> Result<(), TopError> {
     if !(args.delay.is_finite() && (0.1..=3600.0).contains(&args.delay)) {
-        return Err(format!(
-            "top: --delay {}: expected 0.1 to 3600 seconds",
-            args.delay
-        ));
+        return Err(TopError::Delay(args.delay));
     }
     let mut found = Vec::new();
     for arg in &args.servers {
-        found.push(targets::parse_arg(arg).map_err(|e| format!("top: {e}"))?);
+        found.push(targets::parse_arg(arg)?);
     }
     if let Some(path) = &args.conf_file {
-        found.extend(targets::from_nutcracker(path).map_err(|e| format!("top: {e}"))?);
+        found.extend(targets::from_nutcracker(path)?);
     }
     if let Some(config) = &args.config {
-        found.extend(targets::from_mcrouter(config).map_err(|e| format!("top: {e}"))?);
+        found.extend(targets::from_mcrouter(config)?);
     }
     let found = targets::dedup(found);
     if found.is_empty() {
-        return Err(
-            "top: no servers to watch: give HOST:PORT..., -c nutcracker.yml or \
-                    --config file:mcrouter.json"
-                .into(),
-        );
+        return Err(TopError::NoServers);
     }
     if !std::io::stdout().is_terminal() {
-        return Err("top: needs a terminal (standard output is not one)".into());
+        return Err(TopError::NoTerminal);
     }
     let interval = Duration::from_secs_f64(args.delay);
     let rows = poll::start(&found, interval);
-    let mut terminal = ratatui::try_init().map_err(|e| format!("top: terminal: {e}"))?;
+    let mut terminal = ratatui::try_init().map_err(TopError::Terminal)?;
     let sort = Sort {
         column: args.sort,
         reversed: false,
     };
     let result = screen::run(&mut terminal, &rows, interval, sort);
     ratatui::restore();
-    result.map_err(|e| format!("top: terminal: {e}"))
+    result.map_err(TopError::Terminal)
 }

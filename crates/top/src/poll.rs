@@ -52,7 +52,7 @@ fn poll_forever(target: &Target, slot: usize, interval: Duration, rows: &Rows) {
             Err(why) => {
                 conn = None;
                 prev = None;
-                Row::empty(&target.label, Health::Down(why))
+                Row::empty(&target.label, Health::Down(why.to_string()))
             }
         };
         if let Ok(mut rows) = rows.lock() {
@@ -95,14 +95,13 @@ fn poll_once(
     target: &Target,
     conn: &mut Option<Box<dyn Stream>>,
     timeout: Duration,
-) -> Result<Sample, String> {
+) -> Result<Sample, PollError> {
     if conn.is_none() {
-        *conn = Some(connect(&target.addr, timeout).map_err(|e| describe(&e))?);
+        *conn = Some(connect(&target.addr, timeout)?);
     }
     let stream = conn.as_mut().expect("connected above");
     let general = ask(stream, "stats")?;
-    let general = stats::parse_general(&general)
-        .ok_or_else(|| "not a memcached server (no STAT lines)".to_owned())?;
+    let general = stats::parse_general(&general).ok_or(PollError::NotMemcached)?;
     let at = Instant::now();
     // Plain memcached answers these with ERROR: the figures then show as "-".
     let p99_us = stats::parse_p99(&ask(stream, "stats latency")?);
@@ -116,20 +115,18 @@ fn poll_once(
 }
 
 /// Sends one command and reads its reply: lines up to `END`, or a single error line.
-fn ask(stream: &mut Box<dyn Stream>, command: &str) -> Result<String, String> {
-    stream
-        .write_all(format!("{command}\r\n").as_bytes())
-        .map_err(|e| describe(&e))?;
+fn ask(stream: &mut Box<dyn Stream>, command: &str) -> Result<String, PollError> {
+    stream.write_all(format!("{command}\r\n").as_bytes())?;
     let mut reply = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     while !reply_complete(&reply) {
-        let n = stream.read(&mut buf).map_err(|e| describe(&e))?;
+        let n = stream.read(&mut buf)?;
         if n == 0 {
-            return Err("connection closed".to_owned());
+            return Err(PollError::Closed);
         }
         reply.extend_from_slice(&buf[..n]);
         if reply.len() > MAX_REPLY {
-            return Err("reply too large".to_owned());
+            return Err(PollError::TooLarge);
         }
     }
     Ok(String::from_utf8_lossy(&reply).into_owned())
@@ -147,14 +144,37 @@ fn reply_complete(reply: &[u8]) -> bool {
             .any(|p| reply.starts_with(p))
 }
 
+/// Why a server shows as down.
+#[derive(Debug)]
+enum PollError {
+    Io(std::io::Error),
+    /// It answered `stats` without STAT lines.
+    NotMemcached,
+    Closed,
+    TooLarge,
+}
+
+impl From<std::io::Error> for PollError {
+    fn from(e: std::io::Error) -> Self {
+        PollError::Io(e)
+    }
+}
+
 /// A short reason for the screen: "connection refused", "timed out", ...
-fn describe(e: &std::io::Error) -> String {
-    use std::io::ErrorKind::*;
-    match e.kind() {
-        ConnectionRefused => "connection refused".to_owned(),
-        TimedOut | WouldBlock => "timed out".to_owned(),
-        ConnectionReset => "connection reset".to_owned(),
-        _ => e.to_string(),
+impl std::fmt::Display for PollError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::io::ErrorKind::*;
+        match self {
+            PollError::Io(e) => match e.kind() {
+                ConnectionRefused => f.write_str("connection refused"),
+                TimedOut | WouldBlock => f.write_str("timed out"),
+                ConnectionReset => f.write_str("connection reset"),
+                _ => write!(f, "{e}"),
+            },
+            PollError::NotMemcached => f.write_str("not a memcached server (no STAT lines)"),
+            PollError::Closed => f.write_str("connection closed"),
+            PollError::TooLarge => f.write_str("reply too large"),
+        }
     }
 }
 

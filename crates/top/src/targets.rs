@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::TopError;
+
 /// Where a server listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Addr {
@@ -42,18 +44,18 @@ impl Target {
 }
 
 /// A command-line server: `HOST:PORT`, `[V6]:PORT` or a unix socket path (`/...`).
-pub fn parse_arg(arg: &str) -> Result<Target, String> {
+pub fn parse_arg(arg: &str) -> Result<Target, TopError> {
     if arg.starts_with('/') {
         return Ok(Target::unix(arg));
     }
-    let server = routetree::parse_server(arg)?;
+    let server = routetree::parse_server(arg).map_err(TopError::Server)?;
     Ok(Target::tcp(&server.host, server.port))
 }
 
 /// Every server of every memcached pool of a nutcracker.yml (Redis pools' servers have no
 /// memcached `stats` to read, so they are left out).
-pub fn from_nutcracker(path: &Path) -> Result<Vec<Target>, String> {
-    let config = nutconf::Config::load(path)?;
+pub fn from_nutcracker(path: &Path) -> Result<Vec<Target>, TopError> {
+    let config = nutconf::Config::load(path).map_err(TopError::Nutcracker)?;
     Ok(config
         .pools
         .iter()
@@ -69,16 +71,18 @@ pub fn from_nutcracker(path: &Path) -> Result<Vec<Target>, String> {
 
 /// Every server of every pool of an mcrouter config given as `--config`: `file:PATH` or the
 /// JSON itself, as `memfleet route --config` takes it.
-pub fn from_mcrouter(config: &str) -> Result<Vec<Target>, String> {
+pub fn from_mcrouter(config: &str) -> Result<Vec<Target>, TopError> {
     let (name, text) = match config.strip_prefix("file:") {
         Some(path) => (
             path.to_owned(),
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read config file '{path}': {e}"))?,
+            std::fs::read_to_string(path).map_err(|error| TopError::ReadMcrouter {
+                path: path.to_owned(),
+                error,
+            })?,
         ),
         None => ("--config".to_owned(), config.to_owned()),
     };
-    let parsed = routetree::parse_config(&name, &text).map_err(|e| e.to_string())?;
+    let parsed = routetree::parse_config(&name, &text).map_err(TopError::Mcrouter)?;
     Ok(parsed
         .pools
         .iter()
@@ -156,9 +160,10 @@ mod tests {
             .map(|t| t.label)
             .collect();
         assert_eq!(labels, ["127.0.0.1:5001", "[::1]:5002"]);
-        assert!(from_mcrouter("file:/nonexistent/x.json")
-            .unwrap_err()
-            .contains("cannot read"));
+        assert!(matches!(
+            from_mcrouter("file:/nonexistent/x.json"),
+            Err(TopError::ReadMcrouter { .. })
+        ));
         assert!(from_mcrouter("{\"route\": ").is_err());
     }
 }

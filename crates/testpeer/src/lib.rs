@@ -1,4 +1,5 @@
-//! Starting the real memcached 1.6.18 the differential tests compare with.
+//! Starting the real memcached 1.6.18 the differential tests compare with (a dev-dependency
+//! of proto and bench; nothing else builds it).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,7 +31,7 @@ pub fn memcached() -> Option<(u16, Option<Server>)> {
 }
 
 /// Starts memcached on 127.0.0.1 (as nobody, with `args`) on a TCP port it picks itself, and
-/// returns that port once it listens. (crates/bench's tests include this file too.)
+/// returns that port once it listens.
 ///
 /// `-p -1` lets memcached bind any free port and write which to its port file, so no port
 /// chosen here can be taken before memcached binds it: by another test, or by a readiness
