@@ -40,7 +40,7 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => server::serve(*args).map_err(|e| e.to_string()),
         Command::Bench(args) => bench::run(*args).map(|_| ()),
-        Command::Route(args) => router::run(*args),
+        Command::Route(args) => router::run(*args).map_err(|e| e.to_string()),
         Command::Invalidate(args) => invalidate::run(args),
         Command::Top(args) => top::run(args),
         Command::GenerateMan { dir } => generate_man(&dir),
