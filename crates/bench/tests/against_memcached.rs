@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 
 const MEMCACHED: &str = "/usr/bin/memcached";
 
-// Only `spawn_on_free_port` is used here.
-#[allow(dead_code)]
 use testpeer::spawn_on_free_port;
 
 #[derive(Parser)]

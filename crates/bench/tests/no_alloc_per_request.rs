@@ -6,8 +6,6 @@ use clap::Parser;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-// Only `spawn_on_free_port` is used here.
-#[allow(dead_code)]
 use testpeer::spawn_on_free_port;
 
 struct Counting;

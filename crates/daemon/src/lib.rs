@@ -36,13 +36,6 @@ impl std::error::Error for Error {
     }
 }
 
-/// Callers whose own errors are still text take this one's message.
-impl From<Error> for String {
-    fn from(e: Error) -> String {
-        e.to_string()
-    }
-}
-
 /// What to do when the pid file cannot be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PidFileError {

@@ -37,13 +37,14 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Serve(args) => server::serve(*args).map_err(|e| e.to_string()),
-        Command::Bench(args) => bench::run(*args).map(|_| ()).map_err(|e| e.to_string()),
-        Command::Route(args) => router::run(*args),
-        Command::Invalidate(args) => invalidate::run(args).map_err(|e| e.to_string()),
-        Command::Top(args) => top::run(args).map_err(|e| e.to_string()),
-        Command::GenerateMan { dir } => generate_man(&dir),
+    // Each command's own error type; printed as its message alone.
+    let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
+        Command::Serve(args) => server::serve(*args).map_err(Into::into),
+        Command::Bench(args) => bench::run(*args).map(|_| ()).map_err(Into::into),
+        Command::Route(args) => router::run(*args).map_err(Into::into),
+        Command::Invalidate(args) => invalidate::run(args).map_err(Into::into),
+        Command::Top(args) => top::run(args).map_err(Into::into),
+        Command::GenerateMan { dir } => generate_man(&dir).map_err(Into::into),
     };
     if let Err(e) = result {
         eprintln!("memfleet: {e}");

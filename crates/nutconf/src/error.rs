@@ -91,10 +91,3 @@ impl std::error::Error for LoadError {
         }
     }
 }
-
-// Callers whose own errors are still messages.
-impl From<LoadError> for String {
-    fn from(e: LoadError) -> String {
-        e.to_string()
-    }
-}

@@ -4,6 +4,20 @@ use std::path::PathBuf;
 
 use crate::{asynclog, mcrouter, mcrouter_tls};
 
+/// nutcracker's default stats port.
+const DEFAULT_STATS_PORT: u16 = 22222;
+
+/// The configuration dialect a command line runs with, decided once from its flags: it
+/// settles what `-p` and the stats port mean.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Dialect {
+    /// nutcracker.yml (`-c`): `-p` is the pid file; stats on port 22222 unless `-s`.
+    Nutcracker,
+    /// An mcrouter config (`--config`, `--config-file` or `--config-str`): `-p` is a port
+    /// to listen on; no stats port unless `-s` (mcrouter has none).
+    Mcrouter,
+}
+
 /// nutcracker's command line, plus `-T/--threads`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RouteArgs {
@@ -126,12 +140,29 @@ pub struct RouteArgs {
 }
 
 impl RouteArgs {
-    /// The pid file: `--pid-file`, or nutcracker's `-p` when the config is nutcracker's.
-    pub fn pid_path(&self) -> Option<PathBuf> {
-        match (&self.pid_file, &self.p) {
-            (Some(p), _) => Some(p.clone()),
-            (None, Some(p)) if !mcrouter::requested(self) => Some(PathBuf::from(p)),
+    pub fn dialect(&self) -> Dialect {
+        if self.config.is_some() || self.config_file.is_some() || self.config_str.is_some() {
+            Dialect::Mcrouter
+        } else {
+            Dialect::Nutcracker
+        }
+    }
+
+    /// The pid file: `--pid-file`, or nutcracker's `-p`.
+    pub fn pid_path(&self, dialect: Dialect) -> Option<PathBuf> {
+        match (&self.pid_file, &self.p, dialect) {
+            (Some(p), _, _) => Some(p.clone()),
+            (None, Some(p), Dialect::Nutcracker) => Some(PathBuf::from(p)),
             _ => None,
+        }
+    }
+
+    /// The stats port, if any.
+    pub fn stats_port(&self, dialect: Dialect) -> Option<u16> {
+        match (self.stats_port, dialect) {
+            (Some(port), _) => Some(port),
+            (None, Dialect::Nutcracker) => Some(DEFAULT_STATS_PORT),
+            (None, Dialect::Mcrouter) => None,
         }
     }
 }

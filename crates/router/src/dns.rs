@@ -18,6 +18,8 @@ use ring::KETAMA_DEFAULT_PORT;
 
 use nutconf::{Config, DnsLookup, DnsName, ServerAddr, ServerSpec};
 
+use crate::error::RouteError;
+
 /// One resolved server: what it is called in the ring and where it is.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Member {
@@ -121,7 +123,7 @@ impl Dns {
         }
     }
 
-    fn resolver(&mut self) -> Result<&Resolver, String> {
+    fn resolver(&mut self) -> Result<&Resolver, RouteError> {
         if self.resolver.is_none() {
             let (config, mut opts) = match self.server {
                 Some(addr) => (
@@ -132,13 +134,15 @@ impl Dns {
                     ),
                     ResolverOpts::default(),
                 ),
-                None => hickory_resolver::system_conf::read_system_conf()
-                    .map_err(|e| format!("dns: cannot read the system resolver config: {e}"))?,
+                None => hickory_resolver::system_conf::read_system_conf().map_err(|e| {
+                    RouteError::Dns(format!("dns: cannot read the system resolver config: {e}"))
+                })?,
             };
             opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
             opts.timeout = Duration::from_secs(2);
             opts.attempts = 2;
-            let r = Resolver::new(config, opts).map_err(|e| format!("dns: resolver: {e}"))?;
+            let r = Resolver::new(config, opts)
+                .map_err(|e| RouteError::Dns(format!("dns: resolver: {e}")))?;
             self.resolver = Some(r);
         }
         Ok(self.resolver.as_ref().expect("set above"))
@@ -146,7 +150,7 @@ impl Dns {
 
     /// Looks up every DNS name of the config. Any failure fails the whole round so a
     /// nameserver hiccup never shrinks a pool.
-    pub fn resolve(&mut self, config: &Config) -> Result<Membership, String> {
+    pub fn resolve(&mut self, config: &Config) -> Result<Membership, RouteError> {
         self.next = config
             .dns
             .iter()
@@ -168,7 +172,9 @@ impl Dns {
             let found = normalize(found);
             if found.is_empty() {
                 let pool = &config.pools[dns.pool].name;
-                return Err(format!("dns: pool '{pool}': no addresses found"));
+                return Err(RouteError::Dns(format!(
+                    "dns: pool '{pool}': no addresses found"
+                )));
             }
             all.push(found);
         }
@@ -178,15 +184,15 @@ impl Dns {
     /// True when a refresh is due (checked by the control thread's tick).
     /// The address a server's host name stands for: the lowest of its A/AAAA addresses, so
     /// a name with several keeps the same one from look-up to look-up.
-    pub fn lookup_host(&mut self, host: &str) -> Result<IpAddr, String> {
+    pub fn lookup_host(&mut self, host: &str) -> Result<IpAddr, RouteError> {
         let resolver = self.resolver()?;
         resolver.clear_cache();
         let ips = resolver
             .lookup_ip(host)
-            .map_err(|e| format!("dns: {host}: {e}"))?;
+            .map_err(|e| RouteError::Dns(format!("dns: {host}: {e}")))?;
         ips.iter()
             .min()
-            .ok_or_else(|| format!("dns: {host}: no address"))
+            .ok_or_else(|| RouteError::Dns(format!("dns: {host}: no address")))
     }
 
     /// The next refresh in `every` (none when `None`), for callers that do not go through
@@ -200,12 +206,12 @@ impl Dns {
     }
 }
 
-fn lookup(resolver: &Resolver, name: &DnsName, out: &mut Vec<Member>) -> Result<(), String> {
+fn lookup(resolver: &Resolver, name: &DnsName, out: &mut Vec<Member>) -> Result<(), RouteError> {
     match &name.lookup {
         DnsLookup::Addresses { host, port } => {
             let ips = resolver
                 .lookup_ip(host.as_str())
-                .map_err(|e| format!("dns: {host}: {e}"))?;
+                .map_err(|e| RouteError::Dns(format!("dns: {host}: {e}")))?;
             out.extend(ips.iter().map(|ip| Member {
                 host: ip.to_string(),
                 addr: SocketAddr::new(ip, *port),
@@ -215,16 +221,18 @@ fn lookup(resolver: &Resolver, name: &DnsName, out: &mut Vec<Member>) -> Result<
         DnsLookup::Srv { name: srv } => {
             let records = resolver
                 .srv_lookup(srv.as_str())
-                .map_err(|e| format!("dns: {srv}: {e}"))?;
+                .map_err(|e| RouteError::Dns(format!("dns: {srv}: {e}")))?;
             for r in records.iter() {
                 let target = r.target().to_utf8();
                 let target = target.trim_end_matches('.');
                 let ip = resolver
                     .lookup_ip(target)
-                    .map_err(|e| format!("dns: {srv}: target {target}: {e}"))?
+                    .map_err(|e| RouteError::Dns(format!("dns: {srv}: target {target}: {e}")))?
                     .iter()
                     .next()
-                    .ok_or_else(|| format!("dns: {srv}: target {target} has no address"))?;
+                    .ok_or_else(|| {
+                        RouteError::Dns(format!("dns: {srv}: target {target} has no address"))
+                    })?;
                 out.push(Member {
                     host: target.to_owned(),
                     addr: SocketAddr::new(ip, r.port()),

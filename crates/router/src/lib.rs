@@ -21,6 +21,7 @@ mod asynclog;
 mod buf;
 mod counters;
 mod dns;
+mod error;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
@@ -46,7 +47,9 @@ use shared::{Globals, Shared};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
 use worker::{Control, ListenerUpdate, Worker};
 
+use args::Dialect;
 pub use args::RouteArgs;
+pub use error::RouteError;
 
 const DESCRIBE: &str = "pool stats:
   client_eof          \"# eof on client connections\"
@@ -74,6 +77,7 @@ server stats:
 
 struct Running {
     args: RouteArgs,
+    dialect: Dialect,
     threads: usize,
     started: Instant,
     globals: Arc<Globals>,
@@ -113,9 +117,6 @@ fn modified(path: &std::path::Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// nutcracker's default stats port.
-const DEFAULT_STATS_PORT: u16 = 22222;
-
 /// A generation and the DNS look-ups behind it.
 type Generation = (Shared, Resolved);
 
@@ -123,11 +124,12 @@ type Generation = (Shared, Resolved);
 /// given) into a generation, looking up its DNS servers.
 fn load_generation(
     args: &RouteArgs,
+    dialect: Dialect,
     dns: &mut dns::Dns,
     threads: usize,
     started: Instant,
-) -> Result<Generation, String> {
-    if mcrouter::requested(args) {
+) -> Result<Generation, RouteError> {
+    if dialect == Dialect::Mcrouter {
         let (shared, names) = mcrouter::load(args, threads, started, dns, false)?;
         return Ok((shared, Resolved::Mcrouter(names)));
     }
@@ -138,7 +140,7 @@ fn load_generation(
 }
 
 /// `--dns-server`, else MEMFLEET_DNS_SERVER.
-fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, String> {
+fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, RouteError> {
     if args.dns_server.is_some() {
         return Ok(args.dns_server);
     }
@@ -146,13 +148,13 @@ fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, String> 
         Ok(v) if !v.is_empty() => v
             .parse()
             .map(Some)
-            .map_err(|_| format!("MEMFLEET_DNS_SERVER: '{v}' is not IP:PORT")),
+            .map_err(|_| RouteError::Usage(format!("MEMFLEET_DNS_SERVER: '{v}' is not IP:PORT"))),
         _ => Ok(None),
     }
 }
 
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
-pub fn run(args: RouteArgs) -> Result<(), String> {
+pub fn run(args: RouteArgs) -> Result<(), RouteError> {
     if !mcrouter_config::validate(&args)? {
         return Ok(());
     }
@@ -160,7 +162,8 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         print!("{DESCRIBE}");
         return Ok(());
     }
-    if args.test_conf && !mcrouter::requested(&args) {
+    let dialect = args.dialect();
+    if args.test_conf && dialect == Dialect::Nutcracker {
         Config::load(&args.conf_file)?;
         eprintln!(
             "memfleet route: configuration file '{}' syntax is ok",
@@ -169,8 +172,13 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         return Ok(());
     }
     // Signals first: one that arrives while starting must not kill or stop the process.
-    let signals = ControlSignals::new().map_err(|e| format!("signal: {e}"))?;
-    let log_file = args.output.as_deref().map(log::open).transpose()?;
+    let signals = ControlSignals::new().map_err(|e| RouteError::Run(format!("signal: {e}")))?;
+    let log_file = args
+        .output
+        .as_deref()
+        .map(log::open)
+        .transpose()
+        .map_err(RouteError::File)?;
     log::init(args.verbose, log_file);
     let threads = args
         .threads
@@ -178,26 +186,23 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         .max(1);
     let started = Instant::now();
     let mut dns = dns::Dns::new(dns_server(&args)?);
-    let (shared, resolved) = load_generation(&args, &mut dns, threads, started)?;
+    let (shared, resolved) = load_generation(&args, dialect, &mut dns, threads, started)?;
     let shared = Arc::new(shared);
 
     // Bind everything before daemonizing so errors reach the terminal.
     let mut listeners = HashMap::new();
     for pool in shared.listening_pools() {
-        let l = StdListener::bind(&pool.cfg.listen, pool.cfg.backlog)
-            .map_err(|e| format!("pool '{}': cannot listen: {e}", pool.cfg.name))?;
+        let l = bind_pool(pool)?;
         listeners.insert(pool.listen_key(), (l, pool.cfg.listen.clone()));
     }
-    // With an mcrouter config the stats port is opt-in (mcrouter has none).
-    let stats_port = match (args.stats_port, mcrouter::requested(&args)) {
-        (Some(port), _) => Some(port),
-        (None, false) => Some(DEFAULT_STATS_PORT),
-        (None, true) => None,
-    };
-    let stats_listener = match stats_port {
+    let stats_listener = match args.stats_port(dialect) {
         Some(port) => Some(
-            std::net::TcpListener::bind((args.stats_addr.as_str(), port))
-                .map_err(|e| format!("cannot listen on stats {}:{port}: {e}", args.stats_addr))?,
+            std::net::TcpListener::bind((args.stats_addr.as_str(), port)).map_err(|e| {
+                RouteError::Listen(format!(
+                    "cannot listen on stats {}:{port}: {e}",
+                    args.stats_addr
+                ))
+            })?,
         ),
         None => None,
     };
@@ -208,7 +213,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         .transpose()?;
 
     // As nutcracker: an unwritable pid file stops the start.
-    let pid_file = args.pid_path();
+    let pid_file = args.pid_path(dialect);
     if args.daemonize {
         daemon::daemonize(false, pid_file.as_deref(), daemon::PidFileError::Fail)?;
     } else if let Some(p) = &pid_file {
@@ -217,9 +222,10 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
 
     // After daemonizing: the replay thread must live in the process that serves.
     if let (Some(dir), false) = (&args.async_dir, args.asynclog_disable) {
-        if mcrouter::requested(&args) {
+        if dialect == Dialect::Mcrouter {
             let timeout = std::time::Duration::from_millis(args.server_timeout.max(1));
-            asynclog::start(dir.clone(), args.asynclog_max_bytes, timeout)?;
+            asynclog::start(dir.clone(), args.asynclog_max_bytes, timeout)
+                .map_err(RouteError::File)?;
         }
     }
 
@@ -237,7 +243,8 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
     let mut polls = Vec::with_capacity(threads);
     let mut workers: Vec<worker::Peer> = Vec::with_capacity(threads);
     for _ in 0..threads {
-        let (poll, waker) = Worker::new_poll().map_err(|e| format!("poll: {e}"))?;
+        let (poll, waker) =
+            Worker::new_poll().map_err(|e| RouteError::Run(format!("poll: {e}")))?;
         let (tx, rx) = channel();
         polls.push((poll, rx));
         workers.push((tx, waker));
@@ -249,7 +256,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
             updates.push(ListenerUpdate {
                 key: pool.listen_key(),
                 pool: i,
-                new: Some(l.try_clone().map_err(|e| format!("listener: {e}"))?),
+                new: Some(clone_listener(l)?),
             });
         }
         let (tx, waker) = &workers[id];
@@ -257,8 +264,10 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
             shared: shared.clone(),
             listeners: updates,
         })
-        .map_err(|_| "worker channel closed".to_string())?;
-        waker.wake().map_err(|e| format!("waker: {e}"))?;
+        .map_err(|_| RouteError::Run("worker channel closed".into()))?;
+        waker
+            .wake()
+            .map_err(|e| RouteError::Run(format!("waker: {e}")))?;
         let w = Worker::new(
             id,
             poll,
@@ -277,7 +286,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
                     std::process::exit(70);
                 }
             })
-            .map_err(|e| format!("spawn: {e}"))?;
+            .map_err(spawn_failed)?;
     }
     if let Some(stats_listener) = stats_listener {
         let current = current.clone();
@@ -285,7 +294,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
         std::thread::Builder::new()
             .name("route-stats".into())
             .spawn(move || serve_stats(stats_listener, current, globals))
-            .map_err(|e| format!("spawn: {e}"))?;
+            .map_err(spawn_failed)?;
     }
     if let Some(listener) = metrics_listener {
         let current = current.clone();
@@ -308,6 +317,7 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
     let watch = Watch::new(&args);
     let mut running = Running {
         args,
+        dialect,
         threads,
         started,
         globals,
@@ -320,6 +330,21 @@ pub fn run(args: RouteArgs) -> Result<(), String> {
     };
     running.control_loop(signals);
     Ok(())
+}
+
+fn bind_pool(pool: &shared::PoolRt) -> Result<StdListener, RouteError> {
+    StdListener::bind(&pool.cfg.listen, pool.cfg.backlog)
+        .map_err(|e| RouteError::Listen(format!("pool '{}': cannot listen: {e}", pool.cfg.name)))
+}
+
+/// A worker's handle on a listening socket.
+fn clone_listener(l: &StdListener) -> Result<net::Listener, RouteError> {
+    l.try_clone()
+        .map_err(|e| RouteError::Run(format!("listener: {e}")))
+}
+
+fn spawn_failed(e: std::io::Error) -> RouteError {
+    RouteError::Run(format!("spawn: {e}"))
 }
 
 /// The signals the control loop acts on, as nutcracker does where it has a meaning there:
@@ -488,16 +513,21 @@ impl Running {
         }
     }
 
-    fn reload(&mut self) -> Result<(), String> {
-        let (shared, resolved) =
-            load_generation(&self.args, &mut self.dns, self.threads, self.started)?;
+    fn reload(&mut self) -> Result<(), RouteError> {
+        let (shared, resolved) = load_generation(
+            &self.args,
+            self.dialect,
+            &mut self.dns,
+            self.threads,
+            self.started,
+        )?;
         self.install(shared)?;
         self.resolved = resolved;
         Ok(())
     }
 
     /// Hands a new generation to the workers, binding its new listen addresses first.
-    fn install(&mut self, shared: Shared) -> Result<(), String> {
+    fn install(&mut self, shared: Shared) -> Result<(), RouteError> {
         let shared = Arc::new(shared);
         // Bind new addresses first: any failure leaves the running generation untouched.
         let mut fresh: HashMap<String, (StdListener, Listen)> = HashMap::new();
@@ -506,8 +536,7 @@ impl Running {
             if self.listeners.contains_key(&key) || fresh.contains_key(&key) {
                 continue;
             }
-            let l = StdListener::bind(&pool.cfg.listen, pool.cfg.backlog)
-                .map_err(|e| format!("pool '{}': cannot listen: {e}", pool.cfg.name))?;
+            let l = bind_pool(pool)?;
             fresh.insert(key, (l, pool.cfg.listen.clone()));
         }
         let mut per_worker = Vec::with_capacity(self.workers.len());
@@ -516,7 +545,7 @@ impl Running {
             for (i, pool) in shared.listening_pools().iter().enumerate() {
                 let key = pool.listen_key();
                 let new = match fresh.get(&key) {
-                    Some((l, _)) => Some(l.try_clone().map_err(|e| format!("listener: {e}"))?),
+                    Some((l, _)) => Some(clone_listener(l)?),
                     None => None,
                 };
                 updates.push(ListenerUpdate { key, pool: i, new });
@@ -555,7 +584,7 @@ impl Running {
                 let _ = std::fs::remove_file(path);
             }
         }
-        if let Some(p) = self.args.pid_path() {
+        if let Some(p) = self.args.pid_path(self.dialect) {
             let _ = std::fs::remove_file(p);
         }
         let _ = &self.globals;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ring::Ring;
 
 use crate::counters::PoolCounters;
+use crate::error::RouteError;
 use nutconf::{Config, Pool, ServerAddr};
 use routetree::tko::{Tko, TkoSettings};
 
@@ -69,7 +70,7 @@ pub struct PoolRt {
 }
 
 impl PoolRt {
-    pub fn new(mut cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, String> {
+    pub fn new(mut cfg: Pool, threads: usize, started: Instant) -> Result<PoolRt, RouteError> {
         // nutcracker sorts a pool's servers by name (shorter first, then bytewise) while
         // validating and indexes them in that order, which modula and random placement see.
         cfg.servers.sort_by(|a, b| {
@@ -87,7 +88,7 @@ impl PoolRt {
         threads: usize,
         started: Instant,
         names: &HostAddrs,
-    ) -> Result<PoolRt, String> {
+    ) -> Result<PoolRt, RouteError> {
         let mut rt = Self::build(cfg, threads, started, names)?;
         rt.tko = rt.servers.iter().map(|_| Tko::default()).collect();
         rt.tko_cfg = Some(tko);
@@ -99,7 +100,7 @@ impl PoolRt {
         threads: usize,
         started: Instant,
         names: &HostAddrs,
-    ) -> Result<PoolRt, String> {
+    ) -> Result<PoolRt, RouteError> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for spec in &cfg.servers {
             let addr = match &spec.addr {
@@ -112,7 +113,10 @@ impl PoolRt {
                             .and_then(|mut a| a.next()),
                     };
                     let addr = addr.ok_or_else(|| {
-                        format!("pool '{}': cannot resolve server '{host}:{port}'", cfg.name)
+                        RouteError::Server(format!(
+                            "pool '{}': cannot resolve server '{host}:{port}'",
+                            cfg.name
+                        ))
                     })?;
                     BackendAddr::Tcp(addr)
                 }
@@ -128,7 +132,7 @@ impl PoolRt {
             });
         }
         let tls = crate::tls::TlsConfigs::load(&cfg.tls)
-            .map_err(|e| format!("pool '{}': TLS: {e}", cfg.name))?;
+            .map_err(|e| RouteError::Tls(format!("pool '{}': TLS: {e}", cfg.name)))?;
         let base_ring = cfg.ring();
         let counters = (0..threads)
             .map(|_| PoolCounters::new(servers.len()))
@@ -355,7 +359,7 @@ impl Shared {
         &self.pools[..self.listening]
     }
 
-    pub fn new(config: Config, threads: usize, started: Instant) -> Result<Shared, String> {
+    pub fn new(config: Config, threads: usize, started: Instant) -> Result<Shared, RouteError> {
         let pools = config
             .pools
             .iter()

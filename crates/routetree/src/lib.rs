@@ -29,7 +29,7 @@ pub mod tko;
 
 pub use crate::error::{ConfigError, Path, Seg};
 pub use crate::model::*;
-pub use crate::parse::{parse_config, parse_server, OPERATIONS};
+pub use crate::parse::{parse_config, parse_server, BadServer, OPERATIONS};
 pub use crate::plan::{Plan, Send};
 
 /// mcrouter's default routing prefix when `--route-prefix` is not given.

@@ -27,7 +27,7 @@ use builder::{Builder, Result};
 
 pub use failover::{DEFAULT_FAILOVER_ERRORS, ERROR_RESULTS};
 pub use selectors::OPERATIONS;
-pub use server::parse_server;
+pub use server::{parse_server, BadServer};
 
 /// Parses and validates `text`, reporting errors against `file`.
 pub fn parse_config(file: &str, text: &str) -> Result<Config> {

@@ -50,13 +50,6 @@ impl std::error::Error for Error {
     }
 }
 
-/// Callers whose own errors are still text take this one's message.
-impl From<Error> for String {
-    fn from(e: Error) -> String {
-        e.to_string()
-    }
-}
-
 /// Binds the metrics address (`HOST:PORT`, `[V6]:PORT`).
 pub fn bind(addr: &str) -> Result<TcpListener, Error> {
     let addrs: Vec<_> = addr

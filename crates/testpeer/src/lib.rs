@@ -30,20 +30,41 @@ pub fn memcached() -> Option<(u16, Option<Server>)> {
     Some((port, Some(Server(child))))
 }
 
-/// Starts memcached on 127.0.0.1 (as nobody, with `args`) on a TCP port it picks itself, and
+/// Starts memcached on 127.0.0.1 (as nobody, with `args`) on a free TCP port above 61000 and
 /// returns that port once it listens.
 ///
-/// `-p -1` lets memcached bind any free port and write which to its port file, so no port
-/// chosen here can be taken before memcached binds it: by another test, or by a readiness
-/// probe that connected to itself (on loopback, a connect to a port nobody listens on can
-/// pick that very port as its source).
+/// Ports above 61000 are outside the kernel's client-port range (32768–60999), so a readiness
+/// probe or another test's connection can never take the port as its source. A port found
+/// free can still be taken before memcached binds it: then memcached exits and the next
+/// port is tried. memcached writes the port it bound to `MEMCACHED_PORT_FILENAME` once it
+/// listens, which is the readiness signal.
 pub fn spawn_on_free_port(args: &[&str]) -> (u16, Child) {
     static STARTED: AtomicUsize = AtomicUsize::new(0);
+    const FIRST: u32 = 61_000;
+    const SPAN: u32 = 65_535 - FIRST;
     let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    // Different test processes start at different ports.
+    let offset = (std::process::id().wrapping_mul(7919) + n as u32 * 97) % SPAN;
+    for attempt in 0..64 {
+        let port = (FIRST + (offset + attempt * 31) % SPAN) as u16;
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok();
+        if !free {
+            continue;
+        }
+        if let Some(child) = spawn_on(port, n, args) {
+            return (port, child);
+        }
+    }
+    panic!("memcached did not start on any free port above {FIRST}");
+}
+
+/// memcached on `port`, once it listens; None when it exited (the port was taken).
+fn spawn_on(port: u16, n: usize, args: &[&str]) -> Option<Child> {
     let portfile = std::env::temp_dir().join(format!("memcached-{}-{n}.ports", std::process::id()));
     let _ = std::fs::remove_file(&portfile);
     let mut child = Command::new(MEMCACHED)
-        .args(["-u", "nobody", "-l", "127.0.0.1", "-p", "-1"])
+        .args(["-u", "nobody", "-l", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .env("MEMCACHED_PORT_FILENAME", &portfile)
         .stdout(Stdio::null())
@@ -53,21 +74,17 @@ pub fn spawn_on_free_port(args: &[&str]) -> (u16, Child) {
     let start = Instant::now();
     loop {
         // memcached writes the file under another name and renames it when complete.
-        if let Ok(text) = std::fs::read_to_string(&portfile) {
+        if std::fs::metadata(&portfile).is_ok() {
             let _ = std::fs::remove_file(&portfile);
-            let port = text
-                .lines()
-                .find_map(|l| l.strip_prefix("TCP INET: "))
-                .and_then(|p| p.trim().parse().ok());
-            if let Some(port) = port {
-                return (port, child);
-            }
+            return Some(child);
         }
-        let exited = child.try_wait().ok().flatten().is_some();
-        if exited || start.elapsed() > Duration::from_secs(5) {
+        if child.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        if start.elapsed() > Duration::from_secs(5) {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("memcached did not start (exited: {exited})");
+            panic!("memcached did not start on port {port}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -9,7 +9,7 @@ pub enum TopError {
     /// `--delay` out of range.
     Delay(f64),
     /// A command-line server that is not HOST:PORT, [V6]:PORT or a socket path.
-    Server(String),
+    Server(routetree::BadServer),
     /// The `-c` nutcracker.yml could not be read or is not valid.
     Nutcracker(nutconf::LoadError),
     /// The `--config file:PATH` mcrouter config could not be read.
@@ -29,7 +29,7 @@ impl fmt::Display for TopError {
         f.write_str("top: ")?;
         match self {
             TopError::Delay(d) => write!(f, "--delay {d}: expected 0.1 to 3600 seconds"),
-            TopError::Server(m) => f.write_str(m),
+            TopError::Server(e) => write!(f, "{e}"),
             TopError::Nutcracker(e) => write!(f, "{e}"),
             TopError::ReadMcrouter { path, error } => {
                 write!(f, "cannot read config file '{path}': {error}")

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::dns::Dns;
+use crate::error::RouteError;
 use crate::mcrouter_tls::server_security;
 use crate::shared::{HostAddrs, McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
@@ -27,32 +28,31 @@ pub const DEFAULT_PROBE_INITIAL_MS: u64 = 10_000;
 /// mcrouter's default `--probe-timeout-max`, ms.
 pub const DEFAULT_PROBE_MAX_MS: u64 = 60_000;
 
-/// Whether the command line runs the router with an mcrouter config.
-pub fn requested(args: &RouteArgs) -> bool {
-    args.config.is_some() || args.config_file.is_some() || args.config_str.is_some()
-}
-
 /// The config's name (for messages) and its text.
-pub fn source(args: &RouteArgs) -> Result<(String, String), String> {
+pub fn source(args: &RouteArgs) -> Result<(String, String), RouteError> {
     let read = |path: &str| {
         std::fs::read_to_string(path)
             .map(|text| (path.to_owned(), text))
-            .map_err(|e| format!("cannot read config file '{path}': {e}"))
+            .map_err(|e| {
+                RouteError::McrouterSource(format!("cannot read config file '{path}': {e}"))
+            })
     };
     match (&args.config, &args.config_file, &args.config_str) {
         (Some(config), _, _) => match config.strip_prefix("file:") {
             Some(path) => read(path),
-            None if !looks_like_json(config) => Err(format!(
+            None if !looks_like_json(config) => Err(RouteError::McrouterSource(format!(
                 "--config '{config}' is neither file:PATH nor inline JSON: a path needs \
                  mcrouter's file: prefix (--config file:{config})"
-            )),
+            ))),
             None => Ok(("--config".to_owned(), config.clone())),
         },
         (None, Some(path), _) => read(&path.to_string_lossy()),
         (None, None, Some(json)) => Ok(("--config-str".to_owned(), json.clone())),
-        (None, None, None) => Err("an mcrouter config is needed: --config file:PATH (or \
-                                   --config-file PATH, --config-str JSON)"
-            .into()),
+        (None, None, None) => Err(RouteError::McrouterSource(
+            "an mcrouter config is needed: --config file:PATH (or --config-file PATH, \
+             --config-str JSON)"
+                .into(),
+        )),
     }
 }
 
@@ -73,24 +73,25 @@ pub fn config_path(args: &RouteArgs) -> Option<std::path::PathBuf> {
 
 /// The addresses clients connect to: every `--listen-addresses` entry on every port, and
 /// on every `--ssl-port` with TLS.
-pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<(Listen, PoolTls)>, String> {
+pub fn listen_addresses(args: &RouteArgs) -> Result<Vec<(Listen, PoolTls)>, RouteError> {
     let mut ports = args.port.clone();
     if let Some(p) = &args.p {
-        ports.push(
-            p.parse::<u16>()
-                .map_err(|_| format!("-p {p}: with an mcrouter config -p is the port"))?,
-        );
+        ports.push(p.parse::<u16>().map_err(|_| {
+            RouteError::Usage(format!("-p {p}: with an mcrouter config -p is the port"))
+        })?);
     }
     let ssl_ports = &args.mc_tls.ssl_port;
     if ports.is_empty() && ssl_ports.is_empty() {
-        return Err("no port to listen on: give -p/--port (or --ssl-port)".into());
+        return Err(RouteError::Usage(
+            "no port to listen on: give -p/--port (or --ssl-port)".into(),
+        ));
     }
     let mut out: Vec<(Listen, PoolTls)> = listen_on(args, &ports)
         .into_iter()
         .map(|l| (l, PoolTls::default()))
         .collect();
     if !ssl_ports.is_empty() {
-        let tls = args.mc_tls.listener()?;
+        let tls = args.mc_tls.listener().map_err(RouteError::Tls)?;
         out.extend(
             listen_on(args, ssl_ports)
                 .into_iter()
@@ -155,16 +156,15 @@ pub fn load(
     started: Instant,
     dns: &mut Dns,
     quiet: bool,
-) -> Result<(Shared, HostAddrs), String> {
+) -> Result<(Shared, HostAddrs), RouteError> {
     let (name, text) = source(args)?;
-    let config =
-        routetree::validate(&name, &text, &args.route_prefix).map_err(|e| e.to_string())?;
+    let config = routetree::validate(&name, &text, &args.route_prefix)?;
     if !quiet {
         for warning in &config.warnings {
             crate::log::warn(&format!("config: {warning}"));
         }
     }
-    crate::mcrouter_tls::check_servers(&config)?;
+    crate::mcrouter_tls::check_servers(&config).map_err(RouteError::Server)?;
     let mut names = HostAddrs::new();
     for host in host_names(&config) {
         names.insert(host.to_owned(), dns.lookup_host(host)?);
@@ -216,7 +216,7 @@ pub fn load(
             timeout,
             args.item_size_max,
         );
-        cfg.tls = args.mc_tls.to_servers(any_ssl)?;
+        cfg.tls = args.mc_tls.to_servers(any_ssl).map_err(RouteError::Tls)?;
         index.push(pools.len());
         pools.push(std::sync::Arc::new(PoolRt::backend(
             cfg, tko, threads, started, &names,

@@ -132,7 +132,7 @@ impl<'a> Builder<'a> {
                 out.push(b.at(Seg::Index(i), |b| match item {
                     Value::String(s) => match parse_server(s) {
                         Ok(server) => Ok(server),
-                        Err(msg) => b.fail(msg),
+                        Err(bad) => b.fail(bad.to_string()),
                     },
                     Value::Object(_) => b.fail("route handles as servers are not supported yet"),
                     other => b.fail(format!(

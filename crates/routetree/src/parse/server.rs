@@ -1,10 +1,24 @@
 //! One server address as a pool lists it.
 
+use std::fmt;
+
 use crate::model::Server;
 
+/// Why a server address was refused: `server '<text>': <reason>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadServer(String);
+
+impl fmt::Display for BadServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadServer {}
+
 /// `host:port[:protocol[:security]]`, IPv6 hosts in brackets.
-pub fn parse_server(s: &str) -> std::result::Result<Server, String> {
-    let bad = |why: &str| format!("server '{s}': {why}");
+pub fn parse_server(s: &str) -> std::result::Result<Server, BadServer> {
+    let bad = |why: &str| BadServer(format!("server '{s}': {why}"));
     let (host, rest) = if let Some(inner) = s.strip_prefix('[') {
         let Some((host, rest)) = inner.split_once(']') else {
             return Err(bad("missing ']' after the IPv6 address"));

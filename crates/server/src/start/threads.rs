@@ -86,7 +86,8 @@ pub fn run(
     });
     if let Some(listener) = metrics {
         let shared = shared.clone();
-        telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))?;
+        telemetry::http::spawn(listener, "metrics", move || metrics_prom::render(&shared))
+            .map_err(|e| e.to_string())?;
     }
 
     install_signal_handler(shared.clone(), early)?;
