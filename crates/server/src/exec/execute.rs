@@ -10,6 +10,7 @@ use store::{
     ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreOpts, StoreRequest, StoreResult,
 };
 
+use crate::exec::dump;
 use crate::exec::env::ExecEnv;
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
@@ -92,22 +93,19 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
                 out.extend_from_slice(answer);
             }
         }
-        // slabs/lru/lru_crawler/watch/extstore tune memcached's slab allocator and crawler,
+        // slabs/lru/watch/extstore and lru_crawler's other subcommands tune memcached's slab allocator and crawler,
         // which memfleet does not have: refuse them the way memcached refuses a command it lacks.
         Request::Admin {
             command: b"refresh_certs",
             mut args,
         } => refresh_certs(env, args.any(|a| a == b"noreply"), out),
-        // A key dump is read until `END` (memcached-tool dump/keys, and most dump scripts),
-        // so memcached's one-line refusal would leave them waiting forever: refuse it as
-        // memcached does with its crawler off, then close, which ends such a reader at once.
         Request::Admin {
             command: b"lru_crawler",
             args,
-        } if args.clone().next() == Some(&b"metadump"[..]) => {
-            out.extend_from_slice(reply::LRU_CRAWLER_DISABLED);
-            return Flow::Close;
-        }
+        } => match dump::run(env, args, skip, out) {
+            Some(flow) => return flow,
+            None => out.extend_from_slice(reply::ERROR),
+        },
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
