@@ -128,8 +128,10 @@ def test_an_unread_dump_costs_bounded_memory_and_others_are_served(
                 )
             assert c.request(b"mn\r\n") == b"MN\r\n"
         before = server.rss_mb()
-        stalled = socket.create_connection(("127.0.0.1", port))
+        # A small receive buffer, set before connecting so the window is sized for it.
+        stalled = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", port))
         stalled.sendall(b"lru_crawler metadump all\r\n")
         with Conn(port) as other:
             for i in range(200):

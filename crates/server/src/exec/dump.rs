@@ -9,7 +9,7 @@ use proto::reply::{self, write_u64};
 use store::{DumpCursor, DumpItem};
 
 use crate::exec::env::ExecEnv;
-use crate::exec::execute::{Flow, Paused};
+use crate::exec::flow::{Flow, Paused};
 
 /// memcached's reply to a class id outside 1..=63 (or not a number).
 const BADCLASS: &[u8] = b"BADCLASS invalid class id\r\n";

@@ -12,25 +12,10 @@ use store::{
 
 use crate::exec::dump;
 use crate::exec::env::ExecEnv;
+pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
 use crate::stats::ThreadStats;
-
-/// What the connection does after a request.
-pub enum Flow {
-    Continue,
-    Close,
-    /// Replies must be written before the request goes on (see `retrieve`).
-    Paused(Paused),
-}
-
-/// A get that stopped part-way.
-pub struct Paused {
-    /// The key to resume at; None when the request is complete.
-    pub next_key: Option<usize>,
-    /// A large value to write after the replies in `out`, then the bytes that follow it.
-    pub value: Option<(store::PinnedValue, &'static [u8])>,
-}
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
 /// already answered before it paused. Inlined so that the request, a few hundred bytes, is
