@@ -22,7 +22,6 @@ from harness import (
     Conn,
     Server,
     free_port,
-    memfleet,
     memfleet_bin,
     serve_command,
     udp_frame,
@@ -529,34 +528,6 @@ def test_io_uring_as_on_kernels_before_6_17_serves_pipelined_requests() -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
         assert b"without a byte cap per receive" in proc.stderr.read()
-
-
-MEMCACHED_TOOL = "/usr/share/memcached/scripts/memcached-tool"
-
-
-@pytest.mark.skipif(not os.path.exists(MEMCACHED_TOOL), reason="memcached's memcached-tool")
-def test_key_dump_tools_stop_at_once() -> None:
-    """`lru_crawler metadump` gets memcached's reply for a server without its LRU crawler,
-    and the connection is closed: memcached-tool dump/keys read a dump until END, so the
-    one-line refusal alone left them waiting forever. Other lru_crawler subcommands get
-    ERROR, as from memcached 1.6.18 (which has no mgdump)."""
-    with memfleet() as server:
-        port = server.port or 0
-        with Conn(port) as c:
-            assert c.request(b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
-            assert c.request(b"lru_crawler mgdump 1\r\n") == b"ERROR\r\n"
-            c.send(b"lru_crawler metadump all\r\n")
-            assert c.read_all(timeout=5.0) == b"CLIENT_ERROR lru crawler disabled\r\n"
-        for mode in ("dump", "keys"):
-            r = subprocess.run(
-                ["perl", MEMCACHED_TOOL, f"127.0.0.1:{port}", mode],
-                capture_output=True,
-                timeout=20,
-                check=False,
-            )
-            assert r.returncode == 0, (mode, r.stderr)
-        with Conn(port) as c:
-            assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n"
 
 
 def test_command_line_as_a_memcached_user_types_it() -> None:

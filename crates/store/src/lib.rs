@@ -15,8 +15,9 @@
 //! - `shard`: one shard tying them together (lookup, link, unlink);
 //! - `eviction` (finding memory for a write) and `reclaim` (background expiry, compaction);
 //! - `write` (storage commands), `delete`, `arith` (incr/decr), `read` (get, meta get leases);
-//! - `snapshot` (the warm-restart file format, pure) and `warm` (saving and loading a store
-//!   through it);
+//! - `dump` (key dumps: a resumable walk over live items, a segment at a time, whose
+//!   per-segment walk `warm` shares), `snapshot` (the warm-restart file format, pure) and
+//!   `warm` (saving and loading a store through it);
 //! - this file: `Store`, which routes keys to shards and retries when memory is short.
 
 #![warn(missing_docs)]
@@ -24,6 +25,7 @@
 mod arith;
 mod budget;
 mod delete;
+mod dump;
 mod eviction;
 mod exptime;
 mod ghost;
@@ -46,6 +48,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arith::Delta;
 use budget::Budget;
+pub use dump::{DumpCursor, DumpItem};
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
 use ghost::Ghost;
 pub use segbuf::PinnedValue;

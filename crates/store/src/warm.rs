@@ -9,8 +9,8 @@
 use std::io::{self, Read, Write};
 
 use crate::exptime::expired;
-use crate::item::{self, DEAD};
-use crate::shard::{loc_of, Shard};
+use crate::item;
+use crate::shard::Shard;
 use crate::snapshot::{Header, Reader, Record, SnapshotError, Writer};
 use crate::{Global, StoreMode, StoreOpts, StoreRequest, StoreResult, NSHARDS, SHARD_BITS};
 
@@ -49,28 +49,19 @@ impl Shard {
         f: &mut impl FnMut(&Record<'_>) -> io::Result<()>,
     ) -> io::Result<()> {
         for seg in self.segs.by_age() {
-            let used = self.segs[seg].used;
-            let mut off = 0;
-            while off < used {
-                let buf = self.segs.buf(seg, off);
-                let l = item::parse(buf);
-                let at = off;
-                off += l.total();
-                if l.bits & DEAD != 0 || g.gone(buf, &l, now).is_some() {
-                    continue;
+            let mut failed = Ok(());
+            self.for_each_live_in(g, seg, now, &mut |buf, l| {
+                if failed.is_ok() {
+                    failed = f(&Record {
+                        key: &buf[l.key..l.key + l.key_len],
+                        value: &buf[l.value..l.value + l.value_len],
+                        flags: item::flags(buf, l),
+                        cas: item::cas(buf, l),
+                        exptime: item::exptime(buf, l),
+                    });
                 }
-                let key = &buf[l.key..l.key + l.key_len];
-                if self.index.find_loc(g.hash(key), loc_of(seg, at)).is_none() {
-                    continue;
-                }
-                f(&Record {
-                    key,
-                    value: &buf[l.value..l.value + l.value_len],
-                    flags: item::flags(buf, &l),
-                    cas: item::cas(buf, &l),
-                    exptime: item::exptime(buf, &l),
-                })?;
-            }
+            });
+            failed?;
         }
         Ok(())
     }

@@ -10,26 +10,12 @@ use store::{
     ArithOpts, ArithResult, DeleteOpts, DeleteResult, StoreOpts, StoreRequest, StoreResult,
 };
 
+use crate::exec::dump;
 use crate::exec::env::ExecEnv;
+pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
 use crate::stats::ThreadStats;
-
-/// What the connection does after a request.
-pub enum Flow {
-    Continue,
-    Close,
-    /// Replies must be written before the request goes on (see `retrieve`).
-    Paused(Paused),
-}
-
-/// A get that stopped part-way.
-pub struct Paused {
-    /// The key to resume at; None when the request is complete.
-    pub next_key: Option<usize>,
-    /// A large value to write after the replies in `out`, then the bytes that follow it.
-    pub value: Option<(store::PinnedValue, &'static [u8])>,
-}
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
 /// already answered before it paused. Inlined so that the request, a few hundred bytes, is
@@ -92,22 +78,19 @@ pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) 
                 out.extend_from_slice(answer);
             }
         }
-        // slabs/lru/lru_crawler/watch/extstore tune memcached's slab allocator and crawler,
+        // slabs/lru/watch/extstore and lru_crawler's other subcommands tune memcached's slab allocator and crawler,
         // which memfleet does not have: refuse them the way memcached refuses a command it lacks.
         Request::Admin {
             command: b"refresh_certs",
             mut args,
         } => refresh_certs(env, args.any(|a| a == b"noreply"), out),
-        // A key dump is read until `END` (memcached-tool dump/keys, and most dump scripts),
-        // so memcached's one-line refusal would leave them waiting forever: refuse it as
-        // memcached does with its crawler off, then close, which ends such a reader at once.
         Request::Admin {
             command: b"lru_crawler",
             args,
-        } if args.clone().next() == Some(&b"metadump"[..]) => {
-            out.extend_from_slice(reply::LRU_CRAWLER_DISABLED);
-            return Flow::Close;
-        }
+        } => match dump::run(env, args, skip, out) {
+            Some(flow) => return flow,
+            None => out.extend_from_slice(reply::ERROR),
+        },
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
