@@ -27,8 +27,6 @@ pub const OK: &[u8] = b"OK\r\n";
 pub const RESET: &[u8] = b"RESET\r\n";
 /// The reply `ERROR`.
 pub const ERROR: &[u8] = b"ERROR\r\n";
-/// memcached's answer to a key dump when it runs without its LRU crawler.
-pub const LRU_CRAWLER_DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled\r\n";
 
 // Meta status codes.
 /// The reply `HD`.
