@@ -122,24 +122,8 @@ impl Template {
     }
 }
 
-/// Why a rendered key cannot be sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BadKey {
-    TooLong,
-    /// Contains a space or control byte, which would split the text-protocol command.
-    BadByte,
-}
-
-/// Whether memcached accepts `key` in a text command: the one key rule (spool's too).
-pub fn check_key(key: &[u8]) -> Result<(), BadKey> {
-    if key.len() > proto::KEY_MAX_LENGTH {
-        return Err(BadKey::TooLong);
-    }
-    if key.is_empty() || key.iter().any(|&b| b <= b' ' || b == 0x7f) {
-        return Err(BadKey::BadByte);
-    }
-    Ok(())
-}
+/// A rendered key is checked by proto's key rule (the spools' too).
+pub use proto::{check_key, BadKey};
 
 #[cfg(test)]
 mod tests {

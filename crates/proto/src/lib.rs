@@ -45,6 +45,7 @@
 pub mod binary;
 pub mod forward;
 mod frame;
+mod key;
 mod meta;
 mod num;
 pub mod redis_cmd;
@@ -56,6 +57,7 @@ pub mod stream;
 mod text;
 mod tokens;
 
+pub use key::{check_key, BadKey};
 pub use meta::{base64_decode, Key, MetaFlagIter, MetaFlags};
 pub use num::{strtol_i32, strtoll, strtoul_u32, strtoull};
 pub use tokens::{KeyTooLong, Keys, Tokens};

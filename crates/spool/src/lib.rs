@@ -20,7 +20,7 @@ use proto::KEY_MAX_LENGTH;
 /// Whether `key` can be a spooled key: what memcached accepts (no space or control byte),
 /// by the rule the invalidator's templates check their keys with.
 pub fn valid_key(key: &[u8]) -> bool {
-    pgoutput::template::check_key(key).is_ok()
+    proto::check_key(key).is_ok()
 }
 
 /// The keys in a spool file's bytes, and whether the file was clean. A last line without
