@@ -130,9 +130,11 @@ pub struct ServeArgs {
     /// request in RATE for `stats hotkeys`), ssl_chain_cert=FILE, ssl_key=FILE,
     /// ssl_ca_cert=FILE, ssl_verify_mode=0-3, ssl_min_version=2|3 (TLS 1.2, 1.3),
     /// ssl_wbuf_size, ssl_session_cache, ssl_keyformat, ssl_ciphers (ignored). memcached's
-    /// tuning knobs (hashpower, slab_*, lru_*, modern, ...) are accepted and ignored; ext_*
-    /// (extstore, flash), temporary_ttl (other than 0) and proxy_config are refused, as they
-    /// would change what is kept; other unknown options are ignored with a warning
+    /// tuning knobs (hashpower, slab_*, lru_*, modern, ...) are accepted and ignored;
+    /// ext_path=FILE:SIZE (repeatable), ext_page_size, ext_wbuf_size (MB), ext_item_size,
+    /// ext_low_ttl, ext_recache_rate put evicted items on flash (docs/storage.md, "Flash");
+    /// other ext_* options, temporary_ttl (other than 0) and proxy_config are refused, as
+    /// they would change what is kept; other unknown options are ignored with a warning
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
 }
@@ -189,6 +191,8 @@ pub struct Settings {
     /// What the io_uring loop may use of the kernel's io_uring (set by `serve` with
     /// `io_engine`).
     pub uring_kernel: crate::engine::UringKernel,
+    /// `-o ext_path=...` and the other `ext_*` options: the flash tier, if any.
+    pub flash: Option<crate::flash::options::FlashOptions>,
 }
 
 /// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
@@ -257,22 +261,18 @@ impl ServeArgs {
         let mut latency = true;
         let mut hotkeys_rate = 0;
         let mut io_engine = crate::engine::IoEngine::default();
+        let mut flash = None;
         for opt in self.extended.iter().flat_map(|o| o.split(',')) {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
             if let Some(applied) = tls.apply(name, value, &mut warnings) {
                 applied?;
                 continue;
             }
+            if crate::flash::options::apply(&mut flash, name, value)? {
+                continue;
+            }
             match name {
                 "" => {}
-                // Asked-for storage that memfleet does not have: starting without it would
-                // hold far less than the operator sized the box for.
-                ext if ext.starts_with("ext_") => {
-                    return Err(format!(
-                        "-o {name}: extstore (values on flash) is not supported by memfleet \
-                         yet; start without the ext_* options"
-                    ))
-                }
                 // Items with a short TTL kept apart from eviction: ignoring it would evict
                 // what the operator asked to be kept.
                 "temporary_ttl" if value.parse::<u32>() != Ok(0) => {
@@ -336,6 +336,8 @@ impl ServeArgs {
                 _ => warnings.push(format!("unknown -o option '{name}' ignored")),
             }
         }
+
+        crate::flash::options::validate(&flash)?;
 
         let mut tcp = Vec::new();
         let mut notls = Vec::new();
@@ -413,6 +415,7 @@ impl ServeArgs {
             hotkeys_rate,
             io_engine,
             uring_kernel: crate::engine::UringKernel::default(),
+            flash,
         })
     }
 }

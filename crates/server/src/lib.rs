@@ -20,6 +20,7 @@ mod engine;
 mod error;
 mod event;
 mod exec;
+mod flash;
 mod hotkeys;
 mod io;
 mod latency;

@@ -12,23 +12,23 @@ use std::io::{BufReader, BufWriter};
 use std::path::Path;
 use std::time::Instant;
 
-use store::{Config, Store};
+use store::Store;
 
 /// Read and write buffer: a snapshot block is 1 MiB.
 const IO_BUF: usize = 2 << 20;
 
-/// The store to serve from: FILE's items if it holds a valid snapshot, else an empty store.
-pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
-    let store = Store::new(cfg.clone());
+/// Fills the new, empty `store` with FILE's items if it holds a valid snapshot; it stays
+/// empty otherwise.
+pub fn load(store: &Store, path: &str, now: u32) {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             stderr_line!("[restart] no saved state in {path}, starting with a clean cache");
-            return store;
+            return;
         }
         Err(e) => {
             stderr_line!("[restart] cannot open {path}: {e}; starting with a clean cache");
-            return store;
+            return;
         }
     };
     let started = Instant::now();
@@ -50,13 +50,11 @@ pub fn load_or_cold(cfg: Config, path: &str, now: u32) -> Store {
                 r.expired,
                 r.refused
             );
-            store
         }
         Err(e) => {
             stderr_line!("[restart] {path}: {e}; starting with a clean cache");
-            // Whatever part of the file was stored is dropped with the store.
-            drop(store);
-            Store::new(cfg)
+            // Whatever part of the file was stored is dropped.
+            store.clear();
         }
     }
 }

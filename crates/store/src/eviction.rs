@@ -417,7 +417,7 @@ impl Shard {
                 } else {
                     // Keep the segment alive while we walk it.
                     self.segs[seg].live_items += 1;
-                    self.drop_item(Found { slot, seg, off, l }, h, gone);
+                    self.drop_item(g, Found { slot, seg, off, l }, h, gone);
                     self.segs[seg].live_items -= 1;
                 }
             }
@@ -431,7 +431,10 @@ impl Shard {
 
     /// Unlinks an item that eviction does not keep: reclaimed if expired or flushed, else
     /// evicted, and remembered in the ghost if it leaves the small queue unread.
-    fn drop_item(&mut self, f: Found, h: u64, gone: Option<Unlink>) {
+    fn drop_item(&mut self, g: &Global, f: Found, h: u64, gone: Option<Unlink>) {
+        if gone.is_none() && self.evict_to_flash(g, &f, h) {
+            return;
+        }
         if gone.is_some() {
             self.stats.reclaimed += 1;
         } else if f.l.bits & ACCESSED == 0 && self.segs[f.seg].queue == Queue::Small {
@@ -495,7 +498,7 @@ impl Shard {
                         s.live_bytes -= total;
                         s.live_items -= 1;
                     }
-                    None => self.drop_item(Found { slot, seg, off, l }, h, gone),
+                    None => self.drop_item(g, Found { slot, seg, off, l }, h, gone),
                 }
             }
             off += total;

@@ -121,6 +121,24 @@ pub fn max_header_len(key_len: usize, value_len: usize, flags: u32) -> usize {
     encoded_len(key_len, value_len, flags, u64::MAX, true) - value_len
 }
 
+/// `parse` for bytes that may not be an item (read back from flash): None unless the
+/// header is well formed and the item fills `buf` exactly.
+pub fn parse_checked(buf: &[u8]) -> Option<Layout> {
+    let mut p = 2;
+    loop {
+        let b = *buf.get(p)?;
+        p += 1;
+        if b & 0x80 == 0 {
+            break;
+        }
+        if p > 6 {
+            return None;
+        }
+    }
+    let l = parse(buf);
+    (l.bits & DEAD == 0 && l.total() == buf.len()).then_some(l)
+}
+
 #[inline]
 pub fn parse(buf: &[u8]) -> Layout {
     let bits = buf[0];

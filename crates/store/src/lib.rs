@@ -28,6 +28,8 @@ mod delete;
 mod dump;
 mod eviction;
 mod exptime;
+mod flash;
+mod flashed;
 mod ghost;
 mod index;
 mod item;
@@ -50,6 +52,8 @@ use arith::Delta;
 use budget::Budget;
 pub use dump::{DumpCursor, DumpItem};
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
+use flash::Flash;
+pub use flash::{Device, FlashConfig, FlashStats};
 use ghost::Ghost;
 pub use segbuf::PinnedValue;
 use shard::{Global, NeedMem, Shard};
@@ -87,6 +91,20 @@ pub struct Store {
 impl Store {
     /// An empty store sized for `cfg.mem_limit` (at least 1 MiB).
     pub fn new(cfg: Config) -> Store {
+        Store::build(cfg, None)
+    }
+
+    /// A store whose evicted items go to a flash tier on `dev` (see docs/storage.md,
+    /// "Flash"). Err when the device cannot hold the configured pages.
+    pub fn with_flash(
+        cfg: Config,
+        dev: Box<dyn Device>,
+        flash: FlashConfig,
+    ) -> Result<Store, String> {
+        Ok(Store::build(cfg, Some(Flash::new(dev, flash)?)))
+    }
+
+    fn build(cfg: Config, flash: Option<Flash>) -> Store {
         let limit = cfg.mem_limit.max(1 << 20);
         // Fine enough that every shard has dozens of segments, coarse enough that per-segment
         // slack is negligible: 64 MiB -> 64 KiB segments.
@@ -123,6 +141,7 @@ impl Store {
             oldest_live: AtomicU32::new(0),
             hasher: foldhash::fast::RandomState::default(),
             evictions: cfg.evictions,
+            flash,
         };
         Store {
             shards: shards.into_boxed_slice(),
@@ -219,7 +238,9 @@ impl Store {
         f: impl FnOnce(Option<ItemView<'_>>) -> R,
     ) -> R {
         let (h, si) = self.route(key);
-        match self.with_mem(si, |s, g| read::gat_lookup(s, g, h, key, exptime, now)) {
+        match self.with_mem_key(si, h, key, now, |s, g| {
+            read::gat_lookup(s, g, h, key, exptime, now)
+        }) {
             Some((s, Some((it, pre_bits, pre_time)))) => {
                 f(Some(read::view(&s, &it, now, pre_bits, pre_time)))
             }
@@ -245,6 +266,9 @@ impl Store {
         // and a helper returning the hit cost a get 15-30 instructions more (callgrind).
         let Some(it) = s.find_live(&self.g, h, key, now) else {
             s.settle(&self.g);
+            if self.g.flash.is_some() {
+                return self.read_flash(s, si, h, key, now, bump, f);
+            }
             return f(None);
         };
         let (pre_bits, pre_time) = read::state_before(&s, &it, now);
@@ -253,6 +277,73 @@ impl Store {
         }
         s.settle(&self.g);
         f(Some(read::view(&s, &it, now, pre_bits, pre_time)))
+    }
+
+    /// A get that missed memory: served from flash without holding the shard during the
+    /// read, or (one in `ext_recache_rate`) brought back into memory and served from there.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn read_flash<R>(
+        &self,
+        mut s: MutexGuard<'_, Shard>,
+        si: usize,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        bump: bool,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> R {
+        let Some(loc) = s.flash_loc(h) else {
+            drop(s);
+            return f(None);
+        };
+        let fl = self.g.flash.as_ref().expect("flash on");
+        if bump && s.recache_due(&self.g) {
+            drop(s);
+            let mut s = self.brought_back(si, h, key, now);
+            let Some(it) = s.find_live(&self.g, h, key, now) else {
+                drop(s);
+                return f(None);
+            };
+            let (pre_bits, pre_time) = read::state_before(&s, &it, now);
+            s.bump(&it, now);
+            return f(Some(read::view(&s, &it, now, pre_bits, pre_time)));
+        }
+        drop(s);
+        let mut bytes = Vec::new();
+        let got = fl.read(loc, &mut bytes);
+        let l = self
+            .lock(si)
+            .flash_checked(&self.g, h, key, now, loc, got, &bytes);
+        match l {
+            Some(l) => f(Some(read::flash_view(&bytes, &l, now))),
+            None => f(None),
+        }
+    }
+
+    /// The key's shard, locked, with the key's item brought back from flash into memory if
+    /// it is there (see `flashed`).
+    #[cold]
+    fn brought_back(&self, si: usize, h: u64, key: &[u8], now: u32) -> MutexGuard<'_, Shard> {
+        match self.with_mem(si, |s, g| s.bring_back(g, h, key, now)) {
+            Some((s, ())) => s,
+            None => self.lock(si),
+        }
+    }
+
+    /// `with_mem` for a command on one key: its item is brought back from flash first.
+    fn with_mem_key<T>(
+        &self,
+        si: usize,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        mut op: impl FnMut(&mut Shard, &Global) -> Result<T, NeedMem>,
+    ) -> Option<(MutexGuard<'_, Shard>, T)> {
+        self.with_mem(si, |s, g| {
+            s.bring_back(g, h, key, now)?;
+            op(s, g)
+        })
     }
 
     /// `mg`: lookup plus the lease decision (W/Z/X), atomically under the shard lock, as
@@ -266,7 +357,9 @@ impl Store {
         f: impl FnOnce(Option<(ItemView<'_>, MetaFlags)>) -> R,
     ) -> R {
         let (h, si) = self.route(key);
-        let r = self.with_mem(si, |s, g| read::meta_lookup(s, g, h, key, now, opts));
+        let r = self.with_mem_key(si, h, key, now, |s, g| {
+            read::meta_lookup(s, g, h, key, now, opts)
+        });
         match r {
             Some((s, Some((it, mf, pre_bits, pre_time)))) => {
                 f(Some((read::view(&s, &it, now, pre_bits, pre_time), mf)))
@@ -318,7 +411,16 @@ impl Store {
             now,
             opts: &opts,
         };
-        match self.with_mem(si, |s, g| write::store_in_shard(s, g, &req, &mut src)) {
+        // A plain set replaces whatever is on flash without reading it (`Shard::link`).
+        let plain_set = mode == StoreMode::Set && !opts.meta;
+        let stored = if plain_set {
+            self.with_mem(si, |s, g| write::store_in_shard(s, g, &req, &mut src))
+        } else {
+            self.with_mem_key(si, h, key, now, |s, g| {
+                write::store_in_shard(s, g, &req, &mut src)
+            })
+        };
+        match stored {
             Some((_, o)) => o,
             None => fail(StoreResult::NoMemory),
         }
@@ -327,9 +429,11 @@ impl Store {
     /// `delete` / `md`.
     pub fn delete(&self, key: &[u8], now: u32, opts: &DeleteOpts) -> DeleteResult {
         let (h, si) = self.route(key);
-        self.with_mem(si, |s, g| delete::delete_in_shard(s, g, h, key, now, opts))
-            .map(|(_, d)| d)
-            .unwrap_or(DeleteResult::NoMemory)
+        self.with_mem_key(si, h, key, now, |s, g| {
+            delete::delete_in_shard(s, g, h, key, now, opts)
+        })
+        .map(|(_, d)| d)
+        .unwrap_or(DeleteResult::NoMemory)
     }
 
     /// `touch`: bump and set a new internal exptime.
@@ -338,7 +442,9 @@ impl Store {
         // Only a TTL given to an item stored without one needs memory, and never under `-M`
         // (`Global::force_exptime`), where `with_mem` could give up.
         let hit = self
-            .with_mem(si, |s, g| read::gat_lookup(s, g, h, key, exptime, now))
+            .with_mem_key(si, h, key, now, |s, g| {
+                read::gat_lookup(s, g, h, key, exptime, now)
+            })
             .is_some_and(|(_, hit)| hit.is_some());
         if hit {
             TouchResult::Touched
@@ -358,7 +464,7 @@ impl Store {
     ) -> ArithResult {
         let (h, si) = self.route(key);
         let delta = Delta { incr, by: delta };
-        self.with_mem(si, |s, g| {
+        self.with_mem_key(si, h, key, now, |s, g| {
             arith::arith_in_shard(s, g, h, key, delta, now, opts)
         })
         .map(|(_, r)| r)
@@ -378,6 +484,9 @@ impl Store {
             // Everything present is invalid now: give the memory back at once.
             for i in 0..NSHARDS {
                 self.lock(i).clear(&self.g);
+            }
+            if let Some(f) = &self.g.flash {
+                f.clear();
             }
         }
     }
@@ -489,7 +598,9 @@ impl Store {
                 }
             }
             st.index_slots += s.index.capacity() as u64;
+            st.flash_index_bytes += s.flash_index_charged;
         }
+        st.flash = self.g.flash.as_ref().map(|f| f.stats());
         st
     }
 
@@ -500,9 +611,37 @@ impl Store {
         }
     }
 
-    /// Number of live items (curr_items).
+    /// Number of live items (curr_items), in memory or on flash.
     pub fn len(&self) -> u64 {
-        (0..NSHARDS).map(|i| self.lock(i).stats.curr_items).sum()
+        (0..NSHARDS)
+            .map(|i| {
+                let s = self.lock(i);
+                s.stats.curr_items + s.stats.flash_items
+            })
+            .sum()
+    }
+
+    /// Drops every item, in memory and on flash, without a flush_all cutoff (a warm restart
+    /// that read part of a bad file).
+    pub fn clear(&self) {
+        for i in 0..NSHARDS {
+            self.lock(i).clear(&self.g);
+        }
+        if let Some(f) = &self.g.flash {
+            f.clear();
+        }
+    }
+
+    /// Stops the flash tier (its file is gone): flash items are misses from now on.
+    pub fn stop_flash(&self, why: String) {
+        if let Some(f) = &self.g.flash {
+            f.fail(why);
+        }
+    }
+
+    /// The device error that stopped flash writes, once (for the server to log).
+    pub fn flash_error(&self) -> Option<String> {
+        self.g.flash.as_ref().and_then(|f| f.take_error())
     }
 
     /// No live items.
@@ -511,6 +650,8 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+mod flash_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]

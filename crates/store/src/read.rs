@@ -2,6 +2,7 @@
 //! and the `ItemView` handed to read closures.
 
 use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
+use crate::segbuf::ValueAt;
 use crate::segments::Queue;
 use crate::shard::{Found, Global, NeedMem, Shard};
 use crate::types::{ItemView, MetaFlags, MetaGetOpts};
@@ -34,6 +35,28 @@ pub(crate) fn view<'a>(
         stale: pre_bits & STALE != 0,
         token_sent: pre_bits & TOKEN_SENT != 0,
         value_at: s.value_at(f),
+    }
+}
+
+/// The view of an item read from flash into `bytes` (laid out as `l`); nothing to pin.
+pub(crate) fn flash_view<'a>(bytes: &'a [u8], l: &item::Layout, now: u32) -> ItemView<'a> {
+    let exptime = item::exptime(bytes, l);
+    ItemView {
+        key: &bytes[l.key..l.key + l.key_len],
+        value: &bytes[l.value..l.value + l.value_len],
+        flags: item::flags(bytes, l),
+        cas: item::cas(bytes, l),
+        exptime,
+        ttl_remaining: if exptime == 0 {
+            -1
+        } else {
+            exptime as i64 - now as i64
+        },
+        last_access: item::time(bytes, l, now),
+        fetched: l.bits & FETCHED != 0,
+        stale: l.bits & STALE != 0,
+        token_sent: l.bits & TOKEN_SENT != 0,
+        value_at: ValueAt::elsewhere(),
     }
 }
 

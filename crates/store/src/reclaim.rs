@@ -17,6 +17,7 @@ impl Shard {
         self.now = now;
         // An index resize left unfinished (writes stopped) ends within a few calls.
         self.step_index_move(g, RECLAIM_INDEX_MOVE);
+        self.sweep_flash(g);
         // At one call a second, every item is visited within ~2,048 s (more if many are dead
         // bytes): well within what an item's 16-bit time stamp needs (`item::cap_idle`).
         let budget = budget.max((self.stats.curr_items / 2048) as usize);

@@ -131,18 +131,32 @@ impl Drop for SharedBytes {
 /// Where a read item's value lives, so that the reader may pin it.
 #[derive(Clone, Copy)]
 pub struct ValueAt<'a> {
-    seg: &'a SegBuf,
+    /// None: the value is in a buffer of the reader's (read from flash), nothing to pin.
+    seg: Option<&'a SegBuf>,
     off: usize,
     len: usize,
 }
 
 impl<'a> ValueAt<'a> {
     pub fn new(seg: &'a SegBuf, off: usize, len: usize) -> ValueAt<'a> {
-        ValueAt { seg, off, len }
+        ValueAt {
+            seg: Some(seg),
+            off,
+            len,
+        }
+    }
+
+    /// A value that is not in a segment.
+    pub fn elsewhere() -> ValueAt<'a> {
+        ValueAt {
+            seg: None,
+            off: 0,
+            len: 0,
+        }
     }
 
     pub fn pin(&self) -> Option<PinnedValue> {
-        self.seg.pin(self.off, self.len)
+        self.seg?.pin(self.off, self.len)
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::budget::Budget;
 use crate::exptime::expired;
+use crate::flash::{Flash, FlashIndex};
 use crate::ghost::Ghost;
 use crate::index::{self, Index, WAYS};
 use crate::item::{self, Header, Layout, ACCESSED, DEAD, FETCHED};
@@ -34,6 +35,8 @@ pub(crate) struct Global {
     pub hasher: foldhash::fast::RandomState,
     /// False (`-M`): items are never evicted to make room.
     pub evictions: bool,
+    /// The flash tier evicted items go to, when configured.
+    pub flash: Option<Flash>,
 }
 
 impl Global {
@@ -88,6 +91,8 @@ pub(crate) enum Unlink {
     Evicted,
     Expired,
     Flushed,
+    /// Moved to flash: still an item, no longer in memory.
+    ToFlash,
 }
 
 pub(crate) struct Shard {
@@ -112,6 +117,16 @@ pub(crate) struct Shard {
     pub now: u32,
     /// Keys lately evicted from the small queue unread (charged to the limit up front).
     pub ghost: Ghost,
+    /// Items on flash, by key hash (empty without a flash tier).
+    pub flash_index: FlashIndex,
+    /// Bytes charged for `flash_index`.
+    pub flash_index_charged: u64,
+    /// `Flash::drops` when stale flash entries were last swept.
+    pub flash_drops_seen: u64,
+    /// Buffer flash reads go to, kept between reads of ordinary sizes.
+    pub flash_scratch: Vec<u8>,
+    /// Gets served from flash since one last brought its item back.
+    pub flash_reads: u32,
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
@@ -170,6 +185,11 @@ impl Shard {
             nshards_bits,
             now: 0,
             ghost: Ghost::new(ghost_slots),
+            flash_index: FlashIndex::default(),
+            flash_index_charged: 0,
+            flash_drops_seen: 0,
+            flash_scratch: Vec::new(),
+            flash_reads: 0,
         }
     }
 
@@ -276,7 +296,7 @@ impl Shard {
         self.mark_dead(f.seg, f.off, &f.l, why);
     }
 
-    fn mark_dead(&mut self, seg: u32, off: usize, l: &Layout, why: Unlink) {
+    pub(crate) fn mark_dead(&mut self, seg: u32, off: usize, l: &Layout, why: Unlink) {
         let total = l.total();
         let bits = self.buf(seg, off)[0];
         self.segs.header_mut(seg, off, l)[0] = bits | DEAD;
@@ -299,7 +319,7 @@ impl Shard {
                     self.stats.expired_unfetched += 1;
                 }
             }
-            Unlink::Deleted | Unlink::Flushed => {}
+            Unlink::Deleted | Unlink::Flushed | Unlink::ToFlash => {}
         }
         if self.segs[seg].live_items == 0 {
             self.segs.emptied(seg);
@@ -362,6 +382,7 @@ impl Shard {
     /// Points `slot` (or a new index entry) at the item just written, retiring the old one.
     pub fn link(&mut self, g: &Global, h: u64, old: Option<Found>, seg: u32, off: usize) {
         let loc = loc_of(seg, off);
+        self.flash_unlink(g, h, true);
         match old {
             Some(f) => {
                 self.index.set_loc(f.slot, loc);
@@ -512,6 +533,7 @@ impl Shard {
         self.segs.free_all();
         self.index.clear();
         self.ghost.clear();
+        self.clear_flash();
         self.stats.curr_items = 0;
         self.stats.bytes = 0;
         self.settle(g);
@@ -655,6 +677,7 @@ mod tests {
             oldest_live: AtomicU32::new(0),
             hasher: foldhash::fast::RandomState::default(),
             evictions: true,
+            flash: None,
         }
     }
 

@@ -1,5 +1,7 @@
 //! Counters kept per shard (under the shard lock) and summed on read.
 
+use crate::flash::FlashStats;
+
 /// Item-level counters under memcached's names. `curr_items` and `bytes` are gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -46,6 +48,16 @@ pub struct Counters {
     pub touch_hits: u64,
     /// Touches (and gats) of an absent key.
     pub touch_misses: u64,
+    /// Items on flash (gauge; `curr_items` counts those in memory).
+    pub flash_items: u64,
+    /// Lookups served from flash.
+    pub get_extstore: u64,
+    /// Flash items found gone (their page dropped, or writes failed).
+    pub miss_from_extstore: u64,
+    /// Flash reads that failed or did not check out.
+    pub badcrc_from_extstore: u64,
+    /// Flash items brought back into memory.
+    pub recache_from_extstore: u64,
 }
 
 impl Counters {
@@ -72,6 +84,11 @@ impl Counters {
         self.cas_badval += o.cas_badval;
         self.touch_hits += o.touch_hits;
         self.touch_misses += o.touch_misses;
+        self.flash_items += o.flash_items;
+        self.get_extstore += o.get_extstore;
+        self.miss_from_extstore += o.miss_from_extstore;
+        self.badcrc_from_extstore += o.badcrc_from_extstore;
+        self.recache_from_extstore += o.recache_from_extstore;
     }
 
     /// `stats reset` clears counters but not the gauges.
@@ -79,6 +96,7 @@ impl Counters {
         *self = Counters {
             curr_items: self.curr_items,
             bytes: self.bytes,
+            flash_items: self.flash_items,
             ..Counters::default()
         };
     }
@@ -119,4 +137,8 @@ pub struct Stats {
     pub oldest_item_time: u32,
     /// Number of shards.
     pub shards: u64,
+    /// The flash tier's figures, when there is one.
+    pub flash: Option<FlashStats>,
+    /// Bytes charged for the shards' flash indexes.
+    pub flash_index_bytes: u64,
 }

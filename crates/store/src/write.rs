@@ -308,6 +308,7 @@ pub(crate) fn unlink_after_failed_set(s: &mut Shard, g: &Global, h: u64, key: &[
     if let Some(f) = s.find(h, key) {
         s.unlink(f, Unlink::Deleted);
     }
+    s.flash_unlink(g, h, true);
     s.settle(g);
 }
 

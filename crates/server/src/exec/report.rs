@@ -127,14 +127,50 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "hash_bytes", store.index_bytes);
     stat(out, "udp_requests", s.udp_requests);
     stat(out, "bytes", c.bytes);
-    stat(out, "curr_items", c.curr_items);
+    // As memcached's: items on flash are items.
+    stat(out, "curr_items", c.curr_items + c.flash_items);
     stat(out, "total_items", c.total_items);
     stat(out, "expired_unfetched", c.expired_unfetched);
     stat(out, "evicted_unfetched", c.evicted_unfetched);
     stat(out, "evictions", c.evictions);
     stat(out, "reclaimed", c.reclaimed);
     stat(out, "mem_used", mem_in_use(&store));
+    if let Some(f) = &store.flash {
+        flash(out, c, f, store.flash_index_bytes);
+    }
     out.extend_from_slice(b"END\r\n");
+}
+
+/// memcached's extstore lines, when the flash tier is on.
+fn flash(out: &mut Vec<u8>, c: &store::Counters, f: &store::FlashStats, index_bytes: u64) {
+    stat(out, "get_extstore", c.get_extstore);
+    // Reads are made in line with the request: none is aborted or lacks a buffer.
+    stat(out, "get_aborted_extstore", 0);
+    stat(out, "get_oom_extstore", 0);
+    stat(out, "recache_from_extstore", c.recache_from_extstore);
+    stat(out, "miss_from_extstore", c.miss_from_extstore);
+    stat(out, "badcrc_from_extstore", c.badcrc_from_extstore);
+    stat(out, "extstore_page_allocs", f.page_allocs);
+    stat(out, "extstore_page_evictions", f.page_evictions);
+    stat(out, "extstore_page_reclaims", f.page_evictions);
+    stat(out, "extstore_pages_free", f.pages_free);
+    stat(out, "extstore_pages_used", f.pages_used);
+    stat(out, "extstore_objects_evicted", f.objects_evicted);
+    stat(out, "extstore_objects_read", f.objects_read);
+    stat(out, "extstore_objects_written", f.objects_written);
+    stat(out, "extstore_objects_used", f.objects_used);
+    stat(out, "extstore_bytes_evicted", f.bytes_evicted);
+    stat(out, "extstore_bytes_written", f.bytes_written);
+    stat(out, "extstore_bytes_read", f.bytes_read);
+    stat(out, "extstore_bytes_used", f.bytes_used);
+    stat(out, "extstore_bytes_fragmented", f.bytes_fragmented);
+    stat(out, "extstore_limit_maxbytes", f.limit_maxbytes);
+    stat(out, "extstore_io_queue", 0);
+    // memfleet's own: items on flash by the memory index, and what that index takes.
+    stat(out, "extstore_items", c.flash_items);
+    stat(out, "extstore_index_bytes", index_bytes);
+    stat(out, "extstore_wbuf_bytes", f.write_buffer_bytes);
+    stat(out, "extstore_writes_stopped", u8::from(f.failed));
 }
 
 fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
@@ -195,6 +231,16 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "idle_timeout", s.idle_timeout);
     stat(out, "storage_engine", "segments");
     stat(out, "io_engine", s.io_engine.name());
+    if let Some(f) = &s.flash {
+        stat(out, "ext_item_size", f.store.item_size);
+        stat(out, "ext_low_ttl", f.store.low_ttl);
+        stat(out, "ext_recache_rate", f.store.recache_rate);
+        stat(out, "ext_wbuf_size", f.store.wbuf_size);
+        stat(out, "ext_page_size", f.store.page_size);
+        for p in &f.paths {
+            stat(out, "ext_path", format!("{}:{}", p.path, p.size));
+        }
+    }
     s.tls.write_settings(out);
     if let Some(path) = &s.memory_file {
         stat(out, "memory_file", path);

@@ -18,7 +18,7 @@ use crate::event::handoff::WAKER;
 use crate::event::uring;
 use crate::event::worker::Worker;
 use crate::shared::Shared;
-use crate::{engine, metrics, metrics_prom, placement, restart, tls};
+use crate::{engine, flash, metrics, metrics_prom, placement, restart, tls};
 
 pub fn run(
     settings: Settings,
@@ -37,10 +37,18 @@ pub fn run(
         process_start: now,
         evictions: settings.evictions,
     };
-    let store = match &settings.memory_file {
-        Some(path) => restart::load_or_cold(store_config, path, now),
-        None => store::Store::new(store_config),
+    let (store, flash_watch) = match &settings.flash {
+        Some(f) => {
+            let files = flash::files::Files::open(&f.paths, f.store.page_size)?;
+            let watch = files.watch();
+            let store = store::Store::with_flash(store_config, Box::new(files), f.store.clone())?;
+            (store, Some(watch))
+        }
+        None => (store::Store::new(store_config), None),
     };
+    if let Some(path) = &settings.memory_file {
+        restart::load(&store, path, now);
+    }
     let limits = proto::Limits {
         item_size_max: settings.item_size_max,
         ..proto::Limits::default()
@@ -129,7 +137,7 @@ pub fn run(
         let shared = shared.clone();
         thread::Builder::new()
             .name("maintenance".into())
-            .spawn(move || maintenance(&shared))
+            .spawn(move || maintenance(&shared, flash_watch))
             .map_err(|e| e.to_string())?
     };
 
@@ -152,9 +160,17 @@ pub fn run(
 const RECLAIM_BUDGET: usize = 20_000;
 
 /// Reclaims expired items and does other bounded background work about once a second.
-fn maintenance(shared: &Shared) {
+fn maintenance(shared: &Shared, flash_watch: Option<flash::files::Watch>) {
     while !shared.shutdown.load(SeqCst) {
         shared.store.reclaim(unix_now(), RECLAIM_BUDGET);
+        if let Some(path) = flash_watch.as_ref().and_then(|w| w.missing()) {
+            shared
+                .store
+                .stop_flash(format!("ext_path {path} was removed or replaced"));
+        }
+        if let Some(e) = shared.store.flash_error() {
+            stderr_line!("[flash] writes stopped, flash items are misses from now on: {e}");
+        }
         for _ in 0..10 {
             if shared.shutdown.load(SeqCst) {
                 return;

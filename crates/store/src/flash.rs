@@ -1,0 +1,617 @@
+//! The flash tier: a log of pages on a device (files, see the server's `flash` module) that
+//! items evicted from memory are appended to instead of being dropped. Memory keeps one
+//! packed `Loc` per flash item in its shard (`FlashIndex`); the item's header, key and value
+//! live on the device in a checksummed frame, so a read checks it is the right key and
+//! intact data before anything is answered. Writes go through one write buffer flushed in
+//! large sequential writes; when the log wraps, its oldest page is dropped and the items
+//! still in it become misses (a page's epoch moves on, so every `Loc` into it goes stale at
+//! once, without visiting them).
+//!
+//! The store has no I/O of its own: the device is a trait object the server hands in.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Where flash pages are stored: positioned reads and writes on a fixed-size space.
+pub trait Device: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `off`.
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `off`.
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
+    /// Bytes available.
+    fn size(&self) -> u64;
+}
+
+/// Flash settings under memcached's `ext_*` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashConfig {
+    /// `ext_page_size`: bytes per page, the unit dropped when the log wraps.
+    pub page_size: u64,
+    /// `ext_wbuf_size`: bytes gathered before one write to the device.
+    pub wbuf_size: usize,
+    /// `ext_item_size`: values shorter than this are evicted as without flash.
+    pub item_size: usize,
+    /// `ext_low_ttl`: items with less time to live than this (seconds) are not written.
+    pub low_ttl: u32,
+    /// `ext_recache_rate`: one get in this many served from flash also brings the item back
+    /// into memory (0: never; other commands always do).
+    pub recache_rate: u32,
+}
+
+impl Default for FlashConfig {
+    fn default() -> FlashConfig {
+        FlashConfig {
+            page_size: 64 << 20,
+            wbuf_size: 4 << 20,
+            item_size: 512,
+            low_ttl: 0,
+            recache_rate: 2000,
+        }
+    }
+}
+
+/// Frame header: item length (u32) and CRC-32 of length and item (u32).
+const FRAME_HEADER: usize = 8;
+/// Frames start on 8-byte boundaries, so a `Loc` counts in 8-byte units.
+const ALIGN: u64 = 8;
+const OFF_UNITS_BITS: u32 = 36;
+const LEN_UNITS_BITS: u32 = 20;
+/// The largest frame a `Loc` can describe (8 MiB).
+const MAX_FRAME: u64 = ((1 << LEN_UNITS_BITS) - 1) * ALIGN;
+
+/// A flash item's place: offset and length of its frame, and the epoch of its page when it
+/// was written (36 + 20 + 8 bits): 8 bytes of memory per item plus the map's slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc(u64);
+
+impl Loc {
+    fn new(off: u64, frame_len: u64, epoch: u8) -> Loc {
+        debug_assert!(
+            off.is_multiple_of(ALIGN) && frame_len.is_multiple_of(ALIGN) && frame_len <= MAX_FRAME
+        );
+        Loc((off / ALIGN) << (LEN_UNITS_BITS + 8) | (frame_len / ALIGN) << 8 | u64::from(epoch))
+    }
+    fn off(self) -> u64 {
+        (self.0 >> (LEN_UNITS_BITS + 8)) * ALIGN
+    }
+    fn frame_len(self) -> u64 {
+        ((self.0 >> 8) & ((1 << LEN_UNITS_BITS) - 1)) * ALIGN
+    }
+    fn epoch(self) -> u8 {
+        self.0 as u8
+    }
+}
+
+/// Hashes are already random: the map uses them as they are.
+#[derive(Default)]
+pub(crate) struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u64 keys")
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A shard's flash items: key hash to `Loc`.
+pub(crate) type FlashIndex = HashMap<u64, Loc, BuildHasherDefault<PassThrough>>;
+
+/// Memory a `FlashIndex` of this capacity takes: a slot (hash, `Loc`) and a control byte per
+/// bucket, at most 7/8 of the buckets used.
+pub(crate) fn index_bytes(capacity: usize) -> u64 {
+    if capacity == 0 {
+        0
+    } else {
+        ((capacity * 8 / 7).next_power_of_two() * 17) as u64
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Page {
+    epoch: u8,
+    live_items: u64,
+    live_bytes: u64,
+    written: bool,
+}
+
+struct Log {
+    pages: Vec<Page>,
+    /// The page being written.
+    head: usize,
+    /// Next frame's offset within the head page.
+    head_off: u64,
+    /// Frames not yet written to the device; they belong at `wbuf_start`.
+    wbuf: Vec<u8>,
+    wbuf_start: u64,
+}
+
+/// Flash-wide counters, memcached's `extstore_*`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlashStats {
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Pages the device holds.
+    pub pages: u64,
+    /// Pages holding items.
+    pub pages_used: u64,
+    /// Pages not written since the start or since they were dropped.
+    pub pages_free: u64,
+    /// Pages opened for writing.
+    pub page_allocs: u64,
+    /// Pages dropped to make room, with the items still in them.
+    pub page_evictions: u64,
+    /// Items dropped with their pages.
+    pub objects_evicted: u64,
+    /// Frame bytes dropped with their pages.
+    pub bytes_evicted: u64,
+    /// Items written.
+    pub objects_written: u64,
+    /// Bytes written to the device.
+    pub bytes_written: u64,
+    /// Items read and checked.
+    pub objects_read: u64,
+    /// Item bytes read.
+    pub bytes_read: u64,
+    /// Items on flash that are still current.
+    pub objects_used: u64,
+    /// Frame bytes of those.
+    pub bytes_used: u64,
+    /// Bytes written to pages in use that no current item holds.
+    pub bytes_fragmented: u64,
+    /// Bytes of all pages.
+    pub limit_maxbytes: u64,
+    /// Bytes of the write buffer (allocated on the first write).
+    pub write_buffer_bytes: u64,
+    /// Writes stopped after a device error (disk full, file gone).
+    pub failed: bool,
+}
+
+/// What a flash read found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ReadOutcome {
+    /// The frame's item bytes are in the buffer.
+    Item,
+    /// Its page was dropped (or writes failed): a miss.
+    Gone,
+    /// I/O error or a frame that does not check out: a miss, counted as bad.
+    Bad,
+}
+
+pub(crate) struct Flash {
+    dev: Box<dyn Device>,
+    pub cfg: FlashConfig,
+    log: Mutex<Log>,
+    /// Set once a device write fails: nothing more is written and every flash item is gone.
+    failed: AtomicBool,
+    /// The first device error, for the server to log once.
+    error: Mutex<Option<String>>,
+    /// Pages dropped so far; a shard sweeps its stale `Loc`s when this moves.
+    pub drops: AtomicU64,
+    page_allocs: AtomicU64,
+    page_evictions: AtomicU64,
+    objects_evicted: AtomicU64,
+    bytes_evicted: AtomicU64,
+    objects_written: AtomicU64,
+    bytes_written: AtomicU64,
+    objects_read: AtomicU64,
+    bytes_read: AtomicU64,
+}
+
+impl Flash {
+    /// A log over `dev`: its size in whole pages (at least two).
+    pub fn new(dev: Box<dyn Device>, cfg: FlashConfig) -> Result<Flash, String> {
+        let npages = dev.size() / cfg.page_size.max(1);
+        if npages < 2 {
+            return Err(format!(
+                "flash space of {} bytes holds fewer than two pages of {} bytes",
+                dev.size(),
+                cfg.page_size
+            ));
+        }
+        if dev.size() > (1 << OFF_UNITS_BITS) * ALIGN {
+            return Err(format!(
+                "flash space of {} bytes is over the {} bytes one server can address",
+                dev.size(),
+                (1u64 << OFF_UNITS_BITS) * ALIGN
+            ));
+        }
+        if cfg.wbuf_size == 0 || cfg.wbuf_size as u64 > cfg.page_size {
+            return Err("ext_wbuf_size must be between 1 and ext_page_size".into());
+        }
+        let log = Log {
+            pages: vec![Page::default(); npages as usize],
+            head: 0,
+            head_off: 0,
+            wbuf: Vec::new(),
+            wbuf_start: 0,
+        };
+        Ok(Flash {
+            dev,
+            cfg,
+            log: Mutex::new(log),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            drops: AtomicU64::new(0),
+            page_allocs: AtomicU64::new(1),
+            page_evictions: AtomicU64::new(0),
+            objects_evicted: AtomicU64::new(0),
+            bytes_evicted: AtomicU64::new(0),
+            objects_written: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            objects_read: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether an item of this value length and remaining TTL (None: no expiry) is written
+    /// to flash when evicted.
+    pub fn wants(&self, value_len: usize, ttl: Option<u32>) -> bool {
+        value_len >= self.cfg.item_size
+            && ttl.is_none_or(|t| t >= self.cfg.low_ttl)
+            && !self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Appends `item` (header, key and value as stored in memory) in a frame. None when it
+    /// cannot be written (too large for a frame, or the device failed).
+    pub fn append(&self, item: &[u8]) -> Option<Loc> {
+        let frame_len = (FRAME_HEADER + item.len()) as u64;
+        let frame_len = frame_len.next_multiple_of(ALIGN);
+        if frame_len > MAX_FRAME || frame_len > self.cfg.page_size {
+            return None;
+        }
+        let mut log = self.lock();
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        if log.head_off + frame_len > self.cfg.page_size {
+            self.flush(&mut log);
+            self.next_page(&mut log);
+        }
+        if log.wbuf.len() as u64 + frame_len > self.cfg.wbuf_size as u64 {
+            self.flush(&mut log);
+        }
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        if log.wbuf.capacity() == 0 {
+            log.wbuf.reserve_exact(self.cfg.wbuf_size);
+        }
+        let off = log.wbuf_start + log.wbuf.len() as u64;
+        let len = item.len() as u32;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&len.to_le_bytes());
+        crc.update(item);
+        log.wbuf.extend_from_slice(&len.to_le_bytes());
+        log.wbuf.extend_from_slice(&crc.finalize().to_le_bytes());
+        log.wbuf.extend_from_slice(item);
+        let padded = off + frame_len - log.wbuf_start;
+        log.wbuf.resize(padded as usize, 0);
+        log.head_off += frame_len;
+        let head = log.head;
+        let p = &mut log.pages[head];
+        p.live_items += 1;
+        p.live_bytes += frame_len;
+        p.written = true;
+        let epoch = p.epoch;
+        self.objects_written.fetch_add(1, Ordering::Relaxed);
+        Some(Loc::new(off, frame_len, epoch))
+    }
+
+    /// Writes the buffer to the device and starts the next one after it.
+    fn flush(&self, log: &mut Log) {
+        if log.wbuf.is_empty() {
+            return;
+        }
+        match self.dev.write_at(&log.wbuf, log.wbuf_start) {
+            Ok(()) => {
+                self.bytes_written
+                    .fetch_add(log.wbuf.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => self.fail(format!("writing {} bytes: {e}", log.wbuf.len())),
+        }
+        log.wbuf_start += log.wbuf.len() as u64;
+        log.wbuf.clear();
+    }
+
+    /// Stops writes; every flash item is gone from now on. The first reason is kept.
+    pub fn fail(&self, why: String) {
+        if !self.failed.swap(true, Ordering::Relaxed) {
+            *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        }
+    }
+
+    /// Moves writes to the next page, dropping what it still holds.
+    fn next_page(&self, log: &mut Log) {
+        let next = (log.head + 1) % log.pages.len();
+        let p = &mut log.pages[next];
+        if p.written {
+            p.epoch = p.epoch.wrapping_add(1);
+            self.page_evictions.fetch_add(1, Ordering::Relaxed);
+            self.objects_evicted
+                .fetch_add(p.live_items, Ordering::Relaxed);
+            self.bytes_evicted
+                .fetch_add(p.live_bytes, Ordering::Relaxed);
+            p.live_items = 0;
+            p.live_bytes = 0;
+            p.written = false;
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+        self.page_allocs.fetch_add(1, Ordering::Relaxed);
+        log.head = next;
+        log.head_off = 0;
+        log.wbuf_start = next as u64 * self.cfg.page_size;
+    }
+
+    fn page_of(&self, loc: Loc) -> usize {
+        (loc.off() / self.cfg.page_size) as usize
+    }
+
+    fn current(&self, log: &Log, loc: Loc) -> bool {
+        !self.failed.load(Ordering::Relaxed)
+            && log
+                .pages
+                .get(self.page_of(loc))
+                .is_some_and(|p| p.epoch == loc.epoch())
+    }
+
+    /// A check of `Loc`s against the pages' epochs as they are now, for sweeping many.
+    pub fn current_epochs(&self) -> impl Fn(Loc) -> bool {
+        let log = self.lock();
+        let epochs: Vec<u8> = log.pages.iter().map(|p| p.epoch).collect();
+        let failed = self.failed.load(Ordering::Relaxed);
+        let page = self.cfg.page_size;
+        move |loc| !failed && epochs.get((loc.off() / page) as usize) == Some(&loc.epoch())
+    }
+
+    /// Whether `loc` still points at its item (its page was not dropped since).
+    pub fn is_current(&self, loc: Loc) -> bool {
+        self.current(&self.lock(), loc)
+    }
+
+    /// Reads the item at `loc` into `out` (resized to the item) and checks its frame.
+    pub fn read(&self, loc: Loc, out: &mut Vec<u8>) -> ReadOutcome {
+        let len = loc.frame_len() as usize;
+        out.clear();
+        out.resize(len, 0);
+        {
+            let log = self.lock();
+            if !self.current(&log, loc) {
+                return ReadOutcome::Gone;
+            }
+            let start = loc.off();
+            if start >= log.wbuf_start && start < log.wbuf_start + log.wbuf.len() as u64 {
+                let at = (start - log.wbuf_start) as usize;
+                match log.wbuf.get(at..at + len) {
+                    Some(b) => out.copy_from_slice(b),
+                    None => return ReadOutcome::Bad,
+                }
+                return self.check(out);
+            }
+        }
+        if self.dev.read_at(out, loc.off()).is_err() {
+            return ReadOutcome::Bad;
+        }
+        // The page may have been dropped and rewritten while the lock was not held.
+        if !self.is_current(loc) {
+            return ReadOutcome::Gone;
+        }
+        self.check(out)
+    }
+
+    fn check(&self, frame: &mut Vec<u8>) -> ReadOutcome {
+        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap());
+        let want = u32::from_le_bytes(frame[4..8].try_into().unwrap());
+        if FRAME_HEADER + len as usize > frame.len() {
+            return ReadOutcome::Bad;
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&len.to_le_bytes());
+        crc.update(&frame[FRAME_HEADER..FRAME_HEADER + len as usize]);
+        if crc.finalize() != want {
+            return ReadOutcome::Bad;
+        }
+        frame.truncate(FRAME_HEADER + len as usize);
+        frame.drain(..FRAME_HEADER);
+        self.objects_read.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
+        ReadOutcome::Item
+    }
+
+    /// The item at `loc` was replaced, deleted or brought back to memory: its bytes are dead.
+    pub fn forget(&self, loc: Loc) {
+        let mut log = self.lock();
+        if self.current(&log, loc) {
+            let p = self.page_of(loc);
+            let page = &mut log.pages[p];
+            page.live_items = page.live_items.saturating_sub(1);
+            page.live_bytes = page.live_bytes.saturating_sub(loc.frame_len());
+        }
+    }
+
+    /// Forgets every item: `flush_all`.
+    pub fn clear(&self) {
+        let mut log = self.lock();
+        for p in &mut log.pages {
+            p.live_items = 0;
+            p.live_bytes = 0;
+        }
+    }
+
+    /// The device error that stopped writes, once.
+    pub fn take_error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    pub fn stats(&self) -> FlashStats {
+        let log = self.lock();
+        let used = log.pages.iter().filter(|p| p.written).count() as u64;
+        let objects_used: u64 = log.pages.iter().map(|p| p.live_items).sum();
+        let bytes_used: u64 = log.pages.iter().map(|p| p.live_bytes).sum();
+        let written_bytes: u64 = log
+            .pages
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.written)
+            .map(|(i, _)| {
+                if i == log.head {
+                    log.head_off
+                } else {
+                    self.cfg.page_size
+                }
+            })
+            .sum();
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FlashStats {
+            page_size: self.cfg.page_size,
+            pages: log.pages.len() as u64,
+            pages_used: used,
+            pages_free: log.pages.len() as u64 - used,
+            page_allocs: r(&self.page_allocs),
+            page_evictions: r(&self.page_evictions),
+            objects_evicted: r(&self.objects_evicted),
+            bytes_evicted: r(&self.bytes_evicted),
+            objects_written: r(&self.objects_written),
+            bytes_written: r(&self.bytes_written),
+            objects_read: r(&self.objects_read),
+            bytes_read: r(&self.bytes_read),
+            objects_used,
+            bytes_used,
+            bytes_fragmented: written_bytes.saturating_sub(bytes_used),
+            limit_maxbytes: log.pages.len() as u64 * self.cfg.page_size,
+            write_buffer_bytes: log.wbuf.capacity() as u64,
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A device in memory that tests can corrupt or make fail.
+    #[derive(Clone)]
+    pub struct MemDevice {
+        pub bytes: Arc<Mutex<Vec<u8>>>,
+        pub fail_writes: Arc<AtomicBool>,
+    }
+
+    impl MemDevice {
+        pub fn new(size: usize) -> MemDevice {
+            MemDevice {
+                bytes: Arc::new(Mutex::new(vec![0; size])),
+                fail_writes: Arc::new(AtomicBool::new(false)),
+            }
+        }
+    }
+
+    impl Device for MemDevice {
+        fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+            let b = self.bytes.lock().unwrap();
+            let off = off as usize;
+            match b.get(off..off + buf.len()) {
+                Some(src) => {
+                    buf.copy_from_slice(src);
+                    Ok(())
+                }
+                None => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            }
+        }
+        fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+            if self.fail_writes.load(Ordering::Relaxed) {
+                return Err(io::Error::from_raw_os_error(28));
+            }
+            let mut b = self.bytes.lock().unwrap();
+            let off = off as usize;
+            b[off..off + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.bytes.lock().unwrap().len() as u64
+        }
+    }
+
+    fn cfg(page: u64, wbuf: usize) -> FlashConfig {
+        FlashConfig {
+            page_size: page,
+            wbuf_size: wbuf,
+            item_size: 1,
+            low_ttl: 0,
+            recache_rate: 0,
+        }
+    }
+
+    fn item(n: u8, len: usize) -> Vec<u8> {
+        vec![n; len]
+    }
+
+    #[test]
+    fn items_read_back_from_the_buffer_and_from_the_device() {
+        let dev = MemDevice::new(4096);
+        let f = Flash::new(Box::new(dev.clone()), cfg(1024, 256)).unwrap();
+        let locs: Vec<Loc> = (0..6).map(|i| f.append(&item(i, 100)).unwrap()).collect();
+        let mut out = Vec::new();
+        for (i, &l) in locs.iter().enumerate() {
+            assert_eq!(f.read(l, &mut out), ReadOutcome::Item);
+            assert_eq!(out, item(i as u8, 100));
+        }
+        // Two frames of 112 bytes fit a 256-byte buffer: the first four went to the device.
+        assert_eq!(f.stats().bytes_written, 448);
+        assert_eq!(f.stats().objects_used, 6);
+    }
+
+    #[test]
+    fn a_wrapped_log_drops_its_oldest_page() {
+        let dev = MemDevice::new(2048);
+        let f = Flash::new(Box::new(dev), cfg(1024, 1024)).unwrap();
+        // 9 frames of 112 bytes fill a page; the 19th lands back in page 0.
+        let locs: Vec<Loc> = (0..19).map(|i| f.append(&item(i, 100)).unwrap()).collect();
+        let mut out = Vec::new();
+        assert_eq!(f.read(locs[0], &mut out), ReadOutcome::Gone);
+        assert_eq!(f.read(locs[9], &mut out), ReadOutcome::Item);
+        assert_eq!(f.read(locs[18], &mut out), ReadOutcome::Item);
+        assert_eq!(out, item(18, 100));
+        let st = f.stats();
+        assert_eq!((st.page_evictions, st.objects_evicted), (1, 9));
+        assert_eq!(f.drops.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn corrupt_bytes_and_failed_writes_never_return_data() {
+        let dev = MemDevice::new(4096);
+        let f = Flash::new(Box::new(dev.clone()), cfg(1024, 128)).unwrap();
+        let a = f.append(&item(1, 100)).unwrap();
+        let b = f.append(&item(2, 100)).unwrap();
+        dev.bytes.lock().unwrap()[a.off() as usize + 50] ^= 1;
+        let mut out = Vec::new();
+        assert_eq!(f.read(a, &mut out), ReadOutcome::Bad);
+        dev.fail_writes.store(true, Ordering::Relaxed);
+        assert!(f.append(&item(3, 100)).is_none() || f.append(&item(4, 100)).is_none());
+        assert_eq!(f.read(b, &mut out), ReadOutcome::Gone);
+        assert!(f.append(&item(5, 100)).is_none());
+        assert!(f.take_error().unwrap().contains("writing"));
+        assert!(f.stats().failed);
+    }
+
+    #[test]
+    fn locs_pack_and_unpack() {
+        let l = Loc::new((123 * 8) << 20, 4096 + 8, 200);
+        assert_eq!(
+            (l.off(), l.frame_len(), l.epoch()),
+            ((123 * 8) << 20, 4104, 200)
+        );
+        assert!(Flash::new(Box::new(MemDevice::new(1024)), cfg(1024, 128)).is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! The flash tier end to end through the store's commands, on a device in memory.
+
+use crate::flash::tests::MemDevice;
+use crate::test_util::*;
+use crate::*;
+
+fn flash_store(mb: u64, dev: &MemDevice, page: u64) -> Store {
+    flash_store_recaching(mb, dev, page, 0)
+}
+
+fn flash_store_recaching(mb: u64, dev: &MemDevice, page: u64, recache_rate: u32) -> Store {
+    Store::with_flash(
+        Config {
+            mem_limit: mb << 20,
+            item_size_max: 1 << 20,
+            process_start: START,
+            evictions: true,
+        },
+        Box::new(dev.clone()),
+        FlashConfig {
+            page_size: page,
+            wbuf_size: 256 << 10,
+            item_size: 512,
+            low_ttl: 0,
+            recache_rate,
+        },
+    )
+    .unwrap()
+}
+
+fn value(i: usize, version: u32) -> String {
+    let head = format!("v{version}:{i}:");
+    head.clone() + &"x".repeat(1000 - head.len())
+}
+
+fn key(i: usize) -> String {
+    format!("key:{i:08}")
+}
+
+/// Writes `n` 1,000-byte values at 2 MiB of memory: most of them end up on flash.
+fn filled(n: usize, dev: &MemDevice) -> Store {
+    let s = flash_store(2, dev, 1 << 20);
+    for i in 0..n {
+        assert_eq!(
+            set(&s, &key(i), &value(i, 1), T0).result,
+            StoreResult::Stored
+        );
+    }
+    s
+}
+
+#[test]
+fn items_evicted_from_memory_read_back_from_flash() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(20_000, &dev);
+    let st = s.stats();
+    let fl = st.flash.unwrap();
+    assert!(st.counters.flash_items > 15_000, "{st:?}");
+    assert_eq!(st.counters.evictions, 0);
+    assert_eq!(s.len(), 20_000);
+    for i in 0..20_000 {
+        assert_eq!(
+            val(&s, &key(i), T0).as_deref(),
+            Some(value(i, 1).as_str()),
+            "{i}"
+        );
+    }
+    let st = s.stats();
+    assert!(st.counters.get_extstore > 15_000);
+    assert!(fl.bytes_written > 15_000 * 1000);
+    // Small values are evicted as without flash.
+    let small = flash_store(2, &dev, 1 << 20);
+    for i in 0..40_000 {
+        set(&small, &key(i), "tiny value", T0);
+    }
+    assert_eq!(small.stats().counters.flash_items, 0);
+}
+
+#[test]
+fn commands_see_flash_items_as_memory_ones() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(10_000, &dev);
+    let on_flash = |s: &Store| s.stats().counters.flash_items;
+    let before = on_flash(&s);
+    // add fails on a key on flash, replace and append work on it, delete removes it.
+    let add = s.store(
+        StoreRequest::new(StoreMode::Add, key(1).as_bytes(), b"no"),
+        T0,
+    );
+    assert_eq!(add.result, StoreResult::NotStored);
+    let app = s.store(
+        StoreRequest::new(StoreMode::Append, key(2).as_bytes(), b"!"),
+        T0,
+    );
+    assert_eq!(app.result, StoreResult::Stored);
+    assert_eq!(val(&s, &key(2), T0), Some(value(2, 1) + "!"));
+    assert_eq!(
+        s.delete(key(3).as_bytes(), T0, &DeleteOpts::default()),
+        DeleteResult::Deleted
+    );
+    assert_eq!(val(&s, &key(3), T0), None);
+    assert_eq!(s.touch(key(4).as_bytes(), T0 + 5, T0), TouchResult::Touched);
+    assert_eq!(val(&s, &key(4), T0 + 6), None);
+    // A plain set replaces the flash copy without reading it: once the new (small) value
+    // is evicted, the old one does not come back.
+    let flashed = on_flash(&s);
+    set(&s, &key(5), "short", T0);
+    assert_eq!(on_flash(&s), flashed - 1);
+    assert_eq!(val(&s, &key(5), T0).as_deref(), Some("short"));
+    for i in 10_000..14_000 {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    assert_ne!(val(&s, &key(5), T0), Some(value(5, 1)));
+    assert!(on_flash(&s) >= before - 10);
+    // flush_all drops them all.
+    s.flush_all(0, T0 + 1);
+    assert_eq!(val(&s, &key(7_000), T0 + 2), None);
+    assert_eq!(s.stats().counters.flash_items, 0);
+}
+
+#[test]
+fn a_wrapped_log_makes_its_oldest_items_misses_never_wrong_values() {
+    let dev = MemDevice::new(4 << 20);
+    let s = filled(12_000, &dev);
+    let mut hits = 0;
+    for i in 0..12_000 {
+        if let Some(v) = val(&s, &key(i), T0) {
+            assert_eq!(v, value(i, 1));
+            hits += 1;
+        }
+    }
+    let st = s.stats();
+    // Gets do not bring items back (recache rate 0), so reading adds no writes.
+    assert!(hits < 12_000 && hits > 3_000, "{hits}");
+    let written = st.flash.unwrap().objects_written;
+    for i in 0..12_000 {
+        val(&s, &key(i), T0);
+    }
+    assert_eq!(s.stats().flash.unwrap().objects_written, written);
+    assert!(st.flash.unwrap().page_evictions > 0);
+    assert!(st.counters.miss_from_extstore > 0);
+    // Reclaim sweeps the entries of dropped pages.
+    s.reclaim(T0, 100);
+    assert_eq!(
+        s.stats().counters.flash_items,
+        s.stats().flash.unwrap().objects_used
+    );
+}
+
+#[test]
+fn corrupt_flash_bytes_are_misses_counted_as_bad() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(8_000, &dev);
+    s.reclaim(T0, 1);
+    {
+        let mut b = dev.bytes.lock().unwrap();
+        for off in (0..(4 << 20)).step_by(97) {
+            b[off] ^= 0x5a;
+        }
+    }
+    let mut hits = 0;
+    for i in 0..8_000 {
+        if let Some(v) = val(&s, &key(i), T0) {
+            assert_eq!(v, value(i, 1), "{i}");
+            hits += 1;
+        }
+    }
+    assert!(hits < 8_000);
+    assert!(s.stats().counters.badcrc_from_extstore > 100);
+}
+
+#[test]
+fn a_failed_device_stops_writes_and_keeps_memory_serving() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(5_000, &dev);
+    dev.fail_writes
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    for i in 5_000..10_000 {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    assert!(s.flash_error().unwrap().contains("writing"));
+    assert!(s.flash_error().is_none());
+    assert!(s.stats().counters.evictions > 0);
+    assert_eq!(val(&s, &key(9_999), T0), Some(value(9_999, 1)));
+    for i in 0..5_000 {
+        if let Some(v) = val(&s, &key(i), T0) {
+            assert_eq!(v, value(i, 1));
+        }
+    }
+}
+
+#[test]
+fn one_get_in_the_recache_rate_brings_its_item_back() {
+    let dev = MemDevice::new(64 << 20);
+    let s = flash_store_recaching(2, &dev, 1 << 20, 4);
+    for i in 0..8_000 {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    for i in 0..400 {
+        assert_eq!(val(&s, &key(i), T0), Some(value(i, 1)));
+    }
+    let c = s.stats().counters;
+    assert!(c.get_extstore >= 300, "{c:?}");
+    assert!((90..=110).contains(&c.recache_from_extstore), "{c:?}");
+}

@@ -1,0 +1,222 @@
+//! A shard's items on flash: eviction writes an item out instead of dropping it, and a
+//! lookup that misses memory but finds the key's hash in the shard's `FlashIndex` reads the
+//! item back and writes it into memory again before the command runs, so every command sees
+//! flash items as it sees memory ones. Any new item for a key forgets its flash copy
+//! (`Shard::link`), so a flash copy is never older than what memory says.
+
+use crate::flash::{self, Loc, ReadOutcome};
+use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
+use crate::segments::Queue;
+use crate::shard::{Found, Global, NeedMem, Shard, Unlink};
+
+impl Shard {
+    /// Writes evicted item `f` to flash when the tier takes it; true if it did (the item is
+    /// then out of memory, not counted as evicted).
+    pub(crate) fn evict_to_flash(&mut self, g: &Global, f: &Found, h: u64) -> bool {
+        let Some(fl) = g.flash.as_ref() else {
+            return false;
+        };
+        let buf = self.buf(f.seg, f.off);
+        let exptime = item::exptime(buf, &f.l);
+        let ttl = (exptime != 0).then(|| exptime.saturating_sub(self.now));
+        if !fl.wants(f.l.value_len, ttl) {
+            return false;
+        }
+        let Some(loc) = fl.append(&buf[..f.l.total()]) else {
+            return false;
+        };
+        self.flash_link(g, h, loc);
+        self.index.remove(f.slot);
+        self.mark_dead(f.seg, f.off, &f.l, Unlink::ToFlash);
+        true
+    }
+
+    fn flash_link(&mut self, g: &Global, h: u64, loc: Loc) {
+        match self.flash_index.insert(h, loc) {
+            Some(old) => g.flash.as_ref().expect("flash on").forget(old),
+            None => self.stats.flash_items += 1,
+        }
+        self.charge_flash_index(g);
+    }
+
+    /// Drops the flash copy of the key with hash `h`, if any (a newer item replaces it, or
+    /// it was found bad or gone). `forget`: its bytes are counted dead on the page.
+    pub(crate) fn flash_unlink(&mut self, g: &Global, h: u64, forget: bool) {
+        if self.flash_index.is_empty() {
+            return;
+        }
+        if let Some(loc) = self.flash_index.remove(&h) {
+            self.stats.flash_items -= 1;
+            if forget {
+                if let Some(fl) = g.flash.as_ref() {
+                    fl.forget(loc);
+                }
+            }
+        }
+    }
+
+    /// Charges the flash index's memory to the limit as it grows (the next allocation
+    /// evicts back under it).
+    fn charge_flash_index(&mut self, g: &Global) {
+        let want = flash::index_bytes(self.flash_index.capacity());
+        if want > self.flash_index_charged {
+            g.mem.charge_over(want - self.flash_index_charged);
+            self.flash_index_charged = want;
+        }
+    }
+
+    /// Brings the key's item back from flash into memory when memory does not have it, so
+    /// that the command about to run finds it. A copy that is gone, bad, expired or flushed
+    /// is dropped (a miss). Err only when memory must first be found elsewhere.
+    pub(crate) fn bring_back(
+        &mut self,
+        g: &Global,
+        h: u64,
+        key: &[u8],
+        now: u32,
+    ) -> Result<(), NeedMem> {
+        let Some(fl) = g.flash.as_ref() else {
+            return Ok(());
+        };
+        let Some(&loc) = self.flash_index.get(&h) else {
+            return Ok(());
+        };
+        if self.find(h, key).is_some() {
+            return Ok(());
+        }
+        let mut bytes = std::mem::take(&mut self.flash_scratch);
+        let r = self.bring_back_from(g, fl, h, key, now, loc, &mut bytes);
+        bytes.clear();
+        if bytes.capacity() > g.large_threshold {
+            bytes = Vec::new();
+        }
+        self.flash_scratch = bytes;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bring_back_from(
+        &mut self,
+        g: &Global,
+        fl: &flash::Flash,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        loc: Loc,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(), NeedMem> {
+        let read = fl.read(loc, bytes);
+        let Some(l) = self.flash_checked(g, h, key, now, loc, read, bytes) else {
+            return Ok(());
+        };
+        let hdr = Header {
+            bits: l.bits & (FETCHED | STALE | TOKEN_SENT),
+            cas: item::cas(bytes, &l),
+            exptime: item::exptime(bytes, &l),
+            time: item::time(bytes, &l, now),
+            flags: item::flags(bytes, &l),
+            force_exptime: g.force_exptime(),
+        };
+        let size = hdr.encoded_len(key.len(), l.value_len);
+        let seg = self.alloc(g, size, now, Queue::Main)?;
+        let value = &bytes[l.value..l.value + l.value_len];
+        let (off, _) = self.write(seg, &hdr, key, l.value_len, |v| v.copy_from_slice(value));
+        // Linking forgets the flash copy.
+        self.link(g, h, None, seg, off);
+        self.stats.recache_from_extstore += 1;
+        Ok(())
+    }
+
+    /// The flash place of the key with hash `h`, when memory does not hold the key.
+    pub(crate) fn flash_loc(&self, h: u64) -> Option<Loc> {
+        self.flash_index.get(&h).copied()
+    }
+
+    /// Whether this get from flash should also bring the item back (`ext_recache_rate`).
+    pub(crate) fn recache_due(&mut self, g: &Global) -> bool {
+        let rate = g.flash.as_ref().map_or(0, |f| f.cfg.recache_rate);
+        if rate == 0 {
+            return false;
+        }
+        self.flash_reads += 1;
+        if self.flash_reads >= rate {
+            self.flash_reads = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Checks what a flash read of `loc` for `key` gave: the item's layout in `bytes` if it
+    /// is that key's live item. Anything else is a miss; a copy that is gone, bad, expired
+    /// or flushed is dropped from the index (if it still points there) and counted.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn flash_checked(
+        &mut self,
+        g: &Global,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        loc: Loc,
+        read: ReadOutcome,
+        bytes: &[u8],
+    ) -> Option<item::Layout> {
+        let still = self.flash_loc(h) == Some(loc);
+        let l = match read {
+            ReadOutcome::Item => item::parse_checked(bytes),
+            ReadOutcome::Gone => {
+                self.stats.miss_from_extstore += 1;
+                if still {
+                    self.flash_unlink(g, h, false);
+                }
+                return None;
+            }
+            ReadOutcome::Bad => None,
+        };
+        let Some(l) = l else {
+            self.stats.badcrc_from_extstore += 1;
+            if still {
+                self.flash_unlink(g, h, true);
+            }
+            return None;
+        };
+        if &bytes[l.key..l.key + l.key_len] != key {
+            // Another key with the same 64-bit hash: this one is not on flash.
+            return None;
+        }
+        if let Some(why) = g.gone(bytes, &l, now) {
+            match why {
+                Unlink::Flushed => self.stats.get_flushed += 1,
+                _ => self.stats.get_expired += 1,
+            }
+            if still {
+                self.flash_unlink(g, h, true);
+            }
+            return None;
+        }
+        self.stats.get_extstore += 1;
+        Some(l)
+    }
+
+    /// Drops flash entries whose page was dropped since the last sweep (once a second).
+    pub(crate) fn sweep_flash(&mut self, g: &Global) {
+        let Some(fl) = g.flash.as_ref() else {
+            return;
+        };
+        let drops = fl.drops.load(std::sync::atomic::Ordering::Relaxed);
+        if drops == self.flash_drops_seen || self.flash_index.is_empty() {
+            self.flash_drops_seen = drops;
+            return;
+        }
+        self.flash_drops_seen = drops;
+        let before = self.flash_index.len();
+        let current = fl.current_epochs();
+        self.flash_index.retain(|_, loc| current(*loc));
+        self.stats.flash_items -= (before - self.flash_index.len()) as u64;
+    }
+
+    /// flush_all: every flash copy is dropped.
+    pub(crate) fn clear_flash(&mut self) {
+        self.stats.flash_items = 0;
+        self.flash_index.clear();
+    }
+}
