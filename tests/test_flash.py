@@ -1,0 +1,267 @@
+"""The flash tier (`-o ext_path=FILE:SIZE`, memcached's extstore flags): items evicted from
+memory are read back from the file with the right value, every command sees them, and a file
+that is corrupted, truncated, removed or on a full file system gives misses, never a wrong
+value, while the server keeps serving what is in memory."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Conn, Server, eventually, free_port, memcached, memfleet, memfleet_bin
+
+VALUE_LEN = 1000
+
+
+def value(i: int, version: int = 1) -> bytes:
+    head = f"v{version}:{i}:".encode()
+    return head + b"x" * (VALUE_LEN - len(head))
+
+
+def key(i: int) -> str:
+    return f"flash:{i:08d}"
+
+
+@pytest.fixture
+def flash_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="memfleet-flash-", dir="/var/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def flash_server(path: Path, *extra: str, size: str = "256m", mb: str = "8") -> Server:
+    opts = f"ext_path={path}:{size},ext_item_size=512,ext_page_size=8,ext_wbuf_size=1"
+    return memfleet("-m", mb, "-o", opts, *extra)
+
+
+def load(port: int, n: int, version: int = 1, start: int = 0) -> None:
+    with Conn(port, timeout=30) as c:
+        for lo in range(start, start + n, 500):
+            c.send(
+                b"".join(
+                    b"set %s 0 0 %d noreply\r\n%s\r\n" % (key(i).encode(), VALUE_LEN, value(i, version))
+                    for i in range(lo, min(start + n, lo + 500))
+                )
+            )
+        assert c.request(b"mn\r\n") == b"MN\r\n"
+
+
+def read_back(port: int, n: int, version: int = 1) -> tuple[int, int, int]:
+    """(right, wrong, missing) over keys 0..n, by multi-gets of 100."""
+    right = wrong = 0
+    with Conn(port, timeout=30) as c:
+        for lo in range(0, n, 100):
+            keys = [key(i) for i in range(lo, min(n, lo + 100))]
+            reply = c.request(("get " + " ".join(keys) + "\r\n").encode(), b"END\r\n")
+            got = parse_values(reply)
+            for k in keys:
+                if k in got:
+                    i = int(k.split(":")[1])
+                    if got[k] == value(i, version):
+                        right += 1
+                    else:
+                        wrong += 1
+    return right, wrong, n - right - wrong
+
+
+def parse_values(reply: bytes) -> dict[str, bytes]:
+    got: dict[str, bytes] = {}
+    pos = 0
+    while reply.startswith(b"VALUE ", pos):
+        eol = reply.index(b"\r\n", pos)
+        parts = reply[pos:eol].split()
+        length = int(parts[3])
+        got[parts[1].decode()] = reply[eol + 2 : eol + 2 + length]
+        pos = eol + 2 + length + 2
+    assert reply[pos:] == b"END\r\n", reply[pos : pos + 100]
+    return got
+
+
+def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> None:
+    """30 MB of values at -m 8: nearly all go to flash, and every one reads back right;
+    `stats` counts them under memcached's extstore names."""
+    n = 30_000
+    with flash_server(flash_dir / "cache") as s:
+        load(s.port or 0, n)
+        with Conn(s.port or 0) as c:
+            st = c.stats()
+            settings = c.stats("settings")
+        assert int(st["extstore_objects_used"]) > n // 2, st
+        assert int(st["curr_items"]) == n
+        assert st["evictions"] == "0"
+        assert settings["ext_item_size"] == "512"
+        assert read_back(s.port or 0, n) == (n, 0, 0)
+        with Conn(s.port or 0) as c:
+            st = c.stats()
+        assert int(st["get_extstore"]) > n // 2
+        assert int(st["extstore_bytes_written"]) >= int(st["extstore_objects_written"]) * VALUE_LEN
+
+
+def test_commands_on_items_on_flash_answer_as_memcached(flash_dir: Path) -> None:
+    """Every kind of command on a key whose item is on flash answers as memcached answers the
+    same command on the item (differential against Debian's memcached, its item in memory)."""
+    n = 20_000
+    script = [
+        b"add %s 0 0 1\r\nx\r\n" % key(1).encode(),
+        b"replace %s 5 0 3\r\nnew\r\n" % key(2).encode(),
+        b"get %s\r\n" % key(2).encode(),
+        b"append %s 0 0 1\r\n!\r\n" % key(3).encode(),
+        b"prepend %s 0 0 1\r\n^\r\n" % key(3).encode(),
+        b"delete %s\r\n" % key(4).encode(),
+        b"get %s\r\n" % key(4).encode(),
+        b"touch %s 100\r\n" % key(5).encode(),
+        b"mg %s s v t f\r\n" % key(5).encode(),
+        b"mg %s s f\r\n" % key(6).encode(),
+        b"md %s q\r\nmn\r\n" % key(7).encode(),
+        b"mg %s v\r\n" % key(7).encode(),
+        b"ms %s 2 I\r\nzz\r\n" % key(8).encode(),
+        b"incr %s 1\r\n" % key(9).encode(),
+        b"get %s %s %s\r\n" % (key(10).encode(), key(99_999).encode(), key(11).encode()),
+    ]
+    replies = []
+    with flash_server(flash_dir / "cache") as s, memcached("-m", "64") as ref:
+        for srv in (s, ref):
+            load(srv.port or 0, n)
+            with Conn(srv.port or 0) as c:
+                if srv is s:
+                    on_flash = int(c.stats()["extstore_objects_used"])
+                    assert on_flash > n // 2
+                out = []
+                for req in script:
+                    c.send(req)
+                    out.append(c.read_all(0.2))
+                replies.append(out)
+    for req, mine, theirs in zip(script, replies[0], replies[1]):
+        assert mine == theirs, (req, mine[:200], theirs[:200])
+
+
+def test_a_second_server_or_a_bad_path_is_refused_by_name(flash_dir: Path) -> None:
+    def start(opts: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [memfleet_bin(), "serve", "-l", "127.0.0.1", "-p", str(free_port()), "-o", opts],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+
+    path = flash_dir / "cache"
+    with flash_server(path) as s:
+        r = start(f"ext_path={path}:256m,ext_page_size=8")
+        assert r.returncode != 0 and str(path) in r.stderr and "in use" in r.stderr, r
+        with Conn(s.port or 0) as c:
+            assert c.request(b"version\r\n").startswith(b"VERSION ")
+    r = start(f"ext_path={flash_dir}/no/such/dir/cache:64m")
+    assert r.returncode != 0 and f"{flash_dir}/no/such/dir/cache" in r.stderr, r
+    r = start(f"ext_path={flash_dir}/huge:1000000g")
+    assert r.returncode != 0 and "free" in r.stderr and f"{flash_dir}/huge" in r.stderr, r
+    r = start(f"ext_path={flash_dir}/x:64m,ext_max_frag=0.5")
+    assert r.returncode != 0 and "ext_max_frag" in r.stderr, r
+
+
+def test_corrupt_or_truncated_flash_gives_misses_never_wrong_values(flash_dir: Path) -> None:
+    n = 20_000
+    path = flash_dir / "cache"
+    with flash_server(path) as s:
+        load(s.port or 0, n)
+        # Flip bytes all over the written part of the file under the running server.
+        with open(path, "r+b") as f:
+            for off in range(0, 16 << 20, 4099):
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ 0x5A]) if b else b"\x01")
+        right, wrong, missing = read_back(s.port or 0, n)
+        assert wrong == 0
+        assert missing > 0 and right > 0
+        with Conn(s.port or 0) as c:
+            assert int(c.stats()["badcrc_from_extstore"]) > 0
+        # Truncated to nothing: every item still on flash is a miss.
+        os.truncate(path, 0)
+        right, wrong, missing = read_back(s.port or 0, n)
+        assert wrong == 0 and missing > n // 2
+        with Conn(s.port or 0) as c:
+            assert c.request(b"version\r\n").startswith(b"VERSION ")
+
+
+def test_a_removed_file_makes_flash_items_misses_and_stops_writes(flash_dir: Path) -> None:
+    n = 20_000
+    path = flash_dir / "cache"
+    with flash_server(path) as s:
+        load(s.port or 0, n)
+        os.remove(path)
+        with Conn(s.port or 0) as c:
+            eventually(lambda: c.stats()["extstore_writes_stopped"] == "1", "writes stopped")
+        _, wrong, missing = read_back(s.port or 0, n)
+        assert wrong == 0 and missing > n // 2
+        # New items are served from memory; nothing more is written.
+        load(s.port or 0, 100, version=2, start=n)
+        with Conn(s.port or 0) as c:
+            reply = c.request(b"get %s\r\n" % key(n + 99).encode(), b"END\r\n")
+            assert value(n + 99, 2) in reply
+        log = stop_for_log(s)
+    assert log.count("writes stopped") == 1, log
+
+
+def stop_for_log(s: Server) -> str:
+    """Stops the server (SIGTERM) and returns what it wrote to stderr."""
+    proc = s.proc
+    assert proc is not None and proc.stderr is not None
+    proc.terminate()
+    proc.wait(timeout=10)
+    log = proc.stderr.read().decode()
+    s.stop()
+    return log
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_file_system_stops_writes_and_memory_keeps_serving(flash_dir: Path) -> None:
+    """The flash file on a 48 MiB tmpfs; another file then takes the free space, so the
+    server's next page write fails (ENOSPC): writes stop, logged once, flash items become
+    misses, and what is in memory is still served."""
+    mnt = flash_dir / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], check=True)
+    try:
+        s = flash_server(mnt / "cache", size="40m")
+        port = 0
+        with s:
+            port = s.port or 0
+            load(port, 2_000)
+            subprocess.run(
+                ["dd", "if=/dev/zero", f"of={mnt}/filler", "bs=1M", "count=64"],
+                capture_output=True,
+                check=False,
+            )
+            load(port, 20_000, start=2_000)
+            with Conn(port) as c:
+                eventually(lambda: c.stats()["extstore_writes_stopped"] == "1", "writes stopped")
+            right, wrong, _ = read_back(port, 22_000)
+            assert wrong == 0 and right > 0
+            with Conn(port) as c:
+                reply = c.request(b"get %s\r\n" % key(21_999).encode(), b"END\r\n")
+                assert value(21_999) in reply
+                assert c.request(b"version\r\n").startswith(b"VERSION ")
+            # The maintenance thread logs the error on its next pass, within a second.
+            time.sleep(1.5)
+            log = stop_for_log(s)
+        assert log.count("writes stopped") == 1, log
+        assert re.search(r"No space left|os error 28", log), log
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_rss_with_flash_stays_near_the_memory_limit(flash_dir: Path) -> None:
+    """60 MB of values at -m 16: RSS stays under -m plus the stated bound (write buffer,
+    read buffers, the process's own) rather than growing with what is on flash."""
+    with flash_server(flash_dir / "cache", mb="16", size="256m") as s:
+        load(s.port or 0, 60_000)
+        time.sleep(1.5)
+        assert s.rss_mb() < 16 + 40, s.rss_mb()
