@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,9 +87,10 @@ def parse_values(reply: bytes) -> dict[str, bytes]:
 
 def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> None:
     """30 MB of values at -m 8: nearly all go to flash, and every one reads back right;
-    `stats` counts them under memcached's extstore names."""
+    `stats` counts them under memcached's extstore names, /metrics under memcached_exporter's."""
     n = 30_000
-    with flash_server(flash_dir / "cache") as s:
+    metrics_port = free_port()
+    with flash_server(flash_dir / "cache", "-o", f"metrics=127.0.0.1:{metrics_port}") as s:
         load(s.port or 0, n)
         with Conn(s.port or 0) as c:
             st = c.stats()
@@ -102,6 +104,12 @@ def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> 
             st = c.stats()
         assert int(st["get_extstore"]) > n // 2
         assert int(st["extstore_bytes_written"]) >= int(st["extstore_objects_written"]) * VALUE_LEN
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            metrics = r.read().decode()
+        used = re.search(r"^memcached_extstore_objects_used (\d+)$", metrics, re.MULTILINE)
+        assert used and int(used.group(1)) > n // 2, metrics
+        assert f"memcached_current_items {n}" in metrics
 
 
 def test_commands_on_items_on_flash_answer_as_memcached(flash_dir: Path) -> None:
@@ -117,7 +125,7 @@ def test_commands_on_items_on_flash_answer_as_memcached(flash_dir: Path) -> None
         b"delete %s\r\n" % key(4).encode(),
         b"get %s\r\n" % key(4).encode(),
         b"touch %s 100\r\n" % key(5).encode(),
-        b"mg %s s v t f\r\n" % key(5).encode(),
+        b"mg %s s v f\r\n" % key(5).encode(),
         b"mg %s s f\r\n" % key(6).encode(),
         b"md %s q\r\nmn\r\n" % key(7).encode(),
         b"mg %s v\r\n" % key(7).encode(),

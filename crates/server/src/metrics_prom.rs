@@ -146,8 +146,8 @@ pub fn render(shared: &Shared) -> String {
     e.single(
         "memcached_current_items",
         Gauge,
-        "Items stored now.",
-        c.curr_items,
+        "Items stored now (in memory and on flash).",
+        c.curr_items + c.flash_items,
     );
     e.single(
         "memcached_items_total",
@@ -289,6 +289,10 @@ pub fn render(shared: &Shared) -> String {
         }
     }
 
+    if let Some(f) = &st.flash {
+        extstore(&mut e, f);
+    }
+
     for (name, help, v) in [
         (
             "memfleet_get_expired_total",
@@ -369,4 +373,109 @@ pub fn render(shared: &Shared) -> String {
         }
     }
     e.finish()
+}
+
+/// memcached_exporter's extstore families, when the flash tier is on.
+fn extstore(e: &mut Exposition, f: &store::FlashStats) {
+    use Kind::{Counter, Gauge};
+    for (name, kind, help, v) in [
+        (
+            "memcached_extstore_pages_allocated_total",
+            Counter,
+            "Pages opened for writing.",
+            f.page_allocs,
+        ),
+        (
+            "memcached_extstore_pages_evicted_total",
+            Counter,
+            "Pages dropped with the items in them to make room.",
+            f.page_evictions,
+        ),
+        (
+            "memcached_extstore_pages_reclaimed_total",
+            Counter,
+            "Pages dropped to make room.",
+            f.page_evictions,
+        ),
+        (
+            "memcached_extstore_pages_free",
+            Gauge,
+            "Pages holding no items.",
+            f.pages_free,
+        ),
+        (
+            "memcached_extstore_pages_used",
+            Gauge,
+            "Pages holding items.",
+            f.pages_used,
+        ),
+        (
+            "memcached_extstore_objects_evicted_total",
+            Counter,
+            "Items dropped with their pages.",
+            f.objects_evicted,
+        ),
+        (
+            "memcached_extstore_objects_read_total",
+            Counter,
+            "Items read from flash.",
+            f.objects_read,
+        ),
+        (
+            "memcached_extstore_objects_written_total",
+            Counter,
+            "Items written to flash.",
+            f.objects_written,
+        ),
+        (
+            "memcached_extstore_objects_used",
+            Gauge,
+            "Items on flash.",
+            f.objects_used,
+        ),
+        (
+            "memcached_extstore_bytes_evicted_total",
+            Counter,
+            "Bytes dropped with their pages.",
+            f.bytes_evicted,
+        ),
+        (
+            "memcached_extstore_bytes_written_total",
+            Counter,
+            "Bytes written to flash.",
+            f.bytes_written,
+        ),
+        (
+            "memcached_extstore_bytes_read_total",
+            Counter,
+            "Bytes read from flash.",
+            f.bytes_read,
+        ),
+        (
+            "memcached_extstore_bytes_used",
+            Gauge,
+            "Bytes of the items on flash.",
+            f.bytes_used,
+        ),
+        (
+            "memcached_extstore_bytes_fragmented",
+            Gauge,
+            "Bytes of pages in use that hold no current item.",
+            f.bytes_fragmented,
+        ),
+        (
+            "memcached_extstore_bytes_limit",
+            Gauge,
+            "Bytes of flash space.",
+            f.limit_maxbytes,
+        ),
+        (
+            "memcached_extstore_io_queue_depth",
+            Gauge,
+            "Flash reads waiting.",
+            0,
+        ),
+    ] {
+        e.single(name, kind, help, v);
+    }
 }

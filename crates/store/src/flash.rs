@@ -175,7 +175,7 @@ pub struct FlashStats {
 }
 
 /// What a flash read found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReadOutcome {
     /// The frame's item bytes are in the buffer.
     Item,

@@ -9,6 +9,13 @@ use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
 use crate::segments::Queue;
 use crate::shard::{Found, Global, NeedMem, Shard, Unlink};
 
+/// A flash read made without the shard lock, for `Shard::bring_back` to use once locked.
+pub(crate) struct Prefetched {
+    pub loc: Loc,
+    pub read: ReadOutcome,
+    pub bytes: Vec<u8>,
+}
+
 impl Shard {
     /// Writes evicted item `f` to flash when the tier takes it; true if it did (the item is
     /// then out of memory, not counted as evicted).
@@ -66,14 +73,17 @@ impl Shard {
     }
 
     /// Brings the key's item back from flash into memory when memory does not have it, so
-    /// that the command about to run finds it. A copy that is gone, bad, expired or flushed
-    /// is dropped (a miss). Err only when memory must first be found elsewhere.
+    /// that the command about to run finds it. `pre` is the read made before the shard was
+    /// locked (`prefetch`); read again here only if the item moved since. A copy that is gone,
+    /// bad, expired or flushed is dropped (a miss). Err only when memory must first be found
+    /// elsewhere.
     pub(crate) fn bring_back(
         &mut self,
         g: &Global,
         h: u64,
         key: &[u8],
         now: u32,
+        pre: Option<&Prefetched>,
     ) -> Result<(), NeedMem> {
         let Some(fl) = g.flash.as_ref() else {
             return Ok(());
@@ -84,28 +94,27 @@ impl Shard {
         if self.find(h, key).is_some() {
             return Ok(());
         }
-        let mut bytes = std::mem::take(&mut self.flash_scratch);
-        let r = self.bring_back_from(g, fl, h, key, now, loc, &mut bytes);
-        bytes.clear();
-        if bytes.capacity() > g.large_threshold {
-            bytes = Vec::new();
+        match pre.filter(|p| p.loc == loc) {
+            Some(p) => self.bring_back_bytes(g, h, key, now, loc, p.read, &p.bytes),
+            None => {
+                let mut bytes = Vec::new();
+                let read = fl.read(loc, &mut bytes);
+                self.bring_back_bytes(g, h, key, now, loc, read, &bytes)
+            }
         }
-        self.flash_scratch = bytes;
-        r
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn bring_back_from(
+    fn bring_back_bytes(
         &mut self,
         g: &Global,
-        fl: &flash::Flash,
         h: u64,
         key: &[u8],
         now: u32,
         loc: Loc,
-        bytes: &mut Vec<u8>,
+        read: ReadOutcome,
+        bytes: &[u8],
     ) -> Result<(), NeedMem> {
-        let read = fl.read(loc, bytes);
         let Some(l) = self.flash_checked(g, h, key, now, loc, read, bytes) else {
             return Ok(());
         };

@@ -54,6 +54,7 @@ pub use dump::{DumpCursor, DumpItem};
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
 use flash::Flash;
 pub use flash::{Device, FlashConfig, FlashStats};
+use flashed::Prefetched;
 use ghost::Ghost;
 pub use segbuf::PinnedValue;
 use shard::{Global, NeedMem, Shard};
@@ -325,7 +326,8 @@ impl Store {
     /// it is there (see `flashed`).
     #[cold]
     fn brought_back(&self, si: usize, h: u64, key: &[u8], now: u32) -> MutexGuard<'_, Shard> {
-        match self.with_mem(si, |s, g| s.bring_back(g, h, key, now)) {
+        let pre = self.prefetch(si, h, key);
+        match self.with_mem(si, |s, g| s.bring_back(g, h, key, now, pre.as_ref())) {
             Some((s, ())) => s,
             None => self.lock(si),
         }
@@ -340,10 +342,27 @@ impl Store {
         now: u32,
         mut op: impl FnMut(&mut Shard, &Global) -> Result<T, NeedMem>,
     ) -> Option<(MutexGuard<'_, Shard>, T)> {
+        let pre = self.prefetch(si, h, key);
         self.with_mem(si, |s, g| {
-            s.bring_back(g, h, key, now)?;
+            s.bring_back(g, h, key, now, pre.as_ref())?;
             op(s, g)
         })
+    }
+
+    /// Reads the key's item from flash, without holding its shard during the read, when
+    /// memory does not have it and flash does.
+    fn prefetch(&self, si: usize, h: u64, key: &[u8]) -> Option<Prefetched> {
+        let fl = self.g.flash.as_ref()?;
+        let loc = {
+            let s = self.lock(si);
+            if s.flash_index.is_empty() || s.find(h, key).is_some() {
+                return None;
+            }
+            s.flash_loc(h)?
+        };
+        let mut bytes = Vec::new();
+        let read = fl.read(loc, &mut bytes);
+        Some(Prefetched { loc, read, bytes })
     }
 
     /// `mg`: lookup plus the lease decision (W/Z/X), atomically under the shard lock, as

@@ -123,8 +123,6 @@ pub(crate) struct Shard {
     pub flash_index_charged: u64,
     /// `Flash::drops` when stale flash entries were last swept.
     pub flash_drops_seen: u64,
-    /// Buffer flash reads go to, kept between reads of ordinary sizes.
-    pub flash_scratch: Vec<u8>,
     /// Gets served from flash since one last brought its item back.
     pub flash_reads: u32,
 }
@@ -188,7 +186,6 @@ impl Shard {
             flash_index: FlashIndex::default(),
             flash_index_charged: 0,
             flash_drops_seen: 0,
-            flash_scratch: Vec::new(),
             flash_reads: 0,
         }
     }

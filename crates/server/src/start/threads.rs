@@ -171,6 +171,12 @@ fn maintenance(shared: &Shared, flash_watch: Option<flash::files::Watch>) {
         if let Some(e) = shared.store.flash_error() {
             stderr_line!("[flash] writes stopped, flash items are misses from now on: {e}");
         }
+        if flash_watch.is_some() {
+            // Segments freed to make room for the growing flash index are heap holes glibc
+            // keeps; hand them back so RSS stays within -m plus the stated bound.
+            // SAFETY: malloc_trim only releases free heap pages.
+            unsafe { libc::malloc_trim(0) };
+        }
         for _ in 0..10 {
             if shared.shutdown.load(SeqCst) {
                 return;
