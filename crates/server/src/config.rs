@@ -195,24 +195,10 @@ pub struct Settings {
     pub flash: Option<crate::flash::options::FlashOptions>,
 }
 
-/// Parses a memcached size: plain bytes or a k/m/g suffix (case-insensitive).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (digits, mult) = match s.chars().last() {
-        Some('k' | 'K') => (&s[..s.len() - 1], 1usize << 10),
-        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: usize = digits.parse().map_err(|_| format!("invalid size '{s}'"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size '{s}' is too large"))
-}
-
 impl ServeArgs {
     /// Validates flags the way memcached does and resolves listen addresses.
     pub fn settings(&self) -> Result<Settings, String> {
-        let item_size_max = parse_size(&self.max_item_size)?;
+        let item_size_max = crate::size::parse_size(&self.max_item_size)?;
         if item_size_max < 1024 {
             return Err("Item max size cannot be less than 1024 bytes.".into());
         }
@@ -488,15 +474,6 @@ mod tests {
             .map_err(|e| e.to_string())?
             .serve
             .settings()
-    }
-
-    #[test]
-    fn sizes_parse_like_memcached() {
-        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
-        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("12x").is_err());
     }
 
     #[test]

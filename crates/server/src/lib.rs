@@ -31,6 +31,7 @@ mod portfile;
 mod restart;
 mod rusage;
 mod shared;
+mod size;
 mod start;
 mod stats;
 mod tls;

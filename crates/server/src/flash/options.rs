@@ -58,7 +58,7 @@ pub fn apply(opts: &mut Option<FlashOptions>, name: &str, value: &str) -> Result
                 return Err(format!("-o ext_path={value}: empty path"));
             }
             let size =
-                crate::config::parse_size(size).map_err(|e| format!("-o ext_path={value}: {e}"))?;
+                crate::size::parse_size(size).map_err(|e| format!("-o ext_path={value}: {e}"))?;
             o.paths.push(FlashPath {
                 path: path.to_string(),
                 size: size as u64,
