@@ -37,8 +37,13 @@ def flash_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def flash_server(path: Path, *extra: str, size: str = "256m", mb: str = "8") -> Server:
+def flash_server(
+    path: Path, *extra: str, size: str = "256m", mb: str = "8", more: Path | None = None
+) -> Server:
+    """At -m `mb` with the flash space at `path` (and `more`, a second file, if given)."""
     opts = f"ext_path={path}:{size},ext_item_size=512,ext_page_size=8,ext_wbuf_size=1"
+    if more is not None:
+        opts += f",ext_path={more}:{size}"
     return memfleet("-m", mb, "-o", opts, *extra)
 
 
@@ -86,11 +91,18 @@ def parse_values(reply: bytes) -> dict[str, bytes]:
 
 
 def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> None:
-    """30 MB of values at -m 8: nearly all go to flash, and every one reads back right;
-    `stats` counts them under memcached's extstore names, /metrics under memcached_exporter's."""
+    """30 MB of values at -m 8, over two 24 MiB files: nearly all go to flash, and every one
+    reads back right; `stats` counts them under memcached's extstore names, /metrics under
+    memcached_exporter's."""
     n = 30_000
     metrics_port = free_port()
-    with flash_server(flash_dir / "cache", "-o", f"metrics=127.0.0.1:{metrics_port}") as s:
+    with flash_server(
+        flash_dir / "a",
+        "-o",
+        f"metrics=127.0.0.1:{metrics_port}",
+        size="24m",
+        more=flash_dir / "b",
+    ) as s:
         load(s.port or 0, n)
         with Conn(s.port or 0) as c:
             st = c.stats()
@@ -110,6 +122,8 @@ def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> 
         used = re.search(r"^memcached_extstore_objects_used (\d+)$", metrics, re.MULTILINE)
         assert used and int(used.group(1)) > n // 2, metrics
         assert f"memcached_current_items {n}" in metrics
+        # Both files were written to.
+        assert (flash_dir / "b").stat().st_blocks > 0
 
 
 def test_commands_on_items_on_flash_answer_as_memcached(flash_dir: Path) -> None:

@@ -134,7 +134,8 @@ impl Store {
             // Spares: a few segments' worth, and never a noticeable share of a small limit.
             mem: Budget::new(
                 limit,
-                index_bytes + ghost_bytes,
+                // The flash write buffer is item memory on its way out: within -m too.
+                index_bytes + ghost_bytes + flash.as_ref().map_or(0, |f| f.cfg.wbuf_size as u64),
                 ((limit / seg_size as u64) / 32).min(8) as usize,
             ),
             seg_size,
