@@ -91,7 +91,7 @@ def parse_values(reply: bytes) -> dict[str, bytes]:
 
 
 def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> None:
-    """30 MB of values at -m 8, over two 24 MiB files: nearly all go to flash, and every one
+    """30 MB of values at -m 8, over two 16 MiB files: nearly all go to flash, and every one
     reads back right; `stats` counts them under memcached's extstore names, /metrics under
     memcached_exporter's."""
     n = 30_000
@@ -100,7 +100,7 @@ def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> 
         flash_dir / "a",
         "-o",
         f"metrics=127.0.0.1:{metrics_port}",
-        size="24m",
+        size="16m",
         more=flash_dir / "b",
     ) as s:
         load(s.port or 0, n)
