@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -38,13 +39,18 @@ def flash_dir() -> Iterator[Path]:
 
 
 def flash_server(
-    path: Path, *extra: str, size: str = "256m", mb: str = "8", more: Path | None = None
+    path: Path,
+    *extra: str,
+    size: str = "256m",
+    mb: str = "8",
+    more: Path | None = None,
+    port: int | None = None,
 ) -> Server:
     """At -m `mb` with the flash space at `path` (and `more`, a second file, if given)."""
     opts = f"ext_path={path}:{size},ext_item_size=512,ext_page_size=8,ext_wbuf_size=1"
     if more is not None:
         opts += f",ext_path={more}:{size}"
-    return memfleet("-m", mb, "-o", opts, *extra)
+    return memfleet("-m", mb, "-o", opts, *extra, port=port)
 
 
 def load(port: int, n: int, version: int = 1, start: int = 0) -> None:
@@ -287,3 +293,36 @@ def test_rss_with_flash_stays_near_the_memory_limit(flash_dir: Path) -> None:
         load(s.port or 0, 60_000)
         time.sleep(1.5)
         assert s.rss_mb() < 16 + 40, s.rss_mb()
+
+
+def test_a_warm_restart_keeps_the_items_on_flash(flash_dir: Path) -> None:
+    """`-e` with a flash tier: a graceful stop (SIGUSR1) saves the memory items and the places
+    of the flash items; the next start serves every one again, newest value first."""
+    n = 20_000
+    path = flash_dir / "cache"
+    memfile = str(flash_dir / "memory")
+    port = free_port()
+    with flash_server(path, "-e", memfile, port=port) as s:
+        load(port, n)
+        with Conn(port) as c:
+            # A newer value in memory for a key whose old value is on flash.
+            c.send(b"set %s 0 0 5\r\nnewer\r\n" % key(0).encode())
+            assert c.read_line() == b"STORED\r\n"
+            on_flash = int(c.stats()["extstore_objects_used"])
+        assert on_flash > n // 2
+        assert s.proc is not None
+        s.proc.send_signal(signal.SIGUSR1)
+        assert s.proc.wait(timeout=60) == 0
+    assert Path(f"{path}.index").exists()
+    with flash_server(path, "-e", memfile, port=port) as s:
+        with Conn(port) as c:
+            assert int(c.stats()["extstore_objects_used"]) >= on_flash - 1
+            assert c.request(b"get %s\r\n" % key(0).encode(), b"END\r\n") == (
+                b"VALUE %s 0 5\r\nnewer\r\nEND\r\n" % key(0).encode()
+            )
+        right, wrong, missing = read_back(port, n)
+        assert (right, wrong, missing) == (n - 1, 1, 0)
+        log = stop_for_log(s)
+    assert "kept" in log and "items on flash" in log, log
+    # Used up: a start without it has nothing on flash.
+    assert not Path(f"{path}.index").exists()

@@ -17,8 +17,8 @@ use store::Store;
 /// Read and write buffer: a snapshot block is 1 MiB.
 const IO_BUF: usize = 2 << 20;
 
-/// Fills the new, empty `store` with FILE's items if it holds a valid snapshot; it stays
-/// empty otherwise.
+/// Fills the new `store` with FILE's items if it holds a valid snapshot; it is emptied
+/// otherwise (flash items kept by `load_flash` included).
 pub fn load(store: &Store, path: &str, now: u32) {
     let file = match File::open(path) {
         Ok(f) => f,
@@ -28,6 +28,7 @@ pub fn load(store: &Store, path: &str, now: u32) {
         }
         Err(e) => {
             stderr_line!("[restart] cannot open {path}: {e}; starting with a clean cache");
+            store.clear();
             return;
         }
     };
@@ -55,6 +56,70 @@ pub fn load(store: &Store, path: &str, now: u32) {
             stderr_line!("[restart] {path}: {e}; starting with a clean cache");
             // Whatever part of the file was stored is dropped.
             store.clear();
+        }
+    }
+}
+
+/// Where a graceful stop keeps the index of the items on flash: beside the first flash
+/// file, so that every start with that file finds (and uses up) it, with `-e` or without.
+pub fn flash_index_path(flash: &crate::flash::options::FlashOptions) -> String {
+    format!("{}.index", flash.paths[0].path)
+}
+
+/// Takes the flash items back from `path` when memory items are about to be restored too
+/// (`load` runs next and drops the flash copies of the keys it stores, or everything if it
+/// fails: flash copies never come back without the newer memory items), and removes the
+/// file in any case: the flash space is written again from now on.
+pub fn load_flash(store: &Store, path: &str, memory_file_present: bool, now: u32) {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            stderr_line!("[restart] cannot open {path}: {e}; flash items are not kept");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let loaded = memory_file_present
+        .then(|| store.load_flash_index(BufReader::with_capacity(IO_BUF, file), now));
+    if let Err(e) = std::fs::remove_file(path) {
+        stderr_line!("[restart] cannot remove {path}: {e}");
+    }
+    match loaded {
+        Some(Ok(r)) => stderr_line!(
+            "[restart] kept {} items on flash from {path} in {:.3} s ({} dropped)",
+            r.restored,
+            started.elapsed().as_secs_f64(),
+            r.dropped
+        ),
+        Some(Err(e)) => stderr_line!("[restart] {path}: {e}; flash items are not kept"),
+        None => stderr_line!("[restart] {path} not used: there are no memory items to restore"),
+    }
+}
+
+/// Writes the index of the items on flash to `path` (through a temporary file).
+pub fn save_flash(store: &Store, path: &str) -> Result<(), String> {
+    let started = Instant::now();
+    let tmp = format!("{path}.tmp");
+    let write = || -> std::io::Result<u64> {
+        let file = File::create(&tmp)?;
+        let mut out = BufWriter::with_capacity(IO_BUF, file);
+        let n = store.save_flash_index(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(n)
+    };
+    match write() {
+        Ok(n) => {
+            stderr_line!(
+                "[restart] saved the places of {n} items on flash to {path} in {:.3} s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(Path::new(&tmp));
+            Err(format!("[restart] failed to save to {path}: {e}"))
         }
     }
 }

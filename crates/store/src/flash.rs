@@ -68,6 +68,11 @@ const MAX_FRAME: u64 = ((1 << LEN_UNITS_BITS) - 1) * ALIGN;
 pub(crate) struct Loc(u64);
 
 impl Loc {
+    /// Offset and frame length, as a saved index keeps them.
+    pub fn place(self) -> (u64, u64) {
+        (self.off(), self.frame_len())
+    }
+
     fn new(off: u64, frame_len: u64, epoch: u8) -> Loc {
         debug_assert!(
             off.is_multiple_of(ALIGN) && frame_len.is_multiple_of(ALIGN) && frame_len <= MAX_FRAME
@@ -438,6 +443,60 @@ impl Flash {
             page.live_items = page.live_items.saturating_sub(1);
             page.live_bytes = page.live_bytes.saturating_sub(loc.frame_len());
         }
+    }
+
+    /// Writes out the write buffer (a graceful stop saves the index of what is on flash).
+    pub fn sync(&self) {
+        let mut log = self.lock();
+        self.flush(&mut log);
+    }
+
+    /// Where writes go next: the head page and the offset in it.
+    pub fn head(&self) -> (u64, u64) {
+        let log = self.lock();
+        (log.head as u64, log.head_off)
+    }
+
+    /// Resumes writing at `head`/`head_off` (a restart that keeps the flash items); false if
+    /// that is not a place in this log.
+    pub fn resume_at(&self, head: u64, head_off: u64) -> bool {
+        let mut log = self.lock();
+        if head >= log.pages.len() as u64
+            || head_off > self.cfg.page_size
+            || !head_off.is_multiple_of(ALIGN)
+        {
+            return false;
+        }
+        log.head = head as usize;
+        log.head_off = head_off;
+        log.wbuf_start = head * self.cfg.page_size + head_off;
+        log.pages[head as usize].written = true;
+        true
+    }
+
+    /// Takes the frame at `off` of `frame_len` bytes, written before a restart, as live.
+    pub fn adopt(&self, off: u64, frame_len: u64) -> Option<Loc> {
+        let mut log = self.lock();
+        let page = (off / self.cfg.page_size) as usize;
+        if !off.is_multiple_of(ALIGN)
+            || !frame_len.is_multiple_of(ALIGN)
+            || frame_len == 0
+            || frame_len > MAX_FRAME
+            || page >= log.pages.len()
+            || (off % self.cfg.page_size) + frame_len > self.cfg.page_size
+        {
+            return None;
+        }
+        let p = &mut log.pages[page];
+        p.written = true;
+        p.live_items += 1;
+        p.live_bytes += frame_len;
+        Some(Loc::new(off, frame_len, p.epoch))
+    }
+
+    /// The device's size and the page size, which a saved index must match.
+    pub fn shape(&self) -> (u64, u64) {
+        (self.dev.size(), self.cfg.page_size)
     }
 
     /// Forgets every item: `flush_all`.

@@ -203,3 +203,47 @@ fn one_get_in_the_recache_rate_brings_its_item_back() {
     assert!(c.get_extstore >= 300, "{c:?}");
     assert!((90..=110).contains(&c.recache_from_extstore), "{c:?}");
 }
+
+#[test]
+fn a_warm_restart_keeps_the_flash_items_and_memory_wins() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(10_000, &dev);
+    // Newer values in memory for a few keys whose old values are on flash.
+    for i in 0..5 {
+        set(&s, &key(i), "newer", T0);
+    }
+    let on_flash = s.stats().counters.flash_items;
+    assert!(on_flash > 5_000);
+    let mut mem = Vec::new();
+    s.save_snapshot(&mut mem, "test", T0).unwrap();
+    let mut idx = Vec::new();
+    assert_eq!(s.save_flash_index(&mut idx).unwrap(), on_flash);
+    drop(s);
+
+    let again = flash_store(2, &dev, 1 << 20);
+    let r = again.load_flash_index(&idx[..], T0).unwrap();
+    assert_eq!(r.restored, on_flash);
+    again.load_snapshot(&mem[..], T0).unwrap();
+    for i in 0..5 {
+        assert_eq!(val(&again, &key(i), T0).as_deref(), Some("newer"));
+    }
+    for i in 5..10_000 {
+        assert_eq!(val(&again, &key(i), T0), Some(value(i, 1)), "{i}");
+    }
+    // New writes go after what was kept, not over it.
+    for i in 10_000..14_000 {
+        set(&again, &key(i), &value(i, 2), T0);
+    }
+    assert_eq!(val(&again, &key(7), T0), Some(value(7, 1)));
+
+    // A damaged or foreign index is refused whole.
+    let third = flash_store(2, &dev, 1 << 20);
+    let mut bad = idx.clone();
+    bad[60] ^= 1;
+    assert!(third
+        .load_flash_index(&bad[..], T0)
+        .unwrap_err()
+        .contains("checksum"));
+    let other = flash_store(2, &MemDevice::new(32 << 20), 1 << 20);
+    assert!(other.load_flash_index(&idx[..], T0).is_err());
+}

@@ -38,6 +38,16 @@ impl Shard {
         true
     }
 
+    /// Takes a flash item restored after a restart into the index, unless memory or the
+    /// index already has its key.
+    pub(crate) fn adopt_flash(&mut self, g: &Global, h: u64, key: &[u8], loc: Loc) -> bool {
+        if self.flash_index.contains_key(&h) || self.find(h, key).is_some() {
+            return false;
+        }
+        self.flash_link(g, h, loc);
+        true
+    }
+
     fn flash_link(&mut self, g: &Global, h: u64, loc: Loc) {
         match self.flash_index.insert(h, loc) {
             Some(old) => g.flash.as_ref().expect("flash on").forget(old),

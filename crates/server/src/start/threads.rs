@@ -46,6 +46,11 @@ pub fn run(
         }
         None => (store::Store::new(store_config), None),
     };
+    if let Some(f) = &settings.flash {
+        let memory_file = settings.memory_file.as_deref();
+        let present = memory_file.is_some_and(|p| std::path::Path::new(p).exists());
+        restart::load_flash(&store, &restart::flash_index_path(f), present, now);
+    }
     if let Some(path) = &settings.memory_file {
         restart::load(&store, path, now);
     }
@@ -151,6 +156,9 @@ pub fn run(
         stderr_line!("Gracefully stopping");
         if let Some(path) = &shared.settings.memory_file {
             restart::save(&shared.store, path, VERSION, unix_now())?;
+            if let Some(f) = &shared.settings.flash {
+                restart::save_flash(&shared.store, &restart::flash_index_path(f))?;
+            }
         }
     }
     Ok(())
