@@ -77,7 +77,7 @@ impl Loc {
     fn off(self) -> u64 {
         (self.0 >> (LEN_UNITS_BITS + 8)) * ALIGN
     }
-    fn frame_len(self) -> u64 {
+    pub(crate) fn frame_len(self) -> u64 {
         ((self.0 >> 8) & ((1 << LEN_UNITS_BITS) - 1)) * ALIGN
     }
     fn epoch(self) -> u8 {
@@ -175,7 +175,7 @@ pub struct FlashStats {
 }
 
 /// What a flash read found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReadOutcome {
     /// The frame's item bytes are in the buffer.
     Item,

@@ -5,6 +5,32 @@
 //! (`Shard::link`), so a flash copy is never older than what memory says.
 
 use crate::flash::{self, Loc, ReadOutcome};
+
+/// Where a get found its key on flash (`Store::get_or_locate`): to be read off the worker
+/// thread (`Store::read_located`), with no lock held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashLoc(pub(crate) Loc);
+
+impl FlashLoc {
+    /// Bytes the read takes (the item's frame).
+    pub fn read_bytes(self) -> usize {
+        self.0.frame_len() as usize
+    }
+}
+
+/// A read of a `FlashLoc` made (`Store::read_located`), for `Store::get_prefetched`.
+pub struct Prefetched {
+    pub(crate) loc: Loc,
+    pub(crate) read: ReadOutcome,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Prefetched {
+    /// Bytes held.
+    pub fn held(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
 use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
 use crate::segments::Queue;
 use crate::shard::{Found, Global, NeedMem, Shard, Unlink};
@@ -85,7 +111,8 @@ impl Shard {
             return Ok(());
         }
         let mut bytes = std::mem::take(&mut self.flash_scratch);
-        let r = self.bring_back_from(g, fl, h, key, now, loc, &mut bytes);
+        let read = fl.read(loc, &mut bytes);
+        let r = self.recache(g, h, key, now, loc, read, &bytes);
         bytes.clear();
         if bytes.capacity() > g.large_threshold {
             bytes = Vec::new();
@@ -94,18 +121,23 @@ impl Shard {
         r
     }
 
+    /// Writes the item `read` from flash at `loc` into `bytes` back into memory, if `loc` is
+    /// still the key's flash copy and memory does not hold the key (the read may have been
+    /// made without the shard's lock).
     #[allow(clippy::too_many_arguments)]
-    fn bring_back_from(
+    pub(crate) fn recache(
         &mut self,
         g: &Global,
-        fl: &flash::Flash,
         h: u64,
         key: &[u8],
         now: u32,
         loc: Loc,
-        bytes: &mut Vec<u8>,
+        read: ReadOutcome,
+        bytes: &[u8],
     ) -> Result<(), NeedMem> {
-        let read = fl.read(loc, bytes);
+        if self.flash_loc(h) != Some(loc) || self.find(h, key).is_some() {
+            return Ok(());
+        }
         let Some(l) = self.flash_checked(g, h, key, now, loc, read, bytes) else {
             return Ok(());
         };
