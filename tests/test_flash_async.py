@@ -151,6 +151,7 @@ def test_a_connection_gone_with_reads_under_way_leaves_the_server_serving(
         assert c.request(b"version\r\n").startswith(b"VERSION ")
         batch = ids[:100]
         assert multi_get(c, batch) == [(key(i), value(i)) for i in batch]
-        st = c.stats()
-        assert int(st["get_aborted_extstore"]) >= 0
+        # Reads of reset connections are dropped as they come back (how many were still
+        # under way at the reset is a matter of timing).
+        assert "get_aborted_extstore" in c.stats()
     assert s.proc is not None and s.proc.poll() is None

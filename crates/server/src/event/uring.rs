@@ -525,6 +525,12 @@ impl UringWorker {
         // once served.
         if res == 0 || (res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED) {
             slot.eof = true;
+            if res < 0 && slot.conn.waits_on_flash() {
+                // Reset: no reply can reach it, so it need not wait for its reads (they are
+                // dropped when they come back).
+                self.close(t);
+                return;
+            }
         }
         self.enqueue(t);
     }

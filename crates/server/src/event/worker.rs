@@ -119,6 +119,12 @@ impl Worker {
                         if ev.is_read_closed() || ev.is_error() {
                             if let Some(c) = self.conns.get_mut(t) {
                                 c.peer_closed = true;
+                                if ev.is_error() && c.waits_on_flash() {
+                                    // Reset: no reply can reach it, so it need not wait for
+                                    // its reads (they are dropped when they come back).
+                                    self.close(t);
+                                    continue;
+                                }
                             }
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
