@@ -189,13 +189,18 @@ fn a_failed_device_stops_writes_and_keeps_memory_serving() {
     }
 }
 
-#[test]
-fn one_get_in_the_recache_rate_brings_its_item_back() {
-    let dev = MemDevice::new(64 << 20);
-    let s = flash_store_recaching(2, &dev, 1 << 20, 4);
+/// 8,000 values at 2 MiB of memory, one flash get in 4 bringing its item back.
+fn recaching_one_in_4(dev: &MemDevice) -> Store {
+    let s = flash_store_recaching(2, dev, 1 << 20, 4);
     for i in 0..8_000 {
         set(&s, &key(i), &value(i, 1), T0);
     }
+    s
+}
+
+#[test]
+fn one_get_in_the_recache_rate_brings_its_item_back() {
+    let s = recaching_one_in_4(&MemDevice::new(64 << 20));
     for i in 0..400 {
         assert_eq!(val(&s, &key(i), T0), Some(value(i, 1)));
     }
@@ -285,11 +290,7 @@ fn a_key_changed_after_it_was_located_is_looked_up_again() {
 
 #[test]
 fn split_gets_bring_back_one_in_the_recache_rate_without_reading_again() {
-    let dev = MemDevice::new(64 << 20);
-    let s = flash_store_recaching(2, &dev, 1 << 20, 4);
-    for i in 0..8_000 {
-        set(&s, &key(i), &value(i, 1), T0);
-    }
+    let s = recaching_one_in_4(&MemDevice::new(64 << 20));
     let read_before = s.stats().flash.unwrap().objects_read;
     let mut located = 0;
     for i in 0..400 {
