@@ -96,12 +96,14 @@ pub fn process(
         }
         match proto::parse(&buf[pos..], limits) {
             proto::Parse::Request(req, used) => {
-                // A get resuming after a pause was counted when it started.
-                if let (Some(p), 0) = (env.probe, conn.resume) {
+                // A get resuming after a pause was counted when it started (one that paused
+                // at its first key for flash reads has them).
+                let resuming = conn.resume > 0 || conn.flash_wait().is_some();
+                if let (Some(p), false) = (env.probe, resuming) {
                     p.note(&req);
                 }
                 let log = env.shared.verbose() > 1;
-                if log && conn.resume == 0 {
+                if log && !resuming {
                     verbose::request(fd, &buf[pos..pos + used]);
                 }
                 let received = (pos == usize::from(conn.front) && conn.front > 0)
