@@ -290,7 +290,8 @@ pub fn render(shared: &Shared) -> String {
     }
 
     if let Some(f) = &st.flash {
-        extstore(&mut e, f);
+        let queued = shared.flash_io.as_ref().map_or(0, |io| io.queued());
+        extstore(&mut e, f, queued as u64);
     }
 
     for (name, help, v) in [
@@ -376,7 +377,7 @@ pub fn render(shared: &Shared) -> String {
 }
 
 /// memcached_exporter's extstore families, when the flash tier is on.
-fn extstore(e: &mut Exposition, f: &store::FlashStats) {
+fn extstore(e: &mut Exposition, f: &store::FlashStats, queued: u64) {
     use Kind::{Counter, Gauge};
     for (name, kind, help, v) in [
         (
@@ -472,8 +473,8 @@ fn extstore(e: &mut Exposition, f: &store::FlashStats) {
         (
             "memcached_extstore_io_queue_depth",
             Gauge,
-            "Flash reads waiting.",
-            0,
+            "Flash reads waiting for an I/O thread.",
+            queued,
         ),
     ] {
         e.single(name, kind, help, v);

@@ -73,6 +73,8 @@ pub struct Shared {
     pub tls: Option<crate::tls::Tls>,
     /// Latency histograms and hot keys (`stats latency`, `stats hotkeys`, `/metrics`).
     pub telemetry: crate::metrics::Telemetry,
+    /// With a flash tier: the I/O threads' queues that text gets read flash items through.
+    pub flash_io: Option<crate::flash::reads::FlashIo>,
 }
 
 impl Shared {

@@ -82,7 +82,7 @@ impl Loc {
     fn off(self) -> u64 {
         (self.0 >> (LEN_UNITS_BITS + 8)) * ALIGN
     }
-    fn frame_len(self) -> u64 {
+    pub(crate) fn frame_len(self) -> u64 {
         ((self.0 >> 8) & ((1 << LEN_UNITS_BITS) - 1)) * ALIGN
     }
     fn epoch(self) -> u8 {

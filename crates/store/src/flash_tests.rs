@@ -189,13 +189,18 @@ fn a_failed_device_stops_writes_and_keeps_memory_serving() {
     }
 }
 
-#[test]
-fn one_get_in_the_recache_rate_brings_its_item_back() {
-    let dev = MemDevice::new(64 << 20);
-    let s = flash_store_recaching(2, &dev, 1 << 20, 4);
+/// 8,000 values at 2 MiB of memory, one flash get in 4 bringing its item back.
+fn recaching_one_in_4(dev: &MemDevice) -> Store {
+    let s = flash_store_recaching(2, dev, 1 << 20, 4);
     for i in 0..8_000 {
         set(&s, &key(i), &value(i, 1), T0);
     }
+    s
+}
+
+#[test]
+fn one_get_in_the_recache_rate_brings_its_item_back() {
+    let s = recaching_one_in_4(&MemDevice::new(64 << 20));
     for i in 0..400 {
         assert_eq!(val(&s, &key(i), T0), Some(value(i, 1)));
     }
@@ -246,4 +251,107 @@ fn a_warm_restart_keeps_the_flash_items_and_memory_wins() {
         .contains("checksum"));
     let other = flash_store(2, &MemDevice::new(32 << 20), 1 << 20);
     assert!(other.load_flash_index(&idx[..], T0).is_err());
+}
+
+/// A get split in two as the server's I/O threads run it: locate under the lock, read with
+/// no lock, answer from the bytes read.
+fn split_get(s: &Store, k: &str) -> Option<String> {
+    let text = |v: Option<ItemView<'_>>| v.map(|v| String::from_utf8(v.value.to_vec()).unwrap());
+    match s.get_or_locate(k.as_bytes(), T0, text) {
+        Ok(v) => v,
+        Err(loc) => {
+            let p = s.read_located(loc, Vec::new());
+            s.get_prefetched(k.as_bytes(), T0, &p, text)
+        }
+    }
+}
+
+#[test]
+fn a_get_split_around_its_flash_read_answers_as_get_does() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(20_000, &dev);
+    let reads = |s: &Store| s.stats().flash.unwrap().objects_read;
+    let (mut located, mut in_memory) = (0, 0);
+    for i in 0..20_000 {
+        let before = reads(&s);
+        match s.get_or_locate(key(i).as_bytes(), T0, |v| v.is_some()) {
+            Ok(hit) => {
+                assert!(hit);
+                in_memory += 1;
+            }
+            Err(loc) => {
+                assert!(loc.read_bytes() > 1000);
+                assert_eq!(s.locate(key(i).as_bytes(), T0), Some(loc));
+                located += 1;
+            }
+        }
+        // Locating never reads.
+        assert_eq!(reads(&s), before);
+    }
+    assert!(located > 15_000 && in_memory > 0, "{located} {in_memory}");
+    let hits_before = s.stats().counters.get_extstore;
+    for i in 0..20_000 {
+        assert_eq!(split_get(&s, &key(i)), Some(value(i, 1)), "{i}");
+    }
+    assert_eq!(s.stats().counters.get_extstore - hits_before, located);
+    assert_eq!(split_get(&s, "no such key"), None);
+}
+
+#[test]
+fn a_key_changed_after_it_was_located_is_looked_up_again() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(20_000, &dev);
+    let on_flash: Vec<usize> = (0..20_000)
+        .filter(|&i| s.locate(key(i).as_bytes(), T0).is_some())
+        .take(3)
+        .collect();
+    let text = |v: Option<ItemView<'_>>| v.map(|v| String::from_utf8(v.value.to_vec()).unwrap());
+    let read = |i: usize| {
+        let loc = s.locate(key(i).as_bytes(), T0).unwrap();
+        s.read_located(loc, Vec::new())
+    };
+    let (a, b, c) = (read(on_flash[0]), read(on_flash[1]), read(on_flash[2]));
+    set(&s, &key(on_flash[0]), &value(on_flash[0], 2), T0);
+    s.delete(key(on_flash[1]).as_bytes(), T0, &Default::default());
+    assert_eq!(
+        s.get_prefetched(key(on_flash[0]).as_bytes(), T0, &a, text),
+        Some(value(on_flash[0], 2))
+    );
+    assert_eq!(
+        s.get_prefetched(key(on_flash[1]).as_bytes(), T0, &b, text),
+        None
+    );
+    // Bytes read for another key answer nothing for this one.
+    assert_eq!(
+        s.get_prefetched(key(on_flash[2]).as_bytes(), T0, &a, text),
+        Some(value(on_flash[2], 1))
+    );
+    assert_eq!(
+        s.get_prefetched(key(on_flash[2]).as_bytes(), T0, &c, text),
+        Some(value(on_flash[2], 1))
+    );
+}
+
+#[test]
+fn split_gets_bring_back_one_in_the_recache_rate_without_reading_again() {
+    let s = recaching_one_in_4(&MemDevice::new(64 << 20));
+    let read_before = s.stats().flash.unwrap().objects_read;
+    let mut located = 0;
+    for i in 0..400 {
+        if s.locate(key(i).as_bytes(), T0).is_some() {
+            located += 1;
+        }
+        assert_eq!(split_get(&s, &key(i)), Some(value(i, 1)));
+    }
+    let st = s.stats();
+    assert!(located >= 300, "{located}");
+    assert_eq!(st.flash.unwrap().objects_read - read_before, located);
+    let c = st.counters;
+    assert!(
+        (located / 4 - 10..=located / 4 + 10).contains(&c.recache_from_extstore),
+        "{c:?}"
+    );
+    for i in 0..400 {
+        assert_eq!(split_get(&s, &key(i)), Some(value(i, 1)));
+    }
 }

@@ -5,16 +5,38 @@
 //! (`Shard::link`), so a flash copy is never older than what memory says.
 
 use crate::flash::{self, Loc, ReadOutcome};
+
+/// Where a get found its key on flash (`Store::get_or_locate`): to be read off the worker
+/// thread (`Store::read_located`), with no lock held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashLoc(pub(crate) Loc);
+
+impl FlashLoc {
+    /// Bytes the read takes (the item's frame).
+    pub fn read_bytes(self) -> usize {
+        self.0.frame_len() as usize
+    }
+}
+
+/// A flash read made without the shard lock (`Store::read_located`, or before a command
+/// brings the item back), for `Store::get_prefetched` or `Shard::bring_back` to use once
+/// locked.
+pub struct Prefetched {
+    pub(crate) loc: Loc,
+    pub(crate) read: ReadOutcome,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Prefetched {
+    /// Bytes held.
+    pub fn held(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
 use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
 use crate::segments::Queue;
 use crate::shard::{Found, Global, NeedMem, Shard, Unlink};
-
-/// A flash read made without the shard lock, for `Shard::bring_back` to use once locked.
-pub(crate) struct Prefetched {
-    pub loc: Loc,
-    pub read: ReadOutcome,
-    pub bytes: Vec<u8>,
-}
 
 impl Shard {
     /// Writes evicted item `f` to flash when the tier takes it; true if it did (the item is
@@ -112,17 +134,20 @@ impl Shard {
             return Ok(());
         }
         match pre.filter(|p| p.loc == loc) {
-            Some(p) => self.bring_back_bytes(g, h, key, now, loc, p.read, &p.bytes),
+            Some(p) => self.recache(g, h, key, now, loc, p.read, &p.bytes),
             None => {
                 let mut bytes = Vec::new();
                 let read = fl.read(loc, &mut bytes);
-                self.bring_back_bytes(g, h, key, now, loc, read, &bytes)
+                self.recache(g, h, key, now, loc, read, &bytes)
             }
         }
     }
 
+    /// Writes the item `read` from flash at `loc` into `bytes` back into memory, if `loc` is
+    /// still the key's flash copy and memory does not hold the key (the read may have been
+    /// made without the shard's lock).
     #[allow(clippy::too_many_arguments)]
-    fn bring_back_bytes(
+    pub(crate) fn recache(
         &mut self,
         g: &Global,
         h: u64,
@@ -132,6 +157,9 @@ impl Shard {
         read: ReadOutcome,
         bytes: &[u8],
     ) -> Result<(), NeedMem> {
+        if self.flash_loc(h) != Some(loc) || self.find(h, key).is_some() {
+            return Ok(());
+        }
         let Some(l) = self.flash_checked(g, h, key, now, loc, read, bytes) else {
             return Ok(());
         };

@@ -56,7 +56,7 @@ pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
 use flash::Flash;
 pub use flash::{Device, FlashConfig, FlashStats};
 pub use flash_warm::FlashRestore;
-use flashed::Prefetched;
+pub use flashed::{FlashLoc, Prefetched};
 use ghost::Ghost;
 pub use segbuf::PinnedValue;
 use shard::{Global, NeedMem, Shard};
@@ -264,6 +264,78 @@ impl Store {
         bump: bool,
         f: impl FnOnce(Option<ItemView<'_>>) -> R,
     ) -> R {
+        match self.read_or_locate::<false, R>(key, now, bump, f) {
+            Ok(r) => r,
+            Err(_) => unreachable!("flash is read in line"),
+        }
+    }
+
+    /// `get` that leaves flash unread: Err(where) when memory misses and the key is on flash.
+    /// Read it with `read_located` (blocking, no lock held: an I/O thread's work), then
+    /// answer with `get_prefetched`.
+    pub fn get_or_locate<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> Result<R, FlashLoc> {
+        self.read_or_locate::<true, R>(key, now, true, f)
+    }
+
+    /// Whether a get of `key` would read flash: where, when memory misses and flash has it.
+    pub fn locate(&self, key: &[u8], now: u32) -> Option<FlashLoc> {
+        self.g.flash.as_ref()?;
+        let (h, si) = self.route(key);
+        let mut s = self.lock(si);
+        let found = s.find_live(&self.g, h, key, now).is_some();
+        s.settle(&self.g);
+        if found {
+            return None;
+        }
+        s.flash_loc(h).map(FlashLoc)
+    }
+
+    /// Reads the flash item at `loc` into `bytes` (reused): blocking I/O under no shard lock.
+    pub fn read_located(&self, loc: FlashLoc, mut bytes: Vec<u8>) -> Prefetched {
+        let read = match &self.g.flash {
+            Some(fl) => fl.read(loc.0, &mut bytes),
+            None => flash::ReadOutcome::Gone,
+        };
+        Prefetched {
+            loc: loc.0,
+            read,
+            bytes,
+        }
+    }
+
+    /// Finishes a `get_or_locate` that went to flash, with what `read_located` read: as
+    /// `get` would answer (`ext_recache_rate` included). A key set, deleted or moved since it
+    /// was located is looked up again.
+    pub fn get_prefetched<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        p: &Prefetched,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> R {
+        let (h, si) = self.route(key);
+        let mut s = self.lock(si);
+        let in_memory = s.find_live(&self.g, h, key, now).is_some();
+        s.settle(&self.g);
+        if in_memory || s.flash_loc(h) != Some(p.loc) {
+            drop(s);
+            return self.read(key, now, true, f);
+        }
+        self.finish_flash(s, si, h, key, now, true, p, f)
+    }
+
+    fn read_or_locate<const LOCATE: bool, R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        bump: bool,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> Result<R, FlashLoc> {
         let (h, si) = self.route(key);
         let mut s = self.lock(si);
         // Kept in this generic function rather than a helper in `read`: every get runs it,
@@ -271,25 +343,32 @@ impl Store {
         let Some(it) = s.find_live(&self.g, h, key, now) else {
             s.settle(&self.g);
             if self.g.flash.is_some() {
-                return self.read_flash(s, si, h, key, now, bump, f);
+                if LOCATE {
+                    if let Some(loc) = s.flash_loc(h) {
+                        return Err(FlashLoc(loc));
+                    }
+                } else {
+                    return Ok(self.read_flash(s, si, h, key, now, bump, f));
+                }
             }
-            return f(None);
+            drop(s);
+            return Ok(f(None));
         };
         let (pre_bits, pre_time) = read::state_before(&s, &it, now);
         if bump {
             s.bump(&it, now);
         }
         s.settle(&self.g);
-        f(Some(read::view(&s, &it, now, pre_bits, pre_time)))
+        Ok(f(Some(read::view(&s, &it, now, pre_bits, pre_time))))
     }
 
     /// A get that missed memory: served from flash without holding the shard during the
-    /// read, or (one in `ext_recache_rate`) brought back into memory and served from there.
+    /// read.
     #[cold]
     #[allow(clippy::too_many_arguments)]
     fn read_flash<R>(
         &self,
-        mut s: MutexGuard<'_, Shard>,
+        s: MutexGuard<'_, Shard>,
         si: usize,
         h: u64,
         key: &[u8],
@@ -301,10 +380,34 @@ impl Store {
             drop(s);
             return f(None);
         };
-        let fl = self.g.flash.as_ref().expect("flash on");
+        drop(s);
+        let p = self.read_located(FlashLoc(loc), Vec::new());
+        self.finish_flash(self.lock(si), si, h, key, now, bump, &p, f)
+    }
+
+    /// Answers a get from the flash read `p`, or (one in `ext_recache_rate`) brings the item
+    /// back into memory from it and answers from there.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn finish_flash<R>(
+        &self,
+        mut s: MutexGuard<'_, Shard>,
+        si: usize,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        bump: bool,
+        p: &Prefetched,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> R {
         if bump && s.recache_due(&self.g) {
             drop(s);
-            let mut s = self.brought_back(si, h, key, now);
+            let mut s = match self.with_mem(si, |s, g| {
+                s.recache(g, h, key, now, p.loc, p.read, &p.bytes)
+            }) {
+                Some((s, ())) => s,
+                None => self.lock(si),
+            };
             let Some(it) = s.find_live(&self.g, h, key, now) else {
                 drop(s);
                 return f(None);
@@ -313,26 +416,11 @@ impl Store {
             s.bump(&it, now);
             return f(Some(read::view(&s, &it, now, pre_bits, pre_time)));
         }
+        let l = s.flash_checked(&self.g, h, key, now, p.loc, p.read, &p.bytes);
         drop(s);
-        let mut bytes = Vec::new();
-        let got = fl.read(loc, &mut bytes);
-        let l = self
-            .lock(si)
-            .flash_checked(&self.g, h, key, now, loc, got, &bytes);
         match l {
-            Some(l) => f(Some(read::flash_view(&bytes, &l, now))),
+            Some(l) => f(Some(read::flash_view(&p.bytes, &l, now))),
             None => f(None),
-        }
-    }
-
-    /// The key's shard, locked, with the key's item brought back from flash into memory if
-    /// it is there (see `flashed`).
-    #[cold]
-    fn brought_back(&self, si: usize, h: u64, key: &[u8], now: u32) -> MutexGuard<'_, Shard> {
-        let pre = self.prefetch(si, h, key);
-        match self.with_mem(si, |s, g| s.bring_back(g, h, key, now, pre.as_ref())) {
-            Some((s, ())) => s,
-            None => self.lock(si),
         }
     }
 

@@ -101,6 +101,8 @@ pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn
     pool.give(std::mem::take(&mut conn.rbuf));
     pool.give(std::mem::take(&mut conn.wbuf));
     conn.release_reservation(&shared.store);
+    // Reads still under way are dropped when they come back.
+    conn.end_flash_wait();
     if let Ok(mut reg) = shared.registry[id].lock() {
         reg.remove(token);
     }

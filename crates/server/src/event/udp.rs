@@ -176,7 +176,7 @@ fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: &mut
         match proto::parse(&payload[pos..], &env.shared.limits) {
             proto::Parse::Request(req, used) => {
                 pos += used;
-                let flow = execute::run(env, req, 0, out);
+                let flow = execute::run(env, req, 0, &mut None, out);
                 ends.push(out.len());
                 if let execute::Flow::Close = flow {
                     return;

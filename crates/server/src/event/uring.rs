@@ -458,6 +458,7 @@ impl UringWorker {
                     // Clears the waker's readiness so the next wake is seen.
                     let _ = self.wake.poll(&mut self.wake_events, Some(Duration::ZERO));
                     self.accept_new(now);
+                    self.take_flash_reads();
                     if !cqueue::more(flags) {
                         self.arm_wake();
                     }
@@ -469,6 +470,21 @@ impl UringWorker {
         cqes.clear();
         self.cqes = cqes;
         more
+    }
+
+    /// Hands the flash reads made for this worker's connections to them: a connection whose
+    /// reads are all back runs its get again (see `worker::take_flash_reads`).
+    fn take_flash_reads(&mut self) {
+        let shared = self.shared.clone();
+        let Some(io) = &shared.flash_io else {
+            return;
+        };
+        for (to, read) in io.take_done(self.id) {
+            let slot = self.conns.get_mut(to.token).filter(|s| !s.closed);
+            if io.deliver(slot.and_then(|s| s.conn.flash_wait()), to, read) {
+                self.enqueue(to.token);
+            }
+        }
     }
 
     fn enqueue(&mut self, t: usize) {
@@ -509,6 +525,12 @@ impl UringWorker {
         // once served.
         if res == 0 || (res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED) {
             slot.eof = true;
+            if res < 0 && slot.conn.waits_on_flash() {
+                // Reset: no reply can reach it, so it need not wait for its reads (they are
+                // dropped when they come back).
+                self.close(t);
+                return;
+            }
         }
         self.enqueue(t);
     }
@@ -591,12 +613,12 @@ impl UringWorker {
             return;
         }
         let conn = &mut slot.conn;
-        if !conn.has_unsent() && !conn.closing && !conn.rbuf.is_empty() {
+        if !conn.has_unsent() && !conn.closing && !conn.waits_on_flash() && !conn.rbuf.is_empty() {
             lifecycle::touch(&self.shared, self.id, t, conn, now);
             let mut buf = std::mem::take(&mut conn.rbuf);
             conn.budget = self.shared.settings.max_reqs_per_event;
             let started = self.probe.start();
-            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe);
+            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe, (self.id, t));
             let pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             conn.pending = pending;
             if buf.is_empty() {
@@ -627,7 +649,12 @@ impl UringWorker {
                 // conn_yields).
                 self.stats.conn_yields.incr();
             }
-            if pending && !conn.has_unsent() && !conn.closing && !slot.yielded {
+            if pending
+                && !conn.has_unsent()
+                && !conn.closing
+                && !conn.waits_on_flash()
+                && !slot.yielded
+            {
                 // Served again next turn (once its replies are out, when they wait).
                 slot.yielded = true;
                 self.yielded.push_back(t);

@@ -107,7 +107,10 @@ impl Worker {
             let now = unix_now();
             for ev in events.iter() {
                 match ev.token() {
-                    WAKER => self.accept_new(now),
+                    WAKER => {
+                        self.accept_new(now);
+                        self.take_flash_reads();
+                    }
                     Token(t) if t >= udp::TOKEN_BASE => self.serve_udp(t - udp::TOKEN_BASE, now),
                     Token(t) => {
                         if ev.is_writable() {
@@ -116,6 +119,12 @@ impl Worker {
                         if ev.is_read_closed() || ev.is_error() {
                             if let Some(c) = self.conns.get_mut(t) {
                                 c.peer_closed = true;
+                                if ev.is_error() && c.waits_on_flash() {
+                                    // Reset: no reply can reach it, so it need not wait for
+                                    // its reads (they are dropped when they come back).
+                                    self.close(t);
+                                    continue;
+                                }
                             }
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -186,6 +195,20 @@ impl Worker {
         }
     }
 
+    /// Hands the flash reads made for this worker's connections to them: a connection whose
+    /// reads are all back runs its get again.
+    fn take_flash_reads(&mut self) {
+        let Some(io) = &self.shared.flash_io else {
+            return;
+        };
+        for (to, read) in io.take_done(self.id) {
+            let wait = self.conns.get_mut(to.token).and_then(|c| c.flash_wait());
+            if io.deliver(wait, to, read) {
+                self.ready.push_back(to.token);
+            }
+        }
+    }
+
     fn on_writable(&mut self, t: usize) {
         let Some(conn) = self.conns.get_mut(t) else {
             return;
@@ -221,8 +244,9 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(t) else {
             return;
         };
-        if conn.has_unsent() {
-            return; // backpressure: resume when the socket drains
+        if conn.has_unsent() || conn.waits_on_flash() {
+            // Backpressure: resume when the socket drains. Flash reads: when they are back.
+            return;
         }
         lifecycle::touch(&self.shared, self.id, t, conn, now);
         let tls = conn.tls.is_some();
@@ -273,7 +297,7 @@ impl Worker {
             }
             let started = self.probe.start();
             let conn = &mut self.conns[t];
-            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe);
+            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe, (self.id, t));
             pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             if !self.out.is_empty() || conn.unsent.is_some() {
                 let out = std::mem::take(&mut self.out);
@@ -295,7 +319,7 @@ impl Worker {
                 }
             }
             self.probe.finish(started);
-            if conn.closing || conn.has_unsent() {
+            if conn.closing || conn.has_unsent() || conn.waits_on_flash() {
                 conn.pending = pending;
                 break;
             }

@@ -36,7 +36,8 @@ const _: () = assert!(HEADROOM <= u8::MAX as usize, "Conn::front is a u8");
 /// Returns true when it stopped early, with requests left in `buf`: when the connection's `-R`
 /// budget for this turn is spent (`Conn::budget`; so one pipelining client cannot starve the
 /// others), when `out` reached `env.reply_cap`, or when
-/// a get paused for its replies to be written (`conn.resume`, `conn.unsent`).
+/// a get paused for its replies to be written (`conn.resume`, `conn.unsent`) or for flash
+/// reads (`Conn::flash_wait`: the worker runs it again once they are back).
 pub fn process(
     env: &ExecEnv<'_>,
     conn: &mut Conn,
@@ -44,6 +45,9 @@ pub fn process(
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> bool {
+    if conn.waits_on_flash() {
+        return true;
+    }
     let fd = conn.stream.fd();
     match conn.protocol {
         Protocol::Text => {}
@@ -92,12 +96,14 @@ pub fn process(
         }
         match proto::parse(&buf[pos..], limits) {
             proto::Parse::Request(req, used) => {
-                // A get resuming after a pause was counted when it started.
-                if let (Some(p), 0) = (env.probe, conn.resume) {
+                // A get resuming after a pause was counted when it started (one that paused
+                // at its first key for flash reads has them).
+                let resuming = conn.resume > 0 || conn.flash_wait().is_some();
+                if let (Some(p), false) = (env.probe, resuming) {
                     p.note(&req);
                 }
                 let log = env.shared.verbose() > 1;
-                if log && conn.resume == 0 {
+                if log && !resuming {
                     verbose::request(fd, &buf[pos..pos + used]);
                 }
                 let received = (pos == usize::from(conn.front) && conn.front > 0)
@@ -123,7 +129,7 @@ pub fn process(
                 }
                 let log_replies = log && verbose::logs_replies(&req);
                 let mark = out.len();
-                let flow = execute::run(env, req, conn.resume as usize, out);
+                let flow = execute::run(env, req, conn.resume as usize, &mut conn.aside, out);
                 if log_replies {
                     verbose::replies(fd, &out[mark..]);
                 }
@@ -144,6 +150,8 @@ pub fn process(
                     }
                 }
                 conn.resume = 0;
+                // Reads a get asked for end with it.
+                conn.end_flash_wait();
                 pos += used;
                 if stopped_early {
                     break;

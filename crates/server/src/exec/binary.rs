@@ -15,7 +15,7 @@ use crate::config;
 use crate::exec::env::ExecEnv;
 use crate::exec::execute::{self, Extras, Got, Outcome};
 use crate::io::bufpool::BufPool;
-use crate::io::conn::{Conn, Protocol};
+use crate::io::conn::{Aside, Conn, Protocol};
 use crate::verbose;
 
 /// The protocol of a connection whose first byte is `first` (logged under `-vv`).
@@ -67,7 +67,7 @@ pub fn process(
             pos += k;
             conn.swallow -= k;
             if conn.swallow == 0 {
-                if let Some(reply) = conn.after_swallow.take() {
+                if let Some(Aside::AfterSwallow(reply)) = conn.aside.take().map(|a| *a) {
                     out.extend_from_slice(&reply);
                 }
             }
@@ -148,7 +148,7 @@ fn hold_or_send(conn: &mut Conn, swallow: usize, reply: Vec<u8>, out: &mut Vec<u
     if swallow == 0 {
         out.extend_from_slice(&reply);
     } else if !reply.is_empty() {
-        conn.after_swallow = Some(Box::new(reply));
+        conn.aside = Some(Box::new(Aside::AfterSwallow(reply)));
     }
 }
 
@@ -364,7 +364,7 @@ fn stat(env: &ExecEnv<'_>, req: &BinRequest<'_>, key: &[u8], out: &mut Vec<u8>) 
     let stats = Request::Stats {
         args: Tokens::new(group),
     };
-    execute::run(env, stats, 0, &mut text);
+    execute::run(env, stats, 0, &mut None, &mut text);
     text_stats_to_binary(&text, req.opaque, out);
 }
 

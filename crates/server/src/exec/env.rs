@@ -15,6 +15,9 @@ pub struct ExecEnv<'a> {
     pub reply_cap: usize,
     /// The worker's latency and hot-key probe; None on the UDP path.
     pub probe: Option<&'a crate::metrics::Probe>,
+    /// The worker and connection slot flash reads come back to (`flash::reads`); None
+    /// without a flash tier and on the UDP path, where gets read flash in line.
+    pub flash_reads: Option<(usize, usize)>,
 }
 
 /// Replies one batch may build before it is written out; the rest of the batch waits, so a
@@ -24,11 +27,13 @@ pub const OUT_CAP: usize = 256 * 1024;
 impl<'a> ExecEnv<'a> {
     /// For a TCP or unix-socket worker: replies capped per batch, large values written from
     /// the item itself unless `-vv` logs every reply (it logs what passes through `out`).
+    /// `conn`: the worker and the connection's slot.
     pub fn stream(
         shared: &'a Shared,
         stats: &'a ThreadStats,
         now: u32,
         probe: &'a crate::metrics::Probe,
+        conn: (usize, usize),
     ) -> Self {
         ExecEnv {
             shared,
@@ -37,6 +42,7 @@ impl<'a> ExecEnv<'a> {
             direct: shared.verbose() < 2,
             reply_cap: OUT_CAP,
             probe: Some(probe),
+            flash_reads: shared.flash_io.is_some().then_some(conn),
         }
     }
 
@@ -49,6 +55,7 @@ impl<'a> ExecEnv<'a> {
             direct: false,
             reply_cap: usize::MAX,
             probe: None,
+            flash_reads: None,
         }
     }
 }

@@ -15,19 +15,28 @@ use crate::exec::env::ExecEnv;
 pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
+use crate::flash::reads::ReadFor;
+use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
-/// already answered before it paused. Inlined so that the request, a few hundred bytes, is
+/// already answered before it paused; `reads`: the connection's flash reads (see
+/// `retrieve`). Inlined so that the request, a few hundred bytes, is
 /// not copied again into the call (one copy more per request costs ~1% of a set).
 #[inline(always)]
-pub fn run(env: &ExecEnv<'_>, req: Request<'_>, skip: usize, out: &mut Vec<u8>) -> Flow {
+pub fn run(
+    env: &ExecEnv<'_>,
+    req: Request<'_>,
+    skip: usize,
+    reads: &mut Option<Box<Aside>>,
+    out: &mut Vec<u8>,
+) -> Flow {
     let store = &env.shared.store;
     let st = env.stats;
     match req {
-        Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, out),
+        Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, reads, out),
         Request::Gat { exptime, keys, cas } => {
-            return retrieve(env, keys, cas, Some(exptime), skip, out)
+            return retrieve(env, keys, cas, Some(exptime), skip, reads, out)
         }
         Request::Store { noreply, .. }
         | Request::Delete { noreply, .. }
@@ -427,15 +436,23 @@ fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'stati
 /// get/gets/gat/gats from key `skip` on: one VALUE per hit, then END; a too-long key
 /// discards the VALUEs. Replies beyond `env.reply_cap` wait: the request pauses and resumes
 /// at the next key once they are written, so a long multi-get never builds its whole reply.
+/// A key on flash pauses it too, when the connection's worker has I/O threads to read it
+/// (`env.flash_reads`): it resumes at that key once the reads it asked for are back in
+/// `reads`, and answers from them.
+#[allow(clippy::too_many_arguments)]
 fn retrieve(
     env: &ExecEnv<'_>,
     keys: proto::Keys<'_>,
     with_cas: bool,
     touch: Option<i64>,
     skip: usize,
+    reads: &mut Option<Box<Aside>>,
     out: &mut Vec<u8>,
 ) -> Flow {
-    let touch = touch.map(|e| env.shared.store.exptime(e, env.now));
+    let store = &env.shared.store;
+    let touch = touch.map(|e| store.exptime(e, env.now));
+    // A gat changes its items: it brings them back from flash in line.
+    let read_aside = env.flash_reads.filter(|_| touch.is_none());
     let mark = out.len();
     let mut keys = keys;
     for _ in 0..skip {
@@ -458,29 +475,38 @@ fn retrieve(
                 value: None,
             });
         }
+        let at = index;
         index += 1;
-        let got = lookup(env, key, touch, |v| match v {
-            // The worker writes a large value from the item's own buffer, once the shard is
-            // unlocked (memcached likewise writes values from item memory).
-            Some(it) if env.direct && it.value.len() >= DIRECT_WRITE_MIN => {
-                let cas = with_cas.then_some(it.cas);
-                match it.pin() {
-                    Some(value) => {
-                        reply::write_value_header(out, key, it.flags, it.value.len(), cas);
-                        Got::Pinned(value)
-                    }
-                    None => {
-                        reply::write_value(out, key, it.flags, it.value, cas);
-                        Got::Hit
+        let fetched = match reads.as_deref_mut() {
+            Some(Aside::Flash(w)) => w.take(at as u32),
+            _ => None,
+        };
+        let got = match (fetched, read_aside) {
+            (Some(f), _) => counted(
+                env,
+                store.get_prefetched(key, env.now, &f.read, writer(env, key, with_cas, out)),
+            ),
+            (None, Some(conn)) => {
+                match store.get_or_locate(key, env.now, writer(env, key, with_cas, out)) {
+                    Ok(got) => counted(env, got),
+                    Err(loc) => {
+                        // Its replies so far go out while the connection waits.
+                        if skip == 0 && keys.clone().any(|k| k.is_err()) {
+                            let rest = std::iter::once(Ok(key)).chain(keys);
+                            return look_up_until_bad_key(env, rest, touch, out, mark);
+                        }
+                        if ask_reads(env, conn, reads, at, loc, keys) {
+                            return Flow::Paused(Paused {
+                                next_key: Some(at),
+                                value: None,
+                            });
+                        }
+                        lookup(env, key, touch, writer(env, key, with_cas, out))
                     }
                 }
             }
-            Some(it) => {
-                reply::write_value(out, key, it.flags, it.value, with_cas.then_some(it.cas));
-                Got::Hit
-            }
-            None => Got::Miss,
-        });
+            (None, None) => lookup(env, key, touch, writer(env, key, with_cas, out)),
+        };
         if let Got::Pinned(value) = got {
             if skip == 0 && keys.clone().any(|k| k.is_err()) {
                 return look_up_until_bad_key(env, keys, touch, out, mark);
@@ -495,6 +521,87 @@ fn retrieve(
     }
     out.extend_from_slice(reply::END);
     Flow::Continue
+}
+
+/// Writes a get's reply for the item found, if any.
+fn writer<'a>(
+    env: &ExecEnv<'_>,
+    key: &'a [u8],
+    with_cas: bool,
+    out: &'a mut Vec<u8>,
+) -> impl FnOnce(Option<store::ItemView<'_>>) -> Got + 'a {
+    let direct = env.direct;
+    move |v| match v {
+        // The worker writes a large value from the item's own buffer, once the shard is
+        // unlocked (memcached likewise writes values from item memory).
+        Some(it) if direct && it.value.len() >= DIRECT_WRITE_MIN => {
+            let cas = with_cas.then_some(it.cas);
+            match it.pin() {
+                Some(value) => {
+                    reply::write_value_header(out, key, it.flags, it.value.len(), cas);
+                    Got::Pinned(value)
+                }
+                None => {
+                    reply::write_value(out, key, it.flags, it.value, cas);
+                    Got::Hit
+                }
+            }
+        }
+        Some(it) => {
+            reply::write_value(out, key, it.flags, it.value, with_cas.then_some(it.cas));
+            Got::Hit
+        }
+        None => Got::Miss,
+    }
+}
+
+/// A get met key `at` on flash (at `loc`): asks the I/O threads for its read and for those
+/// of the next keys of the request on flash, up to `ext_io_depth` (`flash::reads`), for the
+/// connection to wait on. False when not even the first could be asked for (the bounds are
+/// reached): it is then read in line.
+fn ask_reads<'a>(
+    env: &ExecEnv<'_>,
+    (worker, token): (usize, usize),
+    reads: &mut Option<Box<Aside>>,
+    at: usize,
+    loc: store::FlashLoc,
+    rest: impl Iterator<Item = Result<&'a [u8], proto::KeyTooLong>>,
+) -> bool {
+    let Some(io) = &env.shared.flash_io else {
+        return false;
+    };
+    let Aside::Flash(w) = &mut **reads.get_or_insert_with(|| Box::new(Aside::Flash(io.wait())))
+    else {
+        return false;
+    };
+    let id = w.id;
+    let to = |index: usize| ReadFor {
+        worker,
+        token,
+        id,
+        index: index as u32,
+    };
+    if !io.submit(loc, to(at)) {
+        return false;
+    }
+    w.in_flight += 1;
+    for (i, key) in (at + 1..).zip(rest) {
+        let Ok(key) = key else { break };
+        if w.in_flight >= io.depth {
+            break;
+        }
+        if w.has(i as u32) {
+            continue;
+        }
+        let Some(loc) = env.shared.store.locate(key, env.now) else {
+            continue;
+        };
+        if !io.submit(loc, to(i)) {
+            break;
+        }
+        w.in_flight += 1;
+    }
+    true
 }
 
 /// A get with a key over 250 bytes: memcached answers only the error, after looking up the
@@ -541,6 +648,12 @@ pub(crate) fn lookup(
         }
         None => store.get(key, env.now, write),
     };
+    counted(env, got)
+}
+
+/// Counts a get's outcome.
+fn counted(env: &ExecEnv<'_>, got: Got) -> Got {
+    let st = env.stats;
     st.cmd_get.incr();
     if matches!(got, Got::Miss) {
         st.get_misses.incr();

@@ -136,16 +136,26 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "reclaimed", c.reclaimed);
     stat(out, "mem_used", mem_in_use(&store));
     if let Some(f) = &store.flash {
-        flash(out, c, f, store.flash_index_bytes);
+        let io = env.shared.flash_io.as_ref();
+        let (queued, aborted) = io.map_or((0, 0), |io| (io.queued(), io.aborted()));
+        flash(out, c, f, store.flash_index_bytes, queued, aborted);
     }
     out.extend_from_slice(b"END\r\n");
 }
 
 /// memcached's extstore lines, when the flash tier is on.
-fn flash(out: &mut Vec<u8>, c: &store::Counters, f: &store::FlashStats, index_bytes: u64) {
+/// `queued`: reads waiting for the I/O threads; `aborted`: reads whose connection was gone.
+fn flash(
+    out: &mut Vec<u8>,
+    c: &store::Counters,
+    f: &store::FlashStats,
+    index_bytes: u64,
+    queued: usize,
+    aborted: u64,
+) {
     stat(out, "get_extstore", c.get_extstore);
-    // Reads are made in line with the request: none is aborted or lacks a buffer.
-    stat(out, "get_aborted_extstore", 0);
+    stat(out, "get_aborted_extstore", aborted);
+    // Past the bounds on reads under way a get reads in line: none lacks a buffer.
     stat(out, "get_oom_extstore", 0);
     stat(out, "recache_from_extstore", c.recache_from_extstore);
     stat(out, "miss_from_extstore", c.miss_from_extstore);
@@ -165,7 +175,7 @@ fn flash(out: &mut Vec<u8>, c: &store::Counters, f: &store::FlashStats, index_by
     stat(out, "extstore_bytes_used", f.bytes_used);
     stat(out, "extstore_bytes_fragmented", f.bytes_fragmented);
     stat(out, "extstore_limit_maxbytes", f.limit_maxbytes);
-    stat(out, "extstore_io_queue", 0);
+    stat(out, "extstore_io_queue", queued);
     // memfleet's own: items on flash by the memory index, and what that index takes.
     stat(out, "extstore_items", c.flash_items);
     stat(out, "extstore_index_bytes", index_bytes);
@@ -237,6 +247,8 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         stat(out, "ext_recache_rate", f.store.recache_rate);
         stat(out, "ext_wbuf_size", f.store.wbuf_size);
         stat(out, "ext_page_size", f.store.page_size);
+        stat(out, "ext_threads", f.threads);
+        stat(out, "ext_io_depth", f.io_depth);
         for p in &f.paths {
             stat(out, "ext_path", format!("{}:{}", p.path, p.size));
         }

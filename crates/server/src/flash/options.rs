@@ -15,14 +15,15 @@ pub struct FlashOptions {
     /// Files, in order; the flash space is them end to end.
     pub paths: Vec<FlashPath>,
     pub store: FlashConfig,
+    /// `ext_threads`: I/O threads making flash reads for text gets (`reads`).
+    pub threads: usize,
+    /// `ext_io_depth`: flash reads one connection may have under way.
+    pub io_depth: u32,
 }
 
 /// Options memcached has and memfleet refuses, with why.
 fn refused(name: &str) -> Option<&'static str> {
     Some(match name {
-        "ext_threads" | "ext_io_depth" => {
-            "flash reads are made by the worker threads themselves, not by I/O threads"
-        }
         "ext_item_age" => "items go to flash when they are evicted from memory, whatever their age",
         "ext_compact_under" | "ext_drop_under" | "ext_max_frag" | "ext_drop_unread"
         | "ext_max_sleep" => {
@@ -43,6 +44,8 @@ pub fn apply(opts: &mut Option<FlashOptions>, name: &str, value: &str) -> Result
     let o = opts.get_or_insert_with(|| FlashOptions {
         paths: Vec::new(),
         store: FlashConfig::default(),
+        threads: 1,
+        io_depth: super::reads::DEFAULT_DEPTH,
     });
     let number = |what: &str| -> Result<u64, String> {
         value
@@ -86,6 +89,19 @@ pub fn apply(opts: &mut Option<FlashOptions>, name: &str, value: &str) -> Result
         "ext_recache_rate" => {
             o.store.recache_rate = u32::try_from(number("a count")?)
                 .map_err(|_| format!("-o ext_recache_rate={value}: too large"))?
+        }
+        "ext_threads" => {
+            o.threads = number("a count")? as usize;
+            if !(1..=64).contains(&o.threads) {
+                return Err(format!("-o ext_threads={value}: 1 to 64"));
+            }
+        }
+        "ext_io_depth" => {
+            let max = super::reads::MAX_READS as u64;
+            o.io_depth = number("a count")?.clamp(0, max) as u32;
+            if o.io_depth == 0 {
+                return Err(format!("-o ext_io_depth={value}: at least 1"));
+            }
         }
         _ => return Err(format!("-o {name}: unknown extstore option")),
     }
@@ -143,6 +159,8 @@ mod tests {
             ("ext_wbuf_size", "8"),
             ("ext_low_ttl", "60"),
             ("ext_recache_rate", "100"),
+            ("ext_threads", "4"),
+            ("ext_io_depth", "8"),
         ])
         .unwrap()
         .unwrap();
@@ -159,14 +177,19 @@ mod tests {
             (o.store.item_size, o.store.low_ttl, o.store.recache_rate),
             (512, 60, 100)
         );
+        assert_eq!((o.threads, o.io_depth), (4, 8));
+        let d = parse(&[("ext_path", "/x:1g")]).unwrap().unwrap();
+        assert_eq!((d.threads, d.io_depth), (1, 16));
+        for bad in [
+            ("ext_threads", "0"),
+            ("ext_threads", "x"),
+            ("ext_io_depth", "0"),
+        ] {
+            assert!(parse(&[("ext_path", "/x:1g"), bad]).is_err(), "{bad:?}");
+        }
         let mut none = None;
         assert!(!apply(&mut none, "hashpower", "20").unwrap());
-        for bad in [
-            "ext_threads",
-            "ext_compact_under",
-            "ext_item_age",
-            "ext_bogus",
-        ] {
+        for bad in ["ext_compact_under", "ext_item_age", "ext_bogus"] {
             let e = parse(&[("ext_path", "/x:1g"), (bad, "1")]).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }

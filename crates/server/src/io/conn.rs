@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 
 use mio::net::{TcpStream, UnixStream};
 
+use crate::flash::reads::FlashWait;
 use crate::io::unsent::Unsent;
 use crate::stats::ThreadStats;
 
@@ -63,11 +64,9 @@ pub struct Conn {
     pub reserved: u64,
     /// Bytes still to discard (the data block of a refused value).
     pub swallow: usize,
-    /// Binary protocol: the reply to a refused value, which memcached sends only once the
-    /// value has been discarded (see `binary`).
-    /// Boxed to one pointer: every idle connection pays for the field.
-    #[allow(clippy::box_collection)]
-    pub after_swallow: Option<Box<Vec<u8>>>,
+    /// What a few connections hold for a while (boxed to one pointer: every idle
+    /// connection pays for the field).
+    pub aside: Option<Box<Aside>>,
     pub last_cmd: u32,
     pub closing: bool,
     pub want_write: bool,
@@ -87,6 +86,17 @@ pub struct Conn {
     pub tls: Option<Box<crate::tls::io::TlsSession>>,
 }
 
+/// A connection's state kept aside (`Conn::aside`); a connection speaks one protocol, so
+/// it needs one of these at most.
+pub enum Aside {
+    /// Binary protocol: the reply to a refused value, which memcached sends only once the
+    /// value has been discarded (see `binary`).
+    AfterSwallow(Vec<u8>),
+    /// Text protocol: the flash reads the get at the front of `rbuf` asked for, and those
+    /// made (see `flash::reads`).
+    Flash(FlashWait),
+}
+
 impl Conn {
     pub fn new(stream: Stream, last_cmd: u32) -> Conn {
         Conn {
@@ -99,7 +109,7 @@ impl Conn {
             resume: 0,
             reserved: 0,
             swallow: 0,
-            after_swallow: None,
+            aside: None,
             last_cmd,
             closing: false,
             want_write: false,
@@ -108,6 +118,26 @@ impl Conn {
             authenticated: true,
             budget: u32::MAX,
             tls: None,
+        }
+    }
+
+    /// Its get waits for flash reads: nothing runs until they are back.
+    pub fn waits_on_flash(&self) -> bool {
+        matches!(self.aside.as_deref(), Some(Aside::Flash(w)) if w.in_flight > 0)
+    }
+
+    /// The flash reads of its get, if it asked for any.
+    pub fn flash_wait(&mut self) -> Option<&mut FlashWait> {
+        match self.aside.as_deref_mut() {
+            Some(Aside::Flash(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Its get is done: the reads it asked for (all back) go with it.
+    pub fn end_flash_wait(&mut self) {
+        if self.flash_wait().is_some() {
+            self.aside = None;
         }
     }
 
@@ -148,6 +178,7 @@ impl Conn {
             && !self.closing
             && !self.peer_closed
             && self.authenticated
+            && self.aside.is_none()
     }
 
     /// Raises the charge for the value under way to `bytes` (what has arrived of it, so a

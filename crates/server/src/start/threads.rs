@@ -14,7 +14,7 @@ use super::signals::{install_signal_handler, EarlySignals};
 use crate::auth;
 use crate::clock::unix_now;
 use crate::config::{Settings, VERSION};
-use crate::event::handoff::WAKER;
+use crate::event::handoff::{self, WAKER};
 use crate::event::uring;
 use crate::event::worker::Worker;
 use crate::shared::Shared;
@@ -73,6 +73,10 @@ pub fn run(
     let mut all_wakers = wakers.clone();
     all_wakers.push(accept_waker);
 
+    let flash_io = settings
+        .flash
+        .as_ref()
+        .map(|f| flash::reads::FlashIo::new(threads, f.io_depth));
     let shared = Arc::new(Shared {
         verbosity: AtomicU8::new(settings.verbose),
         limits,
@@ -96,6 +100,7 @@ pub fn run(
         telemetry: metrics::Telemetry::new(threads, settings.latency, settings.hotkeys_rate),
         settings,
         tls,
+        flash_io,
     });
     if let Some(listener) = metrics {
         let shared = shared.clone();
@@ -138,6 +143,17 @@ pub fn run(
         );
     }
 
+    let io_threads = shared.settings.flash.as_ref().map_or(0, |f| f.threads);
+    for i in 0..io_threads {
+        let shared = shared.clone();
+        handles.push(
+            thread::Builder::new()
+                .name(format!("flash-io-{i}"))
+                .spawn(move || flash_reader(&shared))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+
     let maint = {
         let shared = shared.clone();
         thread::Builder::new()
@@ -162,6 +178,18 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// An I/O thread: makes the flash reads text gets ask for and wakes their workers.
+fn flash_reader(shared: &Shared) {
+    let Some(io) = &shared.flash_io else {
+        return;
+    };
+    while let Some(job) = io.next(|| shared.shutdown.load(SeqCst)) {
+        let read = shared.store.read_located(job.loc, Vec::new());
+        let worker = io.finish(job, read);
+        handoff::wake(&shared.wakers[worker]);
+    }
 }
 
 /// Items examined per maintenance pass, so a pass never holds shards for long.
