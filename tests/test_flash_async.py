@@ -1,10 +1,13 @@
-"""Text gets of items on flash are read by I/O threads (`-o ext_threads`): multi-gets answer
-every value in order, other connections keep being served meanwhile, and a connection that
-leaves with reads under way does not hurt the server. Run under both event loops
+"""Text gets of items on flash that are not in the page cache are read by I/O threads (`-o
+ext_threads`): multi-gets answer every value in order, other connections keep being served
+meanwhile, and a connection that leaves with reads under way does not hurt the server. Each
+test first drops the flash file from the page cache (POSIX_FADV_DONTNEED), as gets of cached
+items are answered on the worker. Run under both event loops
 (MEMFLEET_SERVE_ARGS="-o io_engine=epoll" / "-o io_engine=uring")."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -43,9 +46,20 @@ def multi_get(c: Conn, ids: list[int]) -> list[tuple[bytes, bytes]]:
         got.append((parts[1], data[:-2]))
 
 
+def uncache(path: Path) -> None:
+    """Drops the file's pages from the page cache, so that reading them waits for the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, list[int]]]:
-    """A server with 8 MB of memory and most of ITEMS values on flash; the ids to get."""
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, list[int], Path]]:
+    """A server with 8 MB of memory and most of ITEMS values on flash; the ids to get; the
+    flash file."""
     flash = Path(tmp_path_factory.mktemp("flash")) / "f"
     opts = f"ext_path={flash}:256m,ext_item_size=512,ext_page_size=8,ext_threads=2"
     with memfleet("-m", "8", "-o", opts) as s:
@@ -62,13 +76,14 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, l
             assert int(st["extstore_objects_used"]) > ITEMS // 2, st
             assert c.stats("settings")["ext_threads"] == "2"
         # Every 7th key: most are on flash (8 MB of memory holds a few thousand).
-        yield s, list(range(0, ITEMS, 7))
+        yield s, list(range(0, ITEMS, 7)), flash
 
 
 def test_multi_gets_of_flash_keys_answer_every_value_in_order(
-    loaded: tuple[Server, list[int]],
+    loaded: tuple[Server, list[int], Path],
 ) -> None:
-    s, ids = loaded
+    s, ids, flash = loaded
+    uncache(flash)
     with Conn(s.port or 0) as c:
         before = c.stats()
         for start in range(0, 3000, 100):
@@ -80,6 +95,8 @@ def test_multi_gets_of_flash_keys_answer_every_value_in_order(
             assert got == want
         after = c.stats()
         assert int(after["get_extstore"]) > int(before["get_extstore"]) + 1000
+        # Read off the workers (the file was out of the page cache).
+        assert int(after["extstore_io_reads"]) > int(before["extstore_io_reads"]) + 100
         assert int(after["get_hits"]) - int(before["get_hits"]) == 30 * 101
         assert after["extstore_io_queue"] == "0"
         # gets/gat still answer the same from flash.
@@ -98,9 +115,10 @@ def _values(c: Conn) -> list[tuple[bytes, bytes]]:
 
 
 def test_other_connections_are_served_while_flash_keys_are_read(
-    loaded: tuple[Server, list[int]],
+    loaded: tuple[Server, list[int], Path],
 ) -> None:
-    s, ids = loaded
+    s, ids, flash = loaded
+    uncache(flash)
     stop = threading.Event()
     errors: list[str] = []
     rounds = [0]
@@ -136,9 +154,10 @@ def test_other_connections_are_served_while_flash_keys_are_read(
 
 
 def test_a_connection_gone_with_reads_under_way_leaves_the_server_serving(
-    loaded: tuple[Server, list[int]],
+    loaded: tuple[Server, list[int], Path],
 ) -> None:
-    s, ids = loaded
+    s, ids, flash = loaded
+    uncache(flash)
     for n in range(30):
         batch = ids[n * 100 : n * 100 + 100]
         sock = socket.create_connection(("127.0.0.1", s.port or 0))

@@ -21,6 +21,11 @@ pub trait Device: Send + Sync {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
     /// Writes all of `buf` at `off`.
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
+    /// `read_at` only if it needs no wait for the disk (the bytes are in the page cache):
+    /// Ok(false) when it would wait. By default it always would.
+    fn read_at_nowait(&self, _buf: &mut [u8], _off: u64) -> io::Result<bool> {
+        Ok(false)
+    }
     /// Bytes available.
     fn size(&self) -> u64;
 }
@@ -387,32 +392,51 @@ impl Flash {
 
     /// Reads the item at `loc` into `out` (resized to the item) and checks its frame.
     pub fn read(&self, loc: Loc, out: &mut Vec<u8>) -> ReadOutcome {
+        self.read_with(loc, out, |buf, off| {
+            self.dev.read_at(buf, off).map(|()| true)
+        })
+        .expect("a blocking read always reads")
+    }
+
+    /// `read` when it needs no wait for the disk; None when it would wait.
+    pub fn read_cached(&self, loc: Loc, out: &mut Vec<u8>) -> Option<ReadOutcome> {
+        self.read_with(loc, out, |buf, off| self.dev.read_at_nowait(buf, off))
+    }
+
+    fn read_with(
+        &self,
+        loc: Loc,
+        out: &mut Vec<u8>,
+        read_at: impl FnOnce(&mut [u8], u64) -> io::Result<bool>,
+    ) -> Option<ReadOutcome> {
         let len = loc.frame_len() as usize;
         out.clear();
         out.resize(len, 0);
         {
             let log = self.lock();
             if !self.current(&log, loc) {
-                return ReadOutcome::Gone;
+                return Some(ReadOutcome::Gone);
             }
             let start = loc.off();
             if start >= log.wbuf_start && start < log.wbuf_start + log.wbuf.len() as u64 {
                 let at = (start - log.wbuf_start) as usize;
                 match log.wbuf.get(at..at + len) {
                     Some(b) => out.copy_from_slice(b),
-                    None => return ReadOutcome::Bad,
+                    None => return Some(ReadOutcome::Bad),
                 }
-                return self.check(out);
+                return Some(self.check(out));
             }
         }
-        if self.dev.read_at(out, loc.off()).is_err() {
-            return ReadOutcome::Bad;
+        match read_at(out, loc.off()) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(_) => return Some(ReadOutcome::Bad),
         }
         // The page may have been dropped and rewritten while the lock was not held.
         if !self.is_current(loc) {
-            return ReadOutcome::Gone;
+            return Some(ReadOutcome::Gone);
         }
-        self.check(out)
+        Some(self.check(out))
     }
 
     fn check(&self, frame: &mut Vec<u8>) -> ReadOutcome {
@@ -628,6 +652,10 @@ pub(crate) mod tests {
         }
         // Two frames of 112 bytes fit a 256-byte buffer: the first four went to the device.
         assert_eq!(f.stats().bytes_written, 448);
+        // Without waiting: the buffer's frames, not the device's (this one cannot tell).
+        assert_eq!(f.read_cached(locs[5], &mut out), Some(ReadOutcome::Item));
+        assert_eq!(out, item(5, 100));
+        assert_eq!(f.read_cached(locs[0], &mut out), None);
         assert_eq!(f.stats().objects_used, 6);
     }
 

@@ -308,6 +308,18 @@ impl Store {
         }
     }
 
+    /// `read_located` when the read needs no wait for the disk (the bytes are in the write
+    /// buffer or the page cache): a worker may then make it itself. None when it would wait.
+    pub fn read_located_cached(&self, loc: FlashLoc) -> Option<Prefetched> {
+        let mut bytes = Vec::new();
+        let read = self.g.flash.as_ref()?.read_cached(loc.0, &mut bytes)?;
+        Some(Prefetched {
+            loc: loc.0,
+            read,
+            bytes,
+        })
+    }
+
     /// Finishes a `get_or_locate` that went to flash, with what `read_located` read: as
     /// `get` would answer (`ext_recache_rate` included). A key set, deleted or moved since it
     /// was located is looked up again.

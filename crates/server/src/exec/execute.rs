@@ -490,18 +490,25 @@ fn retrieve(
                 match store.get_or_locate(key, env.now, writer(env, key, with_cas, out)) {
                     Ok(got) => counted(env, got),
                     Err(loc) => {
-                        // Its replies so far go out while the connection waits.
-                        if skip == 0 && keys.clone().any(|k| k.is_err()) {
-                            let rest = std::iter::once(Ok(key)).chain(keys);
-                            return look_up_until_bad_key(env, rest, touch, out, mark);
+                        // In the write buffer or the page cache: no wait for the disk, and
+                        // cheaper here than a hand-over to an I/O thread and back.
+                        if let Some(p) = store.read_located_cached(loc) {
+                            let w = writer(env, key, with_cas, out);
+                            counted(env, store.get_prefetched(key, env.now, &p, w))
+                        } else {
+                            // Its replies so far go out while the connection waits.
+                            if skip == 0 && keys.clone().any(|k| k.is_err()) {
+                                let rest = std::iter::once(Ok(key)).chain(keys);
+                                return look_up_until_bad_key(env, rest, touch, out, mark);
+                            }
+                            if ask_reads(env, conn, reads, at, loc, keys) {
+                                return Flow::Paused(Paused {
+                                    next_key: Some(at),
+                                    value: None,
+                                });
+                            }
+                            lookup(env, key, touch, writer(env, key, with_cas, out))
                         }
-                        if ask_reads(env, conn, reads, at, loc, keys) {
-                            return Flow::Paused(Paused {
-                                next_key: Some(at),
-                                value: None,
-                            });
-                        }
-                        lookup(env, key, touch, writer(env, key, with_cas, out))
                     }
                 }
             }

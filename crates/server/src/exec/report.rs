@@ -136,23 +136,27 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "reclaimed", c.reclaimed);
     stat(out, "mem_used", mem_in_use(&store));
     if let Some(f) = &store.flash {
-        let io = env.shared.flash_io.as_ref();
-        let (queued, aborted) = io.map_or((0, 0), |io| (io.queued(), io.aborted()));
-        flash(out, c, f, store.flash_index_bytes, queued, aborted);
+        flash(
+            out,
+            c,
+            f,
+            store.flash_index_bytes,
+            env.shared.flash_io.as_ref(),
+        );
     }
     out.extend_from_slice(b"END\r\n");
 }
 
 /// memcached's extstore lines, when the flash tier is on.
-/// `queued`: reads waiting for the I/O threads; `aborted`: reads whose connection was gone.
+/// `io`: the I/O threads' reads, if there are I/O threads.
 fn flash(
     out: &mut Vec<u8>,
     c: &store::Counters,
     f: &store::FlashStats,
     index_bytes: u64,
-    queued: usize,
-    aborted: u64,
+    io: Option<&crate::flash::reads::FlashIo>,
 ) {
+    let (queued, aborted, made) = io.map_or((0, 0, 0), |io| (io.queued(), io.aborted(), io.made()));
     stat(out, "get_extstore", c.get_extstore);
     stat(out, "get_aborted_extstore", aborted);
     // Past the bounds on reads under way a get reads in line: none lacks a buffer.
@@ -181,6 +185,7 @@ fn flash(
     stat(out, "extstore_index_bytes", index_bytes);
     stat(out, "extstore_wbuf_bytes", f.write_buffer_bytes);
     stat(out, "extstore_writes_stopped", u8::from(f.failed));
+    stat(out, "extstore_io_reads", made);
 }
 
 fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {

@@ -126,6 +126,34 @@ impl store::Device for Files {
         let (p, at) = self.part(off, buf.len())?;
         p.file.write_all_at(buf, at)
     }
+    fn read_at_nowait(&self, buf: &mut [u8], off: u64) -> io::Result<bool> {
+        let (p, at) = self.part(off, buf.len())?;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec over `buf`, valid for the call; RWF_NOWAIT fails with EAGAIN
+        // rather than wait for the disk.
+        let n = unsafe {
+            libc::preadv2(
+                p.file.as_raw_fd(),
+                &iov,
+                1,
+                at as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if n == buf.len() as isize {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Not (all) in the page cache, or a kernel or file system without RWF_NOWAIT.
+            _ if n >= 0 => Ok(false),
+            Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => Ok(false),
+            _ => Err(e),
+        }
+    }
     fn size(&self) -> u64 {
         self.size
     }
@@ -153,6 +181,10 @@ mod tests {
         f.write_at(b"hello", (3 << 20) + 10).unwrap();
         let mut buf = [0u8; 5];
         f.read_at(&mut buf, (3 << 20) + 10).unwrap();
+        assert_eq!(&buf, b"hello");
+        // Just written, so in the page cache: read without waiting.
+        buf = [0; 5];
+        assert!(f.read_at_nowait(&mut buf, (3 << 20) + 10).unwrap());
         assert_eq!(&buf, b"hello");
         assert!(f.read_at(&mut buf, (3 << 20) - 2).is_err());
         let e = Files::open(&paths[..1], 1 << 20).err().unwrap();

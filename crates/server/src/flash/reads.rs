@@ -103,6 +103,8 @@ pub struct FlashIo {
     queued: AtomicUsize,
     /// Reads whose connection was gone when they came back (`get_aborted_extstore`).
     aborted: AtomicU64,
+    /// Reads the I/O threads made (`extstore_io_reads`).
+    made: AtomicU64,
 }
 
 impl FlashIo {
@@ -116,6 +118,7 @@ impl FlashIo {
             depth: depth.max(1),
             queued: AtomicUsize::new(0),
             aborted: AtomicU64::new(0),
+            made: AtomicU64::new(0),
         }
     }
 
@@ -166,6 +169,7 @@ impl FlashIo {
     /// Queues a read made to its worker; returns the worker, to be woken.
     pub fn finish(&self, job: Job, read: Prefetched) -> usize {
         self.queued.fetch_sub(1, Relaxed);
+        self.made.fetch_add(1, Relaxed);
         let fetched = Fetched {
             read,
             _ticket: job.ticket,
@@ -204,6 +208,11 @@ impl FlashIo {
     /// Reads whose connection was gone.
     pub fn aborted(&self) -> u64 {
         self.aborted.load(Relaxed)
+    }
+
+    /// Reads the I/O threads made.
+    pub fn made(&self) -> u64 {
+        self.made.load(Relaxed)
     }
 }
 
