@@ -100,28 +100,12 @@ pub fn load_flash(store: &Store, path: &str, memory_file_present: bool, now: u32
 /// Writes the index of the items on flash to `path` (through a temporary file).
 pub fn save_flash(store: &Store, path: &str) -> Result<(), String> {
     let started = Instant::now();
-    let tmp = format!("{path}.tmp");
-    let write = || -> std::io::Result<u64> {
-        let file = File::create(&tmp)?;
-        let mut out = BufWriter::with_capacity(IO_BUF, file);
-        let n = store.save_flash_index(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        Ok(n)
-    };
-    match write() {
-        Ok(n) => {
-            stderr_line!(
-                "[restart] saved the places of {n} items on flash to {path} in {:.3} s",
-                started.elapsed().as_secs_f64()
-            );
-            Ok(())
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(Path::new(&tmp));
-            Err(format!("[restart] failed to save to {path}: {e}"))
-        }
-    }
+    let n = write_through_tmp(path, |out| store.save_flash_index(out))?;
+    stderr_line!(
+        "[restart] saved the places of {n} items on flash to {path} in {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// CPU time of the calling thread: other load on the machine inflates wall time.
@@ -135,28 +119,32 @@ fn thread_cpu_seconds() -> f64 {
 /// failed save never leaves a partial file under the name the next start reads).
 pub fn save(store: &Store, path: &str, version: &str, now: u32) -> Result<(), String> {
     let started = Instant::now();
+    let r = write_through_tmp(path, |out| store.save_snapshot(out, version, now))?;
+    stderr_line!(
+        "[restart] saved {} items ({} bytes) to {path} in {:.3} s",
+        r.items,
+        r.bytes,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Writes `path` with `write` through `path.tmp`, synced and renamed into place once
+/// complete, so a failed save never leaves a partial file under the name a start reads.
+fn write_through_tmp<T>(
+    path: &str,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<T>,
+) -> Result<T, String> {
     let tmp = format!("{path}.tmp");
-    let write = || -> std::io::Result<store::SaveReport> {
-        let file = File::create(&tmp)?;
-        let mut out = BufWriter::with_capacity(IO_BUF, file);
-        let report = store.save_snapshot(&mut out, version, now)?;
+    let attempt = || -> std::io::Result<T> {
+        let mut out = BufWriter::with_capacity(IO_BUF, File::create(&tmp)?);
+        let made = write(&mut out)?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, path)?;
-        Ok(report)
+        Ok(made)
     };
-    match write() {
-        Ok(r) => {
-            stderr_line!(
-                "[restart] saved {} items ({} bytes) to {path} in {:.3} s",
-                r.items,
-                r.bytes,
-                started.elapsed().as_secs_f64()
-            );
-            Ok(())
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(Path::new(&tmp));
-            Err(format!("[restart] failed to save to {path}: {e}"))
-        }
-    }
+    attempt().map_err(|e| {
+        let _ = std::fs::remove_file(Path::new(&tmp));
+        format!("[restart] failed to save to {path}: {e}")
+    })
 }

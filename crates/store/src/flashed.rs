@@ -134,35 +134,33 @@ impl Shard {
             return Ok(());
         }
         match pre.filter(|p| p.loc == loc) {
-            Some(p) => self.recache(g, h, key, now, loc, p.read, &p.bytes),
+            Some(p) => self.recache(g, h, key, now, p),
             None => {
                 let mut bytes = Vec::new();
                 let read = fl.read(loc, &mut bytes);
-                self.recache(g, h, key, now, loc, read, &bytes)
+                self.recache(g, h, key, now, &Prefetched { loc, read, bytes })
             }
         }
     }
 
-    /// Writes the item `read` from flash at `loc` into `bytes` back into memory, if `loc` is
-    /// still the key's flash copy and memory does not hold the key (the read may have been
-    /// made without the shard's lock).
-    #[allow(clippy::too_many_arguments)]
+    /// Writes the item read from flash in `p` back into memory, if its place is still the
+    /// key's flash copy and memory does not hold the key (the read may have been made without
+    /// the shard's lock).
     pub(crate) fn recache(
         &mut self,
         g: &Global,
         h: u64,
         key: &[u8],
         now: u32,
-        loc: Loc,
-        read: ReadOutcome,
-        bytes: &[u8],
+        p: &Prefetched,
     ) -> Result<(), NeedMem> {
-        if self.flash_loc(h) != Some(loc) || self.find(h, key).is_some() {
+        if self.flash_loc(h) != Some(p.loc) || self.find(h, key).is_some() {
             return Ok(());
         }
-        let Some(l) = self.flash_checked(g, h, key, now, loc, read, bytes) else {
+        let Some(l) = self.flash_checked(g, h, key, now, p) else {
             return Ok(());
         };
+        let bytes = &p.bytes;
         let hdr = Header {
             bits: l.bits & (FETCHED | STALE | TOKEN_SENT),
             cas: item::cas(bytes, &l),
@@ -200,22 +198,20 @@ impl Shard {
         false
     }
 
-    /// Checks what a flash read of `loc` for `key` gave: the item's layout in `bytes` if it
-    /// is that key's live item. Anything else is a miss; a copy that is gone, bad, expired
-    /// or flushed is dropped from the index (if it still points there) and counted.
-    #[allow(clippy::too_many_arguments)]
+    /// Checks what the flash read `p` for `key` gave: the item's layout in its bytes if it is
+    /// that key's live item. Anything else is a miss; a copy that is gone, bad, expired or
+    /// flushed is dropped from the index (if it still points there) and counted.
     pub(crate) fn flash_checked(
         &mut self,
         g: &Global,
         h: u64,
         key: &[u8],
         now: u32,
-        loc: Loc,
-        read: ReadOutcome,
-        bytes: &[u8],
+        p: &Prefetched,
     ) -> Option<item::Layout> {
-        let still = self.flash_loc(h) == Some(loc);
-        let l = match read {
+        let bytes = &p.bytes;
+        let still = self.flash_loc(h) == Some(p.loc);
+        let l = match p.read {
             ReadOutcome::Item => item::parse_checked(bytes),
             ReadOutcome::Gone => {
                 self.stats.miss_from_extstore += 1;

@@ -414,9 +414,7 @@ impl Store {
     ) -> R {
         if bump && s.recache_due(&self.g) {
             drop(s);
-            let mut s = match self.with_mem(si, |s, g| {
-                s.recache(g, h, key, now, p.loc, p.read, &p.bytes)
-            }) {
+            let mut s = match self.with_mem(si, |s, g| s.recache(g, h, key, now, p)) {
                 Some((s, ())) => s,
                 None => self.lock(si),
             };
@@ -428,7 +426,7 @@ impl Store {
             s.bump(&it, now);
             return f(Some(read::view(&s, &it, now, pre_bits, pre_time)));
         }
-        let l = s.flash_checked(&self.g, h, key, now, p.loc, p.read, &p.bytes);
+        let l = s.flash_checked(&self.g, h, key, now, p);
         drop(s);
         match l {
             Some(l) => f(Some(read::flash_view(&p.bytes, &l, now))),

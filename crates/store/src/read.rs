@@ -9,6 +9,7 @@ use crate::types::{ItemView, MetaFlags, MetaGetOpts};
 
 /// The view of item `f` for a read closure, valid while the shard stays locked; `pre_bits`
 /// and `pre_time` are its bits and last-access time from before this access changed them.
+#[inline]
 pub(crate) fn view<'a>(
     s: &'a Shard,
     f: &Found,
@@ -17,7 +18,25 @@ pub(crate) fn view<'a>(
     pre_time: u32,
 ) -> ItemView<'a> {
     let buf = s.buf(f.seg, f.off);
-    let l = &f.l;
+    view_of(buf, &f.l, now, pre_bits, pre_time, s.value_at(f))
+}
+
+/// The view of an item read from flash into `bytes` (laid out as `l`); nothing to pin.
+pub(crate) fn flash_view<'a>(bytes: &'a [u8], l: &item::Layout, now: u32) -> ItemView<'a> {
+    let time = item::time(bytes, l, now);
+    view_of(bytes, l, now, l.bits, time, ValueAt::elsewhere())
+}
+
+/// The view of the item at the start of `buf`, laid out as `l`, with these bits and time.
+#[inline]
+fn view_of<'a>(
+    buf: &'a [u8],
+    l: &item::Layout,
+    now: u32,
+    bits: u8,
+    time: u32,
+    value_at: ValueAt<'a>,
+) -> ItemView<'a> {
     let exptime = item::exptime(buf, l);
     ItemView {
         key: &buf[l.key..l.key + l.key_len],
@@ -30,33 +49,11 @@ pub(crate) fn view<'a>(
         } else {
             exptime as i64 - now as i64
         },
-        last_access: pre_time,
-        fetched: pre_bits & FETCHED != 0,
-        stale: pre_bits & STALE != 0,
-        token_sent: pre_bits & TOKEN_SENT != 0,
-        value_at: s.value_at(f),
-    }
-}
-
-/// The view of an item read from flash into `bytes` (laid out as `l`); nothing to pin.
-pub(crate) fn flash_view<'a>(bytes: &'a [u8], l: &item::Layout, now: u32) -> ItemView<'a> {
-    let exptime = item::exptime(bytes, l);
-    ItemView {
-        key: &bytes[l.key..l.key + l.key_len],
-        value: &bytes[l.value..l.value + l.value_len],
-        flags: item::flags(bytes, l),
-        cas: item::cas(bytes, l),
-        exptime,
-        ttl_remaining: if exptime == 0 {
-            -1
-        } else {
-            exptime as i64 - now as i64
-        },
-        last_access: item::time(bytes, l, now),
-        fetched: l.bits & FETCHED != 0,
-        stale: l.bits & STALE != 0,
-        token_sent: l.bits & TOKEN_SENT != 0,
-        value_at: ValueAt::elsewhere(),
+        last_access: time,
+        fetched: bits & FETCHED != 0,
+        stale: bits & STALE != 0,
+        token_sent: bits & TOKEN_SENT != 0,
+        value_at,
     }
 }
 
