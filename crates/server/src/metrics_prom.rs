@@ -476,6 +476,24 @@ fn extstore(e: &mut Exposition, f: &store::FlashStats, queued: u64) {
             "Flash reads waiting for an I/O thread.",
             queued,
         ),
+        (
+            "memcached_extstore_compact_lost_total",
+            Counter,
+            "Items in compacted pages that could not be written again.",
+            f.compact_lost,
+        ),
+        (
+            "memcached_extstore_compact_rescued_total",
+            Counter,
+            "Items compaction wrote again.",
+            f.compact_rescues,
+        ),
+        (
+            "memcached_extstore_compact_skipped_total",
+            Counter,
+            "Expired or flushed items compaction dropped.",
+            f.compact_skipped,
+        ),
     ] {
         e.single(name, kind, help, v);
     }

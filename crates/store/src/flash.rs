@@ -9,6 +9,8 @@
 //!
 //! The store has no I/O of its own: the device is a trait object the server hands in.
 
+mod compact;
+
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
@@ -44,6 +46,19 @@ pub struct FlashConfig {
     /// `ext_recache_rate`: one get in this many served from flash also brings the item back
     /// into memory (0: never; other commands always do).
     pub recache_rate: u32,
+    /// `ext_compact_under`: the oldest page is compacted once fewer pages than this are free
+    /// ahead of the one being written (None: a quarter of the pages).
+    pub compact_under: Option<u64>,
+    /// `ext_max_frag` in thousandths: a page is compacted only while its live bytes are under
+    /// this share of it; fuller pages are dropped whole when their turn comes.
+    pub max_frag_permille: u32,
+}
+
+impl FlashConfig {
+    /// `ext_compact_under` for a log of `pages` pages.
+    pub fn compact_under_of(&self, pages: u64) -> u64 {
+        self.compact_under.unwrap_or(pages / 4).max(1)
+    }
 }
 
 impl Default for FlashConfig {
@@ -54,6 +69,8 @@ impl Default for FlashConfig {
             item_size: 512,
             low_ttl: 0,
             recache_rate: 2000,
+            compact_under: None,
+            max_frag_permille: 800,
         }
     }
 }
@@ -95,6 +112,17 @@ impl Loc {
     }
 }
 
+/// The item length of a frame (at least its header) whose length and checksum check out.
+fn checked_len(frame: &[u8]) -> Option<usize> {
+    let len = u32::from_le_bytes(frame[0..4].try_into().unwrap());
+    let want = u32::from_le_bytes(frame[4..8].try_into().unwrap());
+    let item = frame.get(FRAME_HEADER..FRAME_HEADER + len as usize)?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&len.to_le_bytes());
+    crc.update(item);
+    (crc.finalize() == want).then_some(len as usize)
+}
+
 /// Hashes are already random: the map uses them as they are.
 #[derive(Default)]
 pub(crate) struct PassThrough(u64);
@@ -129,6 +157,8 @@ struct Page {
     epoch: u8,
     live_items: u64,
     live_bytes: u64,
+    /// Bytes of frames written in this epoch, from the page's start.
+    fill: u64,
     written: bool,
 }
 
@@ -180,6 +210,14 @@ pub struct FlashStats {
     pub limit_maxbytes: u64,
     /// Bytes of the write buffer (allocated on the first write).
     pub write_buffer_bytes: u64,
+    /// Items compaction wrote again.
+    pub compact_rescues: u64,
+    /// Items compaction found expired or flushed and dropped.
+    pub compact_skipped: u64,
+    /// Items still in a compacted page that could not be written again.
+    pub compact_lost: u64,
+    /// Pages freed by compaction.
+    pub compacted_pages: u64,
     /// Writes stopped after a device error (disk full, file gone).
     pub failed: bool,
 }
@@ -203,8 +241,14 @@ pub(crate) struct Flash {
     failed: AtomicBool,
     /// The first device error, for the server to log once.
     error: Mutex<Option<String>>,
-    /// Pages dropped so far; a shard sweeps its stale `Loc`s when this moves.
+    /// Pages dropped or compacted so far; a shard sweeps its stale `Loc`s when this moves.
     pub drops: AtomicU64,
+    /// The page being compacted.
+    compacting: Mutex<Option<compact::Cursor>>,
+    compact_rescues: AtomicU64,
+    compact_skipped: AtomicU64,
+    compact_lost: AtomicU64,
+    compacted_pages: AtomicU64,
     page_allocs: AtomicU64,
     page_evictions: AtomicU64,
     objects_evicted: AtomicU64,
@@ -250,6 +294,11 @@ impl Flash {
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             drops: AtomicU64::new(0),
+            compacting: Mutex::new(None),
+            compact_rescues: AtomicU64::new(0),
+            compact_skipped: AtomicU64::new(0),
+            compact_lost: AtomicU64::new(0),
+            compacted_pages: AtomicU64::new(0),
             page_allocs: AtomicU64::new(1),
             page_evictions: AtomicU64::new(0),
             objects_evicted: AtomicU64::new(0),
@@ -310,7 +359,9 @@ impl Flash {
         log.wbuf.resize(padded as usize, 0);
         log.head_off += frame_len;
         let head = log.head;
+        let fill = log.head_off;
         let p = &mut log.pages[head];
+        p.fill = fill;
         p.live_items += 1;
         p.live_bytes += frame_len;
         p.written = true;
@@ -355,6 +406,7 @@ impl Flash {
                 .fetch_add(p.live_bytes, Ordering::Relaxed);
             p.live_items = 0;
             p.live_bytes = 0;
+            p.fill = 0;
             p.written = false;
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
@@ -440,18 +492,10 @@ impl Flash {
     }
 
     fn check(&self, frame: &mut Vec<u8>) -> ReadOutcome {
-        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap());
-        let want = u32::from_le_bytes(frame[4..8].try_into().unwrap());
-        if FRAME_HEADER + len as usize > frame.len() {
+        let Some(len) = checked_len(frame) else {
             return ReadOutcome::Bad;
-        }
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&len.to_le_bytes());
-        crc.update(&frame[FRAME_HEADER..FRAME_HEADER + len as usize]);
-        if crc.finalize() != want {
-            return ReadOutcome::Bad;
-        }
-        frame.truncate(FRAME_HEADER + len as usize);
+        };
+        frame.truncate(FRAME_HEADER + len);
         frame.drain(..FRAME_HEADER);
         self.objects_read.fetch_add(1, Ordering::Relaxed);
         self.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
@@ -494,7 +538,9 @@ impl Flash {
         log.head = head as usize;
         log.head_off = head_off;
         log.wbuf_start = head * self.cfg.page_size + head_off;
-        log.pages[head as usize].written = true;
+        let p = &mut log.pages[head as usize];
+        p.written = true;
+        p.fill = head_off;
         true
     }
 
@@ -515,6 +561,7 @@ impl Flash {
         p.written = true;
         p.live_items += 1;
         p.live_bytes += frame_len;
+        p.fill = p.fill.max(off % self.cfg.page_size + frame_len);
         Some(Loc::new(off, frame_len, p.epoch))
     }
 
@@ -574,6 +621,10 @@ impl Flash {
             bytes_fragmented: written_bytes.saturating_sub(bytes_used),
             limit_maxbytes: log.pages.len() as u64 * self.cfg.page_size,
             write_buffer_bytes: log.wbuf.capacity() as u64,
+            compact_rescues: r(&self.compact_rescues),
+            compact_skipped: r(&self.compact_skipped),
+            compact_lost: r(&self.compact_lost),
+            compacted_pages: r(&self.compacted_pages),
             failed: self.failed.load(Ordering::Relaxed),
         }
     }
@@ -633,6 +684,7 @@ pub(crate) mod tests {
             item_size: 1,
             low_ttl: 0,
             recache_rate: 0,
+            ..FlashConfig::default()
         }
     }
 

@@ -23,6 +23,7 @@ fn flash_store_recaching(mb: u64, dev: &MemDevice, page: u64, recache_rate: u32)
             item_size: 512,
             low_ttl: 0,
             recache_rate,
+            ..FlashConfig::default()
         },
     )
     .unwrap()
@@ -353,5 +354,94 @@ fn split_gets_bring_back_one_in_the_recache_rate_without_reading_again() {
     );
     for i in 0..400 {
         assert_eq!(split_get(&s, &key(i)), Some(value(i, 1)));
+    }
+}
+
+/// Writes 6,000 values, deletes three in four of the first 4,000 (their flash pages become
+/// mostly dead), then writes 4,000 more: more than the 8-page log holds without reusing the
+/// dead space. `compact`: the background compaction runs between batches of sets.
+fn fragmented_then_filled(dev: &MemDevice, compact: bool) -> Store {
+    let s = flash_store(2, dev, 1 << 20);
+    for i in 0..6_000 {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    for i in (0..4_000).filter(|i| i % 4 != 0) {
+        s.delete(key(i).as_bytes(), T0, &DeleteOpts::default());
+    }
+    let mut buf = Vec::new();
+    for batch in (6_000..10_000).step_by(250) {
+        for i in batch..batch + 250 {
+            set(&s, &key(i), &value(i, 1), T0);
+        }
+        while compact && s.compact_flash(&mut buf, T0) > 0 {}
+        s.reclaim(T0, 100_000);
+    }
+    s
+}
+
+fn kept(i: usize) -> bool {
+    i >= 4_000 || i.is_multiple_of(4)
+}
+
+#[test]
+fn compaction_keeps_the_live_items_of_fragmented_pages() {
+    let dev = MemDevice::new(8 << 20);
+    let s = fragmented_then_filled(&dev, true);
+    for i in 0..10_000 {
+        let want = kept(i).then(|| value(i, 1));
+        assert_eq!(val(&s, &key(i), T0), want, "{i}");
+    }
+    let fl = s.stats().flash.unwrap();
+    assert!(fl.compacted_pages >= 2, "{fl:?}");
+    assert!(fl.compact_rescues > 200, "{fl:?}");
+    assert_eq!((fl.page_evictions, fl.compact_lost), (0, 0), "{fl:?}");
+
+    // Without compaction the log wraps over the oldest pages and their live items are lost.
+    let dev = MemDevice::new(8 << 20);
+    let s = fragmented_then_filled(&dev, false);
+    let lost = (0..10_000)
+        .filter(|&i| kept(i) && val(&s, &key(i), T0).is_none())
+        .count();
+    assert!(lost > 100, "{lost}");
+    assert!(s.stats().flash.unwrap().page_evictions > 0);
+}
+
+#[test]
+fn compaction_drops_expired_items_and_leaves_full_pages_alone() {
+    let dev = MemDevice::new(8 << 20);
+    let s = flash_store(2, &dev, 1 << 20);
+    for i in 0..6_000 {
+        let exptime = if i % 2 == 0 { T0 + 100 } else { 0 };
+        s.store(
+            StoreRequest {
+                exptime,
+                ..StoreRequest::new(StoreMode::Set, key(i).as_bytes(), value(i, 1).as_bytes())
+            },
+            T0,
+        );
+    }
+    let mut buf = Vec::new();
+    // Filled until compaction is due (fewer than a quarter of the pages free): every page
+    // is full of live items, half of them expired (found only by reading), so nothing is
+    // compacted.
+    let mut i = 6_000;
+    while s.stats().flash.unwrap().pages_free >= 2 {
+        set(&s, &key(i), &value(i, 1), T0 + 200);
+        i += 1;
+        assert!(i < 9_000);
+    }
+    while s.compact_flash(&mut buf, T0 + 200) > 0 {}
+    let fl = s.stats().flash.unwrap();
+    assert_eq!((fl.compacted_pages, fl.page_evictions), (0, 0), "{fl:?}");
+    // A page made mostly dead by deletes is compacted; its expired items are dropped.
+    for i in (0..3_000).filter(|i| i % 4 == 1) {
+        s.delete(key(i).as_bytes(), T0 + 200, &DeleteOpts::default());
+    }
+    while s.compact_flash(&mut buf, T0 + 200) > 0 {}
+    let fl = s.stats().flash.unwrap();
+    assert!(fl.compacted_pages > 0, "{fl:?}");
+    assert!(fl.compact_skipped > 0 && fl.compact_rescues > 0, "{fl:?}");
+    for i in (0..3_000).filter(|i| i % 4 == 3) {
+        assert_eq!(val(&s, &key(i), T0 + 200), Some(value(i, 1)), "{i}");
     }
 }

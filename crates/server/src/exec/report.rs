@@ -180,12 +180,16 @@ fn flash(
     stat(out, "extstore_bytes_fragmented", f.bytes_fragmented);
     stat(out, "extstore_limit_maxbytes", f.limit_maxbytes);
     stat(out, "extstore_io_queue", queued);
+    stat(out, "extstore_compact_lost", f.compact_lost);
+    stat(out, "extstore_compact_rescues", f.compact_rescues);
+    stat(out, "extstore_compact_skipped", f.compact_skipped);
     // memfleet's own: items on flash by the memory index, and what that index takes.
     stat(out, "extstore_items", c.flash_items);
     stat(out, "extstore_index_bytes", index_bytes);
     stat(out, "extstore_wbuf_bytes", f.write_buffer_bytes);
     stat(out, "extstore_writes_stopped", u8::from(f.failed));
     stat(out, "extstore_io_reads", made);
+    stat(out, "extstore_compacted_pages", f.compacted_pages);
 }
 
 fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
@@ -254,6 +258,14 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         stat(out, "ext_page_size", f.store.page_size);
         stat(out, "ext_threads", f.threads);
         stat(out, "ext_io_depth", f.io_depth);
+        let pages = f.paths.iter().map(|p| p.size).sum::<u64>() / f.store.page_size;
+        stat(out, "ext_compact_under", f.store.compact_under_of(pages));
+        let frag = f.store.max_frag_permille;
+        stat(
+            out,
+            "ext_max_frag",
+            format!("{}.{:03}", frag / 1000, frag % 1000),
+        );
         for p in &f.paths {
             stat(out, "ext_path", format!("{}:{}", p.path, p.size));
         }

@@ -25,10 +25,11 @@ pub struct FlashOptions {
 fn refused(name: &str) -> Option<&'static str> {
     Some(match name {
         "ext_item_age" => "items go to flash when they are evicted from memory, whatever their age",
-        "ext_compact_under" | "ext_drop_under" | "ext_max_frag" | "ext_drop_unread"
-        | "ext_max_sleep" => {
-            "flash pages are not compacted: the oldest page is dropped when the space is full"
+        "ext_drop_under" => {
+            "the oldest page is dropped whole when the log wraps onto it, whatever is free"
         }
+        "ext_drop_unread" => "compaction does not know whether a flash item was read",
+        "ext_max_sleep" => "compaction runs at a fixed, bounded read rate (docs/storage.md)",
         _ => return None,
     })
 }
@@ -89,6 +90,21 @@ pub fn apply(opts: &mut Option<FlashOptions>, name: &str, value: &str) -> Result
         "ext_recache_rate" => {
             o.store.recache_rate = u32::try_from(number("a count")?)
                 .map_err(|_| format!("-o ext_recache_rate={value}: too large"))?
+        }
+        "ext_compact_under" => {
+            let pages = number("a number of pages")?;
+            if pages == 0 {
+                return Err(format!("-o ext_compact_under={value}: at least 1"));
+            }
+            o.store.compact_under = Some(pages);
+        }
+        "ext_max_frag" => {
+            let frag = value
+                .parse::<f64>()
+                .ok()
+                .filter(|f| (0.0..=1.0).contains(f))
+                .ok_or_else(|| format!("-o ext_max_frag={value}: a fraction from 0 to 1"))?;
+            o.store.max_frag_permille = (frag * 1000.0).round() as u32;
         }
         "ext_threads" => {
             o.threads = number("a count")? as usize;
@@ -161,6 +177,8 @@ mod tests {
             ("ext_recache_rate", "100"),
             ("ext_threads", "4"),
             ("ext_io_depth", "8"),
+            ("ext_compact_under", "3"),
+            ("ext_max_frag", "0.5"),
         ])
         .unwrap()
         .unwrap();
@@ -178,18 +196,25 @@ mod tests {
             (512, 60, 100)
         );
         assert_eq!((o.threads, o.io_depth), (4, 8));
+        assert_eq!(
+            (o.store.compact_under, o.store.max_frag_permille),
+            (Some(3), 500)
+        );
         let d = parse(&[("ext_path", "/x:1g")]).unwrap().unwrap();
         assert_eq!((d.threads, d.io_depth), (1, 16));
         for bad in [
             ("ext_threads", "0"),
             ("ext_threads", "x"),
             ("ext_io_depth", "0"),
+            ("ext_max_frag", "1.5"),
+            ("ext_max_frag", "x"),
+            ("ext_compact_under", "0"),
         ] {
             assert!(parse(&[("ext_path", "/x:1g"), bad]).is_err(), "{bad:?}");
         }
         let mut none = None;
         assert!(!apply(&mut none, "hashpower", "20").unwrap());
-        for bad in ["ext_compact_under", "ext_item_age", "ext_bogus"] {
+        for bad in ["ext_drop_under", "ext_item_age", "ext_bogus"] {
             let e = parse(&[("ext_path", "/x:1g"), (bad, "1")]).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }

@@ -154,6 +154,16 @@ pub fn run(
         );
     }
 
+    if shared.settings.flash.is_some() {
+        let shared = shared.clone();
+        handles.push(
+            thread::Builder::new()
+                .name("flash-compact".into())
+                .spawn(move || flash_compactor(&shared))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+
     let maint = {
         let shared = shared.clone();
         thread::Builder::new()
@@ -189,6 +199,24 @@ fn flash_reader(shared: &Shared) {
         let read = shared.store.read_located(job.loc, Vec::new());
         let worker = io.finish(job, read);
         handoff::wake(&shared.wakers[worker]);
+    }
+}
+
+/// Flash compaction: pages due are read at most this fast, so that compaction never takes
+/// the device from reads and writes (a default page a second).
+const COMPACT_BYTES_PER_SEC: u64 = 64 << 20;
+
+/// Compacts flash pages as they come due (`Store::compact_flash`), at a bounded rate.
+fn flash_compactor(shared: &Shared) {
+    let mut buf = Vec::new();
+    while !shared.shutdown.load(SeqCst) {
+        let read = shared.store.compact_flash(&mut buf, unix_now());
+        let pause = if read == 0 {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_micros(read * 1_000_000 / COMPACT_BYTES_PER_SEC)
+        };
+        thread::sleep(pause);
     }
 }
 
