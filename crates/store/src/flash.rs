@@ -162,6 +162,16 @@ struct Page {
     written: bool,
 }
 
+impl Page {
+    /// Empties the page for writing again: a new epoch makes every `Loc` into it stale.
+    fn empty(&mut self) {
+        *self = Page {
+            epoch: self.epoch.wrapping_add(1),
+            ..Page::default()
+        };
+    }
+}
+
 struct Log {
     pages: Vec<Page>,
     /// The page being written.
@@ -398,16 +408,12 @@ impl Flash {
         let next = (log.head + 1) % log.pages.len();
         let p = &mut log.pages[next];
         if p.written {
-            p.epoch = p.epoch.wrapping_add(1);
             self.page_evictions.fetch_add(1, Ordering::Relaxed);
             self.objects_evicted
                 .fetch_add(p.live_items, Ordering::Relaxed);
             self.bytes_evicted
                 .fetch_add(p.live_bytes, Ordering::Relaxed);
-            p.live_items = 0;
-            p.live_bytes = 0;
-            p.fill = 0;
-            p.written = false;
+            p.empty();
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
         self.page_allocs.fetch_add(1, Ordering::Relaxed);

@@ -134,11 +134,7 @@ impl Flash {
             return;
         }
         self.compact_lost.fetch_add(p.live_items, Ordering::Relaxed);
-        p.epoch = p.epoch.wrapping_add(1);
-        p.live_items = 0;
-        p.live_bytes = 0;
-        p.fill = 0;
-        p.written = false;
+        p.empty();
         self.compacted_pages.fetch_add(1, Ordering::Relaxed);
         // Shards sweep their entries into the page, as after a drop.
         self.drops.fetch_add(1, Ordering::Relaxed);
