@@ -314,7 +314,8 @@ def test_compaction_keeps_the_live_items_of_mostly_deleted_pages(
         f"ext_path={flash_dir / 'c'}:16m,ext_item_size=512,ext_page_size=1,ext_wbuf_size=1,"
         f"ext_max_frag={max_frag}"
     )
-    with memfleet("-m", "8", "-o", opts) as s:
+    metrics_port = free_port()
+    with memfleet("-m", "8", "-o", opts, "-o", f"metrics=127.0.0.1:{metrics_port}") as s:
         port = s.port or 0
         load(port, 12_000)
         with Conn(port) as c:
@@ -350,6 +351,11 @@ def test_compaction_keeps_the_live_items_of_mostly_deleted_pages(
             assert int(st["extstore_compacted_pages"]) > 0, st
             assert int(st["extstore_compact_rescues"]) > 500, st
             assert int(st["extstore_page_evictions"]) == 0, st
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as r:
+                metrics = r.read().decode()
+            rescued = f"memcached_extstore_compact_rescued_total {st['extstore_compact_rescues']}"
+            assert rescued in metrics, metrics
 
 
 def test_rss_with_flash_stays_near_the_memory_limit(flash_dir: Path) -> None:
