@@ -12,10 +12,12 @@ import os
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from binary_corpus import GAT, GETK, NOOP, TOUCH, parse, pkt
 from harness import Conn, Server, memfleet
 
 ITEMS = 40_000
@@ -198,11 +200,22 @@ def io_reads(c: Conn) -> int:
     return int(c.stats()["extstore_io_reads"])
 
 
+def io_reads_settled(c: Conn) -> int:
+    """`io_reads` once no read is queued (those of connections an earlier test left)."""
+    for _ in range(600):
+        st = c.stats()
+        if st["extstore_io_queue"] == "0":
+            return int(st["extstore_io_reads"])
+        time.sleep(0.05)
+    raise AssertionError("flash reads still queued")
+
+
 def test_gat_of_many_flash_keys_answers_every_value_in_order(
     loaded: tuple[Server, list[int], Path],
 ) -> None:
     s, ids = loaded[0], others(loaded, 1, 1000)
     with Conn(s.port or 0) as c:
+        io_reads_settled(c)
         before = c.stats()
         for start in range(0, len(ids), 100):
             batch = ids[start : start + 100]
@@ -251,7 +264,7 @@ def test_mg_of_flash_keys_answers_right_while_other_connections_are_served(
             stop.set()
 
     with Conn(s.port or 0, timeout=30) as c:
-        reads_before = io_reads(c)
+        reads_before = io_reads_settled(c)
         c.send(b"set hot 0 0 5\r\nhello\r\n")
         assert c.read_line() == b"STORED\r\n"
         t = threading.Thread(target=flash_loop)
@@ -283,7 +296,7 @@ def test_single_key_commands_on_flash_keys_read_off_the_worker(
 ) -> None:
     s, ids = loaded[0], others(loaded, 3, 700)
     with Conn(s.port or 0) as c:
-        reads_before = io_reads(c)
+        reads_before = io_reads_settled(c)
         # Pipelined, so that each waits for its read with more requests behind it.
         commands: list[tuple[bytes, bytes]] = []
         for n in range(0, len(ids), 7):
@@ -321,7 +334,7 @@ def test_a_connection_gone_with_mg_reads_under_way_leaves_the_server_serving(
     s, ids = loaded[0], others(loaded, 4, 3000)
     batches = [ids[n * 100 : n * 100 + 100] for n in range(30)]
     with Conn(s.port or 0) as c:
-        reads_before = io_reads(c)
+        reads_before = io_reads_settled(c)
     leave_under_way(s, [b"".join(b"mg " + key(i) + b" v\r\n" for i in b) for b in batches])
     with Conn(s.port or 0) as c:
         assert c.request(b"version\r\n").startswith(b"VERSION ")
@@ -331,3 +344,40 @@ def test_a_connection_gone_with_mg_reads_under_way_leaves_the_server_serving(
         # Reads were under way (how many at the close is a matter of timing).
         assert io_reads(c) > reads_before
     assert s.proc is not None and s.proc.poll() is None
+
+
+def test_binary_gets_of_flash_keys_answer_in_order_off_the_worker(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], others(loaded, 5, 600)
+    # getk, gat and touch pipelined, each answered in its turn: opaque n for request n.
+    sent = []
+    for n, i in enumerate(ids):
+        if n % 3 == 0:
+            sent.append(pkt(GETK, key(i), opaque=n))
+        elif n % 3 == 1:
+            sent.append(pkt(GAT, key(i), struct.pack(">I", 1000), opaque=n))
+        else:
+            sent.append(pkt(TOUCH, key(i), struct.pack(">I", 1000), opaque=n))
+    sent.append(pkt(NOOP, opaque=len(ids)))
+    with Conn(s.port or 0) as c:
+        reads_before = io_reads_settled(c)
+    with socket.create_connection(("127.0.0.1", s.port or 0), timeout=30) as sock:
+        sock.sendall(b"".join(sent))
+        got = b""
+        while True:
+            packets, _ = parse(got)
+            if packets and packets[-1][0] == NOOP:
+                break
+            chunk = sock.recv(1 << 20)
+            assert chunk, "closed"
+            got += chunk
+    assert [p[2] for p in packets] == list(range(len(ids) + 1))
+    for n, (i, p) in enumerate(zip(ids, packets, strict=False)):
+        assert p[1] == 0, p
+        if n % 3 == 0:
+            assert (p[5], p[6]) == (key(i), value(i))
+        elif n % 3 == 1:
+            assert p[6] == value(i)
+    with Conn(s.port or 0) as c:
+        assert io_reads(c) > reads_before

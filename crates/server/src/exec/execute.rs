@@ -15,7 +15,7 @@ use crate::exec::env::ExecEnv;
 pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
-use crate::flash::reads::ReadFor;
+use crate::flash::reads::{Fetched, ReadFor};
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
 
@@ -481,11 +481,7 @@ fn retrieve(
         }
         let at = index;
         index += 1;
-        let fetched = match reads.as_deref_mut() {
-            Some(Aside::Flash(w)) => w.take(at as u32),
-            _ => None,
-        };
-        let got = match (fetched, read_aside) {
+        let got = match (take_read(reads, at), read_aside) {
             (Some(f), _) => from_read(env, key, touch, &f.read, writer(env, key, with_cas, out)),
             (None, Some(conn)) => {
                 // A gat changes its item: one on flash is brought back into memory first.
@@ -542,7 +538,7 @@ fn retrieve(
 
 /// One key of a get or gat whose flash read `p` was made apart: a get answers from it, a gat
 /// brings the item back into memory from it and runs there.
-fn from_read(
+pub(crate) fn from_read(
     env: &ExecEnv<'_>,
     key: &[u8],
     touch: Option<u32>,
@@ -564,7 +560,11 @@ fn from_read(
 /// read and pauses the command (Some), to run it again once the read is back in `reads`.
 /// Otherwise the item, if on flash, is brought back here and the command runs (None).
 #[inline(never)]
-fn bring_in(env: &ExecEnv<'_>, req: &Request<'_>, reads: &mut Option<Box<Aside>>) -> Option<Flow> {
+pub(crate) fn bring_in(
+    env: &ExecEnv<'_>,
+    req: &Request<'_>,
+    reads: &mut Option<Box<Aside>>,
+) -> Option<Flow> {
     let key = match req {
         Request::Store { cmd, key, .. } if *cmd != StoreCmd::Set => *key,
         Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
@@ -577,25 +577,46 @@ fn bring_in(env: &ExecEnv<'_>, req: &Request<'_>, reads: &mut Option<Box<Aside>>
         _ => return None,
     };
     let store = &env.shared.store;
-    let fetched = match reads.as_deref_mut() {
-        Some(Aside::Flash(w)) => w.take(0),
-        _ => None,
-    };
-    if let Some(f) = fetched {
+    if let Some(f) = take_read(reads, 0) {
         store.bring_back_prefetched(key, env.now, &f.read);
         return None;
     }
+    match read_or_ask(env, key, reads)? {
+        Ok(p) => {
+            store.bring_back_prefetched(key, env.now, &p);
+            None
+        }
+        Err(flow) => Some(flow),
+    }
+}
+
+/// The flash read made for key `index` of the request, once back.
+pub(crate) fn take_read(reads: &mut Option<Box<Aside>>, index: usize) -> Option<Fetched> {
+    match reads.as_deref_mut() {
+        Some(Aside::Flash(w)) => w.take(index as u32),
+        _ => None,
+    }
+}
+
+/// The request's one key on flash: read here when that needs no wait for the disk (Ok), or
+/// asked of an I/O thread with the request paused until it is back (Err). None when memory
+/// has the key or flash does not, or the read could not be asked for (the bounds are
+/// reached): the command then reads flash in line, if at all.
+pub(crate) fn read_or_ask(
+    env: &ExecEnv<'_>,
+    key: &[u8],
+    reads: &mut Option<Box<Aside>>,
+) -> Option<Result<store::Prefetched, Flow>> {
+    let store = &env.shared.store;
+    let conn = env.flash_reads?;
     let loc = store.locate(key, env.now)?;
     if let Some(p) = store.read_located_cached(loc) {
-        store.bring_back_prefetched(key, env.now, &p);
-        return None;
+        return Some(Ok(p));
     }
-    let conn = env.flash_reads?;
-    // Not asked for (the bounds are reached): the command reads it in line.
-    ask_reads(env, conn, reads, 0, loc, std::iter::empty()).then_some(Flow::Paused(Paused {
+    ask_reads(env, conn, reads, 0, loc, std::iter::empty()).then_some(Err(Flow::Paused(Paused {
         next_key: Some(0),
         value: None,
-    }))
+    })))
 }
 
 /// Writes a get's reply for the item found, if any.
