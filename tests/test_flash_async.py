@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 from binary_corpus import GAT, GETK, NOOP, TOUCH, parse, pkt
 from harness import Conn, Server, memfleet
 
@@ -381,3 +383,62 @@ def test_binary_gets_of_flash_keys_answer_in_order_off_the_worker(
             assert p[6] == value(i)
     with Conn(s.port or 0) as c:
         assert io_reads(c) > reads_before
+
+
+def test_flash_reads_over_tls_answer_text_meta_and_binary_requests(tmp_path: Path) -> None:
+    """The same off-the-worker reads on TLS connections (`-Z`): mg and pipelined binary getk of
+    keys on flash, out of the page cache, answer the right values in order."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    chain, tls_key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    chain.write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    tls_key.write_bytes(leaf.private_key_pem.bytes())
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ca.configure_trust(ctx)
+    flash = tmp_path / "f"
+    opts = f"ext_path={flash}:256m,ext_item_size=512,ext_page_size=8,ext_threads=2"
+    tls = f"ssl_chain_cert={chain},ssl_key={tls_key}"
+    with memfleet("-m", "8", "-o", opts, "-Z", "-o", tls) as s:
+
+        def conn() -> Conn:
+            c = Conn(s.port or 0, timeout=30)
+            c.sock = ctx.wrap_socket(c.sock, server_hostname="127.0.0.1")
+            return c
+
+        n = 20_000
+        with conn() as c:
+            for start in range(0, n, 500):
+                c.send(
+                    b"".join(
+                        b"set %s 0 0 %d noreply\r\n%s\r\n" % (key(i), VALUE_LEN, value(i))
+                        for i in range(start, start + 500)
+                    )
+                )
+            assert c.request(b"mn\r\n") == b"MN\r\n"
+            assert int(c.stats()["extstore_objects_used"]) > n // 2
+        uncache(flash)
+        with conn() as c:
+            before = io_reads_settled(c)
+            ids = list(range(0, 6_000, 13))
+            c.send(b"".join(b"mg %s v k\r\n" % key(i) for i in ids) + b"mn\r\n")
+            for i in ids:
+                assert c.read_line() == b"VA %d k%s\r\n" % (VALUE_LEN, key(i))
+                assert c.read_until(b"\r\n") == value(i) + b"\r\n"
+            assert c.read_line() == b"MN\r\n"
+        with conn() as c:
+            ids = list(range(6_001, 12_000, 13))
+            c.send(b"".join(pkt(GETK, key(i), opaque=n) for n, i in enumerate(ids)))
+            c.send(pkt(NOOP, opaque=len(ids)))
+            got = b""
+            while True:
+                packets, _ = parse(got)
+                if packets and packets[-1][0] == NOOP:
+                    break
+                chunk = c.sock.recv(1 << 20)
+                assert chunk, "closed"
+                got += chunk
+        assert [p[2] for p in packets] == list(range(len(ids) + 1))
+        for i, p in zip(ids, packets, strict=False):
+            assert (p[1], p[5], p[6]) == (0, key(i), value(i))
+        with conn() as c:
+            assert io_reads(c) > before

@@ -246,6 +246,10 @@ impl Worker {
         };
         if conn.has_unsent() || conn.waits_on_flash() {
             // Backpressure: resume when the socket drains. Flash reads: when they are back.
+            // The edge event is spent: the resumed turn must not skip the socket.
+            if let Some(tls) = conn.tls.as_deref_mut() {
+                tls.may_have_bytes();
+            }
             return;
         }
         lifecycle::touch(&self.shared, self.id, t, conn, now);

@@ -26,6 +26,13 @@ impl TlsSession {
             drained: false,
         }
     }
+
+    /// Bytes may have arrived since the last read: an edge event came while the connection
+    /// could not read (it waited for flash reads or for its replies to drain), so the next
+    /// read must try the socket.
+    pub fn may_have_bytes(&mut self) {
+        self.drained = false;
+    }
 }
 
 /// The connection's socket as rustls reads and writes it.
