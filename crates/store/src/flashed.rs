@@ -70,7 +70,7 @@ impl Shard {
         true
     }
 
-    fn flash_link(&mut self, g: &Global, h: u64, loc: Loc) {
+    pub(crate) fn flash_link(&mut self, g: &Global, h: u64, loc: Loc) {
         match self.flash_index.insert(h, loc) {
             Some(old) => g.flash.as_ref().expect("flash on").forget(old),
             None => self.stats.flash_items += 1,
@@ -262,31 +262,6 @@ impl Shard {
         let current = fl.current_epochs();
         self.flash_index.retain(|_, loc| current(*loc));
         self.stats.flash_items -= (before - self.flash_index.len()) as u64;
-    }
-
-    /// Compaction found `item`, the frame at `loc`: written again at the head of the log if
-    /// it is still the key's current flash copy, dropped if it expired or was flushed.
-    pub(crate) fn rescue(&mut self, g: &Global, h: u64, loc: Loc, item: &[u8], now: u32) {
-        let Some(fl) = g.flash.as_ref() else {
-            return;
-        };
-        if self.flash_loc(h) != Some(loc) || !fl.is_current(loc) {
-            return;
-        }
-        let Some(l) = item::parse_checked(item) else {
-            return;
-        };
-        if g.gone(item, &l, now).is_some() {
-            self.flash_unlink(g, h, true);
-            fl.count_compacted(false);
-            return;
-        }
-        // Linking the new place forgets the old one; an item that cannot be written stays
-        // where it is and is counted lost when its page is freed.
-        if let Some(new) = fl.append(item) {
-            self.flash_link(g, h, new);
-            fl.count_compacted(true);
-        }
     }
 
     /// flush_all: every flash copy is dropped.

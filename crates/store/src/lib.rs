@@ -29,6 +29,7 @@ mod dump;
 mod eviction;
 mod exptime;
 mod flash;
+mod flash_compact;
 mod flash_warm;
 mod flashed;
 mod ghost;
@@ -759,27 +760,6 @@ impl Store {
         if let Some(f) = &self.g.flash {
             f.clear();
         }
-    }
-
-    /// One step of flash compaction (see docs/storage.md, "Flash"): reads up to about a
-    /// MiB of the page being compacted into `buf` (reused) and writes its current items
-    /// again. Blocking I/O, for a background thread. The bytes read; 0 when no page is due.
-    pub fn compact_flash(&self, buf: &mut Vec<u8>, now: u32) -> u64 {
-        let Some(fl) = &self.g.flash else {
-            return 0;
-        };
-        let Some(frames) = fl.compact_step(buf) else {
-            return 0;
-        };
-        for (loc, range) in frames {
-            let item = &buf[range];
-            let Some(l) = item::parse_checked(item) else {
-                continue;
-            };
-            let (h, si) = self.route(&item[l.key..l.key + l.key_len]);
-            self.lock(si).rescue(&self.g, h, loc, item, now);
-        }
-        buf.len().max(1) as u64
     }
 
     /// Stops the flash tier (its file is gone): flash items are misses from now on.

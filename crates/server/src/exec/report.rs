@@ -258,7 +258,8 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         stat(out, "ext_page_size", f.store.page_size);
         stat(out, "ext_threads", f.threads);
         stat(out, "ext_io_depth", f.io_depth);
-        let pages = f.paths.iter().map(|p| p.size).sum::<u64>() / f.store.page_size;
+        // The pages the files hold once each is cut to whole pages.
+        let pages = env.shared.store.stats().flash.map_or(0, |st| st.pages);
         stat(out, "ext_compact_under", f.store.compact_under_of(pages));
         let frag = f.store.max_frag_permille;
         stat(

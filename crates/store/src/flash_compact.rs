@@ -1,0 +1,58 @@
+//! The store's side of flash compaction (`flash::compact` picks and scans the pages): each
+//! frame of a page being compacted is written again by its key's shard if it is still that
+//! key's current flash copy, dropped if it expired or was flushed.
+
+use crate::flash::Loc;
+use crate::item;
+use crate::shard::{Global, Shard};
+use crate::Store;
+
+impl Store {
+    /// One step of flash compaction (see docs/storage.md, "Flash"): reads up to about a
+    /// MiB of the page being compacted into `buf` (reused) and writes its current items
+    /// again. Blocking I/O, for a background thread. The bytes read; 0 when no page is due.
+    pub fn compact_flash(&self, buf: &mut Vec<u8>, now: u32) -> u64 {
+        let Some(fl) = &self.g.flash else {
+            return 0;
+        };
+        let Some(frames) = fl.compact_step(buf) else {
+            return 0;
+        };
+        for (loc, range) in frames {
+            let item = &buf[range];
+            let Some(l) = item::parse_checked(item) else {
+                continue;
+            };
+            let (h, si) = self.route(&item[l.key..l.key + l.key_len]);
+            self.lock(si).rescue(&self.g, h, loc, item, now);
+        }
+        buf.len().max(1) as u64
+    }
+}
+
+impl Shard {
+    /// Compaction found `item`, the frame at `loc`: written again at the head of the log if
+    /// it is still the key's current flash copy, dropped if it expired or was flushed.
+    pub(crate) fn rescue(&mut self, g: &Global, h: u64, loc: Loc, item: &[u8], now: u32) {
+        let Some(fl) = g.flash.as_ref() else {
+            return;
+        };
+        if self.flash_loc(h) != Some(loc) || !fl.is_current(loc) {
+            return;
+        }
+        let Some(l) = item::parse_checked(item) else {
+            return;
+        };
+        if g.gone(item, &l, now).is_some() {
+            self.flash_unlink(g, h, true);
+            fl.count_compacted(false);
+            return;
+        }
+        // Linking the new place forgets the old one; an item that cannot be written stays
+        // where it is and is counted lost when its page is freed.
+        if let Some(new) = fl.append(item) {
+            self.flash_link(g, h, new);
+            fl.count_compacted(true);
+        }
+    }
+}
