@@ -123,9 +123,10 @@ pub(crate) fn arith_in_shard(
     };
     let q = s.queue_for(Some(&it));
     let seg = s.alloc(g, hdr.encoded_len(key.len(), digits.len()), now, q)?;
+    // The allocation evicted the item (to flash, say): the caller's retry finds it again.
     let Some(it) = s.find_live(g, h, key, now) else {
         s.unalloc(g, seg);
-        return Ok(ArithResult::NotFound);
+        return Err(NeedMem);
     };
     let cas = opts.new_cas.unwrap_or_else(|| s.next_cas());
     hdr.cas = cas;

@@ -66,10 +66,10 @@ pub(crate) fn delete_in_shard(
             force_exptime: g.force_exptime(),
         };
         let seg = s.alloc(g, hdr.encoded_len(key.len(), 0), now, Queue::Small)?;
+        // The allocation evicted the item (to flash, say): the caller's retry finds it.
         let Some(it) = s.find_live(g, h, key, now) else {
             s.unalloc(g, seg);
-            s.stats.delete_misses += 1;
-            return Ok(DeleteResult::NotFound);
+            return Err(NeedMem);
         };
         hdr.cas = s.next_cas();
         let (off, _) = s.write(seg, &hdr, key, 0, |_| {});

@@ -490,3 +490,31 @@ mod compaction_of_damaged_pages {
         }
     }
 }
+
+/// A command on an item in the oldest memory of its shard may have to evict that very memory
+/// to find room for its new copy: the item moves to flash meanwhile and is found there again.
+#[test]
+fn a_command_whose_allocation_evicts_its_own_item_still_finds_it() {
+    let dev = MemDevice::new(64 << 20);
+    type Command = fn(&Store, &[u8]) -> bool;
+    let commands: [(&str, Command); 3] = [
+        ("gat", |s, k| {
+            s.gat(k, s.exptime(1000, T0), T0, |v| v.is_some())
+        }),
+        ("touch", |s, k| {
+            s.touch(k, s.exptime(1000, T0), T0) == TouchResult::Touched
+        }),
+        ("append", |s, k| {
+            let app = StoreRequest::new(StoreMode::Append, k, b"!");
+            s.store(app, T0).result == StoreResult::Stored
+        }),
+    ];
+    for (name, command) in commands {
+        let s = filled(20_000, &dev);
+        // Oldest first: each is in, or brought back next to, the memory evicted next.
+        for i in 0..20_000 {
+            assert!(command(&s, key(i).as_bytes()), "{name} {}", key(i));
+        }
+        assert_eq!(s.stats().counters.evictions, 0);
+    }
+}

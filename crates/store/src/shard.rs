@@ -612,10 +612,11 @@ impl Shard {
         let size = item::encoded_len(key.len(), f.l.value_len, flags, cas_for_size, true);
         let q = self.queue_for(Some(&f));
         let seg = self.alloc(g, size, now, q)?;
-        // Allocation may have evicted or moved the item.
+        // Allocation may have moved the item, or evicted it (to flash, say): with memory
+        // found elsewhere, the caller's retry finds it again.
         let Some(f) = self.find_live(g, h, key, now) else {
             self.unalloc(g, seg);
-            return Ok(None);
+            return Err(NeedMem);
         };
         let buf = self.buf(f.seg, f.off);
         let cas = item::cas(buf, &f.l);

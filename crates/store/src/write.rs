@@ -200,6 +200,15 @@ fn plan_and_alloc(
     };
     let q = s.queue_for_store(req.h, plan.old.as_ref());
     let seg = alloc(s, g, plan.size, q)?;
+    // A command that needs the old item, which the allocation just evicted (to flash, say):
+    // with memory found elsewhere, the caller's retry finds it again. A plain set does not
+    // care; an adopted buffer is not given back, so that case is left to the final decision.
+    let needs_old =
+        plan.old.is_some() && (req.mode != StoreMode::Set || req.opts.meta) && !s.segs[seg].large();
+    if needs_old && s.find_live(g, req.h, req.key, req.now).is_none() {
+        s.unalloc(g, seg);
+        return Err(NeedMem);
+    }
     match plan_store(s, g, req, true) {
         Ok(p) => Ok(Ok((p, seg))),
         Err(o) => {
