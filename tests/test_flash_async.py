@@ -1,6 +1,7 @@
 """Text gets of items on flash that are not in the page cache are read by I/O threads (`-o
 ext_threads`): multi-gets answer every value in order, other connections keep being served
-meanwhile, and a connection that leaves with reads under way does not hurt the server. Each
+meanwhile, and a connection that leaves with reads under way does not hurt the server. So
+are the reads of the commands that bring an item back into memory (gat, mg, touch, ms ...). Each
 test first drops the flash file from the page cache (POSIX_FADV_DONTNEED), as gets of cached
 items are answered on the worker. Run under both event loops
 (MEMFLEET_SERVE_ARGS="-o io_engine=epoll" / "-o io_engine=uring")."""
@@ -12,11 +13,13 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trustme
+from binary_corpus import GAT, GETK, NOOP, TOUCH, parse, pkt
 from harness import Conn, Server, memfleet
 
 ITEMS = 40_000
@@ -156,19 +159,24 @@ def test_other_connections_are_served_while_flash_keys_are_read(
     assert rounds[0] > 0
 
 
+def leave_under_way(s: Server, requests: list[bytes]) -> None:
+    """Sends each request on a connection of its own, left at once: closed, or every other
+    one reset (nothing can be written to it any more)."""
+    for n, req in enumerate(requests):
+        sock = socket.create_connection(("127.0.0.1", s.port or 0))
+        sock.sendall(req)
+        if n % 2:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+
 def test_a_connection_gone_with_reads_under_way_leaves_the_server_serving(
     loaded: tuple[Server, list[int], Path],
 ) -> None:
     s, ids, flash = loaded
     uncache(flash)
-    for n in range(30):
-        batch = ids[n * 100 : n * 100 + 100]
-        sock = socket.create_connection(("127.0.0.1", s.port or 0))
-        sock.sendall(b"get " + b" ".join(key(i) for i in batch) + b"\r\n")
-        if n % 2:
-            # A reset rather than a close: nothing can be written to it any more.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        sock.close()
+    batches = [ids[n * 100 : n * 100 + 100] for n in range(30)]
+    leave_under_way(s, [b"get " + b" ".join(key(i) for i in b) + b"\r\n" for b in batches])
     with Conn(s.port or 0) as c:
         assert c.request(b"version\r\n").startswith(b"VERSION ")
         batch = ids[:100]
@@ -179,10 +187,207 @@ def test_a_connection_gone_with_reads_under_way_leaves_the_server_serving(
     assert s.proc is not None and s.proc.poll() is None
 
 
-def test_flash_reads_over_tls_answer_gets_sent_while_others_wait(tmp_path: Path) -> None:
-    """The same off-the-worker reads on TLS connections (`-Z`): gets of keys on flash, out of
-    the page cache, answer the right values in order, and a request that arrives in a later
-    TLS record while the connection waits for its reads is answered too."""
+# The gets above use `ids`; the tests below bring their keys back into memory, so each takes
+# keys of its own, none of them in `ids`.
+
+
+def others(loaded: tuple[Server, list[int], Path], offset: int, n: int) -> list[int]:
+    """n keys not in `ids`, from `offset` on: most are on flash, out of the page cache."""
+    uncache(loaded[2])
+    return list(range(offset, ITEMS, 7))[:n]
+
+
+def io_reads(c: Conn) -> int:
+    """Reads the I/O threads made so far."""
+    return int(c.stats()["extstore_io_reads"])
+
+
+def io_reads_settled(c: Conn) -> int:
+    """`io_reads` once no read is queued (those of connections an earlier test left)."""
+    for _ in range(600):
+        st = c.stats()
+        if st["extstore_io_queue"] == "0":
+            return int(st["extstore_io_reads"])
+        time.sleep(0.05)
+    raise AssertionError("flash reads still queued")
+
+
+def test_gat_of_many_flash_keys_answers_every_value_in_order(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], others(loaded, 1, 1000)
+    with Conn(s.port or 0) as c:
+        io_reads_settled(c)
+        before = c.stats()
+        for start in range(0, len(ids), 100):
+            batch = ids[start : start + 100]
+            asked = batch[:50] + [ITEMS + 5] + batch[50:] + [batch[0]]
+            c.send(b"gats 1000 " + b" ".join(key(i) for i in asked) + b"\r\n")
+            got = _values(c)
+            assert got == [(key(i), value(i)) for i in asked if i < ITEMS]
+        after = c.stats()
+        assert int(after["extstore_io_reads"]) > int(before["extstore_io_reads"])
+        assert int(after["touch_hits"]) - int(before["touch_hits"]) == 10 * 101
+        assert int(after["touch_misses"]) - int(before["touch_misses"]) == 10
+        assert after["extstore_io_queue"] == "0"
+        # The new TTL is the item's, now in memory.
+        ttl = c.request(b"mg " + key(ids[0]) + b" t\r\n").split()
+        assert ttl[0] == b"HD" and 990 <= int(ttl[1][1:]) <= 1000, ttl
+
+
+def meta_get_many(c: Conn, ids: list[int]) -> list[list[bytes]]:
+    """`mg <key> v k t c` of the keys `ids`, pipelined: each reply's tokens and value."""
+    c.send(b"".join(b"mg " + key(i) + b" v k t c\r\n" for i in ids))
+    got = []
+    for _ in ids:
+        line = c.read_line().split()
+        if line[0] == b"VA":
+            line.append(c.read_until(b"\r\n")[:-2])
+        got.append(line)
+    return got
+
+
+def test_mg_of_flash_keys_answers_right_while_other_connections_are_served(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], others(loaded, 2, 1000)
+    stop = threading.Event()
+    errors: list[str] = []
+    replies: list[list[bytes]] = []
+
+    def flash_loop() -> None:
+        try:
+            with Conn(s.port or 0, timeout=30) as c:
+                for start in range(0, len(ids), 100):
+                    replies.extend(meta_get_many(c, ids[start : start + 100] + [ITEMS + 5]))
+        except OSError as e:
+            errors.append(repr(e))
+        finally:
+            stop.set()
+
+    with Conn(s.port or 0, timeout=30) as c:
+        reads_before = io_reads_settled(c)
+        c.send(b"set hot 0 0 5\r\nhello\r\n")
+        assert c.read_line() == b"STORED\r\n"
+        t = threading.Thread(target=flash_loop)
+        t.start()
+        try:
+            while not stop.is_set():
+                assert c.request(b"mg hot v\r\n", b"\r\nhello\r\n") == b"VA 5\r\nhello\r\n"
+        finally:
+            t.join(60)
+        assert not errors, errors
+        assert io_reads(c) > reads_before
+        want = []
+        for start in range(0, len(ids), 100):
+            want += ids[start : start + 100] + [ITEMS + 5]
+        assert len(replies) == len(want)
+        for i, r in zip(want, replies, strict=True):
+            if i >= ITEMS:
+                assert r == [b"EN", b"k" + key(i)]
+                continue
+            # The item is in memory now: gets shows the CAS mg answered.
+            c.send(b"gets " + key(i) + b"\r\n")
+            cas = c.read_line().split()[4]
+            assert c.read_until(b"END\r\n") == value(i) + b"\r\nEND\r\n"
+            assert r == [b"VA", b"1000", b"k" + key(i), b"t-1", b"c" + cas, value(i)], r
+
+
+def test_single_key_commands_on_flash_keys_read_off_the_worker(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], others(loaded, 3, 700)
+    with Conn(s.port or 0) as c:
+        reads_before = io_reads_settled(c)
+        # Pipelined, so that each waits for its read with more requests behind it.
+        commands: list[tuple[bytes, bytes]] = []
+        for n in range(0, len(ids), 7):
+            k = [key(i) for i in ids[n : n + 7]]
+            commands += [
+                (b"touch %s 1000\r\n" % k[0], b"TOUCHED\r\n"),
+                (b"append %s 0 0 1\r\n!\r\n" % k[1], b"STORED\r\n"),
+                (b"add %s 0 0 1\r\n!\r\n" % k[2], b"NOT_STORED\r\n"),
+                (
+                    b"incr %s 1\r\n" % k[3],
+                    b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+                ),
+                (b"ms %s 1 MA\r\n?\r\n" % k[4], b"HD\r\n"),
+                (b"md %s q\r\nmn\r\n" % k[5], b"MN\r\n"),
+                (b"delete %s\r\n" % k[6], b"DELETED\r\n"),
+            ]
+        c.send(b"".join(cmd for cmd, _ in commands))
+        for cmd, want in commands:
+            assert c.read_line() == want, cmd
+        assert io_reads(c) > reads_before
+        assert c.stats()["extstore_io_queue"] == "0"
+        for n in range(0, len(ids), 7):
+            k = ids[n : n + 7]
+            assert multi_get(c, k[:3]) == [
+                (key(k[0]), value(k[0])),
+                (key(k[1]), value(k[1]) + b"!"),
+                (key(k[2]), value(k[2])),
+            ]
+            assert multi_get(c, k[4:]) == [(key(k[4]), value(k[4]) + b"?")]
+
+
+def test_a_connection_gone_with_mg_reads_under_way_leaves_the_server_serving(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], others(loaded, 4, 3000)
+    batches = [ids[n * 100 : n * 100 + 100] for n in range(30)]
+    with Conn(s.port or 0) as c:
+        reads_before = io_reads_settled(c)
+    leave_under_way(s, [b"".join(b"mg " + key(i) + b" v\r\n" for i in b) for b in batches])
+    with Conn(s.port or 0) as c:
+        assert c.request(b"version\r\n").startswith(b"VERSION ")
+        batch = ids[:100]
+        got = meta_get_many(c, batch)
+        assert [r[-1] for r in got] == [value(i) for i in batch]
+        # Reads were under way (how many at the close is a matter of timing).
+        assert io_reads(c) > reads_before
+    assert s.proc is not None and s.proc.poll() is None
+
+
+def test_binary_gets_of_flash_keys_answer_in_order_off_the_worker(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], others(loaded, 5, 600)
+    # getk, gat and touch pipelined, each answered in its turn: opaque n for request n.
+    sent = []
+    for n, i in enumerate(ids):
+        if n % 3 == 0:
+            sent.append(pkt(GETK, key(i), opaque=n))
+        elif n % 3 == 1:
+            sent.append(pkt(GAT, key(i), struct.pack(">I", 1000), opaque=n))
+        else:
+            sent.append(pkt(TOUCH, key(i), struct.pack(">I", 1000), opaque=n))
+    sent.append(pkt(NOOP, opaque=len(ids)))
+    with Conn(s.port or 0) as c:
+        reads_before = io_reads_settled(c)
+    with socket.create_connection(("127.0.0.1", s.port or 0), timeout=30) as sock:
+        sock.sendall(b"".join(sent))
+        got = b""
+        while True:
+            packets, _ = parse(got)
+            if packets and packets[-1][0] == NOOP:
+                break
+            chunk = sock.recv(1 << 20)
+            assert chunk, "closed"
+            got += chunk
+    assert [p[2] for p in packets] == list(range(len(ids) + 1))
+    for n, (i, p) in enumerate(zip(ids, packets, strict=False)):
+        assert p[1] == 0, p
+        if n % 3 == 0:
+            assert (p[5], p[6]) == (key(i), value(i))
+        elif n % 3 == 1:
+            assert p[6] == value(i)
+    with Conn(s.port or 0) as c:
+        assert io_reads(c) > reads_before
+
+
+def test_flash_reads_over_tls_answer_text_meta_and_binary_requests(tmp_path: Path) -> None:
+    """The same off-the-worker reads on TLS connections (`-Z`): mg and pipelined binary getk of
+    keys on flash, out of the page cache, answer the right values in order."""
     ca = trustme.CA()
     leaf = ca.issue_cert("127.0.0.1")
     chain, tls_key = tmp_path / "chain.pem", tmp_path / "key.pem"
@@ -213,14 +418,27 @@ def test_flash_reads_over_tls_answer_gets_sent_while_others_wait(tmp_path: Path)
             assert int(c.stats()["extstore_objects_used"]) > n // 2
         uncache(flash)
         with conn() as c:
-            before = int(c.stats()["extstore_io_reads"])
+            before = io_reads_settled(c)
             ids = list(range(0, 6_000, 13))
-            # One record of gets, then `mn` in a record of its own.
-            c.send(b"".join(b"get %s\r\n" % key(i) for i in ids))
-            c.send(b"mn\r\n")
+            c.send(b"".join(b"mg %s v k\r\n" % key(i) for i in ids) + b"mn\r\n")
             for i in ids:
-                assert c.read_line() == b"VALUE %s 0 %d\r\n" % (key(i), VALUE_LEN)
+                assert c.read_line() == b"VA %d k%s\r\n" % (VALUE_LEN, key(i))
                 assert c.read_until(b"\r\n") == value(i) + b"\r\n"
-                assert c.read_line() == b"END\r\n"
             assert c.read_line() == b"MN\r\n"
-            assert int(c.stats()["extstore_io_reads"]) > before
+        with conn() as c:
+            ids = list(range(6_001, 12_000, 13))
+            c.send(b"".join(pkt(GETK, key(i), opaque=n) for n, i in enumerate(ids)))
+            c.send(pkt(NOOP, opaque=len(ids)))
+            got = b""
+            while True:
+                packets, _ = parse(got)
+                if packets and packets[-1][0] == NOOP:
+                    break
+                chunk = c.sock.recv(1 << 20)
+                assert chunk, "closed"
+                got += chunk
+        assert [p[2] for p in packets] == list(range(len(ids) + 1))
+        for i, p in zip(ids, packets, strict=False):
+            assert (p[1], p[5], p[6]) == (0, key(i), value(i))
+        with conn() as c:
+            assert io_reads(c) > before

@@ -357,6 +357,47 @@ fn split_gets_bring_back_one_in_the_recache_rate_without_reading_again() {
     }
 }
 
+#[test]
+fn an_item_brought_back_from_a_read_made_apart_needs_no_second_read() {
+    let dev = MemDevice::new(64 << 20);
+    let s = filled(20_000, &dev);
+    let reads = |s: &Store| s.stats().flash.unwrap().objects_read;
+    let on_flash: Vec<usize> = (0..20_000)
+        .filter(|&i| s.locate(key(i).as_bytes(), T0).is_some())
+        .take(3)
+        .collect();
+    let read = |i: usize| {
+        let loc = s.locate(key(i).as_bytes(), T0).unwrap();
+        s.read_located(loc, Vec::new())
+    };
+    let (a, b, c) = (read(on_flash[0]), read(on_flash[1]), read(on_flash[2]));
+    let before = reads(&s);
+    s.bring_back_prefetched(key(on_flash[0]).as_bytes(), T0, &a);
+    assert_eq!(s.locate(key(on_flash[0]).as_bytes(), T0), None);
+    // The command that follows runs on memory: no read of its own.
+    assert_eq!(
+        s.touch(key(on_flash[0]).as_bytes(), T0 + 5, T0),
+        TouchResult::Touched
+    );
+    assert_eq!(val(&s, &key(on_flash[0]), T0), Some(value(on_flash[0], 1)));
+    assert_eq!(reads(&s), before);
+    // Bytes read for another key do not bring this one back: it is read again.
+    s.bring_back_prefetched(key(on_flash[1]).as_bytes(), T0, &c);
+    assert_eq!(reads(&s), before + 1);
+    assert_eq!(val(&s, &key(on_flash[1]), T0), Some(value(on_flash[1], 1)));
+    // A key set or deleted since its read keeps what it has now.
+    set(&s, &key(on_flash[2]), "new", T0);
+    s.bring_back_prefetched(key(on_flash[2]).as_bytes(), T0, &c);
+    assert_eq!(val(&s, &key(on_flash[2]), T0).as_deref(), Some("new"));
+    s.delete(key(on_flash[2]).as_bytes(), T0, &DeleteOpts::default());
+    s.bring_back_prefetched(key(on_flash[2]).as_bytes(), T0, &c);
+    assert_eq!(val(&s, &key(on_flash[2]), T0), None);
+    // A key already in memory is left as it is.
+    s.bring_back_prefetched(key(on_flash[0]).as_bytes(), T0, &b);
+    assert_eq!(val(&s, &key(on_flash[0]), T0), Some(value(on_flash[0], 1)));
+    assert_eq!(reads(&s), before + 1);
+}
+
 /// Writes 6,000 values, deletes three in four of the first 4,000 (their flash pages become
 /// mostly dead), then writes 4,000 more: more than the 8-page log holds without reusing the
 /// dead space. `compact`: the background compaction runs between batches of sets.

@@ -451,6 +451,15 @@ impl Store {
         })
     }
 
+    /// Brings the key's item back into memory from the flash read `p` (made off the shard's
+    /// lock, e.g. by an I/O thread), so that a command on it then reads no flash. Reads
+    /// again, in line, only if the item moved since `p` was located; nothing if memory has
+    /// the key or flash does not.
+    pub fn bring_back_prefetched(&self, key: &[u8], now: u32, p: &Prefetched) {
+        let (h, si) = self.route(key);
+        let _ = self.with_mem(si, |s, g| s.bring_back(g, h, key, now, Some(p)));
+    }
+
     /// Reads the key's item from flash, without holding its shard during the read, when
     /// memory does not have it and flash does.
     fn prefetch(&self, si: usize, h: u64, key: &[u8]) -> Option<Prefetched> {

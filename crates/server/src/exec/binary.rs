@@ -13,7 +13,7 @@ use store::{ArithResult, DeleteResult, StoreResult};
 
 use crate::config;
 use crate::exec::env::ExecEnv;
-use crate::exec::execute::{self, Extras, Got, Outcome};
+use crate::exec::execute::{self, Extras, Flow, Got, Outcome};
 use crate::io::bufpool::BufPool;
 use crate::io::conn::{Aside, Conn, Protocol};
 use crate::verbose;
@@ -77,13 +77,23 @@ pub fn process(
         let mark = out.len();
         match bin::parse_request(&buf[pos..], &settings) {
             BinParse::Request(req, used) => {
-                if log {
+                // A request that paused for a flash read was logged when it started.
+                let log_request = log && conn.flash_wait().is_none();
+                if log_request {
                     verbose::binary_request(fd, &buf[pos..]);
                 }
                 conn.release_reservation(&env.shared.store);
-                if run(env, &mut conn.authenticated, &req, out, log.then_some(fd)) {
-                    conn.closing = true;
+                let fd = log_request.then_some(fd);
+                match run(env, &mut conn.authenticated, &req, &mut conn.aside, out, fd) {
+                    Flow::Continue => {}
+                    Flow::Close => conn.closing = true,
+                    // It runs again once its read is back.
+                    Flow::Paused(_) => {
+                        stopped_early = true;
+                        break;
+                    }
                 }
+                conn.end_flash_wait();
                 pos += used;
                 conn.budget -= 1;
             }
@@ -211,15 +221,17 @@ fn refuse_value(
     conn.release_reservation(&env.shared.store);
 }
 
-/// Executes one request, appending its replies to `out`. True: close the connection.
-/// `log`: the connection's fd under `-vv`.
+/// Executes one request, appending its replies to `out`. `reads`: the connection's flash
+/// reads (`execute::read_or_ask`): a request on a key on flash pauses until its read is back
+/// when that read would wait for the disk. `log`: the connection's fd under `-vv`.
 fn run(
     env: &ExecEnv<'_>,
     authenticated: &mut bool,
     req: &BinRequest<'_>,
+    reads: &mut Option<Box<Aside>>,
     out: &mut Vec<u8>,
     log: Option<i32>,
-) -> bool {
+) -> Flow {
     if let Some(fd) = log {
         verbose::binary_command(fd, req);
     }
@@ -228,7 +240,7 @@ fn run(
         // get is one lookup.
         Command::Get { key, touch, .. } => {
             let touch = touch.map(|e| env.shared.store.exptime(i64::from(e), env.now));
-            execute::lookup(env, key, touch, |found| match found {
+            let write = |found: Option<store::ItemView<'_>>| match found {
                 Some(it) => {
                     req.write_hit(out, it.flags, it.cas, it.value);
                     Got::Hit
@@ -237,7 +249,19 @@ fn run(
                     req.write_miss(out);
                     Got::Miss
                 }
-            });
+            };
+            let read = match execute::take_read(reads, 0) {
+                Some(f) => Some(f.read),
+                None => match execute::read_or_ask(env, key, reads) {
+                    Some(Ok(p)) => Some(p),
+                    Some(Err(flow)) => return flow,
+                    None => None,
+                },
+            };
+            match read {
+                Some(p) => execute::from_read(env, key, touch, &p, write),
+                None => execute::lookup(env, key, touch, write),
+            };
         }
         Command::Stat { key } => stat(env, req, key, out),
         Command::SaslListMechs => req.write_ok(out, 0, execute::SASL_MECHS),
@@ -253,12 +277,24 @@ fn run(
                 req.write_error(out, Status::AuthError);
             }
         }
-        _ => match shared_request(req).and_then(|r| execute::apply(env, r, extras(req))) {
-            Some(outcome) => return reply(req, outcome, out),
-            None => req.write_error(out, Status::UnknownCommand),
-        },
+        _ => {
+            let shared = shared_request(req);
+            if let (Some(r), Some(_)) = (&shared, env.flash_reads) {
+                if let Some(flow) = execute::bring_in(env, r, reads) {
+                    return flow;
+                }
+            }
+            match shared.and_then(|r| execute::apply(env, r, extras(req))) {
+                Some(outcome) => {
+                    if reply(req, outcome, out) {
+                        return Flow::Close;
+                    }
+                }
+                None => req.write_error(out, Status::UnknownCommand),
+            }
+        }
     }
-    false
+    Flow::Continue
 }
 
 /// The shared request a binary one runs as: `BinRequest::request`'s, plus delete with a CAS,
@@ -393,9 +429,9 @@ pub fn run_datagram(env: &ExecEnv<'_>, payload: &[u8], out: &mut Vec<u8>, ends: 
         match bin::parse_request(&payload[pos..], &settings) {
             BinParse::Request(req, used) => {
                 pos += used;
-                let close = run(env, &mut authenticated, &req, out, None);
+                let flow = run(env, &mut authenticated, &req, &mut None, out, None);
                 ends.push(out.len());
-                if close {
+                if matches!(flow, Flow::Close) {
                     return;
                 }
             }

@@ -15,7 +15,7 @@ use crate::exec::env::ExecEnv;
 pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
-use crate::flash::reads::ReadFor;
+use crate::flash::reads::{Fetched, ReadFor};
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
 
@@ -33,6 +33,11 @@ pub fn run(
 ) -> Flow {
     let store = &env.shared.store;
     let st = env.stats;
+    if env.flash_reads.is_some() {
+        if let Some(flow) = bring_in(env, &req, reads) {
+            return flow;
+        }
+    }
     match req {
         Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, reads, out),
         Request::Gat { exptime, keys, cas } => {
@@ -451,8 +456,7 @@ fn retrieve(
 ) -> Flow {
     let store = &env.shared.store;
     let touch = touch.map(|e| store.exptime(e, env.now));
-    // A gat changes its items: it brings them back from flash in line.
-    let read_aside = env.flash_reads.filter(|_| touch.is_none());
+    let read_aside = env.flash_reads;
     let mark = out.len();
     let mut keys = keys;
     for _ in 0..skip {
@@ -477,24 +481,26 @@ fn retrieve(
         }
         let at = index;
         index += 1;
-        let fetched = match reads.as_deref_mut() {
-            Some(Aside::Flash(w)) => w.take(at as u32),
-            _ => None,
-        };
-        let got = match (fetched, read_aside) {
-            (Some(f), _) => counted(
-                env,
-                store.get_prefetched(key, env.now, &f.read, writer(env, key, with_cas, out)),
-            ),
+        let got = match (take_read(reads, at), read_aside) {
+            (Some(f), _) => from_read(env, key, touch, &f.read, writer(env, key, with_cas, out)),
             (None, Some(conn)) => {
-                match store.get_or_locate(key, env.now, writer(env, key, with_cas, out)) {
-                    Ok(got) => counted(env, got),
+                // A gat changes its item: one on flash is brought back into memory first.
+                let located = match touch {
+                    None => store
+                        .get_or_locate(key, env.now, writer(env, key, with_cas, out))
+                        .map(|got| counted(env, got)),
+                    Some(_) => match store.locate(key, env.now) {
+                        Some(loc) => Err(loc),
+                        None => Ok(lookup(env, key, touch, writer(env, key, with_cas, out))),
+                    },
+                };
+                match located {
+                    Ok(got) => got,
                     Err(loc) => {
                         // In the write buffer or the page cache: no wait for the disk, and
                         // cheaper here than a hand-over to an I/O thread and back.
                         if let Some(p) = store.read_located_cached(loc) {
-                            let w = writer(env, key, with_cas, out);
-                            counted(env, store.get_prefetched(key, env.now, &p, w))
+                            from_read(env, key, touch, &p, writer(env, key, with_cas, out))
                         } else {
                             // Its replies so far go out while the connection waits.
                             if skip == 0 && keys.clone().any(|k| k.is_err()) {
@@ -528,6 +534,89 @@ fn retrieve(
     }
     out.extend_from_slice(reply::END);
     Flow::Continue
+}
+
+/// One key of a get or gat whose flash read `p` was made apart: a get answers from it, a gat
+/// brings the item back into memory from it and runs there.
+pub(crate) fn from_read(
+    env: &ExecEnv<'_>,
+    key: &[u8],
+    touch: Option<u32>,
+    p: &store::Prefetched,
+    write: impl FnOnce(Option<store::ItemView<'_>>) -> Got,
+) -> Got {
+    let store = &env.shared.store;
+    match touch {
+        None => counted(env, store.get_prefetched(key, env.now, p, write)),
+        Some(_) => {
+            store.bring_back_prefetched(key, env.now, p);
+            lookup(env, key, touch, write)
+        }
+    }
+}
+
+/// A command on one key that brings its item back from flash before it runs (all but get,
+/// gat and a plain set): when that needs a wait for the disk, asks an I/O thread for the
+/// read and pauses the command (Some), to run it again once the read is back in `reads`.
+/// Otherwise the item, if on flash, is brought back here and the command runs (None).
+#[inline(never)]
+pub(crate) fn bring_in(
+    env: &ExecEnv<'_>,
+    req: &Request<'_>,
+    reads: &mut Option<Box<Aside>>,
+) -> Option<Flow> {
+    let key = match req {
+        Request::Store { cmd, key, .. } if *cmd != StoreCmd::Set => *key,
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            *key
+        }
+        Request::MetaGet { key, .. }
+        | Request::MetaSet { key, .. }
+        | Request::MetaDelete { key, .. }
+        | Request::MetaArithmetic { key, .. } => key.as_bytes(),
+        _ => return None,
+    };
+    let store = &env.shared.store;
+    if let Some(f) = take_read(reads, 0) {
+        store.bring_back_prefetched(key, env.now, &f.read);
+        return None;
+    }
+    match read_or_ask(env, key, reads)? {
+        Ok(p) => {
+            store.bring_back_prefetched(key, env.now, &p);
+            None
+        }
+        Err(flow) => Some(flow),
+    }
+}
+
+/// The flash read made for key `index` of the request, once back.
+pub(crate) fn take_read(reads: &mut Option<Box<Aside>>, index: usize) -> Option<Fetched> {
+    match reads.as_deref_mut() {
+        Some(Aside::Flash(w)) => w.take(index as u32),
+        _ => None,
+    }
+}
+
+/// The request's one key on flash: read here when that needs no wait for the disk (Ok), or
+/// asked of an I/O thread with the request paused until it is back (Err). None when memory
+/// has the key or flash does not, or the read could not be asked for (the bounds are
+/// reached): the command then reads flash in line, if at all.
+pub(crate) fn read_or_ask(
+    env: &ExecEnv<'_>,
+    key: &[u8],
+    reads: &mut Option<Box<Aside>>,
+) -> Option<Result<store::Prefetched, Flow>> {
+    let store = &env.shared.store;
+    let conn = env.flash_reads?;
+    let loc = store.locate(key, env.now)?;
+    if let Some(p) = store.read_located_cached(loc) {
+        return Some(Ok(p));
+    }
+    ask_reads(env, conn, reads, 0, loc, std::iter::empty()).then_some(Err(Flow::Paused(Paused {
+        next_key: Some(0),
+        value: None,
+    })))
 }
 
 /// Writes a get's reply for the item found, if any.

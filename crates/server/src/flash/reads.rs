@@ -1,8 +1,9 @@
-//! Flash reads off the worker threads, as memcached's extstore IO threads: a text get that
-//! meets a key on flash asks for reads here (that key's and the next flash keys' of the same
-//! request, up to `ext_io_depth`) and its connection waits; `ext_threads` I/O threads make
-//! the reads and queue each to its worker, which wakes, hands the bytes to the connection
-//! and runs the get again from where it paused. Other connections are served meanwhile.
+//! Flash reads off the worker threads, as memcached's extstore IO threads: a request on a
+//! TCP connection that meets a key on flash asks for reads here (a text get's: that key's
+//! and the next flash keys' of the same request, up to `ext_io_depth`) and its connection
+//! waits; `ext_threads` I/O threads make the reads and queue each to its worker, which
+//! wakes, hands the bytes to the connection and runs the request again from where it
+//! paused. Other connections are served meanwhile.
 //!
 //! Reads are bounded per connection (`ext_io_depth`) and in all (`MAX_READS`, `MAX_BYTES`,
 //! counted until the connection has used the bytes or is gone); past that a get reads in

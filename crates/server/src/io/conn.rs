@@ -92,7 +92,7 @@ pub enum Aside {
     /// Binary protocol: the reply to a refused value, which memcached sends only once the
     /// value has been discarded (see `binary`).
     AfterSwallow(Vec<u8>),
-    /// Text protocol: the flash reads the get at the front of `rbuf` asked for, and those
+    /// Text protocol: the flash reads the request at the front of `rbuf` asked for, and those
     /// made (see `flash::reads`).
     Flash(FlashWait),
 }
