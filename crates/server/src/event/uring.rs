@@ -275,6 +275,7 @@ impl UringWorker {
                     self.close(t);
                 }
                 self.move_to_home_workers(now);
+                self.pool.trim_idle();
             }
         }
         let open: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();

@@ -148,6 +148,7 @@ impl Worker {
                 last_sweep = now;
                 self.sweep_idle(now);
                 self.move_to_home_workers(now);
+                self.pool.trim_idle();
             }
         }
         let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();

@@ -12,11 +12,16 @@ pub struct BufPool {
     large_bytes: usize,
     buf_size: usize,
     max_free: usize,
+    /// Whether buffers were asked for since the last `trim_idle`.
+    took: bool,
+    took_large: bool,
 }
 
 /// Bytes of large buffers kept per thread, and the largest buffer kept (bigger ones are freed).
 const MAX_LARGE_TOTAL: usize = 8 << 20;
 const MAX_LARGE_BYTES: usize = 2 << 20;
+/// Free buffers kept by a thread that took none for a second.
+const IDLE_FREE: usize = 4;
 
 impl BufPool {
     pub fn new(buf_size: usize, max_free: usize) -> Self {
@@ -26,6 +31,8 @@ impl BufPool {
             large_bytes: 0,
             buf_size,
             max_free,
+            took: false,
+            took_large: false,
         }
     }
 
@@ -36,6 +43,7 @@ impl BufPool {
 
     /// An empty buffer with at least `buf_size` capacity.
     pub fn take(&mut self) -> Vec<u8> {
+        self.took = true;
         self.free
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(self.buf_size))
@@ -43,6 +51,7 @@ impl BufPool {
 
     /// An empty buffer with at least `size` capacity: a kept large one when one fits.
     pub fn take_large(&mut self, size: usize) -> Option<Vec<u8>> {
+        self.took_large = true;
         let i = self.large.iter().position(|b| b.capacity() >= size)?;
         let buf = self.large.swap_remove(i);
         self.large_bytes -= buf.capacity();
@@ -65,6 +74,19 @@ impl BufPool {
         } else if cap <= MAX_LARGE_BYTES && self.large_bytes + cap <= MAX_LARGE_TOTAL {
             self.large_bytes += cap;
             self.large.push(buf);
+        }
+    }
+
+    /// Called about once a second: the buffers of a burst that is over go back to the system
+    /// (all large ones, and the free ones past `IDLE_FREE`) rather than staying resident.
+    pub fn trim_idle(&mut self) {
+        if !std::mem::take(&mut self.took_large) {
+            self.large = Vec::new();
+            self.large_bytes = 0;
+        }
+        if !std::mem::take(&mut self.took) {
+            self.free.truncate(IDLE_FREE);
+            self.free.shrink_to(IDLE_FREE);
         }
     }
 
@@ -111,5 +133,27 @@ mod tests {
             p.give(Vec::with_capacity(100_000));
         }
         assert_eq!(p.free_count(), MAX_LARGE_TOTAL / 100_000);
+    }
+
+    #[test]
+    fn a_second_without_takes_gives_back_what_a_burst_left() {
+        let mut p = BufPool::new(1024, 64);
+        let burst: Vec<Vec<u8>> = (0..32).map(|_| p.take()).collect();
+        assert!(p.take_large(100_000).is_none());
+        burst.into_iter().for_each(|b| p.give(b));
+        p.give(Vec::with_capacity(200_000));
+        // The burst's own second keeps them.
+        p.trim_idle();
+        assert_eq!(p.free_count(), 33);
+        // Still in use: kept.
+        let b = p.take();
+        assert!(p.take_large(150_000).is_some());
+        p.give(b);
+        p.trim_idle();
+        assert_eq!(p.free_count(), 32);
+        // A quiet second: the large ones go, and the free ones but a few.
+        p.trim_idle();
+        assert_eq!(p.free_count(), IDLE_FREE);
+        assert_eq!(p.large_bytes, 0);
     }
 }
