@@ -802,6 +802,8 @@ pub(crate) mod tests {
             ((123 * 8) << 20, 4104, 100, true)
         );
         assert_eq!(l, unread);
+        // The mark costs no memory: an index entry is still 8 bytes.
+        assert_eq!(std::mem::size_of::<Loc>(), 8);
         // Epochs wrap at 128, as pages' do.
         let mut p = Page {
             epoch: EPOCH_MASK,
