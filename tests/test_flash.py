@@ -191,8 +191,10 @@ def test_a_second_server_or_a_bad_path_is_refused_by_name(flash_dir: Path) -> No
     assert r.returncode != 0 and f"{flash_dir}/no/such/dir/cache" in r.stderr, r
     r = start(f"ext_path={flash_dir}/huge:1000000g")
     assert r.returncode != 0 and "free" in r.stderr and f"{flash_dir}/huge" in r.stderr, r
-    r = start(f"ext_path={flash_dir}/x:64m,ext_drop_unread=1")
-    assert r.returncode != 0 and "ext_drop_unread" in r.stderr, r
+    r = start(f"ext_path={flash_dir}/x:64m,ext_max_sleep=1000")
+    assert r.returncode != 0 and "ext_max_sleep" in r.stderr, r
+    r = start(f"ext_path={flash_dir}/x:64m,ext_drop_under=many")
+    assert r.returncode != 0 and "ext_drop_under" in r.stderr, r
 
 
 def test_corrupt_or_truncated_flash_gives_misses_never_wrong_values(flash_dir: Path) -> None:
@@ -356,6 +358,49 @@ def test_compaction_keeps_the_live_items_of_mostly_deleted_pages(
                 metrics = r.read().decode()
             rescued = f"memcached_extstore_compact_rescued_total {st['extstore_compact_rescues']}"
             assert rescued in metrics, metrics
+
+
+def test_drop_unread_compaction_drops_what_was_never_read(flash_dir: Path) -> None:
+    """16 pages of 1 MB, every one full of live items: with ext_drop_unread, once fewer than
+    ext_drop_under pages are free the oldest page is compacted anyway, its items never read
+    since they went to flash dropped (counted in extstore_compact_skipped) and the read ones
+    written again."""
+    opts = (
+        f"ext_path={flash_dir / 'c'}:16m,ext_item_size=512,ext_page_size=1,ext_wbuf_size=1,"
+        "ext_recache_rate=0,ext_drop_unread,ext_drop_under=4"
+    )
+    metrics_port = free_port()
+    with memfleet("-m", "8", "-o", opts, "-o", f"metrics=127.0.0.1:{metrics_port}") as s:
+        port = s.port or 0
+        load(port, 10_000)
+        with Conn(port) as c:
+            st = c.stats("settings")
+            assert (st["ext_drop_unread"], st["ext_drop_under"]) == ("yes", "4"), st
+            # Keys 1 and 3 read from flash (and left there); 0 and 2 never read.
+            for i in (1, 3):
+                reply = c.request(f"get {key(i)}\r\n".encode(), b"END\r\n")
+                assert parse_values(reply) == {key(i): value(i)}
+            assert c.stats()["get_extstore"] == "2"
+            start = 10_000
+            while int(c.stats()["extstore_pages_free"]) >= 4:
+                load(port, 200, start=start)
+                start += 200
+                assert start < 30_000
+        settled(port, "extstore_compact_skipped")
+        with Conn(port) as c:
+            got = parse_values(
+                c.request(f"get {key(0)} {key(1)} {key(2)} {key(3)}\r\n".encode(), b"END\r\n")
+            )
+            st = c.stats()
+        assert got == {key(1): value(1), key(3): value(3)}, (list(got), st)
+        assert int(st["extstore_compact_skipped"]) > 500, st
+        assert int(st["extstore_compacted_pages"]) > 0, st
+        assert int(st["extstore_compact_rescues"]) >= 2, st
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            metrics = r.read().decode()
+        skipped = f"memcached_extstore_compact_skipped_total {st['extstore_compact_skipped']}"
+        assert skipped in metrics, metrics
 
 
 def test_rss_with_flash_stays_near_the_memory_limit(flash_dir: Path) -> None:

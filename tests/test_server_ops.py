@@ -549,8 +549,8 @@ def test_command_line_as_a_memcached_user_types_it() -> None:
     help_text = run("-h").stdout
     for option in ("idle_timeout", "io_engine", "metrics", "hotkeys", "ssl_chain_cert", "ext_"):
         assert option in help_text, option
-    r = run("-p", str(free_port()), "-o", "ext_path=/tmp/memfleet-flash:64m,ext_drop_unread=1")
-    assert r.returncode != 0 and "-o ext_drop_unread" in r.stderr, r
+    r = run("-p", str(free_port()), "-o", "ext_path=/tmp/memfleet-flash:64m,ext_max_sleep=1000")
+    assert r.returncode != 0 and "-o ext_max_sleep" in r.stderr, r
     for refused in ("temporary_ttl=60", "proxy_config=/etc/proxy.lua"):
         r = run("-p", str(free_port()), "-o", refused)
         assert r.returncode != 0 and f"-o {refused.split('=')[0]}" in r.stderr, r

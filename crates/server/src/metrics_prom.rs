@@ -491,7 +491,7 @@ fn extstore(e: &mut Exposition, f: &store::FlashStats, queued: u64) {
         (
             "memcached_extstore_compact_skipped_total",
             Counter,
-            "Expired or flushed items compaction dropped.",
+            "Expired, flushed or (ext_drop_unread) unread items compaction dropped.",
             f.compact_skipped,
         ),
     ] {

@@ -52,12 +52,22 @@ pub struct FlashConfig {
     /// `ext_max_frag` in thousandths: a page is compacted only while its live bytes are under
     /// this share of it; fuller pages are dropped whole when their turn comes.
     pub max_frag_permille: u32,
+    /// `ext_drop_unread`: when fewer than `ext_drop_under` pages are free, a page too full to
+    /// compact is compacted anyway, dropping the items not read since they were written.
+    pub drop_unread: bool,
+    /// `ext_drop_under` (None: 1% of the pages, at least 1, as memcached).
+    pub drop_under: Option<u64>,
 }
 
 impl FlashConfig {
     /// `ext_compact_under` for a log of `pages` pages.
     pub fn compact_under_of(&self, pages: u64) -> u64 {
         self.compact_under.unwrap_or(pages / 4).max(1)
+    }
+
+    /// `ext_drop_under` for a log of `pages` pages.
+    pub fn drop_under_of(&self, pages: u64) -> u64 {
+        self.drop_under.unwrap_or((pages / 100).max(1))
     }
 }
 
@@ -71,6 +81,8 @@ impl Default for FlashConfig {
             recache_rate: 2000,
             compact_under: None,
             max_frag_permille: 800,
+            drop_unread: false,
+            drop_under: None,
         }
     }
 }
@@ -83,11 +95,25 @@ const OFF_UNITS_BITS: u32 = 36;
 const LEN_UNITS_BITS: u32 = 20;
 /// The largest frame a `Loc` can describe (8 MiB).
 const MAX_FRAME: u64 = ((1 << LEN_UNITS_BITS) - 1) * ALIGN;
+/// Page epochs count modulo 128: the eighth bit of a `Loc`'s last byte is its read mark.
+/// A stale `Loc` would need its page rewritten 128 times between two sweeps (a second) to
+/// pass for current, and even then a read checks the frame's key.
+const EPOCH_MASK: u8 = 0x7f;
+const READ: u64 = 0x80;
 
-/// A flash item's place: offset and length of its frame, and the epoch of its page when it
-/// was written (36 + 20 + 8 bits): 8 bytes of memory per item plus the map's slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A flash item's place: offset and length of its frame, the epoch of its page when it was
+/// written, and whether it was read since (36 + 20 + 7 + 1 bits): 8 bytes of memory per
+/// item plus the map's slot. Equality is of the place only, not the read mark.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Loc(u64);
+
+impl PartialEq for Loc {
+    fn eq(&self, other: &Loc) -> bool {
+        self.0 & !READ == other.0 & !READ
+    }
+}
+
+impl Eq for Loc {}
 
 impl Loc {
     /// Offset and frame length, as a saved index keeps them.
@@ -97,9 +123,21 @@ impl Loc {
 
     fn new(off: u64, frame_len: u64, epoch: u8) -> Loc {
         debug_assert!(
-            off.is_multiple_of(ALIGN) && frame_len.is_multiple_of(ALIGN) && frame_len <= MAX_FRAME
+            off.is_multiple_of(ALIGN)
+                && frame_len.is_multiple_of(ALIGN)
+                && frame_len <= MAX_FRAME
+                && epoch <= EPOCH_MASK
         );
-        Loc((off / ALIGN) << (LEN_UNITS_BITS + 8) | (frame_len / ALIGN) << 8 | u64::from(epoch))
+        Loc((off / ALIGN) << (LEN_UNITS_BITS + 8)
+            | (frame_len / ALIGN) << 8
+            | u64::from(epoch & EPOCH_MASK))
+    }
+    /// Whether the item was read since it was written here (`ext_drop_unread`).
+    pub(crate) fn was_read(self) -> bool {
+        self.0 & READ != 0
+    }
+    pub(crate) fn mark_read(&mut self) {
+        self.0 |= READ;
     }
     fn off(self) -> u64 {
         (self.0 >> (LEN_UNITS_BITS + 8)) * ALIGN
@@ -108,7 +146,7 @@ impl Loc {
         ((self.0 >> 8) & ((1 << LEN_UNITS_BITS) - 1)) * ALIGN
     }
     fn epoch(self) -> u8 {
-        self.0 as u8
+        self.0 as u8 & EPOCH_MASK
     }
 }
 
@@ -166,7 +204,7 @@ impl Page {
     /// Empties the page for writing again: a new epoch makes every `Loc` into it stale.
     fn empty(&mut self) {
         *self = Page {
-            epoch: self.epoch.wrapping_add(1),
+            epoch: self.epoch.wrapping_add(1) & EPOCH_MASK,
             ..Page::default()
         };
     }
@@ -222,7 +260,7 @@ pub struct FlashStats {
     pub write_buffer_bytes: u64,
     /// Items compaction wrote again.
     pub compact_rescues: u64,
-    /// Items compaction found expired or flushed and dropped.
+    /// Items compaction dropped: expired, flushed, or unread (`ext_drop_unread`).
     pub compact_skipped: u64,
     /// Items still in a compacted page that could not be written again.
     pub compact_lost: u64,
@@ -752,11 +790,27 @@ pub(crate) mod tests {
 
     #[test]
     fn locs_pack_and_unpack() {
-        let l = Loc::new((123 * 8) << 20, 4096 + 8, 200);
+        let mut l = Loc::new((123 * 8) << 20, 4096 + 8, 100);
         assert_eq!(
-            (l.off(), l.frame_len(), l.epoch()),
-            ((123 * 8) << 20, 4104, 200)
+            (l.off(), l.frame_len(), l.epoch(), l.was_read()),
+            ((123 * 8) << 20, 4104, 100, false)
         );
+        let unread = l;
+        l.mark_read();
+        assert_eq!(
+            (l.off(), l.frame_len(), l.epoch(), l.was_read()),
+            ((123 * 8) << 20, 4104, 100, true)
+        );
+        assert_eq!(l, unread);
+        // The mark costs no memory: an index entry is still 8 bytes.
+        assert_eq!(std::mem::size_of::<Loc>(), 8);
+        // Epochs wrap at 128, as pages' do.
+        let mut p = Page {
+            epoch: EPOCH_MASK,
+            ..Page::default()
+        };
+        p.empty();
+        assert_eq!(p.epoch, 0);
         assert!(Flash::new(Box::new(MemDevice::new(1024)), cfg(1024, 128)).is_err());
     }
 }

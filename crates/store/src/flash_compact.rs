@@ -1,6 +1,7 @@
 //! The store's side of flash compaction (`flash::compact` picks and scans the pages): each
 //! frame of a page being compacted is written again by its key's shard if it is still that
-//! key's current flash copy, dropped if it expired or was flushed.
+//! key's current flash copy, dropped if it expired or was flushed (or, with
+//! `ext_drop_unread`, was not read since it was written).
 
 use crate::flash::Loc;
 use crate::item;
@@ -15,7 +16,7 @@ impl Store {
         let Some(fl) = &self.g.flash else {
             return 0;
         };
-        let Some(frames) = fl.compact_step(buf) else {
+        let Some((frames, drop_unread)) = fl.compact_step(buf) else {
             return 0;
         };
         for (loc, range) in frames {
@@ -24,7 +25,8 @@ impl Store {
                 continue;
             };
             let (h, si) = self.route(&item[l.key..l.key + l.key_len]);
-            self.lock(si).rescue(&self.g, h, loc, item, now);
+            self.lock(si)
+                .rescue(&self.g, h, loc, item, now, drop_unread);
         }
         buf.len().max(1) as u64
     }
@@ -32,18 +34,32 @@ impl Store {
 
 impl Shard {
     /// Compaction found `item`, the frame at `loc`: written again at the head of the log if
-    /// it is still the key's current flash copy, dropped if it expired or was flushed.
-    pub(crate) fn rescue(&mut self, g: &Global, h: u64, loc: Loc, item: &[u8], now: u32) {
+    /// it is still the key's current flash copy, dropped if it expired or was flushed, or if
+    /// `drop_unread` and it was not read since it was written. Written again, it counts as
+    /// unread: it must be read again to outlast the next such compaction.
+    pub(crate) fn rescue(
+        &mut self,
+        g: &Global,
+        h: u64,
+        loc: Loc,
+        item: &[u8],
+        now: u32,
+        drop_unread: bool,
+    ) {
         let Some(fl) = g.flash.as_ref() else {
             return;
         };
-        if self.flash_loc(h) != Some(loc) || !fl.is_current(loc) {
+        let Some(was_read) = self
+            .flash_loc(h)
+            .filter(|&at| at == loc && fl.is_current(loc))
+            .map(Loc::was_read)
+        else {
             return;
-        }
+        };
         let Some(l) = item::parse_checked(item) else {
             return;
         };
-        if g.gone(item, &l, now).is_some() {
+        if g.gone(item, &l, now).is_some() || (drop_unread && !was_read) {
             self.flash_unlink(g, h, true);
             fl.count_compacted(false);
             return;

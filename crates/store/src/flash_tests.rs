@@ -487,6 +487,98 @@ fn compaction_drops_expired_items_and_leaves_full_pages_alone() {
     }
 }
 
+/// Fills an 8-page log (1 MiB pages, compaction due under 2 free) with full pages, reads keys
+/// 1 (split around its read, as the I/O threads do) and 2 from flash but not key 0, all three
+/// in the oldest page, and compacts with `ext_drop_unread`/`ext_drop_under` as given: whether
+/// keys 0, 1 and 2 are still there, and the flash counters.
+fn compacted_after_reads(drop_unread: bool, drop_under: u64) -> ([bool; 3], FlashStats) {
+    let dev = MemDevice::new(8 << 20);
+    let s = Store::with_flash(
+        Config {
+            mem_limit: 2 << 20,
+            item_size_max: 1 << 20,
+            process_start: START,
+            evictions: true,
+        },
+        Box::new(dev),
+        FlashConfig {
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            recache_rate: 0,
+            drop_unread,
+            drop_under: Some(drop_under),
+            ..FlashConfig::default()
+        },
+    )
+    .unwrap();
+    let mut i = 0;
+    while s.stats().flash.unwrap().pages_free >= 2 {
+        set(&s, &key(i), &value(i, 1), T0);
+        i += 1;
+        assert!(i < 9_000);
+    }
+    assert_eq!(split_get(&s, &key(1)), Some(value(1, 1)));
+    assert_eq!(val(&s, &key(2), T0), Some(value(2, 1)));
+    // Both read from flash, not memory.
+    assert_eq!(s.stats().counters.get_extstore, 2);
+    let mut buf = Vec::new();
+    // Bounded: a compaction that wrote every item again would never be done.
+    for _ in 0..64 {
+        if s.compact_flash(&mut buf, T0) == 0 {
+            break;
+        }
+    }
+    let there = [0, 1, 2].map(|k| val(&s, &key(k), T0).is_some());
+    (there, s.stats().flash.unwrap())
+}
+
+#[test]
+fn drop_unread_drops_the_unread_items_of_a_full_page_under_drop_under() {
+    let (there, fl) = compacted_after_reads(true, 2);
+    assert_eq!(there, [false, true, true], "{fl:?}");
+    assert_eq!((fl.compacted_pages, fl.compact_rescues), (1, 2), "{fl:?}");
+    assert!(fl.compact_skipped > 500, "{fl:?}");
+    assert_eq!((fl.page_evictions, fl.compact_lost), (0, 0), "{fl:?}");
+}
+
+#[test]
+fn full_pages_keep_their_items_without_drop_unread_or_above_drop_under() {
+    for (drop_unread, drop_under) in [(false, 2), (true, 1), (true, 0)] {
+        let (there, fl) = compacted_after_reads(drop_unread, drop_under);
+        assert_eq!(there, [true; 3], "{drop_unread} {drop_under} {fl:?}");
+        assert_eq!(
+            (fl.compacted_pages, fl.compact_skipped, fl.compact_rescues),
+            (0, 0, 0),
+            "{drop_unread} {drop_under} {fl:?}"
+        );
+    }
+}
+
+#[test]
+fn items_written_again_by_compaction_count_as_unread() {
+    let dev = MemDevice::new(8 << 20);
+    let s = flash_store(2, &dev, 1 << 20);
+    for i in 0..6_000 {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    let (h, si) = s.route(key(0).as_bytes());
+    let loc = |s: &Store| s.lock(si).flash_loc(h).unwrap();
+    assert!(!loc(&s).was_read());
+    assert_eq!(val(&s, &key(0), T0), Some(value(0, 1)));
+    let read = loc(&s);
+    assert!(read.was_read());
+    let fl = s.g.flash.as_ref().unwrap();
+    let item = {
+        let mut b = Vec::new();
+        assert_eq!(fl.read(read, &mut b), flash::ReadOutcome::Item);
+        b
+    };
+    s.lock(si).rescue(&s.g, h, read, &item, T0, true);
+    let moved = loc(&s);
+    assert!(moved != read && !moved.was_read());
+    assert_eq!(fl.stats().compact_rescues, 1);
+}
+
 mod compaction_of_damaged_pages {
     use super::*;
     use proptest::prelude::*;

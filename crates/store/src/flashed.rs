@@ -199,7 +199,7 @@ impl Shard {
     }
 
     /// Checks what the flash read `p` for `key` gave: the item's layout in its bytes if it is
-    /// that key's live item. Anything else is a miss; a copy that is gone, bad, expired or
+    /// that key's live item, which is then marked read. Anything else is a miss; a copy that is gone, bad, expired or
     /// flushed is dropped from the index (if it still points there) and counted.
     pub(crate) fn flash_checked(
         &mut self,
@@ -244,6 +244,12 @@ impl Shard {
             return None;
         }
         self.stats.get_extstore += 1;
+        if still {
+            // Every read of a flash item comes here: `ext_drop_unread` keeps it.
+            if let Some(loc) = self.flash_index.get_mut(&h) {
+                loc.mark_read();
+            }
+        }
         Some(l)
     }
 

@@ -261,6 +261,9 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         // The pages the files hold once each is cut to whole pages.
         let pages = env.shared.store.stats().flash.map_or(0, |st| st.pages);
         stat(out, "ext_compact_under", f.store.compact_under_of(pages));
+        stat(out, "ext_drop_under", f.store.drop_under_of(pages));
+        let unread = if f.store.drop_unread { "yes" } else { "no" };
+        stat(out, "ext_drop_unread", unread);
         let frag = f.store.max_frag_permille;
         stat(
             out,

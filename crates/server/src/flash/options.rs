@@ -25,10 +25,6 @@ pub struct FlashOptions {
 fn refused(name: &str) -> Option<&'static str> {
     Some(match name {
         "ext_item_age" => "items go to flash when they are evicted from memory, whatever their age",
-        "ext_drop_under" => {
-            "the oldest page is dropped whole when the log wraps onto it, whatever is free"
-        }
-        "ext_drop_unread" => "compaction does not know whether a flash item was read",
         "ext_max_sleep" => "compaction runs at a fixed, bounded read rate (docs/storage.md)",
         _ => return None,
     })
@@ -97,6 +93,15 @@ pub fn apply(opts: &mut Option<FlashOptions>, name: &str, value: &str) -> Result
                 return Err(format!("-o ext_compact_under={value}: at least 1"));
             }
             o.store.compact_under = Some(pages);
+        }
+        "ext_drop_under" => o.store.drop_under = Some(number("a number of pages")?),
+        // memcached's is a bare flag; 0 and 1 are taken too.
+        "ext_drop_unread" => {
+            o.store.drop_unread = match value {
+                "" | "1" => true,
+                "0" => false,
+                _ => return Err(format!("-o ext_drop_unread={value}: 0 or 1 (or no value)")),
+            }
         }
         "ext_max_frag" => {
             let frag = value
@@ -179,6 +184,8 @@ mod tests {
             ("ext_io_depth", "8"),
             ("ext_compact_under", "3"),
             ("ext_max_frag", "0.5"),
+            ("ext_drop_unread", ""),
+            ("ext_drop_under", "2"),
         ])
         .unwrap()
         .unwrap();
@@ -200,8 +207,19 @@ mod tests {
             (o.store.compact_under, o.store.max_frag_permille),
             (Some(3), 500)
         );
+        assert_eq!((o.store.drop_unread, o.store.drop_under), (true, Some(2)));
         let d = parse(&[("ext_path", "/x:1g")]).unwrap().unwrap();
         assert_eq!((d.threads, d.io_depth), (1, 16));
+        assert_eq!((d.store.drop_unread, d.store.drop_under), (false, None));
+        // memcached's defaults: 1% of the pages, at least 1.
+        assert_eq!(
+            (d.store.drop_under_of(16), d.store.drop_under_of(1000)),
+            (1, 10)
+        );
+        for (v, on) in [("1", true), ("0", false)] {
+            let o = parse(&[("ext_path", "/x:1g"), ("ext_drop_unread", v)]);
+            assert_eq!(o.unwrap().unwrap().store.drop_unread, on);
+        }
         for bad in [
             ("ext_threads", "0"),
             ("ext_threads", "x"),
@@ -209,12 +227,16 @@ mod tests {
             ("ext_max_frag", "1.5"),
             ("ext_max_frag", "x"),
             ("ext_compact_under", "0"),
+            ("ext_drop_unread", "yes"),
+            ("ext_drop_under", "-1"),
+            ("ext_drop_under", "x"),
         ] {
-            assert!(parse(&[("ext_path", "/x:1g"), bad]).is_err(), "{bad:?}");
+            let e = parse(&[("ext_path", "/x:1g"), bad]).unwrap_err();
+            assert!(e.contains(bad.0), "{e}");
         }
         let mut none = None;
         assert!(!apply(&mut none, "hashpower", "20").unwrap());
-        for bad in ["ext_drop_under", "ext_item_age", "ext_bogus"] {
+        for bad in ["ext_max_sleep", "ext_item_age", "ext_bogus"] {
             let e = parse(&[("ext_path", "/x:1g"), (bad, "1")]).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }

@@ -2,7 +2,9 @@
 //! that are still current are written again at the head (by the shards, which know what is
 //! current), so that a page mostly made of dead frames is freed without dropping its live
 //! items. Only pages under `ext_max_frag` live are compacted; fuller ones are dropped whole
-//! when the head reaches them, as without compaction.
+//! when the head reaches them, as without compaction, unless `ext_drop_unread` applies: then,
+//! as memcached, such a page is compacted once fewer than `ext_drop_under` pages are free,
+//! its items that were not read since they were written dropped rather than written again.
 
 use std::io;
 use std::ops::Range;
@@ -22,6 +24,8 @@ pub(crate) struct Cursor {
     fill: u64,
     /// The next frame's offset within the page.
     next: u64,
+    /// Items not read since they were written are dropped, not written again.
+    drop_unread: bool,
 }
 
 /// One step's frames: where each item was, and its bytes in the step's buffer.
@@ -30,7 +34,8 @@ pub(crate) type Frames = Vec<(Loc, Range<usize>)>;
 impl Flash {
     /// The page to compact now, if one is due: the oldest written page when fewer than
     /// `ext_compact_under` pages are free ahead of the head and it is under `ext_max_frag`
-    /// live.
+    /// live, or (dropping its unread items) with `ext_drop_unread` when fewer than
+    /// `ext_drop_under` are free.
     fn due(&self, log: &Log) -> Option<Cursor> {
         let n = log.pages.len();
         let free_ahead = (1..n)
@@ -44,20 +49,29 @@ impl Flash {
         let page = (log.head + 1 + free_ahead) % n;
         let p = &log.pages[page];
         let limit = self.cfg.page_size * u64::from(self.cfg.max_frag_permille) / 1000;
-        (p.live_bytes < limit).then_some(Cursor {
+        // As memcached: dropping applies only to a page too full to compact.
+        let drop_unread = p.live_bytes >= limit;
+        if drop_unread
+            && !(self.cfg.drop_unread && (free_ahead as u64) < self.cfg.drop_under_of(n as u64))
+        {
+            return None;
+        }
+        Some(Cursor {
             page,
             epoch: p.epoch,
             fill: p.fill,
             // Nothing live: freed without reading it.
             next: if p.live_items == 0 { p.fill } else { 0 },
+            drop_unread,
         })
     }
 
-    /// Reads the next frames of the page being compacted (starting one if due) into `buf`.
-    /// None when nothing is to be compacted. A page whose scan is done, or that was dropped
-    /// under the scan, is finished here (`finish`); one that cannot be read is given up (its
-    /// items are dropped with it, counted lost).
-    pub(crate) fn compact_step(&self, buf: &mut Vec<u8>) -> Option<Frames> {
+    /// Reads the next frames of the page being compacted (starting one if due) into `buf`,
+    /// and whether its unread items are to be dropped. None when nothing is to be compacted.
+    /// A page whose scan is done, or that was dropped under the scan, is finished here
+    /// (`finish`); one that cannot be read is given up (its items are dropped with it,
+    /// counted lost).
+    pub(crate) fn compact_step(&self, buf: &mut Vec<u8>) -> Option<(Frames, bool)> {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
@@ -80,7 +94,7 @@ impl Flash {
         if let Some(cur) = c.as_mut().filter(|cur| **cur == cursor) {
             cur.next = scanned.map_or(cur.fill, |n| cur.next + n);
         }
-        Some(frames)
+        Some((frames, cursor.drop_unread))
     }
 
     /// The whole frames from `c.next` on, read into `buf`, and how many bytes they take
@@ -140,7 +154,7 @@ impl Flash {
         self.drops.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts an item written again (`rescued`) or dropped because it had expired.
+    /// Counts an item written again (`rescued`) or dropped (expired, flushed or unread).
     pub(crate) fn count_compacted(&self, rescued: bool) {
         let c = if rescued {
             &self.compact_rescues
