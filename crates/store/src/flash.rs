@@ -628,6 +628,11 @@ impl Flash {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
+    /// Pages in the log (fixed at start).
+    pub fn page_count(&self) -> u64 {
+        self.lock().pages.len() as u64
+    }
+
     pub fn stats(&self) -> FlashStats {
         let log = self.lock();
         let used = log.pages.iter().filter(|p| p.written).count() as u64;

@@ -26,14 +26,14 @@ impl Store {
             };
             let (h, si) = self.route(&item[l.key..l.key + l.key_len]);
             self.lock(si)
-                .rescue(&self.g, h, loc, item, now, drop_unread);
+                .rescue(&self.g, h, loc, (item, &l), now, drop_unread);
         }
         buf.len().max(1) as u64
     }
 }
 
 impl Shard {
-    /// Compaction found `item`, the frame at `loc`: written again at the head of the log if
+    /// Compaction found `item` (its bytes and layout), the frame at `loc`: written again at the head of the log if
     /// it is still the key's current flash copy, dropped if it expired or was flushed, or if
     /// `drop_unread` and it was not read since it was written. Written again, it counts as
     /// unread: it must be read again to outlast the next such compaction.
@@ -42,7 +42,7 @@ impl Shard {
         g: &Global,
         h: u64,
         loc: Loc,
-        item: &[u8],
+        (item, l): (&[u8], &item::Layout),
         now: u32,
         drop_unread: bool,
     ) {
@@ -56,10 +56,7 @@ impl Shard {
         else {
             return;
         };
-        let Some(l) = item::parse_checked(item) else {
-            return;
-        };
-        if g.gone(item, &l, now).is_some() || (drop_unread && !was_read) {
+        if g.gone(item, l, now).is_some() || (drop_unread && !was_read) {
             self.flash_unlink(g, h, true);
             fl.count_compacted(false);
             return;

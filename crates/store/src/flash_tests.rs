@@ -573,7 +573,8 @@ fn items_written_again_by_compaction_count_as_unread() {
         assert_eq!(fl.read(read, &mut b), flash::ReadOutcome::Item);
         b
     };
-    s.lock(si).rescue(&s.g, h, read, &item, T0, true);
+    let l = crate::item::parse_checked(&item).unwrap();
+    s.lock(si).rescue(&s.g, h, read, (&item, &l), T0, true);
     let moved = loc(&s);
     assert!(moved != read && !moved.was_read());
     assert_eq!(fl.stats().compact_rescues, 1);

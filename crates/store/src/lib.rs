@@ -769,6 +769,11 @@ impl Store {
         }
     }
 
+    /// Pages of the flash log; 0 without flash.
+    pub fn flash_pages(&self) -> u64 {
+        self.g.flash.as_ref().map_or(0, |f| f.page_count())
+    }
+
     /// The device error that stopped flash writes, once (for the server to log).
     pub fn flash_error(&self) -> Option<String> {
         self.g.flash.as_ref().and_then(|f| f.take_error())

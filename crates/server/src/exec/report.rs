@@ -259,7 +259,7 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
         stat(out, "ext_threads", f.threads);
         stat(out, "ext_io_depth", f.io_depth);
         // The pages the files hold once each is cut to whole pages.
-        let pages = env.shared.store.stats().flash.map_or(0, |st| st.pages);
+        let pages = env.shared.store.flash_pages();
         stat(out, "ext_compact_under", f.store.compact_under_of(pages));
         stat(out, "ext_drop_under", f.store.drop_under_of(pages));
         let unread = if f.store.drop_unread { "yes" } else { "no" };

@@ -97,10 +97,9 @@ impl Flash {
         Some((frames, cursor.drop_unread))
     }
 
-    /// The whole frames from `c.next` on, read into `buf`, and how many bytes they take
+    /// The whole frames from `cursor.next` on, read into `buf`, and how many bytes they take
     /// (None: the page's scan is over).
-    fn scan(&self, c: Cursor, buf: &mut Vec<u8>) -> io::Result<(Frames, Option<u64>)> {
-        let cursor = c;
+    fn scan(&self, cursor: Cursor, buf: &mut Vec<u8>) -> io::Result<(Frames, Option<u64>)> {
         let base = cursor.page as u64 * self.cfg.page_size;
         let len = CHUNK.min(cursor.fill - cursor.next);
         read_into(self, buf, base + cursor.next, len)?;
