@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import trustme
 from binary_corpus import GAT, GETK, NOOP, TOUCH, parse, pkt
-from harness import Conn, Server, memfleet
+from harness import Conn, Server, free_port, memfleet, udp_frame
 
 ITEMS = 40_000
 VALUE_LEN = 1000
@@ -61,13 +61,18 @@ def uncache(path: Path) -> None:
         os.close(fd)
 
 
+# The UDP port of the `loaded` server.
+UDP_PORT = [0]
+
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, list[int], Path]]:
-    """A server with 8 MB of memory and most of ITEMS values on flash; the ids to get; the
-    flash file."""
+    """A server with 8 MB of memory and most of ITEMS values on flash, listening on UDP too
+    (`UDP_PORT`); the ids to get; the flash file."""
     flash = Path(tmp_path_factory.mktemp("flash")) / "f"
     opts = f"ext_path={flash}:256m,ext_item_size=512,ext_page_size=8,ext_threads=2"
-    with memfleet("-m", "8", "-o", opts) as s:
+    UDP_PORT[0] = free_port(socket.SOCK_DGRAM)
+    with memfleet("-m", "8", "-o", opts, "-U", str(UDP_PORT[0])) as s:
         with Conn(s.port or 0) as c:
             for start in range(0, ITEMS, 500):
                 batch = b"".join(
@@ -383,6 +388,124 @@ def test_binary_gets_of_flash_keys_answer_in_order_off_the_worker(
             assert p[6] == value(i)
     with Conn(s.port or 0) as c:
         assert io_reads(c) > reads_before
+
+
+def residue_six(loaded: tuple[Server, list[int], Path], start: int, n: int) -> list[int]:
+    """n keys from item `start` on that no other test takes (ids 6 apart from a multiple of
+    7): most are on flash, out of the page cache."""
+    uncache(loaded[2])
+    first = start - start % 7 + 6
+    return list(range(first, ITEMS, 7))[:n]
+
+
+def test_me_of_flash_keys_reads_off_the_worker_and_leaves_them_there(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], residue_six(loaded, 0, 300)
+    with Conn(s.port or 0) as c:
+        reads_before = io_reads_settled(c)
+        flash_before = int(c.stats()["extstore_objects_used"])
+        c.send(b"".join(b"me %s\r\n" % key(i) for i in ids) + b"mn\r\n")
+        for i in ids:
+            line = c.read_line().split()
+            assert line[:3] == [b"ME", key(i), b"exp=-1"], line
+            assert line[-2:] == [b"cls=1", b"size=%d" % (48 + len(key(i)) + VALUE_LEN + 2)]
+        assert c.read_line() == b"MN\r\n"
+        assert io_reads(c) > reads_before
+        # `me` reads, it does not bring items back into memory.
+        assert int(c.stats()["extstore_objects_used"]) >= flash_before
+        assert c.request(b"me fk:none\r\n") == b"EN\r\n"
+
+
+def test_large_storage_commands_on_flash_keys_read_their_items_off_the_worker(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    """add/replace/cas with values of 64 KiB and more, received in place, wait for the old
+    item's read like any command on a flash key, with the requests behind them in turn."""
+    s, ids = loaded[0], residue_six(loaded, 28_000, 30)
+    big = [b"%d" % i + b"B" * 70_000 for i in range(len(ids))]
+    with Conn(s.port or 0, timeout=30) as c:
+        reads_before = io_reads_settled(c)
+        requests = []
+        for n, i in enumerate(ids):
+            cmd = [b"replace %s 0 0 %d", b"add %s 0 0 %d", b"cas %s 0 0 %d 1"][n % 3]
+            requests.append(cmd % (key(i), len(big[n])) + b"\r\n" + big[n] + b"\r\n")
+        c.send(b"".join(requests) + b"mn\r\n")
+        for n in range(len(ids)):
+            want = [b"STORED\r\n", b"NOT_STORED\r\n", b"EXISTS\r\n"][n % 3]
+            assert c.read_line() == want, n
+        assert c.read_line() == b"MN\r\n"
+        assert io_reads(c) > reads_before
+        for n, i in enumerate(ids):
+            want = big[n] if n % 3 == 0 else value(i)
+            assert multi_get(c, [i]) == [(key(i), want)]
+
+
+def udp_replies(sock: socket.socket, want: int) -> dict[int, bytes]:
+    """`want` replies by request id, each put together from its frames."""
+    frames: dict[int, dict[int, bytes]] = {}
+    totals: dict[int, int] = {}
+    done: dict[int, bytes] = {}
+    while len(done) < want:
+        data = sock.recv(65536)
+        req_id, seq, total, _ = struct.unpack(">HHHH", data[:8])
+        frames.setdefault(req_id, {})[seq] = data[8:]
+        totals[req_id] = total
+        if len(frames[req_id]) == total:
+            done[req_id] = b"".join(frames[req_id][n] for n in range(total))
+    return done
+
+
+def test_udp_requests_on_flash_keys_are_answered_off_the_worker(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    s, ids = loaded[0], residue_six(loaded, 14_000, 240)
+    with Conn(s.port or 0) as c:
+        reads_before = io_reads_settled(c)
+    groups = [ids[n : n + 3] for n in range(0, len(ids), 3)]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.settimeout(10)
+        for n, group in enumerate(groups):
+            u.sendto(udp_frame(n, b"get " + b" ".join(key(i) for i in group) + b"\r\n"),
+                     ("127.0.0.1", UDP_PORT[0]))
+        got = udp_replies(u, len(groups))
+        # A one-key command too: its item is brought back into memory.
+        u.sendto(udp_frame(9999, b"touch %s 0\r\n" % key(ids[0])), ("127.0.0.1", UDP_PORT[0]))
+        assert udp_replies(u, 1) == {9999: b"TOUCHED\r\n"}
+    for n, group in enumerate(groups):
+        want = b"".join(
+            b"VALUE %s 0 %d\r\n%s\r\n" % (key(i), VALUE_LEN, value(i)) for i in group
+        )
+        assert got[n] == want + b"END\r\n", n
+    with Conn(s.port or 0) as c:
+        assert io_reads(c) > reads_before
+
+
+def test_gets_past_the_bounds_on_reads_under_way_wait_and_answer_right(
+    loaded: tuple[Server, list[int], Path],
+) -> None:
+    """More reads asked for at once than the I/O threads may have under way (1,024): the
+    requests past that wait for room instead of reading on their worker, and every one is
+    answered right."""
+    s, ids, flash = loaded
+    uncache(flash)
+    # 100 connections, each a get of 16 keys (ext_io_depth's default) far from the others'.
+    batches = [ids[n * 50 : n * 50 + 16] for n in range(100)]
+    conns = [Conn(s.port or 0, timeout=60) for _ in batches]
+    try:
+        for c, b in zip(conns, batches, strict=True):
+            c.send(b"get " + b" ".join(key(i) for i in b) + b"\r\n")
+        for c, b in zip(conns, batches, strict=True):
+            got = []
+            while (line := c.read_line()) != b"END\r\n":
+                assert line.split()[1] == key(b[len(got)]), line
+                got.append(c.read_until(b"\r\n")[:-2])
+            assert got == [value(i) for i in b]
+    finally:
+        for c in conns:
+            c.close()
+    with Conn(s.port or 0) as c:
+        assert c.stats()["extstore_io_queue"] == "0"
 
 
 def test_flash_reads_over_tls_answer_text_meta_and_binary_requests(tmp_path: Path) -> None:

@@ -331,15 +331,41 @@ impl Store {
         p: &Prefetched,
         f: impl FnOnce(Option<ItemView<'_>>) -> R,
     ) -> R {
+        self.read_prefetched(key, now, true, p, f)
+    }
+
+    /// `peek` answered from the flash read `p` when one was made (as `get_prefetched`,
+    /// without touching the item's state or bringing it back).
+    pub fn peek_prefetched<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        p: Option<&Prefetched>,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> R {
+        match p {
+            Some(p) => self.read_prefetched(key, now, false, p, f),
+            None => self.peek(key, now, f),
+        }
+    }
+
+    fn read_prefetched<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        bump: bool,
+        p: &Prefetched,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> R {
         let (h, si) = self.route(key);
         let mut s = self.lock(si);
         let in_memory = s.find_live(&self.g, h, key, now).is_some();
         s.settle(&self.g);
         if in_memory || s.flash_loc(h) != Some(p.loc) {
             drop(s);
-            return self.read(key, now, true, f);
+            return self.read(key, now, bump, f);
         }
-        self.finish_flash(s, si, h, key, now, true, p, f)
+        self.finish_flash(s, si, h, key, now, bump, p, f)
     }
 
     fn read_or_locate<const LOCATE: bool, R>(

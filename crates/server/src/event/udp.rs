@@ -3,11 +3,13 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use mio::net::UdpSocket;
 use mio::{Interest, Poll, Token};
 use socket2::{SockAddr, SockRef};
 
+use crate::clock::unix_now;
 use crate::exec::binary;
 use crate::exec::env::ExecEnv;
 use crate::exec::execute;
@@ -28,6 +30,9 @@ pub const TOKEN_BASE: usize = usize::MAX - 1024;
 /// registers them in its mio poll; the io_uring loop polls each on its ring.
 pub struct UdpSockets {
     sockets: Vec<UdpSocket>,
+    /// Each socket's handle for the I/O threads, made when one first answers on it (a
+    /// request on flash keys, `flash::reads`).
+    shared_handles: Vec<Option<Arc<std::net::UdpSocket>>>,
     /// One datagram's receive buffer, allocated (and zeroed) once, if there are sockets.
     dgram: Vec<u8>,
     /// Where each request's reply ends in the reply buffer.
@@ -47,6 +52,7 @@ impl UdpSockets {
             vec![0; MAX_DATAGRAM]
         };
         Ok(UdpSockets {
+            shared_handles: out.iter().map(|_| None).collect(),
             sockets: out,
             dgram,
             ends: Vec::new(),
@@ -85,17 +91,38 @@ impl UdpSockets {
         let env = ExecEnv::datagram(shared, stats, now);
         let Self {
             sockets,
+            shared_handles,
             dgram,
             ends,
         } = self;
-        answer_datagrams(&sockets[i], dgram, ends, &env, out, budget)
+        let socket = Socket {
+            socket: &sockets[i],
+            handle: &mut shared_handles[i],
+        };
+        answer_datagrams(socket, dgram, ends, &env, out, budget)
+    }
+}
+
+/// A UDP socket, and its handle for the I/O threads once made.
+struct Socket<'a> {
+    socket: &'a UdpSocket,
+    handle: &'a mut Option<Arc<std::net::UdpSocket>>,
+}
+
+impl Socket<'_> {
+    fn handle(&mut self) -> Option<Arc<std::net::UdpSocket>> {
+        if self.handle.is_none() {
+            let dup = SockRef::from(self.socket).try_clone().ok()?;
+            *self.handle = Some(Arc::new(dup.into()));
+        }
+        self.handle.clone()
     }
 }
 
 /// Answers up to `budget` datagrams waiting on `socket`, true if it answered that many;
 /// replies are split into frames of at most 1400 bytes, as memcached does.
 fn answer_datagrams(
-    socket: &UdpSocket,
+    mut socket: Socket<'_>,
     dgram: &mut [u8],
     ends: &mut Vec<usize>,
     env: &ExecEnv<'_>,
@@ -104,7 +131,7 @@ fn answer_datagrams(
 ) -> bool {
     let mut answered = 0;
     while answered < budget {
-        let Ok((n, peer)) = socket.recv_from(dgram) else {
+        let Ok((n, peer)) = socket.socket.recv_from(dgram) else {
             break;
         };
         answered += 1;
@@ -113,32 +140,93 @@ fn answer_datagrams(
         if n < UDP_HEADER {
             continue;
         }
-        let header = &dgram[..UDP_HEADER];
-        let req_id = [header[0], header[1]];
-        let total = u16::from_be_bytes([header[4], header[5]]);
-        out.clear();
-        ends.clear();
-        if total != 1 {
-            out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-            ends.push(out.len());
-        } else {
-            run_datagram(env, &dgram[UDP_HEADER..n], out, ends);
+        let datagram = &dgram[..n];
+        if let Some(io) = &env.shared.flash_io {
+            if reads_flash(env, &datagram[UDP_HEADER..]) {
+                // Dropped when the I/O threads are at their bounds (`flash::reads`).
+                if let Some(handle) = socket.handle() {
+                    let datagram = datagram.to_vec();
+                    let bytes = datagram.len() + MAX_DATAGRAM;
+                    let job = Box::new(move |shared: &Shared, stats: &ThreadStats| {
+                        let env = ExecEnv::datagram(shared, stats, unix_now());
+                        let mut out = Vec::new();
+                        answer(
+                            SockRef::from(&*handle),
+                            &env,
+                            &datagram,
+                            peer,
+                            &mut out,
+                            &mut Vec::new(),
+                        );
+                    });
+                    io.submit_datagram(job, bytes);
+                }
+                continue;
+            }
         }
-        // As memcached: each request's reply is a message of its own.
-        let mut from = 0;
-        for &end in ends.iter() {
-            send_framed(socket, env, peer, req_id, &out[from..end]);
-            from = end;
-        }
+        answer(SockRef::from(socket.socket), env, datagram, peer, out, ends);
     }
     out.clear();
     answered == budget
 }
 
+/// Answers one datagram (its frame header and requests), to `peer`.
+fn answer(
+    socket: SockRef<'_>,
+    env: &ExecEnv<'_>,
+    dgram: &[u8],
+    peer: std::net::SocketAddr,
+    out: &mut Vec<u8>,
+    ends: &mut Vec<usize>,
+) {
+    let header = &dgram[..UDP_HEADER];
+    let req_id = [header[0], header[1]];
+    let total = u16::from_be_bytes([header[4], header[5]]);
+    out.clear();
+    ends.clear();
+    if total != 1 {
+        out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
+        ends.push(out.len());
+    } else {
+        run_datagram(env, &dgram[UDP_HEADER..], out, ends);
+    }
+    // As memcached: each request's reply is a message of its own.
+    let mut from = 0;
+    for &end in ends.iter() {
+        send_framed(&socket, env, peer, req_id, &out[from..end]);
+        from = end;
+    }
+}
+
+/// Whether answering the datagram's requests would read flash (binary ones are assumed to).
+fn reads_flash(env: &ExecEnv<'_>, payload: &[u8]) -> bool {
+    if let Some(&first) = payload.first() {
+        if binary::datagram_is_binary(env, first) {
+            return true;
+        }
+    }
+    let mut pos = 0;
+    while pos < payload.len() {
+        match proto::parse(&payload[pos..], &env.shared.limits) {
+            proto::Parse::Request(req, used) => {
+                if execute::reads_flash(env, &req) {
+                    return true;
+                }
+                pos += used;
+            }
+            proto::Parse::Incomplete { .. } => return false,
+            proto::Parse::Error {
+                consumed, swallow, ..
+            } => pos += consumed + swallow,
+        }
+    }
+    false
+}
+
 /// Sends one reply in frames of at most 1400 bytes, each with the frame header (request id,
 /// sequence number, frame count); nothing for an empty reply.
 fn send_framed(
-    socket: &UdpSocket,
+    sock: &SockRef<'_>,
     env: &ExecEnv<'_>,
     peer: std::net::SocketAddr,
     req_id: [u8; 2],
@@ -148,7 +236,7 @@ fn send_framed(
         return;
     }
     let frames = reply.len().div_ceil(UDP_MAX_PAYLOAD).min(u16::MAX as usize);
-    let (sock, to) = (SockRef::from(socket), SockAddr::from(peer));
+    let to = SockAddr::from(peer);
     for (seq, chunk) in reply.chunks(UDP_MAX_PAYLOAD).take(frames).enumerate() {
         let mut header = [0u8; UDP_HEADER];
         header[..2].copy_from_slice(&req_id);

@@ -74,6 +74,9 @@ const SMALL_REPLY: usize = 2 * 1024;
 const REAP_BATCH: usize = 256;
 /// The longest a turn waits for completions; shutdown and wake-ups end the wait sooner.
 const WAIT: Duration = Duration::from_millis(500);
+/// The wait while connections wait for room to ask for flash reads: room is made by other
+/// workers, which do not wake this one.
+const STARVED_WAIT: Duration = Duration::from_millis(1);
 
 /// What a completion belongs to: the top byte of its user_data; the rest is the token.
 const RECV: u64 = 1;
@@ -256,6 +259,7 @@ impl UringWorker {
             while self.reap(now) {
                 self.serve_queue(now);
             }
+            self.retry_starved();
             self.serve_queue(now);
             for _ in 0..self.yielded.len() {
                 if let Some(t) = self.yielded.pop_front() {
@@ -288,7 +292,7 @@ impl UringWorker {
     /// connections wait to be served, waits for a completion.
     fn enter(&mut self) {
         let res = if self.yielded.is_empty() {
-            let ts = types::Timespec::from(WAIT);
+            let ts = types::Timespec::from(if self.starved() { STARVED_WAIT } else { WAIT });
             let args = types::SubmitArgs::new().timespec(&ts);
             self.ring.submitter().submit_with_args(1, &args)
         } else {
@@ -483,6 +487,29 @@ impl UringWorker {
         for (to, read) in io.take_done(self.id) {
             let slot = self.conns.get_mut(to.token).filter(|s| !s.closed);
             if io.deliver(slot.and_then(|s| s.conn.flash_wait()), to, read) {
+                self.enqueue(to.token);
+            }
+        }
+    }
+
+    /// Whether connections wait for room to ask for flash reads.
+    fn starved(&self) -> bool {
+        self.shared
+            .flash_io
+            .as_ref()
+            .is_some_and(|io| io.has_starved(self.id))
+    }
+
+    /// Runs again the connections that waited for room to ask for flash reads, once there
+    /// is some (see `worker::retry_starved`).
+    fn retry_starved(&mut self) {
+        let shared = self.shared.clone();
+        let Some(io) = &shared.flash_io else {
+            return;
+        };
+        for to in io.room_for_starved(self.id) {
+            let slot = self.conns.get_mut(to.token).filter(|s| !s.closed);
+            if io.end_starved(slot.and_then(|s| s.conn.flash_wait()), to) {
                 self.enqueue(to.token);
             }
         }

@@ -88,7 +88,12 @@ impl Worker {
         let mut busy = Busy::new();
         loop {
             let timeout = if self.ready.is_empty() && self.udp_again.is_empty() {
-                Duration::from_millis(500)
+                if self.starved() {
+                    // Room is made by other workers, which do not wake this one.
+                    Duration::from_millis(1)
+                } else {
+                    Duration::from_millis(500)
+                }
             } else {
                 Duration::ZERO
             };
@@ -133,6 +138,7 @@ impl Worker {
                     }
                 }
             }
+            self.retry_starved();
             for _ in 0..self.ready.len() {
                 if let Some(t) = self.ready.pop_front() {
                     self.on_readable(t, now);
@@ -205,6 +211,28 @@ impl Worker {
         for (to, read) in io.take_done(self.id) {
             let wait = self.conns.get_mut(to.token).and_then(|c| c.flash_wait());
             if io.deliver(wait, to, read) {
+                self.ready.push_back(to.token);
+            }
+        }
+    }
+
+    /// Whether connections wait for room to ask for flash reads.
+    fn starved(&self) -> bool {
+        self.shared
+            .flash_io
+            .as_ref()
+            .is_some_and(|io| io.has_starved(self.id))
+    }
+
+    /// Runs again the connections that waited for room to ask for flash reads, once there
+    /// is some: each asks again (and waits again if others took the room first).
+    fn retry_starved(&mut self) {
+        let Some(io) = &self.shared.flash_io else {
+            return;
+        };
+        for to in io.room_for_starved(self.id) {
+            let wait = self.conns.get_mut(to.token).and_then(|c| c.flash_wait());
+            if io.end_starved(wait, to) {
                 self.ready.push_back(to.token);
             }
         }

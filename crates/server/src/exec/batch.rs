@@ -110,6 +110,15 @@ pub fn process(
                     .then(|| Received::of(&req, buf))
                     .flatten();
                 if let Some(received) = received {
+                    // An add/replace/cas whose item is on flash waits for it to be read back
+                    // (off the worker), with the value kept where it arrived.
+                    if env.flash_reads.is_some()
+                        && execute::bring_in(env, &req, &mut conn.aside).is_some()
+                    {
+                        stopped_early = true;
+                        charged = true;
+                        break;
+                    }
                     // The bytes after this request start a fresh buffer; this one, cut after
                     // the value, becomes the item's (charged by the store from here on).
                     let mut rest = pool.take();
@@ -122,6 +131,7 @@ pub fn process(
                     conn.release_reservation(&env.shared.store);
                     let mark = out.len();
                     execute::store_received(env, &received, item, out);
+                    conn.end_flash_wait();
                     if log {
                         verbose::replies(fd, &out[mark..]);
                     }

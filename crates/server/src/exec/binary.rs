@@ -222,7 +222,7 @@ fn refuse_value(
 }
 
 /// Executes one request, appending its replies to `out`. `reads`: the connection's flash
-/// reads (`execute::read_or_ask`): a request on a key on flash pauses until its read is back
+/// reads (`execute::read_once`): a request on a key on flash pauses until its read is back
 /// when that read would wait for the disk. `log`: the connection's fd under `-vv`.
 fn run(
     env: &ExecEnv<'_>,
@@ -250,13 +250,9 @@ fn run(
                     Got::Miss
                 }
             };
-            let read = match execute::take_read(reads, 0) {
-                Some(f) => Some(f.read),
-                None => match execute::read_or_ask(env, key, reads) {
-                    Some(Ok(p)) => Some(p),
-                    Some(Err(flow)) => return flow,
-                    None => None,
-                },
+            let read = match execute::read_once(env, key, reads) {
+                Ok(read) => read,
+                Err(flow) => return flow,
             };
             match read {
                 Some(p) => execute::from_read(env, key, touch, &p, write),

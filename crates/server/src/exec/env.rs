@@ -16,7 +16,8 @@ pub struct ExecEnv<'a> {
     /// The worker's latency and hot-key probe; None on the UDP path.
     pub probe: Option<&'a crate::metrics::Probe>,
     /// The worker and connection slot flash reads come back to (`flash::reads`); None
-    /// without a flash tier and on the UDP path, where gets read flash in line.
+    /// without a flash tier and on the UDP path (a datagram on flash keys is answered by an
+    /// I/O thread, which reads flash in line).
     pub flash_reads: Option<(usize, usize)>,
 }
 

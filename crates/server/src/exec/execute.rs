@@ -15,7 +15,7 @@ use crate::exec::env::ExecEnv;
 pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
-use crate::flash::reads::{Fetched, ReadFor};
+use crate::flash::reads::ReadFor;
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
 
@@ -144,7 +144,14 @@ pub fn run(
             meta::arithmetic(env, &key, &flags, incr, out);
             replace_with_error(out, mark, late_error);
         }
-        Request::MetaDebug { key } => meta::debug(env, &key, out),
+        Request::MetaDebug { key } => {
+            // Its item's details are in the flash frame: read off the worker when on flash.
+            let read = match read_once(env, key.as_bytes(), reads) {
+                Ok(read) => read,
+                Err(flow) => return flow,
+            };
+            meta::debug(env, &key, read.as_ref(), out)
+        }
     }
     Flow::Continue
 }
@@ -482,7 +489,7 @@ fn retrieve(
         let at = index;
         index += 1;
         let got = match (take_read(reads, at), read_aside) {
-            (Some(f), _) => from_read(env, key, touch, &f.read, writer(env, key, with_cas, out)),
+            (Some(p), _) => from_read(env, key, touch, &p, writer(env, key, with_cas, out)),
             (None, Some(conn)) => {
                 // A gat changes its item: one on flash is brought back into memory first.
                 let located = match touch {
@@ -513,6 +520,7 @@ fn retrieve(
                                     value: None,
                                 });
                             }
+                            // Without I/O threads (never with a flash tier on a stream).
                             lookup(env, key, touch, writer(env, key, with_cas, out))
                         }
                     }
@@ -576,22 +584,56 @@ pub(crate) fn bring_in(
         | Request::MetaArithmetic { key, .. } => key.as_bytes(),
         _ => return None,
     };
-    let store = &env.shared.store;
-    if let Some(f) = take_read(reads, 0) {
-        store.bring_back_prefetched(key, env.now, &f.read);
-        return None;
-    }
-    match read_or_ask(env, key, reads)? {
-        Ok(p) => {
-            store.bring_back_prefetched(key, env.now, &p);
+    match read_once(env, key, reads) {
+        Ok(Some(p)) => {
+            env.shared.store.bring_back_prefetched(key, env.now, &p);
             None
         }
+        Ok(None) => None,
         Err(flow) => Some(flow),
     }
 }
 
+/// Whether running `req` would read flash: a key it names is on flash and not in memory.
+pub(crate) fn reads_flash(env: &ExecEnv<'_>, req: &Request<'_>) -> bool {
+    let store = &env.shared.store;
+    let on_flash = |key: &[u8]| store.locate(key, env.now).is_some();
+    match req {
+        Request::Get { keys, .. } | Request::Gat { keys, .. } => {
+            (*keys).map_while(Result::ok).any(on_flash)
+        }
+        Request::Store { cmd, key, .. } => *cmd != StoreCmd::Set && on_flash(key),
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            on_flash(key)
+        }
+        Request::MetaGet { key, .. }
+        | Request::MetaSet { key, .. }
+        | Request::MetaDelete { key, .. }
+        | Request::MetaArithmetic { key, .. }
+        | Request::MetaDebug { key } => on_flash(key.as_bytes()),
+        _ => false,
+    }
+}
+
+/// The flash read of a one-key request's key: the one made while it paused, one made here
+/// without a wait for the disk, or none (Ok); or the request pauses for it (Err).
+pub(crate) fn read_once(
+    env: &ExecEnv<'_>,
+    key: &[u8],
+    reads: &mut Option<Box<Aside>>,
+) -> Result<Option<store::Prefetched>, Flow> {
+    if let Some(p) = take_read(reads, 0) {
+        return Ok(Some(p));
+    }
+    match read_or_ask(env, key, reads) {
+        Some(Ok(p)) => Ok(Some(p)),
+        Some(Err(flow)) => Err(flow),
+        None => Ok(None),
+    }
+}
+
 /// The flash read made for key `index` of the request, once back.
-pub(crate) fn take_read(reads: &mut Option<Box<Aside>>, index: usize) -> Option<Fetched> {
+fn take_read(reads: &mut Option<Box<Aside>>, index: usize) -> Option<store::Prefetched> {
     match reads.as_deref_mut() {
         Some(Aside::Flash(w)) => w.take(index as u32),
         _ => None,
@@ -599,10 +641,9 @@ pub(crate) fn take_read(reads: &mut Option<Box<Aside>>, index: usize) -> Option<
 }
 
 /// The request's one key on flash: read here when that needs no wait for the disk (Ok), or
-/// asked of an I/O thread with the request paused until it is back (Err). None when memory
-/// has the key or flash does not, or the read could not be asked for (the bounds are
-/// reached): the command then reads flash in line, if at all.
-pub(crate) fn read_or_ask(
+/// asked of an I/O thread with the request paused until it is back, or until there is room
+/// to ask (Err). None when memory has the key or flash does not.
+fn read_or_ask(
     env: &ExecEnv<'_>,
     key: &[u8],
     reads: &mut Option<Box<Aside>>,
@@ -653,8 +694,8 @@ fn writer<'a>(
 
 /// A get met key `at` on flash (at `loc`): asks the I/O threads for its read and for those
 /// of the next keys of the request on flash, up to `ext_io_depth` (`flash::reads`), for the
-/// connection to wait on. False when not even the first could be asked for (the bounds are
-/// reached): it is then read in line.
+/// connection to wait on. When not even the first can be asked for (the bounds are
+/// reached), the connection waits for room instead. False only without I/O threads.
 fn ask_reads<'a>(
     env: &ExecEnv<'_>,
     (worker, token): (usize, usize),
@@ -678,7 +719,8 @@ fn ask_reads<'a>(
         index: index as u32,
     };
     if !io.submit(loc, to(at)) {
-        return false;
+        io.starve(w, to(at));
+        return true;
     }
     w.in_flight += 1;
     for (i, key) in (at + 1..).zip(rest) {

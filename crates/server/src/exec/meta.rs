@@ -286,11 +286,17 @@ pub fn arithmetic(
 
 /// `me <key>`: memcached's debug line. `cls` is always 1 (no slab classes) and `size` is the
 /// item's key + value + a nominal 48-byte header, the figure memcached would print.
-pub fn debug(env: &ExecEnv<'_>, key: &Key<'_>, out: &mut Vec<u8>) {
+/// `me`: the item's details; `read`: its flash frame when an I/O thread read it.
+pub fn debug(
+    env: &ExecEnv<'_>,
+    key: &Key<'_>,
+    read: Option<&store::Prefetched>,
+    out: &mut Vec<u8>,
+) {
     let now = env.now;
     env.shared
         .store
-        .peek(key.as_bytes(), now, |found| match found {
+        .peek_prefetched(key.as_bytes(), now, read, |found| match found {
             Some(it) => {
                 out.extend_from_slice(b"ME ");
                 out.extend_from_slice(key.wire());

@@ -15,7 +15,7 @@ pub struct FlashOptions {
     /// Files, in order; the flash space is them end to end.
     pub paths: Vec<FlashPath>,
     pub store: FlashConfig,
-    /// `ext_threads`: I/O threads making flash reads for text gets (`reads`).
+    /// `ext_threads`: I/O threads making the flash reads of requests (`reads`).
     pub threads: usize,
     /// `ext_io_depth`: flash reads one connection may have under way.
     pub io_depth: u32,

@@ -6,8 +6,15 @@
 //! paused. Other connections are served meanwhile.
 //!
 //! Reads are bounded per connection (`ext_io_depth`) and in all (`MAX_READS`, `MAX_BYTES`,
-//! counted until the connection has used the bytes or is gone); past that a get reads in
-//! line on its worker, as it does without I/O threads.
+//! counted from the ask until the read is handed to its connection). A request that meets
+//! the bounds waits without reads under way (`FlashWait::starved`) and its worker asks
+//! again once there is room: the worker never reads the disk itself. A connection holds at
+//! most `ext_io_depth` reads handed to it and not yet answered from.
+//!
+//! UDP requests have no connection to wait: one that names a key on flash is answered by
+//! an I/O thread whole (`Job::Datagram`), under the same bounds; past them it is dropped,
+//! as the kernel drops datagrams a busy server cannot take, and the client's retry asks
+//! again.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -43,8 +50,8 @@ struct Held {
     bytes: AtomicUsize,
 }
 
-/// One read's share of the bounds, held from the ask until its bytes are used or dropped.
-struct Ticket {
+/// One read's share of the bounds, held from the ask until it is handed to its connection.
+pub struct Ticket {
     held: Arc<Held>,
     bytes: usize,
 }
@@ -56,11 +63,19 @@ impl Drop for Ticket {
     }
 }
 
-/// A read for an I/O thread to make.
-pub struct Job {
-    pub loc: FlashLoc,
-    pub to: ReadFor,
-    ticket: Ticket,
+/// A UDP request an I/O thread answers whole (flash read in line there), with its counters.
+pub type DatagramJob = Box<dyn FnOnce(&crate::shared::Shared, &crate::stats::ThreadStats) + Send>;
+
+/// Work for an I/O thread.
+pub enum Job {
+    /// A read to make and hand back to the worker of `to`.
+    Read {
+        loc: FlashLoc,
+        to: ReadFor,
+        ticket: Ticket,
+    },
+    /// A datagram to answer; the ticket holds its share of the bounds until it is done.
+    Datagram(DatagramJob, Ticket),
 }
 
 /// A read made, on its way to the connection.
@@ -69,18 +84,26 @@ pub struct Fetched {
     _ticket: Ticket,
 }
 
-/// What a connection waits for: reads asked for by the get at the front of its buffer.
+/// What a connection waits for: reads asked for by the request at the front of its buffer.
 pub struct FlashWait {
     pub id: u64,
     /// Asked for and not back yet; the connection runs nothing until this is 0.
     pub in_flight: u32,
-    /// Reads back, by the key's place in the get.
-    got: Vec<(u32, Fetched)>,
+    /// The bounds were reached before any read could be asked for: the connection runs
+    /// nothing until its worker sees room (`FlashIo::room_for_starved`).
+    pub starved: bool,
+    /// Reads back, by the key's place in the request.
+    got: Vec<(u32, Prefetched)>,
 }
 
 impl FlashWait {
+    /// Whether the connection must wait: for reads under way, or for room to ask for one.
+    pub fn waiting(&self) -> bool {
+        self.in_flight > 0 || self.starved
+    }
+
     /// The read made for key `index` of the get, if any.
-    pub fn take(&mut self, index: u32) -> Option<Fetched> {
+    pub fn take(&mut self, index: u32) -> Option<Prefetched> {
         let i = self.got.iter().position(|(k, _)| *k == index)?;
         Some(self.got.swap_remove(i).1)
     }
@@ -96,6 +119,8 @@ pub struct FlashIo {
     jobs: Mutex<VecDeque<Job>>,
     wake: Condvar,
     done: Vec<Mutex<Vec<(ReadFor, Fetched)>>>,
+    /// Per worker: connections waiting for room to ask for reads.
+    starved: Vec<Mutex<Vec<ReadFor>>>,
     held: Arc<Held>,
     next_id: AtomicU64,
     /// `ext_io_depth`.
@@ -114,6 +139,7 @@ impl FlashIo {
             jobs: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
             done: (0..workers).map(|_| Mutex::default()).collect(),
+            starved: (0..workers).map(|_| Mutex::default()).collect(),
             held: Arc::default(),
             next_id: AtomicU64::new(1),
             depth: depth.max(1),
@@ -128,26 +154,81 @@ impl FlashIo {
         FlashWait {
             id: self.next_id.fetch_add(1, Relaxed),
             in_flight: 0,
+            starved: false,
             got: Vec::new(),
         }
     }
 
-    /// Asks for the read of `loc`; false when the bounds are reached (read it in line).
+    /// Asks for the read of `loc`; false when the bounds are reached.
     pub fn submit(&self, loc: FlashLoc, to: ReadFor) -> bool {
-        let bytes = loc.read_bytes();
+        let Some(ticket) = self.ticket(loc.read_bytes()) else {
+            return false;
+        };
+        self.push(Job::Read { loc, to, ticket });
+        true
+    }
+
+    /// Asks an I/O thread to answer a datagram (`bytes`: about what it holds while queued
+    /// and answered); false when the bounds are reached.
+    pub fn submit_datagram(&self, job: DatagramJob, bytes: usize) -> bool {
+        let Some(ticket) = self.ticket(bytes) else {
+            return false;
+        };
+        self.push(Job::Datagram(job, ticket));
+        true
+    }
+
+    /// A share of the bounds, if they have room for it.
+    fn ticket(&self, bytes: usize) -> Option<Ticket> {
         let reads = self.held.reads.fetch_add(1, Relaxed);
         let held = self.held.bytes.fetch_add(bytes, Relaxed);
         let ticket = Ticket {
             held: self.held.clone(),
             bytes,
         };
-        if reads >= MAX_READS || held + bytes > MAX_BYTES {
-            return false;
-        }
+        (reads < MAX_READS && held + bytes <= MAX_BYTES).then_some(ticket)
+    }
+
+    fn push(&self, job: Job) {
         self.queued.fetch_add(1, Relaxed);
-        lock(&self.jobs).push_back(Job { loc, to, ticket });
+        lock(&self.jobs).push_back(job);
         self.wake.notify_one();
-        true
+    }
+
+    /// The request of the connection `to` met the bounds before it could ask for a read:
+    /// it waits (`w.starved`) until its worker finds room (`room_for_starved`).
+    pub fn starve(&self, w: &mut FlashWait, to: ReadFor) {
+        w.starved = true;
+        lock(&self.starved[to.worker]).push(ReadFor { id: w.id, ..to });
+    }
+
+    /// Whether connections of `worker` wait for room (its loop then polls briefly).
+    pub fn has_starved(&self, worker: usize) -> bool {
+        !lock(&self.starved[worker]).is_empty()
+    }
+
+    /// For a worker: its connections that waited for room, once there is some; each is to
+    /// be given `end_starved` and run again (asking again, and waiting again if others
+    /// took the room first).
+    pub fn room_for_starved(&self, worker: usize) -> Vec<ReadFor> {
+        let room =
+            self.held.reads.load(Relaxed) < MAX_READS && self.held.bytes.load(Relaxed) < MAX_BYTES;
+        if !room {
+            return Vec::new();
+        }
+        std::mem::take(&mut *lock(&self.starved[worker]))
+    }
+
+    /// Ends the wait of the connection `to` names (if it is still the one that waited):
+    /// true when it is to run again.
+    pub fn end_starved(&self, wait: Option<&mut FlashWait>, to: ReadFor) -> bool {
+        match wait {
+            Some(w) if w.id == to.id && w.starved => {
+                w.starved = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// For an I/O thread: the next read to make, or None once `stop` says so.
@@ -168,15 +249,22 @@ impl FlashIo {
     }
 
     /// Queues a read made to its worker; returns the worker, to be woken.
-    pub fn finish(&self, job: Job, read: Prefetched) -> usize {
+    pub fn finish(&self, to: ReadFor, ticket: Ticket, read: Prefetched) -> usize {
         self.queued.fetch_sub(1, Relaxed);
         self.made.fetch_add(1, Relaxed);
         let fetched = Fetched {
             read,
-            _ticket: job.ticket,
+            _ticket: ticket,
         };
-        lock(&self.done[job.to.worker]).push((job.to, fetched));
-        job.to.worker
+        lock(&self.done[to.worker]).push((to, fetched));
+        to.worker
+    }
+
+    /// A datagram answered (`Job::Datagram`): counted as one read made.
+    pub fn finish_datagram(&self, ticket: Ticket) {
+        self.queued.fetch_sub(1, Relaxed);
+        self.made.fetch_add(1, Relaxed);
+        drop(ticket);
     }
 
     /// For a woken worker: the reads made for its connections.
@@ -184,13 +272,13 @@ impl FlashIo {
         std::mem::take(&mut *lock(&self.done[worker]))
     }
 
-    /// Hands a read made to what the connection in `to.token`'s slot waits for (`wait`):
-    /// true when that was the last read it waited for. A read whose connection is gone is
-    /// dropped and counted.
+    /// Hands a read made to what the connection in `to.token`'s slot waits for (`wait`),
+    /// giving its share of the bounds back: true when that was the last read it waited
+    /// for. A read whose connection is gone is dropped and counted.
     pub fn deliver(&self, wait: Option<&mut FlashWait>, to: ReadFor, f: Fetched) -> bool {
         match wait {
             Some(w) if w.id == to.id && w.in_flight > 0 => {
-                w.got.push((to.index, f));
+                w.got.push((to.index, f.read));
                 w.in_flight -= 1;
                 w.in_flight == 0
             }
@@ -219,4 +307,54 @@ impl FlashIo {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> DatagramJob {
+        Box::new(|_, _| {})
+    }
+
+    #[test]
+    fn a_request_past_the_bounds_waits_until_a_read_is_done() {
+        let io = FlashIo::new(2, 4);
+        for _ in 0..MAX_READS {
+            assert!(io.submit_datagram(noop(), 100));
+        }
+        assert!(!io.submit_datagram(noop(), 100), "past MAX_READS");
+        let mut w = io.wait();
+        let to = ReadFor {
+            worker: 1,
+            token: 7,
+            id: 0,
+            index: 0,
+        };
+        io.starve(&mut w, to);
+        assert!(w.waiting());
+        assert!(io.has_starved(1) && !io.has_starved(0));
+        assert!(io.room_for_starved(1).is_empty(), "no room yet");
+        let Some(Job::Datagram(_, ticket)) = io.next(|| false) else {
+            panic!("a queued datagram");
+        };
+        io.finish_datagram(ticket);
+        let again = io.room_for_starved(1);
+        assert_eq!(again.len(), 1);
+        assert!(io.end_starved(Some(&mut w), again[0]));
+        assert!(!w.waiting());
+        // A later connection in the same slot is not the one that waited.
+        let mut later = io.wait();
+        later.starved = true;
+        assert!(!io.end_starved(Some(&mut later), again[0]));
+        assert!(!io.has_starved(1));
+    }
+
+    #[test]
+    fn the_bytes_bound_refuses_what_would_pass_it() {
+        let io = FlashIo::new(1, 4);
+        assert!(io.submit_datagram(noop(), MAX_BYTES - 10));
+        assert!(!io.submit_datagram(noop(), 11));
+        assert!(io.submit_datagram(noop(), 10));
+    }
 }

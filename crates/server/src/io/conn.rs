@@ -121,9 +121,10 @@ impl Conn {
         }
     }
 
-    /// Its get waits for flash reads: nothing runs until they are back.
+    /// Its request waits for flash reads, or for room to ask for one: nothing runs until
+    /// they are back.
     pub fn waits_on_flash(&self) -> bool {
-        matches!(self.aside.as_deref(), Some(Aside::Flash(w)) if w.in_flight > 0)
+        matches!(self.aside.as_deref(), Some(Aside::Flash(w)) if w.waiting())
     }
 
     /// The flash reads of its get, if it asked for any.

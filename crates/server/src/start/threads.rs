@@ -17,7 +17,9 @@ use crate::config::{Settings, VERSION};
 use crate::event::handoff::{self, WAKER};
 use crate::event::uring;
 use crate::event::worker::Worker;
+use crate::flash::reads::Job;
 use crate::shared::Shared;
+use crate::stats::ThreadStats;
 use crate::{engine, flash, metrics, metrics_prom, placement, restart, tls};
 
 pub fn run(
@@ -73,6 +75,7 @@ pub fn run(
     let mut all_wakers = wakers.clone();
     all_wakers.push(accept_waker);
 
+    let io_threads = settings.flash.as_ref().map_or(0, |f| f.threads);
     let flash_io = settings
         .flash
         .as_ref()
@@ -81,7 +84,8 @@ pub fn run(
         verbosity: AtomicU8::new(settings.verbose),
         limits,
         store,
-        stats: (0..threads).map(|_| Arc::default()).collect(),
+        // The workers', then the I/O threads' (UDP requests they answer).
+        stats: (0..threads + io_threads).map(|_| Arc::default()).collect(),
         registry: (0..threads).map(|_| Mutex::default()).collect(),
         curr_conns: AtomicUsize::new(0),
         worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -143,13 +147,13 @@ pub fn run(
         );
     }
 
-    let io_threads = shared.settings.flash.as_ref().map_or(0, |f| f.threads);
     for i in 0..io_threads {
         let shared = shared.clone();
+        let stats = shared.stats[threads + i].clone();
         handles.push(
             thread::Builder::new()
                 .name(format!("flash-io-{i}"))
-                .spawn(move || flash_reader(&shared))
+                .spawn(move || flash_reader(&shared, &stats))
                 .map_err(|e| e.to_string())?,
         );
     }
@@ -190,15 +194,24 @@ pub fn run(
     Ok(())
 }
 
-/// An I/O thread: makes the flash reads text gets ask for and wakes their workers.
-fn flash_reader(shared: &Shared) {
+/// An I/O thread: makes the flash reads requests ask for and wakes their workers, and
+/// answers UDP requests on flash keys (`stats`: its counters).
+fn flash_reader(shared: &Shared, stats: &ThreadStats) {
     let Some(io) = &shared.flash_io else {
         return;
     };
     while let Some(job) = io.next(|| shared.shutdown.load(SeqCst)) {
-        let read = shared.store.read_located(job.loc, Vec::new());
-        let worker = io.finish(job, read);
-        handoff::wake(&shared.wakers[worker]);
+        match job {
+            Job::Read { loc, to, ticket } => {
+                let read = shared.store.read_located(loc, Vec::new());
+                let worker = io.finish(to, ticket, read);
+                handoff::wake(&shared.wakers[worker]);
+            }
+            Job::Datagram(answer, ticket) => {
+                answer(shared, stats);
+                io.finish_datagram(ticket);
+            }
+        }
     }
 }
 
