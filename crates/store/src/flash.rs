@@ -69,6 +69,14 @@ impl FlashConfig {
     pub fn drop_under_of(&self, pages: u64) -> u64 {
         self.drop_under.unwrap_or((pages / 100).max(1))
     }
+
+    /// Whether a page due for compaction but too full to compact (live bytes past
+    /// `ext_max_frag`) may have its unread items dropped instead, with `free` free pages
+    /// ahead in a log of `pages` (as memcached: only under `ext_drop_unread`, and only once
+    /// free pages fall under `ext_drop_under`).
+    pub fn drops_unread(&self, free: u64, pages: u64) -> bool {
+        self.drop_unread && free < self.drop_under_of(pages)
+    }
 }
 
 impl Default for FlashConfig {

@@ -199,8 +199,9 @@ impl Shard {
     }
 
     /// Checks what the flash read `p` for `key` gave: the item's layout in its bytes if it is
-    /// that key's live item, which is then marked read. Anything else is a miss; a copy that is gone, bad, expired or
-    /// flushed is dropped from the index (if it still points there) and counted.
+    /// that key's live item, which is then marked read. Anything else is a miss; a copy that
+    /// is gone, bad, expired or flushed is dropped from the index (if it still points there)
+    /// and counted.
     pub(crate) fn flash_checked(
         &mut self,
         g: &Global,
@@ -210,12 +211,13 @@ impl Shard {
         p: &Prefetched,
     ) -> Option<item::Layout> {
         let bytes = &p.bytes;
-        let still = self.flash_loc(h) == Some(p.loc);
+        // Looked up only on a miss: a hit marks the entry through one lookup below.
+        let still = |s: &Self| s.flash_loc(h) == Some(p.loc);
         let l = match p.read {
             ReadOutcome::Item => item::parse_checked(bytes),
             ReadOutcome::Gone => {
                 self.stats.miss_from_extstore += 1;
-                if still {
+                if still(self) {
                     self.flash_unlink(g, h, false);
                 }
                 return None;
@@ -224,7 +226,7 @@ impl Shard {
         };
         let Some(l) = l else {
             self.stats.badcrc_from_extstore += 1;
-            if still {
+            if still(self) {
                 self.flash_unlink(g, h, true);
             }
             return None;
@@ -238,17 +240,15 @@ impl Shard {
                 Unlink::Flushed => self.stats.get_flushed += 1,
                 _ => self.stats.get_expired += 1,
             }
-            if still {
+            if still(self) {
                 self.flash_unlink(g, h, true);
             }
             return None;
         }
         self.stats.get_extstore += 1;
-        if still {
-            // Every read of a flash item comes here: `ext_drop_unread` keeps it.
-            if let Some(loc) = self.flash_index.get_mut(&h) {
-                loc.mark_read();
-            }
+        // Every read of a flash item comes here: `ext_drop_unread` keeps it.
+        if let Some(loc) = self.flash_index.get_mut(&h).filter(|loc| **loc == p.loc) {
+            loc.mark_read();
         }
         Some(l)
     }

@@ -205,11 +205,12 @@ fn plan_and_alloc(
     // care; an adopted buffer is not given back, so that case is left to the final decision.
     let needs_old =
         plan.old.is_some() && (req.mode != StoreMode::Set || req.opts.meta) && !s.segs[seg].large();
-    if needs_old && s.find_live(g, req.h, req.key, req.now).is_none() {
+    let old = s.find_live(g, req.h, req.key, req.now);
+    if needs_old && old.is_none() {
         s.unalloc(g, seg);
         return Err(NeedMem);
     }
-    match plan_store(s, g, req, true) {
+    match plan_found(s, g, req, true, old) {
         Ok(p) => Ok(Ok((p, seg))),
         Err(o) => {
             s.unalloc(g, seg);
@@ -226,8 +227,20 @@ fn plan_store(
     req: &StoreReq<'_>,
     last: bool,
 ) -> Result<Plan, StoreOutcome> {
+    let old = s.find_live(g, req.h, req.key, req.now);
+    plan_found(s, g, req, last, old)
+}
+
+/// `plan_store` with the key's live item `old` already looked up.
+fn plan_found(
+    s: &mut Shard,
+    g: &Global,
+    req: &StoreReq<'_>,
+    last: bool,
+    old: Option<Found>,
+) -> Result<Plan, StoreOutcome> {
     let StoreReq {
-        h,
+        h: _,
         mode,
         key,
         flags,
@@ -237,7 +250,6 @@ fn plan_store(
         opts,
     } = *req;
     let reject = |result| StoreOutcome { result, cas: 0 };
-    let old = s.find_live(g, h, key, now);
     let mut plan = Plan {
         old,
         kind: Kind::New,

@@ -49,11 +49,8 @@ impl Flash {
         let page = (log.head + 1 + free_ahead) % n;
         let p = &log.pages[page];
         let limit = self.cfg.page_size * u64::from(self.cfg.max_frag_permille) / 1000;
-        // As memcached: dropping applies only to a page too full to compact.
-        let drop_unread = p.live_bytes >= limit;
-        if drop_unread
-            && !(self.cfg.drop_unread && (free_ahead as u64) < self.cfg.drop_under_of(n as u64))
-        {
+        let too_full = p.live_bytes >= limit;
+        if too_full && !self.cfg.drops_unread(free_ahead as u64, n as u64) {
             return None;
         }
         Some(Cursor {
@@ -62,7 +59,7 @@ impl Flash {
             fill: p.fill,
             // Nothing live: freed without reading it.
             next: if p.live_items == 0 { p.fill } else { 0 },
-            drop_unread,
+            drop_unread: too_full,
         })
     }
 
