@@ -653,8 +653,10 @@ fn a_command_whose_allocation_evicts_its_own_item_still_finds_it() {
     }
 }
 
-/// A store at `mb` MiB with 1 MiB flash pages and `ext_item_age` = `item_age`.
-fn aging_store(mb: u64, dev: &MemDevice, item_age: u32) -> Store {
+/// A store at `mb` MiB with 1 MiB flash pages and `ext_item_age` = `item_age` (None: not
+/// given).
+fn aging_store(mb: u64, dev: &MemDevice, item_age: Option<u32>) -> Store {
+    let default = FlashConfig::default();
     Store::with_flash(
         Config {
             mem_limit: mb << 20,
@@ -667,8 +669,8 @@ fn aging_store(mb: u64, dev: &MemDevice, item_age: u32) -> Store {
             page_size: 1 << 20,
             wbuf_size: 256 << 10,
             recache_rate: 0,
-            item_age,
-            ..FlashConfig::default()
+            item_age: item_age.unwrap_or(default.item_age),
+            ..default
         },
     )
     .unwrap()
@@ -682,8 +684,9 @@ fn in_memory(s: &Store, k: &str) -> bool {
 }
 
 /// 2,000 idle 1,000-byte values, one read and one rewritten lately, one small value, at -m 8
-/// (far from full): after the passes, the idle big ones are on flash and read back right.
-fn aged(item_age: u32, last_pass: u32) -> Store {
+/// (far from full), after maintenance passes at T0 + 1 and every second up to `last_pass`,
+/// then at each of `later`.
+fn aged(item_age: Option<u32>, last_pass: u32, later: &[u32]) -> Store {
     let dev = MemDevice::new(64 << 20);
     let s = aging_store(8, &dev, item_age);
     for i in 0..2_003 {
@@ -692,7 +695,7 @@ fn aged(item_age: u32, last_pass: u32) -> Store {
     set(&s, "small", "tiny value", T0);
     assert_eq!(val(&s, &key(2_000), T0 + 30), Some(value(2_000, 1)));
     set(&s, &key(2_001), &value(2_001, 2), T0 + 30);
-    for now in T0 + 1..=last_pass {
+    for now in (T0 + 1..=last_pass).chain(later.iter().copied()) {
         s.reclaim(now, 1_000);
     }
     s
@@ -700,11 +703,11 @@ fn aged(item_age: u32, last_pass: u32) -> Store {
 
 #[test]
 fn items_idle_past_ext_item_age_go_to_flash_and_read_back() {
-    let before = aged(60, T0).mem_used();
+    let before = aged(Some(60), T0, &[]).mem_used();
     // Idle 60 s is not more than 60 s: nothing moves yet.
-    let s = aged(60, T0 + 60);
+    let s = aged(Some(60), T0 + 60, &[]);
     assert_eq!(s.stats().counters.flash_items, 0);
-    let s = aged(60, T0 + 64);
+    let s = aged(Some(60), T0 + 64, &[]);
     let st = s.stats();
     let fl = st.flash.unwrap();
     assert_eq!(st.counters.flash_items, 2_001, "{st:?}");
@@ -732,7 +735,12 @@ fn items_idle_past_ext_item_age_go_to_flash_and_read_back() {
 
 #[test]
 fn without_ext_item_age_idle_items_stay_in_memory() {
-    let s = aged(NO_ITEM_AGE, T0 + 3_600);
+    // Idle past any age the walk can tell (12 hours).
+    let s = aged(
+        None,
+        T0 + 70,
+        &[T0 + 3_600, T0 + 13 * 3_600, T0 + 13 * 3_600 + 1],
+    );
     let st = s.stats();
     assert_eq!(st.counters.flash_items, 0);
     assert_eq!(st.flash.unwrap().objects_written, 0);
@@ -742,7 +750,7 @@ fn without_ext_item_age_idle_items_stay_in_memory() {
 #[test]
 fn ext_item_age_0_takes_every_big_item_at_the_next_pass() {
     let dev = MemDevice::new(64 << 20);
-    let s = aging_store(8, &dev, 0);
+    let s = aging_store(8, &dev, Some(0));
     set(&s, &key(0), &value(0, 1), T0);
     set(&s, "small", "tiny value", T0);
     s.reclaim(T0, 1_000);
@@ -753,7 +761,7 @@ fn ext_item_age_0_takes_every_big_item_at_the_next_pass() {
 #[test]
 fn ext_item_age_writes_a_bounded_share_per_pass_and_goes_on_from_there() {
     let dev = MemDevice::new(64 << 20);
-    let s = aging_store(64, &dev, 60);
+    let s = aging_store(64, &dev, Some(60));
     let n = 40_000;
     for i in 0..n {
         set(&s, &key(i), &value(i, 1), T0);
