@@ -118,6 +118,8 @@ def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> 
         assert int(st["curr_items"]) == n
         assert st["evictions"] == "0"
         assert settings["ext_item_size"] == "512"
+        # Not given: memcached's default, UINT_MAX (only eviction writes to flash).
+        assert settings["ext_item_age"] == "4294967295"
         assert read_back(s.port or 0, n) == (n, 0, 0)
         with Conn(s.port or 0) as c:
             st = c.stats()
@@ -131,6 +133,43 @@ def test_items_evicted_from_memory_are_read_back_from_flash(flash_dir: Path) -> 
         assert f"memcached_current_items {n}" in metrics
         # Both files were written to.
         assert (flash_dir / "b").stat().st_blocks > 0
+
+
+def test_items_idle_past_ext_item_age_go_to_flash_while_memory_is_not_full(
+    flash_dir: Path,
+) -> None:
+    """memcached's ext_item_age: 1,000-byte values at -m 64 (2 MB of it used) that nobody
+    reads or writes for more than 2 s are written to flash by the background pass, their
+    memory given back, and read back right from there; a small value stays in memory."""
+    n = 2_000
+    opts = (
+        f"ext_path={flash_dir / 'cache'}:64m,ext_item_age=2,ext_item_size=512,"
+        "ext_page_size=8,ext_wbuf_size=1,ext_recache_rate=0"
+    )
+    with memfleet("-m", "64", "-o", opts) as s:
+        port = s.port or 0
+        with Conn(port) as c:
+            assert c.stats("settings")["ext_item_age"] == "2"
+            assert c.request(b"set small 0 0 5\r\nshort\r\n") == b"STORED\r\n"
+        load(port, n)
+        with Conn(port) as c:
+
+            def all_on_flash() -> bool:
+                return int(c.stats()["extstore_objects_used"]) == n
+
+            # Idle past the age within ~3 s, moved at the next pass (about once a second).
+            eventually(all_on_flash, "every idle value written to flash", limit=60)
+            st = c.stats()
+            assert int(st["extstore_objects_written"]) == n, st
+            assert st["evictions"] == "0" and st["curr_items"] == str(n + 1), st
+            # Memory holds the small item alone.
+            assert int(st["bytes"]) < 100, st
+            reply = c.request(b"get small\r\n", b"END\r\n")
+            assert reply == b"VALUE small 0 5\r\nshort\r\nEND\r\n"
+            assert c.stats()["get_extstore"] == "0"
+        assert read_back(port, n) == (n, 0, 0)
+        with Conn(port) as c:
+            assert c.stats()["get_extstore"] == str(n)
 
 
 def test_commands_on_items_on_flash_answer_as_memcached(flash_dir: Path) -> None:

@@ -133,8 +133,9 @@ pub struct ServeArgs {
     /// tuning knobs (hashpower, slab_*, lru_*, modern, ...) are accepted and ignored;
     /// ext_path=FILE:SIZE (repeatable), ext_page_size, ext_wbuf_size (MB), ext_item_size,
     /// ext_low_ttl, ext_recache_rate put evicted items on flash (docs/storage.md, "Flash"),
-    /// read for text gets by ext_threads I/O threads (default 1), ext_io_depth reads under
-    /// way per connection (default 16), ext_compact_under, ext_max_frag, ext_drop_unread and
+    /// ext_item_age=SECONDS idle ones too, ahead of eviction, read for text gets by
+    /// ext_threads I/O threads (default 1), ext_io_depth reads under way per connection
+    /// (default 16), ext_compact_under, ext_max_frag, ext_drop_unread and
     /// ext_drop_under tune compaction; other ext_* options, temporary_ttl (other than 0) and proxy_config are refused, as
     /// they would change what is kept; other unknown options are ignored with a warning
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]

@@ -57,7 +57,14 @@ pub struct FlashConfig {
     pub drop_unread: bool,
     /// `ext_drop_under` (None: 1% of the pages, at least 1, as memcached).
     pub drop_under: Option<u64>,
+    /// `ext_item_age`: items not read or written for more than this many seconds (0: any)
+    /// are written to flash by the background pass though memory is not full, if flash
+    /// takes them when evicted. `NO_ITEM_AGE` (memcached's default): only eviction does.
+    pub item_age: u32,
 }
+
+/// `ext_item_age` not given: memcached's UINT_MAX.
+pub const NO_ITEM_AGE: u32 = u32::MAX;
 
 impl FlashConfig {
     /// `ext_compact_under` for a log of `pages` pages.
@@ -91,6 +98,7 @@ impl Default for FlashConfig {
             max_frag_permille: 800,
             drop_unread: false,
             drop_under: None,
+            item_age: NO_ITEM_AGE,
         }
     }
 }

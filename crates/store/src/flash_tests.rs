@@ -652,3 +652,132 @@ fn a_command_whose_allocation_evicts_its_own_item_still_finds_it() {
         assert_eq!(s.stats().counters.evictions, 0);
     }
 }
+
+/// A store at `mb` MiB with 1 MiB flash pages and `ext_item_age` = `item_age` (None: not
+/// given).
+fn aging_store(mb: u64, dev: &MemDevice, item_age: Option<u32>) -> Store {
+    let default = FlashConfig::default();
+    Store::with_flash(
+        Config {
+            mem_limit: mb << 20,
+            item_size_max: 1 << 20,
+            process_start: START,
+            evictions: true,
+        },
+        Box::new(dev.clone()),
+        FlashConfig {
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            recache_rate: 0,
+            item_age: item_age.unwrap_or(default.item_age),
+            ..default
+        },
+    )
+    .unwrap()
+}
+
+/// Whether memory (not flash) holds the key.
+fn in_memory(s: &Store, k: &str) -> bool {
+    let (h, si) = s.route(k.as_bytes());
+    let found = s.lock(si).find(h, k.as_bytes()).is_some();
+    found
+}
+
+/// 2,000 idle 1,000-byte values, one read and one rewritten lately, one small value, at -m 8
+/// (far from full), after maintenance passes at T0 + 1 and every second up to `last_pass`,
+/// then at each of `later`.
+fn aged(item_age: Option<u32>, last_pass: u32, later: &[u32]) -> Store {
+    let dev = MemDevice::new(64 << 20);
+    let s = aging_store(8, &dev, item_age);
+    for i in 0..2_003 {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    set(&s, "small", "tiny value", T0);
+    assert_eq!(val(&s, &key(2_000), T0 + 30), Some(value(2_000, 1)));
+    set(&s, &key(2_001), &value(2_001, 2), T0 + 30);
+    for now in (T0 + 1..=last_pass).chain(later.iter().copied()) {
+        s.reclaim(now, 1_000);
+    }
+    s
+}
+
+#[test]
+fn items_idle_past_ext_item_age_go_to_flash_and_read_back() {
+    let before = aged(Some(60), T0, &[]).mem_used();
+    // Idle 60 s is not more than 60 s: nothing moves yet.
+    let s = aged(Some(60), T0 + 60, &[]);
+    assert_eq!(s.stats().counters.flash_items, 0);
+    let s = aged(Some(60), T0 + 64, &[]);
+    let st = s.stats();
+    let fl = st.flash.unwrap();
+    assert_eq!(st.counters.flash_items, 2_001, "{st:?}");
+    assert_eq!((fl.objects_written, fl.objects_used), (2_001, 2_001));
+    assert_eq!(st.counters.curr_items, 3, "read, rewritten, small");
+    assert_eq!(st.counters.evictions, 0);
+    for k in [key(2_000), key(2_001), "small".into()] {
+        assert!(in_memory(&s, &k), "{k}");
+    }
+    assert!(!in_memory(&s, &key(0)));
+    // Their memory is given back, less the flash index's.
+    assert!(
+        st.mem_used + (3 << 19) < before,
+        "{} of {before}",
+        st.mem_used
+    );
+    assert!(st.mem_used <= s.mem_limit());
+    for i in (0..2_000).chain([2_002]) {
+        assert_eq!(val(&s, &key(i), T0 + 65), Some(value(i, 1)), "{i}");
+    }
+    assert_eq!(s.stats().counters.get_extstore, 2_001);
+    assert_eq!(val(&s, &key(2_001), T0 + 65), Some(value(2_001, 2)));
+    assert_eq!(val(&s, "small", T0 + 65).as_deref(), Some("tiny value"));
+}
+
+#[test]
+fn without_ext_item_age_idle_items_stay_in_memory() {
+    // Idle past any age the walk can tell (12 hours).
+    let s = aged(
+        None,
+        T0 + 70,
+        &[T0 + 3_600, T0 + 13 * 3_600, T0 + 13 * 3_600 + 1],
+    );
+    let st = s.stats();
+    assert_eq!(st.counters.flash_items, 0);
+    assert_eq!(st.flash.unwrap().objects_written, 0);
+    assert_eq!(st.counters.curr_items, 2_004);
+}
+
+#[test]
+fn ext_item_age_0_takes_every_big_item_at_the_next_pass() {
+    let dev = MemDevice::new(64 << 20);
+    let s = aging_store(8, &dev, Some(0));
+    set(&s, &key(0), &value(0, 1), T0);
+    set(&s, "small", "tiny value", T0);
+    s.reclaim(T0, 1_000);
+    assert!(!in_memory(&s, &key(0)) && in_memory(&s, "small"));
+    assert_eq!(val(&s, &key(0), T0), Some(value(0, 1)));
+}
+
+#[test]
+fn ext_item_age_writes_a_bounded_share_per_pass_and_goes_on_from_there() {
+    let dev = MemDevice::new(64 << 20);
+    let s = aging_store(64, &dev, Some(60));
+    let n = 40_000;
+    for i in 0..n {
+        set(&s, &key(i), &value(i, 1), T0);
+    }
+    s.reclaim(T0 + 61, 1_000);
+    let first = s.stats().flash.unwrap().objects_written;
+    // 1 MiB a shard, and the item that passes it: ~1,050 items of ~1,030 bytes each.
+    assert!(first > 0 && first <= 16 * 1_050, "{first}");
+    let mut passes = 1;
+    while s.stats().counters.flash_items < n as u64 {
+        s.reclaim(T0 + 61 + passes, 1_000);
+        passes += 1;
+        assert!(passes < 20, "{:?}", s.stats());
+    }
+    assert_eq!(s.stats().counters.curr_items, 0);
+    for i in (0..n).step_by(7) {
+        assert_eq!(val(&s, &key(i), T0 + 100), Some(value(i, 1)), "{i}");
+    }
+}

@@ -34,9 +34,16 @@ impl Prefetched {
     }
 }
 
-use crate::item::{self, Header, FETCHED, STALE, TOKEN_SENT};
+use crate::item::{self, Header, FETCHED, IDLE_CAP, STALE, TOKEN_SENT};
 use crate::segments::Queue;
-use crate::shard::{Found, Global, NeedMem, Shard, Unlink};
+use crate::shard::{loc_of, Found, Global, NeedMem, Shard, Unlink};
+
+/// Whether an item last read or written at `time` is past `ext_item_age` at `now`: idle
+/// more than `age` seconds, as memcached's flusher tests it, or any item when `age` is 0.
+/// Idle times read exactly only up to `IDLE_CAP`, so a longer age acts as that.
+pub(crate) fn idle_past_age(time: u32, now: u32, age: u32) -> bool {
+    age == 0 || now.saturating_sub(time) > age.min(IDLE_CAP)
+}
 
 impl Shard {
     /// Writes evicted item `f` to flash when the tier takes it; true if it did (the item is
@@ -58,6 +65,48 @@ impl Shard {
         self.index.remove(f.slot);
         self.mark_dead(f.seg, f.off, &f.l, Unlink::ToFlash);
         true
+    }
+
+    /// `ext_item_age`: whether the live item at `seg`/`off` is idle past `age` at `now` and
+    /// one that flash takes (value size, `ext_low_ttl`).
+    pub(crate) fn idle_for_flash(
+        &self,
+        g: &Global,
+        seg: u32,
+        off: usize,
+        l: &item::Layout,
+        now: u32,
+        age: u32,
+    ) -> bool {
+        let Some(fl) = g.flash.as_ref() else {
+            return false;
+        };
+        let buf = self.buf(seg, off);
+        if !idle_past_age(item::time(buf, l, now), now, age) {
+            return false;
+        }
+        let exptime = item::exptime(buf, l);
+        fl.wants(
+            l.value_len,
+            (exptime != 0).then(|| exptime.saturating_sub(now)),
+        )
+    }
+
+    /// Writes the live item at `seg`/`off` to flash ahead of eviction (`ext_item_age`), by
+    /// the road evicted items take; false if flash did not take it.
+    pub(crate) fn age_to_flash(
+        &mut self,
+        g: &Global,
+        seg: u32,
+        off: usize,
+        l: item::Layout,
+    ) -> bool {
+        let buf = self.buf(seg, off);
+        let h = g.hash(&buf[l.key..l.key + l.key_len]);
+        let Some(slot) = self.index.find_loc(h, loc_of(seg, off)) else {
+            return false;
+        };
+        self.evict_to_flash(g, &Found { slot, seg, off, l }, h)
     }
 
     /// Takes a flash item restored after a restart into the index, unless memory or the
@@ -274,5 +323,22 @@ impl Shard {
     pub(crate) fn clear_flash(&mut self) {
         self.stats.flash_items = 0;
         self.flash_index.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_past_age_is_more_than_the_age_and_at_most_the_readable_idle_time() {
+        let t = 1_700_000_000;
+        assert!(!idle_past_age(t, t + 60, 60));
+        assert!(idle_past_age(t, t + 61, 60));
+        assert!(idle_past_age(t, t, 0));
+        // Idle times read exactly up to 12 hours: a longer age acts as 12 hours.
+        assert!(!idle_past_age(t, t + IDLE_CAP, 86_400));
+        assert!(idle_past_age(t, t + IDLE_CAP + 1, 86_400));
+        assert!(idle_past_age(t, t + IDLE_CAP + 1, u32::MAX - 1));
     }
 }

@@ -55,7 +55,7 @@ use budget::Budget;
 pub use dump::{DumpCursor, DumpItem};
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
 use flash::Flash;
-pub use flash::{Device, FlashConfig, FlashStats};
+pub use flash::{Device, FlashConfig, FlashStats, NO_ITEM_AGE};
 pub use flash_warm::FlashRestore;
 pub use flashed::{FlashLoc, Prefetched};
 use ghost::Ghost;

@@ -1,14 +1,22 @@
 //! Background maintenance of one shard (`Store::reclaim`, about once a second): take back
 //! expired and flushed items without waiting for a read, free fully dead segments, move the
-//! live rest out of mostly dead ones, and give memory back after the limit was lowered.
+//! live rest out of mostly dead ones, give memory back after the limit was lowered, and
+//! (`ext_item_age`) write idle items to flash ahead of eviction.
 
 use crate::eviction::Rest;
 use crate::exptime::expired;
+use crate::flash::NO_ITEM_AGE;
 use crate::item::{self, DEAD};
 use crate::shard::{loc_of, Found, Global, Shard, Unlink};
 
 /// Index buckets a call moves of a resize under way (~0.1 ms of work).
 const RECLAIM_INDEX_MOVE: usize = 64;
+/// Items a call looks at while `ext_item_age` is set, so that an idle item is found within
+/// seconds of passing the age, not the half hour expiry can wait.
+const AGE_VISITS: usize = 8192;
+/// Item bytes a call writes to flash for `ext_item_age` (one item more at most): the copy
+/// into the write buffer, and its writes to the device, happen under the shard's lock.
+const AGE_FLASH_BYTES: usize = 1 << 20;
 
 impl Shard {
     /// Bounded background work: drop expired/flushed items, free fully dead segments, compact
@@ -20,7 +28,12 @@ impl Shard {
         self.sweep_flash(g);
         // At one call a second, every item is visited within ~2,048 s (more if many are dead
         // bytes): well within what an item's 16-bit time stamp needs (`item::cap_idle`).
-        let budget = budget.max((self.stats.curr_items / 2048) as usize);
+        let mut budget = budget.max((self.stats.curr_items / 2048) as usize);
+        let age = g.flash.as_ref().map_or(NO_ITEM_AGE, |f| f.cfg.item_age);
+        if age != NO_ITEM_AGE {
+            budget = budget.max(AGE_VISITS);
+        }
+        let mut to_flash = AGE_FLASH_BYTES;
         let before = self.stats.reclaimed;
         // A lowered limit: every shard gives back a few segments per call.
         while g.mem.over_limit() && g.mem.drop_spare() {}
@@ -69,7 +82,23 @@ impl Shard {
             } else if expired(item::exptime(buf, &l), now) {
                 Unlink::Expired
             } else {
+                if age != NO_ITEM_AGE && self.idle_for_flash(g, seg, off, &l, now, age) {
+                    if to_flash == 0 {
+                        // This call's share is written: the next one goes on from here.
+                        self.reclaim_off = off;
+                        break;
+                    }
+                    if self.age_to_flash(g, seg, off, l) {
+                        to_flash = to_flash.saturating_sub(l.total());
+                        if !self.segs[seg].active {
+                            self.reclaim_seg += 1;
+                            self.reclaim_off = 0;
+                        }
+                        continue;
+                    }
+                }
                 // Live: keep its idle time readable (see `item::cap_idle`).
+                let buf = self.segs.buf(seg, off);
                 if item::idle_past_cap(buf, &l, now) {
                     item::cap_idle(self.segs.header_mut(seg, off, &l), &l, now);
                 }

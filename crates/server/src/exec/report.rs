@@ -252,6 +252,8 @@ fn settings(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "io_engine", s.io_engine.name());
     if let Some(f) = &s.flash {
         stat(out, "ext_item_size", f.store.item_size);
+        // Not given: memcached's UINT_MAX, as memcached prints it.
+        stat(out, "ext_item_age", f.store.item_age);
         stat(out, "ext_low_ttl", f.store.low_ttl);
         stat(out, "ext_recache_rate", f.store.recache_rate);
         stat(out, "ext_wbuf_size", f.store.wbuf_size);

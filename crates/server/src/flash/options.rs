@@ -24,7 +24,6 @@ pub struct FlashOptions {
 /// Options memcached has and memfleet refuses, with why.
 fn refused(name: &str) -> Option<&'static str> {
     Some(match name {
-        "ext_item_age" => "items go to flash when they are evicted from memory, whatever their age",
         "ext_max_sleep" => "compaction runs at a fixed, bounded read rate (docs/storage.md)",
         _ => return None,
     })
@@ -79,6 +78,10 @@ pub fn apply(opts: &mut Option<FlashOptions>, name: &str, value: &str) -> Result
             o.store.wbuf_size = (mb << 20) as usize;
         }
         "ext_item_size" => o.store.item_size = number("a size in bytes")? as usize,
+        "ext_item_age" => {
+            o.store.item_age = u32::try_from(number("seconds")?)
+                .map_err(|_| format!("-o ext_item_age={value}: too large"))?
+        }
         "ext_low_ttl" => {
             o.store.low_ttl = u32::try_from(number("seconds")?)
                 .map_err(|_| format!("-o ext_low_ttl={value}: too large"))?
@@ -186,6 +189,7 @@ mod tests {
             ("ext_max_frag", "0.5"),
             ("ext_drop_unread", ""),
             ("ext_drop_under", "2"),
+            ("ext_item_age", "3600"),
         ])
         .unwrap()
         .unwrap();
@@ -208,8 +212,11 @@ mod tests {
             (Some(3), 500)
         );
         assert_eq!((o.store.drop_unread, o.store.drop_under), (true, Some(2)));
+        assert_eq!(o.store.item_age, 3600);
         let d = parse(&[("ext_path", "/x:1g")]).unwrap().unwrap();
         assert_eq!((d.threads, d.io_depth), (1, 16));
+        // memcached's default: no age, only eviction writes items to flash.
+        assert_eq!(d.store.item_age, store::NO_ITEM_AGE);
         assert_eq!((d.store.drop_unread, d.store.drop_under), (false, None));
         // memcached's defaults: 1% of the pages, at least 1.
         assert_eq!(
@@ -230,13 +237,15 @@ mod tests {
             ("ext_drop_unread", "yes"),
             ("ext_drop_under", "-1"),
             ("ext_drop_under", "x"),
+            ("ext_item_age", "-1"),
+            ("ext_item_age", "4294967296"),
         ] {
             let e = parse(&[("ext_path", "/x:1g"), bad]).unwrap_err();
             assert!(e.contains(bad.0), "{e}");
         }
         let mut none = None;
         assert!(!apply(&mut none, "hashpower", "20").unwrap());
-        for bad in ["ext_max_sleep", "ext_item_age", "ext_bogus"] {
+        for bad in ["ext_max_sleep", "ext_bogus"] {
             let e = parse(&[("ext_path", "/x:1g"), (bad, "1")]).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }
