@@ -82,7 +82,7 @@ impl UdpSockets {
     pub fn serve(
         &mut self,
         i: usize,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         stats: &ThreadStats,
         now: u32,
         out: &mut Vec<u8>,
@@ -98,15 +98,18 @@ impl UdpSockets {
         let socket = Socket {
             socket: &sockets[i],
             handle: &mut shared_handles[i],
+            shared,
         };
         answer_datagrams(socket, dgram, ends, &env, out, budget)
     }
 }
 
-/// A UDP socket, and its handle for the I/O threads once made.
+/// A UDP socket, and its handle for the I/O threads once made (with the shared state, for
+/// them to answer with).
 struct Socket<'a> {
     socket: &'a UdpSocket,
     handle: &'a mut Option<Arc<std::net::UdpSocket>>,
+    shared: &'a Arc<Shared>,
 }
 
 impl Socket<'_> {
@@ -147,8 +150,9 @@ fn answer_datagrams(
                 if let Some(handle) = socket.handle() {
                     let datagram = datagram.to_vec();
                     let bytes = datagram.len() + MAX_DATAGRAM;
-                    let job = Box::new(move |shared: &Shared, stats: &ThreadStats| {
-                        let env = ExecEnv::datagram(shared, stats, unix_now());
+                    let shared = socket.shared.clone();
+                    let job = Box::new(move |stats: &ThreadStats| {
+                        let env = ExecEnv::datagram(&shared, stats, unix_now());
                         let mut out = Vec::new();
                         answer(
                             SockRef::from(&*handle),

@@ -63,8 +63,8 @@ impl Drop for Ticket {
     }
 }
 
-/// A UDP request an I/O thread answers whole (flash read in line there), with its counters.
-pub type DatagramJob = Box<dyn FnOnce(&crate::shared::Shared, &crate::stats::ThreadStats) + Send>;
+/// A UDP request an I/O thread answers whole (flash read in line there), given its counters.
+pub type DatagramJob = Box<dyn FnOnce(&crate::stats::ThreadStats) + Send>;
 
 /// Work for an I/O thread.
 pub enum Job {
@@ -314,7 +314,7 @@ mod tests {
     use super::*;
 
     fn noop() -> DatagramJob {
-        Box::new(|_, _| {})
+        Box::new(|_| {})
     }
 
     #[test]

@@ -208,7 +208,7 @@ fn flash_reader(shared: &Shared, stats: &ThreadStats) {
                 handoff::wake(&shared.wakers[worker]);
             }
             Job::Datagram(answer, ticket) => {
-                answer(shared, stats);
+                answer(stats);
                 io.finish_datagram(ticket);
             }
         }
