@@ -18,6 +18,7 @@ use crate::exec::report;
 use crate::flash::reads::ReadFor;
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
+use crate::watch;
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
 /// already answered before it paused; `reads`: the connection's flash reads (see
@@ -37,6 +38,9 @@ pub fn run(
         if let Some(flow) = bring_in(env, &req, reads) {
             return flow;
         }
+    }
+    if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
+        watch_fetches(env, &req);
     }
     match req {
         Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, reads, out),
@@ -105,6 +109,10 @@ pub fn run(
             Some(flow) => return flow,
             None => out.extend_from_slice(reply::ERROR),
         },
+        Request::Admin {
+            command: b"watch",
+            args,
+        } => return start_watch(env, args, reads, out),
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
@@ -154,6 +162,119 @@ pub fn run(
         }
     }
     Flow::Continue
+}
+
+/// `watch [kinds]`: memcached's checks in its order, then the connection becomes a watcher
+/// (`crate::watch`) and `OK` is its last reply.
+#[cold]
+fn start_watch<'a>(
+    env: &ExecEnv<'_>,
+    args: impl Iterator<Item = &'a [u8]>,
+    aside: &mut Option<Box<Aside>>,
+    out: &mut Vec<u8>,
+) -> Flow {
+    if !env.shared.settings.watch_enabled {
+        out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
+        return Flow::Continue;
+    }
+    // A datagram has no connection to stream to.
+    let Some((worker, token)) = env.conn else {
+        out.extend_from_slice(reply::ERROR);
+        return Flow::Continue;
+    };
+    if !out.is_empty() {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
+        return Flow::Continue;
+    }
+    let Some(kinds) = watch::parse_kinds(args) else {
+        out.extend_from_slice(reply::ERROR);
+        return Flow::Continue;
+    };
+    match env.shared.watch.add(kinds, worker, token) {
+        Ok(w) => {
+            *aside = Some(Box::new(Aside::Watch(w)));
+            out.extend_from_slice(reply::OK);
+            Flow::Watch
+        }
+        Err(watch::AddError::TooMany) => {
+            out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+            Flow::Continue
+        }
+    }
+}
+
+/// `watch fetchers`: memcached logs every item lookup, including the one a storage
+/// command, delete, incr/decr or touch makes first; looked at here before the request runs,
+/// without touching the items.
+#[cold]
+#[inline(never)]
+pub(crate) fn watch_fetches(env: &ExecEnv<'_>, req: &Request<'_>) {
+    let look = |key: &[u8]| {
+        let size = env
+            .shared
+            .store
+            .peek(key, env.now, |f| f.map(|it| it.value.len()));
+        watch::item_get(env.shared, env.fd, key, size);
+    };
+    match req {
+        Request::Get { keys, .. } | Request::Gat { keys, .. } => {
+            (*keys).map_while(Result::ok).for_each(look)
+        }
+        Request::Store { key, .. }
+        | Request::Delete { key, .. }
+        | Request::Arith { key, .. }
+        | Request::Touch { key, .. } => look(key),
+        Request::MetaGet { key, .. }
+        | Request::MetaSet { key, .. }
+        | Request::MetaDelete { key, .. }
+        | Request::MetaArithmetic { key, .. } => look(key.as_bytes()),
+        _ => {}
+    }
+}
+
+/// `watch mutations`: a storage command's outcome, in memcached's words.
+#[cold]
+#[inline(never)]
+pub(crate) fn watch_store(
+    env: &ExecEnv<'_>,
+    cmd: StoreCmd,
+    key: &[u8],
+    exptime: u32,
+    size: usize,
+    result: StoreResult,
+) {
+    let status: &[u8] = match result {
+        StoreResult::Stored => b"stored",
+        StoreResult::NotStored => b"not_stored",
+        StoreResult::Exists => b"exists",
+        StoreResult::NotFound => b"not_found",
+        StoreResult::TooLarge => b"too_large",
+        StoreResult::NoMemory => b"no_memory",
+    };
+    let name: &[u8] = match cmd {
+        StoreCmd::Set => b"set",
+        StoreCmd::Add => b"add",
+        StoreCmd::Replace => b"replace",
+        StoreCmd::Append => b"append",
+        StoreCmd::Prepend => b"prepend",
+        StoreCmd::Cas => b"cas",
+    };
+    // memcached prints the seconds left unsigned, 0 for an item that never expires.
+    let ttl = if exptime == 0 {
+        0
+    } else {
+        exptime.wrapping_sub(env.now)
+    };
+    watch::item_store(env.shared, env.fd, key, status, name, ttl, size);
+}
+
+/// `watch deletions`: the size of the item a delete is about to remove, if any.
+#[cold]
+#[inline(never)]
+pub(crate) fn watch_delete_size(env: &ExecEnv<'_>, key: &[u8]) -> Option<usize> {
+    env.shared
+        .store
+        .peek(key, env.now, |f| f.map(|it| it.value.len()))
 }
 
 /// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
@@ -252,7 +373,11 @@ pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mu
     let req = StoreRequest::received(mode, &r.key, item, r.value_at, r.value_len)
         .flags(r.flags)
         .exptime(exptime);
-    let outcome = stored(env.stats, store.store(req, env.now));
+    let result = store.store(req, env.now);
+    if env.shared.watch.wants(watch::MUTATIONS) {
+        watch_store(env, r.cmd, &r.key, exptime, r.value_len, result.result);
+    }
+    let outcome = stored(env.stats, result);
     reply_text(outcome, r.noreply, out);
 }
 
@@ -311,20 +436,33 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
                 StoreCmd::Append | StoreCmd::Prepend => cas_unique,
                 _ => 0,
             };
+            let exptime = store.exptime(exptime, now);
             let req = StoreRequest::new(store_mode(cmd, cas_unique), key, data)
                 .flags(flags)
-                .exptime(store.exptime(exptime, now))
+                .exptime(exptime)
                 .opts(StoreOpts {
                     compare_cas,
                     ..StoreOpts::default()
                 });
-            stored(st, store.store(req, now))
+            let r = store.store(req, now);
+            if env.shared.watch.wants(watch::MUTATIONS) {
+                watch_store(env, cmd, key, exptime, data.len(), r.result);
+            }
+            stored(st, r)
         }
         Request::Delete { key, .. } => {
             let opts = DeleteOpts {
                 compare_cas: (x.cas != 0).then_some(x.cas),
                 ..DeleteOpts::default()
             };
+            if env.shared.watch.wants(watch::DELETIONS) {
+                let size = watch_delete_size(env, key);
+                let r = store.delete(key, now, &opts);
+                if let (DeleteResult::Deleted, Some(size)) = (r, size) {
+                    watch::deleted(env.shared, key, b"delete", size);
+                }
+                return Some(Outcome::Deleted(r));
+            }
             Outcome::Deleted(store.delete(key, now, &opts))
         }
         Request::Arith {
