@@ -145,8 +145,7 @@ def test_connection_ids(engine: tuple[str, ...]) -> None:
         w = watcher(s.port or 0, b" fetchers mutations")
         first.send(b"set foo 0 0 5 noreply\r\nhello\r\n")
         assert re.match(
-            LINE_START
-            + rb"type=item_get key=foo status=not_found clsid=\d+ cfd=%d " % cfd_first,
+            LINE_START + rb"type=item_get key=foo status=not_found clsid=\d+ cfd=%d " % cfd_first,
             log_line(w),
         )
         assert re.match(
@@ -159,8 +158,7 @@ def test_connection_ids(engine: tuple[str, ...]) -> None:
             cfd_second = cfd_of(second)
             second.send(b"get foo\r\n")
             assert re.match(
-                LINE_START
-                + rb"type=item_get key=foo status=found clsid=\d+ cfd=%d " % cfd_second,
+                LINE_START + rb"type=item_get key=foo status=found clsid=\d+ cfd=%d " % cfd_second,
                 log_line(w),
             )
 
