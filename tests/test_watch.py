@@ -196,13 +196,20 @@ def test_stalled_watcher_is_bounded_and_told_what_it_missed(engine: tuple[str, .
 
 
 def test_watchers_on_both_workers_see_clients_on_both(engine: tuple[str, ...]) -> None:
+    # Connections from one thread go to one worker until it is `placement::SLACK` (8) ahead:
+    # twelve watchers and sixteen clients put some of each on both workers.
     with memfleet("-t", "2", *engine) as s:
-        watchers = [watcher(s.port or 0, b" fetchers") for _ in range(4)]
-        clients = [Conn(s.port or 0) for _ in range(4)]
+        watchers = [watcher(s.port or 0, b" fetchers") for _ in range(12)]
+        clients = [Conn(s.port or 0) for _ in range(16)]
         for i, c in enumerate(clients):
             assert c.request(b"get client%d\r\n" % i) == b"END\r\n"
+        want = {b"client%d" % i for i in range(len(clients))}
         for w in watchers:
-            got = {re.search(rb"key=(\S+)", log_line(w)).group(1) for _ in clients}  # type: ignore[union-attr]
-            assert got == {b"client%d" % i for i in range(len(clients))}
+            got = set()
+            for _ in clients:
+                found = re.search(rb"key=(\S+)", log_line(w))
+                assert found
+                got.add(found.group(1))
+            assert got == want
         for c in clients + watchers:
             c.close()
