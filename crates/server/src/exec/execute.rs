@@ -39,13 +39,18 @@ pub fn run(
             return flow;
         }
     }
-    if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
-        watch_fetches(env, &req);
-    }
     match req {
-        Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, reads, out),
+        Request::Get { keys, cas } => {
+            if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
+                watch_fetch_keys(env, keys);
+            }
+            return retrieve(env, keys, cas, None, skip, reads, out);
+        }
         Request::Gat { exptime, keys, cas } => {
-            return retrieve(env, keys, cas, Some(exptime), skip, reads, out)
+            if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
+                watch_fetch_keys(env, keys);
+            }
+            return retrieve(env, keys, cas, Some(exptime), skip, reads, out);
         }
         Request::Store { noreply, .. }
         | Request::Delete { noreply, .. }
@@ -123,6 +128,9 @@ pub fn run(
             late_error,
         } => {
             st.cmd_meta.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             let mark = out.len();
             meta::get(env, &key, &flags, out);
             replace_with_error(out, mark, late_error);
@@ -135,10 +143,16 @@ pub fn run(
         } => {
             st.cmd_meta.incr();
             st.cmd_set.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             meta::set(env, &key, &flags, cmd, data, out);
         }
         Request::MetaDelete { key, flags } => {
             st.cmd_meta.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             meta::delete(env, &key, &flags, out);
         }
         Request::MetaArithmetic {
@@ -148,6 +162,9 @@ pub fn run(
             late_error,
         } => {
             st.cmd_meta.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             let mark = out.len();
             meta::arithmetic(env, &key, &flags, incr, out);
             replace_with_error(out, mark, late_error);
@@ -205,31 +222,23 @@ fn start_watch<'a>(
 
 /// `watch fetchers`: memcached logs every item lookup, including the one a storage
 /// command, delete, incr/decr or touch makes first; looked at here before the request runs,
-/// without touching the items.
+/// without touching the item. Called per key, not with the whole request, which would have
+/// to be kept in memory on every request's path.
 #[cold]
 #[inline(never)]
-pub(crate) fn watch_fetches(env: &ExecEnv<'_>, req: &Request<'_>) {
-    let look = |key: &[u8]| {
-        let size = env
-            .shared
-            .store
-            .peek(key, env.now, |f| f.map(|it| it.value.len()));
-        watch::item_get(env.shared, env.fd, key, size);
-    };
-    match req {
-        Request::Get { keys, .. } | Request::Gat { keys, .. } => {
-            (*keys).map_while(Result::ok).for_each(look)
-        }
-        Request::Store { key, .. }
-        | Request::Delete { key, .. }
-        | Request::Arith { key, .. }
-        | Request::Touch { key, .. } => look(key),
-        Request::MetaGet { key, .. }
-        | Request::MetaSet { key, .. }
-        | Request::MetaDelete { key, .. }
-        | Request::MetaArithmetic { key, .. } => look(key.as_bytes()),
-        _ => {}
-    }
+pub(crate) fn watch_fetch(env: &ExecEnv<'_>, key: &[u8]) {
+    let size = env
+        .shared
+        .store
+        .peek(key, env.now, |f| f.map(|it| it.value.len()));
+    watch::item_get(env.shared, env.fd, key, size);
+}
+
+/// `watch_fetch` for each key of a get or gat (up to a bad one).
+#[cold]
+#[inline(never)]
+fn watch_fetch_keys(env: &ExecEnv<'_>, keys: proto::Keys<'_>) {
+    keys.map_while(Result::ok).for_each(|k| watch_fetch(env, k));
 }
 
 /// `watch mutations`: a storage command's outcome, in memcached's words.
@@ -368,6 +377,9 @@ impl Received {
 pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mut Vec<u8>) {
     let store = &env.shared.store;
     env.stats.cmd_set.incr();
+    if env.shared.watch.wants(watch::FETCHERS) {
+        watch_fetch(env, &r.key);
+    }
     let mode = store_mode(r.cmd, r.cas_unique);
     let exptime = store.exptime(r.exptime, env.now);
     let req = StoreRequest::received(mode, &r.key, item, r.value_at, r.value_len)
@@ -431,6 +443,9 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
             ..
         } => {
             st.cmd_set.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             // memcached checks a binary append/prepend's CAS too (a text one has none).
             let compare_cas = match cmd {
                 StoreCmd::Append | StoreCmd::Prepend => cas_unique,
@@ -451,6 +466,9 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
             stored(st, r)
         }
         Request::Delete { key, .. } => {
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             let opts = DeleteOpts {
                 compare_cas: (x.cas != 0).then_some(x.cas),
                 ..DeleteOpts::default()
@@ -468,6 +486,9 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
         Request::Arith {
             incr, key, delta, ..
         } => {
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             let opts = ArithOpts {
                 compare_cas: x.cas,
                 vivify: x
@@ -479,6 +500,9 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
         }
         Request::Touch { key, exptime, .. } => {
             st.cmd_touch.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             let exptime = store.exptime(exptime, now);
             Outcome::Touched(store.gat(key, exptime, now, |found| {
                 found.map(|it| (it.flags, it.cas))
