@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import socket
 import ssl
@@ -671,3 +672,29 @@ def test_a_bulk_load_of_quiet_sets_over_tls_is_run_through(
         reply = c.request(b"get k%d\r\n" % (count - 1), b"END\r\n")
         assert reply.endswith(b"v" * 100 + b"\r\nEND\r\n"), reply[:80]
     assert srv.rss_mb("VmHWM") < 64 + 40, impl
+
+
+def test_watch_over_tls_is_bounded_and_says_skipped(pki: Pki, start: Callable[..., Server]) -> None:
+    """A `watch` connection on a TLS listener gets its lines through the session, and one
+    that stalls gets memcached's `skipped=N` once it reads again."""
+    srv = start("memfleet", *pki.server_opts())
+    with tls_conn(srv.port, pki.context()) as w, tls_conn(srv.port, pki.context()) as c:
+        assert w.request(b"watch fetchers\r\n") == b"OK\r\n"
+        assert c.request(b"get first\r\n") == b"END\r\n"
+        assert re.match(rb"ts=\d+\.\d+ gid=\d+ type=item_get key=first ", w.read_until(b"\n"))
+        spacer = b"X" * 180
+        for n in range(100):
+            c.send(b"".join(b"get t%d%s\r\n" % (n * 1000 + i, spacer) for i in range(1000)))
+            for _ in range(1000):
+                assert c.read_line() == b"END\r\n"
+        for seen in range(1, 200_000):
+            line = w.read_until(b"\n")
+            if line.startswith(b"skipped="):
+                assert re.fullmatch(rb"skipped=\d+\n", line)
+                break
+            assert line.startswith(b"ts="), line
+            # The skipped count is written once there is room again: make new lines.
+            if seen % 100 == 0:
+                assert c.request(b"get more\r\n") == b"END\r\n"
+        else:
+            raise AssertionError("no skipped= line")

@@ -171,6 +171,10 @@ pub struct Settings {
     /// `-R`, at least 1; a connection's budget per turn is counted in a u32 (`Conn::budget`).
     pub max_reqs_per_event: u32,
     pub idle_timeout: u32,
+    /// `-W` turns `watch` off.
+    pub watch_enabled: bool,
+    /// `-o watcher_logbuf_size=KB`: bytes each `watch` connection may have queued.
+    pub watcher_buf: usize,
     pub daemon: bool,
     pub pidfile: Option<String>,
     pub user: Option<String>,
@@ -242,6 +246,7 @@ impl ServeArgs {
 
         let mut warnings = Vec::new();
         let mut idle_timeout = 0;
+        let mut watcher_buf = crate::watch::DEFAULT_BUF;
         let mut tls = crate::tls::options::TlsOptions {
             enabled: self.enable_ssl,
             ..Default::default()
@@ -279,6 +284,12 @@ impl ServeArgs {
                     idle_timeout = value
                         .parse()
                         .map_err(|_| format!("invalid idle_timeout '{value}'"))?
+                }
+                "watcher_logbuf_size" => {
+                    let kb: usize = value
+                        .parse()
+                        .map_err(|_| format!("invalid watcher_logbuf_size '{value}'"))?;
+                    watcher_buf = kb.saturating_mul(1024);
                 }
                 "metrics" if value.is_empty() => {
                     return Err("metrics needs an address: -o metrics=ADDR:PORT".into())
@@ -321,7 +332,8 @@ impl ServeArgs {
                 | "track_sizes"
                 | "no_hashexpand"
                 | "read_buf_mem_limit"
-                | "slab_chunk_max" => {}
+                | "slab_chunk_max"
+                | "worker_logbuf_size" => {}
                 _ => warnings.push(format!("unknown -o option '{name}' ignored")),
             }
         }
@@ -392,6 +404,8 @@ impl ServeArgs {
             sasl: self.sasl,
             max_reqs_per_event: u32::try_from(self.max_reqs_per_event.max(1)).unwrap_or(u32::MAX),
             idle_timeout,
+            watch_enabled: !self.disable_watch,
+            watcher_buf,
             daemon: self.daemon,
             pidfile: self.pidfile.clone(),
             user: self.user.clone(),

@@ -36,6 +36,7 @@ mod start;
 mod stats;
 mod tls;
 mod verbose;
+mod watch;
 
 pub use config::{ServeArgs, Settings, VERSION};
 pub use error::ServeError;

@@ -75,6 +75,8 @@ pub struct Shared {
     pub telemetry: crate::metrics::Telemetry,
     /// With a flash tier: the I/O threads' queues that text gets read flash items through.
     pub flash_io: Option<crate::flash::reads::FlashIo>,
+    /// `watch` connections and what they asked to see.
+    pub watch: crate::watch::Hub,
 }
 
 impl Shared {

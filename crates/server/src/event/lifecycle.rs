@@ -11,6 +11,7 @@ use crate::io::conn::{Conn, Stream};
 use crate::placement;
 use crate::shared::{ConnInfo, Shared};
 use crate::stats::ThreadStats;
+use crate::watch;
 
 /// A connection built from a socket handed to worker `id`, not yet in its loop.
 pub struct Arrival {
@@ -71,6 +72,10 @@ pub fn admit(shared: &Shared, id: usize, stats: &ThreadStats, token: usize, a: A
         if shared.verbose() > 1 {
             stderr_line!("<{} new auto-negotiating client connection", a.info.fd);
         }
+        if shared.watch.wants(watch::CONNEVENTS) {
+            let unix = matches!(a.conn.stream, Stream::Unix(_));
+            watch::conn_event(shared, a.info.fd, unix, None);
+        }
     }
     if let Ok(mut reg) = shared.registry[id].lock() {
         reg.insert(token, a.info);
@@ -98,6 +103,22 @@ pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn
     if shared.verbose() > 1 {
         stderr_line!("<{} connection closed.", conn.stream.fd());
     }
+    if let Some(w) = conn.watcher() {
+        shared.watch.remove(w);
+    }
+    if shared.watch.wants(watch::CONNEVENTS) {
+        let reason = if shared.shutdown.load(Relaxed) {
+            watch::CloseReason::Shutdown
+        } else if conn.protocol_error {
+            watch::CloseReason::Error
+        } else if idle_closed(shared, conn) {
+            watch::CloseReason::IdleTimeout
+        } else {
+            watch::CloseReason::Normal
+        };
+        let unix = matches!(conn.stream, Stream::Unix(_));
+        watch::conn_event(shared, conn.stream.fd(), unix, Some(reason));
+    }
     pool.give(std::mem::take(&mut conn.rbuf));
     pool.give(std::mem::take(&mut conn.wbuf));
     conn.release_reservation(&shared.store);
@@ -119,10 +140,20 @@ pub fn idle<'a>(
     if idle == 0 {
         return Vec::new();
     }
+    // A watcher only receives; memcached's never time out either.
     conns
-        .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle)
+        .filter(|(_, c)| now.saturating_sub(c.last_cmd) > idle && c.watcher().is_none())
         .map(|(t, _)| t)
         .collect()
+}
+
+/// Whether closing connection `conn` is the idle timeout's doing (see `idle`).
+fn idle_closed(shared: &Shared, conn: &Conn) -> bool {
+    let idle = shared.settings.idle_timeout;
+    idle != 0
+        && !conn.closing
+        && !conn.peer_closed
+        && crate::clock::unix_now().saturating_sub(conn.last_cmd) > idle
 }
 
 /// The moves a worker's survey decided (see `plan_moves`).

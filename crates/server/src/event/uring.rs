@@ -464,6 +464,11 @@ impl UringWorker {
                     let _ = self.wake.poll(&mut self.wake_events, Some(Duration::ZERO));
                     self.accept_new(now);
                     self.take_flash_reads();
+                    for t in self.shared.watch.take_ready(self.id) {
+                        if self.conns.get(t).is_some_and(|s| !s.closed) {
+                            self.enqueue(t);
+                        }
+                    }
                     if !cqueue::more(flags) {
                         self.arm_wake();
                     }
@@ -640,13 +645,24 @@ impl UringWorker {
         if slot.closed {
             return;
         }
+        if slot.conn.watcher().is_some() {
+            self.serve_watcher(t);
+            return;
+        }
         let conn = &mut slot.conn;
         if !conn.has_unsent() && !conn.closing && !conn.waits_on_flash() && !conn.rbuf.is_empty() {
             lifecycle::touch(&self.shared, self.id, t, conn, now);
             let mut buf = std::mem::take(&mut conn.rbuf);
             conn.budget = self.shared.settings.max_reqs_per_event;
             let started = self.probe.start();
-            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe, (self.id, t));
+            let env = ExecEnv::stream(
+                &self.shared,
+                &self.stats,
+                now,
+                &self.probe,
+                (self.id, t),
+                conn.stream.fd(),
+            );
             let pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             conn.pending = pending;
             if buf.is_empty() {
@@ -704,6 +720,39 @@ impl UringWorker {
             slot.recv_pausing = true;
             self.cancel(RECV, t);
         } else if !backlog && !slot.recv_armed {
+            self.arm_recv(t);
+        }
+    }
+
+    /// A `watch` connection: drops what it sent, closes on EOF, and sends the log lines
+    /// queued for it once its last send is done (they wait in its bounded queue meanwhile).
+    fn serve_watcher(&mut self, t: usize) {
+        let slot = &mut self.conns[t];
+        if !slot.conn.rbuf.is_empty() {
+            let mut buf = std::mem::take(&mut slot.conn.rbuf);
+            buf.clear();
+            self.pool.give(buf);
+        }
+        if slot.eof || slot.conn.closing {
+            if !slot.conn.has_unsent() {
+                self.close(t);
+            }
+            return;
+        }
+        if !slot.conn.has_unsent() {
+            if let Some(w) = slot.conn.watcher().cloned() {
+                let mut buf = self.pool.take();
+                w.take(&mut buf);
+                if buf.is_empty() {
+                    self.pool.give(buf);
+                } else {
+                    slot.conn.wbuf = buf;
+                    self.send(t);
+                }
+            }
+        }
+        let slot = &mut self.conns[t];
+        if !slot.recv_armed {
             self.arm_recv(t);
         }
     }

@@ -115,6 +115,7 @@ impl Worker {
                     WAKER => {
                         self.accept_new(now);
                         self.take_flash_reads();
+                        self.ready.extend(self.shared.watch.take_ready(self.id));
                     }
                     Token(t) if t >= udp::TOKEN_BASE => self.serve_udp(t - udp::TOKEN_BASE, now),
                     Token(t) => {
@@ -281,6 +282,10 @@ impl Worker {
             }
             return;
         }
+        if conn.watcher().is_some() {
+            self.serve_watcher(t);
+            return;
+        }
         lifecycle::touch(&self.shared, self.id, t, conn, now);
         let tls = conn.tls.is_some();
         let mut buf = if conn.rbuf.capacity() > 0 {
@@ -330,7 +335,14 @@ impl Worker {
             }
             let started = self.probe.start();
             let conn = &mut self.conns[t];
-            let env = ExecEnv::stream(&self.shared, &self.stats, now, &self.probe, (self.id, t));
+            let env = ExecEnv::stream(
+                &self.shared,
+                &self.stats,
+                now,
+                &self.probe,
+                (self.id, t),
+                conn.stream.fd(),
+            );
             pending = batch::process(&env, conn, &mut self.pool, &mut buf, &mut self.out);
             if !self.out.is_empty() || conn.unsent.is_some() {
                 let out = std::mem::take(&mut self.out);
@@ -384,6 +396,64 @@ impl Worker {
             self.close(t);
             return;
         }
+        let want_write = conn.has_unsent();
+        if want_write != conn.want_write {
+            conn.want_write = want_write;
+            let interest = if want_write {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            let _ = self
+                .poll
+                .registry()
+                .reregister(conn.stream.source(), Token(t), interest);
+        }
+    }
+
+    /// A `watch` connection: drops what it sent (closing it on EOF) and writes the log
+    /// lines queued for it. Lines wait in its bounded queue while its replies do.
+    fn serve_watcher(&mut self, t: usize) {
+        let conn = &mut self.conns[t];
+        let mut scratch = self.pool.take();
+        let mut eof = false;
+        loop {
+            scratch.clear();
+            match conn.read_into(&mut scratch, &self.stats) {
+                Ok(0) => eof = true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => eof = true,
+            }
+            break;
+        }
+        scratch.clear();
+        self.pool.give(scratch);
+        if eof {
+            self.close(t);
+            return;
+        }
+        let Some(w) = conn.watcher().cloned() else {
+            return;
+        };
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        w.take(&mut out);
+        if !out.is_empty() {
+            match conn.write_replies(&out, &self.stats) {
+                Ok(n) if n < out.len() => conn.wbuf.extend_from_slice(&out[n..]),
+                Ok(_) => {}
+                Err(_) => {
+                    self.out = out;
+                    self.out.clear();
+                    self.close(t);
+                    return;
+                }
+            }
+        }
+        out.clear();
+        self.out = out;
         let want_write = conn.has_unsent();
         if want_write != conn.want_write {
             conn.want_write = want_write;

@@ -48,6 +48,11 @@ pub fn process(
     if conn.waits_on_flash() {
         return true;
     }
+    if conn.watcher().is_some() {
+        // memcached's watchers only receive: what they send is dropped.
+        buf.clear();
+        return false;
+    }
     let fd = conn.stream.fd();
     match conn.protocol {
         Protocol::Text => {}
@@ -84,7 +89,10 @@ pub fn process(
                     conn.budget -= 1;
                     conn.authenticated = ok;
                 }
-                textauth::Step::Close => conn.closing = true,
+                textauth::Step::Close => {
+                    conn.closing = true;
+                    conn.protocol_error = true;
+                }
             }
             continue;
         }
@@ -147,6 +155,10 @@ pub fn process(
                 match flow {
                     Flow::Continue => {}
                     Flow::Close => conn.closing = true,
+                    Flow::Watch => {
+                        pos = buf.len();
+                        break;
+                    }
                     Flow::Paused(p) => {
                         conn.unsent = p
                             .value
@@ -215,6 +227,7 @@ pub fn process(
                 conn.swallow = swallow;
                 if close {
                     conn.closing = true;
+                    conn.protocol_error = true;
                 }
             }
         }

@@ -19,6 +19,11 @@ pub struct ExecEnv<'a> {
     /// without a flash tier and on the UDP path (a datagram on flash keys is answered by an
     /// I/O thread, which reads flash in line).
     pub flash_reads: Option<(usize, usize)>,
+    /// The worker and connection slot; None on the UDP path.
+    pub conn: Option<(usize, usize)>,
+    /// The connection's socket (memcached's `cfd` in `watch` lines); the UDP socket's is not
+    /// known here, so 0 there.
+    pub fd: i32,
 }
 
 /// Replies one batch may build before it is written out; the rest of the batch waits, so a
@@ -35,6 +40,7 @@ impl<'a> ExecEnv<'a> {
         now: u32,
         probe: &'a crate::metrics::Probe,
         conn: (usize, usize),
+        fd: i32,
     ) -> Self {
         ExecEnv {
             shared,
@@ -44,6 +50,8 @@ impl<'a> ExecEnv<'a> {
             reply_cap: OUT_CAP,
             probe: Some(probe),
             flash_reads: shared.flash_io.is_some().then_some(conn),
+            conn: Some(conn),
+            fd,
         }
     }
 
@@ -57,6 +65,8 @@ impl<'a> ExecEnv<'a> {
             reply_cap: usize::MAX,
             probe: None,
             flash_reads: None,
+            conn: None,
+            fd: 0,
         }
     }
 }

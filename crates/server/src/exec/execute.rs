@@ -18,6 +18,7 @@ use crate::exec::report;
 use crate::flash::reads::ReadFor;
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
+use crate::watch;
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
 /// already answered before it paused; `reads`: the connection's flash reads (see
@@ -39,9 +40,17 @@ pub fn run(
         }
     }
     match req {
-        Request::Get { keys, cas } => return retrieve(env, keys, cas, None, skip, reads, out),
+        Request::Get { keys, cas } => {
+            if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
+                watch_fetch_keys(env, keys);
+            }
+            return retrieve(env, keys, cas, None, skip, reads, out);
+        }
         Request::Gat { exptime, keys, cas } => {
-            return retrieve(env, keys, cas, Some(exptime), skip, reads, out)
+            if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
+                watch_fetch_keys(env, keys);
+            }
+            return retrieve(env, keys, cas, Some(exptime), skip, reads, out);
         }
         Request::Store { noreply, .. }
         | Request::Delete { noreply, .. }
@@ -105,6 +114,10 @@ pub fn run(
             Some(flow) => return flow,
             None => out.extend_from_slice(reply::ERROR),
         },
+        Request::Admin {
+            command: b"watch",
+            args,
+        } => return start_watch(env, args, reads, out),
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
@@ -115,6 +128,9 @@ pub fn run(
             late_error,
         } => {
             st.cmd_meta.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             let mark = out.len();
             meta::get(env, &key, &flags, out);
             replace_with_error(out, mark, late_error);
@@ -127,10 +143,16 @@ pub fn run(
         } => {
             st.cmd_meta.incr();
             st.cmd_set.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             meta::set(env, &key, &flags, cmd, data, out);
         }
         Request::MetaDelete { key, flags } => {
             st.cmd_meta.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             meta::delete(env, &key, &flags, out);
         }
         Request::MetaArithmetic {
@@ -140,6 +162,9 @@ pub fn run(
             late_error,
         } => {
             st.cmd_meta.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key.as_bytes());
+            }
             let mark = out.len();
             meta::arithmetic(env, &key, &flags, incr, out);
             replace_with_error(out, mark, late_error);
@@ -154,6 +179,111 @@ pub fn run(
         }
     }
     Flow::Continue
+}
+
+/// `watch [kinds]`: memcached's checks in its order, then the connection becomes a watcher
+/// (`crate::watch`) and `OK` is its last reply.
+#[cold]
+fn start_watch<'a>(
+    env: &ExecEnv<'_>,
+    args: impl Iterator<Item = &'a [u8]>,
+    aside: &mut Option<Box<Aside>>,
+    out: &mut Vec<u8>,
+) -> Flow {
+    if !env.shared.settings.watch_enabled {
+        out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
+        return Flow::Continue;
+    }
+    // A datagram has no connection to stream to.
+    let Some((worker, token)) = env.conn else {
+        out.extend_from_slice(reply::ERROR);
+        return Flow::Continue;
+    };
+    if !out.is_empty() {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
+        return Flow::Continue;
+    }
+    let Some(kinds) = watch::parse_kinds(args) else {
+        out.extend_from_slice(reply::ERROR);
+        return Flow::Continue;
+    };
+    match env.shared.watch.add(kinds, worker, token) {
+        Ok(w) => {
+            *aside = Some(Box::new(Aside::Watch(w)));
+            out.extend_from_slice(reply::OK);
+            Flow::Watch
+        }
+        Err(watch::AddError::TooMany) => {
+            out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+            Flow::Continue
+        }
+    }
+}
+
+/// `watch fetchers`: memcached logs every item lookup, including the one a storage
+/// command, delete, incr/decr or touch makes first; looked at here before the request runs,
+/// without touching the item. Called per key, not with the whole request, which would have
+/// to be kept in memory on every request's path.
+#[cold]
+#[inline(never)]
+pub(crate) fn watch_fetch(env: &ExecEnv<'_>, key: &[u8]) {
+    let size = env
+        .shared
+        .store
+        .peek(key, env.now, |f| f.map(|it| it.value.len()));
+    watch::item_get(env.shared, env.fd, key, size);
+}
+
+/// `watch_fetch` for each key of a get or gat (up to a bad one).
+#[cold]
+#[inline(never)]
+fn watch_fetch_keys(env: &ExecEnv<'_>, keys: proto::Keys<'_>) {
+    keys.map_while(Result::ok).for_each(|k| watch_fetch(env, k));
+}
+
+/// `watch mutations`: a storage command's outcome, in memcached's words.
+#[cold]
+#[inline(never)]
+pub(crate) fn watch_store(
+    env: &ExecEnv<'_>,
+    cmd: StoreCmd,
+    key: &[u8],
+    exptime: u32,
+    size: usize,
+    result: StoreResult,
+) {
+    let status: &[u8] = match result {
+        StoreResult::Stored => b"stored",
+        StoreResult::NotStored => b"not_stored",
+        StoreResult::Exists => b"exists",
+        StoreResult::NotFound => b"not_found",
+        StoreResult::TooLarge => b"too_large",
+        StoreResult::NoMemory => b"no_memory",
+    };
+    let name: &[u8] = match cmd {
+        StoreCmd::Set => b"set",
+        StoreCmd::Add => b"add",
+        StoreCmd::Replace => b"replace",
+        StoreCmd::Append => b"append",
+        StoreCmd::Prepend => b"prepend",
+        StoreCmd::Cas => b"cas",
+    };
+    // memcached prints the seconds left unsigned, 0 for an item that never expires.
+    let ttl = if exptime == 0 {
+        0
+    } else {
+        exptime.wrapping_sub(env.now)
+    };
+    watch::item_store(env.shared, env.fd, key, status, name, ttl, size);
+}
+
+/// `watch deletions`: the size of the item a delete is about to remove, if any.
+#[cold]
+#[inline(never)]
+pub(crate) fn watch_delete_size(env: &ExecEnv<'_>, key: &[u8]) -> Option<usize> {
+    env.shared
+        .store
+        .peek(key, env.now, |f| f.map(|it| it.value.len()))
 }
 
 /// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
@@ -247,12 +377,19 @@ impl Received {
 pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mut Vec<u8>) {
     let store = &env.shared.store;
     env.stats.cmd_set.incr();
+    if env.shared.watch.wants(watch::FETCHERS) {
+        watch_fetch(env, &r.key);
+    }
     let mode = store_mode(r.cmd, r.cas_unique);
     let exptime = store.exptime(r.exptime, env.now);
     let req = StoreRequest::received(mode, &r.key, item, r.value_at, r.value_len)
         .flags(r.flags)
         .exptime(exptime);
-    let outcome = stored(env.stats, store.store(req, env.now));
+    let result = store.store(req, env.now);
+    if env.shared.watch.wants(watch::MUTATIONS) {
+        watch_store(env, r.cmd, &r.key, exptime, r.value_len, result.result);
+    }
+    let outcome = stored(env.stats, result);
     reply_text(outcome, r.noreply, out);
 }
 
@@ -306,30 +443,52 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
             ..
         } => {
             st.cmd_set.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             // memcached checks a binary append/prepend's CAS too (a text one has none).
             let compare_cas = match cmd {
                 StoreCmd::Append | StoreCmd::Prepend => cas_unique,
                 _ => 0,
             };
+            let exptime = store.exptime(exptime, now);
             let req = StoreRequest::new(store_mode(cmd, cas_unique), key, data)
                 .flags(flags)
-                .exptime(store.exptime(exptime, now))
+                .exptime(exptime)
                 .opts(StoreOpts {
                     compare_cas,
                     ..StoreOpts::default()
                 });
-            stored(st, store.store(req, now))
+            let r = store.store(req, now);
+            if env.shared.watch.wants(watch::MUTATIONS) {
+                watch_store(env, cmd, key, exptime, data.len(), r.result);
+            }
+            stored(st, r)
         }
         Request::Delete { key, .. } => {
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             let opts = DeleteOpts {
                 compare_cas: (x.cas != 0).then_some(x.cas),
                 ..DeleteOpts::default()
             };
+            if env.shared.watch.wants(watch::DELETIONS) {
+                let size = watch_delete_size(env, key);
+                let r = store.delete(key, now, &opts);
+                if let (DeleteResult::Deleted, Some(size)) = (r, size) {
+                    watch::deleted(env.shared, key, b"delete", size);
+                }
+                return Some(Outcome::Deleted(r));
+            }
             Outcome::Deleted(store.delete(key, now, &opts))
         }
         Request::Arith {
             incr, key, delta, ..
         } => {
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             let opts = ArithOpts {
                 compare_cas: x.cas,
                 vivify: x
@@ -341,6 +500,9 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
         }
         Request::Touch { key, exptime, .. } => {
             st.cmd_touch.incr();
+            if env.shared.watch.wants(watch::FETCHERS) {
+                watch_fetch(env, key);
+            }
             let exptime = store.exptime(exptime, now);
             Outcome::Touched(store.gat(key, exptime, now, |found| {
                 found.map(|it| (it.flags, it.cas))

@@ -6,6 +6,8 @@ pub enum Flow {
     Close,
     /// Replies must be written before the request goes on (see `retrieve`).
     Paused(Paused),
+    /// The connection became a watcher (`watch`): requests after it are not run.
+    Watch,
 }
 
 /// A get or a key dump that stopped part-way.

@@ -149,6 +149,9 @@ pub fn set(
         .exptime(exptime)
         .opts(opts);
     let r = store.store(req, now);
+    if env.shared.watch.wants(crate::watch::MUTATIONS) {
+        crate::exec::execute::watch_store(env, cmd, key.as_bytes(), exptime, data.len(), r.result);
+    }
     let status: &[u8] = match r.result {
         StoreResult::Stored if flags.noreply() => return,
         StoreResult::Stored => b"HD",
@@ -197,7 +200,16 @@ pub fn delete(env: &ExecEnv<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut
             .map(|e| store.exptime(e, now)),
         remove_value: flags.has(b'x'),
     };
-    let status: &[u8] = match store.delete(key.as_bytes(), now, &opts) {
+    let size = if env.shared.watch.wants(crate::watch::DELETIONS) {
+        crate::exec::execute::watch_delete_size(env, key.as_bytes())
+    } else {
+        None
+    };
+    let result = store.delete(key.as_bytes(), now, &opts);
+    if let (DeleteResult::Deleted, Some(size)) = (result, size) {
+        crate::watch::deleted(env.shared, key.as_bytes(), b"md", size);
+    }
+    let status: &[u8] = match result {
         DeleteResult::Deleted if flags.noreply() => return,
         DeleteResult::Deleted => b"HD",
         DeleteResult::NotFound => b"NF",

@@ -97,6 +97,7 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", s.store_no_memory);
     // Allocation failures abort the process in Rust; a refused store is store_no_memory.
     stat(out, "malloc_fails", 0);
+    stat(out, "log_watchers", shared.watch.count());
     let auth = env
         .shared
         .auth

@@ -74,6 +74,8 @@ pub struct Conn {
     pub pending: bool,
     /// The peer shut down its side; read to EOF instead of trusting a short read.
     pub peer_closed: bool,
+    /// Closed for a protocol error (memcached's `reason=error` in `watch connevents`).
+    pub protocol_error: bool,
     /// Requests this connection may still run in the current turn: set to `-R` when the
     /// worker starts serving it, counted down by `batch` across its reads (memcached's
     /// reqs_per_event).
@@ -95,6 +97,8 @@ pub enum Aside {
     /// Text protocol: the flash reads the request at the front of `rbuf` asked for, and those
     /// made (see `flash::reads`).
     Flash(FlashWait),
+    /// Text protocol: the connection ran `watch`; it only receives log lines from now on.
+    Watch(std::sync::Arc<crate::watch::Watcher>),
 }
 
 impl Conn {
@@ -115,6 +119,7 @@ impl Conn {
             want_write: false,
             pending: false,
             peer_closed: false,
+            protocol_error: false,
             authenticated: true,
             budget: u32::MAX,
             tls: None,
@@ -139,6 +144,14 @@ impl Conn {
     pub fn end_flash_wait(&mut self) {
         if self.flash_wait().is_some() {
             self.aside = None;
+        }
+    }
+
+    /// The log queue of a connection that ran `watch`.
+    pub fn watcher(&self) -> Option<&std::sync::Arc<crate::watch::Watcher>> {
+        match self.aside.as_deref() {
+            Some(Aside::Watch(w)) => Some(w),
+            _ => None,
         }
     }
 

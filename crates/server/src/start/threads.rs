@@ -102,6 +102,7 @@ pub fn run(
         wakers: all_wakers,
         auth,
         telemetry: metrics::Telemetry::new(threads, settings.latency, settings.hotkeys_rate),
+        watch: crate::watch::Hub::new(threads, settings.watcher_buf),
         settings,
         tls,
         flash_io,

@@ -1,0 +1,398 @@
+//! memcached's `watch`: connections that, once they asked, receive log lines about what the
+//! server does (fetches, stores, deletions, connections), in memcached 1.6's formats.
+//!
+//! Event sites check one relaxed atomic (`Hub::wants`) and do nothing more unless a watcher
+//! asked for that kind. A line is built once and appended to each interested watcher's
+//! bounded queue under a short lock; the watcher's worker is woken once per batch and moves
+//! the queue into the connection's write path. A producer never waits on a watcher: a full
+//! queue drops lines and counts them, and the watcher gets memcached's `skipped=N` line once
+//! there is room again.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use proto::reply::write_u64;
+
+use crate::shared::Shared;
+
+/// memcached's flag bits for the kinds memfleet can log (logger.h).
+pub const FETCHERS: u32 = 1 << 2;
+pub const MUTATIONS: u32 = 1 << 3;
+pub const CONNEVENTS: u32 = 1 << 5;
+pub const EVICTIONS: u32 = 1 << 6;
+/// `deletions` (memcached 1.6.19+).
+pub const DELETIONS: u32 = 1 << 13;
+/// Kinds memcached accepts that memfleet never produces (system, proxy and raw-command logs).
+const SILENT: u32 = 1 << 1 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 12;
+
+/// memcached's limit on watchers at a time.
+pub const MAX_WATCHERS: usize = 20;
+/// memcached's default per-watcher buffer (LOGGER_WATCHER_BUF_SIZE).
+pub const DEFAULT_BUF: usize = 256 * 1024;
+/// Room kept for the `skipped=N` line in front of the next line (memcached keeps 128).
+const SKIP_ROOM: usize = 128;
+
+/// The kinds named by `watch`'s arguments (fetchers alone when none), or None for a word
+/// memcached does not know.
+pub fn parse_kinds<'a>(args: impl Iterator<Item = &'a [u8]>) -> Option<u32> {
+    let mut kinds = 0;
+    let mut any = false;
+    for a in args {
+        any = true;
+        kinds |= match a {
+            b"fetchers" => FETCHERS,
+            b"mutations" => MUTATIONS,
+            b"connevents" => CONNEVENTS,
+            b"evictions" => EVICTIONS,
+            b"deletions" => DELETIONS,
+            b"sysevents" => 1 << 1,
+            b"rawcmds" => 1 << 9,
+            b"proxyreqs" => 1 << 10,
+            b"proxyevents" => 1 << 11,
+            b"proxyuser" => 1 << 12,
+            _ => return None,
+        };
+    }
+    Some(if any { kinds } else { FETCHERS })
+}
+
+/// One watching connection's queue of lines not yet handed to its worker.
+pub struct Watcher {
+    kinds: u32,
+    pub worker: usize,
+    pub token: usize,
+    /// Lines logged before it started are not its.
+    min_gid: u64,
+    q: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    buf: Vec<u8>,
+    /// Lines dropped since the last one queued.
+    skipped: u64,
+    /// Its worker was told and has not taken the queue since.
+    told: bool,
+}
+
+impl Watcher {
+    /// Moves the queued lines to the end of `out`.
+    pub fn take(&self, out: &mut Vec<u8>) {
+        let Ok(mut q) = self.q.lock() else { return };
+        if out.is_empty() {
+            std::mem::swap(out, &mut q.buf);
+        } else {
+            out.extend_from_slice(&q.buf);
+            q.buf.clear();
+        }
+        q.told = false;
+    }
+}
+
+/// Why `Hub::add` refused a watcher.
+pub enum AddError {
+    TooMany,
+}
+
+pub struct Hub {
+    /// The kinds some watcher asked for: the one load an event site makes.
+    mask: AtomicU32,
+    /// memcached's log entry ids, counted over every line logged.
+    gid: AtomicU64,
+    watchers: RwLock<Vec<Arc<Watcher>>>,
+    /// Per worker, its watchers' tokens with lines queued since it was last told.
+    ready: Vec<Mutex<Vec<usize>>>,
+    /// Bytes a watcher's queue holds at most.
+    cap: usize,
+}
+
+impl Hub {
+    pub fn new(workers: usize, cap: usize) -> Hub {
+        Hub {
+            mask: AtomicU32::new(0),
+            gid: AtomicU64::new(0),
+            watchers: RwLock::new(Vec::new()),
+            ready: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
+            cap: cap.max(4096),
+        }
+    }
+
+    /// Whether a watcher wants lines of `kind`.
+    #[inline(always)]
+    pub fn wants(&self, kind: u32) -> bool {
+        self.mask.load(Relaxed) & kind != 0
+    }
+
+    /// Watchers at the moment (`stats` `log_watchers`).
+    pub fn count(&self) -> usize {
+        self.watchers.read().map(|w| w.len()).unwrap_or(0)
+    }
+
+    /// Registers connection `token` of `worker` as a watcher of `kinds`.
+    pub fn add(&self, kinds: u32, worker: usize, token: usize) -> Result<Arc<Watcher>, AddError> {
+        let mut ws = self.watchers.write().map_err(|_| AddError::TooMany)?;
+        if ws.len() >= MAX_WATCHERS {
+            return Err(AddError::TooMany);
+        }
+        let w = Arc::new(Watcher {
+            kinds: kinds & !SILENT,
+            worker,
+            token,
+            min_gid: self.gid.fetch_add(1, Relaxed) + 1,
+            q: Mutex::new(Queue::default()),
+        });
+        ws.push(w.clone());
+        self.set_mask(&ws);
+        Ok(w)
+    }
+
+    /// Forgets a watcher whose connection closed.
+    pub fn remove(&self, w: &Arc<Watcher>) {
+        if let Ok(mut ws) = self.watchers.write() {
+            ws.retain(|x| !Arc::ptr_eq(x, w));
+            self.set_mask(&ws);
+        }
+    }
+
+    fn set_mask(&self, ws: &[Arc<Watcher>]) {
+        self.mask
+            .store(ws.iter().fold(0, |m, w| m | w.kinds), Relaxed);
+    }
+
+    /// Tokens of worker `id`'s watchers that have lines queued.
+    pub fn take_ready(&self, id: usize) -> Vec<usize> {
+        self.ready
+            .get(id)
+            .and_then(|r| r.lock().ok())
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default()
+    }
+
+    /// Logs a line of `kind`: `ts=… gid=… ` then what `body` writes, to every watcher of it.
+    pub fn emit(&self, kind: u32, wakers: &[Arc<mio::Waker>], body: impl FnOnce(&mut Vec<u8>)) {
+        let mut tell = [(0usize, 0usize); MAX_WATCHERS];
+        let mut n = 0;
+        {
+            let Ok(ws) = self.watchers.read() else { return };
+            if !ws.iter().any(|w| w.kinds & kind != 0) {
+                return;
+            }
+            let gid = self.gid.fetch_add(1, Relaxed) + 1;
+            let mut line = Vec::with_capacity(256);
+            let t = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            // memcached prints the microseconds unpadded (`%lld.%d`).
+            line.extend_from_slice(b"ts=");
+            write_u64(&mut line, t.as_secs());
+            line.push(b'.');
+            write_u64(&mut line, u64::from(t.subsec_micros()));
+            line.extend_from_slice(b" gid=");
+            write_u64(&mut line, gid);
+            line.push(b' ');
+            body(&mut line);
+            line.push(b'\n');
+            for w in ws
+                .iter()
+                .filter(|w| w.kinds & kind != 0 && gid >= w.min_gid)
+            {
+                let Ok(mut q) = w.q.lock() else { continue };
+                if q.buf.len() + line.len() + SKIP_ROOM > self.cap {
+                    q.skipped += 1;
+                    continue;
+                }
+                if q.skipped > 0 {
+                    q.buf.extend_from_slice(b"skipped=");
+                    let s = q.skipped;
+                    write_u64(&mut q.buf, s);
+                    q.buf.push(b'\n');
+                    q.skipped = 0;
+                }
+                q.buf.extend_from_slice(&line);
+                if !q.told && n < tell.len() {
+                    q.told = true;
+                    tell[n] = (w.worker, w.token);
+                    n += 1;
+                }
+            }
+        }
+        for &(worker, token) in &tell[..n] {
+            if let Some(Ok(mut r)) = self.ready.get(worker).map(|r| r.lock()) {
+                r.push(token);
+            }
+            if let Some(w) = wakers.get(worker) {
+                crate::event::handoff::wake(w);
+            }
+        }
+    }
+}
+
+/// memcached's uriencode: letters, digits and `-._~` as they are, other bytes as `%XX`.
+pub fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in key {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
+/// `type=item_get`: a lookup of `key` by connection `fd`; `size`: the value's length when found.
+#[cold]
+pub fn item_get(shared: &Shared, fd: i32, key: &[u8], size: Option<usize>) {
+    shared.watch.emit(FETCHERS, &shared.wakers, |l| {
+        l.extend_from_slice(b"type=item_get key=");
+        url_encode(l, key);
+        // memfleet's items are all in class 1; memcached prints 0 for a miss.
+        l.extend_from_slice(match size {
+            Some(_) => b" status=found clsid=1",
+            None => b" status=not_found clsid=0",
+        });
+        l.extend_from_slice(b" cfd=");
+        write_i64(l, i64::from(fd));
+        l.extend_from_slice(b" size=");
+        write_u64(l, size.unwrap_or(0) as u64);
+    });
+}
+
+/// `type=item_store`: a storage command's outcome. `ttl`: seconds left (0: never expires).
+#[cold]
+#[allow(clippy::too_many_arguments)]
+pub fn item_store(
+    shared: &Shared,
+    fd: i32,
+    key: &[u8],
+    status: &[u8],
+    cmd: &[u8],
+    ttl: u32,
+    size: usize,
+) {
+    shared.watch.emit(MUTATIONS, &shared.wakers, |l| {
+        l.extend_from_slice(b"type=item_store key=");
+        url_encode(l, key);
+        l.extend_from_slice(b" status=");
+        l.extend_from_slice(status);
+        l.extend_from_slice(b" cmd=");
+        l.extend_from_slice(cmd);
+        l.extend_from_slice(b" ttl=");
+        write_u64(l, u64::from(ttl));
+        l.extend_from_slice(b" clsid=1 cfd=");
+        write_i64(l, i64::from(fd));
+        l.extend_from_slice(b" size=");
+        write_u64(l, size as u64);
+    });
+}
+
+/// `type=deleted` (memcached 1.6.19+): `cmd` is `delete` or `md`.
+#[cold]
+pub fn deleted(shared: &Shared, key: &[u8], cmd: &[u8], size: usize) {
+    shared.watch.emit(DELETIONS, &shared.wakers, |l| {
+        l.extend_from_slice(b"type=deleted key=");
+        url_encode(l, key);
+        l.extend_from_slice(b" cmd=");
+        l.extend_from_slice(cmd);
+        l.extend_from_slice(b" clsid=1 size=");
+        write_u64(l, size as u64);
+    });
+}
+
+/// How a connection ended, in memcached's words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    Error,
+    Normal,
+    IdleTimeout,
+    Shutdown,
+}
+
+/// `type=conn_new` / `type=conn_close` for connection `fd` (`close`: how it ended).
+#[cold]
+pub fn conn_event(shared: &Shared, fd: i32, unix: bool, close: Option<CloseReason>) {
+    let peer = if unix { None } else { peer_of(fd) };
+    shared.watch.emit(CONNEVENTS, &shared.wakers, |l| {
+        l.extend_from_slice(if close.is_some() {
+            b"type=conn_close rip="
+        } else {
+            b"type=conn_new rip="
+        });
+        match peer {
+            Some(p) => {
+                l.extend_from_slice(p.ip().to_string().as_bytes());
+                l.extend_from_slice(b" rport=");
+                write_u64(l, u64::from(p.port()));
+            }
+            None => l.extend_from_slice(b"unix rport=0"),
+        }
+        l.extend_from_slice(if unix {
+            b" transport=local"
+        } else {
+            b" transport=tcp"
+        });
+        if let Some(r) = close {
+            l.extend_from_slice(match r {
+                CloseReason::Error => b" reason=error",
+                CloseReason::Normal => b" reason=normal",
+                CloseReason::IdleTimeout => b" reason=idle_timeout",
+                CloseReason::Shutdown => b" reason=shutdown",
+            });
+        }
+        l.extend_from_slice(b" cfd=");
+        write_i64(l, i64::from(fd));
+    });
+}
+
+fn peer_of(fd: i32) -> Option<SocketAddr> {
+    // SAFETY: called by the connection's worker while it still owns the open socket.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&fd).peer_addr().ok()?.as_socket()
+}
+
+fn write_i64(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    write_u64(out, v.unsigned_abs());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_as_memcached_reads_them() {
+        assert_eq!(parse_kinds(std::iter::empty()), Some(FETCHERS));
+        let words: [&[u8]; 2] = [b"mutations", b"connevents"];
+        assert_eq!(parse_kinds(words.into_iter()), Some(MUTATIONS | CONNEVENTS));
+        let words: [&[u8]; 2] = [b"fetchers", b"bogus"];
+        assert_eq!(parse_kinds(words.into_iter()), None);
+        let words: [&[u8]; 1] = [b"proxyreqs"];
+        assert_eq!(parse_kinds(words.into_iter()), Some(1 << 10));
+    }
+
+    #[test]
+    fn full_queue_drops_then_says_skipped() {
+        let hub = Hub::new(1, 4096);
+        let w = hub.add(FETCHERS, 0, 7).ok().unwrap();
+        assert!(hub.wants(FETCHERS) && !hub.wants(MUTATIONS));
+        let big = vec![b'x'; 1000];
+        for _ in 0..10 {
+            hub.emit(FETCHERS, &[], |l| l.extend_from_slice(&big));
+        }
+        assert_eq!(hub.take_ready(0), vec![7]);
+        let mut out = Vec::new();
+        w.take(&mut out);
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 3);
+        hub.emit(FETCHERS, &[], |l| l.extend_from_slice(b"type=x"));
+        let mut out = Vec::new();
+        w.take(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("skipped=7\nts="), "{text}");
+        assert!(text.ends_with(" type=x\n"), "{text}");
+        hub.remove(&w);
+        assert!(!hub.wants(FETCHERS));
+    }
+}
