@@ -463,12 +463,15 @@ def test_udp_requests_on_flash_keys_are_answered_off_the_worker(
     with Conn(s.port or 0) as c:
         reads_before = io_reads_settled(c)
     groups = [ids[n : n + 3] for n in range(0, len(ids), 3)]
+    got: dict[int, bytes] = {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
         u.settimeout(10)
+        # One at a time: a burst of replies can overflow this socket's receive buffer on a
+        # loaded machine, and UDP drops what does not fit.
         for n, group in enumerate(groups):
-            u.sendto(udp_frame(n, b"get " + b" ".join(key(i) for i in group) + b"\r\n"),
-                     ("127.0.0.1", UDP_PORT[0]))
-        got = udp_replies(u, len(groups))
+            get = b"get " + b" ".join(key(i) for i in group) + b"\r\n"
+            u.sendto(udp_frame(n, get), ("127.0.0.1", UDP_PORT[0]))
+            got.update(udp_replies(u, 1))
         # A one-key command too: its item is brought back into memory.
         u.sendto(udp_frame(9999, b"touch %s 0\r\n" % key(ids[0])), ("127.0.0.1", UDP_PORT[0]))
         assert udp_replies(u, 1) == {9999: b"TOUCHED\r\n"}

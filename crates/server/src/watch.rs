@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use proto::reply::write_u64;
 
-use crate::shared::Shared;
+use mio::Waker;
 
 /// memcached's flag bits for the kinds memfleet can log (logger.h).
 pub const FETCHERS: u32 = 1 << 2;
@@ -171,7 +171,7 @@ impl Hub {
     }
 
     /// Logs a line of `kind`: `ts=… gid=… ` then what `body` writes, to every watcher of it.
-    pub fn emit(&self, kind: u32, wakers: &[Arc<mio::Waker>], body: impl FnOnce(&mut Vec<u8>)) {
+    pub fn emit(&self, kind: u32, wakers: &[Arc<Waker>], body: impl FnOnce(&mut Vec<u8>)) {
         let mut tell = [(0usize, 0usize); MAX_WATCHERS];
         let mut n = 0;
         {
@@ -223,7 +223,7 @@ impl Hub {
                 r.push(token);
             }
             if let Some(w) = wakers.get(worker) {
-                crate::event::handoff::wake(w);
+                let _ = w.wake();
             }
         }
     }
@@ -243,8 +243,8 @@ pub fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
 
 /// `type=item_get`: a lookup of `key` by connection `fd`; `size`: the value's length when found.
 #[cold]
-pub fn item_get(shared: &Shared, fd: i32, key: &[u8], size: Option<usize>) {
-    shared.watch.emit(FETCHERS, &shared.wakers, |l| {
+pub fn item_get(hub: &Hub, wakers: &[Arc<Waker>], fd: i32, key: &[u8], size: Option<usize>) {
+    hub.emit(FETCHERS, wakers, |l| {
         l.extend_from_slice(b"type=item_get key=");
         url_encode(l, key);
         // memfleet's items are all in class 1; memcached prints 0 for a miss.
@@ -263,7 +263,8 @@ pub fn item_get(shared: &Shared, fd: i32, key: &[u8], size: Option<usize>) {
 #[cold]
 #[allow(clippy::too_many_arguments)]
 pub fn item_store(
-    shared: &Shared,
+    hub: &Hub,
+    wakers: &[Arc<Waker>],
     fd: i32,
     key: &[u8],
     status: &[u8],
@@ -271,7 +272,7 @@ pub fn item_store(
     ttl: u32,
     size: usize,
 ) {
-    shared.watch.emit(MUTATIONS, &shared.wakers, |l| {
+    hub.emit(MUTATIONS, wakers, |l| {
         l.extend_from_slice(b"type=item_store key=");
         url_encode(l, key);
         l.extend_from_slice(b" status=");
@@ -289,8 +290,8 @@ pub fn item_store(
 
 /// `type=deleted` (memcached 1.6.19+): `cmd` is `delete` or `md`.
 #[cold]
-pub fn deleted(shared: &Shared, key: &[u8], cmd: &[u8], size: usize) {
-    shared.watch.emit(DELETIONS, &shared.wakers, |l| {
+pub fn deleted(hub: &Hub, wakers: &[Arc<Waker>], key: &[u8], cmd: &[u8], size: usize) {
+    hub.emit(DELETIONS, wakers, |l| {
         l.extend_from_slice(b"type=deleted key=");
         url_encode(l, key);
         l.extend_from_slice(b" cmd=");
@@ -311,9 +312,15 @@ pub enum CloseReason {
 
 /// `type=conn_new` / `type=conn_close` for connection `fd` (`close`: how it ended).
 #[cold]
-pub fn conn_event(shared: &Shared, fd: i32, unix: bool, close: Option<CloseReason>) {
+pub fn conn_event(
+    hub: &Hub,
+    wakers: &[Arc<Waker>],
+    fd: i32,
+    unix: bool,
+    close: Option<CloseReason>,
+) {
     let peer = if unix { None } else { peer_of(fd) };
-    shared.watch.emit(CONNEVENTS, &shared.wakers, |l| {
+    hub.emit(CONNEVENTS, wakers, |l| {
         l.extend_from_slice(if close.is_some() {
             b"type=conn_close rip="
         } else {

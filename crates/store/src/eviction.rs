@@ -72,10 +72,18 @@ impl Shard {
         &mut self,
         g: &Global,
         owned: &mut Option<Box<[u8]>>,
+        still_wanted: impl FnOnce(&mut Shard, &Global) -> bool,
     ) -> Result<u32, NeedMem> {
         self.ensure_index_room(g)?;
         let len = owned.as_ref().map_or(0, |b| b.len());
-        self.reserve_large(g, len as u64 + LARGE_OVERHEAD)?;
+        let charge = len as u64 + LARGE_OVERHEAD;
+        self.reserve_large(g, charge)?;
+        // Making room may have evicted the item the command needs (to flash, say): the
+        // buffer stays the caller's, for its retry once memory is found elsewhere.
+        if !still_wanted(self, g) {
+            g.mem.release(charge);
+            return Err(NeedMem);
+        }
         let buf = owned.take().expect("adopt_large needs a buffer");
         Ok(self.segs.add(buf, true, Queue::Main))
     }

@@ -234,6 +234,16 @@ impl Store {
         self.read(key, now, false, f)
     }
 
+    /// `peek` of memory alone: `f` gets None for an item only on flash, which is not read.
+    pub fn peek_resident<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        f: impl FnOnce(Option<ItemView<'_>>) -> R,
+    ) -> Option<R> {
+        self.read_or_locate::<true, R>(key, now, false, f).ok()
+    }
+
     /// `gat`/`gats`: get and set a new internal exptime; counts touch hits/misses.
     pub fn gat<R>(
         &self,

@@ -103,9 +103,12 @@ pub(crate) fn store_in_shard(
     let now = req.now;
     let planned = match src {
         Source::Copy(_) => plan_and_alloc(s, g, req, |s, g, size, q| s.alloc(g, size, now, q))?,
-        Source::InPlace { owned, .. } => {
-            plan_and_alloc(s, g, req, |s, g, _, _| s.adopt_large(g, owned))?
-        }
+        Source::InPlace { owned, .. } => plan_and_alloc(s, g, req, |s, g, _, _| {
+            let had_old = needs_old_item(req) && s.find_live(g, req.h, req.key, now).is_some();
+            s.adopt_large(g, owned, |s, g| {
+                !had_old || s.find_live(g, req.h, req.key, now).is_some()
+            })
+        })?,
     };
     let (plan, seg) = match planned {
         Ok(p) => p,
@@ -203,8 +206,8 @@ fn plan_and_alloc(
     // A command that needs the old item, which the allocation just evicted (to flash, say):
     // with memory found elsewhere, the caller's retry finds it again. A plain set does not
     // care; an adopted buffer is not given back, so that case is left to the final decision.
-    let needs_old =
-        plan.old.is_some() && (req.mode != StoreMode::Set || req.opts.meta) && !s.segs[seg].large();
+    // (An adopted buffer, which is not given back, was checked before it was taken.)
+    let needs_old = plan.old.is_some() && needs_old_item(req) && !s.segs[seg].large();
     let old = s.find_live(g, req.h, req.key, req.now);
     if needs_old && old.is_none() {
         s.unalloc(g, seg);
@@ -217,6 +220,11 @@ fn plan_and_alloc(
             Ok(Err(o))
         }
     }
+}
+
+/// Whether the command's outcome depends on the key's old item (all but a plain set).
+fn needs_old_item(req: &StoreReq<'_>) -> bool {
+    req.mode != StoreMode::Set || req.opts.meta
 }
 
 /// memcached's do_store_item decision. `Err` is a final (non-stored) outcome, counted at

@@ -74,7 +74,7 @@ pub fn admit(shared: &Shared, id: usize, stats: &ThreadStats, token: usize, a: A
         }
         if shared.watch.wants(watch::CONNEVENTS) {
             let unix = matches!(a.conn.stream, Stream::Unix(_));
-            watch::conn_event(shared, a.info.fd, unix, None);
+            watch::conn_event(&shared.watch, &shared.wakers, a.info.fd, unix, None);
         }
     }
     if let Ok(mut reg) = shared.registry[id].lock() {
@@ -117,7 +117,13 @@ pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn
             watch::CloseReason::Normal
         };
         let unix = matches!(conn.stream, Stream::Unix(_));
-        watch::conn_event(shared, conn.stream.fd(), unix, Some(reason));
+        watch::conn_event(
+            &shared.watch,
+            &shared.wakers,
+            conn.stream.fd(),
+            unix,
+            Some(reason),
+        );
     }
     pool.give(std::mem::take(&mut conn.rbuf));
     pool.give(std::mem::take(&mut conn.wbuf));

@@ -15,6 +15,7 @@ use crate::exec::env::ExecEnv;
 pub use crate::exec::flow::{Flow, Paused};
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
+use crate::exec::watched;
 use crate::flash::reads::ReadFor;
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
@@ -42,13 +43,13 @@ pub fn run(
     match req {
         Request::Get { keys, cas } => {
             if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
-                watch_fetch_keys(env, keys);
+                watched::fetch_keys(env, keys);
             }
             return retrieve(env, keys, cas, None, skip, reads, out);
         }
         Request::Gat { exptime, keys, cas } => {
             if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
-                watch_fetch_keys(env, keys);
+                watched::fetch_keys(env, keys);
             }
             return retrieve(env, keys, cas, Some(exptime), skip, reads, out);
         }
@@ -129,7 +130,7 @@ pub fn run(
         } => {
             st.cmd_meta.incr();
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key.as_bytes());
+                watched::fetch(env, key.as_bytes());
             }
             let mark = out.len();
             meta::get(env, &key, &flags, out);
@@ -144,14 +145,14 @@ pub fn run(
             st.cmd_meta.incr();
             st.cmd_set.incr();
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key.as_bytes());
+                watched::fetch(env, key.as_bytes());
             }
             meta::set(env, &key, &flags, cmd, data, out);
         }
         Request::MetaDelete { key, flags } => {
             st.cmd_meta.incr();
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key.as_bytes());
+                watched::fetch(env, key.as_bytes());
             }
             meta::delete(env, &key, &flags, out);
         }
@@ -163,7 +164,7 @@ pub fn run(
         } => {
             st.cmd_meta.incr();
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key.as_bytes());
+                watched::fetch(env, key.as_bytes());
             }
             let mark = out.len();
             meta::arithmetic(env, &key, &flags, incr, out);
@@ -218,72 +219,6 @@ fn start_watch<'a>(
             Flow::Continue
         }
     }
-}
-
-/// `watch fetchers`: memcached logs every item lookup, including the one a storage
-/// command, delete, incr/decr or touch makes first; looked at here before the request runs,
-/// without touching the item. Called per key, not with the whole request, which would have
-/// to be kept in memory on every request's path.
-#[cold]
-#[inline(never)]
-pub(crate) fn watch_fetch(env: &ExecEnv<'_>, key: &[u8]) {
-    let size = env
-        .shared
-        .store
-        .peek(key, env.now, |f| f.map(|it| it.value.len()));
-    watch::item_get(env.shared, env.fd, key, size);
-}
-
-/// `watch_fetch` for each key of a get or gat (up to a bad one).
-#[cold]
-#[inline(never)]
-fn watch_fetch_keys(env: &ExecEnv<'_>, keys: proto::Keys<'_>) {
-    keys.map_while(Result::ok).for_each(|k| watch_fetch(env, k));
-}
-
-/// `watch mutations`: a storage command's outcome, in memcached's words.
-#[cold]
-#[inline(never)]
-pub(crate) fn watch_store(
-    env: &ExecEnv<'_>,
-    cmd: StoreCmd,
-    key: &[u8],
-    exptime: u32,
-    size: usize,
-    result: StoreResult,
-) {
-    let status: &[u8] = match result {
-        StoreResult::Stored => b"stored",
-        StoreResult::NotStored => b"not_stored",
-        StoreResult::Exists => b"exists",
-        StoreResult::NotFound => b"not_found",
-        StoreResult::TooLarge => b"too_large",
-        StoreResult::NoMemory => b"no_memory",
-    };
-    let name: &[u8] = match cmd {
-        StoreCmd::Set => b"set",
-        StoreCmd::Add => b"add",
-        StoreCmd::Replace => b"replace",
-        StoreCmd::Append => b"append",
-        StoreCmd::Prepend => b"prepend",
-        StoreCmd::Cas => b"cas",
-    };
-    // memcached prints the seconds left unsigned, 0 for an item that never expires.
-    let ttl = if exptime == 0 {
-        0
-    } else {
-        exptime.wrapping_sub(env.now)
-    };
-    watch::item_store(env.shared, env.fd, key, status, name, ttl, size);
-}
-
-/// `watch deletions`: the size of the item a delete is about to remove, if any.
-#[cold]
-#[inline(never)]
-pub(crate) fn watch_delete_size(env: &ExecEnv<'_>, key: &[u8]) -> Option<usize> {
-    env.shared
-        .store
-        .peek(key, env.now, |f| f.map(|it| it.value.len()))
 }
 
 /// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
@@ -378,7 +313,7 @@ pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mu
     let store = &env.shared.store;
     env.stats.cmd_set.incr();
     if env.shared.watch.wants(watch::FETCHERS) {
-        watch_fetch(env, &r.key);
+        watched::fetch(env, &r.key);
     }
     let mode = store_mode(r.cmd, r.cas_unique);
     let exptime = store.exptime(r.exptime, env.now);
@@ -387,7 +322,7 @@ pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mu
         .exptime(exptime);
     let result = store.store(req, env.now);
     if env.shared.watch.wants(watch::MUTATIONS) {
-        watch_store(env, r.cmd, &r.key, exptime, r.value_len, result.result);
+        watched::store(env, r.cmd, &r.key, exptime, r.value_len, result.result);
     }
     let outcome = stored(env.stats, result);
     reply_text(outcome, r.noreply, out);
@@ -444,7 +379,7 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
         } => {
             st.cmd_set.incr();
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key);
+                watched::fetch(env, key);
             }
             // memcached checks a binary append/prepend's CAS too (a text one has none).
             let compare_cas = match cmd {
@@ -461,23 +396,23 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
                 });
             let r = store.store(req, now);
             if env.shared.watch.wants(watch::MUTATIONS) {
-                watch_store(env, cmd, key, exptime, data.len(), r.result);
+                watched::store(env, cmd, key, exptime, data.len(), r.result);
             }
             stored(st, r)
         }
         Request::Delete { key, .. } => {
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key);
+                watched::fetch(env, key);
             }
             let opts = DeleteOpts {
                 compare_cas: (x.cas != 0).then_some(x.cas),
                 ..DeleteOpts::default()
             };
             if env.shared.watch.wants(watch::DELETIONS) {
-                let size = watch_delete_size(env, key);
+                let size = watched::delete_size(env, key);
                 let r = store.delete(key, now, &opts);
                 if let (DeleteResult::Deleted, Some(size)) = (r, size) {
-                    watch::deleted(env.shared, key, b"delete", size);
+                    watch::deleted(&env.shared.watch, &env.shared.wakers, key, b"delete", size);
                 }
                 return Some(Outcome::Deleted(r));
             }
@@ -487,7 +422,7 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
             incr, key, delta, ..
         } => {
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key);
+                watched::fetch(env, key);
             }
             let opts = ArithOpts {
                 compare_cas: x.cas,
@@ -501,7 +436,7 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
         Request::Touch { key, exptime, .. } => {
             st.cmd_touch.incr();
             if env.shared.watch.wants(watch::FETCHERS) {
-                watch_fetch(env, key);
+                watched::fetch(env, key);
             }
             let exptime = store.exptime(exptime, now);
             Outcome::Touched(store.gat(key, exptime, now, |found| {

@@ -150,7 +150,7 @@ pub fn set(
         .opts(opts);
     let r = store.store(req, now);
     if env.shared.watch.wants(crate::watch::MUTATIONS) {
-        crate::exec::execute::watch_store(env, cmd, key.as_bytes(), exptime, data.len(), r.result);
+        crate::exec::watched::store(env, cmd, key.as_bytes(), exptime, data.len(), r.result);
     }
     let status: &[u8] = match r.result {
         StoreResult::Stored if flags.noreply() => return,
@@ -201,13 +201,19 @@ pub fn delete(env: &ExecEnv<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut
         remove_value: flags.has(b'x'),
     };
     let size = if env.shared.watch.wants(crate::watch::DELETIONS) {
-        crate::exec::execute::watch_delete_size(env, key.as_bytes())
+        crate::exec::watched::delete_size(env, key.as_bytes())
     } else {
         None
     };
     let result = store.delete(key.as_bytes(), now, &opts);
     if let (DeleteResult::Deleted, Some(size)) = (result, size) {
-        crate::watch::deleted(env.shared, key.as_bytes(), b"md", size);
+        crate::watch::deleted(
+            &env.shared.watch,
+            &env.shared.wakers,
+            key.as_bytes(),
+            b"md",
+            size,
+        );
     }
     let status: &[u8] = match result {
         DeleteResult::Deleted if flags.noreply() => return,

@@ -1,6 +1,7 @@
 //! Running requests: a read's requests (`batch`), the binary protocol (`binary`), the one
 //! executor (`execute`) with `meta`, `report` (`stats`) and `dump` (key dumps), what a
-//! request sees (`env`) and what the connection does next (`flow`).
+//! request sees (`env`), what the connection does next (`flow`) and what `watch` logs
+//! (`watched`).
 
 pub mod batch;
 pub mod binary;
@@ -11,3 +12,4 @@ pub mod flow;
 pub mod meta;
 pub mod report;
 pub mod textauth;
+pub mod watched;
