@@ -23,6 +23,19 @@ pub fn check_key(key: &[u8]) -> Result<(), BadKey> {
     Ok(())
 }
 
+/// memcached's uriencode, as its key dumps and `watch` lines print keys: letters, digits and
+/// `-._~` as they are, any other byte as `%XX`.
+pub fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in key {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +48,12 @@ mod tests {
         assert_eq!(check_key(b"a b"), Err(BadKey::BadByte));
         assert_eq!(check_key(b"a\x7f"), Err(BadKey::BadByte));
         assert_eq!(check_key("\u{fc}ber".as_bytes()), Ok(()));
+    }
+
+    #[test]
+    fn keys_are_url_encoded_as_memcached_does() {
+        let mut out = Vec::new();
+        url_encode(&mut out, b"a~._-:/%\x01\xff Z9");
+        assert_eq!(out, b"a~._-%3A%2F%25%01%FF%20Z9");
     }
 }

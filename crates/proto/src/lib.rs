@@ -57,7 +57,7 @@ pub mod stream;
 mod text;
 mod tokens;
 
-pub use key::{check_key, BadKey};
+pub use key::{check_key, url_encode, BadKey};
 pub use meta::{base64_decode, Key, MetaFlagIter, MetaFlags};
 pub use num::{strtol_i32, strtoll, strtoul_u32, strtoull};
 pub use tokens::{KeyTooLong, Keys, Tokens};

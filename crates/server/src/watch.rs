@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use proto::reply::write_u64;
+use proto::url_encode;
 
 use mio::Waker;
 
@@ -225,18 +226,6 @@ impl Hub {
             if let Some(w) = wakers.get(worker) {
                 let _ = w.wake();
             }
-        }
-    }
-}
-
-/// memcached's uriencode: letters, digits and `-._~` as they are, other bytes as `%XX`.
-pub fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
         }
     }
 }

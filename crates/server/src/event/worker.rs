@@ -396,19 +396,7 @@ impl Worker {
             self.close(t);
             return;
         }
-        let want_write = conn.has_unsent();
-        if want_write != conn.want_write {
-            conn.want_write = want_write;
-            let interest = if want_write {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            let _ = self
-                .poll
-                .registry()
-                .reregister(conn.stream.source(), Token(t), interest);
-        }
+        set_write_interest(&self.poll, conn, t);
     }
 
     /// A `watch` connection: drops what it sent (closing it on EOF) and writes the log
@@ -454,19 +442,7 @@ impl Worker {
         }
         out.clear();
         self.out = out;
-        let want_write = conn.has_unsent();
-        if want_write != conn.want_write {
-            conn.want_write = want_write;
-            let interest = if want_write {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            let _ = self
-                .poll
-                .registry()
-                .reregister(conn.stream.source(), Token(t), interest);
-        }
+        set_write_interest(&self.poll, conn, t);
     }
 
     fn close(&mut self, t: usize) {
@@ -525,5 +501,22 @@ impl Worker {
         for t in lifecycle::idle(&self.shared, self.conns.iter(), now) {
             self.close(t);
         }
+    }
+}
+
+/// Asks the poll for writability while the connection has replies waiting, and stops once
+/// they are written.
+fn set_write_interest(poll: &Poll, conn: &mut Conn, t: usize) {
+    let want_write = conn.has_unsent();
+    if want_write != conn.want_write {
+        conn.want_write = want_write;
+        let interest = if want_write {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        let _ = poll
+            .registry()
+            .reregister(conn.stream.source(), Token(t), interest);
     }
 }

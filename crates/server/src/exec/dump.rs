@@ -6,6 +6,7 @@
 //! so a client that does not read holds at most the cap plus one segment's lines.
 
 use proto::reply::{self, write_u64};
+use proto::url_encode;
 use store::{DumpCursor, DumpItem};
 
 use crate::exec::env::ExecEnv;
@@ -134,18 +135,6 @@ fn memcached_item_size(it: &DumpItem<'_>) -> usize {
     56 + it.key.len() + 1 + it.value_len + 2 + if it.flags != 0 { 4 } else { 0 }
 }
 
-/// memcached's uriencode: letters, digits and `-._~` as they are, other bytes as `%XX`.
-fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,12 +165,5 @@ mod tests {
                 String::from_utf8_lossy(arg)
             );
         }
-    }
-
-    #[test]
-    fn keys_are_url_encoded_as_memcached_does() {
-        let mut out = Vec::new();
-        url_encode(&mut out, b"a~._-:/%\x01\xff Z9");
-        assert_eq!(out, b"a~._-%3A%2F%25%01%FF%20Z9");
     }
 }
