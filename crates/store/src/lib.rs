@@ -26,6 +26,7 @@ mod arith;
 mod budget;
 mod delete;
 mod dump;
+mod events;
 mod eviction;
 mod exptime;
 mod flash;
@@ -53,6 +54,7 @@ use std::sync::{Mutex, MutexGuard};
 use arith::Delta;
 use budget::Budget;
 pub use dump::{DumpCursor, DumpItem};
+pub use events::{Departure, KeyEvents};
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
 use flash::Flash;
 pub use flash::{Device, FlashConfig, FlashStats, NO_ITEM_AGE};
@@ -155,6 +157,13 @@ impl Store {
             in_flight: AtomicU64::new(0),
             process_start: cfg.process_start,
             steal_rotor: AtomicU32::new(0),
+        }
+    }
+
+    /// Whom to tell when an item leaves memory (see `KeyEvents`); replaces any before.
+    pub fn set_events(&self, ev: std::sync::Arc<dyn KeyEvents>) {
+        for i in 0..NSHARDS {
+            self.lock(i).events = Some(ev.clone());
         }
     }
 

@@ -54,6 +54,11 @@ pub fn process(
         return false;
     }
     let fd = conn.stream.fd();
+    let tracked = conn.tracked.clone();
+    let env = &ExecEnv {
+        tracked: tracked.as_deref(),
+        ..*env
+    };
     match conn.protocol {
         Protocol::Text => {}
         Protocol::Binary => return binary::process(env, conn, pool, buf, out),
@@ -158,6 +163,11 @@ pub fn process(
                     Flow::Watch => {
                         pos = buf.len();
                         break;
+                    }
+                    Flow::Track(l) => {
+                        conn.tracked = l;
+                        // The requests after it see the new listener in a fresh batch.
+                        stopped_early = true;
                     }
                     Flow::Paused(p) => {
                         conn.unsent = p

@@ -87,7 +87,7 @@ pub fn process(
                 match run(env, &mut conn.authenticated, &req, &mut conn.aside, out, fd) {
                     Flow::Continue => {}
                     Flow::Close => conn.closing = true,
-                    Flow::Watch => {}
+                    Flow::Watch | Flow::Track(_) => {}
                     // It runs again once its read is back.
                     Flow::Paused(_) => {
                         stopped_early = true;

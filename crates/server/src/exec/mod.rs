@@ -12,4 +12,5 @@ pub mod flow;
 pub mod meta;
 pub mod report;
 pub mod textauth;
+pub mod tracked;
 pub mod watched;
