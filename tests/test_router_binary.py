@@ -330,3 +330,15 @@ def test_dalli_and_rails_cache_store_through_the_router(router: Proxy) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ok get_multi" in out.stdout and "ok rails read_multi" in out.stdout
     assert out.stdout.rstrip().endswith("all passed")
+
+
+@pytest.mark.skipif(shutil.which("memccapable") is None, reason="libmemcached-tools missing")
+def test_memccapable_binary_passes_through_the_router(router: Proxy) -> None:
+    out = subprocess.run(
+        ["memccapable", "-h", "127.0.0.1", "-p", str(router.port), "-b", "-t", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0 and "All tests passed" in out.stdout, out.stdout + out.stderr

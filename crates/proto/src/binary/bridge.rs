@@ -4,8 +4,9 @@
 //! would have sent. Commands with no backend (noop, version, quit, stat, SASL) are answered
 //! by the caller; [`write_stats`] and [`sasl_plain_password`] help with two of them.
 //!
-//! Choices: gets fetch with `gets`/`gats` (so hits carry the CAS), a set with a CAS becomes
-//! `cas`, a delete with a CAS becomes `md <key> C<cas>`, incr/decr become `ma` (its `N`/`J`
+//! Choices: gets fetch with `gets`/`gats` (so hits carry the CAS), stores are `ms` (its `c`
+//! flag returns the new item's CAS, which binary replies carry; `C` checks a request CAS on
+//! any store command, as memcached does), a delete with a CAS becomes `md <key> C<cas>`, incr/decr become `ma` (its `N`/`J`
 //! flags are binary's initial value and expiration, its `c` flag returns the CAS), touch is
 //! `gats` without the value (binary touch answers the flags). Keys the text protocol cannot
 //! carry (spaces, control bytes) are refused with invalid arguments.
@@ -22,7 +23,7 @@ pub const STATUS_TEMPORARY_FAILURE: u16 = 0x86;
 enum Shape {
     /// `gets`/`gats`: get, getk (key in the reply), gat, touch (no value in the reply).
     Get { with_key: bool, touch: bool },
-    /// set/add/replace/append/prepend/cas: STORED, NOT_STORED, EXISTS, NOT_FOUND.
+    /// `ms ... c`: HD (with the CAS), NS, EX, NF.
     Store { cmd: StoreCmd, cas: bool },
     /// `delete` or `md`.
     Delete,
@@ -102,34 +103,40 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
             data,
             ..
         } => {
-            // memcached checks a request CAS for set/add/replace only (append/prepend too,
-            // but the text protocol has no way to say it).
-            let cas =
-                req.cas != 0 && matches!(cmd, StoreCmd::Set | StoreCmd::Add | StoreCmd::Replace);
-            let verb: &[u8] = match cmd {
-                _ if cas => b"cas ",
-                StoreCmd::Set | StoreCmd::Cas => b"set ",
-                StoreCmd::Add => b"add ",
-                StoreCmd::Replace => b"replace ",
-                StoreCmd::Append => b"append ",
-                StoreCmd::Prepend => b"prepend ",
+            // Meta, for the CAS of the stored item that binary replies carry (memccapable
+            // checks it) and a request CAS on any store command, as memcached checks it.
+            let mode: &[u8] = match cmd {
+                StoreCmd::Set | StoreCmd::Cas => b"S",
+                // A CAS makes add/replace a compare-and-swap, as in memcached.
+                StoreCmd::Add | StoreCmd::Replace if req.cas != 0 => b"S",
+                StoreCmd::Add => b"E",
+                StoreCmd::Replace => b"R",
+                StoreCmd::Append => b"A",
+                StoreCmd::Prepend => b"P",
             };
-            text.extend_from_slice(verb);
+            text.extend_from_slice(b"ms ");
             text.extend_from_slice(key);
             text.push(b' ');
-            num(text, flags);
-            text.push(b' ');
-            num(text, exptime);
-            text.push(b' ');
             num(text, data.len());
-            if cas {
-                text.push(b' ');
+            text.extend_from_slice(b" c M");
+            text.extend_from_slice(mode);
+            if !matches!(cmd, StoreCmd::Append | StoreCmd::Prepend) {
+                text.extend_from_slice(b" F");
+                num(text, flags);
+                text.extend_from_slice(b" T");
+                num(text, exptime);
+            }
+            if req.cas != 0 {
+                text.extend_from_slice(b" C");
                 num(text, req.cas);
             }
             text.extend_from_slice(b"\r\n");
             text.extend_from_slice(data);
             text.extend_from_slice(b"\r\n");
-            Shape::Store { cmd, cas }
+            Shape::Store {
+                cmd,
+                cas: req.cas != 0,
+            }
         }
         Command::Delete { .. } => {
             if req.cas == 0 {
@@ -254,10 +261,9 @@ impl Pending {
                     self.error(out, Status::KeyNotFound);
                 }
             }
-            (Shape::Store { .. }, b"STORED")
-            | (Shape::Delete, b"DELETED" | b"HD")
-            | (Shape::Flush, b"OK") => self.ok(out, 0, b""),
-            (Shape::Store { cmd, cas }, b"NOT_STORED") => {
+            (Shape::Delete, b"DELETED" | b"HD") | (Shape::Flush, b"OK") => self.ok(out, 0, b""),
+            (Shape::Store { .. }, _) if meta_code(line, b"HD") => self.ok(out, meta_cas(line), b""),
+            (Shape::Store { cmd, cas }, _) if meta_code(line, b"NS") => {
                 // memcached's binary statuses for a refused store.
                 let status = match cmd {
                     StoreCmd::Add if !cas => Status::KeyExists,
@@ -266,19 +272,19 @@ impl Pending {
                 };
                 self.error(out, status)
             }
-            (Shape::Store { .. } | Shape::Delete | Shape::Arith, b"EXISTS" | b"EX") => {
+            (Shape::Store { .. } | Shape::Delete | Shape::Arith, _)
+                if meta_code(line, b"EX") || line == b"EXISTS" =>
+            {
                 self.error(out, Status::KeyExists)
             }
-            (Shape::Store { .. } | Shape::Delete | Shape::Arith, b"NOT_FOUND" | b"NF") => {
+            (Shape::Store { .. } | Shape::Delete | Shape::Arith, _)
+                if meta_code(line, b"NF") || line == b"NOT_FOUND" =>
+            {
                 self.error(out, Status::KeyNotFound)
             }
-            (Shape::Arith, b"NS") => self.error(out, Status::NotStored),
+            (Shape::Arith, _) if meta_code(line, b"NS") => self.error(out, Status::NotStored),
             (Shape::Arith, _) if line.starts_with(b"VA ") => {
-                let cas = line
-                    .split(|&b| b == b' ')
-                    .skip(2)
-                    .find_map(|t| t.strip_prefix(b"c").and_then(parse_u64))
-                    .unwrap_or(0);
+                let cas = meta_cas(line);
                 let (digits, _) = first_line(rest);
                 // memcached keeps a decremented value's length: "9 " after "10".
                 match parse_u64(digits.trim_ascii_end()) {
@@ -326,6 +332,20 @@ impl Pending {
             [&[], &[], b"invalid reply from server"],
         );
     }
+}
+
+/// Whether a meta reply line has return code `code` (alone or followed by flags).
+fn meta_code(line: &[u8], code: &[u8]) -> bool {
+    line.strip_prefix(code)
+        .is_some_and(|rest| rest.is_empty() || rest[0] == b' ')
+}
+
+/// The `c<cas>` return flag of a meta reply line; 0 when absent.
+fn meta_cas(line: &[u8]) -> u64 {
+    line.split(|&b| b == b' ')
+        .skip(1)
+        .find_map(|t| t.strip_prefix(b"c").and_then(parse_u64))
+        .unwrap_or(0)
 }
 
 /// `VALUE <key> <flags> <bytes> <cas>` and the data after it: flags, CAS, value.
@@ -496,26 +516,25 @@ mod tests {
     }
 
     #[test]
-    fn stores_and_their_refusals() {
+    fn stores_go_as_ms_and_return_the_cas() {
         let (text, p) = fwd(&req(op::SET, 0, false, store(StoreCmd::Set)));
-        assert_eq!(text, b"set k 5 0 3\r\nval\r\n");
-        assert_eq!(answer(&p, b"STORED\r\n"), [(0, 0, vec![], vec![], vec![])]);
+        assert_eq!(text, b"ms k 3 c MS F5 T0\r\nval\r\n");
+        assert_eq!(answer(&p, b"HD c77\r\n"), [(0, 77, vec![], vec![], vec![])]);
         let (text, p) = fwd(&req(op::SET, 42, false, store(StoreCmd::Set)));
-        assert_eq!(text, b"cas k 5 0 3 42\r\nval\r\n");
-        assert_eq!(answer(&p, b"EXISTS\r\n")[0].0, 2);
-        assert_eq!(answer(&p, b"NOT_FOUND\r\n")[0].0, 1);
-        let (_, p) = fwd(&req(op::ADDQ, 0, true, store(StoreCmd::Add)));
-        assert!(answer(&p, b"STORED\r\n").is_empty(), "quiet success");
-        assert_eq!(
-            answer(&p, b"NOT_STORED\r\n")[0].0,
-            2,
-            "add of an existing key"
-        );
+        assert_eq!(text, b"ms k 3 c MS F5 T0 C42\r\nval\r\n");
+        assert_eq!(answer(&p, b"EX c0\r\n")[0].0, 2);
+        assert_eq!(answer(&p, b"NF c0\r\n")[0].0, 1);
+        let (text, p) = fwd(&req(op::ADDQ, 0, true, store(StoreCmd::Add)));
+        assert_eq!(text, b"ms k 3 c ME F5 T0\r\nval\r\n");
+        assert!(answer(&p, b"HD c1\r\n").is_empty(), "quiet success");
+        assert_eq!(answer(&p, b"NS c0\r\n")[0].0, 2, "add of an existing key");
+        let (_, p) = fwd(&req(op::ADD, 9, false, store(StoreCmd::Add)));
+        assert_eq!(answer(&p, b"NS c0\r\n")[0].0, 5, "add with a CAS is a CAS");
         let (_, p) = fwd(&req(op::REPLACE, 0, false, store(StoreCmd::Replace)));
-        assert_eq!(answer(&p, b"NOT_STORED\r\n")[0].0, 1);
-        let (text, p) = fwd(&req(op::APPEND, 0, false, store(StoreCmd::Append)));
-        assert_eq!(text, b"append k 5 0 3\r\nval\r\n");
-        assert_eq!(answer(&p, b"NOT_STORED\r\n")[0].0, 5);
+        assert_eq!(answer(&p, b"NS c0\r\n")[0].0, 1);
+        let (text, p) = fwd(&req(op::APPEND, 3, false, store(StoreCmd::Append)));
+        assert_eq!(text, b"ms k 3 c MA C3\r\nval\r\n");
+        assert_eq!(answer(&p, b"NS\r\n")[0].0, 5);
     }
 
     #[test]
