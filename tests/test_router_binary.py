@@ -35,6 +35,7 @@ from binary_corpus import (
     SETQ,
     STAT,
     TOUCH,
+    VERBOSITY,
     VERSION,
     arith_extras,
     parse,
@@ -42,10 +43,13 @@ from binary_corpus import (
     store_extras,
 )
 from harness import Server, free_port, keys_held, memcached, memfleet
+from mcrouter_harness import McRouter, fetch, pools, servers
 from proxy_harness import Proxy, pool_yaml
 from test_binary_clients import RUBY_SCRIPT, have_dalli
 
 Packet = tuple[int, int, int, int, bytes, bytes, bytes]
+
+__all__ = ["servers"]
 
 
 @pytest.fixture(params=["memcached", "memfleet"])
@@ -158,12 +162,15 @@ def test_binary_semantics_kept(router: Proxy) -> None:
         + pkt(GET, b"ctr", opaque=12)
         + pkt(VERSION, opaque=13)
         + pkt(SASL_LIST, opaque=14)
+        + pkt(VERBOSITY, b"", struct.pack(">I", 1), opaque=16)
+        + pkt(GET, b"a key", opaque=17)
+        + pkt(SET, b"big", store_extras(), b"x" * (2 << 20), opaque=18)
         + pkt(NOOP, opaque=15)
     )
     packets, _ = exchange(port, reqs, NOOP)
     got = {p[2]: p for p in packets}
-    assert sorted(got) == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "incrq is quiet"
-    assert [p[2] for p in packets] == sorted(got), "replies in request order"
+    order = [1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 15]
+    assert [p[2] for p in packets] == order, "replies in request order, incrq quiet"
     assert got[1][6] == struct.pack(">Q", 10) and got[2][6] == struct.pack(">Q", 15)
     assert got[2][3] != 0, "incr returns the counter's CAS"
     assert got[3][1] == 0x01
@@ -176,6 +183,9 @@ def test_binary_semantics_kept(router: Proxy) -> None:
     assert got[12][6] == b"16"
     assert got[13][6].startswith(b"1.6.18")
     assert got[14][1] == 0x81, "no SASL configured: unknown command, as memcached without -S"
+    assert got[16][1] == 0, "verbosity accepted, the next request read right"
+    assert got[17][1] == 0x04, "a key text cannot carry"
+    assert got[18][1] == 0x03, "too large, its value swallowed"
     # CAS round trip: a set with the CAS of a get, then with a stale one; delete with CAS.
     packets, _ = exchange(port, pkt(GET, b"s", opaque=1), GET)
     cas = packets[0][3]
@@ -342,3 +352,29 @@ def test_memccapable_binary_passes_through_the_router(router: Proxy) -> None:
         check=False,
     )
     assert out.returncode == 0 and "All tests passed" in out.stdout, out.stdout + out.stderr
+
+
+def test_mcrouter_replication_and_failover_apply_to_binary_clients(servers) -> None:  # type: ignore[no-untyped-def]
+    a, b = servers(2)
+    sync = {
+        "pools": pools(A=[a], B=[b]),
+        "route": {"type": "AllSyncRoute", "children": ["PoolRoute|A", "PoolRoute|B"]},
+    }
+    with McRouter(sync).start() as r:
+        reqs = pkt(SET, b"k", store_extras(), b"x", opaque=1) + pkt(GET, b"k", opaque=2)
+        packets, _ = exchange(r.port or 0, reqs, GET)
+        assert [(p[2], p[1], p[6]) for p in packets] == [(1, 0, b""), (2, 0, b"x")]
+        assert fetch(a.port or 0, "k") == fetch(b.port or 0, "k") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+        packets, _ = exchange(r.port or 0, pkt(DELETE, b"k"), DELETE)
+        assert packets[0][1] == 0
+        assert fetch(a.port or 0, "k") == fetch(b.port or 0, "k") == b"END\r\n"
+    failover = {
+        "pools": pools(A=[a], B=[b]),
+        "route": {"type": "FailoverRoute", "children": ["PoolRoute|A", "PoolRoute|B"]},
+    }
+    with McRouter(failover).start() as r:
+        a.stop()
+        reqs = pkt(SET, b"f", store_extras(), b"second", opaque=1) + pkt(GET, b"f", opaque=2)
+        packets, _ = exchange(r.port or 0, reqs, GET)
+        assert [(p[2], p[1], p[6]) for p in packets] == [(1, 0, b""), (2, 0, b"second")]
+        assert fetch(b.port or 0, "f") == b"VALUE f 0 6\r\nsecond\r\nEND\r\n"

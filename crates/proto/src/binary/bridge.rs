@@ -49,6 +49,12 @@ fn num(out: &mut Vec<u8>, n: impl std::fmt::Display) {
     let _ = write!(out, "{n}");
 }
 
+/// An expiration as the text protocol reads it: binary's is unsigned, text's a signed 32-bit
+/// number, so times past 2038 (absolute either way) become the last one text can say.
+fn exptime(t: u32) -> u32 {
+    t.min(i32::MAX as u32)
+}
+
 /// Writes to `text` the text-protocol request with the effect of `req` and returns how to
 /// translate its reply. `Ok(None)`: not a command for the backends (noop, version, quit,
 /// stat, SASL), nothing written. `Err`: refused here with that status (the key cannot be
@@ -73,7 +79,7 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
             match touch {
                 Some(t) => {
                     text.extend_from_slice(b"gats ");
-                    num(text, t);
+                    num(text, exptime(t));
                     text.push(b' ');
                 }
                 None => text.extend_from_slice(b"gets "),
@@ -85,9 +91,9 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
                 touch: false,
             }
         }
-        Command::Touch { exptime, .. } => {
+        Command::Touch { exptime: t, .. } => {
             text.extend_from_slice(b"gats ");
-            num(text, exptime);
+            num(text, exptime(t));
             text.push(b' ');
             text.extend_from_slice(key);
             text.extend_from_slice(b"\r\n");
@@ -99,7 +105,7 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
         Command::Store {
             cmd,
             flags,
-            exptime,
+            exptime: t,
             data,
             ..
         } => {
@@ -124,7 +130,7 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
                 text.extend_from_slice(b" F");
                 num(text, flags);
                 text.extend_from_slice(b" T");
-                num(text, exptime);
+                num(text, exptime(t));
             }
             if req.cas != 0 {
                 text.extend_from_slice(b" C");
@@ -155,7 +161,7 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
             incr,
             delta,
             initial,
-            exptime,
+            exptime: t,
             ..
         } => {
             text.extend_from_slice(b"ma ");
@@ -163,9 +169,9 @@ pub fn forward(req: &BinRequest<'_>, text: &mut Vec<u8>) -> Result<Option<Pendin
             text.extend_from_slice(if incr { b" MI D" } else { b" MD D" });
             num(text, delta);
             // 0xffffffff: a miss answers not found instead of creating the counter.
-            if exptime != u32::MAX {
+            if t != u32::MAX {
                 text.extend_from_slice(b" N");
-                num(text, exptime);
+                num(text, exptime(t));
                 text.extend_from_slice(b" J");
                 num(text, initial);
             }
@@ -374,6 +380,30 @@ pub fn write_stats(opaque: u32, text: &[u8], out: &mut Vec<u8>) {
     super::write_stat(out, opaque, b"", b"");
 }
 
+/// A complete verbosity request (4 bytes of extras, nothing else) at the head of `buf`: its
+/// reply (success) and length. memcached 1.6.18 answers verbosity unknown command and then
+/// reads the next request from the wrong place; a router accepts and ignores it, as it does
+/// text `verbosity`.
+pub fn verbosity(buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    let h = buf.get(..super::HEADER_LEN)?;
+    let plain = h[0] == super::REQUEST_MAGIC
+        && h[1] == super::opcode::VERBOSITY
+        && h[2..4] == [0, 0]
+        && h[4] == 4
+        && h[8..12] == 4u32.to_be_bytes();
+    if !plain || buf.len() < super::HEADER_LEN + 4 {
+        return None;
+    }
+    let head = Head {
+        opcode: super::opcode::VERBOSITY,
+        vbucket_or_status: 0,
+        opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        cas: 0,
+    };
+    write_packet(out, RESPONSE_MAGIC, head, &[], &[], &[]);
+    Some(super::HEADER_LEN + 4)
+}
+
 /// The password of a SASL PLAIN message (`authzid NUL authcid NUL passwd`), if well formed.
 pub fn sasl_plain_password(data: &[u8]) -> Option<&[u8]> {
     let mut parts = data.splitn(3, |&b| b == 0);
@@ -488,6 +518,16 @@ mod tests {
             with_key: false,
         };
         assert_eq!(fwd(&req(op::GAT, 0, false, gat)).0, b"gats 60 k\r\n");
+        let late = Command::Get {
+            key: b"k",
+            touch: Some(0xf000_0000),
+            with_key: false,
+        };
+        let text = fwd(&req(op::GAT, 0, false, late)).0;
+        assert_eq!(
+            text, b"gats 2147483647 k\r\n",
+            "past what text can say: its last time"
+        );
         let (text, p) = fwd(&req(
             op::TOUCH,
             0,
@@ -627,6 +667,24 @@ mod tests {
         );
         assert_eq!(p[1].4, b"a b");
         assert!(p[2].3.is_empty() && p[2].4.is_empty());
+    }
+
+    #[test]
+    fn verbosity_is_accepted_whole_or_not_at_all() {
+        let mut req = vec![0x80, op::VERBOSITY, 0, 0, 4, 0, 0, 0, 0, 0, 0, 4];
+        req.extend_from_slice(&0xdead_beefu32.to_be_bytes());
+        req.extend_from_slice(&[0; 8]);
+        req.extend_from_slice(&1u32.to_be_bytes());
+        let mut out = Vec::new();
+        assert_eq!(verbosity(&req[..27], &mut out), None, "not all here yet");
+        assert_eq!(verbosity(&req, &mut out), Some(28));
+        assert_eq!(packets(&out), [(0, 0, vec![], vec![], vec![])]);
+        req[4] = 0;
+        assert_eq!(
+            verbosity(&req, &mut out),
+            None,
+            "malformed: the parser's answer"
+        );
     }
 
     #[test]

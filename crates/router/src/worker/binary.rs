@@ -24,13 +24,21 @@ impl Worker {
             sasl: c.rt.cfg.client_auth.is_some(),
             authenticated: c.authed,
         };
+        let mut out = Vec::new();
+        if c.authed {
+            if let Some(n) = bridge::verbosity(rbuf.filled(), &mut out) {
+                c.reply(&out);
+                rbuf.consume(n);
+                self.mark_client(ci);
+                return true;
+            }
+        }
         match binary::parse_request(rbuf.filled(), &settings) {
             BinParse::Incomplete { total } => {
                 rbuf.reserve_total(total);
                 false
             }
             BinParse::Error(e) => {
-                let mut out = Vec::new();
                 e.write_reply(&mut out);
                 c.reply(&out);
                 c.swallow = e.swallow;
@@ -105,7 +113,7 @@ impl Worker {
             proto::parse
         };
         let Parse::Request(text_req, _) = parse(&text, &self.limits) else {
-            // A number the text protocol reads differently (an expiration over 2^31).
+            // Not expected: `bridge::forward` writes only what the text parser reads.
             let mut out = Vec::new();
             req.write_error(&mut out, Status::InvalidArguments);
             return self.local_reply(ci, &out);
