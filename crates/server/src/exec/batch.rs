@@ -14,6 +14,7 @@ use proto::reply;
 use crate::exec::binary;
 use crate::exec::env::ExecEnv;
 use crate::exec::execute::{self, Flow, Received};
+use crate::exec::flash_wait;
 use crate::exec::textauth;
 use crate::io::bufpool::BufPool;
 use crate::io::conn::{Conn, Protocol};
@@ -121,7 +122,7 @@ pub fn process(
                     // An add/replace/cas whose item is on flash waits for it to be read back
                     // (off the worker), with the value kept where it arrived.
                     if env.flash_reads.is_some()
-                        && execute::bring_in(env, &req, &mut conn.aside).is_some()
+                        && flash_wait::bring_in(env, &req, &mut conn.aside).is_some()
                     {
                         stopped_early = true;
                         charged = true;

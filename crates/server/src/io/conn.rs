@@ -56,7 +56,7 @@ pub struct Conn {
     /// the field (see the size test below).
     pub unsent: Option<Box<Unsent>>,
     /// Keys of the get at the front of `rbuf` already answered: it paused while its
-    /// replies were written (see `execute::retrieve`).
+    /// replies were written (see `get::retrieve`).
     pub resume: u32,
     /// Bytes charged to the store's memory limit for the value being received into `rbuf`:
     /// what has arrived of a request larger than a pooled read buffer (see `batch`); given
