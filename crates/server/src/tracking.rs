@@ -348,3 +348,116 @@ fn notice(out: &mut Vec<u8>, key: &[u8]) {
         out.extend_from_slice(b"\r\n");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken(l: &Listener) -> Vec<u8> {
+        let mut out = Vec::new();
+        l.feed.take(&mut out);
+        out
+    }
+
+    fn setup(max_per: usize, max_total: usize) -> (Tracker, Hub) {
+        (Tracker::new(max_per, max_total), Hub::new(1, 4096))
+    }
+
+    #[test]
+    fn a_change_is_told_once_to_each_listener_that_read_it() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        let b = t.listen(&hub, 0, 2).ok().unwrap();
+        assert!(a.id != b.id);
+        t.register(&a, b"k", 0, &hub, &[]);
+        t.register(&a, b"k", 0, &hub, &[]);
+        t.register(&b, b"k", 0, &hub, &[]);
+        assert_eq!(t.key_count(), 2);
+        t.changed(b"k", &hub, &[]);
+        t.changed(b"k", &hub, &[]);
+        t.changed(b"other", &hub, &[]);
+        assert_eq!(taken(&a), b"IV k\r\n");
+        assert_eq!(taken(&b), b"IV k\r\n");
+        assert_eq!(t.key_count(), 0);
+        t.register(&a, b"a b\x01", 0, &hub, &[]);
+        t.changed(b"a b\x01", &hub, &[]);
+        assert_eq!(taken(&a), b"IV YSBiAQ== b\r\n");
+    }
+
+    #[test]
+    fn expiry_is_told_by_the_sweep_and_void_registrations_go() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        t.register(&a, b"short", 100, &hub, &[]);
+        t.register(&a, b"long", 0, &hub, &[]);
+        t.sweep(99, &hub, &[]);
+        assert_eq!(taken(&a), b"");
+        t.sweep(100, &hub, &[]);
+        assert_eq!(taken(&a), b"IV short\r\n");
+        assert_eq!(t.key_count(), 1);
+        t.closed(&a.feed);
+        assert!(!t.active());
+        t.sweep(101, &hub, &[]);
+        assert_eq!(t.key_count(), 0, "a closed listener's registrations are swept");
+        assert!(t.find(a.id).is_none());
+    }
+
+    #[test]
+    fn past_its_bound_a_listener_is_flushed_and_its_registrations_void() {
+        let (t, hub) = setup(2, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        t.register(&a, b"1", 0, &hub, &[]);
+        t.register(&a, b"2", 0, &hub, &[]);
+        assert_eq!(taken(&a), b"");
+        t.register(&a, b"3", 0, &hub, &[]);
+        assert_eq!(taken(&a), b"IV_ALL\r\n");
+        t.changed(b"1", &hub, &[]);
+        assert_eq!(taken(&a), b"", "void after IV_ALL");
+        t.register(&a, b"2", 0, &hub, &[]);
+        t.changed(b"2", &hub, &[]);
+        assert_eq!(taken(&a), b"IV 2\r\n", "read again after IV_ALL: tracked again");
+    }
+
+    #[test]
+    fn the_sweep_flushes_the_biggest_listener_past_the_total() {
+        let (t, hub) = setup(1000, 10);
+        let small = t.listen(&hub, 0, 1).ok().unwrap();
+        let big = t.listen(&hub, 0, 2).ok().unwrap();
+        t.register(&small, b"s", 0, &hub, &[]);
+        for i in 0..9 {
+            t.register(&big, format!("b{i}").as_bytes(), 0, &hub, &[]);
+        }
+        t.sweep(1, &hub, &[]);
+        assert_eq!(taken(&big), b"IV_ALL\r\n");
+        assert_eq!(taken(&small), b"");
+        assert_eq!(t.key_count(), 1);
+    }
+
+    #[test]
+    fn flush_all_now_or_when_its_time_comes() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        t.register(&a, b"k", 0, &hub, &[]);
+        t.flush_all(Some(50), &hub, &[]);
+        t.sweep(49, &hub, &[]);
+        assert_eq!(taken(&a), b"");
+        t.sweep(50, &hub, &[]);
+        assert_eq!(taken(&a), b"IV_ALL\r\n");
+        assert_eq!(t.key_count(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_ends_in_iv_all() {
+        let (t, hub) = setup(100_000, 1_000_000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        for i in 0..1000 {
+            t.register(&a, format!("key{i}").as_bytes(), 0, &hub, &[]);
+        }
+        for i in 0..1000 {
+            t.changed(format!("key{i}").as_bytes(), &hub, &[]);
+        }
+        let out = taken(&a);
+        assert!(out.len() <= 4096, "{}", out.len());
+        assert!(out.ends_with(b"IV_ALL\r\n"));
+    }
+}
