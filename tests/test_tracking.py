@@ -4,6 +4,8 @@ tracked data connections changes, whoever changes it and however (docs/protocol.
 from __future__ import annotations
 
 import base64
+import os
+import time
 
 import pytest
 from harness import Conn, Server, eventually, memfleet
@@ -334,3 +336,38 @@ def test_server_killed_closes_the_listener(engine: tuple[str, ...]) -> None:
         assert lc.read_all(2.0) == b""
     finally:
         s.stop()
+
+
+def test_tracking_survives_a_move_to_another_worker(engine: tuple[str, ...]) -> None:
+    """Idle connections move to the worker of the CPU their client runs on: a tracked one
+    stays tracked."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    with memfleet("-m", "64", "-t", "2", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        readers = [tracked(port, lid) for _ in range(8)]
+        with Conn(port) as w:
+            w.request(b"set k 0 0 1\r\n1\r\n")
+            old = os.sched_getaffinity(0)
+            moved = 0
+            try:
+                for cpu in cpus[:2] * 4:
+                    os.sched_setaffinity(0, {cpu})
+                    deadline = time.monotonic() + 1.5
+                    while time.monotonic() < deadline:
+                        for r in readers:
+                            assert r.request(b"mn\r\n") == b"MN\r\n"
+                        time.sleep(0.05)
+                    moved = int(stats(port)["conns_moved"])
+                    if moved:
+                        break
+            finally:
+                os.sched_setaffinity(0, old)
+            if not moved:
+                pytest.skip("no connection was moved (the kernel kept packets on one CPU)")
+            for i, r in enumerate(readers):
+                assert r.request(b"get k\r\n", b"END\r\n").startswith(b"VALUE k")
+                assert w.request(b"set k 0 0 1\r\n%d\r\n" % (i % 10)) == b"STORED\r\n"
+                assert next_notice(lc) == b"IV k\r\n", f"reader {i}"

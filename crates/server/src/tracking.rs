@@ -31,6 +31,9 @@ const SHARDS: usize = 256;
 /// A connection that ran `track listen`.
 pub struct Listener {
     pub id: u64,
+    /// Its slot (low 16 bits) and that slot's use count (high 16, never 0): what a tracked
+    /// connection keeps, 4 bytes where a pointer would grow every connection.
+    pub handle: u32,
     slot: u32,
     /// Registrations carry the epoch they were made in; `IV_ALL` starts a new one, which
     /// voids them all at once (the sweep removes them).
@@ -119,6 +122,8 @@ pub struct TooMany;
 pub struct Tracker {
     listeners: AtomicUsize,
     slots: RwLock<Vec<Option<Arc<Listener>>>>,
+    /// Per slot, how many listeners have had it (wrapping, skipping 0).
+    uses: Mutex<Vec<u16>>,
     shards: Box<[Mutex<Table>]>,
     hasher: foldhash::fast::RandomState,
     /// Registrations in the maps, void ones included until the sweep removes them.
@@ -138,6 +143,7 @@ impl Tracker {
         Tracker {
             listeners: AtomicUsize::new(0),
             slots: RwLock::new(Vec::new()),
+            uses: Mutex::new(Vec::new()),
             shards: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
             hasher: foldhash::fast::RandomState::default(),
             total: AtomicUsize::new(0),
@@ -177,8 +183,17 @@ impl Tracker {
             }
             None => return Err(TooMany),
         };
+        let uses = {
+            let mut u = self.uses.lock().map_err(|_| TooMany)?;
+            if u.len() <= slot {
+                u.resize(slot + 1, 0);
+            }
+            u[slot] = u[slot].wrapping_add(1).max(1);
+            u[slot]
+        };
         let l = Arc::new(Listener {
             id: self.next_id.fetch_add(1, Relaxed),
+            handle: u32::from(uses) << 16 | slot as u32,
             slot: slot as u32,
             epoch: AtomicU32::new(self.next_epoch.fetch_add(1, Relaxed)),
             count: AtomicUsize::new(0),
@@ -193,6 +208,16 @@ impl Tracker {
     pub fn find(&self, id: u64) -> Option<Arc<Listener>> {
         let slots = self.slots.read().ok()?;
         slots.iter().flatten().find(|l| l.id == id).cloned()
+    }
+
+    /// The listener of `handle` (`Listener::handle`), if still connected.
+    pub fn by_handle(&self, handle: u32) -> Option<Arc<Listener>> {
+        let slots = self.slots.read().ok()?;
+        slots
+            .get((handle & 0xffff) as usize)?
+            .as_ref()
+            .filter(|l| l.handle == handle)
+            .cloned()
     }
 
     /// Forgets the listener whose connection (feed) closed; its registrations are void.
@@ -519,6 +544,20 @@ mod tests {
         assert_eq!(taken(&big), b"IV_ALL\r\n");
         assert_eq!(taken(&small), b"");
         assert_eq!(t.key_count(), 1);
+    }
+
+    #[test]
+    fn a_handle_names_one_listener_even_when_its_slot_is_reused() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        assert_ne!(a.handle, 0);
+        assert!(t.by_handle(a.handle).is_some_and(|x| x.id == a.id));
+        t.closed(&a.feed);
+        assert!(t.by_handle(a.handle).is_none());
+        let b = t.listen(&hub, 0, 2).ok().unwrap();
+        assert_eq!(a.handle & 0xffff, b.handle & 0xffff, "the slot is reused");
+        assert!(t.by_handle(a.handle).is_none());
+        assert!(t.by_handle(b.handle).is_some());
     }
 
     #[test]

@@ -22,19 +22,25 @@ pub enum Incoming {
     Moved(Moved),
 }
 
-/// An idle connection on its way between workers: no buffered bytes, no pending replies.
+/// An idle connection on its way between workers: no buffered bytes, no pending replies;
+/// the near-cache listener its reads are tracked for goes with it (`Conn::tracked`).
 pub struct Moved {
     stream: TcpStream,
     info: ConnInfo,
+    tracked: u32,
 }
 
 impl Moved {
-    pub fn new(stream: TcpStream, info: ConnInfo) -> Moved {
-        Moved { stream, info }
+    pub fn new(stream: TcpStream, info: ConnInfo, tracked: u32) -> Moved {
+        Moved {
+            stream,
+            info,
+            tracked,
+        }
     }
 
-    pub fn into_parts(self) -> (TcpStream, ConnInfo) {
-        (self.stream, self.info)
+    pub fn into_parts(self) -> (TcpStream, ConnInfo, u32) {
+        (self.stream, self.info, self.tracked)
     }
 }
 

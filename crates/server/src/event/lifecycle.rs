@@ -25,6 +25,7 @@ pub struct Arrival {
 /// session cannot start.
 pub fn arrive(shared: &Shared, id: usize, inc: Incoming, now: u32) -> Option<Arrival> {
     let mut tls = None;
+    let mut tracked = 0;
     let (stream, listen, moved_at) = match inc {
         Incoming::Tcp(s, listen) => (Stream::Tcp(s), listen, None),
         Incoming::Tls(s, listen) => {
@@ -38,12 +39,14 @@ pub fn arrive(shared: &Shared, id: usize, inc: Incoming, now: u32) -> Option<Arr
         }
         Incoming::Unix(s, listen) => (Stream::Unix(s), listen, None),
         Incoming::Moved(m) => {
-            let (stream, i) = m.into_parts();
+            let (stream, i, t) = m.into_parts();
+            tracked = t;
             (Stream::Tcp(stream), i.listen, Some(i.last_cmd))
         }
     };
     let last_cmd = moved_at.unwrap_or(now);
     let mut conn = Conn::new(stream, last_cmd);
+    conn.tracked = tracked;
     // Only idle, logged-in connections are moved between workers.
     conn.authenticated = moved_at.is_some() || shared.auth.is_none();
     conn.tls = tls;
@@ -256,6 +259,7 @@ pub fn send_to(
     conn: Conn,
     info: ConnInfo,
 ) {
+    let tracked = conn.tracked;
     let Stream::Tcp(stream) = conn.stream else {
         unreachable!("only TCP connections are handed over");
     };
@@ -263,7 +267,7 @@ pub fn send_to(
     shared.worker_conns[id].fetch_sub(1, SeqCst);
     stats.conns_moved.incr();
     if peers[to]
-        .send(Incoming::Moved(Moved::new(stream, info)))
+        .send(Incoming::Moved(Moved::new(stream, info, tracked)))
         .is_ok()
     {
         handoff::wake(&shared.wakers[to]);

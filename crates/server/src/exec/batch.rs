@@ -55,7 +55,10 @@ pub fn process(
         return false;
     }
     let fd = conn.stream.fd();
-    let tracked = conn.tracked.clone();
+    let tracked = match conn.tracked {
+        0 => None,
+        h => env.shared.tracking.by_handle(h),
+    };
     let env = &ExecEnv {
         tracked: tracked.as_deref(),
         ..*env

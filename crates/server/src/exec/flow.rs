@@ -9,9 +9,9 @@ pub enum Flow {
     /// The connection became a watcher (`watch`) or a near-cache listener (`track listen`):
     /// requests after it are not run.
     Watch,
-    /// `track <id>`/`track off`: the connection's reads are tracked for this listener from
-    /// the next request on.
-    Track(Option<std::sync::Arc<crate::tracking::Listener>>),
+    /// `track <id>`/`track off`: the connection's reads are tracked for the listener of
+    /// this handle (0: none) from the next request on.
+    Track(u32),
 }
 
 /// A get or a key dump that stopped part-way.

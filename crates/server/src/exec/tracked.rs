@@ -52,7 +52,7 @@ pub fn command<'a>(
         }
         b"off" => {
             out.extend_from_slice(reply::OK);
-            Flow::Track(None)
+            Flow::Track(0)
         }
         id => {
             let Some(id) = std::str::from_utf8(id).ok().and_then(|s| s.parse().ok()) else {
@@ -62,7 +62,7 @@ pub fn command<'a>(
             match tracking.find(id) {
                 Some(l) => {
                     out.extend_from_slice(reply::OK);
-                    Flow::Track(Some(l))
+                    Flow::Track(l.handle)
                 }
                 None => {
                     out.extend_from_slice(reply::NOT_FOUND);

@@ -67,8 +67,9 @@ pub struct Conn {
     /// What a few connections hold for a while (boxed to one pointer: every idle
     /// connection pays for the field).
     pub aside: Option<Box<Aside>>,
-    /// The near-cache listener this connection's reads are tracked for (`track <id>`).
-    pub tracked: Option<std::sync::Arc<crate::tracking::Listener>>,
+    /// The near-cache listener this connection's reads are tracked for (`track <id>`): its
+    /// `Listener::handle`, 0 for none.
+    pub tracked: u32,
     pub last_cmd: u32,
     pub closing: bool,
     pub want_write: bool,
@@ -116,7 +117,7 @@ impl Conn {
             reserved: 0,
             swallow: 0,
             aside: None,
-            tracked: None,
+            tracked: 0,
             last_cmd,
             closing: false,
             want_write: false,
