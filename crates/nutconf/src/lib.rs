@@ -6,7 +6,7 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives (`client_auth`, `item_size_max`, the `tls*` and `listen_tls*`
+//! - memfleet-only directives (`client_auth`, `item_size_max`, the `big_value_*`, `tls*` and `listen_tls*`
 //!   ones, `dns:`/`srv:` servers and `dns_refresh_ms`) are accepted, and `reuseport` from twemproxy's
 //!   master branch too.
 //!
