@@ -7,6 +7,7 @@
 //! Requests under the threshold pay one length compare.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use proto::bigvalue::{self, Index, Settings};
@@ -15,6 +16,10 @@ use proto::Request;
 use super::client::{deliver, SlotKind};
 use super::reply_to::ReplyTo;
 use super::{Control, Worker};
+
+/// Big values being written or read at a time, over the whole router.
+static BIG_UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
+const MAX_BIG_UNDER_WAY: usize = 16;
 
 /// How long the helper waits on the listener for one reply.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -133,6 +138,21 @@ impl Worker {
     }
 
     fn big_spawn(&mut self, ci: usize, to: ReplyTo, job: Job) {
+        // Each one holds a whole value (and its chunks) and a thread: bounded, so a flood of
+        // big requests is refused rather than taking the router's memory.
+        if BIG_UNDER_WAY.fetch_add(1, Relaxed) >= MAX_BIG_UNDER_WAY {
+            BIG_UNDER_WAY.fetch_sub(1, Relaxed);
+            let reply = b"SERVER_ERROR big value: too many under way\r\n";
+            deliver(
+                &mut self.clients,
+                &mut self.dirty_clients,
+                to,
+                reply,
+                &[],
+                true,
+            );
+            return;
+        }
         let cfg = &self.clients[ci].rt.cfg;
         let settings = Settings {
             threshold: cfg.big_value_split_threshold as usize,
@@ -159,6 +179,7 @@ impl Worker {
                 Some(t) => run(&t, auth.as_deref(), &settings, job)
                     .unwrap_or_else(|e| format!("SERVER_ERROR big value: {e}\r\n").into_bytes()),
             };
+            BIG_UNDER_WAY.fetch_sub(1, Relaxed);
             if tx.send(Control::BigDone { to, reply }).is_ok() {
                 let _ = waker.wake();
             }
@@ -168,6 +189,7 @@ impl Worker {
             .spawn(run)
             .is_err()
         {
+            BIG_UNDER_WAY.fetch_sub(1, Relaxed);
             let reply = b"SERVER_ERROR big value: no thread\r\n";
             deliver(
                 &mut self.clients,
