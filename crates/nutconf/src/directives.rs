@@ -36,6 +36,9 @@ pub(super) struct RawPool {
     pub(super) dns: Vec<DnsName>,
     pub(super) dns_refresh_ms: Option<u32>,
     pub(super) item_size_max: Option<u32>,
+    pub(super) big_value_split_threshold: Option<u32>,
+    pub(super) big_value_batch_size: Option<u32>,
+    pub(super) big_value_hide_reply_flag: Option<bool>,
 }
 
 /// Applies one `key: value` (or one sequence element of `key:`), like nc_conf.c's
@@ -99,6 +102,9 @@ pub(super) fn set_directive(
                     .ok_or("is not between 1024 and 1073741824 (bytes)")
             })
             .and_then(|n| once(&mut pool.item_size_max, n)),
+        "big_value_split_threshold" => num(&mut pool.big_value_split_threshold),
+        "big_value_batch_size" => num(&mut pool.big_value_batch_size),
+        "big_value_hide_reply_flag" => flag(&mut pool.big_value_hide_reply_flag),
         // The `tls*` and `listen_tls*` directives, else an unknown one.
         _ => pool.tls.directive(key, value).unwrap_or(Err("is unknown")),
     };

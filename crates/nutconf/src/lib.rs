@@ -6,9 +6,9 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives (`client_auth`, `item_size_max`, the `tls*` and `listen_tls*`
-//!   ones, `dns:`/`srv:` servers and `dns_refresh_ms`) are accepted, and `reuseport` from twemproxy's
-//!   master branch too.
+//! - memfleet-only directives (`client_auth`, `item_size_max`, the `big_value_*`, `tls*`
+//!   and `listen_tls*` ones, `dns:`/`srv:` servers and `dns_refresh_ms`) are accepted, and
+//!   `reuseport` from twemproxy's master branch too.
 //!
 //! Modules, one concept each, layered so that none imports one above it: `scalar` (C
 //! number and boolean rules), `error` (`ConfigError`), `listen`, `server` (`servers:`
@@ -68,6 +68,8 @@ pub struct PoolDns {
 
 /// `dns_refresh_ms` when a pool has DNS servers and does not say.
 pub const DEFAULT_DNS_REFRESH_MS: u32 = 30_000;
+/// mcrouter's `--big-value-batch-size` default.
+pub const DEFAULT_BIG_VALUE_BATCH_SIZE: u32 = 10;
 
 /// One pool (a top-level key of nutcracker.yml).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +104,13 @@ pub struct Pool {
     /// The largest item a client may store through the pool, as memcached's `-I` counts
     /// it, and the largest value a server's reply may announce (memfleet extension).
     pub item_size_max: u32,
+    /// Values longer than this many bytes are split into chunks across the pool, as
+    /// mcrouter's `--big-value-split-threshold` (0: off; memfleet extension).
+    pub big_value_split_threshold: u32,
+    /// Chunks sent or fetched at a time (0: all), as `--big-value-batch-size`.
+    pub big_value_batch_size: u32,
+    /// Reassembled values come back without the big-value flag bit (0x8000).
+    pub big_value_hide_reply_flag: bool,
 }
 
 impl Pool {
@@ -222,6 +231,11 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             client_auth: r.client_auth,
             tls: r.tls,
             item_size_max: r.item_size_max.unwrap_or(DEFAULT_ITEM_SIZE_MAX),
+            big_value_split_threshold: r.big_value_split_threshold.unwrap_or(0),
+            big_value_batch_size: r
+                .big_value_batch_size
+                .unwrap_or(DEFAULT_BIG_VALUE_BATCH_SIZE),
+            big_value_hide_reply_flag: r.big_value_hide_reply_flag.unwrap_or(true),
             name: r.name,
         });
     }

@@ -42,6 +42,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bigvalue;
 pub mod binary;
 pub mod forward;
 mod frame;

@@ -135,6 +135,22 @@ pub struct RouteArgs {
               i64::from(*nutconf::ITEM_SIZE_MAX_RANGE.start())
                   ..=i64::from(*nutconf::ITEM_SIZE_MAX_RANGE.end())))]
     pub item_size_max: u32,
+    /// mcrouter: values longer than this are split into chunks across the servers and
+    /// reassembled on reads (0: off). nutcracker configs set this per pool
+    /// (`big_value_split_threshold`).
+    #[arg(
+        long = "big-value-split-threshold",
+        value_name = "BYTES",
+        default_value_t = 0
+    )]
+    pub big_value_split_threshold: u32,
+    /// mcrouter: chunks of a big value written or read at a time (0: all at once).
+    #[arg(long = "big-value-batch-size", value_name = "N",
+          default_value_t = nutconf::DEFAULT_BIG_VALUE_BATCH_SIZE)]
+    pub big_value_batch_size: u32,
+    /// mcrouter: reassembled values come back without the big-value flag bit (0x8000).
+    #[arg(long = "big-value-hide-reply-flag", num_args = 0..=1, default_missing_value = "true")]
+    pub big_value_hide_reply_flag: bool,
     #[command(flatten)]
     pub mc_tls: mcrouter_tls::McTlsArgs,
 }

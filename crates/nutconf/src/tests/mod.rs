@@ -193,6 +193,9 @@ fn defaults_match_twemproxy() {
     assert_eq!(p.server_failure_limit, 2);
     assert_eq!(p.client_auth, None);
     assert_eq!(p.item_size_max, 64 * 1024 * 1024);
+    assert_eq!(p.big_value_split_threshold, 0);
+    assert_eq!(p.big_value_batch_size, 10);
+    assert!(p.big_value_hide_reply_flag);
     // Port 11211 is left out of the ketama name.
     assert_eq!(p.servers[0].ketama_name, "127.0.0.1");
 }
@@ -220,6 +223,9 @@ fn every_directive_is_read() {
   server_failure_limit: 5
   client_auth: letmein
   item_size_max: 1048576
+  big_value_split_threshold: 1000000
+  big_value_batch_size: 4
+  big_value_hide_reply_flag: false
   servers:
    - /tmp/mc.sock:2 local
    - /tmp/mc2.sock:1
@@ -248,6 +254,9 @@ fn every_directive_is_read() {
     assert_eq!(p.server_failure_limit, 5);
     assert_eq!(p.client_auth.as_deref(), Some("letmein"));
     assert_eq!(p.item_size_max, 1024 * 1024);
+    assert_eq!(p.big_value_split_threshold, 1_000_000);
+    assert_eq!(p.big_value_batch_size, 4);
+    assert!(!p.big_value_hide_reply_flag);
     assert_eq!(
         p.servers[0].addr,
         ServerAddr::Unix {

@@ -183,6 +183,9 @@ pub fn load(
             args.item_size_max,
         );
         cfg.tls = tls.clone();
+        cfg.big_value_split_threshold = args.big_value_split_threshold;
+        cfg.big_value_batch_size = args.big_value_batch_size;
+        cfg.big_value_hide_reply_flag = args.big_value_hide_reply_flag;
         pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
     }
     let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
@@ -295,5 +298,8 @@ fn pool_cfg(
         client_auth: None,
         tls: Default::default(),
         item_size_max,
+        big_value_split_threshold: 0,
+        big_value_batch_size: nutconf::DEFAULT_BIG_VALUE_BATCH_SIZE,
+        big_value_hide_reply_flag: false,
     }
 }

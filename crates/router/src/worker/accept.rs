@@ -142,6 +142,7 @@ impl Worker {
             authed: !auth::needs_auth(&self.pools[pool].rt.cfg),
             progress: resp::Progress::default(),
             resp3: false,
+            big_wait: Vec::new(),
         });
     }
 }

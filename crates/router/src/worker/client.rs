@@ -54,6 +54,9 @@ pub(super) struct Slot {
     pub(super) buf: Vec<u8>,
     /// A binary client's request sent as text: its finished text reply is translated.
     pub(super) bin: Option<Box<Pending>>,
+    /// A get through a pool that splits big values: its finished reply is looked at for
+    /// index items before it goes out.
+    pub(super) big: bool,
 }
 
 /// A get split over servers: the keys in the client's order and each server's reply.
@@ -96,6 +99,9 @@ pub(super) struct Client {
     pub(super) progress: resp::Progress,
     /// The Redis client switched to RESP3 with `HELLO 3`: its replies are converted.
     pub(super) resp3: bool,
+    /// Finished get replies (by request number) that name big values: their chunks are
+    /// being fetched and the slot stays at the head of the queue until they are.
+    pub(super) big_wait: Vec<(u64, Vec<u8>)>,
 }
 
 impl Client {
@@ -146,7 +152,26 @@ impl Client {
             if front.remaining > 0 {
                 break;
             }
-            let slot = self.slots.pop_front().expect("front exists");
+            let mut slot = self.slots.pop_front().expect("front exists");
+            if slot.big {
+                let bin = slot.bin.take();
+                let mut text = Vec::new();
+                finish_slot(slot, &mut text);
+                let waits = proto::bigvalue::has_index(&text);
+                slot = Slot {
+                    remaining: u32::from(waits),
+                    kind: SlotKind::Ready,
+                    buf: Vec::new(),
+                    bin,
+                    big: false,
+                };
+                if waits {
+                    self.big_wait.push((self.head_seq, text));
+                    self.slots.push_front(slot);
+                    break;
+                }
+                slot.buf = text;
+            }
             self.head_seq += 1;
             finish_slot(slot, &mut self.wbuf);
         }
@@ -162,6 +187,7 @@ impl Client {
                 kind: SlotKind::Ready,
                 buf: bytes.to_vec(),
                 bin: None,
+                big: false,
             });
         }
     }
@@ -175,6 +201,7 @@ impl Client {
             kind,
             buf: Vec::new(),
             bin: None,
+            big: false,
         });
         ReplyTo {
             client: ci as u32,
@@ -277,6 +304,7 @@ pub(super) fn deliver(
         && slot.buf.is_empty()
         && matches!(slot.kind, SlotKind::Single)
         && slot.bin.is_none()
+        && !slot.big
     {
         // The common case: the reply the client waits for next, in one piece.
         c.wbuf.extend_from_slice(reply);
@@ -367,6 +395,12 @@ impl Worker {
     }
 
     pub(super) fn flush_client(&mut self, ci: usize) {
+        let Some(c) = self.clients.get_mut(ci) else {
+            return;
+        };
+        if !c.big_wait.is_empty() {
+            self.big_gets(ci);
+        }
         let Some(c) = self.clients.get_mut(ci) else {
             return;
         };
@@ -474,6 +508,7 @@ mod tests {
             })),
             buf: Vec::new(),
             bin: None,
+            big: false,
         };
         let slot = |kind, frags| slot3(kind, frags, false);
         let mut out = Vec::new();
@@ -523,6 +558,7 @@ mod tests {
             },
             buf: Vec::new(),
             bin: None,
+            big: false,
         };
         finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], false), &mut out);
         assert_eq!(out, b"OK\r\n");
@@ -548,6 +584,7 @@ mod tests {
             },
             buf: Vec::new(),
             bin: None,
+            big: false,
         };
         finish_slot(slot(b"ERRORX\r\n"), &mut out);
         assert!(out.is_empty(), "not an error line: dropped");

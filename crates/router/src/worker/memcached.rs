@@ -111,6 +111,28 @@ impl Worker {
     }
 
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        let threshold = self.clients[ci].rt.cfg.big_value_split_threshold as usize;
+        if threshold == 0 {
+            return self.route_request(ci, p, req, raw);
+        }
+        if self.big_store(ci, &req, threshold) {
+            return;
+        }
+        let get = matches!(req, Request::Get { .. } | Request::Gat { .. });
+        let before = self.clients[ci].slots.len();
+        self.route_request(ci, p, req, raw);
+        if get {
+            if let Some(c) = self.clients.get_mut(ci) {
+                if c.slots.len() > before {
+                    if let Some(slot) = c.slots.back_mut() {
+                        slot.big = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn route_request(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         let mut d = Dest::Pool(p);
         if self.shared.mcrouter.is_some() {
             match self.route_plan(ci, &req) {

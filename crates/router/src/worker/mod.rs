@@ -23,6 +23,7 @@
 mod accept;
 mod auth;
 mod backend;
+mod bigvalue;
 mod binary;
 mod client;
 mod get_batch;
@@ -123,6 +124,11 @@ pub enum Control {
     },
     /// A client connection another worker accepted for this one.
     Adopt { stream: Stream, listen_key: String },
+    /// A big value's helper finished: the reply for the client's slot.
+    BigDone {
+        to: reply_to::ReplyTo,
+        reply: Vec<u8>,
+    },
 }
 
 /// How to reach a worker from another thread.
@@ -312,6 +318,7 @@ impl Worker {
             match msg {
                 Control::Reload { shared, listeners } => self.reload(shared, listeners),
                 Control::Adopt { stream, listen_key } => self.adopt(stream, &listen_key),
+                Control::BigDone { to, reply } => self.big_done(to, &reply),
             }
         }
     }

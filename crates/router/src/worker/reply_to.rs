@@ -5,7 +5,7 @@
 /// tell a reused index from the client that sent the request), part `frag` of it when the
 /// request was split over servers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ReplyTo {
+pub(crate) struct ReplyTo {
     pub client: u32,
     pub gen: u32,
     pub seq: u64,
