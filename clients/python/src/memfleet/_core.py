@@ -41,6 +41,8 @@ class ClientCore(Generic[S]):
         near_cache: None | bool | NearCache = None,
         near_cache_size: int = 1024,
         near_cache_ttl: float = 1.0,
+        near_cache_tracked_ttl: float = 60.0,
+        near_cache_tracking: bool = True,
         ignore_errors: bool = False,
         managed_dicts: bool | ManagedDicts = True,
         value_format: str = "memfleet",
@@ -58,6 +60,7 @@ class ClientCore(Generic[S]):
             near_cache=near_cache,
             near_cache_size=near_cache_size,
             near_cache_ttl=near_cache_ttl,
+            near_cache_tracked_ttl=near_cache_tracked_ttl,
             value_format=value_format,
             php_compression=php_compression,
         )
@@ -78,6 +81,10 @@ class ClientCore(Generic[S]):
         self.ignore_errors = ignore_errors
         self._serde = self._cfg.serde
         self._near = self._cfg.near
+        if self._near is not None and near_cache_tracking:
+            # each server's invalidation notices, followed from its first use on
+            for s in servers_:
+                s.source = self._near.add_source(s.address)
         # managed dictionaries: every client reads with them; writes use them unless turned off,
         # compression is off, the user gave a dictionary of their own, or values are PHP's
         policy: ManagedDicts | None = None
