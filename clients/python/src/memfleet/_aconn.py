@@ -119,6 +119,11 @@ class AsyncServer(ServerBase[AsyncConnection]):
         if listener is not None:
             await listener.stop()
 
+    def abandon(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.abandon()
+
 
 class AsyncListener:
     """The connection that receives one server's invalidation notices, read by a task on the
@@ -223,6 +228,14 @@ class AsyncListener:
             return
         self.near.lost(self.source)
         conn.close()
+
+    def abandon(self) -> None:
+        """Stop from outside the loop (the client was garbage-collected): closing the connection
+        ends the task."""
+        self._stopped = True
+        if self._conn is not None:
+            self._conn.close()
+        self.near.detach(self.source)
 
     async def stop(self) -> None:
         self._stopped = True

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import threading
+import weakref
 from typing import Any, Callable
 
 from . import _proto as P
@@ -208,6 +210,8 @@ class Server(ServerBase[Connection]):
         if listener is not None:
             listener.stop()
 
+    abandon = stop_listener
+
 
 class Listener:
     """The connection that receives one server's invalidation notices, read by a daemon thread.
@@ -263,6 +267,7 @@ class Listener:
     def start(self) -> None:
         """The first attempt runs in the calling thread, so that its request already knows
         whether the server tracks; then a daemon thread follows the notices."""
+        _listeners.add(self)
         try:
             opened = self._open()
         except OSError:
@@ -339,6 +344,22 @@ class Listener:
         if conn is not None:
             _shutdown(conn)
         self.near.detach(self.source)
+
+
+_listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    # the child has no listener threads: forget the parent's, and the values they vouched for
+    for listener in list(_listeners):
+        listener._stopped = True
+        listener.server.listener = None
+        listener.near.detach(listener.source)
+    _listeners.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _shutdown(conn: Connection) -> None:

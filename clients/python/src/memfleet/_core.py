@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+import weakref
 from collections.abc import Sequence
 from typing import Any, Callable, Generic, TypeVar
 
@@ -13,6 +14,11 @@ from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, SerializerSpec
 
 S = TypeVar("S", bound="ServerBase[Any]")
+
+
+def _abandon(servers: Sequence[ServerBase[Any]]) -> None:
+    for s in servers:
+        s.abandon()
 
 
 class ClientCore(Generic[S]):
@@ -85,6 +91,9 @@ class ClientCore(Generic[S]):
             # each server's invalidation notices, followed from its first use on
             for s in servers_:
                 s.source = self._near.add_source(s.address)
+            # listeners hold the servers, not the client: a client dropped without close()
+            # does not leave them running
+            weakref.finalize(self, _abandon, servers_)
         # managed dictionaries: every client reads with them; writes use them unless turned off,
         # compression is off, the user gave a dictionary of their own, or values are PHP's
         policy: ManagedDicts | None = None

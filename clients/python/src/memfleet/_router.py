@@ -77,6 +77,9 @@ class ServerBase(Generic[C]):
         else:
             conn.close()
 
+    def abandon(self) -> None:
+        """The client is gone: stop following notices without waiting for anything."""
+
     def close(self) -> None:
         """Drop idle connections."""
         while True:
