@@ -698,3 +698,18 @@ def test_watch_over_tls_is_bounded_and_says_skipped(pki: Pki, start: Callable[..
                 assert c.request(b"get more\r\n") == b"END\r\n"
         else:
             raise AssertionError("no skipped= line")
+
+
+def test_near_cache_tracking_over_tls(pki: Pki, start: Callable[..., Server]) -> None:
+    """A listener and a tracked data connection on a TLS listener: notices come through
+    the session."""
+    srv = start("memfleet", *pki.server_opts())
+    ctx = pki.context()
+    with tls_conn(srv.port, ctx) as lc, tls_conn(srv.port, ctx) as c, tls_conn(srv.port, ctx) as w:
+        line = lc.request(b"track listen\r\n")
+        assert line.startswith(b"TRACKING "), line
+        assert c.request(b"track %s\r\n" % line.split()[1]) == b"OK\r\n"
+        assert w.request(b"set k 0 0 1\r\n1\r\n") == b"STORED\r\n"
+        assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\n1\r\nEND\r\n"
+        assert w.request(b"set k 0 0 1\r\n2\r\n") == b"STORED\r\n"
+        assert lc.read_line() == b"IV k\r\n"

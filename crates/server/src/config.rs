@@ -175,6 +175,10 @@ pub struct Settings {
     pub watch_enabled: bool,
     /// `-o watcher_logbuf_size=KB`: bytes each `watch` connection may have queued.
     pub watcher_buf: usize,
+    /// `-o track_max_keys=N`, `-o track_total_keys=N`: near-cache registrations per
+    /// listener and in all (`crate::tracking`).
+    pub track_max_keys: usize,
+    pub track_total_keys: usize,
     pub daemon: bool,
     pub pidfile: Option<String>,
     pub user: Option<String>,
@@ -247,6 +251,8 @@ impl ServeArgs {
         let mut warnings = Vec::new();
         let mut idle_timeout = 0;
         let mut watcher_buf = crate::watch::DEFAULT_BUF;
+        let mut track_max_keys = crate::tracking::DEFAULT_MAX_KEYS;
+        let mut track_total_keys = crate::tracking::DEFAULT_TOTAL_KEYS;
         let mut tls = crate::tls::options::TlsOptions {
             enabled: self.enable_ssl,
             ..Default::default()
@@ -290,6 +296,16 @@ impl ServeArgs {
                         .parse()
                         .map_err(|_| format!("invalid watcher_logbuf_size '{value}'"))?;
                     watcher_buf = kb.saturating_mul(1024);
+                }
+                "track_max_keys" => {
+                    track_max_keys = value
+                        .parse()
+                        .map_err(|_| format!("invalid track_max_keys '{value}'"))?
+                }
+                "track_total_keys" => {
+                    track_total_keys = value
+                        .parse()
+                        .map_err(|_| format!("invalid track_total_keys '{value}'"))?
                 }
                 "metrics" if value.is_empty() => {
                     return Err("metrics needs an address: -o metrics=ADDR:PORT".into())
@@ -406,6 +422,8 @@ impl ServeArgs {
             idle_timeout,
             watch_enabled: !self.disable_watch,
             watcher_buf,
+            track_max_keys,
+            track_total_keys,
             daemon: self.daemon,
             pidfile: self.pidfile.clone(),
             user: self.user.clone(),

@@ -16,6 +16,7 @@ macro_rules! stderr_line {
 pub mod auth;
 mod clock;
 mod config;
+mod departures;
 mod engine;
 mod error;
 mod event;
@@ -35,6 +36,7 @@ mod size;
 mod start;
 mod stats;
 mod tls;
+mod tracking;
 mod verbose;
 mod watch;
 

@@ -76,7 +76,9 @@ pub struct Shared {
     /// With a flash tier: the I/O threads' queues that text gets read flash items through.
     pub flash_io: Option<crate::flash::reads::FlashIo>,
     /// `watch` connections and what they asked to see.
-    pub watch: crate::watch::Hub,
+    pub watch: Arc<crate::watch::Hub>,
+    /// Near-cache listeners and the keys read for them (`track`).
+    pub tracking: Arc<crate::tracking::Tracker>,
 }
 
 impl Shared {

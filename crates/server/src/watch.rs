@@ -66,6 +66,9 @@ pub struct Watcher {
     pub token: usize,
     /// Lines logged before it started are not its.
     min_gid: u64,
+    /// A near-cache listener's notices (`crate::tracking`), not log lines: lines it could
+    /// not take are made up for with `IV_ALL`, not counted with `skipped=N`.
+    notices: bool,
     q: Mutex<Queue>,
 }
 
@@ -87,6 +90,10 @@ impl Watcher {
         } else {
             out.extend_from_slice(&q.buf);
             q.buf.clear();
+        }
+        if self.notices && q.skipped > 0 {
+            out.extend_from_slice(b"IV_ALL\r\n");
+            q.skipped = 0;
         }
         q.told = false;
     }
@@ -142,11 +149,49 @@ impl Hub {
             worker,
             token,
             min_gid: self.gid.fetch_add(1, Relaxed) + 1,
+            notices: false,
             q: Mutex::new(Queue::default()),
         });
         ws.push(w.clone());
         self.set_mask(&ws);
         Ok(w)
+    }
+
+    /// A queue for connection `token` of `worker` that only `push` fills: a near-cache
+    /// listener's notices. Not a watcher: not counted, never sent log lines.
+    pub fn feed(&self, worker: usize, token: usize) -> Arc<Watcher> {
+        Arc::new(Watcher {
+            kinds: 0,
+            worker,
+            token,
+            min_gid: u64::MAX,
+            notices: true,
+            q: Mutex::new(Queue::default()),
+        })
+    }
+
+    /// Queues `line` on feed `w` and wakes its worker. False when the queue is full: the
+    /// line is dropped, and the feed says so (`IV_ALL`) when its worker next takes it.
+    pub fn push(&self, w: &Watcher, line: &[u8], wakers: &[Arc<Waker>]) -> bool {
+        let tell = {
+            let Ok(mut q) = w.q.lock() else { return false };
+            if q.buf.len() + line.len() + SKIP_ROOM > self.cap {
+                q.skipped += 1;
+                // Queued lines are waiting for the worker, which was told.
+                return false;
+            }
+            q.buf.extend_from_slice(line);
+            !std::mem::replace(&mut q.told, true)
+        };
+        if tell {
+            if let Some(Ok(mut r)) = self.ready.get(w.worker).map(|r| r.lock()) {
+                r.push(w.token);
+            }
+            if let Some(wk) = wakers.get(w.worker) {
+                let _ = wk.wake();
+            }
+        }
+        true
     }
 
     /// Forgets a watcher whose connection closed.
@@ -273,6 +318,31 @@ pub fn item_store(
         l.extend_from_slice(b" clsid=1 cfd=");
         write_i64(l, i64::from(fd));
         l.extend_from_slice(b" size=");
+        write_u64(l, size as u64);
+    });
+}
+
+/// `type=eviction`: an item evicted to make room. `ttl`: seconds it had left, -1: none;
+/// `idle`: seconds since it was last used.
+#[cold]
+pub fn evicted(
+    hub: &Hub,
+    wakers: &[Arc<Waker>],
+    key: &[u8],
+    fetched: bool,
+    ttl: i64,
+    idle: u32,
+    size: usize,
+) {
+    hub.emit(EVICTIONS, wakers, |l| {
+        l.extend_from_slice(b"type=eviction key=");
+        url_encode(l, key);
+        l.extend_from_slice(if fetched { b" fetch=yes" } else { b" fetch=no" });
+        l.extend_from_slice(b" ttl=");
+        write_i64(l, ttl);
+        l.extend_from_slice(b" la=");
+        write_u64(l, u64::from(idle));
+        l.extend_from_slice(b" clsid=1 size=");
         write_u64(l, size as u64);
     });
 }

@@ -5,10 +5,25 @@ use crate::test_util::*;
 use crate::*;
 
 fn flash_store(mb: u64, dev: &MemDevice, page: u64) -> Store {
-    flash_store_recaching(mb, dev, page, 0)
+    flash_store_with(mb, dev, page, |_| {})
 }
 
-fn flash_store_recaching(mb: u64, dev: &MemDevice, page: u64, recache_rate: u32) -> Store {
+/// `flash_store` with its flash settings changed by `tune` (they start with no recaching).
+fn flash_store_with(
+    mb: u64,
+    dev: &MemDevice,
+    page: u64,
+    tune: impl FnOnce(&mut FlashConfig),
+) -> Store {
+    let mut flash = FlashConfig {
+        page_size: page,
+        wbuf_size: 256 << 10,
+        item_size: 512,
+        low_ttl: 0,
+        recache_rate: 0,
+        ..FlashConfig::default()
+    };
+    tune(&mut flash);
     Store::with_flash(
         Config {
             mem_limit: mb << 20,
@@ -17,14 +32,7 @@ fn flash_store_recaching(mb: u64, dev: &MemDevice, page: u64, recache_rate: u32)
             evictions: true,
         },
         Box::new(dev.clone()),
-        FlashConfig {
-            page_size: page,
-            wbuf_size: 256 << 10,
-            item_size: 512,
-            low_ttl: 0,
-            recache_rate,
-            ..FlashConfig::default()
-        },
+        flash,
     )
     .unwrap()
 }
@@ -192,7 +200,7 @@ fn a_failed_device_stops_writes_and_keeps_memory_serving() {
 
 /// 8,000 values at 2 MiB of memory, one flash get in 4 bringing its item back.
 fn recaching_one_in_4(dev: &MemDevice) -> Store {
-    let s = flash_store_recaching(2, dev, 1 << 20, 4);
+    let s = flash_store_with(2, dev, 1 << 20, |c| c.recache_rate = 4);
     for i in 0..8_000 {
         set(&s, &key(i), &value(i, 1), T0);
     }
@@ -656,24 +664,11 @@ fn a_command_whose_allocation_evicts_its_own_item_still_finds_it() {
 /// A store at `mb` MiB with 1 MiB flash pages and `ext_item_age` = `item_age` (None: not
 /// given).
 fn aging_store(mb: u64, dev: &MemDevice, item_age: Option<u32>) -> Store {
-    let default = FlashConfig::default();
-    Store::with_flash(
-        Config {
-            mem_limit: mb << 20,
-            item_size_max: 1 << 20,
-            process_start: START,
-            evictions: true,
-        },
-        Box::new(dev.clone()),
-        FlashConfig {
-            page_size: 1 << 20,
-            wbuf_size: 256 << 10,
-            recache_rate: 0,
-            item_age: item_age.unwrap_or(default.item_age),
-            ..default
-        },
-    )
-    .unwrap()
+    flash_store_with(mb, dev, 1 << 20, |c| {
+        if let Some(age) = item_age {
+            c.item_age = age;
+        }
+    })
 }
 
 /// Whether memory (not flash) holds the key.

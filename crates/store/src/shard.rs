@@ -125,6 +125,8 @@ pub(crate) struct Shard {
     pub flash_drops_seen: u64,
     /// Gets served from flash since one last brought its item back.
     pub flash_reads: u32,
+    /// Told of every item that leaves (`Store::set_events`).
+    pub events: Option<std::sync::Arc<dyn crate::events::KeyEvents>>,
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
@@ -187,6 +189,7 @@ impl Shard {
             flash_index_charged: 0,
             flash_drops_seen: 0,
             flash_reads: 0,
+            events: None,
         }
     }
 
@@ -296,6 +299,11 @@ impl Shard {
     pub(crate) fn mark_dead(&mut self, seg: u32, off: usize, l: &Layout, why: Unlink) {
         let total = l.total();
         let bits = self.buf(seg, off)[0];
+        if why != Unlink::ToFlash {
+            if let Some(ev) = self.events.as_ref().filter(|e| e.wanted()) {
+                self.tell_departure(ev.as_ref(), seg, off, l, bits, why);
+            }
+        }
         self.segs.header_mut(seg, off, l)[0] = bits | DEAD;
         let s = &mut self.segs[seg];
         s.live_bytes -= total;
@@ -321,6 +329,39 @@ impl Shard {
         if self.segs[seg].live_items == 0 {
             self.segs.emptied(seg);
         }
+    }
+
+    #[cold]
+    fn tell_departure(
+        &self,
+        ev: &dyn crate::events::KeyEvents,
+        seg: u32,
+        off: usize,
+        l: &Layout,
+        bits: u8,
+        why: Unlink,
+    ) {
+        use crate::events::Departure;
+        let buf = self.buf(seg, off);
+        let d = match why {
+            Unlink::Evicted => {
+                let exptime = item::exptime(buf, l);
+                Departure::Evicted {
+                    fetched: bits & FETCHED != 0,
+                    idle: self.now.saturating_sub(item::time(buf, l, self.now)),
+                    ttl: if exptime == 0 {
+                        -1
+                    } else {
+                        i64::from(exptime) - i64::from(self.now)
+                    },
+                    value_len: l.value_len,
+                }
+            }
+            Unlink::Expired => Departure::Expired,
+            Unlink::Flushed => Departure::Flushed,
+            Unlink::Deleted | Unlink::ToFlash => Departure::Replaced,
+        };
+        ev.departed(&buf[l.key..l.key + l.key_len], d);
     }
 
     /// Memory freed while the caller had no `Global` at hand; handed back here.

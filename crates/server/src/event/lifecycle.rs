@@ -105,6 +105,7 @@ pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn
     }
     if let Some(w) = conn.watcher() {
         shared.watch.remove(w);
+        shared.tracking.closed(w);
     }
     if shared.watch.wants(watch::CONNEVENTS) {
         let reason = if shared.shutdown.load(Relaxed) {

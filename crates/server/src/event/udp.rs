@@ -13,6 +13,7 @@ use crate::clock::unix_now;
 use crate::exec::binary;
 use crate::exec::env::ExecEnv;
 use crate::exec::execute;
+use crate::exec::flash_wait;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
 
@@ -213,7 +214,7 @@ fn reads_flash(env: &ExecEnv<'_>, payload: &[u8]) -> bool {
     while pos < payload.len() {
         match proto::parse(&payload[pos..], &env.shared.limits) {
             proto::Parse::Request(req, used) => {
-                if execute::reads_flash(env, &req) {
+                if flash_wait::reads_flash(env, &req) {
                     return true;
                 }
                 pos += used;

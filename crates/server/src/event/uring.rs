@@ -26,17 +26,21 @@ use slab::Slab;
 use crate::clock::unix_now;
 use crate::engine::with_total_cap;
 use crate::event::busy::Busy;
+use crate::event::flash_back::{FlashConns, STARVED_WAIT};
 use crate::event::handoff::Incoming;
 use crate::event::lifecycle;
 use crate::event::udp::UdpSockets;
 use crate::exec::batch::{self, OUT_KEEP, READ_BUF};
 use crate::exec::env::ExecEnv;
+use crate::flash::reads::FlashWait;
 use crate::io::bufpool::BufPool;
 use crate::io::bufring::BufRing;
-use crate::io::conn::Conn;
 use crate::metrics::Probe;
 use crate::shared::Shared;
 use crate::stats::ThreadStats;
+
+mod slot;
+use slot::{Gather, Slot};
 
 /// Submission queue entries; a turn that queues more submits early (one extra enter).
 const SQ_ENTRIES: u32 = 1024;
@@ -74,9 +78,6 @@ const SMALL_REPLY: usize = 2 * 1024;
 const REAP_BATCH: usize = 256;
 /// The longest a turn waits for completions; shutdown and wake-ups end the wait sooner.
 const WAIT: Duration = Duration::from_millis(500);
-/// The wait while connections wait for room to ask for flash reads: room is made by other
-/// workers, which do not wake this one.
-const STARVED_WAIT: Duration = Duration::from_millis(1);
 
 /// What a completion belongs to: the top byte of its user_data; the rest is the token.
 const RECV: u64 = 1;
@@ -88,62 +89,6 @@ const KIND_SHIFT: u32 = 56;
 
 fn user_data(kind: u64, token: usize) -> u64 {
     kind << KIND_SHIFT | token as u64
-}
-
-/// Replies handed to the kernel as one sendmsg: the reply buffer, a large value from the
-/// item's own buffer and the bytes after it (see `conn::Unsent`). Boxed so the kernel sees a
-/// stable address however the connection table moves.
-struct Gather {
-    iov: [libc::iovec; 3],
-    hdr: libc::msghdr,
-}
-
-/// A connection and the kernel operations under way on it.
-struct Slot {
-    conn: Conn,
-    /// A multishot receive is armed (until its last completion, without F_MORE).
-    recv_armed: bool,
-    /// Its cancel was asked for (the reply backlog reached `PAUSE_AT`).
-    recv_pausing: bool,
-    /// A send is under way; `conn.wbuf` from `head_sent` and `conn.unsent` are the kernel's.
-    sending: bool,
-    /// Bytes at the front of `conn.wbuf` already sent.
-    head_sent: u32,
-    /// The peer closed its side or the socket failed: close once replies are out.
-    eof: bool,
-    /// Closed and counted; kept only until the kernel is done with its operations.
-    closed: bool,
-    /// Queued to be served this turn.
-    queued: bool,
-    /// In `UringWorker::yielded`, to be served again next turn.
-    yielded: bool,
-    /// Its receive is being cancelled to hand it, idle, to this worker (`lifecycle::plan_moves`).
-    /// (u16: every idle connection has this field; workers past 65,535 are not moved to.)
-    moving_to: Option<u16>,
-    gather: Option<Box<Gather>>,
-}
-
-impl Slot {
-    fn new(conn: Conn) -> Slot {
-        Slot {
-            conn,
-            recv_armed: false,
-            recv_pausing: false,
-            sending: false,
-            head_sent: 0,
-            eof: false,
-            closed: false,
-            queued: false,
-            yielded: false,
-            moving_to: None,
-            gather: None,
-        }
-    }
-
-    /// The kernel still holds operations on this connection.
-    fn busy(&self) -> bool {
-        self.recv_armed || self.sending
-    }
 }
 
 pub struct UringWorker {
@@ -482,44 +427,6 @@ impl UringWorker {
         more
     }
 
-    /// Hands the flash reads made for this worker's connections to them: a connection whose
-    /// reads are all back runs its get again (see `worker::take_flash_reads`).
-    fn take_flash_reads(&mut self) {
-        let shared = self.shared.clone();
-        let Some(io) = &shared.flash_io else {
-            return;
-        };
-        for (to, read) in io.take_done(self.id) {
-            let slot = self.conns.get_mut(to.token).filter(|s| !s.closed);
-            if io.deliver(slot.and_then(|s| s.conn.flash_wait()), to, read) {
-                self.enqueue(to.token);
-            }
-        }
-    }
-
-    /// Whether connections wait for room to ask for flash reads.
-    fn starved(&self) -> bool {
-        self.shared
-            .flash_io
-            .as_ref()
-            .is_some_and(|io| io.has_starved(self.id))
-    }
-
-    /// Runs again the connections that waited for room to ask for flash reads, once there
-    /// is some (see `worker::retry_starved`).
-    fn retry_starved(&mut self) {
-        let shared = self.shared.clone();
-        let Some(io) = &shared.flash_io else {
-            return;
-        };
-        for to in io.room_for_starved(self.id) {
-            let slot = self.conns.get_mut(to.token).filter(|s| !s.closed);
-            if io.end_starved(slot.and_then(|s| s.conn.flash_wait()), to) {
-                self.enqueue(to.token);
-            }
-        }
-    }
-
     fn enqueue(&mut self, t: usize) {
         let slot = &mut self.conns[t];
         if !slot.queued {
@@ -827,13 +734,17 @@ impl UringWorker {
     }
 }
 
-#[cfg(test)]
-mod slot_size {
-    /// A `Slot` per open connection (the `Conn` and the ring's state): see conn.rs's test.
-    #[test]
-    fn per_connection_slot_stays_small() {
-        let size = std::mem::size_of::<super::Slot>();
-        eprintln!("Slot: {size} bytes");
-        assert!(size <= 144, "Slot grew to {size} bytes");
+impl FlashConns for UringWorker {
+    fn flash_worker(&self) -> (usize, &Arc<Shared>) {
+        (self.id, &self.shared)
+    }
+
+    fn flash_wait(&mut self, token: usize) -> Option<&mut FlashWait> {
+        let slot = self.conns.get_mut(token).filter(|s| !s.closed);
+        slot.and_then(|s| s.conn.flash_wait())
+    }
+
+    fn ready(&mut self, token: usize) {
+        self.enqueue(token);
     }
 }

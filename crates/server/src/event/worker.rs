@@ -14,11 +14,13 @@ use slab::Slab;
 
 use crate::clock::unix_now;
 use crate::event::busy::Busy;
+use crate::event::flash_back::{FlashConns, STARVED_WAIT};
 use crate::event::handoff::{Incoming, WAKER};
 use crate::event::lifecycle;
 use crate::event::udp::{self, UdpSockets};
 use crate::exec::batch::{self, OUT_KEEP, READ_BUF};
 use crate::exec::env::ExecEnv;
+use crate::flash::reads::FlashWait;
 use crate::io::bufpool::BufPool;
 use crate::io::conn::Conn;
 use crate::metrics::Probe;
@@ -89,8 +91,7 @@ impl Worker {
         loop {
             let timeout = if self.ready.is_empty() && self.udp_again.is_empty() {
                 if self.starved() {
-                    // Room is made by other workers, which do not wake this one.
-                    Duration::from_millis(1)
+                    STARVED_WAIT
                 } else {
                     Duration::from_millis(500)
                 }
@@ -200,42 +201,6 @@ impl Worker {
                 token,
                 arrival,
             ));
-        }
-    }
-
-    /// Hands the flash reads made for this worker's connections to them: a connection whose
-    /// reads are all back runs its get again.
-    fn take_flash_reads(&mut self) {
-        let Some(io) = &self.shared.flash_io else {
-            return;
-        };
-        for (to, read) in io.take_done(self.id) {
-            let wait = self.conns.get_mut(to.token).and_then(|c| c.flash_wait());
-            if io.deliver(wait, to, read) {
-                self.ready.push_back(to.token);
-            }
-        }
-    }
-
-    /// Whether connections wait for room to ask for flash reads.
-    fn starved(&self) -> bool {
-        self.shared
-            .flash_io
-            .as_ref()
-            .is_some_and(|io| io.has_starved(self.id))
-    }
-
-    /// Runs again the connections that waited for room to ask for flash reads, once there
-    /// is some: each asks again (and waits again if others took the room first).
-    fn retry_starved(&mut self) {
-        let Some(io) = &self.shared.flash_io else {
-            return;
-        };
-        for to in io.room_for_starved(self.id) {
-            let wait = self.conns.get_mut(to.token).and_then(|c| c.flash_wait());
-            if io.end_starved(wait, to) {
-                self.ready.push_back(to.token);
-            }
         }
     }
 
@@ -501,6 +466,20 @@ impl Worker {
         for t in lifecycle::idle(&self.shared, self.conns.iter(), now) {
             self.close(t);
         }
+    }
+}
+
+impl FlashConns for Worker {
+    fn flash_worker(&self) -> (usize, &Arc<Shared>) {
+        (self.id, &self.shared)
+    }
+
+    fn flash_wait(&mut self, token: usize) -> Option<&mut FlashWait> {
+        self.conns.get_mut(token).and_then(|c| c.flash_wait())
+    }
+
+    fn ready(&mut self, token: usize) {
+        self.ready.push_back(token);
     }
 }
 

@@ -14,6 +14,7 @@ use proto::reply;
 use crate::exec::binary;
 use crate::exec::env::ExecEnv;
 use crate::exec::execute::{self, Flow, Received};
+use crate::exec::flash_wait;
 use crate::exec::textauth;
 use crate::io::bufpool::BufPool;
 use crate::io::conn::{Conn, Protocol};
@@ -54,6 +55,11 @@ pub fn process(
         return false;
     }
     let fd = conn.stream.fd();
+    let tracked = conn.tracked.clone();
+    let env = &ExecEnv {
+        tracked: tracked.as_deref(),
+        ..*env
+    };
     match conn.protocol {
         Protocol::Text => {}
         Protocol::Binary => return binary::process(env, conn, pool, buf, out),
@@ -121,7 +127,7 @@ pub fn process(
                     // An add/replace/cas whose item is on flash waits for it to be read back
                     // (off the worker), with the value kept where it arrived.
                     if env.flash_reads.is_some()
-                        && execute::bring_in(env, &req, &mut conn.aside).is_some()
+                        && flash_wait::bring_in(env, &req, &mut conn.aside).is_some()
                     {
                         stopped_early = true;
                         charged = true;
@@ -158,6 +164,11 @@ pub fn process(
                     Flow::Watch => {
                         pos = buf.len();
                         break;
+                    }
+                    Flow::Track(l) => {
+                        conn.tracked = l;
+                        // The requests after it see the new listener in a fresh batch.
+                        stopped_early = true;
                     }
                     Flow::Paused(p) => {
                         conn.unsent = p

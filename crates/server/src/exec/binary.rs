@@ -13,7 +13,9 @@ use store::{ArithResult, DeleteResult, StoreResult};
 
 use crate::config;
 use crate::exec::env::ExecEnv;
-use crate::exec::execute::{self, Extras, Flow, Got, Outcome};
+use crate::exec::execute::{self, Extras, Flow, Outcome};
+use crate::exec::flash_wait;
+use crate::exec::get::{self, Got};
 use crate::io::bufpool::BufPool;
 use crate::io::conn::{Aside, Conn, Protocol};
 use crate::verbose;
@@ -87,7 +89,7 @@ pub fn process(
                 match run(env, &mut conn.authenticated, &req, &mut conn.aside, out, fd) {
                     Flow::Continue => {}
                     Flow::Close => conn.closing = true,
-                    Flow::Watch => {}
+                    Flow::Watch | Flow::Track(_) => {}
                     // It runs again once its read is back.
                     Flow::Paused(_) => {
                         stopped_early = true;
@@ -223,7 +225,7 @@ fn refuse_value(
 }
 
 /// Executes one request, appending its replies to `out`. `reads`: the connection's flash
-/// reads (`execute::read_once`): a request on a key on flash pauses until its read is back
+/// reads (`flash_wait::read_once`): a request on a key on flash pauses until its read is back
 /// when that read would wait for the disk. `log`: the connection's fd under `-vv`.
 fn run(
     env: &ExecEnv<'_>,
@@ -251,13 +253,13 @@ fn run(
                     Got::Miss
                 }
             };
-            let read = match execute::read_once(env, key, reads) {
+            let read = match flash_wait::read_once(env, key, reads) {
                 Ok(read) => read,
                 Err(flow) => return flow,
             };
             match read {
-                Some(p) => execute::from_read(env, key, touch, &p, write),
-                None => execute::lookup(env, key, touch, write),
+                Some(p) => get::from_read(env, key, touch, &p, write),
+                None => get::lookup(env, key, touch, write),
             };
         }
         Command::Stat { key } => stat(env, req, key, out),
@@ -277,7 +279,7 @@ fn run(
         _ => {
             let shared = shared_request(req);
             if let (Some(r), Some(_)) = (&shared, env.flash_reads) {
-                if let Some(flow) = execute::bring_in(env, r, reads) {
+                if let Some(flow) = flash_wait::bring_in(env, r, reads) {
                     return flow;
                 }
             }

@@ -24,6 +24,8 @@ pub struct ExecEnv<'a> {
     /// The connection's socket (memcached's `cfd` in `watch` lines); the UDP socket's is not
     /// known here, so 0 there.
     pub fd: i32,
+    /// The near-cache listener the connection's reads are tracked for (`track`).
+    pub tracked: Option<&'a crate::tracking::Listener>,
 }
 
 /// Replies one batch may build before it is written out; the rest of the batch waits, so a
@@ -52,6 +54,7 @@ impl<'a> ExecEnv<'a> {
             flash_reads: shared.flash_io.is_some().then_some(conn),
             conn: Some(conn),
             fd,
+            tracked: None,
         }
     }
 
@@ -67,6 +70,7 @@ impl<'a> ExecEnv<'a> {
             flash_reads: None,
             conn: None,
             fd: 0,
+            tracked: None,
         }
     }
 }

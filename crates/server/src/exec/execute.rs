@@ -12,18 +12,19 @@ use store::{
 
 use crate::exec::dump;
 use crate::exec::env::ExecEnv;
-pub use crate::exec::flow::{Flow, Paused};
+use crate::exec::flash_wait;
+pub use crate::exec::flow::Flow;
+use crate::exec::get;
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
 use crate::exec::watched;
-use crate::flash::reads::ReadFor;
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
 use crate::watch;
 
 /// Executes one request, appending its reply (if any) to `out`. `skip`: keys of a get
 /// already answered before it paused; `reads`: the connection's flash reads (see
-/// `retrieve`). Inlined so that the request, a few hundred bytes, is
+/// `get::retrieve`). Inlined so that the request, a few hundred bytes, is
 /// not copied again into the call (one copy more per request costs ~1% of a set).
 #[inline(always)]
 pub fn run(
@@ -36,7 +37,7 @@ pub fn run(
     let store = &env.shared.store;
     let st = env.stats;
     if env.flash_reads.is_some() {
-        if let Some(flow) = bring_in(env, &req, reads) {
+        if let Some(flow) = flash_wait::bring_in(env, &req, reads) {
             return flow;
         }
     }
@@ -45,13 +46,13 @@ pub fn run(
             if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
                 watched::fetch_keys(env, keys);
             }
-            return retrieve(env, keys, cas, None, skip, reads, out);
+            return get::retrieve(env, keys, cas, None, skip, reads, out);
         }
         Request::Gat { exptime, keys, cas } => {
             if env.shared.watch.wants(watch::FETCHERS) && skip == 0 {
                 watched::fetch_keys(env, keys);
             }
-            return retrieve(env, keys, cas, Some(exptime), skip, reads, out);
+            return get::retrieve(env, keys, cas, Some(exptime), skip, reads, out);
         }
         Request::Store { noreply, .. }
         | Request::Delete { noreply, .. }
@@ -118,7 +119,7 @@ pub fn run(
         Request::Admin {
             command: b"watch",
             args,
-        } => return start_watch(env, args, reads, out),
+        } => return watched::start_watch(env, args, reads, out),
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
@@ -172,7 +173,7 @@ pub fn run(
         }
         Request::MetaDebug { key } => {
             // Its item's details are in the flash frame: read off the worker when on flash.
-            let read = match read_once(env, key.as_bytes(), reads) {
+            let read = match flash_wait::read_once(env, key.as_bytes(), reads) {
                 Ok(read) => read,
                 Err(flow) => return flow,
             };
@@ -180,45 +181,6 @@ pub fn run(
         }
     }
     Flow::Continue
-}
-
-/// `watch [kinds]`: memcached's checks in its order, then the connection becomes a watcher
-/// (`crate::watch`) and `OK` is its last reply.
-#[cold]
-fn start_watch<'a>(
-    env: &ExecEnv<'_>,
-    args: impl Iterator<Item = &'a [u8]>,
-    aside: &mut Option<Box<Aside>>,
-    out: &mut Vec<u8>,
-) -> Flow {
-    if !env.shared.settings.watch_enabled {
-        out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
-        return Flow::Continue;
-    }
-    // A datagram has no connection to stream to.
-    let Some((worker, token)) = env.conn else {
-        out.extend_from_slice(reply::ERROR);
-        return Flow::Continue;
-    };
-    if !out.is_empty() {
-        out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
-        return Flow::Continue;
-    }
-    let Some(kinds) = watch::parse_kinds(args) else {
-        out.extend_from_slice(reply::ERROR);
-        return Flow::Continue;
-    };
-    match env.shared.watch.add(kinds, worker, token) {
-        Ok(w) => {
-            *aside = Some(Box::new(Aside::Watch(w)));
-            out.extend_from_slice(reply::OK);
-            Flow::Watch
-        }
-        Err(watch::AddError::TooMany) => {
-            out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
-            Flow::Continue
-        }
-    }
 }
 
 /// `refresh_certs [noreply]`: memcached's replies, `OK` or the loading error.
@@ -541,371 +503,3 @@ fn replace_with_error(out: &mut Vec<u8>, mark: usize, late_error: Option<&'stati
         out.extend_from_slice(err);
     }
 }
-
-/// get/gets/gat/gats from key `skip` on: one VALUE per hit, then END; a too-long key
-/// discards the VALUEs. Replies beyond `env.reply_cap` wait: the request pauses and resumes
-/// at the next key once they are written, so a long multi-get never builds its whole reply.
-/// A key on flash pauses it too, when the connection's worker has I/O threads to read it
-/// (`env.flash_reads`): it resumes at that key once the reads it asked for are back in
-/// `reads`, and answers from them.
-#[allow(clippy::too_many_arguments)]
-fn retrieve(
-    env: &ExecEnv<'_>,
-    keys: proto::Keys<'_>,
-    with_cas: bool,
-    touch: Option<i64>,
-    skip: usize,
-    reads: &mut Option<Box<Aside>>,
-    out: &mut Vec<u8>,
-) -> Flow {
-    let store = &env.shared.store;
-    let touch = touch.map(|e| store.exptime(e, env.now));
-    let read_aside = env.flash_reads;
-    let mark = out.len();
-    let mut keys = keys;
-    for _ in 0..skip {
-        keys.next();
-    }
-    let mut index = skip;
-    while let Some(key) = keys.next() {
-        let Ok(key) = key else {
-            return bad_key(out, mark);
-        };
-        if index > skip && out.len() >= env.reply_cap {
-            // Replies once written cannot be withdrawn: a bad key later in the request
-            // must be found now (a request that paused before has none).
-            let rest = std::iter::once(Ok(key)).chain(keys);
-            if skip == 0 && rest.clone().any(|k| k.is_err()) {
-                return look_up_until_bad_key(env, rest, touch, out, mark);
-            }
-            return Flow::Paused(Paused {
-                next_key: Some(index),
-                value: None,
-            });
-        }
-        let at = index;
-        index += 1;
-        let got = match (take_read(reads, at), read_aside) {
-            (Some(p), _) => from_read(env, key, touch, &p, writer(env, key, with_cas, out)),
-            (None, Some(conn)) => {
-                // A gat changes its item: one on flash is brought back into memory first.
-                let located = match touch {
-                    None => store
-                        .get_or_locate(key, env.now, writer(env, key, with_cas, out))
-                        .map(|got| counted(env, got)),
-                    Some(_) => match store.locate(key, env.now) {
-                        Some(loc) => Err(loc),
-                        None => Ok(lookup(env, key, touch, writer(env, key, with_cas, out))),
-                    },
-                };
-                match located {
-                    Ok(got) => got,
-                    Err(loc) => {
-                        // In the write buffer or the page cache: no wait for the disk, and
-                        // cheaper here than a hand-over to an I/O thread and back.
-                        if let Some(p) = store.read_located_cached(loc) {
-                            from_read(env, key, touch, &p, writer(env, key, with_cas, out))
-                        } else {
-                            // Its replies so far go out while the connection waits.
-                            if skip == 0 && keys.clone().any(|k| k.is_err()) {
-                                let rest = std::iter::once(Ok(key)).chain(keys);
-                                return look_up_until_bad_key(env, rest, touch, out, mark);
-                            }
-                            if ask_reads(env, conn, reads, at, loc, keys) {
-                                return Flow::Paused(Paused {
-                                    next_key: Some(at),
-                                    value: None,
-                                });
-                            }
-                            // Without I/O threads (never with a flash tier on a stream).
-                            lookup(env, key, touch, writer(env, key, with_cas, out))
-                        }
-                    }
-                }
-            }
-            (None, None) => lookup(env, key, touch, writer(env, key, with_cas, out)),
-        };
-        if let Got::Pinned(value) = got {
-            if skip == 0 && keys.clone().any(|k| k.is_err()) {
-                return look_up_until_bad_key(env, keys, touch, out, mark);
-            }
-            // The last key's value carries END along, so the reply is still one write.
-            let last = keys.clone().next().is_none();
-            return Flow::Paused(Paused {
-                next_key: (!last).then_some(index),
-                value: Some((value, if last { b"\r\nEND\r\n" } else { b"\r\n" })),
-            });
-        }
-    }
-    out.extend_from_slice(reply::END);
-    Flow::Continue
-}
-
-/// One key of a get or gat whose flash read `p` was made apart: a get answers from it, a gat
-/// brings the item back into memory from it and runs there.
-pub(crate) fn from_read(
-    env: &ExecEnv<'_>,
-    key: &[u8],
-    touch: Option<u32>,
-    p: &store::Prefetched,
-    write: impl FnOnce(Option<store::ItemView<'_>>) -> Got,
-) -> Got {
-    let store = &env.shared.store;
-    match touch {
-        None => counted(env, store.get_prefetched(key, env.now, p, write)),
-        Some(_) => {
-            store.bring_back_prefetched(key, env.now, p);
-            lookup(env, key, touch, write)
-        }
-    }
-}
-
-/// A command on one key that brings its item back from flash before it runs (all but get,
-/// gat and a plain set): when that needs a wait for the disk, asks an I/O thread for the
-/// read and pauses the command (Some), to run it again once the read is back in `reads`.
-/// Otherwise the item, if on flash, is brought back here and the command runs (None).
-#[inline(never)]
-pub(crate) fn bring_in(
-    env: &ExecEnv<'_>,
-    req: &Request<'_>,
-    reads: &mut Option<Box<Aside>>,
-) -> Option<Flow> {
-    let key = match req {
-        Request::Store { cmd, key, .. } if *cmd != StoreCmd::Set => *key,
-        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            *key
-        }
-        Request::MetaGet { key, .. }
-        | Request::MetaSet { key, .. }
-        | Request::MetaDelete { key, .. }
-        | Request::MetaArithmetic { key, .. } => key.as_bytes(),
-        _ => return None,
-    };
-    match read_once(env, key, reads) {
-        Ok(Some(p)) => {
-            env.shared.store.bring_back_prefetched(key, env.now, &p);
-            None
-        }
-        Ok(None) => None,
-        Err(flow) => Some(flow),
-    }
-}
-
-/// Whether running `req` would read flash: a key it names is on flash and not in memory.
-pub(crate) fn reads_flash(env: &ExecEnv<'_>, req: &Request<'_>) -> bool {
-    let store = &env.shared.store;
-    let on_flash = |key: &[u8]| store.locate(key, env.now).is_some();
-    match req {
-        Request::Get { keys, .. } | Request::Gat { keys, .. } => {
-            (*keys).map_while(Result::ok).any(on_flash)
-        }
-        Request::Store { cmd, key, .. } => *cmd != StoreCmd::Set && on_flash(key),
-        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
-            on_flash(key)
-        }
-        Request::MetaGet { key, .. }
-        | Request::MetaSet { key, .. }
-        | Request::MetaDelete { key, .. }
-        | Request::MetaArithmetic { key, .. }
-        | Request::MetaDebug { key } => on_flash(key.as_bytes()),
-        _ => false,
-    }
-}
-
-/// The flash read of a one-key request's key: the one made while it paused, one made here
-/// without a wait for the disk, or none (Ok); or the request pauses for it (Err).
-pub(crate) fn read_once(
-    env: &ExecEnv<'_>,
-    key: &[u8],
-    reads: &mut Option<Box<Aside>>,
-) -> Result<Option<store::Prefetched>, Flow> {
-    if let Some(p) = take_read(reads, 0) {
-        return Ok(Some(p));
-    }
-    match read_or_ask(env, key, reads) {
-        Some(Ok(p)) => Ok(Some(p)),
-        Some(Err(flow)) => Err(flow),
-        None => Ok(None),
-    }
-}
-
-/// The flash read made for key `index` of the request, once back.
-fn take_read(reads: &mut Option<Box<Aside>>, index: usize) -> Option<store::Prefetched> {
-    match reads.as_deref_mut() {
-        Some(Aside::Flash(w)) => w.take(index as u32),
-        _ => None,
-    }
-}
-
-/// The request's one key on flash: read here when that needs no wait for the disk (Ok), or
-/// asked of an I/O thread with the request paused until it is back, or until there is room
-/// to ask (Err). None when memory has the key or flash does not.
-fn read_or_ask(
-    env: &ExecEnv<'_>,
-    key: &[u8],
-    reads: &mut Option<Box<Aside>>,
-) -> Option<Result<store::Prefetched, Flow>> {
-    let store = &env.shared.store;
-    let conn = env.flash_reads?;
-    let loc = store.locate(key, env.now)?;
-    if let Some(p) = store.read_located_cached(loc) {
-        return Some(Ok(p));
-    }
-    ask_reads(env, conn, reads, 0, loc, std::iter::empty()).then_some(Err(Flow::Paused(Paused {
-        next_key: Some(0),
-        value: None,
-    })))
-}
-
-/// Writes a get's reply for the item found, if any.
-fn writer<'a>(
-    env: &ExecEnv<'_>,
-    key: &'a [u8],
-    with_cas: bool,
-    out: &'a mut Vec<u8>,
-) -> impl FnOnce(Option<store::ItemView<'_>>) -> Got + 'a {
-    let direct = env.direct;
-    move |v| match v {
-        // The worker writes a large value from the item's own buffer, once the shard is
-        // unlocked (memcached likewise writes values from item memory).
-        Some(it) if direct && it.value.len() >= DIRECT_WRITE_MIN => {
-            let cas = with_cas.then_some(it.cas);
-            match it.pin() {
-                Some(value) => {
-                    reply::write_value_header(out, key, it.flags, it.value.len(), cas);
-                    Got::Pinned(value)
-                }
-                None => {
-                    reply::write_value(out, key, it.flags, it.value, cas);
-                    Got::Hit
-                }
-            }
-        }
-        Some(it) => {
-            reply::write_value(out, key, it.flags, it.value, with_cas.then_some(it.cas));
-            Got::Hit
-        }
-        None => Got::Miss,
-    }
-}
-
-/// A get met key `at` on flash (at `loc`): asks the I/O threads for its read and for those
-/// of the next keys of the request on flash, up to `ext_io_depth` (`flash::reads`), for the
-/// connection to wait on. When not even the first can be asked for (the bounds are
-/// reached), the connection waits for room instead. False only without I/O threads.
-fn ask_reads<'a>(
-    env: &ExecEnv<'_>,
-    (worker, token): (usize, usize),
-    reads: &mut Option<Box<Aside>>,
-    at: usize,
-    loc: store::FlashLoc,
-    rest: impl Iterator<Item = Result<&'a [u8], proto::KeyTooLong>>,
-) -> bool {
-    let Some(io) = &env.shared.flash_io else {
-        return false;
-    };
-    let Aside::Flash(w) = &mut **reads.get_or_insert_with(|| Box::new(Aside::Flash(io.wait())))
-    else {
-        return false;
-    };
-    let id = w.id;
-    let to = |index: usize| ReadFor {
-        worker,
-        token,
-        id,
-        index: index as u32,
-    };
-    if !io.submit(loc, to(at)) {
-        io.starve(w, to(at));
-        return true;
-    }
-    w.in_flight += 1;
-    for (i, key) in (at + 1..).zip(rest) {
-        let Ok(key) = key else { break };
-        if w.in_flight >= io.depth {
-            break;
-        }
-        if w.has(i as u32) {
-            continue;
-        }
-        let Some(loc) = env.shared.store.locate(key, env.now) else {
-            continue;
-        };
-        if !io.submit(loc, to(i)) {
-            break;
-        }
-        w.in_flight += 1;
-    }
-    true
-}
-
-/// A get with a key over 250 bytes: memcached answers only the error, after looking up the
-/// keys before it. Looks up the good keys of `rest` (counting them), then drops the VALUEs
-/// built since `mark`.
-fn look_up_until_bad_key<'a>(
-    env: &ExecEnv<'_>,
-    rest: impl Iterator<Item = Result<&'a [u8], proto::KeyTooLong>>,
-    touch: Option<u32>,
-    out: &mut Vec<u8>,
-    mark: usize,
-) -> Flow {
-    for key in rest.map_while(Result::ok) {
-        lookup(env, key, touch, |v| {
-            if v.is_some() {
-                Got::Hit
-            } else {
-                Got::Miss
-            }
-        });
-    }
-    bad_key(out, mark)
-}
-
-fn bad_key(out: &mut Vec<u8>, mark: usize) -> Flow {
-    out.truncate(mark);
-    out.extend_from_slice(reply::CLIENT_ERROR_BAD_FORMAT);
-    Flow::Continue
-}
-
-/// One key of a get (a gat when `touch` has the new exptime), counted in the stats.
-pub(crate) fn lookup(
-    env: &ExecEnv<'_>,
-    key: &[u8],
-    touch: Option<u32>,
-    write: impl FnOnce(Option<store::ItemView<'_>>) -> Got,
-) -> Got {
-    let store = &env.shared.store;
-    let st = env.stats;
-    let got = match touch {
-        Some(exptime) => {
-            st.cmd_touch.incr();
-            store.gat(key, exptime, env.now, write)
-        }
-        None => store.get(key, env.now, write),
-    };
-    counted(env, got)
-}
-
-/// Counts a get's outcome.
-fn counted(env: &ExecEnv<'_>, got: Got) -> Got {
-    let st = env.stats;
-    st.cmd_get.incr();
-    if matches!(got, Got::Miss) {
-        st.get_misses.incr();
-    } else {
-        st.get_hits.incr();
-    }
-    got
-}
-
-/// What a get found for one key.
-pub(crate) enum Got {
-    Miss,
-    /// The VALUE is in `out`.
-    Hit,
-    /// The VALUE header is in `out`; the value goes out from the item's buffer.
-    Pinned(store::PinnedValue),
-}
-
-/// Values at least this large are written from store memory instead of copied into `out`.
-const DIRECT_WRITE_MIN: usize = 64 * 1024;

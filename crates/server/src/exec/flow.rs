@@ -6,8 +6,12 @@ pub enum Flow {
     Close,
     /// Replies must be written before the request goes on (see `retrieve`).
     Paused(Paused),
-    /// The connection became a watcher (`watch`): requests after it are not run.
+    /// The connection became a watcher (`watch`) or a near-cache listener (`track listen`):
+    /// requests after it are not run.
     Watch,
+    /// `track <id>`/`track off`: the connection's reads are tracked for this listener from
+    /// the next request on.
+    Track(crate::exec::tracked::Tracked),
 }
 
 /// A get or a key dump that stopped part-way.

@@ -98,6 +98,11 @@ fn general(env: &ExecEnv<'_>, out: &mut Vec<u8>) {
     // Allocation failures abort the process in Rust; a refused store is store_no_memory.
     stat(out, "malloc_fails", 0);
     stat(out, "log_watchers", shared.watch.count());
+    let t = &shared.tracking;
+    stat(out, "track_listeners", t.listener_count());
+    stat(out, "track_keys", t.key_count());
+    stat(out, "track_notices", t.notices.load(Relaxed));
+    stat(out, "track_flushes", t.flushes.load(Relaxed));
     let auth = env
         .shared
         .auth

@@ -1,10 +1,12 @@
 //! What `watch` logs about requests (`crate::watch`): looked up or built here, on the
-//! request's path only when a watcher asked for that kind.
+//! request's path only when a watcher asked for that kind; and the `watch` command itself.
 
-use proto::StoreCmd;
+use proto::{reply, StoreCmd};
 use store::StoreResult;
 
 use crate::exec::env::ExecEnv;
+use crate::exec::flow::Flow;
+use crate::io::conn::Aside;
 use crate::watch;
 
 /// `watch fetchers`: memcached logs every item lookup, including the one a storage
@@ -82,4 +84,43 @@ pub(crate) fn delete_size(env: &ExecEnv<'_>, key: &[u8]) -> Option<usize> {
         .store
         .peek_resident(key, env.now, |f| f.map(|it| it.value.len()))
         .flatten()
+}
+
+/// `watch [kinds]`: memcached's checks in its order, then the connection becomes a watcher
+/// (`crate::watch`) and `OK` is its last reply.
+#[cold]
+pub(crate) fn start_watch<'a>(
+    env: &ExecEnv<'_>,
+    args: impl Iterator<Item = &'a [u8]>,
+    aside: &mut Option<Box<Aside>>,
+    out: &mut Vec<u8>,
+) -> Flow {
+    if !env.shared.settings.watch_enabled {
+        out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
+        return Flow::Continue;
+    }
+    // A datagram has no connection to stream to.
+    let Some((worker, token)) = env.conn else {
+        out.extend_from_slice(reply::ERROR);
+        return Flow::Continue;
+    };
+    if !out.is_empty() {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
+        return Flow::Continue;
+    }
+    let Some(kinds) = watch::parse_kinds(args) else {
+        out.extend_from_slice(reply::ERROR);
+        return Flow::Continue;
+    };
+    match env.shared.watch.add(kinds, worker, token) {
+        Ok(w) => {
+            *aside = Some(Box::new(Aside::Watch(w)));
+            out.extend_from_slice(reply::OK);
+            Flow::Watch
+        }
+        Err(watch::AddError::TooMany) => {
+            out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+            Flow::Continue
+        }
+    }
 }

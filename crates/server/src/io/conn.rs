@@ -56,7 +56,7 @@ pub struct Conn {
     /// the field (see the size test below).
     pub unsent: Option<Box<Unsent>>,
     /// Keys of the get at the front of `rbuf` already answered: it paused while its
-    /// replies were written (see `execute::retrieve`).
+    /// replies were written (see `get::retrieve`).
     pub resume: u32,
     /// Bytes charged to the store's memory limit for the value being received into `rbuf`:
     /// what has arrived of a request larger than a pooled read buffer (see `batch`); given
@@ -67,6 +67,8 @@ pub struct Conn {
     /// What a few connections hold for a while (boxed to one pointer: every idle
     /// connection pays for the field).
     pub aside: Option<Box<Aside>>,
+    /// The near-cache listener this connection's reads are tracked for (`track <id>`).
+    pub tracked: Option<std::sync::Arc<crate::tracking::Listener>>,
     pub last_cmd: u32,
     pub closing: bool,
     pub want_write: bool,
@@ -114,6 +116,7 @@ impl Conn {
             reserved: 0,
             swallow: 0,
             aside: None,
+            tracked: None,
             last_cmd,
             closing: false,
             want_write: false,

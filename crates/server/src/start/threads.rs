@@ -80,6 +80,16 @@ pub fn run(
         .flash
         .as_ref()
         .map(|f| flash::reads::FlashIo::new(threads, f.io_depth));
+    let watch = Arc::new(crate::watch::Hub::new(threads, settings.watcher_buf));
+    let tracking = Arc::new(crate::tracking::Tracker::new(
+        settings.track_max_keys,
+        settings.track_total_keys,
+    ));
+    store.set_events(Arc::new(crate::departures::Departures {
+        tracking: tracking.clone(),
+        watch: watch.clone(),
+        wakers: all_wakers.clone(),
+    }));
     let shared = Arc::new(Shared {
         verbosity: AtomicU8::new(settings.verbose),
         limits,
@@ -102,7 +112,8 @@ pub fn run(
         wakers: all_wakers,
         auth,
         telemetry: metrics::Telemetry::new(threads, settings.latency, settings.hotkeys_rate),
-        watch: crate::watch::Hub::new(threads, settings.watcher_buf),
+        watch,
+        tracking,
         settings,
         tls,
         flash_io,
@@ -241,6 +252,9 @@ const RECLAIM_BUDGET: usize = 20_000;
 fn maintenance(shared: &Shared, flash_watch: Option<flash::files::Watch>) {
     while !shared.shutdown.load(SeqCst) {
         shared.store.reclaim(unix_now(), RECLAIM_BUDGET);
+        shared
+            .tracking
+            .sweep(unix_now(), &shared.watch, &shared.wakers);
         if let Some(path) = flash_watch.as_ref().and_then(|w| w.missing()) {
             shared
                 .store

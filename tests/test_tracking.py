@@ -1,0 +1,320 @@
+"""Near-cache invalidation (`track`): a listener connection is told when a key read by its
+tracked data connections changes, whoever changes it and however (docs/protocol.md)."""
+
+from __future__ import annotations
+
+import base64
+import socket
+
+import pytest
+from harness import Conn, Server, eventually, memfleet
+
+ENGINES = [("-o", "io_engine=epoll"), ("-o", "io_engine=uring")]
+ENGINE_IDS = ["epoll", "uring"]
+
+
+@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
+def engine(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    return tuple(request.param)
+
+
+def listen(port: int) -> tuple[Conn, int]:
+    lc = Conn(port)
+    line = lc.request(b"track listen\r\n")
+    assert line.startswith(b"TRACKING "), line
+    return lc, int(line.split()[1])
+
+
+def tracked(port: int, lid: int) -> Conn:
+    c = Conn(port)
+    assert c.request(b"track %d\r\n" % lid) == b"OK\r\n"
+    return c
+
+
+def notices(lc: Conn, quiet: float = 0.3) -> list[bytes]:
+    """The notice lines that arrive until the listener is quiet for `quiet` seconds."""
+    return [x for x in lc.read_all(quiet).split(b"\r\n") if x]
+
+
+def next_notice(lc: Conn) -> bytes:
+    return lc.read_line()
+
+
+def stats(port: int) -> dict[str, str]:
+    with Conn(port) as c:
+        return c.stats()
+
+
+# Every way a client changes an item, as (setup already stored "v"=b"10" at KEY), request.
+WRITES = {
+    "set": b"set {k} 0 0 1\r\nx\r\n",
+    "replace": b"replace {k} 0 0 1\r\nx\r\n",
+    "append": b"append {k} 0 0 1\r\nx\r\n",
+    "prepend": b"prepend {k} 0 0 1\r\nx\r\n",
+    "incr": b"incr {k} 1\r\n",
+    "decr": b"decr {k} 1\r\n",
+    "delete": b"delete {k}\r\n",
+    "ms": b"ms {k} 1\r\nx\r\n",
+    "md": b"md {k}\r\n",
+    "md_invalidate": b"md {k} I T30\r\n",
+    "ma": b"ma {k}\r\n",
+    "flushed_by_expiry_touch": b"touch {k} -1\r\n",
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_every_write_is_announced(engine: tuple[str, ...], write: str) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as writer:
+            key = b"k-" + write.encode()
+            assert writer.request(b"set %s 0 0 2\r\n10\r\n" % key) == b"STORED\r\n"
+            assert reader.request(b"get %s\r\n" % key, b"END\r\n").startswith(b"VALUE ")
+            writer.request(WRITES[write].replace(b"{k}", key))
+            if write == "flushed_by_expiry_touch":
+                # A touch to the past expires the item: announced when it is found gone.
+                assert writer.request(b"get %s\r\n" % key) == b"END\r\n"
+            assert next_notice(lc) == b"IV " + key + b"\r\n"
+
+
+def test_cas_and_meta_reads_register(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            for k in (b"a", b"b", b"c"):
+                assert w.request(b"set %s 0 0 1\r\n1\r\n" % k) == b"STORED\r\n"
+            line = reader.request(b"gets a\r\n", b"END\r\n")
+            cas = int(line.split(b"\r\n")[0].split()[4])
+            assert reader.request(b"mg b v\r\n", b"\r\n").startswith(b"VA 1")
+            reader.read_line()
+            assert reader.request(b"gat 100 c\r\n", b"END\r\n").startswith(b"VALUE c")
+            assert w.request(b"cas a 0 0 1 %d\r\n2\r\n" % cas) == b"STORED\r\n"
+            assert w.request(b"set b 0 0 1\r\n2\r\n") == b"STORED\r\n"
+            assert w.request(b"delete c\r\n") == b"DELETED\r\n"
+            assert sorted(notices(lc)) == [b"IV a", b"IV b", b"IV c"]
+
+
+def test_a_notice_ends_the_registration_and_misses_register_nothing(
+    engine: tuple[str, ...],
+) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            assert reader.request(b"get nothing\r\n") == b"END\r\n"
+            assert reader.request(b"mg nothing2 v\r\n") == b"EN\r\n"
+            w.request(b"set nothing 0 0 1\r\n1\r\n")
+            w.request(b"set nothing2 0 0 1\r\n1\r\n")
+            assert reader.request(b"get nothing\r\n", b"END\r\n").startswith(b"VALUE")
+            w.request(b"set nothing 0 0 1\r\n2\r\n")
+            w.request(b"set nothing 0 0 1\r\n3\r\n")
+            assert notices(lc) == [b"IV nothing"]
+            assert stats(port)["track_keys"] == "0"
+
+
+def test_untracked_and_switched_off_connections_register_nothing(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w, Conn(port) as plain:
+            w.request(b"set a 0 0 1\r\n1\r\n")
+            plain.request(b"get a\r\n", b"END\r\n")
+            assert reader.request(b"track off\r\n") == b"OK\r\n"
+            reader.request(b"get a\r\n", b"END\r\n")
+            w.request(b"set a 0 0 1\r\n2\r\n")
+            assert notices(lc) == []
+            # The plain connection still gets exactly memcached's replies.
+            assert plain.request(b"get a\r\n", b"END\r\n") == b"VALUE a 0 1\r\n2\r\nEND\r\n"
+
+
+def test_track_commands_and_their_errors(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        lc2, lid2 = listen(port)
+        assert lid != lid2
+        with Conn(port) as c:
+            assert c.request(b"track 999999\r\n") == b"NOT_FOUND\r\n"
+            assert c.request(b"track abc\r\n").startswith(b"CLIENT_ERROR")
+            assert c.request(b"track\r\n") == b"ERROR\r\n"
+            assert c.request(b"track %d\r\n" % lid) == b"OK\r\n"
+            # Switched to the second listener: the first hears nothing more.
+            assert c.request(b"track %d\r\n" % lid2) == b"OK\r\n"
+            c.request(b"set a 0 0 1\r\n1\r\n")
+            c.request(b"get a\r\n", b"END\r\n")
+            c.request(b"delete a\r\n")
+            assert next_notice(lc2) == b"IV a\r\n"
+            assert notices(lc) == []
+            st = c.stats()
+            assert st["track_listeners"] == "2"
+            assert int(st["track_notices"]) == 1
+        with Conn(port) as p:
+            assert (
+                p.request(b"version\r\ntrack listen\r\n", b"listen\r\n").split(b"\r\n")[-2]
+                == b"ERROR cannot pipeline other commands before track listen"
+            )
+        lc.close()
+        eventually(lambda: stats(port)["track_listeners"] == "1", "closed listener forgotten")
+        with Conn(port) as c:
+            assert c.request(b"track %d\r\n" % lid) == b"NOT_FOUND\r\n"
+
+
+def test_a_closed_listener_voids_its_connections(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            w.request(b"set a 0 0 1\r\n1\r\n")
+            reader.request(b"get a\r\n", b"END\r\n")
+            lc.close()
+            eventually(lambda: stats(port)["track_listeners"] == "0", "listener gone")
+            reader.request(b"get a\r\n", b"END\r\n")
+            assert w.request(b"set a 0 0 1\r\n2\r\n") == b"STORED\r\n"
+            assert stats(port)["track_notices"] == "0"
+
+
+def test_binary_keys_are_sent_base64(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        key = base64.b64encode(b"a key\x00with bytes")
+        with Conn(port) as w:
+            assert w.request(b"ms %s 1 b\r\nx\r\n" % key) == b"HD\r\n"
+            assert reader.request(b"mg %s b v\r\n" % key).startswith(b"VA 1")
+            reader.read_line()
+            assert w.request(b"md %s b\r\n" % key) == b"HD\r\n"
+            assert next_notice(lc) == b"IV " + key + b" b\r\n"
+
+
+def test_flush_all_now_and_later(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            w.request(b"set a 0 0 1\r\n1\r\n")
+            reader.request(b"get a\r\n", b"END\r\n")
+            assert w.request(b"flush_all\r\n") == b"OK\r\n"
+            assert next_notice(lc) == b"IV_ALL\r\n"
+            w.request(b"set a 0 0 1\r\n1\r\n")
+            reader.request(b"get a\r\n", b"END\r\n")
+            assert w.request(b"flush_all 2\r\n") == b"OK\r\n"
+            assert notices(lc, 0.5) == []
+            lc.sock.settimeout(10)
+            assert next_notice(lc) == b"IV_ALL\r\n"
+            assert w.request(b"get a\r\n") == b"END\r\n"
+
+
+def test_expiry_is_announced_without_a_read(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            w.request(b"set short 0 2 1\r\n1\r\n")
+            w.request(b"set long 0 0 1\r\n1\r\n")
+            reader.request(b"get short long\r\n", b"END\r\n")
+            lc.sock.settimeout(10)
+            assert next_notice(lc) == b"IV short\r\n"
+            assert notices(lc, 1.5) == []
+
+
+def test_evictions_are_announced(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "8", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            w.request(b"set first 0 0 1\r\n1\r\n")
+            reader.request(b"get first\r\n", b"END\r\n")
+            value = b"x" * 1000
+            for i in range(30_000):
+                w.send(b"set fill%d 0 0 1000 noreply\r\n%s\r\n" % (i, value))
+            assert w.request(b"mn\r\n") == b"MN\r\n"
+            assert w.request(b"get first\r\n") == b"END\r\n", "the tracked key was evicted"
+            lc.sock.settimeout(10)
+            assert next_notice(lc) == b"IV first\r\n"
+
+
+def test_a_listener_past_its_bound_is_told_to_drop_everything(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", "-o", "track_max_keys=10", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        reader = tracked(port, lid)
+        with Conn(port) as w:
+            for i in range(11):
+                w.request(b"set k%d 0 0 1\r\n1\r\n" % i)
+            for i in range(10):
+                reader.request(b"get k%d\r\n" % i, b"END\r\n")
+            assert notices(lc) == []
+            reader.request(b"get k10\r\n", b"END\r\n")
+            assert next_notice(lc) == b"IV_ALL\r\n"
+            assert stats(port)["track_flushes"] == "1"
+            # Registrations before the IV_ALL are void; the sweep removes them.
+            w.request(b"set k0 0 0 1\r\n2\r\n")
+            assert notices(lc) == []
+            eventually(lambda: stats(port)["track_keys"] == "0", "void registrations swept")
+
+
+def test_a_listener_that_never_reads_costs_bounded_memory(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", "-o", "watcher_logbuf_size=64", *engine) as s:
+        port = s.port or 0
+        lc, lid = listen(port)
+        lc.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader = tracked(port, lid)
+        key_pad = b"p" * 200
+        with Conn(port) as w:
+            before = s.rss_mb()
+            for round_ in range(20):
+                batch = b"".join(
+                    b"set %s%d 0 0 1 noreply\r\n1\r\n" % (key_pad, i) for i in range(2000)
+                )
+                w.send(batch)
+                reader.send(b"".join(b"mg %s%d\r\n" % (key_pad, i) for i in range(2000)))
+                for _ in range(2000):
+                    reader.read_line()
+            assert w.request(b"mn\r\n") == b"MN\r\n"
+            grown = s.rss_mb() - before
+            # 40,000 notices of ~210 bytes (8 MB) went nowhere: the queue held 64 KB.
+            assert grown < 6, grown
+            everything = lc.read_all(1.0)
+            assert everything.endswith(b"IV_ALL\r\n"), everything[-100:]
+
+
+def test_sweep_keeps_the_total_bound(engine: tuple[str, ...]) -> None:
+    with memfleet("-m", "64", "-o", "track_total_keys=100", *engine) as s:
+        port = s.port or 0
+        small, small_id = listen(port)
+        big, big_id = listen(port)
+        r_small = tracked(port, small_id)
+        r_big = tracked(port, big_id)
+        with Conn(port) as w:
+            for i in range(120):
+                w.request(b"set k%d 0 0 1\r\n1\r\n" % i)
+            for i in range(10):
+                r_small.request(b"get k%d\r\n" % i, b"END\r\n")
+            for i in range(10, 95):
+                r_big.request(b"get k%d\r\n" % i, b"END\r\n")
+            eventually(lambda: int(stats(port)["track_flushes"]) >= 1, "the biggest is flushed")
+            assert next_notice(big) == b"IV_ALL\r\n"
+            assert notices(small) == []
+            w.request(b"delete k3\r\n")
+            assert next_notice(small) == b"IV k3\r\n"
+
+
+def test_server_killed_closes_the_listener(engine: tuple[str, ...]) -> None:
+    s: Server = memfleet("-m", "64", *engine).start()
+    try:
+        lc, _ = listen(s.port or 0)
+        s.kill()
+        assert lc.read_all(2.0) == b""
+    finally:
+        s.stop()
