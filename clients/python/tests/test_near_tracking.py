@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import pytest
 from client_support import Server, cache_server, memfleet_server
+from mcrouter_harness import McRouter
 
 import memfleet
 from memfleet import near as N
@@ -282,10 +283,14 @@ def _quietly(f: Callable[..., Any], *args: Any) -> Any:
 
 
 # -- servers without tracking: the TTL -----------------------------------------------------------
-@pytest.mark.parametrize("kind", ["memcached", "tracking off"])
+@pytest.mark.parametrize("kind", ["memcached", "memfleet route", "tracking off"])
 def test_without_tracking_the_ttl_applies(tracking_server: Server, make_client: Any, kind: str) -> None:
-    if kind == "memcached":
-        s: Server | None = cache_server(command="memcached").start()
+    if kind != "tracking off":
+        if kind == "memcached":
+            s: Server | None = cache_server(command="memcached").start()
+        else:  # a router in front of a server with tracking has none
+            s = McRouter({"pools": {"A": {"servers": [tracking_server.address]}}, "route": "PoolRoute|A"}).start()
+        assert s is not None
         address = s.address
         c = make_client([address], near_cache=True, near_cache_ttl=1.0)
     else:

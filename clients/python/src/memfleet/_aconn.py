@@ -112,7 +112,12 @@ class AsyncServer(ServerBase[AsyncConnection]):
         if self.listener is not None:
             return
         listener = self.listener = AsyncListener(self, near, self.source)
-        await listener.start()
+        try:
+            await listener.start()
+        except BaseException:
+            if self.listener is listener:
+                self.listener = None  # the next request tries again
+            raise
 
     async def stop_listener(self) -> None:
         listener, self.listener = self.listener, None

@@ -202,7 +202,13 @@ class Server(ServerBase[Connection]):
             if self.listener is not None:
                 return
             listener = self.listener = Listener(self, near, self.source)
-        listener.start()
+        try:
+            listener.start()
+        except BaseException:
+            with self._lock:
+                if self.listener is listener:
+                    self.listener = None  # the next request tries again
+            raise
 
     def stop_listener(self) -> None:
         with self._lock:
