@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -30,7 +31,7 @@ _IV_RECORD = 65536  # keys whose last notice is remembered
 class Source:
     """One server's side of the near cache, as one client's listener sees it."""
 
-    __slots__ = ("name", "state", "listener_id", "changed")
+    __slots__ = ("name", "state", "listener_id", "changed", "__weakref__")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -69,7 +70,7 @@ class NearCache:
         self._seq = 0  # number of the last notice or state change applied
         self._iv: OrderedDict[bytes, int] = OrderedDict()  # key -> number of its last IV
         self._floor = 0  # the record holds every IV numbered above this
-        self._sources: list[Source] = []
+        self._sources: weakref.WeakSet[Source] = weakref.WeakSet()  # a client's go with it
 
     # -- lookups and fills ---------------------------------------------------------------------
     def get(self, key: bytes) -> Any:
@@ -146,7 +147,7 @@ class NearCache:
     def add_source(self, name: str) -> Source:
         source = Source(name)
         with self._lock:
-            self._sources.append(source)
+            self._sources.add(source)
         return source
 
     def invalidate(self, key: bytes) -> None:
