@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -168,26 +167,6 @@ def test_text_commands_round_trip(router: Proxy) -> None:
         assert b"STAT curr_connections " in stats and b"STAT pool alpha\r\n" in stats
         c.send(b"quit\r\n")
         assert c.read_all(1.0) == b""
-
-
-def test_binary_protocol_client_is_refused_not_left_hanging(router: Proxy) -> None:
-    """route speaks the text protocol only: a binary request (first byte 0x80) gets a binary
-    Unknown command error saying so, the connection closes, and the refusal is logged."""
-    get = struct.pack(">BBHBBHIIQ", 0x80, 0x00, 1, 0, 0, 0, 1, 0xABCD, 0) + b"k"
-    with socket.create_connection(("127.0.0.1", router.port), timeout=2) as s:
-        s.sendall(get)
-        reply = b""
-        while chunk := s.recv(4096):
-            reply += chunk
-    magic, opcode, _klen, _elen, _dt, status, blen, opaque, _cas = struct.unpack(
-        ">BBHBBHIIQ", reply[:24]
-    )
-    assert (magic, opcode, status, opaque) == (0x81, 0x00, 0x81, 0xABCD)
-    assert reply[24:] == b"memfleet route: binary protocol not supported, use the text protocol"
-    assert blen == len(reply) - 24
-    with Conn(router.port) as c:
-        assert c.request(b"set a 0 0 1\r\nx\r\n") == b"STORED\r\n"
-    assert "binary protocol request" in Path(router.log).read_text()
 
 
 def test_multi_get_is_split_and_merged_in_key_order(router: Proxy, backends: list[Server]) -> None:

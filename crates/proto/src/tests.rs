@@ -485,6 +485,7 @@ fn misc_commands() {
         "lru mode flat",
         "extstore a b",
         "refresh_certs",
+        "track listen",
     ] {
         let s = format!("{c}\r\n");
         match req(s.as_bytes()) {

@@ -163,6 +163,7 @@ pub(crate) fn parse_line<'a>(
                     None => err_nr(r::CLIENT_ERROR_INVALID_EXPTIME, after, noreply),
                 }
             }
+            b"track" => admin(cmd, rest, after),
             _ => err(r::ERROR, after),
         },
         _ => match cmd {

@@ -33,6 +33,10 @@ impl KeyEvents for Departures {
                 watch::evicted(&self.watch, &self.wakers, key, fetched, ttl, idle, value_len);
             }
         }
-        self.tracking.changed(key, &self.watch, &self.wakers);
+        // A write announces its key itself, after the store has the new value (and a
+        // compaction moving an item is no change).
+        if why != Departure::Replaced {
+            self.tracking.changed(key, &self.watch, &self.wakers);
+        }
     }
 }

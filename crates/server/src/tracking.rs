@@ -27,9 +27,6 @@ const MAX_LISTENERS: usize = 1 << 16;
 /// Enough that a shard's sweep holds its lock briefly (~16K registrations at the total
 /// bound), and registrations from many workers rarely meet.
 const SHARDS: usize = 256;
-/// Bytes a registration costs beyond its key: the map entry (key pointer, expiry, one
-/// listener inline), its control byte and load slack, and the key's allocation rounding.
-pub const BYTES_PER_KEY: usize = 88;
 
 /// A connection that ran `track listen`.
 pub struct Listener {

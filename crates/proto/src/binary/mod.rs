@@ -19,6 +19,7 @@
 //! memcached switches a connection to this protocol when its first byte is 0x80 and keeps it
 //! binary from then on; that choice is the server's.
 
+pub mod bridge;
 mod compose;
 mod parse;
 mod response;

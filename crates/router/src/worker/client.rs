@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 
+use proto::binary::bridge::Pending;
 use proto::redis_cmd::{self, Kind};
 use proto::resp;
 use proto::resp::resp3::{write_resp3, Shape};
@@ -51,6 +52,8 @@ pub(super) struct Slot {
     pub(super) remaining: u32,
     pub(super) kind: SlotKind,
     pub(super) buf: Vec<u8>,
+    /// A binary client's request sent as text: its finished text reply is translated.
+    pub(super) bin: Option<Box<Pending>>,
 }
 
 /// A get split over servers: the keys in the client's order and each server's reply.
@@ -158,6 +161,7 @@ impl Client {
                 remaining: 0,
                 kind: SlotKind::Ready,
                 buf: bytes.to_vec(),
+                bin: None,
             });
         }
     }
@@ -170,6 +174,7 @@ impl Client {
             remaining,
             kind,
             buf: Vec::new(),
+            bin: None,
         });
         ReplyTo {
             client: ci as u32,
@@ -180,7 +185,13 @@ impl Client {
     }
 }
 
-fn finish_slot(slot: Slot, out: &mut Vec<u8>) {
+fn finish_slot(mut slot: Slot, out: &mut Vec<u8>) {
+    if let Some(pending) = slot.bin.take() {
+        let mut text = Vec::new();
+        finish_slot(slot, &mut text);
+        pending.write_reply(&text, out);
+        return;
+    }
     match slot.kind {
         SlotKind::Ready | SlotKind::Single | SlotKind::NoReply => out.extend_from_slice(&slot.buf),
         SlotKind::Multi(m) => {
@@ -265,6 +276,7 @@ pub(super) fn deliver(
         && slot.remaining == 1
         && slot.buf.is_empty()
         && matches!(slot.kind, SlotKind::Single)
+        && slot.bin.is_none()
     {
         // The common case: the reply the client waits for next, in one piece.
         c.wbuf.extend_from_slice(reply);
@@ -461,6 +473,7 @@ mod tests {
                 resp3,
             })),
             buf: Vec::new(),
+            bin: None,
         };
         let slot = |kind, frags| slot3(kind, frags, false);
         let mut out = Vec::new();
@@ -509,6 +522,7 @@ mod tests {
                 noreply,
             },
             buf: Vec::new(),
+            bin: None,
         };
         finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], false), &mut out);
         assert_eq!(out, b"OK\r\n");
@@ -533,6 +547,7 @@ mod tests {
                 noreply: true,
             },
             buf: Vec::new(),
+            bin: None,
         };
         finish_slot(slot(b"ERRORX\r\n"), &mut out);
         assert!(out.is_empty(), "not an error line: dropped");

@@ -54,13 +54,9 @@ impl Worker {
             }
             let data = rbuf.filled();
             if data[0] == proto::binary::REQUEST_MAGIC {
-                let mut refusal = Vec::new();
-                refuse_binary(data, &mut refusal);
-                c.reply(&refusal);
-                c.closing = true;
-                rbuf.clear();
-                self.mark_client(ci);
-                crate::log::warn("client closed: binary protocol request (route speaks text only)");
+                if self.parse_binary(ci, &mut rbuf) {
+                    continue;
+                }
                 break;
             }
             // An mcrouter config's clients may also send mcrouter's lease commands.
@@ -419,15 +415,4 @@ impl Worker {
             }
         }
     }
-}
-
-/// The text that goes with the refusal of a binary-protocol client.
-const BINARY_REFUSED: &[u8] =
-    b"memfleet route: binary protocol not supported, use the text protocol";
-
-/// Answers a binary-protocol request (whatever part of its header has arrived) with a binary
-/// `Unknown command` error that says why, so the client fails at once instead of waiting.
-fn refuse_binary(data: &[u8], out: &mut Vec<u8>) {
-    use proto::binary::{BinRequest, Status};
-    BinRequest::from_header(data).write_error_message(out, Status::UnknownCommand, BINARY_REFUSED);
 }

@@ -23,6 +23,7 @@
 mod accept;
 mod auth;
 mod backend;
+mod binary;
 mod client;
 mod get_batch;
 mod mcrouter;

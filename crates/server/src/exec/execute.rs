@@ -17,6 +17,7 @@ pub use crate::exec::flow::Flow;
 use crate::exec::get;
 use crate::exec::meta::{self, store_mode};
 use crate::exec::report;
+use crate::exec::tracked;
 use crate::exec::watched;
 use crate::io::conn::Aside;
 use crate::stats::ThreadStats;
@@ -120,6 +121,10 @@ pub fn run(
             command: b"watch",
             args,
         } => return watched::start_watch(env, args, reads, out),
+        Request::Admin {
+            command: b"track",
+            args,
+        } => return tracked::command(env, args, reads, out),
         Request::Admin { .. } => out.extend_from_slice(reply::ERROR),
         // mcrouter's lease commands, which memcached does not know (`proto::parse` never
         // gives them to a server).
@@ -283,6 +288,7 @@ pub fn store_received(env: &ExecEnv<'_>, r: &Received, item: Box<[u8]>, out: &mu
         .flags(r.flags)
         .exptime(exptime);
     let result = store.store(req, env.now);
+    tracked::changed(env, &r.key);
     if env.shared.watch.wants(watch::MUTATIONS) {
         watched::store(env, r.cmd, &r.key, exptime, r.value_len, result.result);
     }
@@ -357,6 +363,8 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
                     ..StoreOpts::default()
                 });
             let r = store.store(req, now);
+            // Even a failed set removes the old value.
+            tracked::changed(env, key);
             if env.shared.watch.wants(watch::MUTATIONS) {
                 watched::store(env, cmd, key, exptime, data.len(), r.result);
             }
@@ -370,15 +378,19 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
                 compare_cas: (x.cas != 0).then_some(x.cas),
                 ..DeleteOpts::default()
             };
-            if env.shared.watch.wants(watch::DELETIONS) {
-                let size = watched::delete_size(env, key);
-                let r = store.delete(key, now, &opts);
-                if let (DeleteResult::Deleted, Some(size)) = (r, size) {
+            let size = if env.shared.watch.wants(watch::DELETIONS) {
+                watched::delete_size(env, key)
+            } else {
+                None
+            };
+            let r = store.delete(key, now, &opts);
+            if r == DeleteResult::Deleted {
+                tracked::changed(env, key);
+                if let Some(size) = size {
                     watch::deleted(&env.shared.watch, &env.shared.wakers, key, b"delete", size);
                 }
-                return Some(Outcome::Deleted(r));
             }
-            Outcome::Deleted(store.delete(key, now, &opts))
+            Outcome::Deleted(r)
         }
         Request::Arith {
             incr, key, delta, ..
@@ -393,7 +405,11 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
                     .map(|(initial, exptime)| (initial, store.exptime(i64::from(exptime), now))),
                 ..ArithOpts::default()
             };
-            Outcome::Arith(store.incr_decr(key, incr, delta, now, &opts))
+            let r = store.incr_decr(key, incr, delta, now, &opts);
+            if matches!(r, ArithResult::Ok { .. }) {
+                tracked::changed(env, key);
+            }
+            Outcome::Arith(r)
         }
         Request::Touch { key, exptime, .. } => {
             st.cmd_touch.incr();
@@ -411,6 +427,11 @@ pub fn apply(env: &ExecEnv<'_>, req: Request<'_>, x: Extras) -> Option<Outcome> 
             }
             st.cmd_flush.incr();
             store.flush_all(delay, now);
+            // A delayed flush takes effect when memcached's cutoff comes (`Store::flush_all`).
+            let at = (delay > 0).then(|| store.exptime(delay, now).saturating_sub(1));
+            env.shared
+                .tracking
+                .flush_all(at, &env.shared.watch, &env.shared.wakers);
             Outcome::Flushed
         }
         Request::Version => Outcome::Version,

@@ -6,6 +6,7 @@ use proto::reply;
 use crate::exec::env::ExecEnv;
 use crate::exec::flash_wait::{ask_reads, take_read};
 use crate::exec::flow::{Flow, Paused};
+use crate::exec::tracked;
 use crate::io::conn::Aside;
 
 /// get/gets/gat/gats from key `skip` on: one VALUE per hit, then END; a too-long key
@@ -126,15 +127,32 @@ pub(crate) fn from_read(
     }
 }
 
-/// Writes a get's reply for the item found, if any.
-fn writer<'a>(
-    env: &ExecEnv<'_>,
+/// Writes a get's reply for the item found, if any (registered first on a tracked
+/// connection, under the item's lock).
+fn writer<'a, 'e: 'a>(
+    env: &ExecEnv<'e>,
     key: &'a [u8],
     with_cas: bool,
     out: &'a mut Vec<u8>,
 ) -> impl FnOnce(Option<store::ItemView<'_>>) -> Got + 'a {
     let direct = env.direct;
-    move |v| match v {
+    let tracked = env.tracked.map(|l| (l, env.shared));
+    move |v| {
+        if let (Some((l, shared)), Some(it)) = (tracked, &v) {
+            tracked::register(shared, l, key, it.exptime);
+        }
+        write_found(v, key, with_cas, direct, out)
+    }
+}
+
+fn write_found(
+    v: Option<store::ItemView<'_>>,
+    key: &[u8],
+    with_cas: bool,
+    direct: bool,
+    out: &mut Vec<u8>,
+) -> Got {
+    match v {
         // The worker writes a large value from the item's own buffer, once the shard is
         // unlocked (memcached likewise writes values from item memory).
         Some(it) if direct && it.value.len() >= DIRECT_WRITE_MIN => {

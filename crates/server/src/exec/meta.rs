@@ -54,6 +54,7 @@ pub fn get(env: &ExecEnv<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut Ve
         let Some((it, lease)) = found else {
             return false;
         };
+        crate::exec::tracked::read(env, key.as_bytes(), it.exptime);
         if want_value {
             out.extend_from_slice(b"VA ");
             write_u64(out, it.value.len() as u64);
@@ -149,6 +150,7 @@ pub fn set(
         .exptime(exptime)
         .opts(opts);
     let r = store.store(req, now);
+    crate::exec::tracked::changed(env, key.as_bytes());
     if env.shared.watch.wants(crate::watch::MUTATIONS) {
         crate::exec::watched::store(env, cmd, key.as_bytes(), exptime, data.len(), r.result);
     }
@@ -206,6 +208,9 @@ pub fn delete(env: &ExecEnv<'_>, key: &Key<'_>, flags: &MetaFlags<'_>, out: &mut
         None
     };
     let result = store.delete(key.as_bytes(), now, &opts);
+    if result == DeleteResult::Deleted {
+        crate::exec::tracked::changed(env, key.as_bytes());
+    }
     if let (DeleteResult::Deleted, Some(size)) = (result, size) {
         crate::watch::deleted(
             &env.shared.watch,
@@ -248,7 +253,11 @@ pub fn arithmetic(
         new_exptime: flags.exptime.map(|e| store.exptime(e, now)),
     };
     let delta = flags.delta.unwrap_or(1);
-    match store.incr_decr(key.as_bytes(), incr, delta, now, &opts) {
+    let r = store.incr_decr(key.as_bytes(), incr, delta, now, &opts);
+    if matches!(r, ArithResult::Ok { .. }) {
+        crate::exec::tracked::changed(env, key.as_bytes());
+    }
+    match r {
         ArithResult::Ok { .. } if flags.noreply() => {}
         ArithResult::Ok {
             value,

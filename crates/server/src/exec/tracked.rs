@@ -8,6 +8,8 @@ use proto::reply::{self, write_u64};
 use crate::exec::env::ExecEnv;
 use crate::exec::flow::Flow;
 use crate::io::conn::Aside;
+use crate::shared::Shared;
+use crate::tracking::Listener;
 
 /// `track listen` (the connection becomes a listener, `TRACKING <id>` its last reply),
 /// `track <id>` (this connection's reads are tracked for listener `id`), `track off`.
@@ -76,10 +78,15 @@ pub fn command<'a>(
 #[inline]
 pub fn read(env: &ExecEnv<'_>, key: &[u8], exptime: u32) {
     if let Some(l) = env.tracked {
-        env.shared
-            .tracking
-            .register(l, key, exptime, &env.shared.watch, &env.shared.wakers);
+        register(env.shared, l, key, exptime);
     }
+}
+
+#[cold]
+pub fn register(shared: &Shared, l: &Listener, key: &[u8], exptime: u32) {
+    shared
+        .tracking
+        .register(l, key, exptime, &shared.watch, &shared.wakers);
 }
 
 /// A write of `key` is done: listeners that registered it are told before it is answered.
@@ -91,4 +98,4 @@ pub fn changed(env: &ExecEnv<'_>, key: &[u8]) {
 }
 
 /// The listener a connection's reads are tracked for, as the next requests see it.
-pub type Tracked = Option<Arc<crate::tracking::Listener>>;
+pub type Tracked = Option<Arc<Listener>>;
