@@ -167,6 +167,8 @@ def test_notice_lines() -> None:
             parse_notice(bad)
     assert parse_tracking(b"TRACKING 12") == 12
     assert parse_tracking(b"ERROR") is None
+    with pytest.raises(memfleet.MemfleetServerError):  # too many listeners: tried again later
+        parse_tracking(b"SERVER_ERROR too many listeners")
 
 
 # -- against memfleet serve ------------------------------------------------------------------------
@@ -357,8 +359,10 @@ def _check(acks: list[tuple[str, int, float]], reads: list[tuple[str, float, Any
     for key, began, value in reads:
         n = bisect.bisect_left(times.get(key, []), began - STALE_AFTER)
         if n and (value is None or value < versions[key][n - 1]):
-            stale.append((key, began, value, versions[key][n - 1]))
-    assert not stale, f"{len(stale)} of {len(reads)} reads stale, e.g. {stale[:3]}"
+            # (key, what it read, what it should have, how long after that was acknowledged)
+            stale.append((key, value, versions[key][n - 1], round(began - times[key][n - 1], 3)))
+    late = max((s[3] for s in stale), default=0)
+    assert not stale, f"{len(stale)} of {len(reads)} reads stale, up to {late} s late, e.g. {stale[:3]}"
 
 
 KEYS = [f"w{w}:{k}" for w in range(3) for k in range(4)]

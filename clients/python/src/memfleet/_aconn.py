@@ -151,8 +151,11 @@ class AsyncListener:
             conn.writer.write(P.TRACK_LISTEN)
             line = await asyncio.wait_for(conn.reader.readuntil(b"\r\n"), self.server.timeout)
             lid = P.parse_tracking(line[:-2])
-        except (ConnectionError, asyncio.IncompleteReadError, MemfleetServerError):
+        except (ConnectionError, asyncio.IncompleteReadError):
             lid = None
+        except MemfleetServerError as exc:  # SERVER_ERROR: try again later
+            conn.close()
+            raise MemfleetConnectionError(f"{self.server.address}: {exc}") from exc
         except BaseException:
             conn.close()
             raise

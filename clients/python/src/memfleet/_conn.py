@@ -244,9 +244,11 @@ class Listener:
         try:
             conn.send(P.TRACK_LISTEN)
             lid = P.parse_tracking(conn.readline())
-        except (ConnectionError, MemfleetServerError):
-            # closed on an unknown command (twemproxy) or an answer that is not TRACKING
+        except ConnectionError:  # closed on an unknown command (twemproxy)
             lid = None
+        except MemfleetServerError as exc:  # SERVER_ERROR: try again later
+            conn.close()
+            raise MemfleetConnectionError(f"{s.address}: {exc}") from exc
         except BaseException:
             conn.close()
             raise

@@ -352,7 +352,8 @@ TRACK_LISTEN = b"track listen\r\n"
 
 def parse_tracking(line: bytes) -> int | None:
     """The reply to ``track listen``: the listener's id, or None if the server has no tracking
-    (memcached and ``memfleet route`` answer ``ERROR``)."""
+    (memcached and ``memfleet route`` answer ``ERROR``). ``SERVER_ERROR`` (too many listeners)
+    raises: it may pass."""
     if line.startswith(b"TRACKING "):
         return int(line[9:])
     if line.startswith(b"ERROR") or line.startswith(b"CLIENT_ERROR"):
