@@ -4,7 +4,6 @@ tracked data connections changes, whoever changes it and however (docs/protocol.
 from __future__ import annotations
 
 import base64
-import socket
 
 import pytest
 from harness import Conn, Server, eventually, memfleet
@@ -284,12 +283,11 @@ def test_a_listener_that_never_reads_costs_bounded_memory(engine: tuple[str, ...
     with memfleet("-m", "64", "-o", "watcher_logbuf_size=64", *engine) as s:
         port = s.port or 0
         lc, lid = listen(port)
-        lc.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         reader = tracked(port, lid)
         key_pad = b"p" * 200
         with Conn(port) as w:
             before = s.rss_mb()
-            for round_ in range(20):
+            for _ in range(100):
                 batch = b"".join(
                     b"set %s%d 0 0 1 noreply\r\n1\r\n" % (key_pad, i) for i in range(2000)
                 )
@@ -299,8 +297,10 @@ def test_a_listener_that_never_reads_costs_bounded_memory(engine: tuple[str, ...
                     reader.read_line()
             assert w.request(b"mn\r\n") == b"MN\r\n"
             grown = s.rss_mb() - before
-            # 40,000 notices of ~210 bytes (8 MB) went nowhere: the queue held 64 KB.
-            assert grown < 6, grown
+            # 200,000 notices of ~210 bytes (42 MB) and nobody reading: the kernel's socket
+            # buffers take a few MB, the server's queue 64 KB, the rest is dropped. (The
+            # server's own buffers for the reads and writes take up to ~10 MB of it.)
+            assert grown < 20, grown
             everything = lc.read_all(1.0)
             assert everything.endswith(b"IV_ALL\r\n"), everything[-100:]
 

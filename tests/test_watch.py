@@ -213,3 +213,29 @@ def test_watchers_on_both_workers_see_clients_on_both(engine: tuple[str, ...]) -
             assert got == want
         for c in clients + watchers:
             c.close()
+
+
+def test_evictions_are_logged_per_item(engine: tuple[str, ...]) -> None:
+    """memcached's `type=eviction` line for each item evicted to make room (a whole segment's
+    items at once in memfleet: fetched or not, TTL left, idle seconds, value size)."""
+    with memfleet("-m", "8", *engine) as s, Conn(s.port or 0) as c:
+        w = watcher(s.port or 0, b" evictions")
+        assert c.request(b"set read-once 0 1000 5\r\nhello\r\n") == b"STORED\r\n"
+        assert c.request(b"get read-once\r\n", b"END\r\n").startswith(b"VALUE")
+        value = b"x" * 1000
+        for i in range(20_000):
+            c.send(b"set fill%d 0 0 1000 noreply\r\n%s\r\n" % (i, value))
+        assert c.request(b"mn\r\n") == b"MN\r\n"
+        line = log_line(w)
+        assert re.fullmatch(
+            LINE_START
+            + rb"type=eviction key=fill\d+ fetch=no ttl=-1 la=\d+ clsid=1 size=1000\n",
+            line,
+        ), line
+        with Conn(s.port or 0) as q:
+            evicted = int(q.stats()["evictions"])
+        rest = [x for x in w.read_all(1.0).split(b"\n") if x]
+        logged = 1 + sum(1 for x in rest if b" type=eviction " in x)
+        skipped = sum(int(x[len(b"skipped=") :]) for x in rest if x.startswith(b"skipped="))
+        # Every eviction is a line, or counted in a skipped=N if the queue was full.
+        assert logged + skipped == evicted, (logged, skipped, evicted)

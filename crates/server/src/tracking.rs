@@ -8,20 +8,20 @@
 //! wait on a listener, and one whose queue overflows loses its registrations and gets
 //! `IV_ALL` instead of a silent gap.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 use mio::Waker;
 use proto::reply;
-use smallvec::SmallVec;
 
 use crate::watch::{Hub, Watcher};
 
 /// Defaults of `-o track_max_keys`, `-o track_total_keys`.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
-pub const DEFAULT_TOTAL_KEYS: usize = 4_000_000;
+pub const DEFAULT_TOTAL_KEYS: usize = 2_000_000;
 /// Listeners at a time (each holds a connection).
 const MAX_LISTENERS: usize = 1 << 16;
 /// Enough that a shard's sweep holds its lock briefly (~16K registrations at the total
@@ -46,11 +46,72 @@ struct Reg {
     epoch: u32,
 }
 
-struct Entry {
-    /// The item's expiry when last read (0: none): the sweep announces it when it passes.
-    exptime: u32,
-    regs: SmallVec<[Reg; 1]>,
+/// A tracked key in one allocation, `[exptime u32][count u16][count × (slot, epoch)][key]`,
+/// so a registration costs its table slot (16 bytes) and this (~15 bytes + key, rounded up
+/// by malloc): a map of key to expiry and a listener list would take 2-3 times that.
+/// `exptime` is the item's expiry when last read (0: none), which the sweep announces.
+struct Rec(Box<[u8]>);
+
+const REC_HEAD: usize = 6;
+const REG_LEN: usize = 8;
+
+impl Rec {
+    fn new(key: &[u8], exptime: u32, regs: &[Reg]) -> Rec {
+        let n = regs.len().min(u16::MAX as usize);
+        let mut b = Vec::with_capacity(REC_HEAD + n * REG_LEN + key.len());
+        b.extend_from_slice(&exptime.to_le_bytes());
+        b.extend_from_slice(&(n as u16).to_le_bytes());
+        for r in &regs[..n] {
+            b.extend_from_slice(&r.slot.to_le_bytes());
+            b.extend_from_slice(&r.epoch.to_le_bytes());
+        }
+        b.extend_from_slice(key);
+        Rec(b.into_boxed_slice())
+    }
+
+    fn exptime(&self) -> u32 {
+        u32::from_le_bytes(self.0[..4].try_into().unwrap_or_default())
+    }
+
+    fn count(&self) -> usize {
+        usize::from(u16::from_le_bytes([self.0[4], self.0[5]]))
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.0[REC_HEAD + self.count() * REG_LEN..]
+    }
+
+    fn regs(&self) -> impl Iterator<Item = Reg> + '_ {
+        self.0[REC_HEAD..REC_HEAD + self.count() * REG_LEN]
+            .chunks_exact(REG_LEN)
+            .map(|c| Reg {
+                slot: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                epoch: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            })
+    }
 }
+
+impl Hash for Rec {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.key().hash(h)
+    }
+}
+
+impl PartialEq for Rec {
+    fn eq(&self, o: &Rec) -> bool {
+        self.key() == o.key()
+    }
+}
+
+impl Eq for Rec {}
+
+impl Borrow<[u8]> for Rec {
+    fn borrow(&self) -> &[u8] {
+        self.key()
+    }
+}
+
+type Table = HashSet<Rec, foldhash::fast::RandomState>;
 
 /// Why `Tracker::listen` refused.
 pub struct TooMany;
@@ -58,7 +119,7 @@ pub struct TooMany;
 pub struct Tracker {
     listeners: AtomicUsize,
     slots: RwLock<Vec<Option<Arc<Listener>>>>,
-    shards: Box<[Mutex<HashMap<Box<[u8]>, Entry>>]>,
+    shards: Box<[Mutex<Table>]>,
     hasher: foldhash::fast::RandomState,
     /// Registrations in the maps, void ones included until the sweep removes them.
     total: AtomicUsize,
@@ -77,7 +138,7 @@ impl Tracker {
         Tracker {
             listeners: AtomicUsize::new(0),
             slots: RwLock::new(Vec::new()),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
             hasher: foldhash::fast::RandomState::default(),
             total: AtomicUsize::new(0),
             max_per: max_per.max(1),
@@ -148,7 +209,7 @@ impl Tracker {
         }
     }
 
-    fn shard(&self, key: &[u8]) -> &Mutex<HashMap<Box<[u8]>, Entry>> {
+    fn shard(&self, key: &[u8]) -> &Mutex<Table> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
@@ -163,6 +224,13 @@ impl Tracker {
 
     /// A tracked read of `key` (an item expiring at `exptime`, 0: never) for `l`.
     pub fn register(&self, l: &Listener, key: &[u8], exptime: u32, hub: &Hub, wakers: &[Arc<Waker>]) {
+        // Past a bound nothing is added: the listener drops everything instead (the reply
+        // this read is about to send arrives before or with the IV_ALL, never after it, as
+        // far as the client's caching is concerned: see docs/protocol.md).
+        if l.count.load(Relaxed) >= self.max_per || self.total.load(Relaxed) >= self.max_total {
+            self.flush(l, hub, wakers);
+            return;
+        }
         let reg = Reg {
             slot: l.slot,
             epoch: l.epoch.load(Relaxed),
@@ -171,38 +239,29 @@ impl Tracker {
             let Ok(mut map) = self.shard(key).lock() else {
                 return;
             };
-            match map.get_mut(key) {
-                Some(e) => {
-                    e.exptime = exptime;
-                    match e.regs.iter_mut().find(|r| r.slot == reg.slot) {
-                        Some(r) if *r == reg => false,
-                        Some(r) => {
-                            // A void registration of the same slot, now current again.
-                            *r = reg;
-                            true
-                        }
-                        None => {
-                            e.regs.push(reg);
-                            self.total.fetch_add(1, Relaxed);
-                            true
-                        }
-                    }
-                }
+            match map.get(key) {
                 None => {
-                    let mut regs = SmallVec::new();
-                    regs.push(reg);
-                    map.insert(key.into(), Entry { exptime, regs });
+                    map.insert(Rec::new(key, exptime, &[reg]));
                     self.total.fetch_add(1, Relaxed);
                     true
                 }
+                Some(rec) if rec.exptime() == exptime && rec.regs().any(|r| r == reg) => false,
+                Some(_) => {
+                    let Some(old) = map.take(key) else { return };
+                    let mut regs: Vec<Reg> = old.regs().filter(|r| r.slot != reg.slot).collect();
+                    let known = regs.len() < old.count();
+                    let added = !old.regs().any(|r| r == reg);
+                    regs.push(reg);
+                    map.insert(Rec::new(key, exptime, &regs));
+                    if !known {
+                        self.total.fetch_add(1, Relaxed);
+                    }
+                    added
+                }
             }
         };
-        if !added {
-            return;
-        }
-        let n = l.count.fetch_add(1, Relaxed) + 1;
-        if n > self.max_per || self.total.load(Relaxed) > self.max_total {
-            self.flush(l, hub, wakers);
+        if added {
+            l.count.fetch_add(1, Relaxed);
         }
     }
 
@@ -228,18 +287,18 @@ impl Tracker {
             let Ok(mut map) = self.shard(key).lock() else {
                 return;
             };
-            match map.remove(key) {
-                Some(e) => e.regs,
+            match map.take(key) {
+                Some(rec) => rec,
                 None => return,
             }
         };
-        self.total.fetch_sub(regs.len(), Relaxed);
-        self.tell(key, &regs, hub, wakers);
+        self.total.fetch_sub(regs.count(), Relaxed);
+        self.tell(key, regs.regs(), hub, wakers);
     }
 
-    fn tell(&self, key: &[u8], regs: &[Reg], hub: &Hub, wakers: &[Arc<Waker>]) {
+    fn tell(&self, key: &[u8], regs: impl Iterator<Item = Reg>, hub: &Hub, wakers: &[Arc<Waker>]) {
         let mut line = Vec::new();
-        for &r in regs {
+        for r in regs {
             let Some(l) = self.live(r) else { continue };
             let _ = l.count.fetch_update(Relaxed, Relaxed, |c| c.checked_sub(1));
             if line.is_empty() {
@@ -265,7 +324,7 @@ impl Tracker {
         }
         for s in self.shards.iter() {
             if let Ok(mut map) = s.lock() {
-                let n: usize = map.values().map(|e| e.regs.len()).sum();
+                let n: usize = map.iter().map(Rec::count).sum();
                 map.clear();
                 self.total.fetch_sub(n, Relaxed);
             }
@@ -293,23 +352,32 @@ impl Tracker {
         };
         let valid = |r: &Reg| current.get(r.slot as usize).copied().flatten() == Some(r.epoch);
         let mut expired = Vec::new();
+        let mut rebuilt = Vec::new();
         for s in self.shards.iter() {
             let Ok(mut map) = s.lock() else { continue };
             let mut removed = 0;
-            map.retain(|key, e| {
-                let before = e.regs.len();
-                e.regs.retain(|r| valid(r));
-                removed += before - e.regs.len();
-                if e.exptime != 0 && e.exptime <= now && !e.regs.is_empty() {
-                    removed += e.regs.len();
-                    expired.push((key.clone(), std::mem::take(&mut e.regs)));
+            map.retain(|rec| {
+                let live = rec.regs().filter(valid).count();
+                if live > 0 && rec.exptime() != 0 && rec.exptime() <= now {
+                    removed += rec.count();
+                    expired.push(Rec::new(rec.key(), 0, &rec.regs().filter(valid).collect::<Vec<_>>()));
+                    return false;
                 }
-                !e.regs.is_empty()
+                if live == rec.count() {
+                    return true;
+                }
+                removed += rec.count() - live;
+                if live > 0 {
+                    let regs: Vec<Reg> = rec.regs().filter(valid).collect();
+                    rebuilt.push(Rec::new(rec.key(), rec.exptime(), &regs));
+                }
+                false
             });
+            map.extend(rebuilt.drain(..));
             self.total.fetch_sub(removed, Relaxed);
             drop(map);
-            for (key, regs) in expired.drain(..) {
-                self.tell(&key, &regs, hub, wakers);
+            for rec in expired.drain(..) {
+                self.tell(rec.key(), rec.regs(), hub, wakers);
             }
         }
     }
@@ -346,5 +414,132 @@ fn notice(out: &mut Vec<u8>, key: &[u8]) {
     } else {
         out.extend_from_slice(key);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken(l: &Listener) -> Vec<u8> {
+        let mut out = Vec::new();
+        l.feed.take(&mut out);
+        out
+    }
+
+    fn setup(max_per: usize, max_total: usize) -> (Tracker, Hub) {
+        (Tracker::new(max_per, max_total), Hub::new(1, 4096))
+    }
+
+    #[test]
+    fn a_change_is_told_once_to_each_listener_that_read_it() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        let b = t.listen(&hub, 0, 2).ok().unwrap();
+        assert!(a.id != b.id);
+        t.register(&a, b"k", 0, &hub, &[]);
+        t.register(&a, b"k", 0, &hub, &[]);
+        t.register(&b, b"k", 0, &hub, &[]);
+        assert_eq!(t.key_count(), 2);
+        t.changed(b"k", &hub, &[]);
+        t.changed(b"k", &hub, &[]);
+        t.changed(b"other", &hub, &[]);
+        assert_eq!(taken(&a), b"IV k\r\n");
+        assert_eq!(taken(&b), b"IV k\r\n");
+        assert_eq!(t.key_count(), 0);
+        t.register(&a, b"a b\x01", 0, &hub, &[]);
+        t.changed(b"a b\x01", &hub, &[]);
+        assert_eq!(taken(&a), b"IV YSBiAQ== b\r\n");
+    }
+
+    #[test]
+    fn expiry_is_told_by_the_sweep_and_void_registrations_go() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        t.register(&a, b"short", 100, &hub, &[]);
+        t.register(&a, b"long", 0, &hub, &[]);
+        t.sweep(99, &hub, &[]);
+        assert_eq!(taken(&a), b"");
+        t.sweep(100, &hub, &[]);
+        assert_eq!(taken(&a), b"IV short\r\n");
+        assert_eq!(t.key_count(), 1);
+        t.closed(&a.feed);
+        assert!(!t.active());
+        t.sweep(101, &hub, &[]);
+        assert_eq!(t.key_count(), 0, "a closed listener's registrations are swept");
+        assert!(t.find(a.id).is_none());
+    }
+
+    #[test]
+    fn past_its_bound_a_listener_is_flushed_and_its_registrations_void() {
+        let (t, hub) = setup(2, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        t.register(&a, b"1", 0, &hub, &[]);
+        t.register(&a, b"2", 0, &hub, &[]);
+        assert_eq!(taken(&a), b"");
+        t.register(&a, b"3", 0, &hub, &[]);
+        assert_eq!(taken(&a), b"IV_ALL\r\n");
+        t.changed(b"1", &hub, &[]);
+        assert_eq!(taken(&a), b"", "void after IV_ALL");
+        t.register(&a, b"2", 0, &hub, &[]);
+        t.changed(b"2", &hub, &[]);
+        assert_eq!(taken(&a), b"IV 2\r\n", "read again after IV_ALL: tracked again");
+    }
+
+    #[test]
+    fn the_sweep_flushes_the_biggest_listener_past_the_total() {
+        let (t, hub) = setup(1000, 10);
+        let small = t.listen(&hub, 0, 1).ok().unwrap();
+        let big = t.listen(&hub, 0, 2).ok().unwrap();
+        t.register(&small, b"s", 0, &hub, &[]);
+        for i in 0..9 {
+            t.register(&big, format!("b{i}").as_bytes(), 0, &hub, &[]);
+        }
+        t.sweep(1, &hub, &[]);
+        assert_eq!(taken(&big), b"IV_ALL\r\n");
+        assert_eq!(taken(&small), b"");
+        assert_eq!(t.key_count(), 1);
+    }
+
+    #[test]
+    fn nothing_is_added_past_the_total() {
+        let (t, hub) = setup(1000, 3);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        let b = t.listen(&hub, 0, 2).ok().unwrap();
+        for k in [&b"1"[..], b"2", b"3"] {
+            t.register(&a, k, 0, &hub, &[]);
+        }
+        t.register(&b, b"4", 0, &hub, &[]);
+        assert_eq!(t.key_count(), 3);
+        assert_eq!(taken(&b), b"IV_ALL\r\n");
+        assert_eq!(taken(&a), b"");
+    }
+
+    #[test]
+    fn flush_all_now_or_when_its_time_comes() {
+        let (t, hub) = setup(100, 1000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        t.register(&a, b"k", 0, &hub, &[]);
+        t.flush_all(Some(50), &hub, &[]);
+        t.sweep(49, &hub, &[]);
+        assert_eq!(taken(&a), b"");
+        t.sweep(50, &hub, &[]);
+        assert_eq!(taken(&a), b"IV_ALL\r\n");
+        assert_eq!(t.key_count(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_ends_in_iv_all() {
+        let (t, hub) = setup(100_000, 1_000_000);
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        for i in 0..1000 {
+            t.register(&a, format!("key{i}").as_bytes(), 0, &hub, &[]);
+        }
+        for i in 0..1000 {
+            t.changed(format!("key{i}").as_bytes(), &hub, &[]);
+        }
+        let out = taken(&a);
+        assert!(out.len() <= 4096, "{}", out.len());
+        assert!(out.ends_with(b"IV_ALL\r\n"));
     }
 }
