@@ -949,3 +949,10 @@ def test_libmemcached_reads_the_routers_version_and_stats(router: Proxy) -> None
     assert router.proc is not None and stats["pid"] == router.proc.pid
     assert stats["version"].startswith("1.6.18-memfleet-")
     assert stats["curr_connections"] >= 1
+
+
+def test_near_cache_tracking_is_refused_so_clients_fall_back(router: Proxy) -> None:
+    with Conn(router.port) as c:
+        assert c.request(b"track listen\r\n") == b"ERROR\r\n"
+        assert c.request(b"track 1\r\n") == b"ERROR\r\n"
+        assert c.request(b"set a 0 0 1\r\n1\r\n") == b"STORED\r\n"

@@ -30,7 +30,15 @@ impl KeyEvents for Departures {
         } = why
         {
             if self.watch.wants(watch::EVICTIONS) {
-                watch::evicted(&self.watch, &self.wakers, key, fetched, ttl, idle, value_len);
+                watch::evicted(
+                    &self.watch,
+                    &self.wakers,
+                    key,
+                    fetched,
+                    ttl,
+                    idle,
+                    value_len,
+                );
             }
         }
         // A write announces its key itself, after the store has the new value (and a

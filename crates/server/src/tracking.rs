@@ -223,7 +223,14 @@ impl Tracker {
     }
 
     /// A tracked read of `key` (an item expiring at `exptime`, 0: never) for `l`.
-    pub fn register(&self, l: &Listener, key: &[u8], exptime: u32, hub: &Hub, wakers: &[Arc<Waker>]) {
+    pub fn register(
+        &self,
+        l: &Listener,
+        key: &[u8],
+        exptime: u32,
+        hub: &Hub,
+        wakers: &[Arc<Waker>],
+    ) {
         // Past a bound nothing is added: the listener drops everything instead (the reply
         // this read is about to send arrives before or with the IV_ALL, never after it, as
         // far as the client's caching is concerned: see docs/protocol.md).
@@ -267,7 +274,8 @@ impl Tracker {
 
     /// `IV_ALL` to `l`: everything it registered is void from here on.
     pub fn flush(&self, l: &Listener, hub: &Hub, wakers: &[Arc<Waker>]) {
-        l.epoch.store(self.next_epoch.fetch_add(1, Relaxed), Relaxed);
+        l.epoch
+            .store(self.next_epoch.fetch_add(1, Relaxed), Relaxed);
         l.count.store(0, Relaxed);
         self.flushes.fetch_add(1, Relaxed);
         hub.push(&l.feed, b"IV_ALL\r\n", wakers);
@@ -360,7 +368,11 @@ impl Tracker {
                 let live = rec.regs().filter(valid).count();
                 if live > 0 && rec.exptime() != 0 && rec.exptime() <= now {
                     removed += rec.count();
-                    expired.push(Rec::new(rec.key(), 0, &rec.regs().filter(valid).collect::<Vec<_>>()));
+                    expired.push(Rec::new(
+                        rec.key(),
+                        0,
+                        &rec.regs().filter(valid).collect::<Vec<_>>(),
+                    ));
                     return false;
                 }
                 if live == rec.count() {
@@ -466,7 +478,11 @@ mod tests {
         t.closed(&a.feed);
         assert!(!t.active());
         t.sweep(101, &hub, &[]);
-        assert_eq!(t.key_count(), 0, "a closed listener's registrations are swept");
+        assert_eq!(
+            t.key_count(),
+            0,
+            "a closed listener's registrations are swept"
+        );
         assert!(t.find(a.id).is_none());
     }
 
@@ -483,7 +499,11 @@ mod tests {
         assert_eq!(taken(&a), b"", "void after IV_ALL");
         t.register(&a, b"2", 0, &hub, &[]);
         t.changed(b"2", &hub, &[]);
-        assert_eq!(taken(&a), b"IV 2\r\n", "read again after IV_ALL: tracked again");
+        assert_eq!(
+            taken(&a),
+            b"IV 2\r\n",
+            "read again after IV_ALL: tracked again"
+        );
     }
 
     #[test]

@@ -87,7 +87,12 @@ mod tests {
         assert!(
             matches!(
                 evicted.as_slice(),
-                [Departure::Evicted { fetched: false, ttl: -1, value_len: 1000, .. }]
+                [Departure::Evicted {
+                    fetched: false,
+                    ttl: -1,
+                    value_len: 1000,
+                    ..
+                }]
             ),
             "{evicted:?}"
         );

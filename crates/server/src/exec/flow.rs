@@ -11,7 +11,7 @@ pub enum Flow {
     Watch,
     /// `track <id>`/`track off`: the connection's reads are tracked for this listener from
     /// the next request on.
-    Track(crate::exec::tracked::Tracked),
+    Track(Option<std::sync::Arc<crate::tracking::Listener>>),
 }
 
 /// A get or a key dump that stopped part-way.

@@ -1,8 +1,6 @@
 //! `track` (near-cache invalidation, `crate::tracking`) on a request's path: the command
 //! itself, a tracked read's registration, and a write's announcement.
 
-use std::sync::Arc;
-
 use proto::reply::{self, write_u64};
 
 use crate::exec::env::ExecEnv;
@@ -33,7 +31,9 @@ pub fn command<'a>(
     match arg {
         b"listen" => {
             if !out.is_empty() {
-                out.extend_from_slice(b"ERROR cannot pipeline other commands before track listen\r\n");
+                out.extend_from_slice(
+                    b"ERROR cannot pipeline other commands before track listen\r\n",
+                );
                 return Flow::Continue;
             }
             match tracking.listen(&env.shared.watch, worker, token) {
@@ -96,6 +96,3 @@ pub fn changed(env: &ExecEnv<'_>, key: &[u8]) {
         .tracking
         .changed(key, &env.shared.watch, &env.shared.wakers);
 }
-
-/// The listener a connection's reads are tracked for, as the next requests see it.
-pub type Tracked = Option<Arc<Listener>>;
