@@ -22,6 +22,7 @@ from harness import (  # noqa: E402
     free_port,
     memcached,
     memcached_command,
+    serve_command,
 )
 from harness import listening_socket as listening_socket  # noqa: E402  (for the tests)
 
@@ -38,6 +39,12 @@ def cache_server(*flags: str, command: str | None = None) -> Server:
     if os.path.basename(prefix[0]) == "memcached":
         argv = memcached_command(*argv[1:], exe=prefix[0])
     return Server(argv, port=port)
+
+
+def memfleet_server(*flags: str) -> Server:
+    """``memfleet serve`` (this checkout's release binary) whatever ``$MEMFLEET_TEST_SERVER`` says:
+    for features memcached does not have."""
+    return cache_server(*flags, command=shlex.join(serve_command()))
 
 
 def raw_request(client: Any, request: bytes) -> bytes:

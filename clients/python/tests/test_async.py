@@ -82,6 +82,7 @@ def test_async_get_many_fans_out_concurrently(servers3: list[Any]) -> None:
         assert len(got) == 100 and time.monotonic() - t0 < 1
         nc = c.near_cache
         assert nc is not None and (await c.get("f1")) == "v" * 1000 and nc.hits >= 1
+        await c.close()
 
     run(main())
 

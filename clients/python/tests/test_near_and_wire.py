@@ -13,7 +13,8 @@ from memfleet.near import NearCache
 
 
 def test_near_cache_hits_and_local_updates(server: Any, make_client: Any) -> None:
-    c = make_client([server.address], near_cache=True, near_cache_size=2, near_cache_ttl=0.5)
+    # the TTL mode (a server with tracking: tests/test_near_tracking.py)
+    c = make_client([server.address], near_cache=True, near_cache_size=2, near_cache_ttl=0.5, near_cache_tracking=False)
     other = memfleet.Client([server.address])
     c.flush_all()
     nc = c.near_cache
@@ -61,7 +62,7 @@ WRITES: dict[str, tuple[Callable[[Any], Any], Any]] = {
 
 @pytest.mark.parametrize("write", list(WRITES))
 def test_every_write_drops_the_near_copy(server: Any, make_client: Any, write: str) -> None:
-    c = make_client([server.address], near_cache=True, near_cache_ttl=60)
+    c = make_client([server.address], near_cache=True, near_cache_ttl=60, near_cache_tracking=False)
     other = memfleet.Client([server.address])
     c.flush_all()
     c.set("k", 5)

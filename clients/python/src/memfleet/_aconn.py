@@ -7,20 +7,24 @@ import socket
 from typing import Any, Callable
 
 from . import _proto as P
+from ._conn import BACKOFF_MAX, BACKOFF_MIN
 from ._router import ServerBase
-from .errors import MemfleetConnectionError
+from .errors import MemfleetConnectionError, MemfleetServerError
+from .near import NearCache, Source
 
 
 class AsyncConnection:
     """One stream pair. Not shared: a pool hands it to one task at a time."""
 
-    __slots__ = ("reader", "writer", "meta", "timeout")
+    __slots__ = ("reader", "writer", "meta", "timeout", "track_id")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float | None) -> None:
         self.reader = reader
         self.writer = writer
         self.meta = True
         self.timeout = timeout
+        # the tracking listener this connection's reads are registered for
+        self.track_id: int | None = None
 
     def close(self) -> None:
         try:
@@ -62,6 +66,8 @@ class AsyncConnection:
 
 
 class AsyncServer(ServerBase[AsyncConnection]):
+    listener: AsyncListener | None = None
+
     async def _open(self) -> AsyncConnection:
         try:
             reader, writer = await asyncio.wait_for(
@@ -99,3 +105,153 @@ class AsyncServer(ServerBase[AsyncConnection]):
                 conn = await self._open()
         conn.meta = bool(self.meta)
         return conn
+
+    async def start_listener(self, near: NearCache) -> None:
+        """As :meth:`memfleet._conn.Server.start_listener`."""
+        assert self.source is not None
+        if self.listener is not None:
+            return
+        listener = self.listener = AsyncListener(self, near, self.source)
+        try:
+            await listener.start()
+        except BaseException:
+            if self.listener is listener:
+                self.listener = None  # the next request tries again
+            raise
+
+    async def stop_listener(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            await listener.stop()
+
+    def abandon(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.abandon()
+
+
+class AsyncListener:
+    """The connection that receives one server's invalidation notices, read by a task on the
+    client's event loop (notices are applied when the loop runs); as the blocking client's
+    :class:`memfleet._conn.Listener` otherwise."""
+
+    def __init__(self, server: AsyncServer, near: NearCache, source: Source) -> None:
+        self.server = server
+        self.near = near
+        self.source = source
+        self._stopped = False
+        self._conn: AsyncConnection | None = None
+        self._id: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def _open(self) -> tuple[AsyncConnection, int] | None:
+        """As :meth:`memfleet._conn.Listener._open`."""
+        conn = await self.server._open()
+        try:
+            conn.writer.write(P.TRACK_LISTEN)
+            line = await asyncio.wait_for(conn.reader.readuntil(b"\r\n"), self.server.timeout)
+            lid = P.parse_tracking(line[:-2])
+        except (ConnectionError, asyncio.IncompleteReadError):
+            lid = None
+        except MemfleetServerError as exc:  # SERVER_ERROR: try again later
+            conn.close()
+            raise MemfleetConnectionError(f"{self.server.address}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        if lid is None:
+            conn.close()
+            return None
+        return conn, lid
+
+    def _install(self, opened: tuple[AsyncConnection, int] | None) -> bool:
+        if self._stopped:
+            if opened is not None:
+                opened[0].close()
+            return False
+        if opened is None:
+            self.near.untracked(self.source)
+            return False
+        self._conn, self._id = opened
+        self.near.listening(self.source, opened[1])
+        return True
+
+    async def start(self) -> None:
+        try:
+            opened = await self._open()
+        except (OSError, asyncio.TimeoutError):
+            self.near.lost(self.source)
+        else:
+            if not self._install(opened):
+                return
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        delay = BACKOFF_MIN
+        while True:
+            conn = self._conn
+            if conn is None:
+                try:
+                    opened = await self._open()
+                except (OSError, asyncio.TimeoutError):
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, BACKOFF_MAX)
+                    continue
+                if not self._install(opened):
+                    return
+                conn = self._conn
+                assert conn is not None
+                delay = BACKOFF_MIN
+            try:
+                await self._follow(conn)
+            except Exception:  # closed, reset, or a line that is not a notice
+                pass
+            conn.close()
+            if self._conn is conn:
+                self._conn = None
+                self._id = None
+                if not self._stopped:
+                    self.near.lost(self.source)
+            if self._stopped:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _follow(self, conn: AsyncConnection) -> None:
+        near = self.near
+        source = self.source
+        parse = P.parse_notice
+        readuntil = conn.reader.readuntil
+        while True:
+            key = parse((await readuntil(b"\r\n"))[:-2])
+            if key is None:
+                near.invalidate_all(source)
+            else:
+                near.invalidate(key)
+
+    def gone(self, listener_id: int) -> None:
+        """As :meth:`memfleet._conn.Listener.gone`."""
+        conn = self._conn
+        if conn is None or self._id != listener_id:
+            return
+        self.near.lost(self.source)
+        conn.close()
+
+    def abandon(self) -> None:
+        """Stop from outside the loop (the client was garbage-collected): closing the connection
+        ends the task."""
+        self._stopped = True
+        if self._conn is not None:
+            self._conn.close()
+        self.near.detach(self.source)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.near.detach(self.source)

@@ -63,6 +63,7 @@ class ClientConfig:
         near_cache: None | bool | NearCache,
         near_cache_size: int,
         near_cache_ttl: float,
+        near_cache_tracked_ttl: float = 60.0,
         value_format: str = "memfleet",
         php_compression: str = "zlib",
         **serde_options: Any,
@@ -86,7 +87,7 @@ class ClientConfig:
         # memo of validated keys: hot keys skip encoding and validation
         self._keys: dict[Key, tuple[bytes, bytes]] = {}
         if near_cache is True:
-            self.near: NearCache | None = NearCache(near_cache_size, near_cache_ttl)
+            self.near: NearCache | None = NearCache(near_cache_size, near_cache_ttl, near_cache_tracked_ttl)
         elif isinstance(near_cache, NearCache):
             self.near = near_cache
         else:

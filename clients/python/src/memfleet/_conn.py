@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import threading
+import weakref
 from typing import Any, Callable
 
 from . import _proto as P
 from ._router import ServerBase
-from .errors import MemfleetConnectionError
+from .errors import MemfleetConnectionError, MemfleetServerError
+from .near import NearCache, Source
 
 _RECV = 65536
 _GATHER_FROM = 16384
+BACKOFF_MIN = 0.05  # seconds before the first attempt to reopen a lost listener, doubling up to
+BACKOFF_MAX = 2.0
 
 
 class Connection:
     """One TCP connection with a read buffer. Not thread-safe: a pool hands it to one user at a time."""
 
-    __slots__ = ("sock", "buf", "pos", "meta", "tls")
+    __slots__ = ("sock", "buf", "pos", "meta", "tls", "track_id")
 
     def __init__(
         self,
@@ -47,6 +53,8 @@ class Connection:
         self.buf = b""
         self.pos = 0
         self.meta = True
+        # the tracking listener this connection's reads are registered for
+        self.track_id: int | None = None
 
     def close(self) -> None:
         try:
@@ -165,6 +173,8 @@ class Connection:
 class Server(ServerBase[Connection]):
     """A configured server: its pool of idle blocking connections and failure state."""
 
+    listener: Listener | None = None
+
     def acquire(self) -> Connection:
         """An idle connection, or a new one (the first one learns the server's protocol)."""
         try:
@@ -183,3 +193,186 @@ class Server(ServerBase[Connection]):
                 conn = Connection(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
         conn.meta = bool(self.meta)
         return conn
+
+    def start_listener(self, near: NearCache) -> None:
+        """Open this server's tracking listener unless one is open or being opened (another
+        thread does not wait for it: its reads are just not cached meanwhile)."""
+        assert self.source is not None
+        with self._lock:
+            if self.listener is not None:
+                return
+            listener = self.listener = Listener(self, near, self.source)
+        try:
+            listener.start()
+        except BaseException:
+            with self._lock:
+                if self.listener is listener:
+                    self.listener = None  # the next request tries again
+            raise
+
+    def stop_listener(self) -> None:
+        with self._lock:
+            listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.stop()
+
+    abandon = stop_listener
+
+
+class Listener:
+    """The connection that receives one server's invalidation notices, read by a daemon thread.
+
+    When it closes or errs, the near cache drops that server's values and caches nothing from it
+    until the thread has opened a new one (retrying with backoff) and data connections track it.
+    """
+
+    def __init__(self, server: Server, near: NearCache, source: Source) -> None:
+        self.server = server
+        self.near = near
+        self.source = source
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._wake = threading.Event()  # set when stopped: ends a backoff wait
+        self._conn: Connection | None = None
+        self._id: int | None = None
+
+    def _open(self) -> tuple[Connection, int] | None:
+        """A listener connection and its id; None if the server has no tracking. OSError if it
+        cannot be reached."""
+        s = self.server
+        conn = Connection(s.host, s.port, s.connect_timeout, s.timeout, s.tls)
+        try:
+            conn.send(P.TRACK_LISTEN)
+            lid = P.parse_tracking(conn.readline())
+        except ConnectionError:  # closed on an unknown command (twemproxy)
+            lid = None
+        except MemfleetServerError as exc:  # SERVER_ERROR: try again later
+            conn.close()
+            raise MemfleetConnectionError(f"{s.address}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        if lid is None:
+            conn.close()
+            return None
+        conn.sock.settimeout(None)  # notices come when they come
+        return conn, lid
+
+    def _install(self, opened: tuple[Connection, int] | None) -> bool:
+        """Record what an attempt to open found; False if the thread has nothing to follow."""
+        with self._lock:
+            if self._stopped:
+                if opened is not None:
+                    opened[0].close()
+                return False
+            if opened is None:
+                self.near.untracked(self.source)
+                return False
+            self._conn, self._id = opened
+            self.near.listening(self.source, opened[1])
+            return True
+
+    def start(self) -> None:
+        """The first attempt runs in the calling thread, so that its request already knows
+        whether the server tracks; then a daemon thread follows the notices."""
+        _listeners.add(self)
+        try:
+            opened = self._open()
+        except OSError:
+            self.near.lost(self.source)  # unreachable for now: keep trying in the thread
+        else:
+            if not self._install(opened):
+                return
+        threading.Thread(target=self._run, name=f"memfleet-track-{self.server.address}", daemon=True).start()
+
+    def _run(self) -> None:
+        delay = BACKOFF_MIN
+        while True:
+            conn = self._conn
+            if conn is None:
+                if self._stopped:
+                    return
+                try:
+                    opened = self._open()
+                except OSError:
+                    self._wait(delay)
+                    delay = min(delay * 2, BACKOFF_MAX)
+                    continue
+                if not self._install(opened):
+                    return
+                conn = self._conn
+                assert conn is not None
+                delay = BACKOFF_MIN
+            try:
+                self._follow(conn)
+            except (OSError, ValueError):
+                pass
+            conn.close()
+            with self._lock:
+                if self._conn is conn:
+                    self._conn = None
+                    self._id = None
+                    if not self._stopped:
+                        self.near.lost(self.source)
+            if self._stopped:
+                return
+            self._wait(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    def _wait(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+
+    def _follow(self, conn: Connection) -> None:
+        near = self.near
+        source = self.source
+        parse = P.parse_notice
+        readline = conn.readline
+        while True:
+            key = parse(readline())
+            if key is None:
+                near.invalidate_all(source)
+            else:
+                near.invalidate(key)
+
+    def gone(self, listener_id: int) -> None:
+        """A data connection was told the server has no listener ``listener_id``: if that is
+        this one, it is lost (the thread then reopens it)."""
+        with self._lock:
+            conn = self._conn
+            if conn is None or self._id != listener_id:
+                return
+            self.near.lost(self.source)
+        _shutdown(conn)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            conn = self._conn
+        self._wake.set()
+        if conn is not None:
+            _shutdown(conn)
+        self.near.detach(self.source)
+
+
+_listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    # the child has no listener threads: forget the parent's, and the values they vouched for
+    for listener in list(_listeners):
+        listener._stopped = True
+        listener.server.listener = None
+        listener.near.detach(listener.source)
+    _listeners.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _shutdown(conn: Connection) -> None:
+    """Wake the thread blocked reading ``conn``; it closes the connection."""
+    try:
+        conn.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

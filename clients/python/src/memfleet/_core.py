@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+import weakref
 from collections.abc import Sequence
 from typing import Any, Callable, Generic, TypeVar
 
@@ -13,6 +14,11 @@ from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, SerializerSpec
 
 S = TypeVar("S", bound="ServerBase[Any]")
+
+
+def _abandon(servers: Sequence[ServerBase[Any]]) -> None:
+    for s in servers:
+        s.abandon()
 
 
 class ClientCore(Generic[S]):
@@ -41,6 +47,8 @@ class ClientCore(Generic[S]):
         near_cache: None | bool | NearCache = None,
         near_cache_size: int = 1024,
         near_cache_ttl: float = 1.0,
+        near_cache_tracked_ttl: float = 60.0,
+        near_cache_tracking: bool = True,
         ignore_errors: bool = False,
         managed_dicts: bool | ManagedDicts = True,
         value_format: str = "memfleet",
@@ -58,6 +66,7 @@ class ClientCore(Generic[S]):
             near_cache=near_cache,
             near_cache_size=near_cache_size,
             near_cache_ttl=near_cache_ttl,
+            near_cache_tracked_ttl=near_cache_tracked_ttl,
             value_format=value_format,
             php_compression=php_compression,
         )
@@ -78,6 +87,13 @@ class ClientCore(Generic[S]):
         self.ignore_errors = ignore_errors
         self._serde = self._cfg.serde
         self._near = self._cfg.near
+        if self._near is not None and near_cache_tracking:
+            # each server's invalidation notices, followed from its first use on
+            for s in servers_:
+                s.source = self._near.add_source(s.address)
+            # listeners hold the servers, not the client: a client dropped without close()
+            # does not leave them running
+            weakref.finalize(self, _abandon, servers_)
         # managed dictionaries: every client reads with them; writes use them unless turned off,
         # compression is off, the user gave a dictionary of their own, or values are PHP's
         policy: ManagedDicts | None = None

@@ -1,9 +1,11 @@
 """Every public operation of both clients, written once as a generator of steps (see ``_steps``).
 
 Near cache rule, the same for every operation: a read that reaches the server (``get``,
-``get_many``, ``get_or_set``) fills it; every write drops the key before it is sent (``set``,
-``add``, ``replace`` and ``cas`` then put the value they stored, for no longer than the item
-lives); ``flush_all`` clears it.
+``get_many``, ``get_or_set``) fills it, unless the server's invalidation notices say it may be
+stale (``NearCache.put_read``: the ticket is taken before the read is sent); every write drops
+the key before it is sent (from a server without tracking, ``set``, ``add``, ``replace`` and
+``cas`` then put the value they stored, for no longer than the item lives); ``flush_all`` clears
+it.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class Operations(ClientCore[S]):
     # -- reads ---------------------------------------------------------------------------------
     def _get(self, key: Key, default: Any = None) -> Op[Any]:
         """The value of ``key``, or ``default`` on a miss."""
-        wire, server = self._get_start(key)
+        wire, server, ticket = self._get_start(key)
         if server is None:
             return wire  # a near cache hit
         try:
@@ -109,24 +111,25 @@ class Operations(ClientCore[S]):
             raise
         if r is None:
             return default
-        value = self._get_end(wire, r[0], r[1], default)
+        value = self._get_end(wire, r[0], r[1], default, server, ticket)
         if value is NEEDS_DICT:
-            value = yield from self._get_fetching(wire, r[0], r[1], default)
+            value = yield from self._get_fetching(wire, r[0], r[1], default, server, ticket)
         return value
 
     # get and set in two halves around their one request, so that the blocking client's fast
     # path (Client.get, Client.set) shares everything but the I/O with the generator
-    def _get_start(self, key: Key) -> tuple[Any, S | None]:
-        """(wire key, its server), or (the near cache's value, None)."""
+    def _get_start(self, key: Key) -> tuple[Any, S | None, int]:
+        """(wire key, its server, near cache ticket), or (the near cache's value, None, 0)."""
         wire, rk = self._cfg.key(key)
         near = self._near
         if near is not None:
             v = near.get(wire)
             if v is not MISSING:
-                return v, None
-        return wire, self._router.server_for(rk)
+                return v, None, 0
+            return wire, self._router.server_for(rk), near.ticket()
+        return wire, self._router.server_for(rk), 0
 
-    def _get_end(self, wire: bytes, data: bytes | None, flags: int, default: Any) -> Any:
+    def _get_end(self, wire: bytes, data: bytes | None, flags: int, default: Any, server: S, ticket: int) -> Any:
         """The decoded value, or NEEDS_DICT: then finish with :meth:`_get_fetching`."""
         if data is None:
             return default
@@ -135,15 +138,15 @@ class Operations(ClientCore[S]):
         except MissingDictionary:
             return NEEDS_DICT
         if self._near is not None:
-            self._near.put(wire, value)
+            self._near.put_read(wire, value, server.source, ticket)
         return value
 
-    def _get_fetching(self, wire: bytes, data: bytes, flags: int, default: Any) -> Op[Any]:
+    def _get_fetching(self, wire: bytes, data: bytes, flags: int, default: Any, server: S, ticket: int) -> Op[Any]:
         value = yield from self._decode(data, flags, MISSING)
         if value is MISSING:
             return default
         if self._near is not None:
-            self._near.put(wire, value)
+            self._near.put_read(wire, value, server.source, ticket)
         return value
 
     get = operation(_get)
@@ -165,7 +168,9 @@ class Operations(ClientCore[S]):
         out: dict[Key, Any] = {}
         by_wire: dict[bytes, Key] = {}
         groups: dict[S, list[bytes]] = {}
+        server_of: dict[bytes, S] = {}
         route = self._router.server_for
+        ticket = 0 if near is None else near.ticket()
         for key in as_list(keys):
             wire, rk = cfg.key(key)
             if near is not None:
@@ -175,6 +180,7 @@ class Operations(ClientCore[S]):
                     continue
             by_wire[wire] = key
             server = route(rk)
+            server_of[wire] = server
             g = groups.get(server)
             if g is None:
                 groups[server] = [wire]
@@ -199,9 +205,9 @@ class Operations(ClientCore[S]):
                     continue
                 out[orig] = value
                 if near is not None:
-                    near.put(wire, value)
+                    near.put_read(wire, value, server_of[wire].source, ticket)
         for orig, wire, data, flags in later:
-            value = yield from self._get_fetching(wire, data, flags, MISSING)
+            value = yield from self._get_fetching(wire, data, flags, MISSING, server_of[wire], ticket)
             if value is not MISSING:
                 out[orig] = value
         return out
@@ -219,7 +225,7 @@ class Operations(ClientCore[S]):
             if self.ignore_errors:
                 return False
             raise
-        return self._store_end(wire, value, ttl, ok)
+        return self._store_end(wire, value, ttl, ok, server)
 
     def _store_start(self, key: Key, value: Any, ttl: int) -> tuple[bytes, S, bytes, int]:
         """(wire key, server, encoded value, flags); the key leaves the near cache."""
@@ -229,9 +235,9 @@ class Operations(ClientCore[S]):
             self._near.discard(wire)
         return wire, self._router.server_for(rk), data, flags
 
-    def _store_end(self, wire: bytes, value: Any, ttl: int, ok: bool) -> bool:
+    def _store_end(self, wire: bytes, value: Any, ttl: int, ok: bool, server: S) -> bool:
         if ok and self._near is not None:
-            self._near.put(wire, value, lifetime(ttl))
+            self._near.put_written(wire, value, server.source, lifetime(ttl))
         return ok
 
     def _set(self, key: Key, value: Any, ttl: int = 0) -> Op[bool]:
@@ -443,6 +449,7 @@ class Operations(ClientCore[S]):
                 if won:
                     return value
             else:
+                ticket = 0 if near is None else near.ticket()
                 lease: P.Lease = yield Call(
                     server, lambda meta: P.req_lease_get(wire, lock_ttl, recache_before), P.parse_lease
                 )
@@ -468,7 +475,7 @@ class Operations(ClientCore[S]):
                         yield Call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
                         continue
                     if near is not None and not lease.stale:
-                        near.put(wire, value)
+                        near.put_read(wire, value, server.source, ticket)
                     return value
             if time.monotonic() >= deadline:
                 value = yield Load(loader)

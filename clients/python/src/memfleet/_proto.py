@@ -7,6 +7,7 @@ clients drive the same parsers.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable, Generator
 
@@ -343,3 +344,42 @@ def parse_stats(meta: bool) -> Generator[int, bytes, dict[str, str]]:
             raise raise_for(line)
         _, name, value = line.decode("utf-8", "replace").split(" ", 2)
         out[name] = value
+
+
+# -- near-cache invalidation (memfleet's track extension) ---------------------------------------
+TRACK_LISTEN = b"track listen\r\n"
+
+
+def parse_tracking(line: bytes) -> int | None:
+    """The reply to ``track listen``: the listener's id, or None if the server has no tracking
+    (memcached and ``memfleet route`` answer ``ERROR``). ``SERVER_ERROR`` (too many listeners)
+    raises: it may pass."""
+    if line.startswith(b"TRACKING "):
+        return int(line[9:])
+    if line.startswith(b"ERROR") or line.startswith(b"CLIENT_ERROR"):
+        return None
+    raise raise_for(line)
+
+
+def req_track(listener_id: int) -> bytes:
+    return b"track %d\r\n" % listener_id
+
+
+def parse_notice(line: bytes) -> bytes | None:
+    """A listener's notice: the key of ``IV <key>`` (``IV <base64> b`` decoded), or None for
+    ``IV_ALL``. Anything else raises ValueError."""
+    if line == b"IV_ALL":
+        return None
+    parts = line.split(b" ")
+    if parts[0] == b"IV":
+        if len(parts) == 2 and parts[1]:
+            return parts[1]
+        if len(parts) == 3 and parts[2] == b"b":
+            return base64.b64decode(parts[1], validate=True)
+    raise ValueError(f"unexpected notice {line[:80]!r}")
+
+
+def parse_line(meta: bool) -> Generator[int, bytes, bytes]:
+    """One reply line, as it is."""
+    line = yield LINE
+    return line

@@ -11,6 +11,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import NoServersError
 from .ketama import Ring, point_name
+from .near import Source
 
 _INF = float("inf")
 _MEMO_MAX = 65536
@@ -55,6 +56,8 @@ class ServerBase(Generic[C]):
         self.dead_until = 0.0
         self._lock = threading.Lock()
         self._idle: deque[C] = deque()
+        # this server in the near cache, when it has one that follows invalidation notices
+        self.source: Source | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address} weight={self.weight}>"
@@ -73,6 +76,9 @@ class ServerBase(Generic[C]):
             self._idle.append(conn)
         else:
             conn.close()
+
+    def abandon(self) -> None:
+        """The client is gone: stop following notices without waiting for anything."""
 
     def close(self) -> None:
         """Drop idle connections."""

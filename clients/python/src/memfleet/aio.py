@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any, Callable
 
-from ._aconn import AsyncServer
+from . import _proto as P
+from ._aconn import AsyncConnection, AsyncServer
 from ._ops import Operations
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetServerError
+from .near import UNSTARTED, Source
 
 
 class AsyncClient(Operations[AsyncServer]):
@@ -27,6 +29,7 @@ class AsyncClient(Operations[AsyncServer]):
         await asyncio.gather(*tasks, return_exceptions=True)
         for s in self._router.servers:
             s.close()
+            await s.stop_listener()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -89,10 +92,41 @@ class AsyncClient(Operations[AsyncServer]):
 
     async def _acquire(self, server: AsyncServer) -> Any:
         try:
-            return await server.acquire()
+            conn = await server.acquire()
         except MemfleetConnectionError:
             self._router.failed(server)
             raise
+        source = server.source
+        if source is not None and conn.track_id != source.listener_id:
+            await self._track(server, conn, source)
+        return conn
+
+    async def _track(self, server: AsyncServer, conn: AsyncConnection, source: Source) -> None:
+        """As :meth:`memfleet.Client._track`."""
+        if source.listener_id == UNSTARTED:
+            assert self._near is not None
+            await server.start_listener(self._near)
+        lid = source.listener_id
+        if lid is None or lid == UNSTARTED:
+            return
+        try:
+            line = await conn.run(P.req_track(lid), None, P.parse_line)
+        except (OSError, asyncio.TimeoutError) as exc:
+            conn.close()
+            self._router.failed(server)
+            raise MemfleetConnectionError(f"{server.address}: {exc!r}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        if line == b"OK":
+            conn.track_id = lid
+        elif line == b"NOT_FOUND":
+            listener = server.listener
+            if listener is not None:
+                listener.gone(lid)
+        else:
+            conn.close()
+            raise P.raise_for(line)
 
     async def _call(self, call: Call) -> Any:
         server: AsyncServer = call.server  # type: ignore[assignment]

@@ -12,6 +12,7 @@ from ._ops import NEEDS_DICT, Operations
 from ._proto import Parser
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetError, MemfleetServerError
+from .near import UNSTARTED, Source
 
 
 class Client(Operations[Server]):
@@ -24,8 +25,10 @@ class Client(Operations[Server]):
     _server_type = Server
 
     def close(self) -> None:
+        """Close idle connections and tracking listeners (the client opens new ones if used again)."""
         for s in self._router.servers:
             s.close()
+            s.stop_listener()
 
     def __enter__(self) -> Client:
         return self
@@ -74,13 +77,40 @@ class Client(Operations[Server]):
 
     def _acquire(self, server: Server) -> Connection:
         try:
-            return server.acquire()
+            conn = server.acquire()
         except MemfleetConnectionError:
             self._router.failed(server)
             raise
         except OSError as exc:
             self._router.failed(server)
             raise MemfleetConnectionError(f"{server.address}: {exc}") from exc
+        source = server.source
+        if source is not None and conn.track_id != source.listener_id:
+            self._track(server, conn, source)
+        return conn
+
+    def _track(self, server: Server, conn: Connection, source: Source) -> None:
+        """Have ``conn``'s reads tracked for the server's current listener (opened on first use)."""
+        if source.listener_id == UNSTARTED:
+            assert self._near is not None
+            server.start_listener(self._near)
+        lid = source.listener_id
+        if lid is None or lid == UNSTARTED:
+            return  # no listener to track for: the near cache takes nothing from this server
+        try:
+            conn.send(P.req_track(lid))
+            line = conn.readline()
+        except OSError as exc:
+            self._lost(server, conn, exc)
+        if line == b"OK":
+            conn.track_id = lid
+        elif line == b"NOT_FOUND":
+            listener = server.listener
+            if listener is not None:
+                listener.gone(lid)
+        else:
+            conn.close()
+            raise P.raise_for(line)
 
     def _call(self, call: Call) -> Any:
         return self._exchange(call.server, call.build, call.parse, call.value)  # type: ignore[arg-type]
@@ -151,7 +181,7 @@ class Client(Operations[Server]):
     # the tests run every case through both this path and the asyncio client's generator path.
     def get(self, key: Key, default: Any = None) -> Any:
         """The value of ``key``, or ``default`` on a miss."""
-        wire, server = self._get_start(key)
+        wire, server, ticket = self._get_start(key)
         if server is None:
             return wire  # a near cache hit
         try:
@@ -184,9 +214,9 @@ class Client(Operations[Server]):
         server.release(conn)
         if server.failures:
             server.failures = 0
-        value = self._get_end(wire, data, flags, default)
+        value = self._get_end(wire, data, flags, default, server, ticket)
         if value is NEEDS_DICT:
-            value = self._run(self._get_fetching(wire, data, flags, default))  # type: ignore[arg-type]
+            value = self._run(self._get_fetching(wire, data, flags, default, server, ticket))  # type: ignore[arg-type]
         return value
 
     def set(self, key: Key, value: Any, ttl: int = 0) -> bool:
@@ -210,7 +240,7 @@ class Client(Operations[Server]):
         server.release(conn)
         if server.failures:
             server.failures = 0
-        return self._store_end(wire, value, ttl, ok)
+        return self._store_end(wire, value, ttl, ok, server)
 
 
 __all__ = ["Client", "MemfleetError"]
