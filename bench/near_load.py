@@ -4,7 +4,11 @@ the near cache kept fresh by the server (`track`), and with the TTL-only near ca
 process logs its writes (key, version, start, acknowledgement) and reads (key, version seen,
 start); a read is stale if it returned a value acknowledged before some write of the key
 started, and that write was acknowledged more than STALE_MS before the read began. Timestamps
-are CLOCK_MONOTONIC, shared by the processes."""
+are CLOCK_MONOTONIC, shared by the processes.
+
+With WARM=1 (the default) each process first reads every key once, as a long-running process
+has, and the server's gets are counted from when all are warm: the steady state. WARM=0 counts
+from cold processes, so the figure also holds each process's first read of each key."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients/python/src"))
@@ -27,7 +32,8 @@ KEYS = 100_000
 WRITE_SHARE = 0.05
 ZIPF = 1.1
 STALE_MS = 5.0
-NEAR_SIZE = 20_000
+NEAR_SIZE = int(os.environ.get("NEAR_SIZE", "100000"))
+WARM = os.environ.get("WARM", "1") != "0"
 SWITCH_INTERVAL = float(os.environ.get("SWITCH_INTERVAL", "0.005"))
 
 
@@ -41,7 +47,9 @@ def key(i: int) -> str:
     return f"nk:{i}"
 
 
-def worker(addr: str, mode: str, seconds: float, ttl: float, seed: int, out: mp.Queue) -> None:
+def worker(
+    addr: str, mode: str, seconds: float, ttl: float, seed: int, ready: Any, out: mp.Queue
+) -> None:
     import memfleet
 
     # How long a busy thread keeps the GIL from the notice thread (Python's default 5 ms).
@@ -54,6 +62,11 @@ def worker(addr: str, mode: str, seconds: float, ttl: float, seed: int, out: mp.
         near_cache_ttl=ttl,
         near_cache_tracking=mode == "tracked",
     )
+    if WARM:
+        for b in range(0, KEYS, 1000):
+            c.get_many([key(i) for i in range(b, min(KEYS, b + 1000))])
+    ready.wait()  # every process warm
+    ready.wait()  # the server's counters read
     rng = random.Random(seed)
     weights = list(itertools.accumulate(1 / (k**ZIPF) for k in range(1, KEYS + 1)))
     total = weights[-1]
@@ -99,14 +112,18 @@ def run(bin_: str, mode: str, seconds: float, ttl: float) -> dict[str, float]:
                 time.sleep(0.05)
         with memfleet.Client([addr]) as c:
             c.set_many({key(i): "init" for i in range(KEYS)})
-            before = c.stats()[addr]
         q: mp.Queue = mp.Queue()
+        ready = mp.Barrier(PROCS + 1)
         ps = [
-            mp.Process(target=worker, args=(addr, mode, seconds, ttl, 1000 + i, q))
+            mp.Process(target=worker, args=(addr, mode, seconds, ttl, 1000 + i, ready, q))
             for i in range(PROCS)
         ]
         for p in ps:
             p.start()
+        ready.wait()
+        with memfleet.Client([addr]) as c:
+            before = c.stats()[addr]
+        ready.wait()
         results = [q.get() for _ in ps]
         for p in ps:
             p.join()
@@ -156,7 +173,8 @@ def main(bin_: str, seconds: float, ttl: float) -> None:
     base_share = base["server_gets"] / max(1, base["reads"])
     print(
         f"clients: {PROCS} processes, zipf {ZIPF} over {KEYS:,} keys, {WRITE_SHARE:.0%} writes, "
-        f"{seconds:g} s each, near cache of {NEAR_SIZE:,} entries"
+        f"{seconds:g} s each, near cache of {NEAR_SIZE:,} entries, "
+        + ("warm (every key read once first)" if WARM else "from cold")
     )
     for label, r in rows:
         share = r["server_gets"] / max(1, r["reads"])

@@ -278,6 +278,29 @@ def test_a_cut_listener_connection_drops_and_recovers(tracking_server: Server, m
     other.close()
 
 
+def test_a_hit_applies_notices_the_listener_thread_has_not_read(
+    tracking_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener thread starved of the CPU or the GIL must not let a hit serve what a notice
+    already on this host invalidated: the hit reads the pending notices itself."""
+    from memfleet import _conn
+
+    starved = threading.Event()
+    monkeypatch.setattr(_conn.Listener, "_follow", lambda self, conn: starved.wait(30))
+    c = memfleet.Client([tracking_server.address], near_cache=True)
+    other = memfleet.Client([tracking_server.address])
+    try:
+        other.set("starved", 1)
+        cached(c, "starved", 1)
+        other.set("starved", 2)
+        eventually(lambda: c.get("starved") == 2, "the new value, the notice applied by a hit")
+        assert near_of(c).invalidations >= 1
+    finally:
+        starved.set()
+        other.close()
+        c.close()
+
+
 def _quietly(f: Callable[..., Any], *args: Any) -> Any:
     try:
         return f(*args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import ssl
 import threading
@@ -235,6 +236,13 @@ class Listener:
         self._wake = threading.Event()  # set when stopped: ends a backoff wait
         self._conn: Connection | None = None
         self._id: int | None = None
+        # Held while notices are taken off the socket and applied, by the thread or by a
+        # near-cache hit (drain): received notices are then either still in the socket or
+        # applied before the lock is released, never in between for a reader to miss.
+        self._reading = threading.Lock()
+        self._poll: Any = None  # select.poll objects of the open listener connection
+        self._peek: Any = None
+        self._partial = b""  # a notice received in part
 
     def _open(self) -> tuple[Connection, int] | None:
         """A listener connection and its id; None if the server has no tracking. OSError if it
@@ -255,7 +263,8 @@ class Listener:
         if lid is None:
             conn.close()
             return None
-        conn.sock.settimeout(None)  # notices come when they come
+        # notices are read without blocking, after a wait for them (see _follow and drain)
+        conn.sock.setblocking(False)
         return conn, lid
 
     def _install(self, opened: tuple[Connection, int] | None) -> bool:
@@ -268,8 +277,17 @@ class Listener:
             if opened is None:
                 self.near.untracked(self.source)
                 return False
+            conn = opened[0]
+            with self._reading:
+                # one poll object each for the thread's wait and drain's look (Python
+                # refuses concurrent calls on one)
+                self._poll, self._peek = select.poll(), select.poll()
+                self._poll.register(conn.sock, select.POLLIN)
+                self._peek.register(conn.sock, select.POLLIN)
+                self._partial = conn.buf[conn.pos :]
             self._conn, self._id = opened
             self.near.listening(self.source, opened[1])
+            self.source.drain = self.drain
             return True
 
     def start(self) -> None:
@@ -323,16 +341,63 @@ class Listener:
         self._wake.wait(seconds)
 
     def _follow(self, conn: Connection) -> None:
+        """Wait for notices and apply them until the connection closes."""
+        sock = conn.sock
+        poll = self._poll
+        while True:
+            if not _decrypted(sock):
+                poll.poll()
+            with self._reading:
+                if not self._pull(conn):
+                    return
+
+    def drain(self) -> None:
+        """Apply the notices already received (called on a near-cache hit, so that a value is
+        never served after its notice reached this host, however late this thread runs)."""
+        with self._reading:
+            conn = self._conn
+            if conn is None:
+                return
+            if not _decrypted(conn.sock) and not self._peek.poll(0):
+                return
+            try:
+                open_ = self._pull(conn)
+            except (OSError, ValueError):
+                open_ = False
+            if not open_:
+                # the thread sees the same and reopens; meanwhile trust nothing from here
+                with self._lock:
+                    if self._conn is conn:
+                        self.near.lost(self.source)
+
+    def _pull(self, conn: Connection) -> bool:
+        """Take what the socket holds and apply each complete notice; False once it closed.
+        Called with ``_reading`` held."""
+        chunks = [self._partial]
+        recv = conn.sock.recv
+        open_ = True
+        while True:
+            try:
+                chunk = recv(_RECV)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                break
+            if not chunk:
+                open_ = False
+                break
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        lines = data.split(b"\r\n")
+        self._partial = lines.pop()
         near = self.near
         source = self.source
         parse = P.parse_notice
-        readline = conn.readline
-        while True:
-            key = parse(readline())
+        for line in lines:
+            key = parse(line)
             if key is None:
                 near.invalidate_all(source)
             else:
                 near.invalidate(key)
+        return open_
 
     def gone(self, listener_id: int) -> None:
         """A data connection was told the server has no listener ``listener_id``: if that is
@@ -362,12 +427,18 @@ def _after_fork() -> None:
     for listener in list(_listeners):
         listener._stopped = True
         listener.server.listener = None
+        listener.source.drain = None
         listener.near.detach(listener.source)
     _listeners.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
+
+
+def _decrypted(sock: socket.socket) -> bool:
+    """Whether TLS holds bytes already taken off the socket (a poll would not see them)."""
+    return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
 def _shutdown(conn: Connection) -> None:

@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 _MISSING = object()
 
@@ -31,7 +31,7 @@ _IV_RECORD = 65536  # keys whose last notice is remembered
 class Source:
     """One server's side of the near cache, as one client's listener sees it."""
 
-    __slots__ = ("name", "state", "listener_id", "changed", "__weakref__")
+    __slots__ = ("name", "state", "listener_id", "changed", "drain", "__weakref__")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -41,6 +41,9 @@ class Source:
         self.listener_id: int | None = UNSTARTED
         # sequence number of this source's last IV_ALL or state change
         self.changed = 0
+        # applies the notices this host already received; a hit on a value from this source
+        # calls it first (None where notices are applied as they come, as in asyncio)
+        self.drain: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Source {self.name} {self.state} listener={self.listener_id}>"
@@ -77,12 +80,25 @@ class NearCache:
         """The cached value or the module's ``MISSING`` sentinel."""
         with self._lock:
             entry = self._data.get(key)
-            if entry is not None:
-                if entry[0] > time.monotonic():
-                    self._data.move_to_end(key)
-                    self.hits += 1
-                    return entry[1]
+            if entry is not None and entry[0] <= time.monotonic():
                 del self._data[key]
+                entry = None
+            if entry is None:
+                self.misses += 1
+                return _MISSING
+            source = entry[2]
+            drain = None if source is None else source.drain
+            if drain is None:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return entry[1]
+        # a notice for the key may be waiting on the listener socket: apply it first
+        drain()
+        with self._lock:
+            if self._data.get(key) is entry:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return entry[1]
             self.misses += 1
             return _MISSING
 
