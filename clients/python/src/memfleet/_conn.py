@@ -7,6 +7,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 import weakref
 from typing import Any, Callable
 
@@ -348,16 +349,19 @@ class Listener:
             if not _decrypted(sock):
                 poll.poll()
             with self._reading:
+                self.source.looked = time.monotonic()
                 if not self._pull(conn):
                     return
 
     def drain(self) -> None:
-        """Apply the notices already received (called on a near-cache hit, so that a value is
-        never served after its notice reached this host, however late this thread runs)."""
+        """Apply the notices already received (called on a near-cache hit, at most once per
+        ``near.DRAIN_EVERY``: a value is not served more than that after its notice reached this
+        host, however late this thread runs)."""
         with self._reading:
             conn = self._conn
             if conn is None:
                 return
+            self.source.looked = time.monotonic()
             if not _decrypted(conn.sock) and not self._peek.poll(0):
                 return
             try:

@@ -26,12 +26,15 @@ DOWN = "down"  # the listener was lost: cache nothing until a new one is open
 UNSTARTED = -1  # Source.listener_id before the listener is first opened
 
 _IV_RECORD = 65536  # keys whose last notice is remembered
+# A hit looks for received notices unless a look started this recently (seconds): a system
+# call per hit would triple a hit's cost, and a notice still counts within a millisecond.
+DRAIN_EVERY = 0.001
 
 
 class Source:
     """One server's side of the near cache, as one client's listener sees it."""
 
-    __slots__ = ("name", "state", "listener_id", "changed", "drain", "__weakref__")
+    __slots__ = ("name", "state", "listener_id", "changed", "drain", "looked", "__weakref__")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -44,6 +47,7 @@ class Source:
         # applies the notices this host already received; a hit on a value from this source
         # calls it first (None where notices are applied as they come, as in asyncio)
         self.drain: Callable[[], None] | None = None
+        self.looked = 0.0  # when drain last started (time.monotonic)
 
     def __repr__(self) -> str:
         return f"<Source {self.name} {self.state} listener={self.listener_id}>"
@@ -80,14 +84,15 @@ class NearCache:
         """The cached value or the module's ``MISSING`` sentinel."""
         with self._lock:
             entry = self._data.get(key)
-            if entry is not None and entry[0] <= time.monotonic():
+            now = time.monotonic()
+            if entry is not None and entry[0] <= now:
                 del self._data[key]
                 entry = None
             if entry is None:
                 self.misses += 1
                 return _MISSING
             source = entry[2]
-            drain = None if source is None else source.drain
+            drain = None if source is None or now - source.looked < DRAIN_EVERY else source.drain
             if drain is None:
                 self._data.move_to_end(key)
                 self.hits += 1
