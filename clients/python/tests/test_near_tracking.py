@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -371,8 +372,9 @@ def _writers(address: str, seconds: float) -> list[subprocess.Popen[str]]:
     ]
 
 
-def _check(acks: list[tuple[str, int, float]], reads: list[tuple[str, float, Any]]) -> None:
-    """Each key has one writer, whose versions rise with its acknowledgement times."""
+def _check(acks: list[tuple[str, int, float]], reads: list[tuple[str, float, Any]], evicting: bool = False) -> None:
+    """Each key has one writer, whose versions rise with its acknowledgement times. Where the
+    server is ``evicting``, a miss is a right answer too."""
     times: dict[str, list[float]] = {}
     versions: dict[str, list[int]] = {}
     for key, version, at in sorted(acks, key=lambda a: a[2]):
@@ -381,7 +383,7 @@ def _check(acks: list[tuple[str, int, float]], reads: list[tuple[str, float, Any
     stale = []
     for key, began, value in reads:
         n = bisect.bisect_left(times.get(key, []), began - STALE_AFTER)
-        if n and (value is None or value < versions[key][n - 1]):
+        if n and (value < versions[key][n - 1] if value is not None else not evicting):
             # (key, what it read, what it should have, how long after that was acknowledged)
             stale.append((key, value, versions[key][n - 1], round(began - times[key][n - 1], 3)))
     late = max((s[3] for s in stale), default=0)
@@ -391,11 +393,31 @@ def _check(acks: list[tuple[str, int, float]], reads: list[tuple[str, float, Any
 KEYS = [f"w{w}:{k}" for w in range(3) for k in range(4)]
 
 
-def test_readers_never_see_a_write_acknowledged_before_they_began(tracking_server: Server) -> None:
-    address = tracking_server.address
+@pytest.fixture()
+def evicting_server() -> Iterator[Server]:
+    """A server small enough that a filler's writes keep evicting the readers' keys."""
+    s = memfleet_server("-m", "8").start()
+    yield s
+    s.kill()
+
+
+@pytest.mark.parametrize("pressure", [False, True], ids=["plain", "evicting"])
+def test_readers_never_see_a_write_acknowledged_before_they_began(
+    request: pytest.FixtureRequest, pressure: bool
+) -> None:
+    server: Server = request.getfixturevalue("evicting_server" if pressure else "tracking_server")
+    address = server.address
     readers = [memfleet.Client([address], near_cache=True) for _ in range(2)]
     reads: list[tuple[str, float, Any]] = []
     stop = threading.Event()
+
+    def fill() -> None:
+        with memfleet.Client([address]) as filler:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                filler.set(f"fill:{i}", os.urandom(100_000))  # incompressible
+                time.sleep(0.001)
 
     def read(c: memfleet.Client) -> None:
         i = 0
@@ -411,6 +433,8 @@ def test_readers_never_see_a_write_acknowledged_before_they_began(tracking_serve
     # two threads share the first client's near cache and pool; few threads, so that the
     # listeners' threads are not kept waiting long for the GIL
     threads = [threading.Thread(target=read, args=(c,)) for c in (readers[0], readers[0], readers[1])]
+    if pressure:
+        threads.append(threading.Thread(target=fill))
     for t in threads:
         t.start()
     outs = [w.communicate(timeout=30)[0] for w in writers]
@@ -418,11 +442,17 @@ def test_readers_never_see_a_write_acknowledged_before_they_began(tracking_serve
     for t in threads:
         t.join()
     acks = [tuple(a) for out in outs for a in json.loads(out)]
-    _check(acks, reads)  # type: ignore[arg-type]
+    _check(acks, reads, evicting=pressure)  # type: ignore[arg-type]
     for c in readers:
         nc = near_of(c)
         assert nc.stats()["tracked"] and nc.hits > 100 and nc.invalidations > 100
         c.close()
+    if pressure:
+        with memfleet.Client([address]) as c:
+            st = c.stats()[address]
+        assert int(st["evictions"]) > 0 and int(st["track_notices"]) > 0
+        # the readers' keys themselves were evicted while tracked: some reads missed
+        assert any(value is None for _, _, value in reads)
 
 
 def test_async_readers_never_see_a_write_acknowledged_before_they_began(tracking_server: Server) -> None:
