@@ -30,6 +30,8 @@ pub struct FailoverState {
     tokens: HashMap<RouteId, f64>,
     /// LeastFailuresPolicy: each child's error replies in a row.
     errors_in_a_row: HashMap<RouteId, Vec<u32>>,
+    /// L1L2CacheRoute: negative hits left until the next refresh of l1 from l2.
+    ncache_countdown: HashMap<RouteId, usize>,
 }
 
 impl FailoverState {
@@ -72,6 +74,7 @@ impl FailoverState {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.errors_in_a_row.clear();
+        self.ncache_countdown.clear();
     }
 }
 
@@ -153,6 +156,14 @@ enum Kind {
         cold_plan: Plan,
         exptime: u32,
     },
+    /// KeySplitRoute's replica: `child` runs a copy of the request with `key`.
+    Rekey {
+        child: usize,
+        key: Vec<u8>,
+    },
+    L1L2(keysplit::L1L2),
+    /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
+    L1Refresh(keysplit::Refresh),
     Null,
     Error(String),
 }
@@ -283,6 +294,9 @@ impl Exec {
         req: usize,
         sample: &mut dyn FnMut(f64) -> bool,
     ) -> usize {
+        if let Plan::KeySplit { replicas, fanout } = plan {
+            return self.build_key_split(replicas, *fanout, parent, req, sample);
+        }
         let id = self.nodes.len();
         self.nodes.push(Node {
             parent,
@@ -360,6 +374,9 @@ impl Exec {
                     shadows: copies,
                 }
             }
+            Plan::Rekey { key, plan } => self.build_rekey(id, key, plan, req, sample),
+            Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
+            Plan::KeySplit { .. } => unreachable!("built above"),
             Plan::Null => Kind::Null,
             Plan::Error(m) => Kind::Error(m.clone()),
         };
@@ -429,6 +446,18 @@ impl Exec {
                 let read = *read;
                 self.start_node(read, out);
             }
+            Kind::Rekey { child, .. } => {
+                let child = *child;
+                self.start_node(child, out);
+            }
+            Kind::L1L2(l) => {
+                let l1 = l.l1;
+                self.start_node(l1, out);
+            }
+            Kind::L1Refresh(r) => {
+                let read = r.read;
+                self.start_node(read, out);
+            }
             Kind::Null => self.complete(id, default_reply(self.requests[req].reply_op()), out),
             Kind::Error(m) => {
                 let reply = Reply::local_error(m);
@@ -457,6 +486,9 @@ impl Exec {
         if self.nodes[id].done {
             // Background children (AllAsync, AllInitial, shadows...) of a node that answered.
             return;
+        }
+        if matches!(self.nodes[id].kind, Kind::L1L2(_) | Kind::L1Refresh(_)) {
+            return self.l1l2_child_done(id, reply, out);
         }
         enum Next {
             Wait,
@@ -496,6 +528,18 @@ impl Exec {
                         Some(r) => Next::Reply(r.clone()),
                         None => Next::Wait,
                     },
+                    AllMode::FirstHit => {
+                        let r = last.expect("just pushed");
+                        let good = match self.requests[req].reply_op() {
+                            reply::Op::Update | reply::Op::MetaUpdate => r.result == McResult::Ok,
+                            _ => is_hit(&r),
+                        };
+                        if good || replies.len() == total {
+                            Next::Reply(r)
+                        } else {
+                            Next::Wait
+                        }
+                    }
                     AllMode::Fastest => {
                         let r = last.expect("just pushed");
                         if !r.result.is_error() || replies.len() == total {
@@ -587,6 +631,13 @@ impl Exec {
                 Next::ReplyThenCopy(reply, std::mem::take(shadows))
             }
             Kind::Fill { read, .. } if *read == child => Next::AddToCold(reply),
+            Kind::Rekey { key, .. } => {
+                let client = self.requests[req].key();
+                Next::Reply(Reply {
+                    bytes: reply::rekey(&reply.bytes, key, client),
+                    result: reply.result,
+                })
+            }
             Kind::Fill { .. } => {
                 self.nodes[id].done = true;
                 Next::Wait
@@ -686,3 +737,6 @@ impl Exec {
 #[cfg(test)]
 #[path = "exec_tests.rs"]
 mod tests;
+
+#[path = "exec_keysplit.rs"]
+mod keysplit;

@@ -86,6 +86,9 @@ pub enum AllMode {
     /// Wait for all; reply with the first child's reply. No config names it: WarmUpRoute's
     /// deletes, which must have reached warm too before the client hears.
     InitialSync,
+    /// Reply with the first hit (gets) or stored (updates), else the last reply. No config
+    /// names it: KeySplitRoute's `first_hit`.
+    FirstHit,
 }
 
 /// Error results that make FailoverRoute try the next child, per operation class.
@@ -244,6 +247,32 @@ pub enum Route {
         exptime: i64,
         /// Whether to set or cap the exptime.
         action: ExptimeAction,
+    },
+    /// Spreads a key over `replicas` keys (`key`, `key::1`, ...) that `destination` hashes
+    /// apart: gets read one, deletes (and sets with `all_sync`) write all.
+    KeySplit {
+        /// Where every replica key is routed.
+        destination: Target,
+        /// How many keys (2..=1000).
+        replicas: usize,
+        /// Sets go to every replica (the others in the background).
+        all_sync: bool,
+        /// Gets ask every replica and take the first hit.
+        first_hit: bool,
+    },
+    /// Gets try `l1`, then `l2` on a miss and fill `l1` with `upgrading_l1_exptime`, with
+    /// optional negative caching; everything else goes to `l1` only.
+    L1L2Cache {
+        /// Tried first, filled from `l2`, and the only target of updates and deletes.
+        l1: Target,
+        /// Asked when `l1` misses.
+        l2: Target,
+        /// Exptime of `l1` fills (0: never expires).
+        upgrading_l1_exptime: u32,
+        /// Exptime of the negative ("ncache") entries.
+        ncache_exptime: u32,
+        /// 0: no negative caching; else every this many ncache hits, `l1` is refreshed.
+        ncache_update_period: usize,
     },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,

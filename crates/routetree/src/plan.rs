@@ -61,6 +61,38 @@ pub enum Plan {
         /// Each shadow with the probability it gets the request.
         shadows: Vec<(f64, Plan)>,
     },
+    /// KeySplitRoute: one plan per replica, replica 0 being the key itself. The executor
+    /// picks one replica at random per request; with `fanout` that one replies and the
+    /// others get the request in the background.
+    KeySplit {
+        /// By replica index.
+        replicas: Vec<Plan>,
+        /// Every replica gets the request (deletes, sets with `all_sync`).
+        fanout: bool,
+    },
+    /// Run `plan` with the request's key replaced by `key`; the reply carries the
+    /// client's key again.
+    Rekey {
+        /// The key sent (with the client's routing prefix).
+        key: Vec<u8>,
+        /// Planned for `key`.
+        plan: Box<Plan>,
+    },
+    /// L1L2CacheRoute for a get-like request (see [`Route::L1L2Cache`]).
+    L1L2 {
+        /// Tried first; filled from `l2`.
+        l1: Box<Plan>,
+        /// Asked when `l1` misses, and by the negative cache's refresh.
+        l2: Box<Plan>,
+        /// Exptime of the fill of `l1`.
+        upgrading_l1_exptime: u32,
+        /// Exptime of negative entries.
+        ncache_exptime: u32,
+        /// 0: no negative caching; else refresh `l1` every this many negative hits.
+        ncache_update_period: usize,
+        /// The route, whose negative hits are counted across requests.
+        route: RouteId,
+    },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -416,6 +448,30 @@ impl Eval<'_, '_> {
                 self.exptime.pop();
                 plan
             }
+            Route::KeySplit {
+                destination,
+                replicas,
+                all_sync,
+                first_hit,
+            } => self.key_split(*destination, *replicas, *all_sync, *first_hit),
+            Route::L1L2Cache {
+                l1,
+                l2,
+                upgrading_l1_exptime,
+                ncache_exptime,
+                ncache_update_period,
+            } => match self.class {
+                OpClass::Get => Plan::L1L2 {
+                    l1: Box::new(self.target(*l1)),
+                    l2: Box::new(self.target(*l2)),
+                    upgrading_l1_exptime: *upgrading_l1_exptime,
+                    ncache_exptime: *ncache_exptime,
+                    ncache_update_period: *ncache_update_period,
+                    route: id,
+                },
+                // As mcrouter: keeping l2 current is the client's business.
+                OpClass::Update | OpClass::Delete => self.target(*l1),
+            },
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -543,3 +599,6 @@ mod tests {
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod handle_tests;
+
+#[path = "plan_keysplit.rs"]
+mod keysplit;

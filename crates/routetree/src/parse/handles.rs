@@ -13,7 +13,6 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "AsynclogRoute",
     "BigValueRoute",
     "HostIdRoute",
-    "L1L2CacheRoute",
     "LatencyInjectionRoute",
     "LatestRoute",
     "LoggingRoute",
@@ -147,6 +146,8 @@ impl<'a> Builder<'a> {
                     exptime,
                 }))
             }
+            "KeySplitRoute" => self.key_split_route(args),
+            "L1L2CacheRoute" => self.l1l2_cache_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),
             "OperationSelectorRoute" => self.operation_selector(args),
             "ModifyExptimeRoute" => {

@@ -1,0 +1,156 @@
+"""`memfleet route` with KeySplitRoute (hot keys spread over replica keys) and
+L1L2CacheRoute (two cache levels), routing real memcached servers.
+
+Each check reads the servers themselves: which replica keys they hold, their `cmd_get`
+counts, and what L1 and L2 hold after gets and writes through the router.
+"""
+
+from __future__ import annotations
+
+from harness import Conn, Server, eventually
+from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
+
+__all__ = ["servers"]
+
+
+def run(config: dict, *extra: str) -> McRouter:
+    return McRouter(config, *extra).start()
+
+
+def key_split(group: list[Server], replicas: int) -> dict:
+    return {
+        "pools": pools(A=group),
+        "route": {
+            "type": "KeySplitRoute",
+            "destination": "PoolRoute|A",
+            "replicas": replicas,
+            "all_sync": True,
+        },
+    }
+
+
+def replica_keys(key: str, replicas: int) -> list[str]:
+    """mcrouter's replica keys: the key itself, then `key::1`, `key::2`, ..."""
+    return [key] + [f"{key}::{i}" for i in range(1, replicas)]
+
+
+def holders(group: list[Server], key: str, replicas: int) -> dict[int, list[str]]:
+    """Which server (by position) holds which replica keys."""
+    out: dict[int, list[str]] = {}
+    for i, s in enumerate(group):
+        for k in replica_keys(key, replicas):
+            if fetch(s.port, k) != b"END\r\n":
+                out.setdefault(i, []).append(k)
+    return out
+
+
+def cmd_get(s: Server) -> int:
+    with Conn(s.port) as c:
+        return int(c.stats()["cmd_get"])
+
+
+def test_key_split_spreads_a_hot_keys_gets_over_its_replicas(servers) -> None:
+    group = servers(4)
+    with run(key_split(group, 4)) as r:
+        # A key whose 4 replica keys land on at least 3 of the 4 servers.
+        for n in range(50):
+            key = f"hot{n}"
+            assert store(r.port, key, "v") == b"STORED\r\n"
+            eventually(
+                lambda key=key: sum(map(len, holders(group, key, 4).values())) == 4,
+                "every replica written",
+            )
+            placed = holders(group, key, 4)
+            if len(placed) >= 3:
+                break
+        else:
+            raise AssertionError("no key spread over 3 servers")
+        before = [cmd_get(s) for s in group]
+        with Conn(r.port) as c:
+            for _ in range(100):
+                c.send(f"get {key}\r\n".encode() * 100)
+                for _ in range(100):
+                    assert c.read_until(b"END\r\n") == f"VALUE {key} 0 1\r\nv\r\nEND\r\n".encode()
+        got = [cmd_get(s) - b for s, b in zip(group, before)]
+        assert sum(got) == 10_000
+        for i, keys in placed.items():
+            # A uniform pick gives each replica about 2,500 of the 10,000.
+            assert got[i] >= 1_500 * len(keys), (got, placed)
+
+
+def test_key_split_writes_and_deletes_every_replica(servers) -> None:
+    group = servers(4)
+    with run(key_split(group, 4)) as r:
+
+        def everywhere(value: str) -> bool:
+            item = f"0 {len(value)}\r\n{value}\r\nEND\r\n"
+            return all(
+                any(fetch(s.port, k) == f"VALUE {k} {item}".encode() for s in group)
+                for k in replica_keys("k", 4)
+            )
+
+        with Conn(r.port) as c:
+            for n in range(300):
+                value = f"v{n}"
+                assert c.request(f"set k 0 0 {len(value)}\r\n{value}\r\n".encode()) == (
+                    b"STORED\r\n"
+                )
+                # The other replicas' writes were sent before the reply, on the same
+                # backend connections this get then uses: never the old value.
+                reply = c.request(b"get k\r\n", b"END\r\n")
+                assert reply == f"VALUE k 0 {len(value)}\r\n{value}\r\nEND\r\n".encode(), n
+        eventually(lambda: everywhere("v299"), "every replica holds the last value")
+        assert ask(r.port, b"delete k\r\n") == b"DELETED\r\n"
+        eventually(lambda: holders(group, "k", 4) == {}, "every replica deleted")
+        assert fetch(r.port, "k") == b"END\r\n"
+
+
+def l1l2(l1: Server, l2: Server, **extra: int) -> dict:
+    route = {"type": "L1L2CacheRoute", "l1": "PoolRoute|L1", "l2": "PoolRoute|L2"}
+    return {"pools": pools(L1=[l1], L2=[l2]), "route": {**route, **extra}}
+
+
+def ttl_of(port: int, key: str) -> int | None:
+    line = ask(port, f"mg {key} t\r\n".encode())
+    if not line.startswith(b"HD"):
+        return None
+    return int(line.split(b" t")[1].split()[0])
+
+
+def test_l1l2_fills_l1_from_l2_and_writes_only_l1(servers) -> None:
+    l1, l2 = servers(2)
+    with run(l1l2(l1, l2, upgradingL1Exptime=100)) as r:
+        assert ask(l2.port, b"set k 7 0 2\r\nv1\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "k") == b"VALUE k 7 2\r\nv1\r\nEND\r\n"
+        eventually(lambda: ttl_of(l1.port, "k") is not None, "l1 filled")
+        assert fetch(l1.port, "k") == b"VALUE k 7 2\r\nv1\r\nEND\r\n"
+        assert 0 < (ttl_of(l1.port, "k") or 0) <= 100, "upgradingL1Exptime"
+        # L2 changed behind the router: l1's copy answers until it expires.
+        assert ask(l2.port, b"set k 7 0 2\r\nv2\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "k") == b"VALUE k 7 2\r\nv1\r\nEND\r\n"
+        # Writes and deletes reach l1 only, as in mcrouter.
+        assert store(r.port, "w", "x") == b"STORED\r\n"
+        assert fetch(l1.port, "w") != b"END\r\n" and fetch(l2.port, "w") == b"END\r\n"
+        assert ask(r.port, b"delete k\r\n") == b"DELETED\r\n"
+        assert fetch(l2.port, "k") == b"VALUE k 7 2\r\nv2\r\nEND\r\n"
+        assert fetch(r.port, "k") == b"VALUE k 7 2\r\nv2\r\nEND\r\n"
+
+
+def test_l1l2_negative_cache_answers_misses_and_refreshes(servers) -> None:
+    l1, l2 = servers(2)
+    config = l1l2(l1, l2, upgradingL1Exptime=0, ncacheExptime=60, ncacheUpdatePeriod=3)
+    # One worker: the refresh counts negative hits per worker.
+    with run(config, "--num-proxies", "1") as r:
+        assert fetch(r.port, "n") == b"END\r\n"
+        negative = b"VALUE n 65536 6\r\nncache\r\nEND\r\n"
+        eventually(lambda: fetch(l1.port, "n") == negative, "a negative entry in l1")
+        assert 0 < (ttl_of(l1.port, "n") or 0) <= 60, "ncacheExptime"
+        assert store(l2.port, "n", "real") == b"STORED\r\n"
+        gets = cmd_get(l2)
+        for _ in range(2):
+            assert fetch(r.port, "n") == b"END\r\n"
+        assert cmd_get(l2) == gets, "negative hits do not ask l2"
+        # The third negative hit still misses, and refreshes l1 from l2.
+        assert fetch(r.port, "n") == b"END\r\n"
+        eventually(lambda: fetch(l1.port, "n") == b"VALUE n 0 4\r\nreal\r\nEND\r\n", "refresh")
+        assert fetch(r.port, "n") == b"VALUE n 0 4\r\nreal\r\nEND\r\n"
