@@ -56,10 +56,11 @@ def test_key_split_spreads_a_hot_keys_gets_over_its_replicas(servers) -> None:
         for n in range(50):
             key = f"hot{n}"
             assert store(r.port, key, "v") == b"STORED\r\n"
-            eventually(
-                lambda key=key: sum(map(len, holders(group, key, 4).values())) == 4,
-                "every replica written",
-            )
+
+            def written(key: str = key) -> bool:
+                return sum(map(len, holders(group, key, 4).values())) == 4
+
+            eventually(written, "every replica written")
             placed = holders(group, key, 4)
             if len(placed) >= 3:
                 break
