@@ -17,14 +17,14 @@ def run(config: dict, *extra: str) -> McRouter:
     return McRouter(config, *extra).start()
 
 
-def key_split(group: list[Server], replicas: int) -> dict:
+def key_split(group: list[Server], replicas: int, all_sync: bool = True) -> dict:
     return {
         "pools": pools(A=group),
         "route": {
             "type": "KeySplitRoute",
             "destination": "PoolRoute|A",
             "replicas": replicas,
-            "all_sync": True,
+            "all_sync": all_sync,
         },
     }
 
@@ -104,6 +104,24 @@ def test_key_split_writes_and_deletes_every_replica(servers) -> None:
         assert ask(r.port, b"delete k\r\n") == b"DELETED\r\n"
         eventually(lambda: holders(group, "k", 4) == {}, "every replica deleted")
         assert fetch(r.port, "k") == b"END\r\n"
+
+
+def test_key_split_without_all_sync_keeps_a_router_on_its_hosts_replica(servers) -> None:
+    """As mcrouter: one replica per router host (its host id modulo the replica count), so
+    what a router writes is what it then reads, and a counter stays one counter."""
+    group = servers(4)
+    with run(key_split(group, 4, all_sync=False)) as r, Conn(r.port) as c:
+        for n in range(200):
+            value = f"v{n}"
+            assert c.request(f"set k 0 0 {len(value)}\r\n{value}\r\n".encode()) == b"STORED\r\n"
+            reply = c.request(b"get k\r\n", b"END\r\n")
+            assert reply == f"VALUE k 0 {len(value)}\r\n{value}\r\nEND\r\n".encode(), n
+        assert c.request(b"set n 0 0 1\r\n0\r\n") == b"STORED\r\n"
+        for n in range(1, 51):
+            assert c.request(b"incr n 1\r\n") == f"{n}\r\n".encode()
+        # one replica key of each was written: the others were never touched
+        assert sum(map(len, holders(group, "k", 4).values())) == 1
+        assert sum(map(len, holders(group, "n", 4).values())) == 1
 
 
 def l1l2(l1: Server, l2: Server, **extra: int) -> dict:

@@ -171,6 +171,8 @@ pub fn run(args: RouteArgs) -> Result<(), RouteError> {
         );
         return Ok(());
     }
+    // KeySplitRoute's replica for this host, as mcrouter's host id picks it.
+    routetree::plan::set_host_id(ring::hash::Hash::Crc32.hash(stats::hostname().as_bytes()));
     // Signals first: one that arrives while starting must not kill or stop the process.
     let signals = ControlSignals::new().map_err(|e| RouteError::Run(format!("signal: {e}")))?;
     let log_file = args

@@ -294,8 +294,13 @@ impl Exec {
         req: usize,
         sample: &mut dyn FnMut(f64) -> bool,
     ) -> usize {
-        if let Plan::KeySplit { replicas, fanout } = plan {
-            return self.build_key_split(replicas, *fanout, parent, req, sample);
+        if let Plan::KeySplit {
+            replicas,
+            fanout,
+            pick,
+        } = plan
+        {
+            return self.build_key_split(replicas, *fanout, *pick, parent, req, sample);
         }
         let id = self.nodes.len();
         self.nodes.push(Node {

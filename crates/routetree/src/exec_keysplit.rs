@@ -1,8 +1,9 @@
 //! Executing KeySplitRoute's replicas and L1L2CacheRoute, as mcrouter does.
 //!
 //! KeySplitRoute: mcrouter pins each router host to one replica (its host id modulo the
-//! replica count), so a fleet of routers spreads a hot key. Here each request picks a
-//! replica at random, so that one router spreads it too.
+//! replica count), so a fleet of routers spreads a hot key. Here too, except that with
+//! `all_sync` (every set writes every replica) each get picks a replica at random, so that
+//! one router spreads it too.
 //!
 //! L1L2CacheRoute: an l1 miss (or error) asks l2; an l2 hit is added to l1 in the
 //! background with `upgradingL1Exptime`, an l2 miss (with negative caching on) adds a
@@ -64,19 +65,22 @@ pub fn item(reply: &[u8]) -> Option<(u32, &[u8])> {
 }
 
 impl Exec {
-    /// KeySplitRoute's plan: one replica picked at random; with `fanout` it answers and
-    /// the others run in the background.
+    /// KeySplitRoute's plan: replica `pick`, or one picked at random; with `fanout` it
+    /// answers and the others run in the background.
     pub(super) fn build_key_split(
         &mut self,
         replicas: &[Plan],
         fanout: bool,
+        pick: Option<usize>,
         parent: Option<usize>,
         req: usize,
         sample: &mut dyn FnMut(f64) -> bool,
     ) -> usize {
         let n = replicas.len();
         // Uniform over n with fair coins of 1/n, 1/(n-1), ..., 1.
-        let chosen = (0..n).find(|&i| sample(1.0 / (n - i) as f64)).unwrap_or(0);
+        let chosen = pick
+            .filter(|&i| i < n)
+            .unwrap_or_else(|| (0..n).find(|&i| sample(1.0 / (n - i) as f64)).unwrap_or(0));
         if !fanout {
             return self.build(&replicas[chosen], parent, req, sample);
         }

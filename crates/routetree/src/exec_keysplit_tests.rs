@@ -87,12 +87,27 @@ fn a_get_reads_one_replica_and_answers_with_the_clients_key() {
     let plan = Plan::KeySplit {
         replicas: replicas(),
         fanout: false,
+        pick: None,
     };
     let mut exec = Exec::new(vec![get("k")], vec![plan], &mut picking(2, 3));
     let mut answer = |_: usize, _: &[u8]| r(b"VALUE k::2 5 1\r\nx\r\nEND\r\n");
     let (reply, sent) = run(&mut exec, &mut FailoverState::default(), &mut answer);
     assert_eq!(sent, vec![(2, "get k::2\r\n".to_owned())]);
     assert_eq!(reply, b"VALUE k 5 1\r\nx\r\nEND\r\n");
+}
+
+#[test]
+fn a_pinned_replica_is_used_without_drawing() {
+    let plan = Plan::KeySplit {
+        replicas: replicas(),
+        fanout: false,
+        pick: Some(2),
+    };
+    let mut exec = Exec::new(vec![get("k")], vec![plan], &mut |_| panic!("no draw"));
+    let (_, sent) = run(&mut exec, &mut FailoverState::default(), &mut |_, _| {
+        r(b"END\r\n")
+    });
+    assert_eq!(sent, vec![(2, "get k::2\r\n".to_owned())]);
 }
 
 #[test]
@@ -103,6 +118,7 @@ fn replicas_are_picked_uniformly() {
         let plan = Plan::KeySplit {
             replicas: replicas(),
             fanout: false,
+            pick: None,
         };
         let mut sample = |p: f64| {
             rng ^= rng << 13;
@@ -124,9 +140,10 @@ fn a_fanout_writes_every_replica_and_answers_with_the_picked_one() {
     let plan = Plan::KeySplit {
         replicas: replicas(),
         fanout: true,
+        pick: Some(1),
     };
     let del = ReqSpec::Delete { key: b"k".to_vec() };
-    let mut exec = Exec::new(vec![del], vec![plan], &mut picking(1, 3));
+    let mut exec = Exec::new(vec![del], vec![plan], &mut |_| panic!("the host's replica"));
     let mut answer = |pool: usize, _: &[u8]| match pool {
         1 => r(b"DELETED\r\n"),
         _ => r(b"NOT_FOUND\r\n"),

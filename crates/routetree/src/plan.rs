@@ -61,14 +61,16 @@ pub enum Plan {
         /// Each shadow with the probability it gets the request.
         shadows: Vec<(f64, Plan)>,
     },
-    /// KeySplitRoute: one plan per replica, replica 0 being the key itself. The executor
-    /// picks one replica at random per request; with `fanout` that one replies and the
-    /// others get the request in the background.
+    /// KeySplitRoute: one plan per replica, replica 0 being the key itself. The request
+    /// goes to replica `pick` (None: one picked at random by the executor); with `fanout`
+    /// that one replies and the others get the request in the background.
     KeySplit {
         /// By replica index.
         replicas: Vec<Plan>,
         /// Every replica gets the request (deletes, sets with `all_sync`).
         fanout: bool,
+        /// The replica that gets (and answers) the request; None: one at random.
+        pick: Option<usize>,
     },
     /// Run `plan` with the request's key replaced by `key`; the reply carries the
     /// client's key again.
@@ -602,3 +604,4 @@ mod handle_tests;
 
 #[path = "plan_keysplit.rs"]
 mod keysplit;
+pub use keysplit::set_host_id;

@@ -1,5 +1,7 @@
 //! KeySplitRoute's plans: which replica keys a request goes to, as mcrouter decides it.
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
 use ring::RoutingKey;
 
 use super::{Eval, Plan};
@@ -11,6 +13,15 @@ pub const REPLICA_SEPARATOR: &[u8] = b"::";
 const MAX_KEY_LENGTH: usize = 255;
 /// The separator and the digits of the largest replica index (999).
 const EXTRA_KEY_SPACE: usize = REPLICA_SEPARATOR.len() + 3;
+
+/// This router's host id (mcrouter's `hostid`): the replica a request that must meet the
+/// writes of this host goes to is the host id modulo the replica count.
+static HOST_ID: AtomicU32 = AtomicU32::new(0);
+
+/// Set once at start-up, from the host's name.
+pub fn set_host_id(id: u32) {
+    HOST_ID.store(id, Relaxed);
+}
 
 /// Replica `index`'s key: the routing key, `::index`, then anything after a `|#|` hash
 /// stop, behind the client's routing prefix. Replica 0 is the key itself.
@@ -64,14 +75,22 @@ impl Eval<'_, '_> {
         let plans: Vec<Plan> = (0..replicas)
             .map(|i| self.replica(destination, i))
             .collect();
+        // mcrouter sends everything to this host's replica, so that what a host writes is
+        // what it reads. A get may go to any replica when every set writes them all
+        // (`all_sync`): that spreads a hot key from one router too.
+        let host = HOST_ID.load(Relaxed) as usize % replicas.max(1);
+        let read_any = all_sync && matches!(self.op, "get" | "lease-get");
+        let pick = if read_any { None } else { Some(host) };
         match how {
             How::One => Plan::KeySplit {
                 replicas: plans,
                 fanout: false,
+                pick,
             },
             How::All => Plan::KeySplit {
                 replicas: plans,
                 fanout: true,
+                pick,
             },
             How::FirstHit => Plan::All {
                 mode: AllMode::FirstHit,
@@ -176,13 +195,22 @@ mod tests {
 
     #[test]
     fn gets_read_one_replica_sets_and_deletes_write_as_mcrouter_does() {
+        // This host's replica (host id 0 in tests), or any replica for a get when every
+        // set writes them all.
         let one = Plan::KeySplit {
             replicas: replicas("hot", 3),
             fanout: false,
+            pick: Some(0),
+        };
+        let any = Plan::KeySplit {
+            replicas: replicas("hot", 3),
+            fanout: false,
+            pick: None,
         };
         let all = Plan::KeySplit {
             replicas: replicas("hot", 3),
             fanout: true,
+            pick: Some(0),
         };
         let c = split(false, false);
         assert_eq!(c.plan("get", b"hot", DEFAULT), one);
@@ -196,7 +224,12 @@ mod tests {
         let c = split(true, false);
         assert_eq!(c.plan("set", b"hot", DEFAULT), all);
         assert_eq!(c.plan("add", b"hot", DEFAULT), one, "only sets fan out");
-        assert_eq!(c.plan("get", b"hot", DEFAULT), one);
+        assert_eq!(
+            c.plan("incr", b"hot", DEFAULT),
+            one,
+            "a counter stays on one replica"
+        );
+        assert_eq!(c.plan("get", b"hot", DEFAULT), any);
         let c = split(true, true);
         let first_hit = Plan::All {
             mode: AllMode::FirstHit,
