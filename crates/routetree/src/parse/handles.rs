@@ -21,7 +21,6 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "OriginalClientHashRoute",
     "OutstandingLimitRoute",
     "RandomRoute",
-    "RateLimitRoute",
     "SaltedFailoverRoute",
     "ShadowRoute",
     "SlowWarmUpRoute",
@@ -147,6 +146,7 @@ impl<'a> Builder<'a> {
                     exptime,
                 }))
             }
+            "RateLimitRoute" => self.rate_limit_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),
             "OperationSelectorRoute" => self.operation_selector(args),
             "ModifyExptimeRoute" => {
