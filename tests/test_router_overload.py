@@ -99,6 +99,20 @@ def backends() -> Iterator[list[Server]]:
         s.stop()
 
 
+def stop(server: Server) -> None:
+    """SIGSTOP, and wait until the kernel shows the process stopped (it may still be
+    answering for a moment after kill() returns)."""
+    assert server.proc is not None
+    pid = server.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+    eventually(stopped, "the server is stopped")
+
+
 def overload_error(limit: int, address: str) -> bytes:
     return b'SERVER_ERROR Max pending requests (%d) reached for destination "%s".\r\n' % (
         limit,
@@ -130,7 +144,7 @@ def test_a_stopped_server_fails_fast_past_the_limit_and_memory_stays_bounded(
         assert len(stuck) > LIMIT + 2 and live
         requests_before = router.server_stat(victim.address, "requests")
         assert victim.proc is not None
-        os.kill(victim.proc.pid, signal.SIGSTOP)
+        stop(victim)
 
         # LIMIT clients each wait for a key of the stopped server: its connection is full.
         hogs = [Conn(router.port, timeout=30) for _ in range(LIMIT)]
@@ -205,7 +219,7 @@ def test_failover_route_fails_over_when_a_server_is_at_its_limit(
         stuck = where[victim.address]
         requests_before = router.server_stat(victim.address, "requests")
         assert victim.proc is not None
-        os.kill(victim.proc.pid, signal.SIGSTOP)
+        stop(victim)
         hogs = [Conn(router.port, timeout=30) for _ in range(4)]
         for c, k in zip(hogs, stuck):
             c.send(f"get {k}\r\n".encode())

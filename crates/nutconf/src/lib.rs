@@ -6,9 +6,9 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives (`client_auth`, `item_size_max`, the `big_value_*`, `tls*`
-//!   and `listen_tls*` ones, `dns:`/`srv:` servers and `dns_refresh_ms`) are accepted, and
-//!   `reuseport` from twemproxy's master branch too.
+//! - memfleet-only directives (`client_auth`, `item_size_max`, `server_max_inflight`, the
+//!   `big_value_*`, `tls*` and `listen_tls*` ones, `dns:`/`srv:` servers and
+//!   `dns_refresh_ms`) are accepted, and `reuseport` from twemproxy's master branch too.
 //!
 //! Modules, one concept each, layered so that none imports one above it: `scalar` (C
 //! number and boolean rules), `error` (`ConfigError`), `listen`, `server` (`servers:`
