@@ -36,6 +36,7 @@ pub(super) struct RawPool {
     pub(super) dns: Vec<DnsName>,
     pub(super) dns_refresh_ms: Option<u32>,
     pub(super) item_size_max: Option<u32>,
+    pub(super) server_max_inflight: Option<u32>,
     pub(super) big_value_split_threshold: Option<u32>,
     pub(super) big_value_batch_size: Option<u32>,
     pub(super) big_value_hide_reply_flag: Option<bool>,
@@ -102,6 +103,7 @@ pub(super) fn set_directive(
                     .ok_or("is not between 1024 and 1073741824 (bytes)")
             })
             .and_then(|n| once(&mut pool.item_size_max, n)),
+        "server_max_inflight" => num(&mut pool.server_max_inflight),
         "big_value_split_threshold" => num(&mut pool.big_value_split_threshold),
         "big_value_batch_size" => num(&mut pool.big_value_batch_size),
         "big_value_hide_reply_flag" => flag(&mut pool.big_value_hide_reply_flag),

@@ -6,9 +6,9 @@
 //! (`directive "hash" is not a valid hash`). Two deliberate differences:
 //! - host names are not resolved here (twemproxy resolves `listen:` while parsing); the
 //!   router resolves when it binds or connects, so an unresolvable name fails there;
-//! - memfleet-only directives (`client_auth`, `item_size_max`, the `big_value_*`, `tls*`
-//!   and `listen_tls*` ones, `dns:`/`srv:` servers and `dns_refresh_ms`) are accepted, and
-//!   `reuseport` from twemproxy's master branch too.
+//! - memfleet-only directives (`client_auth`, `item_size_max`, `server_max_inflight`, the
+//!   `big_value_*`, `tls*` and `listen_tls*` ones, `dns:`/`srv:` servers and
+//!   `dns_refresh_ms`) are accepted, and `reuseport` from twemproxy's master branch too.
 //!
 //! Modules, one concept each, layered so that none imports one above it: `scalar` (C
 //! number and boolean rules), `error` (`ConfigError`), `listen`, `server` (`servers:`
@@ -104,6 +104,9 @@ pub struct Pool {
     /// The largest item a client may store through the pool, as memcached's `-I` counts
     /// it, and the largest value a server's reply may announce (memfleet extension).
     pub item_size_max: u32,
+    /// Requests one server connection may have outstanding (sent or waiting to be);
+    /// past it, requests to that server fail at once (0: no limit; memfleet extension).
+    pub server_max_inflight: u32,
     /// Values longer than this many bytes are split into chunks across the pool, as
     /// mcrouter's `--big-value-split-threshold` (0: off; memfleet extension).
     pub big_value_split_threshold: u32,
@@ -231,6 +234,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             client_auth: r.client_auth,
             tls: r.tls,
             item_size_max: r.item_size_max.unwrap_or(DEFAULT_ITEM_SIZE_MAX),
+            server_max_inflight: r.server_max_inflight.unwrap_or(0),
             big_value_split_threshold: r.big_value_split_threshold.unwrap_or(0),
             big_value_batch_size: r
                 .big_value_batch_size

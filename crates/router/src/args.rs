@@ -151,6 +151,23 @@ pub struct RouteArgs {
     /// mcrouter: reassembled values come back without the big-value flag bit (0x8000).
     #[arg(long = "big-value-hide-reply-flag", num_args = 0..=1, default_missing_value = "true")]
     pub big_value_hide_reply_flag: bool,
+    /// mcrouter: requests one server connection may have in flight (0: no limit). With
+    /// it, `--target-max-pending-requests` more may wait; past both, a request to that
+    /// server fails at once (`local_error`). nutcracker configs set the total per pool
+    /// (`server_max_inflight`).
+    #[arg(
+        long = "target-max-inflight-requests",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub target_max_inflight_requests: u32,
+    /// mcrouter: requests that may wait beyond `--target-max-inflight-requests`.
+    #[arg(
+        long = "target-max-pending-requests",
+        value_name = "N",
+        default_value_t = 100_000
+    )]
+    pub target_max_pending_requests: u32,
     #[command(flatten)]
     pub mc_tls: mcrouter_tls::McTlsArgs,
 }

@@ -69,6 +69,9 @@ pub struct PoolCounters {
     /// Per server of an mcrouter pool: sends failed at once because it was TKO (`/metrics`;
     /// not in nutcracker's stats, which have no such field).
     pub tko_failed: Vec<Counter>,
+    /// Per server: requests failed at once because its connection held
+    /// `server_max_inflight` requests already (`/metrics`).
+    pub overloaded: Vec<Counter>,
 }
 
 impl PoolCounters {
@@ -78,6 +81,7 @@ impl PoolCounters {
             servers: (0..servers).map(|_| ServerCounters::default()).collect(),
             latency: (0..servers).map(|_| Default::default()).collect(),
             tko_failed: (0..servers).map(|_| Counter::default()).collect(),
+            overloaded: (0..servers).map(|_| Counter::default()).collect(),
         }
     }
 }

@@ -34,6 +34,7 @@ fn help(field: &str) -> &'static str {
         "ejected" => "1 while the server is ejected from the pool.",
         "server_tko" => "mcrouter pools: 0 while the server is up, 1 soft TKO, 2 hard TKO.",
         "tko_failed" => "mcrouter pools: sends failed at once because the server was TKO.",
+        "overloaded" => "Requests failed at once: the server connection held server_max_inflight (target-max-inflight-requests) already.",
         "requests" => "Requests forwarded to the server.",
         "request_bytes" => "Request bytes forwarded to the server.",
         "responses" => "Replies read from the server.",
@@ -131,6 +132,8 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
                 .find(|(k, _)| *k == "requests")
                 .map_or(0, |(_, v)| *v);
             sf.push(("ejected", i64::from(server.is_ejected())));
+            let overloaded = pool.counters.iter().map(|c| c.overloaded[i].get()).sum();
+            sf.push(("overloaded", overloaded));
             // mcrouter pools (the only ones with servers in an mcrouter generation).
             if let Some(tko) = pool.tko.get(i) {
                 sf.push(("server_tko", i64::from(tko.level())));

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::{AllMode, FailoverLimit, Plan, RouteId, Send};
+use crate::{AllMode, FailoverLimit, Plan, RouteId, Send, TokenRate};
 
 use std::time::Instant;
 
@@ -21,9 +21,14 @@ use crate::lease::{self, Issued, LeaseBook};
 use crate::reply::{self, default_reply, is_hit, McResult, Reply};
 use crate::request::ReqSpec;
 
-/// What FailoverRoutes remember across requests, per worker (as mcrouter, per proxy thread).
+/// What FailoverRoutes and RateLimitRoutes remember across requests, per worker (as
+/// mcrouter, per proxy thread).
 #[derive(Debug, Default)]
 pub struct FailoverState {
+    /// RateLimitRoute token buckets per (route, class): tokens, and when they were counted.
+    rate_tokens: HashMap<(RouteId, u8), (f64, Option<Instant>)>,
+    /// The time RateLimitRoutes' buckets refill up to, set by the worker ([`Self::set_now`]).
+    now: Option<Instant>,
     /// `failover_limit` token buckets: each request through the route earns `rate` tokens
     /// (up to `burst`; a bucket starts full), each failover spends one, and without a token
     /// the error is the reply.
@@ -75,6 +80,33 @@ impl FailoverState {
         self.tokens.clear();
         self.errors_in_a_row.clear();
         self.ncache_countdown.clear();
+        self.rate_tokens.clear();
+    }
+
+    /// The time of the requests started next: RateLimitRoutes' buckets earn their rate up to
+    /// it. Without it they never refill.
+    pub fn set_now(&mut self, now: Instant) {
+        self.now = Some(now);
+    }
+
+    /// Takes a token from a RateLimitRoute's bucket (which starts full), if it has one.
+    fn take_token(&mut self, bucket: (RouteId, u8), rate: &TokenRate) -> bool {
+        let now = self.now;
+        let (tokens, at) = self.rate_tokens.entry(bucket).or_insert((rate.burst, now));
+        if let (Some(now), Some(then)) = (now, *at) {
+            let earned = now.saturating_duration_since(then).as_secs_f64() * rate.rate;
+            *tokens = (*tokens + earned).min(rate.burst);
+        }
+        *at = match (now, *at) {
+            (Some(now), Some(then)) => Some(now.max(then)),
+            (now, then) => now.or(then),
+        };
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -149,6 +181,12 @@ enum Kind {
     Shadowed {
         main: usize,
         shadows: Vec<usize>,
+    },
+    RateLimit {
+        child: usize,
+        fallback: Option<usize>,
+        rate: TokenRate,
+        bucket: (RouteId, u8),
     },
     /// A warm hit being copied to cold: first the read of the warm item, then the add.
     Fill {
@@ -382,6 +420,19 @@ impl Exec {
             Plan::Rekey { key, plan } => self.build_rekey(id, key, plan, req, sample),
             Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
             Plan::KeySplit { .. } => unreachable!("built above"),
+            Plan::RateLimit {
+                plan,
+                fallback,
+                rate,
+                bucket,
+            } => Kind::RateLimit {
+                child: self.build(plan, Some(id), req, sample),
+                fallback: fallback
+                    .as_ref()
+                    .map(|f| self.build(f, Some(id), req, sample)),
+                rate: *rate,
+                bucket: *bucket,
+            },
             Plan::Null => Kind::Null,
             Plan::Error(m) => Kind::Error(m.clone()),
         };
@@ -462,6 +513,21 @@ impl Exec {
             Kind::L1Refresh(r) => {
                 let read = r.read;
                 self.start_node(read, out);
+            }
+            Kind::RateLimit {
+                child,
+                fallback,
+                rate,
+                bucket,
+            } => {
+                let (child, fallback) = (*child, *fallback);
+                if self.limits.take_token(*bucket, rate) {
+                    self.start_node(child, out);
+                } else if let Some(f) = fallback {
+                    self.start_node(f, out);
+                } else {
+                    self.complete(id, default_reply(self.requests[req].reply_op()), out);
+                }
             }
             Kind::Null => self.complete(id, default_reply(self.requests[req].reply_op()), out),
             Kind::Error(m) => {
@@ -643,6 +709,7 @@ impl Exec {
                     result: reply.result,
                 })
             }
+            Kind::RateLimit { .. } => Next::Reply(reply),
             Kind::Fill { .. } => {
                 self.nodes[id].done = true;
                 Next::Wait

@@ -662,3 +662,117 @@ fn failover_follows_the_policy_order_and_error_budget() {
     let got = fleet.run(&mut exec(set("k", 0), plan(vec![0, 3], 9)));
     assert_eq!(got, vec![(0, b"SERVER_ERROR unavailable\r\n".to_vec())]);
 }
+
+/// A config with one server per pool, routed by `route`.
+fn rate_config(route: &str) -> crate::Config {
+    let text = format!(
+        r#"{{"pools": {{"A": {{"servers": ["127.0.0.1:5000"]}},
+                       "B": {{"servers": ["127.0.0.1:6000"]}}}},
+             "route": {route}}}"#
+    );
+    crate::parse_config("t.json", &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `req` through `config`'s plan at `now`; the reply bytes.
+fn run_at<F: FnMut(usize, usize, &[u8]) -> Reply>(
+    fleet: &mut Fleet<F>,
+    config: &crate::Config,
+    req: ReqSpec,
+    now: Instant,
+) -> Vec<u8> {
+    let plan = config.plan(req.operation(), req.key(), crate::DEFAULT_ROUTE_PREFIX);
+    fleet.limits.set_now(now);
+    fleet.run(&mut exec(req, plan))[0].1.clone()
+}
+
+#[test]
+fn rate_limit_route_passes_a_burst_then_the_rate_and_answers_the_default_reply_past_it() {
+    let config = rate_config(
+        r#"{"type": "RateLimitRoute", "target": "PoolRoute|A",
+            "rates": {"gets_rate": 2, "gets_burst": 3, "sets_rate": 1}}"#,
+    );
+    let mut fleet = Fleet::new(|_, _, req: &[u8]| {
+        if req.starts_with(b"get") {
+            r(b"VALUE k 0 1\r\nv\r\nEND\r\n")
+        } else {
+            r(b"STORED\r\n")
+        }
+    });
+    let t0 = Instant::now();
+    let hit = b"VALUE k 0 1\r\nv\r\nEND\r\n".to_vec();
+    // The bucket starts full: a burst of 3 gets pass, the 4th is over the rate.
+    for _ in 0..3 {
+        assert_eq!(run_at(&mut fleet, &config, get("k"), t0), hit);
+    }
+    assert_eq!(run_at(&mut fleet, &config, get("k"), t0), b"END\r\n");
+    assert_eq!(fleet.sent.len(), 3, "a request over the rate is not sent");
+    // 2 a second: after half a second one more passes, then none.
+    let later = t0 + std::time::Duration::from_millis(500);
+    assert_eq!(run_at(&mut fleet, &config, get("k"), later), hit);
+    assert_eq!(run_at(&mut fleet, &config, get("k"), later), b"END\r\n");
+    // Sets have their own bucket (burst = rate = 1): NOT_STORED past it.
+    assert_eq!(
+        run_at(&mut fleet, &config, set("k", 0), later),
+        b"STORED\r\n"
+    );
+    assert_eq!(
+        run_at(&mut fleet, &config, set("k", 0), later),
+        b"NOT_STORED\r\n"
+    );
+    // Deletes and arithmetic have no rate here: never limited.
+    for _ in 0..5 {
+        run_at(
+            &mut fleet,
+            &config,
+            ReqSpec::Delete { key: b"k".to_vec() },
+            later,
+        );
+    }
+    assert_eq!(fleet.sent.len(), 5 + 5);
+    // A long pause refills to the burst, not beyond.
+    let much_later = t0 + std::time::Duration::from_secs(60);
+    for _ in 0..3 {
+        assert_eq!(run_at(&mut fleet, &config, get("k"), much_later), hit);
+    }
+    assert_eq!(
+        run_at(&mut fleet, &config, get("k"), much_later),
+        b"END\r\n"
+    );
+}
+
+#[test]
+fn rate_limit_route_sends_requests_over_the_rate_to_its_fallback() {
+    let config = rate_config(
+        r#"{"type": "RateLimitRoute", "target": "PoolRoute|A", "fallback": "PoolRoute|B",
+            "rates": {"deletes_rate": 1}}"#,
+    );
+    let mut fleet = Fleet::new(|p, _, _| {
+        if p == 0 {
+            r(b"DELETED\r\n")
+        } else {
+            r(b"NOT_FOUND\r\n")
+        }
+    });
+    let t0 = Instant::now();
+    let del = || ReqSpec::Delete { key: b"k".to_vec() };
+    assert_eq!(run_at(&mut fleet, &config, del(), t0), b"DELETED\r\n");
+    assert_eq!(run_at(&mut fleet, &config, del(), t0), b"NOT_FOUND\r\n");
+    let pools: Vec<usize> = fleet.sent.iter().map(|s| s.0).collect();
+    assert_eq!(pools, [0, 1]);
+}
+
+#[test]
+fn pool_route_rates_limit_that_pool_route() {
+    let config = rate_config(
+        r#"{"type": "PoolRoute", "pool": "A", "rates": {"sets_rate": 0, "sets_burst": 1}}"#,
+    );
+    let mut fleet = Fleet::new(|_, _, _| r(b"STORED\r\n"));
+    let t0 = Instant::now();
+    assert_eq!(run_at(&mut fleet, &config, set("k", 0), t0), b"STORED\r\n");
+    let later = t0 + std::time::Duration::from_secs(3600);
+    assert_eq!(
+        run_at(&mut fleet, &config, set("k", 0), later),
+        b"NOT_STORED\r\n",
+        "a rate of 0 never refills"
+    );
+}

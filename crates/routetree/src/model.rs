@@ -112,6 +112,27 @@ pub struct FailoverLimit {
     pub burst: f64,
 }
 
+/// One token bucket of RateLimitRoute's `rates`: `rate` tokens a second, at most `burst`
+/// saved up (a bucket starts full); each request takes one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenRate {
+    /// Tokens earned per second.
+    pub rate: f64,
+    /// Most tokens saved up (`*_burst`, default: the rate).
+    pub burst: f64,
+}
+
+/// RateLimitRoute's `rates`, per operation class; a class without a rate is not limited.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    /// `gets_rate`/`gets_burst`: get, gets, gat, gats, metaget, lease-get.
+    pub gets: Option<TokenRate>,
+    /// `sets_rate`/`sets_burst`: set, add, replace, append, prepend, cas, lease-set.
+    pub sets: Option<TokenRate>,
+    /// `deletes_rate`/`deletes_burst`: delete.
+    pub deletes: Option<TokenRate>,
+}
+
 /// `failover_policy`: which children a FailoverRoute tries, in which order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FailoverPolicy {
@@ -273,6 +294,16 @@ pub enum Route {
         ncache_exptime: u32,
         /// 0: no negative caching; else every this many ncache hits, `l1` is refreshed.
         ncache_update_period: usize,
+    },
+    /// Requests of a rate-limited operation class pass to `target` while its token bucket
+    /// has a token; past the rate they go to `fallback`, or get the default reply.
+    RateLimit {
+        /// Where requests within the rate go.
+        target: Target,
+        /// Token buckets per operation class.
+        rates: Rates,
+        /// Where requests over the rate go; `None`: the default reply.
+        fallback: Option<Target>,
     },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,

@@ -17,6 +17,7 @@ mod jsonm;
 mod named;
 mod pool_route;
 mod pools;
+mod rate_limit;
 mod selectors;
 mod server;
 

@@ -632,3 +632,45 @@ fn pool_wide_security_and_port_override() {
     let e = err(&pool(r#""security_mech": true"#)).to_string();
     assert!(e.contains("security_mech must be a string"), "{e}");
 }
+
+#[test]
+fn rate_limit_route_reads_mcrouter_rates() {
+    let c = ok(&with_route(
+        r#"{"type": "RateLimitRoute", "target": "PoolRoute|A",
+            "rates": {"gets_rate": 100, "sets_rate": 10.5, "sets_burst": 50}}"#,
+    ));
+    let Route::RateLimit {
+        rates, fallback, ..
+    } = entry_route(&c)
+    else {
+        panic!("{c:?}");
+    };
+    assert_eq!(
+        *rates,
+        Rates {
+            gets: Some(TokenRate {
+                rate: 100.0,
+                burst: 100.0
+            }),
+            sets: Some(TokenRate {
+                rate: 10.5,
+                burst: 50.0
+            }),
+            deletes: None,
+        }
+    );
+    assert_eq!(*fallback, None);
+    let e = err(&with_route(
+        r#"{"type": "RateLimitRoute", "target": "PoolRoute|A"}"#,
+    ));
+    assert!(e.message.contains("has no 'rates'"), "{e}");
+    let e = err(&with_route(
+        r#"{"type": "RateLimitRoute", "target": "PoolRoute|A", "rates": {"gets_rate": -1}}"#,
+    ));
+    assert!(e.message.contains("gets_rate must be a number >= 0"), "{e}");
+    assert_eq!(e.path.to_string(), "route.rates.gets_rate");
+    let e = err(&with_route(
+        r#"{"type": "RateLimitRoute", "target": "PoolRoute|A", "rates": {"sets_burst": 5}}"#,
+    ));
+    assert!(e.message.contains("sets_burst without sets_rate"), "{e}");
+}

@@ -95,6 +95,19 @@ pub enum Plan {
         /// The route, whose negative hits are counted across requests.
         route: RouteId,
     },
+    /// Run `plan` if the token bucket of RateLimitRoute `route` for the request's operation
+    /// class has a token, else `fallback` (or the default reply).
+    RateLimit {
+        /// Within the rate.
+        plan: Box<Plan>,
+        /// Over the rate; `None`: the default reply.
+        fallback: Option<Box<Plan>>,
+        /// The bucket.
+        rate: TokenRate,
+        /// The RateLimitRoute and the class's bucket (0 gets, 1 sets, 2 deletes): the
+        /// bucket lives across requests.
+        bucket: (RouteId, u8),
+    },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -137,6 +150,26 @@ fn op_class(op: &str) -> OpClass {
         "delete" => OpClass::Delete,
         _ => OpClass::Update,
     }
+}
+
+/// RateLimitRoute's classes, as mcrouter's RateLimiter sorts requests: get-like, update-like
+/// (arithmetic is not) and deletes; anything else is never limited.
+fn rate_class(op: &str) -> Option<RateClass> {
+    match op {
+        "get" | "gets" | "gat" | "gats" | "metaget" | "lease-get" => Some(RateClass::Gets),
+        "set" | "add" | "replace" | "append" | "prepend" | "cas" | "lease-set" => {
+            Some(RateClass::Sets)
+        }
+        "delete" => Some(RateClass::Deletes),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RateClass {
+    Gets,
+    Sets,
+    Deletes,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -474,6 +507,28 @@ impl Eval<'_, '_> {
                 // As mcrouter: keeping l2 current is the client's business.
                 OpClass::Update | OpClass::Delete => self.target(*l1),
             },
+            Route::RateLimit {
+                target,
+                rates,
+                fallback,
+            } => {
+                let limited = match rate_class(self.op) {
+                    Some(RateClass::Gets) => rates.gets.map(|r| (r, 0)),
+                    Some(RateClass::Sets) => rates.sets.map(|r| (r, 1)),
+                    Some(RateClass::Deletes) => rates.deletes.map(|r| (r, 2)),
+                    None => None,
+                };
+                let plan = self.target(*target);
+                match limited {
+                    None => plan,
+                    Some((rate, class)) => Plan::RateLimit {
+                        plan: Box::new(plan),
+                        fallback: fallback.map(|f| Box::new(self.target(f))),
+                        rate,
+                        bucket: (id, class),
+                    },
+                }
+            }
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -494,6 +549,7 @@ impl Eval<'_, '_> {
                 hash,
                 salt,
             } => (hash, salt, children.len()),
+            Route::RateLimit { target, .. } => return self.selected_index(*target),
             _ => return 0,
         };
         if n == 0 {

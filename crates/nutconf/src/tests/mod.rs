@@ -226,6 +226,7 @@ fn every_directive_is_read() {
   big_value_split_threshold: 1000000
   big_value_batch_size: 4
   big_value_hide_reply_flag: false
+  server_max_inflight: 64
   servers:
    - /tmp/mc.sock:2 local
    - /tmp/mc2.sock:1
@@ -257,6 +258,7 @@ fn every_directive_is_read() {
     assert_eq!(p.big_value_split_threshold, 1_000_000);
     assert_eq!(p.big_value_batch_size, 4);
     assert!(!p.big_value_hide_reply_flag);
+    assert_eq!(p.server_max_inflight, 64);
     assert_eq!(
         p.servers[0].addr,
         ServerAddr::Unix {

@@ -220,6 +220,7 @@ pub fn load(
             args.item_size_max,
         );
         cfg.tls = args.mc_tls.to_servers(any_ssl).map_err(RouteError::Tls)?;
+        cfg.server_max_inflight = max_outstanding(args);
         index.push(pools.len());
         pools.push(std::sync::Arc::new(PoolRt::backend(
             cfg, tko, threads, started, &names,
@@ -248,6 +249,16 @@ pub fn load(
         })),
     };
     Ok((shared, names))
+}
+
+/// Requests a server connection may hold before further ones fail: mcrouter sends at most
+/// `--target-max-inflight-requests` and queues `--target-max-pending-requests` more, then
+/// fails requests fast; memfleet writes them all out, so its limit is the sum (0: none).
+fn max_outstanding(args: &RouteArgs) -> u32 {
+    match args.target_max_inflight_requests {
+        0 => 0,
+        n => n.saturating_add(args.target_max_pending_requests),
+    }
 }
 
 /// `host (old -> new)` for every name whose address changed.
@@ -301,5 +312,6 @@ fn pool_cfg(
         big_value_split_threshold: 0,
         big_value_batch_size: nutconf::DEFAULT_BIG_VALUE_BATCH_SIZE,
         big_value_hide_reply_flag: false,
+        server_max_inflight: 0,
     }
 }

@@ -62,6 +62,9 @@ pub(super) struct Pending {
     expect: Expect,
     at: Instant,
     bytes: u32,
+    /// Client requests it answers (the members of a merged get), counted in
+    /// [`Backend::queued`].
+    reqs: u32,
     /// A get's keys, which its items must follow; with several members, clients' gets
     /// merged into one line, whose reply is split between them.
     batch: Option<Box<GetBatch>>,
@@ -128,6 +131,9 @@ pub(super) struct Backend {
     wbuf: Vec<u8>,
     wpos: usize,
     pub(super) pending: VecDeque<Pending>,
+    /// Client requests queued here and not answered yet (those of the open get line too):
+    /// what `server_max_inflight` bounds.
+    queued: u32,
     dirty: bool,
     open_get: Option<OpenGet>,
     /// The keys of `open_get` as they go on the line, and its requests.
@@ -139,6 +145,14 @@ pub(super) struct Backend {
     spare: Vec<Box<GetBatch>>,
     /// Where split replies of a merged get (and their items) are assembled.
     scratch: (Vec<u8>, Vec<Item>),
+}
+
+/// Why a request gets no backend connection; each carries the error reply.
+pub(super) enum NoBackend {
+    /// The connection holds `server_max_inflight` requests already.
+    Overloaded(Vec<u8>),
+    /// No connection could be made.
+    Failed(Vec<u8>),
 }
 
 /// Why a backend connection is dropped.
@@ -158,26 +172,55 @@ impl Worker {
         error_reply(self.pools[p].rt.cfg.redis, msg)
     }
 
+    /// The reply for a request to server `s` of pool `p` whose connection holds
+    /// `server_max_inflight` requests already (counted): mcrouter's words for its
+    /// `target_max_pending_requests` (a `local_error`).
+    pub(super) fn overloaded(&self, p: usize, s: usize) -> Vec<u8> {
+        let pl = &self.pools[p];
+        pl.rt.counters[self.id].overloaded[s].add(1);
+        let msg = format!(
+            "Max pending requests ({}) reached for destination \"{}\".",
+            pl.max_inflight, pl.rt.servers[s].stats_name
+        );
+        error_reply(pl.rt.cfg.redis, &msg)
+    }
+
     /// A request that cannot be forwarded: count it and answer the client at once.
     pub(super) fn fail_forward(&mut self, ci: usize, p: usize, reply: &[u8]) {
         self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
         self.local_reply(ci, reply);
     }
 
-    /// A connection to server `s` of pool `p`, connecting when needed. With several
-    /// `server_connections` a client always uses the same one (`lane`: its index), so its
-    /// requests to one server stay in order: a pipelined SET then GET must not race. `Err` is the error reply to answer. A Redis backend
-    /// connection first authenticates and selects the pool's database; requests queued
-    /// behind that wait for it.
+    /// [`Worker::backend_or`], with the error reply to answer.
     pub(super) fn backend_for(
         &mut self,
         p: usize,
         s: usize,
         lane: usize,
     ) -> Result<usize, Vec<u8>> {
+        self.backend_or(p, s, lane).map_err(|e| match e {
+            NoBackend::Overloaded(r) | NoBackend::Failed(r) => r,
+        })
+    }
+
+    /// A connection to server `s` of pool `p`, connecting when needed. With several
+    /// `server_connections` a client always uses the same one (`lane`: its index), so its
+    /// requests to one server stay in order: a pipelined SET then GET must not race. `Err` is the error reply to answer. A Redis backend
+    /// connection first authenticates and selects the pool's database; requests queued
+    /// behind that wait for it. A connection holding `server_max_inflight` requests takes
+    /// no more.
+    pub(super) fn backend_or(
+        &mut self,
+        p: usize,
+        s: usize,
+        lane: usize,
+    ) -> Result<usize, NoBackend> {
         let pl = &mut self.pools[p];
         let k = lane % pl.conns[s].len();
         if let Some(b) = pl.conns[s][k] {
+            if self.backends[b].queued >= pl.max_inflight {
+                return Err(NoBackend::Overloaded(self.overloaded(p, s)));
+            }
             return Ok(b);
         }
         let rt = pl.rt.clone();
@@ -189,7 +232,10 @@ impl Worker {
                 let entry = self.backends.vacant_entry();
                 let b = entry.key();
                 if let Err(e) = stream.register(self.poll.registry(), token(KIND_BACKEND, b)) {
-                    return Err(error_reply(rt.cfg.redis, &error_text(&e)));
+                    return Err(NoBackend::Failed(error_reply(
+                        rt.cfg.redis,
+                        &error_text(&e),
+                    )));
                 }
                 counters.server_connections.add(1);
                 let mut wbuf = Vec::new();
@@ -203,6 +249,7 @@ impl Worker {
                             expect: Expect::Any,
                             at: self.now,
                             bytes: 0,
+                            reqs: 0,
                             batch: None,
                         });
                     }
@@ -219,6 +266,7 @@ impl Worker {
                     wbuf,
                     wpos: 0,
                     pending,
+                    queued: 0,
                     dirty: false,
                     open_get: None,
                     get_line: Vec::new(),
@@ -234,9 +282,14 @@ impl Worker {
                 rt.record_failure(s);
                 if !rt.tko.is_empty() {
                     rt.record_tko_failure(s, true);
-                    return Err(McResult::ConnectError.error_reply().to_vec());
+                    return Err(NoBackend::Failed(
+                        McResult::ConnectError.error_reply().to_vec(),
+                    ));
                 }
-                Err(error_reply(rt.cfg.redis, &error_text(&e)))
+                Err(NoBackend::Failed(error_reply(
+                    rt.cfg.redis,
+                    &error_text(&e),
+                )))
             }
         }
     }
@@ -431,6 +484,7 @@ impl Worker {
                         c.responses.add(1);
                         c.out_queue.add(-1);
                         c.out_queue_bytes.add(-i64::from(p.bytes));
+                        be.queued -= p.reqs;
                         if let Some(mut batch) = be.pending.pop_front().and_then(|p| p.batch) {
                             if be.spare.len() < SPARE_BATCHES {
                                 batch.clear();
@@ -674,8 +728,10 @@ impl Backend {
             expect,
             at: now,
             bytes: bytes as u32,
+            reqs: 1,
             batch,
         });
+        self.queued += 1;
         let c = self.counters();
         c.requests.add(1);
         c.request_bytes.add(bytes as i64);
@@ -731,6 +787,7 @@ impl Backend {
             self.get_line.extend_from_slice(k);
         }
         self.batch.push(Member { to, nkeys: 0 }, keys);
+        self.queued += 1;
         let c = self.counters();
         c.requests.add(1);
         c.request_bytes.add(bytes as i64);
@@ -747,12 +804,14 @@ impl Backend {
         self.wbuf.splice(at..at, self.get_line.drain(..));
         let bytes = (self.wbuf.len() - at - open.wbuf_after) as u32;
         let first = self.batch.members()[0];
+        let reqs = self.batch.members().len() as u32;
         let next = self.spare.pop().unwrap_or_default();
         let entry = Pending {
             to: first.to,
             expect: Expect::Get,
             at: open.at,
             bytes,
+            reqs,
             batch: Some(std::mem::replace(&mut self.batch, next)),
         };
         let at = self.pending.len() - open.pending_after;

@@ -19,6 +19,7 @@ use ring::RoutingKey;
 use routetree::{AllMode, Plan, Send};
 use slab::Slab;
 
+use super::backend::NoBackend;
 use super::client::{deliver, SlotKind};
 use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::Worker;
@@ -74,6 +75,11 @@ pub(super) struct Execs {
 }
 
 impl Execs {
+    /// The loop turn's time: RateLimitRoutes' buckets refill up to it.
+    pub(super) fn set_now(&mut self, now: std::time::Instant) {
+        self.limits.set_now(now);
+    }
+
     /// xorshift64*: enough to sample shadow request fractions.
     fn sample(&mut self, fraction: f64) -> bool {
         if fraction >= 1.0 {
@@ -271,9 +277,10 @@ impl Worker {
         while i < actions.len() {
             match actions[i] {
                 Action::Send { node } => {
-                    if let Err(result) = self.send_node(x, node) {
+                    if let Err(reply) = self.send_node(x, node) {
                         let mc = &mut self.mc;
                         let run = &mut mc.running[x];
+                        let result = reply.result;
                         match asynclog(run, node, result, &mut mc.group) {
                             Ok(ticket) => mc.spooled.push(Spooled {
                                 x,
@@ -282,9 +289,7 @@ impl Worker {
                                 result,
                                 ticket,
                             }),
-                            Err(reply) => {
-                                run.exec.on_reply(node, reply, &mut mc.limits, &mut actions)
-                            }
+                            Err(_) => run.exec.on_reply(node, reply, &mut mc.limits, &mut actions),
                         }
                     }
                 }
@@ -353,18 +358,19 @@ impl Worker {
         }
     }
 
-    /// Queues one send; `Err` is the error met at once (TKO, no connection, stale plan).
-    fn send_node(&mut self, x: usize, node: usize) -> Result<(), McResult> {
+    /// Queues one send; `Err` is the error met at once (TKO, no connection, too many
+    /// requests on the connection, stale plan).
+    fn send_node(&mut self, x: usize, node: usize) -> Result<(), Reply> {
         let run = &self.mc.running[x];
         let current = self.shared.mcrouter.as_ref();
         if !current.is_some_and(|c| Arc::ptr_eq(c, &run.routes)) {
-            return Err(McResult::LocalError);
+            return Err(Reply::error(McResult::LocalError));
         }
         let send: &Send = run.exec.send(node);
         let p = run.routes.pools[send.pool];
         let s = send.index;
         if self.tko_blocks(p, s) {
-            return Err(McResult::Tko);
+            return Err(Reply::error(McResult::Tko));
         }
         let mut bytes = std::mem::take(&mut self.mc.scratch);
         bytes.clear();
@@ -382,7 +388,7 @@ impl Worker {
             seq: (x as u64) << 32 | node as u64,
             frag: 0,
         };
-        let result = match self.backend_for(p, s, 0) {
+        let result = match self.backend_or(p, s, 0) {
             Ok(b) => {
                 match expect {
                     Expect::Get | Expect::LeaseGet => {
@@ -393,7 +399,11 @@ impl Worker {
                 self.backends[b].bar(client.0, client.1);
                 Ok(())
             }
-            Err(_) => Err(McResult::ConnectError),
+            Err(NoBackend::Overloaded(bytes)) => Err(Reply {
+                bytes,
+                result: McResult::LocalError,
+            }),
+            Err(NoBackend::Failed(_)) => Err(Reply::error(McResult::ConnectError)),
         };
         self.mc.scratch = bytes;
         self.mc.key = key;

@@ -154,6 +154,9 @@ struct PoolLocal {
     placement: Placement,
     /// `[server][k]` → backend slab index.
     conns: Vec<Vec<Option<usize>>>,
+    /// Requests a backend connection may hold before further ones fail at once
+    /// (`server_max_inflight`; `u32::MAX`: no limit).
+    max_inflight: u32,
 }
 
 pub struct Worker {
@@ -240,6 +243,7 @@ impl Worker {
                 }
             }
             self.now = Instant::now();
+            self.mc.set_now(self.now);
             for ev in events.iter() {
                 let t = ev.token();
                 if t == WAKER {
@@ -423,6 +427,10 @@ impl Worker {
                     vec![None; rt.cfg.server_connections.max(1) as usize];
                     rt.servers.len()
                 ],
+                max_inflight: match rt.cfg.server_max_inflight {
+                    0 => u32::MAX,
+                    n => n,
+                },
             })
             .collect();
         self.shared = shared;

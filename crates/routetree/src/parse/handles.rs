@@ -20,7 +20,6 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "OriginalClientHashRoute",
     "OutstandingLimitRoute",
     "RandomRoute",
-    "RateLimitRoute",
     "SaltedFailoverRoute",
     "ShadowRoute",
     "SlowWarmUpRoute",
@@ -148,6 +147,7 @@ impl<'a> Builder<'a> {
             }
             "KeySplitRoute" => self.key_split_route(args),
             "L1L2CacheRoute" => self.l1l2_cache_route(args),
+            "RateLimitRoute" => self.rate_limit_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),
             "OperationSelectorRoute" => self.operation_selector(args),
             "ModifyExptimeRoute" => {

@@ -74,13 +74,14 @@ impl<'a> Builder<'a> {
             }
         }
         self.check_hash(&hash, n)?;
-        Ok(self.add(Route::Pool {
+        let route = self.add(Route::Pool {
             pool,
             hash,
             salt,
             shadows,
             asynclog,
-        }))
+        });
+        self.pool_rates(map, route)
     }
 
     pub(super) fn shadows(&mut self, v: &'a Value) -> Result<Vec<Shadow>> {

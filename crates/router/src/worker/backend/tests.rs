@@ -40,6 +40,7 @@ fn a_failed_merged_get_answers_only_those_still_waiting() {
         expect: Expect::Get,
         at: Instant::now(),
         bytes: 0,
+        reqs: 2,
         batch: Some(Box::new(batch)),
     };
     assert_eq!(p.targets().map(|t| t.client).collect::<Vec<_>>(), [2]);
