@@ -136,6 +136,8 @@ pub struct Tracker {
     pub flushes: AtomicU64,
     /// A delayed `flush_all`'s time (unix seconds), announced by the sweep when it comes.
     flush_at: AtomicU32,
+    /// Open while any listener is: evictions and expiries are told only then.
+    gate: Arc<store::EventsGate>,
 }
 
 impl Tracker {
@@ -154,7 +156,14 @@ impl Tracker {
             notices: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             flush_at: AtomicU32::new(0),
+            gate: Arc::default(),
         }
+    }
+
+    /// The store's departures gate (`store::EventsGate`), open while a listener is.
+    pub fn with_gate(mut self, gate: Arc<store::EventsGate>) -> Tracker {
+        self.gate = gate;
+        self
     }
 
     /// Whether any listener is connected: the one load a write makes otherwise.
@@ -200,6 +209,7 @@ impl Tracker {
             feed: hub.feed(worker, token),
         });
         slots[slot] = Some(l.clone());
+        self.gate.open();
         self.listeners.fetch_add(1, Relaxed);
         Ok(l)
     }
@@ -231,6 +241,7 @@ impl Tracker {
         {
             *s = None;
             self.listeners.fetch_sub(1, Relaxed);
+            self.gate.close();
         }
     }
 
@@ -558,6 +569,22 @@ mod tests {
         assert_eq!(a.handle & 0xffff, b.handle & 0xffff, "the slot is reused");
         assert!(t.by_handle(a.handle).is_none());
         assert!(t.by_handle(b.handle).is_some());
+    }
+
+    #[test]
+    fn the_stores_gate_is_open_while_a_listener_is() {
+        let gate = Arc::new(store::EventsGate::default());
+        let (t, hub) = setup(100, 1000);
+        let t = t.with_gate(gate.clone());
+        let a = t.listen(&hub, 0, 1).ok().unwrap();
+        let b = t.listen(&hub, 0, 2).ok().unwrap();
+        assert!(gate.is_open());
+        t.closed(&a.feed);
+        assert!(gate.is_open(), "one listener is left");
+        t.closed(&b.feed);
+        assert!(!gate.is_open());
+        t.closed(&b.feed);
+        assert!(!gate.is_open());
     }
 
     #[test]

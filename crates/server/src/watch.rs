@@ -114,11 +114,14 @@ pub struct Hub {
     ready: Vec<Mutex<Vec<usize>>>,
     /// Bytes a watcher's queue holds at most.
     cap: usize,
+    /// Open while some watcher wants evictions, which only the store sees.
+    gate: Arc<store::EventsGate>,
 }
 
 impl Hub {
     pub fn new(workers: usize, cap: usize) -> Hub {
         Hub {
+            gate: Arc::default(),
             mask: AtomicU32::new(0),
             gid: AtomicU64::new(0),
             watchers: RwLock::new(Vec::new()),
@@ -202,9 +205,24 @@ impl Hub {
         }
     }
 
+    /// The store's departures gate (`store::EventsGate`), shared with what else opens it.
+    pub fn with_gate(mut self, gate: Arc<store::EventsGate>) -> Hub {
+        self.gate = gate;
+        self
+    }
+
+    /// Called with the watchers' write lock held, so the gate follows the mask in order.
     fn set_mask(&self, ws: &[Arc<Watcher>]) {
-        self.mask
-            .store(ws.iter().fold(0, |m, w| m | w.kinds), Relaxed);
+        let mask = ws.iter().fold(0, |m, w| m | w.kinds);
+        let had = self.wants(EVICTIONS);
+        let has = mask & EVICTIONS != 0;
+        if has && !had {
+            self.gate.open();
+        }
+        self.mask.store(mask, Relaxed);
+        if had && !has {
+            self.gate.close();
+        }
     }
 
     /// Tokens of worker `id`'s watchers that have lines queued.
@@ -437,6 +455,22 @@ mod tests {
         assert_eq!(parse_kinds(words.into_iter()), None);
         let words: [&[u8]; 1] = [b"proxyreqs"];
         assert_eq!(parse_kinds(words.into_iter()), Some(1 << 10));
+    }
+
+    #[test]
+    fn the_stores_gate_is_open_while_a_watcher_wants_evictions() {
+        let gate = Arc::new(store::EventsGate::default());
+        let hub = Hub::new(1, 4096).with_gate(gate.clone());
+        let f = hub.add(FETCHERS, 0, 1).ok().unwrap();
+        assert!(!gate.is_open(), "fetchers are not the store's");
+        let e1 = hub.add(EVICTIONS | FETCHERS, 0, 2).ok().unwrap();
+        let e2 = hub.add(EVICTIONS, 0, 3).ok().unwrap();
+        assert!(gate.is_open());
+        hub.remove(&e1);
+        hub.remove(&f);
+        assert!(gate.is_open(), "one watcher still wants evictions");
+        hub.remove(&e2);
+        assert!(!gate.is_open());
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! (near caches kept fresh by the server) and memcached's `watch evictions` log need it,
 //! and only the store knows when it evicts or expires an item.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
 /// Why an item left (a replaced value also leaves, as `Replaced`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Departure {
@@ -27,10 +30,42 @@ pub enum Departure {
 /// Receives departures, under the key's shard lock: it must be quick and must not call the
 /// store.
 pub trait KeyEvents: Send + Sync {
-    /// Whether departures are wanted now; checked before the key is looked at.
+    /// Whether departures are wanted now; checked, while the gate is open, before the key
+    /// is looked at.
     fn wanted(&self) -> bool;
     /// The item of `key` left.
     fn departed(&self, key: &[u8], why: Departure);
+}
+
+/// How many things may want departures (listeners, watchers): while none does, an item
+/// leaving costs one load, not a call through `KeyEvents` (~30 instructions per replaced
+/// item on the set path). Opened before what it counts starts wanting, closed after it
+/// stops.
+#[derive(Debug, Default)]
+pub struct EventsGate(AtomicUsize);
+
+impl EventsGate {
+    /// One more thing may want departures.
+    pub fn open(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+
+    /// One thing that opened the gate no longer wants departures.
+    pub fn close(&self) {
+        let _ = self.0.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Whether anything may want departures.
+    #[inline(always)]
+    pub fn is_open(&self) -> bool {
+        self.0.load(Relaxed) != 0
+    }
+}
+
+/// What a shard tells of departures, and the gate in front of it.
+pub(crate) struct Events {
+    pub gate: Arc<EventsGate>,
+    pub to: Arc<dyn KeyEvents>,
 }
 
 #[cfg(test)]
@@ -60,11 +95,17 @@ mod tests {
             .collect()
     }
 
+    fn open_gate() -> Arc<EventsGate> {
+        let g = Arc::new(EventsGate::default());
+        g.open();
+        g
+    }
+
     #[test]
     fn replaced_deleted_expired_and_evicted_items_are_told() {
         let s = store_mb(1);
         let ev = Arc::new(Seen::default());
-        s.set_events(ev.clone());
+        s.set_events(ev.clone(), open_gate());
         set(&s, "a", "1", T0);
         assert!(seen(&ev, "a").is_empty(), "a new key replaces nothing");
         set(&s, "a", "2", T0);
@@ -110,8 +151,36 @@ mod tests {
             }
         }
         let s = store_mb(1);
-        s.set_events(Arc::new(Off));
+        s.set_events(Arc::new(Off), open_gate());
         set(&s, "a", "1", T0);
         set(&s, "a", "2", T0);
+    }
+
+    #[test]
+    fn a_closed_gate_asks_nothing_and_tells_nothing() {
+        struct Asked;
+        impl KeyEvents for Asked {
+            fn wanted(&self) -> bool {
+                panic!("asked while the gate is closed");
+            }
+            fn departed(&self, _: &[u8], _: Departure) {
+                panic!("told while the gate is closed");
+            }
+        }
+        let s = store_mb(1);
+        let gate = open_gate();
+        s.set_events(Arc::new(Asked), gate.clone());
+        gate.close();
+        set(&s, "a", "1", T0);
+        set(&s, "a", "2", T0);
+        s.delete(b"a", T0, &DeleteOpts::default());
+
+        // Opened again, departures are asked about again.
+        let ev = Arc::new(Seen::default());
+        s.set_events(ev.clone(), gate.clone());
+        gate.open();
+        set(&s, "b", "1", T0);
+        set(&s, "b", "2", T0);
+        assert_eq!(seen(&ev, "b"), [Departure::Replaced]);
     }
 }

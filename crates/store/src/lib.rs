@@ -56,7 +56,7 @@ use std::sync::{Mutex, MutexGuard};
 use arith::Delta;
 use budget::Budget;
 pub use dump::{DumpCursor, DumpItem};
-pub use events::{Departure, KeyEvents};
+pub use events::{Departure, EventsGate, KeyEvents};
 pub use exptime::{exptime_from_client, EXPIRED, REALTIME_MAXDELTA};
 use flash::Flash;
 pub use flash::{Device, FlashConfig, FlashStats, NO_ITEM_AGE};
@@ -162,10 +162,14 @@ impl Store {
         }
     }
 
-    /// Whom to tell when an item leaves memory (see `KeyEvents`); replaces any before.
-    pub fn set_events(&self, ev: std::sync::Arc<dyn KeyEvents>) {
+    /// Whom to tell when an item leaves memory (see `KeyEvents`), while `gate` is open;
+    /// replaces any before.
+    pub fn set_events(&self, ev: std::sync::Arc<dyn KeyEvents>, gate: std::sync::Arc<EventsGate>) {
         for i in 0..NSHARDS {
-            self.lock(i).events = Some(ev.clone());
+            self.lock(i).events = Some(events::Events {
+                gate: gate.clone(),
+                to: ev.clone(),
+            });
         }
     }
 

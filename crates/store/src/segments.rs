@@ -249,7 +249,9 @@ impl Segments {
         self.small_head = None;
     }
 
-    /// Hands memory freed since the last call back to the budget.
+    /// Hands memory freed since the last call back to the budget. Inlined: every write
+    /// settles, and an outlined call costs ~20 instructions where the inlined checks cost ~4.
+    #[inline]
     pub fn settle(&mut self, mem: &Budget) {
         if self.pending_release > 0 {
             mem.release(self.pending_release);

@@ -126,7 +126,7 @@ pub(crate) struct Shard {
     /// Gets served from flash since one last brought its item back.
     pub flash_reads: u32,
     /// Told of every item that leaves (`Store::set_events`).
-    pub events: Option<std::sync::Arc<dyn crate::events::KeyEvents>>,
+    pub events: Option<crate::events::Events>,
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
@@ -300,8 +300,12 @@ impl Shard {
         let total = l.total();
         let bits = self.buf(seg, off)[0];
         if why != Unlink::ToFlash {
-            if let Some(ev) = self.events.as_ref().filter(|e| e.wanted()) {
-                self.tell_departure(ev.as_ref(), seg, off, l, bits, why);
+            if let Some(ev) = self
+                .events
+                .as_ref()
+                .filter(|e| e.gate.is_open() && e.to.wanted())
+            {
+                self.tell_departure(ev.to.as_ref(), seg, off, l, bits, why);
             }
         }
         self.segs.header_mut(seg, off, l)[0] = bits | DEAD;

@@ -145,6 +145,7 @@ impl Conn {
     }
 
     /// Its get is done: the reads it asked for (all back) go with it.
+    #[inline]
     pub fn end_flash_wait(&mut self) {
         if self.flash_wait().is_some() {
             self.aside = None;

@@ -80,16 +80,21 @@ pub fn run(
         .flash
         .as_ref()
         .map(|f| flash::reads::FlashIo::new(threads, f.io_depth));
-    let watch = Arc::new(crate::watch::Hub::new(threads, settings.watcher_buf));
-    let tracking = Arc::new(crate::tracking::Tracker::new(
-        settings.track_max_keys,
-        settings.track_total_keys,
-    ));
-    store.set_events(Arc::new(crate::departures::Departures {
-        tracking: tracking.clone(),
-        watch: watch.clone(),
-        wakers: all_wakers.clone(),
-    }));
+    let gate = Arc::new(store::EventsGate::default());
+    let watch =
+        Arc::new(crate::watch::Hub::new(threads, settings.watcher_buf).with_gate(gate.clone()));
+    let tracking = Arc::new(
+        crate::tracking::Tracker::new(settings.track_max_keys, settings.track_total_keys)
+            .with_gate(gate.clone()),
+    );
+    store.set_events(
+        Arc::new(crate::departures::Departures {
+            tracking: tracking.clone(),
+            watch: watch.clone(),
+            wakers: all_wakers.clone(),
+        }),
+        gate,
+    );
     let shared = Arc::new(Shared {
         verbosity: AtomicU8::new(settings.verbose),
         limits,
