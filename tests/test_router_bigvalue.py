@@ -4,9 +4,12 @@ across the pool plus an index item under its key (mcrouter's BigValueRoute forma
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pylibmc
@@ -234,6 +237,38 @@ def test_concurrent_overwrites_never_mix(nut_router: Proxy) -> None:
     assert not bad, bad[:3]
     assert any(s is not None for s in seen)
     assert value_of(port, "hot") in values
+
+
+def test_at_most_sixteen_big_values_are_under_way(
+    nut_router: Proxy, small_items: list[Server]
+) -> None:
+    """Each big value under way holds its value and a thread: past 16 at once over the router
+    a big request is refused at once, and the 16 finish once their servers answer."""
+    port = nut_router.port or 0
+    value = b"v" * (2 * THRESHOLD)
+    n = 20
+    clients = [Client(port) for _ in range(n)]
+    replies: dict[int, bytes] = {}
+    with contextlib.ExitStack() as stopped:
+        for b in small_items:
+            stopped.enter_context(b.paused())
+        # The servers do not answer: each store's helper waits on its chunk sets.
+        for i, c in enumerate(clients):
+            c.sock.sendall(f"set big{i} 0 0 {len(value)}\r\n".encode() + value + b"\r\n")
+        deadline = time.monotonic() + 30
+        while len(replies) < n - 16 and time.monotonic() < deadline:
+            waiting = {c.sock: i for i, c in enumerate(clients) if i not in replies}
+            ready, _, _ = select.select(list(waiting), [], [], 1.0)
+            for sock in ready:
+                i = waiting[sock]
+                replies[i] = clients[i].line()
+        assert set(replies.values()) == {b"SERVER_ERROR big value: too many under way"}, replies
+        assert len(replies) == n - 16, replies
+    for i, c in enumerate(clients):
+        if i not in replies:
+            assert c.line() == b"STORED", i
+            assert value_of(port, f"big{i}") == value
+        c.close()
 
 
 def test_binary_and_meta_clients_split_too(nut_router: Proxy) -> None:

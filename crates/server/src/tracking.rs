@@ -34,13 +34,23 @@ pub struct Listener {
     /// Its slot (low 16 bits) and that slot's use count (high 16, never 0): what a tracked
     /// connection keeps, 4 bytes where a pointer would grow every connection.
     pub handle: u32,
-    slot: u32,
     /// Registrations carry the epoch they were made in; `IV_ALL` starts a new one, which
     /// voids them all at once (the sweep removes them).
     epoch: AtomicU32,
     /// Registrations of the current epoch.
     count: AtomicUsize,
     pub feed: Arc<Watcher>,
+}
+
+impl Listener {
+    fn slot(&self) -> u32 {
+        slot_of(self.handle)
+    }
+}
+
+/// The slot a listener's handle names.
+fn slot_of(handle: u32) -> u32 {
+    handle & 0xffff
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -203,7 +213,6 @@ impl Tracker {
         let l = Arc::new(Listener {
             id: self.next_id.fetch_add(1, Relaxed),
             handle: u32::from(uses) << 16 | slot as u32,
-            slot: slot as u32,
             epoch: AtomicU32::new(self.next_epoch.fetch_add(1, Relaxed)),
             count: AtomicUsize::new(0),
             feed: hub.feed(worker, token),
@@ -224,7 +233,7 @@ impl Tracker {
     pub fn by_handle(&self, handle: u32) -> Option<Arc<Listener>> {
         let slots = self.slots.read().ok()?;
         slots
-            .get((handle & 0xffff) as usize)?
+            .get(slot_of(handle) as usize)?
             .as_ref()
             .filter(|l| l.handle == handle)
             .cloned()
@@ -275,7 +284,7 @@ impl Tracker {
             return;
         }
         let reg = Reg {
-            slot: l.slot,
+            slot: l.slot(),
             epoch: l.epoch.load(Relaxed),
         };
         let added = {
@@ -566,7 +575,7 @@ mod tests {
         t.closed(&a.feed);
         assert!(t.by_handle(a.handle).is_none());
         let b = t.listen(&hub, 0, 2).ok().unwrap();
-        assert_eq!(a.handle & 0xffff, b.handle & 0xffff, "the slot is reused");
+        assert_eq!(a.slot(), b.slot(), "the slot is reused");
         assert!(t.by_handle(a.handle).is_none());
         assert!(t.by_handle(b.handle).is_some());
     }

@@ -142,15 +142,7 @@ impl Worker {
         // big requests is refused rather than taking the router's memory.
         if BIG_UNDER_WAY.fetch_add(1, Relaxed) >= MAX_BIG_UNDER_WAY {
             BIG_UNDER_WAY.fetch_sub(1, Relaxed);
-            let reply = b"SERVER_ERROR big value: too many under way\r\n";
-            deliver(
-                &mut self.clients,
-                &mut self.dirty_clients,
-                to,
-                reply,
-                &[],
-                true,
-            );
+            self.answer_slot(to, b"SERVER_ERROR big value: too many under way\r\n");
             return;
         }
         let cfg = &self.clients[ci].rt.cfg;
@@ -190,20 +182,19 @@ impl Worker {
             .is_err()
         {
             BIG_UNDER_WAY.fetch_sub(1, Relaxed);
-            let reply = b"SERVER_ERROR big value: no thread\r\n";
-            deliver(
-                &mut self.clients,
-                &mut self.dirty_clients,
-                to,
-                reply,
-                &[],
-                true,
-            );
+            self.answer_slot(to, b"SERVER_ERROR big value: no thread\r\n");
         }
     }
 
     /// A helper's reply for the client's waiting slot.
     pub(super) fn big_done(&mut self, to: ReplyTo, reply: &[u8]) {
+        self.answer_slot(to, reply);
+        self.big_gets(to.client as usize);
+    }
+
+    /// Fills the slot `to` waits at with the whole of `reply` (unlike [`Self::big_refuse`],
+    /// which answers a client that has no slot yet).
+    fn answer_slot(&mut self, to: ReplyTo, reply: &[u8]) {
         deliver(
             &mut self.clients,
             &mut self.dirty_clients,
@@ -212,7 +203,6 @@ impl Worker {
             &[],
             true,
         );
-        self.big_gets(to.client as usize);
     }
 }
 
