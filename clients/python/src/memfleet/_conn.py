@@ -349,9 +349,12 @@ class Listener:
             if not _decrypted(sock):
                 poll.poll()
             with self._reading:
-                self.source.looked = time.monotonic()
+                # what reached the socket before this is applied once _pull returns: only
+                # then may hits skip their own look (see drain)
+                began = time.monotonic()
                 if not self._pull(conn):
                     return
+                self.source.looked = began
 
     def drain(self) -> None:
         """Apply the notices already received (called on a near-cache hit, at most once per
@@ -361,13 +364,15 @@ class Listener:
             conn = self._conn
             if conn is None:
                 return
-            self.source.looked = time.monotonic()
+            began = time.monotonic()
             if not _decrypted(conn.sock) and not self._peek.poll(0):
+                self.source.looked = began
                 return
             try:
                 open_ = self._pull(conn)
             except (OSError, ValueError):
                 open_ = False
+            self.source.looked = began
             if not open_:
                 # the thread sees the same and reopens; meanwhile trust nothing from here
                 with self._lock:

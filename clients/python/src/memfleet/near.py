@@ -47,7 +47,8 @@ class Source:
         # applies the notices this host already received; a hit on a value from this source
         # calls it first (None where notices are applied as they come, as in asyncio)
         self.drain: Callable[[], None] | None = None
-        self.looked = 0.0  # when drain last started (time.monotonic)
+        # when the last look that has been applied in full began (time.monotonic)
+        self.looked = 0.0
 
     def __repr__(self) -> str:
         return f"<Source {self.name} {self.state} listener={self.listener_id}>"
