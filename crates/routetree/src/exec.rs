@@ -82,32 +82,6 @@ impl FailoverState {
         self.ncache_countdown.clear();
         self.rate_tokens.clear();
     }
-
-    /// The time of the requests started next: RateLimitRoutes' buckets earn their rate up to
-    /// it. Without it they never refill.
-    pub fn set_now(&mut self, now: Instant) {
-        self.now = Some(now);
-    }
-
-    /// Takes a token from a RateLimitRoute's bucket (which starts full), if it has one.
-    fn take_token(&mut self, bucket: (RouteId, u8), rate: &TokenRate) -> bool {
-        let now = self.now;
-        let (tokens, at) = self.rate_tokens.entry(bucket).or_insert((rate.burst, now));
-        if let (Some(now), Some(then)) = (now, *at) {
-            let earned = now.saturating_duration_since(then).as_secs_f64() * rate.rate;
-            *tokens = (*tokens + earned).min(rate.burst);
-        }
-        *at = match (now, *at) {
-            (Some(now), Some(then)) => Some(now.max(then)),
-            (now, then) => now.or(then),
-        };
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
 }
 
 /// What the worker does next.
@@ -740,6 +714,19 @@ impl Exec {
         }
     }
 
+    /// A node with no parent, for work that runs after the client's reply (its kind set
+    /// once its children are built).
+    pub(super) fn background_root(&mut self, req: usize) -> usize {
+        self.nodes.push(Node {
+            parent: None,
+            req,
+            done: false,
+            part: None,
+            kind: Kind::Null,
+        });
+        self.nodes.len() - 1
+    }
+
     /// A warm hit: read the item (value, flags, remaining TTL) from warm, in the background.
     fn start_fill(&mut self, warm_up: usize, out: &mut Vec<Action>) {
         let Kind::WarmUp {
@@ -755,14 +742,7 @@ impl Exec {
         let key = self.requests[self.nodes[warm_up].req].key().to_vec();
         self.requests.push(ReqSpec::FillRead { key });
         let req = self.requests.len() - 1;
-        let fill = self.nodes.len();
-        self.nodes.push(Node {
-            parent: None,
-            req,
-            done: false,
-            part: None,
-            kind: Kind::Null,
-        });
+        let fill = self.background_root(req);
         let read = self.build(&warm_plan, Some(fill), req, &mut |_| false);
         self.nodes[fill].kind = Kind::Fill {
             read,
@@ -812,3 +792,6 @@ mod tests;
 
 #[path = "exec_keysplit.rs"]
 mod keysplit;
+
+#[path = "exec_ratelimit.rs"]
+mod ratelimit;

@@ -11,7 +11,7 @@
 //! entry read from l1 answers as a miss, and every `ncacheUpdatePeriod`-th one (counted per
 //! route and worker) refreshes l1 from l2 in the background with a `set`.
 
-use super::{Action, Exec, Kind, Node};
+use super::{Action, Exec, Kind};
 use crate::reply::{default_reply, is_hit, McResult, Reply};
 use crate::request::ReqSpec;
 use crate::{AllMode, Plan, RouteId};
@@ -220,14 +220,7 @@ impl Exec {
         (upgrading_l1_exptime, ncache_exptime): (u32, u32),
         out: &mut Vec<Action>,
     ) {
-        let refresh = self.nodes.len();
-        self.nodes.push(Node {
-            parent: None,
-            req,
-            done: false,
-            part: None,
-            kind: Kind::Null,
-        });
+        let refresh = self.background_root(req);
         let read = self.build(&l2_plan, Some(refresh), req, &mut |_| false);
         self.nodes[refresh].kind = Kind::L1Refresh(Refresh {
             read,
