@@ -2,29 +2,7 @@
 
 use super::super::FailoverState;
 use super::*;
-use crate::request::GetCmd;
-use crate::Send;
-
-fn to(pool: usize) -> Plan {
-    Plan::Send(Send {
-        pool,
-        index: 0,
-        keep_prefix: false,
-        exptime: Vec::new(),
-        asynclog: None,
-    })
-}
-
-fn get(key: &str) -> ReqSpec {
-    ReqSpec::Get {
-        cmd: GetCmd::Get,
-        key: key.as_bytes().to_vec(),
-    }
-}
-
-fn r(bytes: &[u8]) -> Reply {
-    Reply::from_server(bytes)
-}
+use crate::test_support::{get, r, to};
 
 /// Runs `exec` to the end, each server answering with `answer(pool, request)`; returns
 /// the client's reply and every (pool, request) sent, in order.
@@ -63,10 +41,10 @@ fn run(
 fn replicas() -> Vec<Plan> {
     (0..3)
         .map(|i| match i {
-            0 => to(0),
+            0 => to(0, 0),
             _ => Plan::Rekey {
                 key: format!("k::{i}").into_bytes(),
-                plan: Box::new(to(i)),
+                plan: Box::new(to(i, 0)),
             },
         })
         .collect()
@@ -179,8 +157,8 @@ fn first_hit_takes_the_first_hit_or_the_last_reply() {
 
 fn l1l2(period: usize) -> Plan {
     Plan::L1L2 {
-        l1: Box::new(to(0)),
-        l2: Box::new(to(1)),
+        l1: Box::new(to(0, 0)),
+        l2: Box::new(to(1, 0)),
         upgrading_l1_exptime: 10,
         ncache_exptime: 60,
         ncache_update_period: period,

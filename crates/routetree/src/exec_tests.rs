@@ -2,25 +2,8 @@
 //! and every request it got is recorded.
 
 use super::*;
-use crate::request::GetCmd;
+use crate::test_support::{get, r, to};
 use crate::{AllMode, ExptimeAction, FailoverLimit, Plan, Send};
-
-fn to(pool: usize, index: usize) -> Plan {
-    Plan::Send(Send {
-        pool,
-        index,
-        keep_prefix: false,
-        exptime: Vec::new(),
-        asynclog: None,
-    })
-}
-
-fn get(key: &str) -> ReqSpec {
-    ReqSpec::Get {
-        cmd: GetCmd::Get,
-        key: key.as_bytes().to_vec(),
-    }
-}
 
 fn set(key: &str, exptime: i64) -> ReqSpec {
     ReqSpec::Store {
@@ -81,10 +64,6 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
         assert!(exec.finished());
         done
     }
-}
-
-fn r(bytes: &[u8]) -> Reply {
-    Reply::from_server(bytes)
 }
 
 fn exec(req: ReqSpec, plan: Plan) -> Exec {

@@ -25,6 +25,8 @@ pub mod plan;
 pub mod reply;
 pub mod request;
 pub mod source;
+#[cfg(test)]
+mod test_support;
 pub mod tko;
 
 pub use crate::error::{ConfigError, Path, Seg};
