@@ -211,6 +211,7 @@ impl Write for Stream {
         }
     }
     /// Writes what TLS holds back (records the socket refused); a no-op on plain streams.
+    #[inline]
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Tls(s) => s.flush(),

@@ -120,6 +120,7 @@ impl Expect {
     }
 
     /// Whether `line` (CRLF removed; not an item, `VA` or error line) may be the reply.
+    #[inline]
     pub(super) fn accepts(self, line: &[u8]) -> bool {
         match self {
             Expect::Arith => {

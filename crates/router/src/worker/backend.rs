@@ -175,6 +175,7 @@ impl Worker {
     /// The reply for a request to server `s` of pool `p` whose connection holds
     /// `server_max_inflight` requests already (counted): mcrouter's words for its
     /// `target_max_pending_requests` (a `local_error`).
+    #[cold]
     pub(super) fn overloaded(&self, p: usize, s: usize) -> Vec<u8> {
         let pl = &self.pools[p];
         pl.rt.counters[self.id].overloaded[s].add(1);
@@ -192,6 +193,7 @@ impl Worker {
     }
 
     /// [`Worker::backend_or`], with the error reply to answer.
+    #[inline]
     pub(super) fn backend_for(
         &mut self,
         p: usize,
@@ -209,21 +211,26 @@ impl Worker {
     /// connection first authenticates and selects the pool's database; requests queued
     /// behind that wait for it. A connection holding `server_max_inflight` requests takes
     /// no more.
+    #[inline]
     pub(super) fn backend_or(
         &mut self,
         p: usize,
         s: usize,
         lane: usize,
     ) -> Result<usize, NoBackend> {
-        let pl = &mut self.pools[p];
+        let pl = &self.pools[p];
         let k = lane % pl.conns[s].len();
-        if let Some(b) = pl.conns[s][k] {
-            if self.backends[b].queued >= pl.max_inflight {
-                return Err(NoBackend::Overloaded(self.overloaded(p, s)));
-            }
-            return Ok(b);
+        match pl.conns[s][k] {
+            Some(b) if self.backends[b].queued < pl.max_inflight => Ok(b),
+            Some(_) => Err(NoBackend::Overloaded(self.overloaded(p, s))),
+            None => self.connect_backend(p, s, k),
         }
-        let rt = pl.rt.clone();
+    }
+
+    /// Opens connection `k` to server `s` of pool `p` (see [`Worker::backend_or`]).
+    #[inline(never)]
+    fn connect_backend(&mut self, p: usize, s: usize, k: usize) -> Result<usize, NoBackend> {
+        let rt = self.pools[p].rt.clone();
         let counters = &rt.counters[self.id].servers[s];
         match Stream::connect(&rt.servers[s].addr, rt.cfg.tcpkeepalive)
             .and_then(|stream| with_tls(stream, &rt, s))

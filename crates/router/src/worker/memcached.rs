@@ -110,11 +110,25 @@ impl Worker {
         }
     }
 
+    #[inline]
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         let threshold = self.clients[ci].rt.cfg.big_value_split_threshold as usize;
         if threshold == 0 {
             return self.route_request(ci, p, req, raw);
         }
+        self.route_splitting(ci, p, req, raw, threshold)
+    }
+
+    /// `route` in a pool that splits big values.
+    #[inline(never)]
+    fn route_splitting(
+        &mut self,
+        ci: usize,
+        p: usize,
+        req: Request<'_>,
+        raw: &[u8],
+        threshold: usize,
+    ) {
         if self.big_store(ci, &req, threshold) {
             return;
         }
