@@ -9,7 +9,7 @@ import signal
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import Server, free_port, memfleet_bin
@@ -39,6 +39,7 @@ class Proxy(Server):
         unix: str | None = None,
         nutcracker: bool = False,
         threads: int = 2,
+        extra: Sequence[str] = (),
     ) -> None:
         self.dir = tempfile.mkdtemp(prefix="route-")
         self.conf_path = os.path.join(self.dir, "conf.yml")
@@ -51,7 +52,7 @@ class Proxy(Server):
         else:
             exe = [memfleet_bin(), "route", "-T", str(threads)]
         argv = exe + ["-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1"]
-        argv += ["-o", self.log]
+        argv += ["-o", self.log, *extra]
         super().__init__(argv, port=port, unix_socket=unix)
 
     def start(self) -> Proxy:

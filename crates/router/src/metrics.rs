@@ -188,6 +188,8 @@ mod tests {
             threads,
             per_worker: (0..threads).map(|_| WorkerCounters::default()).collect(),
             handed_over: (0..threads).map(|_| Default::default()).collect(),
+            active_req_limit: 0,
+            max_client_outstanding: 0,
         }
     }
 
