@@ -31,7 +31,6 @@ def pool_yaml(name: str, listen: str, servers: list[str], **opts: object) -> str
 class Proxy(Server):
     """`memfleet route` (or nutcracker) with a config file and a stats port."""
 
-
     def __init__(
         self,
         conf: str,

@@ -292,8 +292,9 @@ def test_active_req_limit_answers_past_it_at_once_and_bounds_memory(
         for c, k in zip(hogs, stuck):
             c.send(f"get {k}\r\n".encode())
         eventually(
-            lambda: router.server_stat(victim.address, "requests") - requests_before
-            == ACTIVE_LIMIT,
+            lambda: (
+                router.server_stat(victim.address, "requests") - requests_before == ACTIVE_LIMIT
+            ),
             "the router holds its limit of requests in flight",
         )
 
