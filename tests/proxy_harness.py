@@ -9,7 +9,7 @@ import signal
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import Server, free_port, memfleet_bin
@@ -31,7 +31,6 @@ def pool_yaml(name: str, listen: str, servers: list[str], **opts: object) -> str
 class Proxy(Server):
     """`memfleet route` (or nutcracker) with a config file and a stats port."""
 
-
     def __init__(
         self,
         conf: str,
@@ -39,6 +38,7 @@ class Proxy(Server):
         unix: str | None = None,
         nutcracker: bool = False,
         threads: int = 2,
+        extra: Sequence[str] = (),
     ) -> None:
         self.dir = tempfile.mkdtemp(prefix="route-")
         self.conf_path = os.path.join(self.dir, "conf.yml")
@@ -51,7 +51,7 @@ class Proxy(Server):
         else:
             exe = [memfleet_bin(), "route", "-T", str(threads)]
         argv = exe + ["-c", self.conf_path, "-s", str(self.stats_port), "-a", "127.0.0.1"]
-        argv += ["-o", self.log]
+        argv += ["-o", self.log, *extra]
         super().__init__(argv, port=port, unix_socket=unix)
 
     def start(self) -> Proxy:

@@ -260,3 +260,104 @@ def test_rate_limit_route_refuses_a_burst_beyond_its_bucket(backends: list[Serve
             for i in range(20):
                 reply = c.request(b"get rl:%d\r\n" % i, b"END\r\n")
                 assert reply == (b"VALUE rl:%d 0 1\r\nv\r\nEND\r\n" % i if i < 5 else b"END\r\n")
+
+
+ACTIVE_LIMIT = 8
+ACTIVE_ERROR = b"SERVER_ERROR active request limit reached\r\n"
+
+
+def test_active_req_limit_answers_past_it_at_once_and_bounds_memory(
+    backends: list[Server],
+) -> None:
+    """`--active-req-limit` (memcached proxy's `active_req_limit`): once the router holds
+    that many requests in flight, to any server, further ones are answered at once with
+    `SERVER_ERROR active request limit reached`, however many clients send; nothing is held
+    for them, and after SIGCONT the waiting requests are answered and the limit frees."""
+    port = free_port()
+    opts: dict[str, object] = {"hash": "fnv1a_64", "distribution": "ketama"}
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"{b.address}:1" for b in backends], **opts)
+    extra = ["--active-req-limit", str(ACTIVE_LIMIT)]
+    with Proxy(conf, port, threads=1, extra=extra) as p:
+        router = Router(p, p.stats_port)
+        where = placed(router, backends)
+        victim = backends[1]
+        stuck = where[victim.address]
+        live = [k for b in backends if b is not victim for k in where[b.address]]
+        assert len(stuck) > ACTIVE_LIMIT + 2 and live
+        requests_before = router.server_stat(victim.address, "requests")
+        assert victim.proc is not None
+        stop(victim)
+
+        hogs = [Conn(router.port, timeout=30) for _ in range(ACTIVE_LIMIT)]
+        for c, k in zip(hogs, stuck):
+            c.send(f"get {k}\r\n".encode())
+        eventually(
+            lambda: (
+                router.server_stat(victim.address, "requests") - requests_before == ACTIVE_LIMIT
+            ),
+            "the router holds its limit of requests in flight",
+        )
+
+        # The limit is the router's, not the server's: a healthy server's key is refused too.
+        with Conn(router.port, timeout=30) as c:
+            assert c.request(f"get {live[0]}\r\n".encode()) == ACTIVE_ERROR
+            assert c.request(set_request(stuck[ACTIVE_LIMIT])) == ACTIVE_ERROR
+
+        before = router.server.rss_mb()
+        load = [Conn(router.port, timeout=30) for _ in range(LOAD_CLIENTS)]
+        for i, c in enumerate(load):
+            keys = [(stuck + live)[(i + j) % len(KEYS)] for j in range(SETS_PER_CLIENT)]
+            c.send(b"".join(set_request(k) for k in keys))
+        for c in load:
+            for _ in range(SETS_PER_CLIENT):
+                assert c.read_line() == ACTIVE_ERROR
+            c.close()
+        grown = router.server.rss_mb() - before
+        assert grown < 40, f"router grew by {grown:.0f} MB while at its limit"
+
+        os.kill(victim.proc.pid, signal.SIGCONT)
+        for c, k in zip(hogs, stuck):
+            assert c.read_until(b"END\r\n") == b"VALUE %s 0 2\r\nv0\r\nEND\r\n" % k.encode()
+            c.close()
+        # Answered requests leave the count: a full window of requests goes through again.
+        with Conn(router.port, timeout=30) as c:
+            for k in (stuck + live)[: 4 * ACTIVE_LIMIT]:
+                assert c.request(f"get {k}\r\n".encode(), b"END\r\n").startswith(b"VALUE ")
+            assert c.request(b"set %s 0 0 2\r\nv3\r\n" % live[0].encode()) == b"STORED\r\n"
+
+
+def test_max_client_outstanding_reqs_stops_reading_the_client(backends: list[Server]) -> None:
+    """mcrouter's `--max-client-outstanding-reqs`: a client with that many requests
+    unanswered is not read further (back-pressure, no error); its pipelined requests go out
+    as replies come back, so after SIGCONT every one of them is answered in order."""
+    limit = 4
+    stats_port = free_port()
+    flags = ["--num-proxies", "1", "--server-timeout", "600000", "-s", str(stats_port)]
+    flags += ["--max-client-outstanding-reqs", str(limit)]
+    config = {"pools": {"A": {"servers": [b.address for b in backends]}}, "route": "PoolRoute|A"}
+    with McRouter(config, *flags) as r:
+        router = Router(r, stats_port)
+        where = placed(router, backends)
+        victim = backends[1]
+        stuck = where[victim.address][:20]
+        live = [k for b in backends if b is not victim for k in where[b.address]]
+        requests_before = router.server_stat(victim.address, "requests")
+        assert victim.proc is not None
+        stop(victim)
+
+        piped = Conn(router.port, timeout=30)
+        piped.send(b"".join(f"get {k}\r\n".encode() for k in stuck))
+        eventually(
+            lambda: router.server_stat(victim.address, "requests") - requests_before == limit,
+            "the client's first requests are in flight",
+        )
+        # Another client is served meanwhile (and its round trip is a turn of the router's
+        # loop, in which the paused client is not read).
+        with Conn(router.port, timeout=30) as c:
+            assert c.request(f"get {live[0]}\r\n".encode(), b"END\r\n").startswith(b"VALUE ")
+        assert router.server_stat(victim.address, "requests") - requests_before == limit
+
+        os.kill(victim.proc.pid, signal.SIGCONT)
+        for k in stuck:
+            assert piped.read_until(b"END\r\n") == b"VALUE %s 0 2\r\nv0\r\nEND\r\n" % k.encode()
+        piped.close()

@@ -6,6 +6,8 @@ use crate::{asynclog, mcrouter, mcrouter_tls};
 
 /// nutcracker's default stats port.
 const DEFAULT_STATS_PORT: u16 = 22222;
+/// mcrouter's default: 100 MB of memory at the ~3 KB it measured per outstanding request.
+const DEFAULT_MAX_CLIENT_OUTSTANDING_REQS: u32 = 100 * 1024 * 1024 / (3 * 1024);
 
 /// The configuration dialect a command line runs with, decided once from its flags: it
 /// settles what `-p` and the stats port mean.
@@ -168,6 +170,19 @@ pub struct RouteArgs {
         default_value_t = 100_000
     )]
     pub target_max_pending_requests: u32,
+    /// Client requests the whole router may have in flight to servers (0: no limit), as
+    /// memcached's proxy `active_req_limit`: past it, a request is answered at once with
+    /// `SERVER_ERROR active request limit reached`. Split evenly over the worker threads.
+    #[arg(long = "active-req-limit", value_name = "N", default_value_t = 0)]
+    pub active_req_limit: u32,
+    /// mcrouter: requests one client connection may have outstanding; past it the client is
+    /// not read until replies go out (0: no limit but the router's own, 16384).
+    #[arg(
+        long = "max-client-outstanding-reqs",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CLIENT_OUTSTANDING_REQS
+    )]
+    pub max_client_outstanding_reqs: u32,
     #[command(flatten)]
     pub mc_tls: mcrouter_tls::McTlsArgs,
 }

@@ -238,6 +238,11 @@ pub fn run(args: RouteArgs) -> Result<(), RouteError> {
             .map(|_| counters::WorkerCounters::default())
             .collect(),
         handed_over: (0..threads).map(|_| Default::default()).collect(),
+        active_req_limit: args.active_req_limit,
+        max_client_outstanding: match dialect {
+            Dialect::Mcrouter => args.max_client_outstanding_reqs,
+            Dialect::Nutcracker => 0,
+        },
     });
     let current = Arc::new(RwLock::new(shared.clone()));
     // All pollers first: every worker gets a handle on every other one to hand over

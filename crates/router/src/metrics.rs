@@ -34,7 +34,7 @@ fn help(field: &str) -> &'static str {
         "ejected" => "1 while the server is ejected from the pool.",
         "server_tko" => "mcrouter pools: 0 while the server is up, 1 soft TKO, 2 hard TKO.",
         "tko_failed" => "mcrouter pools: sends failed at once because the server was TKO.",
-        "overloaded" => "Requests failed at once: the server connection held server_max_inflight (target-max-inflight-requests) already.",
+        "overloaded" => "Requests failed at once: the server connection held server_max_inflight (target-max-inflight-requests) already, or the router held --active-req-limit.",
         "requests" => "Requests forwarded to the server.",
         "request_bytes" => "Request bytes forwarded to the server.",
         "responses" => "Replies read from the server.",
@@ -188,6 +188,8 @@ mod tests {
             threads,
             per_worker: (0..threads).map(|_| WorkerCounters::default()).collect(),
             handed_over: (0..threads).map(|_| Default::default()).collect(),
+            active_req_limit: 0,
+            max_client_outstanding: 0,
         }
     }
 

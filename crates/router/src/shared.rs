@@ -382,6 +382,12 @@ pub struct Globals {
     /// Connections handed to each worker and not yet adopted by it: the acceptor counts
     /// them as that worker's load so a burst of connects is dealt out evenly.
     pub handed_over: Vec<std::sync::atomic::AtomicI64>,
+    /// Client requests the whole router may have in flight to servers (`--active-req-limit`;
+    /// 0: no limit).
+    pub active_req_limit: u32,
+    /// Requests one client connection may have outstanding before it is no longer read
+    /// (mcrouter's `--max-client-outstanding-reqs`; 0: only the router's own cap).
+    pub max_client_outstanding: u32,
 }
 
 #[cfg(test)]

@@ -173,6 +173,8 @@ mod tests {
             threads: 2,
             per_worker: vec![WorkerCounters::default(), WorkerCounters::default()],
             handed_over: vec![Default::default(), Default::default()],
+            active_req_limit: 0,
+            max_client_outstanding: 0,
         };
         let two = shared.pools[0]
             .servers

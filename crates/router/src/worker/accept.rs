@@ -9,7 +9,7 @@ use proto::resp;
 use super::client::Client;
 use super::{
     auth, token, Control, Worker, HANDOFF_SLACK_MEMCACHED, HANDOFF_SLACK_REDIS, KIND_CLIENT,
-    REPLY_ESTIMATE_START,
+    MAX_SLOTS, REPLY_ESTIMATE_START,
 };
 use crate::buf::ReadBuf;
 use crate::net::Stream;
@@ -143,6 +143,10 @@ impl Worker {
             progress: resp::Progress::default(),
             resp3: false,
             big_wait: Vec::new(),
+            max_slots: match self.globals.max_client_outstanding {
+                0 => MAX_SLOTS,
+                n => (n as usize).min(MAX_SLOTS),
+            },
         });
     }
 }

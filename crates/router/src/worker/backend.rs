@@ -172,20 +172,6 @@ impl Worker {
         error_reply(self.pools[p].rt.cfg.redis, msg)
     }
 
-    /// The reply for a request to server `s` of pool `p` whose connection holds
-    /// `server_max_inflight` requests already (counted): mcrouter's words for its
-    /// `target_max_pending_requests` (a `local_error`).
-    #[cold]
-    pub(super) fn overloaded(&self, p: usize, s: usize) -> Vec<u8> {
-        let pl = &self.pools[p];
-        pl.rt.counters[self.id].overloaded[s].add(1);
-        let msg = format!(
-            "Max pending requests ({}) reached for destination \"{}\".",
-            pl.max_inflight, pl.rt.servers[s].stats_name
-        );
-        error_reply(pl.rt.cfg.redis, &msg)
-    }
-
     /// A request that cannot be forwarded: count it and answer the client at once.
     pub(super) fn fail_forward(&mut self, ci: usize, p: usize, reply: &[u8]) {
         self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
@@ -218,6 +204,9 @@ impl Worker {
         s: usize,
         lane: usize,
     ) -> Result<usize, NoBackend> {
+        if self.active.full() {
+            return Err(NoBackend::Overloaded(self.active_limit_reached(p, s)));
+        }
         let pl = &self.pools[p];
         let k = lane % pl.conns[s].len();
         match pl.conns[s][k] {
@@ -305,6 +294,7 @@ impl Worker {
     /// `expect`s. `parts` are written one after the other.
     pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, expect: Expect) {
         self.backends[b].enqueue(parts, to, expect, None, self.now);
+        self.active.queued(1);
         self.mark_backend(b);
     }
 
@@ -322,6 +312,7 @@ impl Worker {
         let mut batch = be.spare.pop().unwrap_or_default();
         batch.push(Member { to, nkeys: 0 }, keys);
         be.enqueue(parts, to, expect, Some(batch), self.now);
+        self.active.queued(1);
         self.mark_backend(b);
     }
 
@@ -334,6 +325,7 @@ impl Worker {
         to: ReplyTo,
     ) {
         self.backends[b].enqueue_get(cas, keys, to, self.now);
+        self.active.queued(1);
         self.mark_backend(b);
     }
 
@@ -492,6 +484,7 @@ impl Worker {
                         c.out_queue.add(-1);
                         c.out_queue_bytes.add(-i64::from(p.bytes));
                         be.queued -= p.reqs;
+                        self.active.answered(p.reqs);
                         if let Some(mut batch) = be.pending.pop_front().and_then(|p| p.batch) {
                             if be.spare.len() < SPARE_BATCHES {
                                 batch.clear();
@@ -572,6 +565,7 @@ impl Worker {
             return;
         };
         be.close_get();
+        self.active.answered(be.queued);
         let _ = self.poll.registry().deregister(be.stream.source());
         if let Some((p, k)) = be.place {
             if let Some(pl) = self.pools.get_mut(p) {
@@ -669,6 +663,7 @@ impl Worker {
         let Some(mut be) = self.backends.try_remove(b) else {
             return;
         };
+        self.active.answered(be.queued);
         let _ = self.poll.registry().deregister(be.stream.source());
         be.rt.counters[self.id].servers[be.server]
             .server_connections

@@ -12,7 +12,7 @@ use proto::response::{self, Fragment, Item};
 use slab::Slab;
 
 use super::reply_to::ReplyTo;
-use super::{Worker, MAX_READS_PER_TURN, MAX_SLOTS, MAX_UNREAD, MAX_UNSENT, READ_POOL_MAX};
+use super::{Worker, MAX_READS_PER_TURN, MAX_UNREAD, MAX_UNSENT, READ_POOL_MAX};
 use crate::buf::ReadBuf;
 use crate::net::Stream;
 use crate::shared::PoolRt;
@@ -102,6 +102,9 @@ pub(super) struct Client {
     /// Finished get replies (by request number) that name big values: their chunks are
     /// being fetched and the slot stays at the head of the queue until they are.
     pub(super) big_wait: Vec<(u64, Vec<u8>)>,
+    /// Unanswered requests at which the client is no longer read: `MAX_SLOTS`, or less
+    /// with `--max-client-outstanding-reqs`.
+    pub(super) max_slots: usize,
 }
 
 impl Client {
@@ -128,7 +131,8 @@ impl Client {
     /// bytes unread or expected (pause at 1, resume under 2: not on and off with each reply).
     pub(super) fn over_limits(&self, div: usize) -> bool {
         let expected = self.slots.len() * self.reply_estimate as usize;
-        self.slots.len() >= MAX_SLOTS / div
+        // At least one: a limit of 1 resumes once its request is answered.
+        self.slots.len() >= (self.max_slots / div).max(1)
             || self.unsent() >= MAX_UNSENT / div
             || expected >= MAX_UNSENT / div
     }

@@ -21,6 +21,7 @@
 //! `auth` answers client authentication for both.
 
 mod accept;
+mod active;
 mod auth;
 mod backend;
 mod bigvalue;
@@ -186,6 +187,8 @@ pub struct Worker {
     /// Requests of an mcrouter config being carried out, and replies that came for them.
     mc: mcrouter::Execs,
     arrivals: backend::Arrivals,
+    /// Client requests in flight to servers, against `--active-req-limit`.
+    active: active::Active,
 }
 
 impl Worker {
@@ -204,7 +207,6 @@ impl Worker {
             next_worker: id,
             peers,
             shared,
-            globals,
             pools: Vec::new(),
             listeners: Slab::new(),
             clients: Slab::new(),
@@ -223,6 +225,8 @@ impl Worker {
             now: Instant::now(),
             mc: mcrouter::Execs::default(),
             arrivals: backend::Arrivals::default(),
+            active: active::Active::new(globals.active_req_limit, globals.threads),
+            globals,
         }
     }
 
