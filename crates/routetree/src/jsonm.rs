@@ -44,6 +44,19 @@ pub struct Env<'a> {
     pub size_limit: usize,
 }
 
+/// The globals mcrouter derives from its default routing prefix (`/region/cluster/`):
+/// `default-route`, `default-region` and `default-cluster`.
+pub fn route_globals(default_prefix: &str) -> Map<String, Value> {
+    let mut parts = default_prefix.split('/').skip(1);
+    let region = parts.next().unwrap_or_default();
+    let cluster = parts.next().unwrap_or_default();
+    let mut globals = Map::new();
+    globals.insert("default-route".into(), default_prefix.into());
+    globals.insert("default-region".into(), region.into());
+    globals.insert("default-cluster".into(), cluster.into());
+    globals
+}
+
 /// A loader for configs that came from no file: every import fails.
 pub fn no_imports(path: &str) -> Result<String, String> {
     Err(format!("Can not read {path}: the config came from no file"))

@@ -109,6 +109,14 @@ fn consts_expand_lazily_and_globals_are_consts() {
 }
 
 #[test]
+fn route_globals_split_the_default_prefix() {
+    let g = route_globals("/reg/clu/");
+    assert_eq!(g["default-route"], json!("/reg/clu/"));
+    assert_eq!(g["default-region"], json!("reg"));
+    assert_eq!(g["default-cluster"], json!("clu"));
+}
+
+#[test]
 fn macro_definitions_may_be_a_list_using_earlier_ones() {
     let macros = json!([
         {"one": mdef(json!([]), json!("@int(1)"))},
