@@ -7,10 +7,9 @@ real memcached.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
-
-import json
 
 import pytest
 from harness import free_port, memfleet_bin
@@ -192,11 +191,21 @@ def generated_jsonm(port: int, clusters: int) -> str:
     ]
     for i in range(clusters):
         sep = "," if i + 1 < clusters else ""
-        lines += [f'    "p{i}": {{', '      "type": "pool",', f'      "port": "{port}"', f"    }}{sep}"]
+        lines += [
+            f'    "p{i}": {{',
+            '      "type": "pool",',
+            f'      "port": "{port}"',
+            f"    }}{sep}",
+        ]
     lines += ["  },", '  "routes": [']
     for i in range(clusters):
         sep = "," if i + 1 < clusters else ""
-        lines += ["    {", f'      "aliases": ["/r/c{i}/"],', f'      "route": "@route(p{i})"', f"    }}{sep}"]
+        lines += [
+            "    {",
+            f'      "aliases": ["/r/c{i}/"],',
+            f'      "route": "@route(p{i})"',
+            f"    }}{sep}",
+        ]
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
 

@@ -392,6 +392,11 @@ fn hash_matches_mcrouter() {
         json!(-4996987850411076878i64)
     );
     assert!(be(json!({"type": "hash", "value": []})).contains("can not cast array"));
+    let long = "x".repeat(300);
+    assert_eq!(
+        b(json!({"type": "hash", "value": long})),
+        json!(ring::spooky::hash64(long.as_bytes(), 0) as i64)
+    );
 }
 
 #[test]

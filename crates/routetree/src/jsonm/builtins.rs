@@ -177,7 +177,7 @@ fn hash(_: &Pre, a: &Ctx) -> R<Value> {
     let v = a.take("value");
     let h = match (&v, as_i64(&v)) {
         (_, Some(i)) => twang_mix64(i as u64),
-        (Value::String(s), _) => spooky_hash64(s.as_bytes())?,
+        (Value::String(s), _) => ring::spooky::hash64(s.as_bytes(), 0),
         _ => {
             return err(format!(
                 "Hash: can not cast {} to int or string",
@@ -197,67 +197,6 @@ fn twang_mix64(mut key: u64) -> u64 {
     key = key.wrapping_add(key << 2).wrapping_add(key << 4);
     key ^= key >> 28;
     key.wrapping_add(key << 31)
-}
-
-/// SpookyHash V2's 64-bit hash with seed 0, for strings shorter than its 192-byte buffer.
-fn spooky_hash64(data: &[u8]) -> R<u64> {
-    const SC: u64 = 0xdead_beef_dead_beef;
-    if data.len() >= 192 {
-        return fail("Hash: strings of 192 bytes or more are not supported");
-    }
-    let word = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(w)
-    };
-    let mut h = [0u64, 0, SC, SC];
-    let mut rest = data;
-    while rest.len() >= 32 {
-        h[2] = h[2].wrapping_add(word(&rest[0..8]));
-        h[3] = h[3].wrapping_add(word(&rest[8..16]));
-        short_mix(&mut h);
-        h[0] = h[0].wrapping_add(word(&rest[16..24]));
-        h[1] = h[1].wrapping_add(word(&rest[24..32]));
-        rest = &rest[32..];
-    }
-    if rest.len() >= 16 {
-        h[2] = h[2].wrapping_add(word(&rest[0..8]));
-        h[3] = h[3].wrapping_add(word(&rest[8..16]));
-        short_mix(&mut h);
-        rest = &rest[16..];
-    }
-    h[3] = h[3].wrapping_add((data.len() as u64) << 56);
-    if rest.is_empty() {
-        h[2] = h[2].wrapping_add(SC);
-        h[3] = h[3].wrapping_add(SC);
-    } else {
-        h[2] = h[2].wrapping_add(word(&rest[..rest.len().min(8)]));
-        if rest.len() > 8 {
-            h[3] = h[3].wrapping_add(word(&rest[8..]));
-        }
-    }
-    short_end(&mut h);
-    Ok(h[0])
-}
-
-fn short_mix(h: &mut [u64; 4]) {
-    const ROT: [u32; 12] = [50, 52, 30, 41, 54, 48, 38, 37, 62, 34, 5, 36];
-    for (i, r) in ROT.iter().enumerate() {
-        let (x, y, z) = ((i + 2) % 4, (i + 3) % 4, i % 4);
-        h[x] = h[x].rotate_left(*r);
-        h[x] = h[x].wrapping_add(h[y]);
-        h[z] ^= h[x];
-    }
-}
-
-fn short_end(h: &mut [u64; 4]) {
-    const ROT: [u32; 11] = [15, 52, 26, 51, 28, 9, 47, 54, 32, 25, 63];
-    for (i, r) in ROT.iter().enumerate() {
-        let (x, y) = ((i + 3) % 4, (i + 2) % 4);
-        h[x] ^= h[y];
-        h[y] = h[y].rotate_left(*r);
-        h[x] = h[x].wrapping_add(h[y]);
-    }
 }
 
 fn weighted_hash(_: &Pre, _: &Ctx) -> R<Value> {
