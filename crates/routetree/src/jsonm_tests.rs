@@ -23,7 +23,11 @@ fn be(orig: Value) -> String {
 }
 
 fn err(config: Value) -> String {
-    run(config).expect_err("expansion must fail").to_string()
+    // Not `expect_err`: printing a deep value on failure would overflow the stack.
+    match run(config) {
+        Ok(_) => panic!("expansion must fail"),
+        Err(e) => e.to_string(),
+    }
 }
 
 fn mdef(params: Value, result: Value) -> Value {
@@ -746,7 +750,7 @@ mod props {
 
         /// Any text in JSONM's syntax expands or fails, without panicking.
         #[test]
-        fn call_syntax_never_panics(s in "[@%(),\\\\a-c0-9 ]{0,24}") {
+        fn call_syntax_never_panics(s in "@a\\([@%(),\\\\a-c0-9 ]{0,20}\\)") {
             let macros = json!({"a": mdef(json!(["x", {"name": "y", "optional": true}]), json!(["%x%", "@b(%x%)"])),
                                 "b": mdef(json!(["x"]), json!("@int(%x%)"))});
             let _ = run(json!({"macros": macros, "v": s.clone(), "k": {s: 1}}));
