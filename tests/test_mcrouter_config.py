@@ -1,16 +1,21 @@
 """`memfleet route --validate-config`: mcrouter JSON configs checked by the built binary.
 
-These tests start no servers: they run the binary on config files and read its exit status
-and message (routing with a config is tested in test_route_mcrouter.py).
+These tests run the binary on config files and read its exit status and message (routing
+with a config is tested in test_route_mcrouter.py); one routes through a JSONM config to a
+real memcached.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 from harness import free_port, memfleet_bin
+from mcrouter_harness import McRouter, fetch, servers, store
+
+__all__ = ["servers"]
 
 VALID = """// An mcrouter config as mcrouter's wiki writes them.
 {
@@ -110,7 +115,7 @@ def test_default_route_must_be_an_alias(tmp_path: Path) -> None:
         (
             '{\n  "pools": {"A": {"servers": ["h:%port%"]}},\n  "route": "PoolRoute|A"\n}',
             2,
-            "JSONM variable '%port%'",
+            "Param in string: 'port' not found",
         ),
         (
             '{\n  "pools": {"A": {"servers": ["h:1:caret"]}},\n  "route": "PoolRoute|A"\n}',
@@ -138,11 +143,82 @@ def test_bad_config_exits_one_naming_file_and_line(
     assert message in r.stderr, r.stderr
 
 
-def test_macros_are_refused_by_name(tmp_path: Path) -> None:
-    path = write(tmp_path, '{"macros": {}, "route": "@merge(a, b)"}')
+JSONM = """// JSONM: macros, a const, an import beside the config, vars.
+{
+  "macros": {
+    "pool": {"type": "macroDef", "params": ["port", {"name": "host", "default": "127.0.0.1"}],
+             "result": {"servers": ["%host%:%port%"]}},
+    "base": {"type": "constDef", "result": "@int(11210)"}
+  },
+  "pools": "@import(pools.json)",
+  "route": {"vars": {"p": "A"}, "type": "PoolRoute", "pool": "%p%"}
+}
+"""
+
+
+def test_jsonm_config_validates_and_prints_expanded(tmp_path: Path) -> None:
+    path = write(tmp_path, JSONM)
+    write(tmp_path, '{"A": "@pool(@str(@add(%base%, @int(1))))"}', name="pools.json")
     r = validate("--config", f"file:{path}")
-    assert r.returncode == 1
-    assert "JSONM 'macros' are not supported" in r.stderr
+    assert r.returncode == 0, r.stderr
+    r = validate("--config", f"file:{path}", mode="--print-expanded-config")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {
+        "pools": {"A": {"servers": ["127.0.0.1:11211"]}},
+        "route": {"type": "PoolRoute", "pool": "A"},
+    }
+    # An error names the file, the line of the call and the macro.
+    bad = '{\n "macros": {"pool": {"type": "macroDef", "params": ["p"], "result": "%p%"}},\n'
+    path = write(tmp_path, bad + ' "route":\n   "@pool(@int(x))"\n}', name="bad.json")
+    for mode in ("--validate-config", "--print-expanded-config"):
+        r = validate("--config", f"file:{path}", mode=mode)
+        assert r.returncode == 1, r.stderr
+        assert f"{path}:4:" in r.stderr, r.stderr
+        assert "Macro in string 'pool': Macro in string 'int': Can not cast" in r.stderr, r.stderr
+
+
+def generated_jsonm(port: int, clusters: int) -> str:
+    """A config of `clusters` macro-built pools and routes, one per routing prefix."""
+    lines = [
+        "{",
+        '  "macros": {',
+        '    "pool": {"type": "macroDef", "params": ["port"],',
+        '             "result": {"servers": ["127.0.0.1:%port%"]}},',
+        '    "route": {"type": "macroDef", "params": ["name"],',
+        '              "result": {"type": "PoolRoute", "pool": "%name%"}}',
+        "  },",
+        '  "pools": {',
+    ]
+    for i in range(clusters):
+        sep = "," if i + 1 < clusters else ""
+        lines += [
+            f'    "p{i}": {{',
+            '      "type": "pool",',
+            f'      "port": "{port}"',
+            f"    }}{sep}",
+        ]
+    lines += ["  },", '  "routes": [']
+    for i in range(clusters):
+        sep = "," if i + 1 < clusters else ""
+        lines += [
+            "    {",
+            f'      "aliases": ["/r/c{i}/"],',
+            f'      "route": "@route(p{i})"',
+            f"    }}{sep}",
+        ]
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_large_jsonm_config_routes_to_a_real_server(servers) -> None:
+    (backend,) = servers(1)
+    text = generated_jsonm(backend.port, 150)
+    assert len(text.splitlines()) >= 1000
+    with McRouter(text, prefix="/r/c7/").start() as r:
+        assert store(r.port, "/r/c42/jsonm", "via-macro") == b"STORED\r\n"
+        assert fetch(r.port, "/r/c42/jsonm") == b"VALUE /r/c42/jsonm 0 9\r\nvia-macro\r\nEND\r\n"
+        # The macro-built PoolRoute stripped the routing prefix on its way to the server.
+        assert fetch(backend.port, "jsonm") == b"VALUE jsonm 0 9\r\nvia-macro\r\nEND\r\n"
 
 
 def test_missing_file_and_bad_mode_are_errors(tmp_path: Path) -> None:

@@ -71,6 +71,9 @@ pub struct RouteArgs {
     #[arg(long = "validate-config", num_args = 0..=1, require_equals = true,
           default_missing_value = "exit", value_name = "exit|run")]
     pub validate_config: Option<String>,
+    /// memfleet: print the mcrouter config with its JSONM macros expanded, and exit.
+    #[arg(long = "print-expanded-config")]
+    pub print_expanded_config: bool,
     /// mcrouter: the config, as `file:PATH` or inline JSON.
     #[arg(long = "config", value_name = "file:PATH|JSON")]
     pub config: Option<String>,

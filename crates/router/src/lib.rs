@@ -155,6 +155,9 @@ fn dns_server(args: &RouteArgs) -> Result<Option<std::net::SocketAddr>, RouteErr
 
 /// Runs the router until SIGTERM/SIGINT. Errors are for startup problems only.
 pub fn run(args: RouteArgs) -> Result<(), RouteError> {
+    if mcrouter_config::print_expanded(&args)? {
+        return Ok(());
+    }
     if !mcrouter_config::validate(&args)? {
         return Ok(());
     }

@@ -18,6 +18,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod jsonm;
 pub mod lease;
 pub mod model;
 pub mod parse;
@@ -31,7 +32,7 @@ pub mod tko;
 
 pub use crate::error::{ConfigError, Path, Seg};
 pub use crate::model::*;
-pub use crate::parse::{parse_config, parse_server, BadServer, OPERATIONS};
+pub use crate::parse::{parse_config, parse_config_with, parse_server, BadServer, OPERATIONS};
 pub use crate::plan::{Plan, Send};
 
 /// mcrouter's default routing prefix when `--route-prefix` is not given.
@@ -40,7 +41,17 @@ pub const DEFAULT_ROUTE_PREFIX: &str = "/././";
 /// What `--validate-config` checks: the config parses and validates, and when it routes by
 /// alias, the router's default routing prefix is one of them (mcrouter refuses it otherwise).
 pub fn validate(file: &str, text: &str, default_prefix: &str) -> Result<Config, ConfigError> {
-    let config = parse_config(file, text)?;
+    validate_with(file, text, default_prefix, &jsonm::Env::default())
+}
+
+/// [`validate`], expanding JSONM with `env`'s globals and imports.
+pub fn validate_with(
+    file: &str,
+    text: &str,
+    default_prefix: &str,
+    env: &jsonm::Env,
+) -> Result<Config, ConfigError> {
+    let config = parse_config_with(file, text, env)?;
     if let Entry::Aliases(table) = &config.entry {
         if !table.iter().any(|(alias, _)| alias == default_prefix) {
             let aliases: Vec<&str> = table.iter().map(|(a, _)| a.as_str()).collect();

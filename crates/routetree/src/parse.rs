@@ -13,7 +13,6 @@ mod failover;
 mod fields;
 mod handles;
 mod hashing;
-mod jsonm;
 mod named;
 mod pool_route;
 mod pools;
@@ -23,6 +22,7 @@ mod server;
 
 use std::collections::HashMap;
 
+use crate::jsonm::{self, Env};
 use crate::model::*;
 use crate::source::Source;
 use builder::{Builder, Result};
@@ -31,10 +31,17 @@ pub use failover::{DEFAULT_FAILOVER_ERRORS, ERROR_RESULTS};
 pub use selectors::OPERATIONS;
 pub use server::{parse_server, BadServer};
 
-/// Parses and validates `text`, reporting errors against `file`.
+/// Parses and validates `text`, reporting errors against `file`; JSONM is expanded with no
+/// globals and no imports.
 pub fn parse_config(file: &str, text: &str) -> Result<Config> {
+    parse_config_with(file, text, &Env::default())
+}
+
+/// Expands the JSONM in `text` with `env` (as mcrouter does with every config), then parses
+/// and validates the result, reporting errors against `file`.
+pub fn parse_config_with(file: &str, text: &str, env: &Env) -> Result<Config> {
     let source = Source::new(file, text)?;
-    let json = source.parse()?;
+    let json = jsonm::expand(&source, source.parse()?, env)?;
     let mut b = Builder {
         src: &source,
         pools_json: None,

@@ -142,18 +142,20 @@ fn missing_pool_names_it_and_the_known_ones() {
 }
 
 #[test]
-fn jsonm_is_refused_naming_the_macro() {
-    let e = err(r#"{"macros": {"m": {}}, "route": "NullRoute"}"#);
-    assert!(e.message.contains("JSONM 'macros'"), "{e}");
-    let e = err(&with_route(
-        r#"{"type": "ModifyExptimeRoute", "target": "NullRoute", "exptime": "@int(%ttl%)"}"#,
-    ));
-    assert!(e.message.contains("macro call '@int(...)'"), "{e}");
-    assert_eq!(e.path.to_string(), "route.exptime");
-    let e = err(r#"{"pools": {"A": {"servers": ["h:%PORT%"]}}, "route": "PoolRoute|A"}"#);
-    assert!(e.message.contains("variable '%PORT%'"), "{e}");
-    // A lone '%' or '@' is plain text.
-    ok(&with_route(r#""ErrorRoute|100% @home""#));
+fn jsonm_is_expanded_before_parsing() {
+    let c = ok(r#"{
+      "macros": {"pool": {"type": "macroDef", "params": ["port"],
+                          "result": {"servers": ["h:%port%"]}}},
+      "pools": {"A": "@pool(1)"},
+      "route": "PoolRoute|A"
+    }"#);
+    assert_eq!(c.pools.len(), 1);
+    assert_eq!(c.pools[0].servers[0].port, 1);
+    // mcrouter refuses a lone '%' in any string; so does memfleet, at that string.
+    let e = err(&with_route(r#""ErrorRoute|100% @home""#));
+    assert!(e.message.contains("Odd number of percent signs"), "{e}");
+    assert_eq!(e.path.to_string(), "route");
+    ok(&with_route(r#""ErrorRoute|100\\% @home""#));
 }
 
 #[test]

@@ -56,6 +56,26 @@ pub fn source(args: &RouteArgs) -> Result<(String, String), RouteError> {
     }
 }
 
+/// Runs `f` with what mcrouter expands JSONM with: the globals of the default routing prefix,
+/// and `@import(path)` read relative to the config file's directory (`file:PATH` as given;
+/// relative to the working directory for an inline config).
+pub fn with_jsonm_env<T>(args: &RouteArgs, f: impl FnOnce(&routetree::jsonm::Env) -> T) -> T {
+    let dir = config_path(args).and_then(|p| p.parent().map(std::path::Path::to_path_buf));
+    let import = |path: &str| {
+        let full = match (path.strip_prefix("file:"), &dir) {
+            (Some(p), _) => std::path::PathBuf::from(p),
+            (None, Some(dir)) => dir.join(path),
+            (None, None) => std::path::PathBuf::from(path),
+        };
+        std::fs::read_to_string(&full).map_err(|e| format!("Can not read {}: {e}", full.display()))
+    };
+    f(&routetree::jsonm::Env {
+        globals: routetree::jsonm::route_globals(&args.route_prefix),
+        import: &import,
+        ..Default::default()
+    })
+}
+
 /// Inline config text: JSON(M) starts with an object, or with a comment before it.
 fn looks_like_json(text: &str) -> bool {
     let text = text.trim_start();
@@ -158,7 +178,9 @@ pub fn load(
     quiet: bool,
 ) -> Result<(Shared, HostAddrs), RouteError> {
     let (name, text) = source(args)?;
-    let config = routetree::validate(&name, &text, &args.route_prefix)?;
+    let config = with_jsonm_env(args, |env| {
+        routetree::validate_with(&name, &text, &args.route_prefix, env)
+    })?;
     if !quiet {
         for warning in &config.warnings {
             crate::log::warn(&format!("config: {warning}"));

@@ -14,7 +14,6 @@ impl<'a> Builder<'a> {
         let Value::Object(top) = json else {
             return self.fail(format!("the config must be an object, not {}", kind(json)));
         };
-        self.refuse_jsonm(json)?;
         if let Some(pools) = top.get("pools") {
             match pools {
                 Value::Object(map) => self.pools_json = Some(map),
