@@ -22,6 +22,7 @@ mod buf;
 mod counters;
 mod dns;
 mod error;
+mod hot;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
@@ -529,7 +530,12 @@ impl Running {
     }
 
     /// Hands a new generation to the workers, binding its new listen addresses first.
-    fn install(&mut self, shared: Shared) -> Result<(), RouteError> {
+    fn install(&mut self, mut shared: Shared) -> Result<(), RouteError> {
+        keep_hot_keys(
+            &self.current.read().unwrap_or_else(|e| e.into_inner()),
+            &mut shared,
+            self.threads,
+        );
         let shared = Arc::new(shared);
         // Bind new addresses first: any failure leaves the running generation untouched.
         let mut fresh: HashMap<String, (StdListener, Listen)> = HashMap::new();
@@ -591,5 +597,26 @@ impl Running {
         }
         let _ = &self.globals;
         std::process::exit(0);
+    }
+}
+
+/// A pool that keeps its listen address and hot-key settings keeps its hot-key state, so
+/// writes routed by threads already on the new generation still hide what the others serve.
+fn keep_hot_keys(old: &Shared, new: &mut Shared, threads: usize) {
+    for pool in &mut new.pools {
+        let Some(p) = Arc::get_mut(pool) else {
+            continue;
+        };
+        if p.hot.is_none() {
+            continue;
+        }
+        let key = p.listen_key();
+        let kept = old.pools.iter().find_map(|o| {
+            let h = o.hot.as_ref()?;
+            (o.listen_key() == key && h.same_settings(&p.cfg.hot_keys, threads)).then(|| h.clone())
+        });
+        if let Some(h) = kept {
+            p.hot = Some(h);
+        }
     }
 }

@@ -186,6 +186,7 @@ pub fn load(
         cfg.big_value_split_threshold = args.big_value_split_threshold;
         cfg.big_value_batch_size = args.big_value_batch_size;
         cfg.big_value_hide_reply_flag = args.big_value_hide_reply_flag;
+        cfg.hot_keys = args.hot_keys();
         pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
     }
     let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
@@ -313,5 +314,6 @@ fn pool_cfg(
         big_value_batch_size: nutconf::DEFAULT_BIG_VALUE_BATCH_SIZE,
         big_value_hide_reply_flag: false,
         server_max_inflight: 0,
+        hot_keys: Default::default(),
     }
 }
