@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 import pytest
 from harness import Conn, Server, eventually, free_port
-from proxy_harness import Proxy, pool_yaml
 from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
+from proxy_harness import Proxy, pool_yaml
 
 __all__ = ["servers"]
 
