@@ -169,7 +169,7 @@ pub fn hot_keys(entries: &[Entry], offered: u64, share: f64, max: usize) -> Opti
         .iter()
         .filter(|e| (e.count - e.error) as f64 >= need)
         .collect();
-    hot.sort_by(|a, b| (b.count - b.error).cmp(&(a.count - a.error)));
+    hot.sort_by_key(|e| std::cmp::Reverse(e.count - e.error));
     hot.truncate(max);
     Some(hot.into_iter().map(|e| e.key.clone()).collect())
 }
