@@ -602,21 +602,60 @@ impl Running {
 
 /// A pool that keeps its listen address and hot-key settings keeps its hot-key state, so
 /// writes routed by threads already on the new generation still hide what the others serve.
+/// Pools that share one state (an mcrouter config's listen addresses) keep sharing it.
 fn keep_hot_keys(old: &Shared, new: &mut Shared, threads: usize) {
+    let mut kept: Vec<(*const crate::hot::HotShared, Arc<crate::hot::HotShared>)> = Vec::new();
+    for p in &new.pools {
+        let Some(h) = &p.hot else { continue };
+        let key = p.listen_key();
+        let found = old.pools.iter().find_map(|o| {
+            let oh = o.hot.as_ref()?;
+            (o.listen_key() == key && oh.same_settings(&p.cfg.hot_keys, threads))
+                .then(|| oh.clone())
+        });
+        if let Some(found) = found {
+            if !kept.iter().any(|(n, _)| *n == Arc::as_ptr(h)) {
+                kept.push((Arc::as_ptr(h), found));
+            }
+        }
+    }
     for pool in &mut new.pools {
         let Some(p) = Arc::get_mut(pool) else {
             continue;
         };
-        if p.hot.is_none() {
-            continue;
+        let Some(h) = &p.hot else { continue };
+        if let Some((_, found)) = kept.iter().find(|(n, _)| *n == Arc::as_ptr(h)) {
+            p.hot = Some(found.clone());
         }
-        let key = p.listen_key();
-        let kept = old.pools.iter().find_map(|o| {
-            let h = o.hot.as_ref()?;
-            (o.listen_key() == key && h.same_settings(&p.cfg.hot_keys, threads)).then(|| h.clone())
-        });
-        if let Some(h) = kept {
-            p.hot = Some(h);
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generation(yaml: &str) -> Shared {
+        let cfg = nutconf::Config::from_yaml_str(yaml).unwrap();
+        Shared::new(cfg, 2, std::time::Instant::now()).unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_a_pools_hot_key_cache_while_its_settings_stay() {
+        let yaml = |ttl: u32| {
+            format!(
+                "a:\n  listen: 127.0.0.1:22121\n  hot_keys: true\n  hot_key_ttl: {ttl}\n  servers:\n   - 127.0.0.1:11211:1\n"
+            )
+        };
+        let old = generation(&yaml(500));
+        let mut same = generation(&yaml(500));
+        keep_hot_keys(&old, &mut same, 2);
+        let (o, n) = (old.pools[0].hot.as_ref(), same.pools[0].hot.as_ref());
+        assert!(Arc::ptr_eq(o.unwrap(), n.unwrap()));
+        let mut changed = generation(&yaml(600));
+        keep_hot_keys(&old, &mut changed, 2);
+        assert!(!Arc::ptr_eq(
+            o.unwrap(),
+            changed.pools[0].hot.as_ref().unwrap()
+        ));
     }
 }
