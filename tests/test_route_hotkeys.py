@@ -1,5 +1,7 @@
 """`memfleet route` with KeySplitRoute (hot keys spread over replica keys) and
-L1L2CacheRoute (two cache levels), routing real memcached servers.
+L1L2CacheRoute (two cache levels), routing real memcached servers; and the router's own
+hot-key handling (`hot_keys` pool key, `--hot-keys`): hot keys' gets answered from its
+cache, never older than a write through it, at most `hot_key_ttl` older than one around it.
 
 Each check reads the servers themselves: which replica keys they hold, their `cmd_get`
 counts, and what L1 and L2 hold after gets and writes through the router.
@@ -7,8 +9,15 @@ counts, and what L1 and L2 hold after gets and writes through the router.
 
 from __future__ import annotations
 
-from harness import Conn, Server, eventually
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from harness import Conn, Server, eventually, free_port
 from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
+from proxy_harness import Proxy, pool_yaml
 
 __all__ = ["servers"]
 
@@ -173,3 +182,161 @@ def test_l1l2_negative_cache_answers_misses_and_refreshes(servers) -> None:
         assert fetch(r.port, "n") == b"END\r\n"
         eventually(lambda: fetch(l1.port, "n") == b"VALUE n 0 4\r\nreal\r\nEND\r\n", "refresh")
         assert fetch(r.port, "n") == b"VALUE n 0 4\r\nreal\r\nEND\r\n"
+
+
+# ---- hot-key handling in the router ----
+
+# Every get sampled, a key hot at a fifth of them: a test's few thousand gets decide.
+HOT = {"hot_keys": True, "hot_key_sample": 1, "hot_key_share": "20%"}
+HOT_FLAGS = ("--hot-keys", "true", "--hot-key-sample", "1", "--hot-key-share", "0.2")
+
+
+@contextmanager
+def nutcracker_router(group: list[Server], **opts: object) -> Iterator[Proxy]:
+    port = free_port()
+    names = [f"127.0.0.1:{s.port}:1" for s in group]
+    with Proxy(pool_yaml("hot", f"127.0.0.1:{port}", names, **opts), port).start() as p:
+        yield p
+
+
+def router_stats(port: int) -> dict[str, str]:
+    with Conn(port) as c:
+        return c.stats()
+
+
+def make_hot(port: int, key: str) -> None:
+    """Gets `key` through the router until it reports a hot key."""
+    with Conn(port) as c:
+
+        def hot() -> bool:
+            c.send(f"get {key}\r\n".encode() * 50)
+            for _ in range(50):
+                c.read_until(b"END\r\n")
+            return int(c.stats().get("hot_keys", "0")) >= 1
+
+        eventually(hot, f"{key} hot")
+
+
+def gets(port: int, key: str, n: int, want: bytes) -> None:
+    with Conn(port) as c:
+        for _ in range(n // 100):
+            c.send(f"get {key}\r\n".encode() * 100)
+            for _ in range(100):
+                assert c.read_until(b"END\r\n") == want
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["on", "off"])
+def test_a_hot_keys_gets_stop_reaching_its_server(servers, on: bool) -> None:
+    group = servers(2)
+    opts = HOT if on else {"hot_key_sample": 1}
+    with nutcracker_router(group, **opts) as r:
+        assert store(r.port, "hot", "v") == b"STORED\r\n"
+        if on:
+            make_hot(r.port, "hot")
+        else:
+            gets(r.port, "hot", 1000, b"VALUE hot 0 1\r\nv\r\nEND\r\n")
+            assert "hot_keys" not in router_stats(r.port)
+        before = sum(cmd_get(s) for s in group)
+        gets(r.port, "hot", 2000, b"VALUE hot 0 1\r\nv\r\nEND\r\n")
+        reached = sum(cmd_get(s) for s in group) - before
+        if on:
+            # Only refills (one per TTL, and per get in flight while it is refetched).
+            assert reached < 200, reached
+            assert int(router_stats(r.port)["hot_key_hits"]) >= 1800
+        else:
+            assert reached == 2000
+
+
+def test_mcrouter_config_hot_keys_by_flag(servers) -> None:
+    group = servers(2)
+    config = {"pools": pools(A=group), "route": "PoolRoute|A"}
+    with run(config, *HOT_FLAGS) as r:
+        assert store(r.port, "hot", "v") == b"STORED\r\n"
+        make_hot(r.port, "hot")
+        before = sum(cmd_get(s) for s in group)
+        gets(r.port, "hot", 2000, b"VALUE hot 0 1\r\nv\r\nEND\r\n")
+        assert sum(cmd_get(s) for s in group) - before < 200
+        # gets needs the server's CAS unique: never answered by the router.
+        before = sum(cmd_get(s) for s in group)
+        with Conn(r.port) as c:
+            for _ in range(10):
+                assert c.request(b"gets hot\r\n", b"END\r\n").startswith(b"VALUE hot 0 1 ")
+        assert sum(cmd_get(s) for s in group) - before == 10
+
+
+def test_a_hot_key_written_or_deleted_through_the_router_is_current_at_once(servers) -> None:
+    group = servers(2)
+    with nutcracker_router(group, **HOT, hot_key_ttl=60_000) as r:
+        assert store(r.port, "hot", "v1") == b"STORED\r\n"
+        make_hot(r.port, "hot")
+        gets(r.port, "hot", 200, b"VALUE hot 0 2\r\nv1\r\nEND\r\n")
+        with Conn(r.port) as c:
+            assert c.request(b"set hot 0 0 2\r\nv2\r\n") == b"STORED\r\n"
+            assert c.request(b"get hot\r\n", b"END\r\n") == b"VALUE hot 0 2\r\nv2\r\nEND\r\n"
+            gets(r.port, "hot", 200, b"VALUE hot 0 2\r\nv2\r\nEND\r\n")
+            assert c.request(b"delete hot\r\n") == b"DELETED\r\n"
+            assert c.request(b"get hot\r\n", b"END\r\n") == b"END\r\n"
+
+
+def version_of(reply: bytes) -> int:
+    assert reply.startswith(b"VALUE stale "), reply
+    return int(reply.split(b"\r\n")[1])
+
+
+def test_no_read_is_older_than_an_acknowledged_write(servers) -> None:
+    """Writers through the router and around it, readers through it: a read never returns
+    a version older than the newest write through the router acknowledged before it began,
+    nor one older than a write made directly to the server more than TTL (+ slack) before."""
+    ttl_ms, slack = 200, 0.3
+    (backend,) = servers(1)
+    with nutcracker_router([backend], **HOT, hot_key_ttl=ttl_ms) as r:
+        assert store(r.port, "stale", "0") == b"STORED\r\n"
+        make_hot(r.port, "stale")
+        lock = threading.Lock()
+        version = 0
+        # (ack time, version, through the router)
+        acked: list[tuple[float, int, bool]] = [(0.0, 0, True)]
+        errors: list[str] = []
+        stop = time.monotonic() + 3.0
+
+        def writer(port: int, through: bool) -> None:
+            nonlocal version
+            with Conn(port) as c:
+                while time.monotonic() < stop:
+                    # One write at a time: versions reach the server in order.
+                    with lock:
+                        version += 1
+                        v = str(version)
+                        req = f"set stale 0 0 {len(v)}\r\n{v}\r\n".encode()
+                        assert c.request(req) == b"STORED\r\n"
+                        acked.append((time.monotonic(), version, through))
+                    time.sleep(0.002)
+
+        def floor(began: float) -> int:
+            with lock:
+                seen = [
+                    v
+                    for at, v, through in acked
+                    if (at <= began if through else at <= began - ttl_ms / 1000 - slack)
+                ]
+            return max(seen)
+
+        def reader() -> None:
+            with Conn(r.port) as c:
+                while time.monotonic() < stop and not errors:
+                    began = time.monotonic()
+                    low = floor(began)
+                    got = version_of(c.request(b"get stale\r\n", b"END\r\n"))
+                    if got < low:
+                        errors.append(f"read {got} after {low} was acknowledged")
+
+        threads = [
+            threading.Thread(target=writer, args=(r.port, True)),
+            threading.Thread(target=writer, args=(backend.port, False)),
+        ] + [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:5]
+        assert int(router_stats(r.port)["hot_key_hits"]) > 0

@@ -40,6 +40,11 @@ pub(super) struct RawPool {
     pub(super) big_value_split_threshold: Option<u32>,
     pub(super) big_value_batch_size: Option<u32>,
     pub(super) big_value_hide_reply_flag: Option<bool>,
+    pub(super) hot_keys: Option<bool>,
+    pub(super) hot_key_ttl: Option<u32>,
+    pub(super) hot_key_share: Option<f64>,
+    pub(super) hot_key_max: Option<u32>,
+    pub(super) hot_key_sample: Option<u32>,
 }
 
 /// Applies one `key: value` (or one sequence element of `key:`), like nc_conf.c's
@@ -63,6 +68,17 @@ pub(super) fn set_directive(
     let num = |slot: &mut Option<u32>| parse_num(value).and_then(|n| once(slot, n));
     let flag = |slot: &mut Option<bool>| parse_bool(value).and_then(|b| once(slot, b));
     let text = |slot: &mut Option<String>| once(slot, value.to_owned());
+    let positive = |slot: &mut Option<u32>| {
+        parse_num(value)
+            .and_then(|n| {
+                if n == 0 {
+                    Err("must be at least 1")
+                } else {
+                    Ok(n)
+                }
+            })
+            .and_then(|n| once(slot, n))
+    };
     let result = match key {
         "listen" => parse_listen(value).and_then(|l| once(&mut pool.listen, l)),
         "hash" => Hash::from_name(value)
@@ -107,6 +123,11 @@ pub(super) fn set_directive(
         "big_value_split_threshold" => num(&mut pool.big_value_split_threshold),
         "big_value_batch_size" => num(&mut pool.big_value_batch_size),
         "big_value_hide_reply_flag" => flag(&mut pool.big_value_hide_reply_flag),
+        "hot_keys" => flag(&mut pool.hot_keys),
+        "hot_key_ttl" => positive(&mut pool.hot_key_ttl),
+        "hot_key_share" => super::parse_share(value).and_then(|f| once(&mut pool.hot_key_share, f)),
+        "hot_key_max" => positive(&mut pool.hot_key_max),
+        "hot_key_sample" => positive(&mut pool.hot_key_sample),
         // The `tls*` and `listen_tls*` directives, else an unknown one.
         _ => pool.tls.directive(key, value).unwrap_or(Err("is unknown")),
     };

@@ -114,6 +114,63 @@ pub struct Pool {
     pub big_value_batch_size: u32,
     /// Reassembled values come back without the big-value flag bit (0x8000).
     pub big_value_hide_reply_flag: bool,
+    /// Hot keys' gets answered from a small cache in the router (memfleet extension).
+    pub hot_keys: HotKeys,
+}
+
+/// Hot-key handling (`hot_keys`, `hot_key_*`; mcrouter configs: `--hot-key*`): the router
+/// samples the gets it routes, and answers gets of the keys that take at least `share` of
+/// them from its own cache of their values, each kept at most `ttl_ms`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotKeys {
+    pub enabled: bool,
+    /// How long a cached value may be served: the bound on how stale it is for writes that
+    /// do not go through this router.
+    pub ttl_ms: u32,
+    /// The share of sampled gets (0 < share <= 1) that makes a key hot.
+    pub share: f64,
+    /// The most keys that are hot at once (the cache holds at most this many values).
+    pub max: u32,
+    /// One get in `sample` (on average) feeds the sketch that finds hot keys.
+    pub sample: u32,
+}
+
+pub const DEFAULT_HOT_KEY_TTL_MS: u32 = 1000;
+pub const DEFAULT_HOT_KEY_SHARE: f64 = 0.01;
+pub const DEFAULT_HOT_KEY_MAX: u32 = 32;
+pub const DEFAULT_HOT_KEY_SAMPLE: u32 = 32;
+
+// `share` is never NaN: `parse_share` refuses it.
+impl Eq for HotKeys {}
+
+impl Default for HotKeys {
+    fn default() -> HotKeys {
+        HotKeys {
+            enabled: false,
+            ttl_ms: DEFAULT_HOT_KEY_TTL_MS,
+            share: DEFAULT_HOT_KEY_SHARE,
+            max: DEFAULT_HOT_KEY_MAX,
+            sample: DEFAULT_HOT_KEY_SAMPLE,
+        }
+    }
+}
+
+/// A share: a fraction (`0.05`) or a percentage (`5%`), more than 0 and at most 1.
+pub fn parse_share(s: &str) -> Result<f64, &'static str> {
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n, 100.0),
+        None => (s, 1.0),
+    };
+    let f = num
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| "is not a fraction or a percentage")?
+        / scale;
+    if f > 0.0 && f <= 1.0 {
+        Ok(f)
+    } else {
+        Err("is not more than 0 and at most 1 (100%)")
+    }
 }
 
 impl Pool {
@@ -240,6 +297,13 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
                 .big_value_batch_size
                 .unwrap_or(DEFAULT_BIG_VALUE_BATCH_SIZE),
             big_value_hide_reply_flag: r.big_value_hide_reply_flag.unwrap_or(true),
+            hot_keys: HotKeys {
+                enabled: r.hot_keys.unwrap_or(false),
+                ttl_ms: r.hot_key_ttl.unwrap_or(DEFAULT_HOT_KEY_TTL_MS),
+                share: r.hot_key_share.unwrap_or(DEFAULT_HOT_KEY_SHARE),
+                max: r.hot_key_max.unwrap_or(DEFAULT_HOT_KEY_MAX),
+                sample: r.hot_key_sample.unwrap_or(DEFAULT_HOT_KEY_SAMPLE),
+            },
             name: r.name,
         });
     }

@@ -186,11 +186,51 @@ pub struct RouteArgs {
         default_value_t = DEFAULT_MAX_CLIENT_OUTSTANDING_REQS
     )]
     pub max_client_outstanding_reqs: u32,
+    /// mcrouter: answer gets of hot keys (found by sampling) from a small cache in the
+    /// router. nutcracker configs set this per pool (`hot_keys`).
+    #[arg(long = "hot-keys", num_args = 0..=1, default_missing_value = "true")]
+    pub hot_keys: bool,
+    /// mcrouter: the longest a hot key's value is served from the router's cache, ms
+    /// (`hot_key_ttl`).
+    #[arg(long = "hot-key-ttl-ms", value_name = "MS",
+          default_value_t = nutconf::DEFAULT_HOT_KEY_TTL_MS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub hot_key_ttl_ms: u32,
+    /// mcrouter: the share of gets (fraction, or percentage with `%`) that makes a key hot
+    /// (`hot_key_share`).
+    #[arg(long = "hot-key-share", value_name = "SHARE", default_value = "0.01",
+          value_parser = parse_share)]
+    pub hot_key_share: f64,
+    /// mcrouter: the most keys hot at once (`hot_key_max`).
+    #[arg(long = "hot-key-max", value_name = "N",
+          default_value_t = nutconf::DEFAULT_HOT_KEY_MAX,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub hot_key_max: u32,
+    /// mcrouter: one get in N (on average) is sampled to find hot keys (`hot_key_sample`).
+    #[arg(long = "hot-key-sample", value_name = "N",
+          default_value_t = nutconf::DEFAULT_HOT_KEY_SAMPLE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub hot_key_sample: u32,
     #[command(flatten)]
     pub mc_tls: mcrouter_tls::McTlsArgs,
 }
 
+fn parse_share(s: &str) -> Result<f64, String> {
+    nutconf::parse_share(s).map_err(|e| format!("'{s}' {e}"))
+}
+
 impl RouteArgs {
+    /// The `--hot-key*` options (mcrouter configs).
+    pub fn hot_keys(&self) -> nutconf::HotKeys {
+        nutconf::HotKeys {
+            enabled: self.hot_keys,
+            ttl_ms: self.hot_key_ttl_ms,
+            share: self.hot_key_share,
+            max: self.hot_key_max,
+            sample: self.hot_key_sample,
+        }
+    }
+
     pub fn dialect(&self) -> Dialect {
         if self.config.is_some() || self.config_file.is_some() || self.config_str.is_some() {
             Dialect::Mcrouter

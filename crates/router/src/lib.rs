@@ -22,6 +22,7 @@ mod buf;
 mod counters;
 mod dns;
 mod error;
+mod hot;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
@@ -537,7 +538,12 @@ impl Running {
     }
 
     /// Hands a new generation to the workers, binding its new listen addresses first.
-    fn install(&mut self, shared: Shared) -> Result<(), RouteError> {
+    fn install(&mut self, mut shared: Shared) -> Result<(), RouteError> {
+        keep_hot_keys(
+            &self.current.read().unwrap_or_else(|e| e.into_inner()),
+            &mut shared,
+            self.threads,
+        );
         let shared = Arc::new(shared);
         // Bind new addresses first: any failure leaves the running generation untouched.
         let mut fresh: HashMap<String, (StdListener, Listen)> = HashMap::new();
@@ -599,5 +605,65 @@ impl Running {
         }
         let _ = &self.globals;
         std::process::exit(0);
+    }
+}
+
+/// A pool that keeps its listen address and hot-key settings keeps its hot-key state, so
+/// writes routed by threads already on the new generation still hide what the others serve.
+/// Pools that share one state (an mcrouter config's listen addresses) keep sharing it.
+fn keep_hot_keys(old: &Shared, new: &mut Shared, threads: usize) {
+    let mut kept: Vec<(*const crate::hot::HotShared, Arc<crate::hot::HotShared>)> = Vec::new();
+    for p in &new.pools {
+        let Some(h) = &p.hot else { continue };
+        let key = p.listen_key();
+        let found = old.pools.iter().find_map(|o| {
+            let oh = o.hot.as_ref()?;
+            (o.listen_key() == key && oh.same_settings(&p.cfg.hot_keys, threads))
+                .then(|| oh.clone())
+        });
+        if let Some(found) = found {
+            if !kept.iter().any(|(n, _)| *n == Arc::as_ptr(h)) {
+                kept.push((Arc::as_ptr(h), found));
+            }
+        }
+    }
+    for pool in &mut new.pools {
+        let Some(p) = Arc::get_mut(pool) else {
+            continue;
+        };
+        let Some(h) = &p.hot else { continue };
+        if let Some((_, found)) = kept.iter().find(|(n, _)| *n == Arc::as_ptr(h)) {
+            p.hot = Some(found.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generation(yaml: &str) -> Shared {
+        let cfg = nutconf::Config::from_yaml_str(yaml).unwrap();
+        Shared::new(cfg, 2, std::time::Instant::now()).unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_a_pools_hot_key_cache_while_its_settings_stay() {
+        let yaml = |ttl: u32| {
+            format!(
+                "a:\n  listen: 127.0.0.1:22121\n  hot_keys: true\n  hot_key_ttl: {ttl}\n  servers:\n   - 127.0.0.1:11211:1\n"
+            )
+        };
+        let old = generation(&yaml(500));
+        let mut same = generation(&yaml(500));
+        keep_hot_keys(&old, &mut same, 2);
+        let (o, n) = (old.pools[0].hot.as_ref(), same.pools[0].hot.as_ref());
+        assert!(Arc::ptr_eq(o.unwrap(), n.unwrap()));
+        let mut changed = generation(&yaml(600));
+        keep_hot_keys(&old, &mut changed, 2);
+        assert!(!Arc::ptr_eq(
+            o.unwrap(),
+            changed.pools[0].hot.as_ref().unwrap()
+        ));
     }
 }

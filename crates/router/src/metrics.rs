@@ -154,6 +154,7 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
         pools.push((vec![("pool", name)], fields));
     }
     families(&mut e, "pool", &pools);
+    hot_key_families(&mut e, shared);
     families(&mut e, "server", &servers);
     for (name, help, rows) in [
         (
@@ -173,6 +174,37 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
         }
     }
     e.finish()
+}
+
+/// Pools with hot-key handling on: keys hot now and gets answered from the cache.
+fn hot_key_families(e: &mut Exposition, shared: &Shared) {
+    let hot: Vec<_> = shared
+        .pools
+        .iter()
+        .filter_map(|p| Some((p.cfg.name.as_bytes(), p.hot.as_ref()?)))
+        .collect();
+    if hot.is_empty() {
+        return;
+    }
+    let name = "memfleet_router_pool_hot_keys";
+    e.family(
+        name,
+        Kind::Gauge,
+        "Keys the pool's hot-key cache holds now.",
+    );
+    for (pool, h) in &hot {
+        e.sample(name, &[("pool", *pool)], h.hot_keys());
+    }
+    let name = "memfleet_router_pool_hot_key_hits_total";
+    e.family(
+        name,
+        Kind::Counter,
+        "Gets answered from the pool's hot-key cache.",
+    );
+    for (pool, h) in &hot {
+        let hits: i64 = h.hits.iter().map(|c| c.get()).sum();
+        e.sample(name, &[("pool", *pool)], hits);
+    }
 }
 
 #[cfg(test)]

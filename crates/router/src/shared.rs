@@ -67,6 +67,9 @@ pub struct PoolRt {
     /// mcrouter pools: TKO state per server (empty for nutcracker pools, which eject).
     pub tko: Vec<Tko>,
     pub tko_cfg: Option<TkoSettings>,
+    /// Hot-key handling, when the pool has it on (memcached pools without big-value
+    /// splitting).
+    pub hot: Option<Arc<crate::hot::HotShared>>,
 }
 
 impl PoolRt {
@@ -137,6 +140,8 @@ impl PoolRt {
         let counters = (0..threads)
             .map(|_| PoolCounters::new(servers.len()))
             .collect();
+        let hot = (cfg.hot_keys.enabled && !cfg.redis && cfg.big_value_split_threshold == 0)
+            .then(|| Arc::new(crate::hot::HotShared::new(cfg.hot_keys.clone(), threads)));
         Ok(PoolRt {
             ring: RwLock::new(Arc::new(base_ring.clone())),
             base_ring,
@@ -151,6 +156,7 @@ impl PoolRt {
             tls,
             tko: Vec::new(),
             tko_cfg: None,
+            hot,
         })
     }
 

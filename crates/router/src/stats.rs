@@ -138,6 +138,11 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
             "STAT server_ejects {}\r\n",
             p.server_ejects.load(Relaxed)
         );
+        if let Some(h) = &p.hot {
+            let hits: i64 = h.hits.iter().map(|c| c.get()).sum();
+            let _ = write!(out, "STAT hot_keys {}\r\n", h.hot_keys());
+            let _ = write!(out, "STAT hot_key_hits {hits}\r\n");
+        }
         for (i, server) in p.servers.iter().enumerate() {
             let _ = write!(
                 out,

@@ -22,7 +22,6 @@ mod error;
 mod event;
 mod exec;
 mod flash;
-mod hotkeys;
 mod io;
 mod latency;
 mod metrics;

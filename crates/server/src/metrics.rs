@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use proto::Request;
 use telemetry::Snapshot;
 
-use crate::hotkeys::{self, Entry, Sampler, TopK};
 use crate::latency::{self, Batch, ThreadLatency};
+use hotkeys::{self, Entry, Sampler, TopK};
 
 /// Keys each worker's sketch holds: enough that a top 20 is reliable when the 20th key
 /// has a share of requests well above 1/256.

@@ -196,6 +196,8 @@ fn defaults_match_twemproxy() {
     assert_eq!(p.big_value_split_threshold, 0);
     assert_eq!(p.big_value_batch_size, 10);
     assert!(p.big_value_hide_reply_flag);
+    assert_eq!(p.hot_keys, crate::HotKeys::default());
+    assert!(!p.hot_keys.enabled);
     // Port 11211 is left out of the ketama name.
     assert_eq!(p.servers[0].ketama_name, "127.0.0.1");
 }
@@ -227,6 +229,11 @@ fn every_directive_is_read() {
   big_value_batch_size: 4
   big_value_hide_reply_flag: false
   server_max_inflight: 64
+  hot_keys: true
+  hot_key_ttl: 250
+  hot_key_share: 5%
+  hot_key_max: 8
+  hot_key_sample: 4
   servers:
    - /tmp/mc.sock:2 local
    - /tmp/mc2.sock:1
@@ -259,6 +266,16 @@ fn every_directive_is_read() {
     assert_eq!(p.big_value_batch_size, 4);
     assert!(!p.big_value_hide_reply_flag);
     assert_eq!(p.server_max_inflight, 64);
+    assert_eq!(
+        p.hot_keys,
+        crate::HotKeys {
+            enabled: true,
+            ttl_ms: 250,
+            share: 0.05,
+            max: 8,
+            sample: 4
+        }
+    );
     assert_eq!(
         p.servers[0].addr,
         ServerAddr::Unix {
@@ -295,4 +312,17 @@ a:   # pool
 ",
     );
     assert_eq!(c.pools[0].hash, Hash::Md5);
+}
+
+#[test]
+fn hot_key_share_is_a_fraction_or_a_percentage() {
+    assert_eq!(crate::parse_share("0.2"), Ok(0.2));
+    assert_eq!(crate::parse_share("20%"), Ok(0.2));
+    assert_eq!(crate::parse_share("1"), Ok(1.0));
+    for bad in ["0", "0%", "1.5", "150%", "x", "-0.1"] {
+        assert!(crate::parse_share(bad).is_err(), "{bad}");
+    }
+    let zero =
+        "p:\n  listen: 127.0.0.1:22121\n  hot_key_max: 0\n  servers:\n   - 127.0.0.1:11211:1\n";
+    assert!(Config::from_yaml_str(zero).is_err());
 }

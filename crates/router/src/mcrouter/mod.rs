@@ -196,6 +196,9 @@ pub fn load(
     dns.schedule(refresh);
     let listens = listen_addresses(args)?;
     let mut pools = Vec::new();
+    // One hot-key cache for every listen address: a write through one hides the value
+    // from gets through the others.
+    let mut hot = None;
     for (listen, tls) in &listens {
         let mut cfg = pool_cfg(
             format!("listen-{}", listen_name(listen)),
@@ -208,7 +211,13 @@ pub fn load(
         cfg.big_value_split_threshold = args.big_value_split_threshold;
         cfg.big_value_batch_size = args.big_value_batch_size;
         cfg.big_value_hide_reply_flag = args.big_value_hide_reply_flag;
-        pools.push(std::sync::Arc::new(PoolRt::new(cfg, threads, started)?));
+        cfg.hot_keys = args.hot_keys();
+        let mut rt = PoolRt::new(cfg, threads, started)?;
+        match &hot {
+            Some(h) => rt.hot = Some(std::sync::Arc::clone(h)),
+            None => hot = rt.hot.clone(),
+        }
+        pools.push(std::sync::Arc::new(rt));
     }
     let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
     let tko = tko_settings(args);
@@ -335,5 +344,6 @@ fn pool_cfg(
         big_value_batch_size: nutconf::DEFAULT_BIG_VALUE_BATCH_SIZE,
         big_value_hide_reply_flag: false,
         server_max_inflight: 0,
+        hot_keys: Default::default(),
     }
 }

@@ -57,6 +57,8 @@ pub(super) struct Slot {
     /// A get through a pool that splits big values: its finished reply is looked at for
     /// index items before it goes out.
     pub(super) big: bool,
+    /// What the hot-key cache is owed when the reply is complete.
+    pub(super) hot: Option<Box<crate::hot::HotTag>>,
 }
 
 /// A get split over servers: the keys in the client's order and each server's reply.
@@ -168,6 +170,7 @@ impl Client {
                     buf: Vec::new(),
                     bin,
                     big: false,
+                    hot: None,
                 };
                 if waits {
                     self.big_wait.push((self.head_seq, text));
@@ -192,6 +195,7 @@ impl Client {
                 buf: bytes.to_vec(),
                 bin: None,
                 big: false,
+                hot: None,
             });
         }
     }
@@ -206,6 +210,7 @@ impl Client {
             buf: Vec::new(),
             bin: None,
             big: false,
+            hot: None,
         });
         ReplyTo {
             client: ci as u32,
@@ -222,6 +227,9 @@ fn finish_slot(mut slot: Slot, out: &mut Vec<u8>) {
         finish_slot(slot, &mut text);
         pending.write_reply(&text, out);
         return;
+    }
+    if let Some(tag) = slot.hot.take() {
+        tag.finish(&slot.buf);
     }
     match slot.kind {
         SlotKind::Ready | SlotKind::Single | SlotKind::NoReply => out.extend_from_slice(&slot.buf),
@@ -309,6 +317,7 @@ pub(super) fn deliver(
         && matches!(slot.kind, SlotKind::Single)
         && slot.bin.is_none()
         && !slot.big
+        && slot.hot.is_none()
     {
         // The common case: the reply the client waits for next, in one piece.
         c.wbuf.extend_from_slice(reply);
@@ -513,6 +522,7 @@ mod tests {
             buf: Vec::new(),
             bin: None,
             big: false,
+            hot: None,
         };
         let slot = |kind, frags| slot3(kind, frags, false);
         let mut out = Vec::new();
@@ -563,6 +573,7 @@ mod tests {
             buf: Vec::new(),
             bin: None,
             big: false,
+            hot: None,
         };
         finish_slot(slot(vec![b"OK\r\n", b"OK\r\n"], false), &mut out);
         assert_eq!(out, b"OK\r\n");
@@ -589,6 +600,7 @@ mod tests {
             buf: Vec::new(),
             bin: None,
             big: false,
+            hot: None,
         };
         finish_slot(slot(b"ERRORX\r\n"), &mut out);
         assert!(out.is_empty(), "not an error line: dropped");

@@ -112,6 +112,16 @@ impl Worker {
 
     #[inline]
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        if self.pools[p].hot.is_some() {
+            return self.route_hot(ci, p, req, raw);
+        }
+        self.route_cold(ci, p, req, raw)
+    }
+
+    /// Routes a request, hot-key cache aside. Inlined into both callers: a request is not
+    /// copied once more on its way.
+    #[inline(always)]
+    pub(super) fn route_cold(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         let threshold = self.clients[ci].rt.cfg.big_value_split_threshold as usize;
         if threshold == 0 {
             return self.route_request(ci, p, req, raw);

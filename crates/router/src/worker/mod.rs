@@ -18,7 +18,8 @@
 //! its reply queue, `backend` a server connection and its queue of requests in flight
 //! (`get_batch`: gets of many clients merged on one line), `memcached` and `redis` parse and
 //! route each protocol's requests (asking `crate::route::Placement` where they go), and
-//! `auth` answers client authentication for both.
+//! `auth` answers client authentication for both; `hotcache` answers gets of hot keys from
+//! the pool's hot-key cache and tells it of writes.
 
 mod accept;
 mod active;
@@ -28,6 +29,7 @@ mod bigvalue;
 mod binary;
 mod client;
 mod get_batch;
+mod hotcache;
 mod mcrouter;
 mod memcached;
 mod redis;
@@ -158,6 +160,10 @@ struct PoolLocal {
     /// Requests a backend connection may hold before further ones fail at once
     /// (`server_max_inflight`; `u32::MAX`: no limit).
     max_inflight: u32,
+    /// Hot-key handling (`rt.hot`, held here so a get need not touch the Arc's count).
+    hot: Option<Arc<crate::hot::HotShared>>,
+    /// Picks the gets whose keys feed this thread's hot-key sketch.
+    sampler: hotkeys::Sampler,
 }
 
 pub struct Worker {
@@ -435,6 +441,11 @@ impl Worker {
                     0 => u32::MAX,
                     n => n,
                 },
+                hot: rt.hot.clone(),
+                sampler: hotkeys::Sampler::new(
+                    rt.cfg.hot_keys.sample,
+                    0x9e37_79b9_7f4a_7c15 ^ self.id as u64,
+                ),
             })
             .collect();
         self.shared = shared;

@@ -1,12 +1,12 @@
-//! Hot keys: which keys a server is asked for most, in bounded memory.
+//! Which keys are asked for most, in bounded memory.
 //!
 //! `TopK` is the space-saving sketch (Metwally, Agrawal, El Abbadi 2005): `capacity` keys
 //! with a count each; a key not yet held replaces the one with the smallest count and
 //! inherits that count (+1), remembered as its possible overestimate (`error`). Every key
 //! requested more than total/capacity times is held, and each count is high by at most its
 //! `error`. `Sampler` picks which requests feed it (about one in `rate`), so the sketch
-//! costs nothing on most requests. Pure logic: the worker owns one sketch per thread
-//! (`metrics::Telemetry`), and `merge` adds the threads' sketches when they are read.
+//! costs nothing on most requests. A server or router keeps one sketch per worker thread,
+//! and `merge` adds the threads' sketches when they are read.
 
 use std::collections::HashMap;
 
