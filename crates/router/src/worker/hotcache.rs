@@ -11,6 +11,7 @@ use crate::hot::{HotShared, HotTag, Slots};
 
 impl Worker {
     /// Routes a request of a pool with hot-key handling on.
+    #[inline(never)]
     pub(super) fn route_hot(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         // Taken out for the request and put back: no reference count traffic per get.
         let Some(hot) = self.pools[p].hot.take() else {

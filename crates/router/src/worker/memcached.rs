@@ -110,7 +110,7 @@ impl Worker {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         if self.pools[p].hot.is_some() {
             return self.route_hot(ci, p, req, raw);
@@ -120,7 +120,7 @@ impl Worker {
 
     /// Routes a request, hot-key cache aside. Inlined into both callers: a request is not
     /// copied once more on its way.
-    #[inline(always)]
+    #[inline]
     pub(super) fn route_cold(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         let threshold = self.clients[ci].rt.cfg.big_value_split_threshold as usize;
         if threshold == 0 {
