@@ -28,6 +28,15 @@ def pool_yaml(name: str, listen: str, servers: list[str], **opts: object) -> str
     return "\n".join(lines) + "\n"
 
 
+def stats_json(port: int) -> dict:
+    """A nutcracker-style stats port's JSON (sent whole on connect)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        buf = b""
+        while chunk := s.recv(65536):
+            buf += chunk
+    return json.loads(buf)
+
+
 class Proxy(Server):
     """`memfleet route` (or nutcracker) with a config file and a stats port."""
 
@@ -63,11 +72,7 @@ class Proxy(Server):
         return self
 
     def stats(self) -> dict:
-        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
-            buf = b""
-            while chunk := s.recv(65536):
-                buf += chunk
-        return json.loads(buf)
+        return stats_json(self.stats_port)
 
     def reload(self, conf: str) -> None:
         Path(self.conf_path).write_text(conf)

@@ -11,17 +11,15 @@ after SIGCONT everything works again."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 from harness import Conn, Server, eventually, free_port, keys_held, memcached, memfleet
 from mcrouter_harness import McRouter
-from proxy_harness import Proxy, pool_yaml
+from proxy_harness import Proxy, pool_yaml, stats_json
 
 LIMIT = 8
 KEYS = [f"ov:{i}" for i in range(400)]
@@ -43,11 +41,7 @@ class Router:
         return self.server.port
 
     def stats(self) -> dict:
-        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as s:
-            buf = b""
-            while chunk := s.recv(65536):
-                buf += chunk
-        return json.loads(buf)
+        return stats_json(self.stats_port)
 
     def server_stat(self, address: str, field: str) -> int:
         for pool in self.stats().values():
@@ -132,6 +126,29 @@ def set_request(key: str) -> bytes:
     return b"set %s 0 0 %d\r\n%s\r\n" % (key.encode(), len(VALUE), VALUE)
 
 
+def flood(router: Router, keys_for: Callable[[int], list[str]], refusal: bytes) -> float:
+    """LOAD_CLIENTS clients at once, client i sending large sets of `keys_for(i)`, each of
+    which must be refused with `refusal`. Returns how many MB the router grew meanwhile."""
+    before = router.server.rss_mb()
+    load = [Conn(router.port, timeout=30) for _ in range(LOAD_CLIENTS)]
+    for i, c in enumerate(load):
+        c.send(b"".join(set_request(k) for k in keys_for(i)))
+    for c in load:
+        for _ in range(SETS_PER_CLIENT):
+            assert c.read_line() == refusal
+        c.close()
+    return router.server.rss_mb() - before
+
+
+def resume(victim: Server, waiting: list[Conn], keys: list[str]) -> None:
+    """SIGCONT to `victim`: each waiting client gets the value `v0` of its key."""
+    assert victim.proc is not None
+    os.kill(victim.proc.pid, signal.SIGCONT)
+    for c, k in zip(waiting, keys):
+        assert c.read_until(b"END\r\n") == b"VALUE %s 0 2\r\nv0\r\nEND\r\n" % k.encode()
+        c.close()
+
+
 @pytest.mark.parametrize("dialect", ROUTERS)
 def test_a_stopped_server_fails_fast_past_the_limit_and_memory_stays_bounded(
     backends: list[Server], dialect: str
@@ -169,23 +186,13 @@ def test_a_stopped_server_fails_fast_past_the_limit_and_memory_stays_bounded(
 
         # Clients keep sending large values at the stopped server: each is refused, none
         # is held, so the router does not grow with what they send (100 MB here).
-        before = router.server.rss_mb()
-        load = [Conn(router.port, timeout=30) for _ in range(LOAD_CLIENTS)]
-        for i, c in enumerate(load):
-            keys = [stuck[(i + j) % len(stuck)] for j in range(SETS_PER_CLIENT)]
-            c.send(b"".join(set_request(k) for k in keys))
-        for c in load:
-            for _ in range(SETS_PER_CLIENT):
-                assert c.read_line() == error
-            c.close()
-        grown = router.server.rss_mb() - before
+        grown = flood(
+            router, lambda i: [stuck[(i + j) % len(stuck)] for j in range(SETS_PER_CLIENT)], error
+        )
         assert grown < 40, f"router grew by {grown:.0f} MB while the server was stopped"
 
         # Back: the waiting clients get their values, and everything works again.
-        os.kill(victim.proc.pid, signal.SIGCONT)
-        for c, k in zip(hogs, stuck):
-            assert c.read_until(b"END\r\n") == b"VALUE %s 0 2\r\nv0\r\nEND\r\n" % k.encode()
-            c.close()
+        resume(victim, hogs, stuck)
         with Conn(router.port, timeout=30) as c:
             k = stuck[LIMIT]
             assert c.request(b"set %s 0 0 2\r\nv2\r\n" % k.encode()) == b"STORED\r\n"
@@ -303,22 +310,14 @@ def test_active_req_limit_answers_past_it_at_once_and_bounds_memory(
             assert c.request(f"get {live[0]}\r\n".encode()) == ACTIVE_ERROR
             assert c.request(set_request(stuck[ACTIVE_LIMIT])) == ACTIVE_ERROR
 
-        before = router.server.rss_mb()
-        load = [Conn(router.port, timeout=30) for _ in range(LOAD_CLIENTS)]
-        for i, c in enumerate(load):
-            keys = [(stuck + live)[(i + j) % len(KEYS)] for j in range(SETS_PER_CLIENT)]
-            c.send(b"".join(set_request(k) for k in keys))
-        for c in load:
-            for _ in range(SETS_PER_CLIENT):
-                assert c.read_line() == ACTIVE_ERROR
-            c.close()
-        grown = router.server.rss_mb() - before
+        grown = flood(
+            router,
+            lambda i: [(stuck + live)[(i + j) % len(KEYS)] for j in range(SETS_PER_CLIENT)],
+            ACTIVE_ERROR,
+        )
         assert grown < 40, f"router grew by {grown:.0f} MB while at its limit"
 
-        os.kill(victim.proc.pid, signal.SIGCONT)
-        for c, k in zip(hogs, stuck):
-            assert c.read_until(b"END\r\n") == b"VALUE %s 0 2\r\nv0\r\nEND\r\n" % k.encode()
-            c.close()
+        resume(victim, hogs, stuck)
         # Answered requests leave the count: a full window of requests goes through again.
         with Conn(router.port, timeout=30) as c:
             for k in (stuck + live)[: 4 * ACTIVE_LIMIT]:

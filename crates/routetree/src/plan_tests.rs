@@ -4,6 +4,7 @@ use ring::{PoolHash, RoutingKey};
 
 use super::*;
 use crate::parse_config;
+use crate::test_support::to;
 
 const DEFAULT: &str = "/r/c1/";
 
@@ -15,16 +16,6 @@ fn config(route: &str) -> Config {
             "route": {route}}}"#
     );
     parse_config("t.json", &text).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn send(pool: PoolId, index: usize) -> Plan {
-    Plan::Send(Send {
-        pool,
-        index,
-        keep_prefix: false,
-        exptime: Vec::new(),
-        asynclog: None,
-    })
 }
 
 fn index_in(plan: &Plan) -> usize {
@@ -53,7 +44,7 @@ fn pool_route_hashes_the_routing_key_with_ch3() {
         let key = format!("user:{i}");
         assert_eq!(
             c.plan("get", key.as_bytes(), DEFAULT),
-            send(0, ch3(&key, 5)),
+            to(0, ch3(&key, 5)),
             "{key}"
         );
         // The routing prefix and anything after |#| do not move the key.
@@ -104,7 +95,7 @@ fn hash_route_picks_one_child() {
         let key = format!("k{i}");
         let plan = c.plan("get", key.as_bytes(), DEFAULT);
         match ch3(&format!("{key}x"), 3) {
-            0 => assert_eq!(plan, send(0, ch3(&key, 5))),
+            0 => assert_eq!(plan, to(0, ch3(&key, 5))),
             1 => assert_eq!(pool_name(&c, &plan), "B"),
             _ => assert_eq!(plan, Plan::Null),
         }
@@ -123,7 +114,7 @@ fn all_routes_send_to_every_child_with_their_policy() {
         let c = config(&format!(r#""{ty}|Pool|A""#));
         let want = Plan::All {
             mode,
-            plans: (0..5).map(|i| send(0, i)).collect(),
+            plans: (0..5).map(|i| to(0, i)).collect(),
         };
         assert_eq!(c.plan("set", b"k", DEFAULT), want, "{ty}");
     }
@@ -159,7 +150,7 @@ fn failover_keeps_order_and_picks_errors_by_operation() {
         assert_eq!(plans.len(), 6);
         assert_eq!(pool_name(&c, &plans[0]), "B");
         let a = c.pools.iter().position(|p| p.name == "A").unwrap();
-        assert_eq!(plans[1..], (0..5).map(|i| send(a, i)).collect::<Vec<_>>());
+        assert_eq!(plans[1..], (0..5).map(|i| to(a, i)).collect::<Vec<_>>());
     }
 }
 
@@ -255,7 +246,7 @@ fn operation_selector() {
         r#"{"type": "OperationSelectorRoute", "operation_policies": {"get": "PoolRoute|A", "delete": "ErrorRoute|no"},
             "default_policy": "NullRoute"}"#,
     );
-    assert_eq!(c.plan("get", b"k", DEFAULT), send(0, ch3("k", 5)));
+    assert_eq!(c.plan("get", b"k", DEFAULT), to(0, ch3("k", 5)));
     assert_eq!(c.plan("delete", b"k", DEFAULT), Plan::Error("no".into()));
     assert_eq!(c.plan("set", b"k", DEFAULT), Plan::Null);
     let c = config(
