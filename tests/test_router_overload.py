@@ -22,7 +22,10 @@ from mcrouter_harness import McRouter
 from proxy_harness import Proxy, pool_yaml, stats_json
 
 LIMIT = 8
-KEYS = [f"ov:{i}" for i in range(400)]
+# The varying part first: fnv1a_64 (as nutcracker's) moves a key's hash only a little for a
+# different last byte, so `ov:0` ... `ov:9` share an arc of the ring and whole decades of
+# keys land on one server; some placements then left a server with none.
+KEYS = [f"{i}:ov" for i in range(400)]
 VALUE = b"x" * 100_000
 LOAD_CLIENTS = 100
 SETS_PER_CLIENT = 16
