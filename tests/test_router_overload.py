@@ -129,6 +129,27 @@ def set_request(key: str) -> bytes:
     return b"set %s 0 0 %d\r\n%s\r\n" % (key.encode(), len(VALUE), VALUE)
 
 
+def stop_with_waiters(
+    router: Router, backends: list[Server], n: int, what: str
+) -> tuple[Server, list[str], list[str], list[Conn]]:
+    """Places the keys, stops `backends[1]` (the victim) and has `n` clients each wait for a
+    get of one of its keys, until the router shows them sent (`what` names that state).
+    Returns the victim, its keys, the other servers' keys and the waiting clients."""
+    where = placed(router, backends)
+    victim = backends[1]
+    stuck = where[victim.address]
+    live = [k for b in backends if b is not victim for k in where[b.address]]
+    assert len(stuck) > n + 2 and live
+    requests_before = router.server_stat(victim.address, "requests")
+    assert victim.proc is not None
+    stop(victim)
+    waiting = [Conn(router.port, timeout=30) for _ in range(n)]
+    for c, k in zip(waiting, stuck):
+        c.send(f"get {k}\r\n".encode())
+    eventually(lambda: router.server_stat(victim.address, "requests") - requests_before == n, what)
+    return victim, stuck, live, waiting
+
+
 def flood(router: Router, keys_for: Callable[[int], list[str]], refusal: bytes) -> float:
     """LOAD_CLIENTS clients at once, client i sending large sets of `keys_for(i)`, each of
     which must be refused with `refusal`. Returns how many MB the router grew meanwhile."""
@@ -157,22 +178,9 @@ def test_a_stopped_server_fails_fast_past_the_limit_and_memory_stays_bounded(
     backends: list[Server], dialect: str
 ) -> None:
     with ROUTERS[dialect](backends, LIMIT) as router:
-        where = placed(router, backends)
-        victim = backends[1]
-        stuck = where[victim.address]
-        live = [k for b in backends if b is not victim for k in where[b.address]]
-        assert len(stuck) > LIMIT + 2 and live
-        requests_before = router.server_stat(victim.address, "requests")
-        assert victim.proc is not None
-        stop(victim)
-
         # LIMIT clients each wait for a key of the stopped server: its connection is full.
-        hogs = [Conn(router.port, timeout=30) for _ in range(LIMIT)]
-        for c, k in zip(hogs, stuck):
-            c.send(f"get {k}\r\n".encode())
-        eventually(
-            lambda: router.server_stat(victim.address, "requests") - requests_before == LIMIT,
-            "the stopped server's connection holds the limit",
+        victim, stuck, live, hogs = stop_with_waiters(
+            router, backends, LIMIT, "the stopped server's connection holds the limit"
         )
 
         # Past it, a request to the stopped server is answered at once...
@@ -289,23 +297,8 @@ def test_active_req_limit_answers_past_it_at_once_and_bounds_memory(
     extra = ["--active-req-limit", str(ACTIVE_LIMIT)]
     with Proxy(conf, port, threads=1, extra=extra) as p:
         router = Router(p, p.stats_port)
-        where = placed(router, backends)
-        victim = backends[1]
-        stuck = where[victim.address]
-        live = [k for b in backends if b is not victim for k in where[b.address]]
-        assert len(stuck) > ACTIVE_LIMIT + 2 and live
-        requests_before = router.server_stat(victim.address, "requests")
-        assert victim.proc is not None
-        stop(victim)
-
-        hogs = [Conn(router.port, timeout=30) for _ in range(ACTIVE_LIMIT)]
-        for c, k in zip(hogs, stuck):
-            c.send(f"get {k}\r\n".encode())
-        eventually(
-            lambda: (
-                router.server_stat(victim.address, "requests") - requests_before == ACTIVE_LIMIT
-            ),
-            "the router holds its limit of requests in flight",
+        victim, stuck, live, hogs = stop_with_waiters(
+            router, backends, ACTIVE_LIMIT, "the router holds its limit of requests in flight"
         )
 
         # The limit is the router's, not the server's: a healthy server's key is refused too.

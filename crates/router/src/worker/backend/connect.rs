@@ -1,0 +1,105 @@
+//! Opening a connection to a server: TCP, TLS when the pool asks for it, and a Redis pool's
+//! AUTH and SELECT queued ahead of the first request.
+
+use std::collections::VecDeque;
+use std::io;
+
+use proto::response::{Expect, ReplyFramer};
+use routetree::reply::McResult;
+
+use super::{redis_handshake, Backend, NoBackend, Pending};
+use crate::buf::ReadBuf;
+use crate::net::{error_text, Stream};
+use crate::shared::PoolRt;
+use crate::worker::reply_to::ReplyTo;
+use crate::worker::{error_reply, token, Worker, KIND_BACKEND};
+
+impl Worker {
+    /// Opens connection `k` to server `s` of pool `p` (see [`Worker::backend_or`]).
+    #[inline(never)]
+    pub(super) fn connect_backend(
+        &mut self,
+        p: usize,
+        s: usize,
+        k: usize,
+    ) -> Result<usize, NoBackend> {
+        let rt = self.pools[p].rt.clone();
+        let counters = &rt.counters[self.id].servers[s];
+        match Stream::connect(&rt.servers[s].addr, rt.cfg.tcpkeepalive)
+            .and_then(|stream| with_tls(stream, &rt, s))
+        {
+            Ok(mut stream) => {
+                let entry = self.backends.vacant_entry();
+                let b = entry.key();
+                if let Err(e) = stream.register(self.poll.registry(), token(KIND_BACKEND, b)) {
+                    return Err(NoBackend::Failed(error_reply(
+                        rt.cfg.redis,
+                        &error_text(&e),
+                    )));
+                }
+                counters.server_connections.add(1);
+                let mut wbuf = Vec::new();
+                let mut pending = VecDeque::new();
+                if rt.cfg.redis {
+                    let n =
+                        redis_handshake(rt.cfg.redis_auth.as_deref(), rt.cfg.redis_db, &mut wbuf);
+                    for _ in 0..n {
+                        pending.push_back(Pending {
+                            to: ReplyTo::HANDSHAKE,
+                            expect: Expect::Any,
+                            at: self.now,
+                            bytes: 0,
+                            reqs: 0,
+                            batch: None,
+                        });
+                    }
+                }
+                entry.insert(Backend {
+                    stream,
+                    rt: rt.clone(),
+                    worker: self.id,
+                    server: s,
+                    place: Some((p, k)),
+                    connecting: true,
+                    rbuf: ReadBuf::default(),
+                    framer: ReplyFramer::new(rt.cfg.redis, rt.cfg.item_size_max as usize),
+                    wbuf,
+                    wpos: 0,
+                    pending,
+                    queued: 0,
+                    dirty: false,
+                    open_get: None,
+                    get_line: Vec::new(),
+                    batch: Box::default(),
+                    spare: Vec::new(),
+                    scratch: (Vec::new(), Vec::new()),
+                });
+                self.pools[p].conns[s][k] = Some(b);
+                Ok(b)
+            }
+            Err(e) => {
+                counters.server_err.add(1);
+                rt.record_failure(s);
+                if !rt.tko.is_empty() {
+                    rt.record_tko_failure(s, true);
+                    return Err(NoBackend::Failed(
+                        McResult::ConnectError.error_reply().to_vec(),
+                    ));
+                }
+                Err(NoBackend::Failed(error_reply(
+                    rt.cfg.redis,
+                    &error_text(&e),
+                )))
+            }
+        }
+    }
+}
+
+/// A pool with `tls: true` (or an mcrouter server with `:ssl`) speaks TLS to its servers,
+/// named by `tls_server_name` or the server's host.
+fn with_tls(stream: Stream, rt: &PoolRt, s: usize) -> io::Result<Stream> {
+    match rt.server_tls(s) {
+        Some((config, name)) => stream.into_tls_client(config, name),
+        None => Ok(stream),
+    }
+}
