@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -280,6 +281,34 @@ def test_rate_limit_route_refuses_a_burst_beyond_its_bucket(backends: list[Serve
                 assert reply == (b"VALUE rl:%d 0 1\r\nv\r\nEND\r\n" % i if i < 5 else b"END\r\n")
 
 
+def test_yaml_pool_rates_refuse_past_the_bucket(backends: list[Server]) -> None:
+    """A nutcracker pool's `sets_rate`/`sets_burst` and `deletes_*` (RateLimitRoute's
+    `rates`): requests past the bucket get the reply a request to nowhere gets (NOT_STORED,
+    NOT_FOUND) and never reach a server; gets, without a rate, all pass."""
+    port = free_port()
+    opts: dict[str, object] = {"sets_rate": 0, "sets_burst": 5, "deletes_rate": 0}
+    opts["deletes_burst"] = 2
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", [f"{b.address}:1" for b in backends], **opts)
+    mport = free_port()
+    with Proxy(conf, port, threads=1, extra=["--metrics", f"127.0.0.1:{mport}"]), Conn(port) as c:
+        c.send(b"".join(b"set rl:%d 0 0 1\r\nv\r\n" % i for i in range(20)))
+        replies = [c.read_line() for _ in range(20)]
+        assert replies == [b"STORED\r\n"] * 5 + [b"NOT_STORED\r\n"] * 15
+        assert c.request(b"set rl:x 0 0 1 noreply\r\nv\r\nget rl:x\r\n", b"END\r\n") == (
+            b"END\r\n"
+        ), "a noreply set past the rate is dropped silently"
+        for i in range(20):
+            reply = c.request(b"get rl:%d\r\n" % i, b"END\r\n")
+            assert reply == (b"VALUE rl:%d 0 1\r\nv\r\nEND\r\n" % i if i < 5 else b"END\r\n")
+        deletes = [c.request(b"delete rl:%d\r\n" % i) for i in range(4)]
+        assert deletes == [b"DELETED\r\n"] * 2 + [b"NOT_FOUND\r\n"] * 2
+        assert c.request(b"get rl:3\r\n", b"END\r\n").startswith(b"VALUE rl:3 ")
+        url = f"http://127.0.0.1:{mport}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        assert 'memfleet_router_pool_rate_limited_total{pool="alpha"} 18\n' in text, text
+
+
 ACTIVE_LIMIT = 8
 ACTIVE_ERROR = b"SERVER_ERROR active request limit reached\r\n"
 
@@ -319,6 +348,32 @@ def test_active_req_limit_answers_past_it_at_once_and_bounds_memory(
             for k in (stuck + live)[: 4 * ACTIVE_LIMIT]:
                 assert c.request(f"get {k}\r\n".encode(), b"END\r\n").startswith(b"VALUE ")
             assert c.request(b"set %s 0 0 2\r\nv3\r\n" % live[0].encode()) == b"STORED\r\n"
+
+
+def test_pool_active_req_limit_bounds_its_pool_only(backends: list[Server]) -> None:
+    """A nutcracker pool's `active_req_limit`: once that pool's clients have that many
+    requests in flight, its further requests, to any server, are answered at once with
+    `SERVER_ERROR active request limit reached`; a second pool over the same servers, without
+    the key, is not held back; after SIGCONT the limit frees."""
+    port, other = free_port(), free_port()
+    servers = [f"{b.address}:1" for b in backends]
+    opts: dict[str, object] = {"hash": "fnv1a_64", "distribution": "ketama"}
+    conf = pool_yaml("alpha", f"127.0.0.1:{port}", servers, active_req_limit=ACTIVE_LIMIT, **opts)
+    conf += pool_yaml("beta", f"127.0.0.1:{other}", servers, **opts)
+    with Proxy(conf, port, threads=1) as p:
+        router = Router(p, p.stats_port)
+        victim, stuck, live, hogs = stop_with_waiters(
+            router, backends, ACTIVE_LIMIT, "the pool holds its limit of requests in flight"
+        )
+        with Conn(router.port, timeout=30) as c:
+            assert c.request(f"get {live[0]}\r\n".encode()) == ACTIVE_ERROR
+        with Conn(other, timeout=30) as c:
+            got = c.request(f"get {live[0]}\r\n".encode(), b"END\r\n")
+            assert got.startswith(b"VALUE "), "the other pool is not held back"
+        resume(victim, hogs, stuck)
+        with Conn(router.port, timeout=30) as c:
+            for k in (stuck + live)[: 4 * ACTIVE_LIMIT]:
+                assert c.request(f"get {k}\r\n".encode(), b"END\r\n").startswith(b"VALUE ")
 
 
 def test_max_client_outstanding_reqs_stops_reading_the_client(backends: list[Server]) -> None:

@@ -45,6 +45,9 @@ pub(super) struct RawPool {
     pub(super) hot_key_share: Option<f64>,
     pub(super) hot_key_max: Option<u32>,
     pub(super) hot_key_sample: Option<u32>,
+    pub(super) active_req_limit: Option<u32>,
+    /// `gets_rate`, `gets_burst`, `sets_rate`, ... (see [`super::PoolRates`]).
+    pub(super) rates: [Option<u32>; 6],
 }
 
 /// Applies one `key: value` (or one sequence element of `key:`), like nc_conf.c's
@@ -128,6 +131,11 @@ pub(super) fn set_directive(
         "hot_key_share" => super::parse_share(value).and_then(|f| once(&mut pool.hot_key_share, f)),
         "hot_key_max" => positive(&mut pool.hot_key_max),
         "hot_key_sample" => positive(&mut pool.hot_key_sample),
+        "active_req_limit" => num(&mut pool.active_req_limit),
+        _ if super::RATE_KEYS.contains(&key) => {
+            let i = super::RATE_KEYS.iter().position(|k| *k == key).unwrap_or(0);
+            num(&mut pool.rates[i])
+        }
         // The `tls*` and `listen_tls*` directives, else an unknown one.
         _ => pool.tls.directive(key, value).unwrap_or(Err("is unknown")),
     };

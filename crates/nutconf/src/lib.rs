@@ -116,6 +116,61 @@ pub struct Pool {
     pub big_value_hide_reply_flag: bool,
     /// Hot keys' gets answered from a small cache in the router (memfleet extension).
     pub hot_keys: HotKeys,
+    /// Requests of this pool's clients in flight to its servers, router-wide, past which
+    /// requests fail at once (0: no limit; memfleet extension).
+    pub active_req_limit: u32,
+    /// Token buckets on gets, sets and deletes (memfleet extension, as mcrouter's
+    /// RateLimitRoute `rates`).
+    pub rates: PoolRates,
+}
+
+/// `gets_rate`/`gets_burst`, `sets_rate`/`sets_burst`, `deletes_rate`/`deletes_burst`:
+/// requests per second of each class the pool lets through, and how many may come at once
+/// (the burst defaults to the rate). A class without a rate is not limited.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolRates {
+    pub gets: Option<TokenRate>,
+    pub sets: Option<TokenRate>,
+    pub deletes: Option<TokenRate>,
+}
+
+impl PoolRates {
+    pub fn any(&self) -> bool {
+        self.gets.is_some() || self.sets.is_some() || self.deletes.is_some()
+    }
+}
+
+/// Requests per second, and the most that may pass at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenRate {
+    pub rate: u32,
+    pub burst: u32,
+}
+
+/// The rate keys, in the order `RawPool::rates` holds them.
+const RATE_KEYS: [&str; 6] = [
+    "gets_rate",
+    "gets_burst",
+    "sets_rate",
+    "sets_burst",
+    "deletes_rate",
+    "deletes_burst",
+];
+
+/// One class's rate from its `*_rate` and `*_burst` values.
+fn token_rate(
+    class: &str,
+    rate: Option<u32>,
+    burst: Option<u32>,
+) -> Result<Option<TokenRate>, String> {
+    match (rate, burst) {
+        (Some(rate), burst) => Ok(Some(TokenRate {
+            rate,
+            burst: burst.unwrap_or(rate).max(1),
+        })),
+        (None, Some(_)) => Err(format!("has {class}_burst without {class}_rate")),
+        (None, None) => Ok(None),
+    }
 }
 
 /// Hot-key handling (`hot_keys`, `hot_key_*`; mcrouter configs: `--hot-key*`): the router
@@ -260,6 +315,17 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             return Err(fail(&format!("has servers with same name '{}'", w[0])));
         }
+        let [gr, gb, sr, sb, dr, db] = r.rates;
+        let rates = PoolRates {
+            gets: token_rate("gets", gr, gb).map_err(|m| fail(&m))?,
+            sets: token_rate("sets", sr, sb).map_err(|m| fail(&m))?,
+            deletes: token_rate("deletes", dr, db).map_err(|m| fail(&m))?,
+        };
+        if redis && rates.any() {
+            return Err(fail(
+                "has rate limits (gets_rate, ...), which apply to memcached pools only",
+            ));
+        }
         pools.push(Pool {
             listen,
             hash: r.hash.unwrap_or(DEFAULT_HASH),
@@ -304,6 +370,8 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
                 max: r.hot_key_max.unwrap_or(DEFAULT_HOT_KEY_MAX),
                 sample: r.hot_key_sample.unwrap_or(DEFAULT_HOT_KEY_SAMPLE),
             },
+            active_req_limit: r.active_req_limit.unwrap_or(0),
+            rates,
             name: r.name,
         });
     }

@@ -72,6 +72,8 @@ pub struct PoolCounters {
     /// Per server: requests failed at once because its connection held
     /// `server_max_inflight` requests already (`/metrics`).
     pub overloaded: Vec<Counter>,
+    /// Requests answered at once past the pool's rate limits (`gets_rate`, ...; `/metrics`).
+    pub rate_limited: Counter,
 }
 
 impl PoolCounters {
@@ -82,6 +84,7 @@ impl PoolCounters {
             latency: (0..servers).map(|_| Default::default()).collect(),
             tko_failed: (0..servers).map(|_| Counter::default()).collect(),
             overloaded: (0..servers).map(|_| Counter::default()).collect(),
+            rate_limited: Counter::default(),
         }
     }
 }

@@ -26,6 +26,7 @@ fn help(field: &str) -> &'static str {
         "client_connections" => "Client connections open now.",
         "server_ejects" => "Times a server of the pool was ejected.",
         "forward_error" => "Requests answered with an error because they could not be forwarded.",
+        "rate_limited" => "Requests answered at once past the pool's rate limits (gets_rate, sets_rate, deletes_rate).",
         "fragments" => "Sub-requests made by splitting multi-key requests over servers.",
         "server_eof" => "Server connections closed by the server.",
         "server_err" => "Server connections closed on an error.",
@@ -34,7 +35,7 @@ fn help(field: &str) -> &'static str {
         "ejected" => "1 while the server is ejected from the pool.",
         "server_tko" => "mcrouter pools: 0 while the server is up, 1 soft TKO, 2 hard TKO.",
         "tko_failed" => "mcrouter pools: sends failed at once because the server was TKO.",
-        "overloaded" => "Requests failed at once: the server connection held server_max_inflight (target-max-inflight-requests) already, or the router held --active-req-limit.",
+        "overloaded" => "Requests failed at once: the server connection held server_max_inflight (target-max-inflight-requests) already, the pool its active_req_limit, or the router --active-req-limit.",
         "requests" => "Requests forwarded to the server.",
         "request_bytes" => "Request bytes forwarded to the server.",
         "responses" => "Replies read from the server.",
@@ -123,6 +124,8 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
         let name = pool.cfg.name.as_bytes();
         let mut fields = sum(pool.counters.iter().map(|c| c.pool.fields()));
         fields.push(("server_ejects", pool.server_ejects.load(Relaxed) as i64));
+        let limited = pool.counters.iter().map(|c| c.rate_limited.get()).sum();
+        fields.push(("rate_limited", limited));
         let mut requests = 0;
         let mut latency = Snapshot::default();
         for (i, server) in pool.servers.iter().enumerate() {

@@ -234,6 +234,7 @@ fn every_directive_is_read() {
   hot_key_share: 5%
   hot_key_max: 8
   hot_key_sample: 4
+  active_req_limit: 500
   servers:
    - /tmp/mc.sock:2 local
    - /tmp/mc2.sock:1
@@ -276,6 +277,7 @@ fn every_directive_is_read() {
             sample: 4
         }
     );
+    assert_eq!(p.active_req_limit, 500);
     assert_eq!(
         p.servers[0].addr,
         ServerAddr::Unix {
@@ -286,6 +288,34 @@ fn every_directive_is_read() {
     // twemproxy keeps the ':' before the weight in a unix server's ketama name.
     assert_eq!(p.servers[1].ketama_name, "/tmp/mc2.sock:");
     assert_eq!(p.servers[2].weight, 3);
+}
+
+#[test]
+fn rates_are_token_buckets_per_class() {
+    let c = parse(
+        "a:
+  listen: 127.0.0.1:22121
+  gets_rate: 1000
+  gets_burst: 50
+  deletes_rate: 10
+  servers:
+   - 127.0.0.1:11211:1
+",
+    );
+    let r = &c.pools[0].rates;
+    let rate = |rate, burst| Some(crate::TokenRate { rate, burst });
+    assert_eq!(r.gets, rate(1000, 50));
+    assert_eq!(r.sets, None, "a class without a rate is not limited");
+    assert_eq!(r.deletes, rate(10, 10), "the burst defaults to the rate");
+    assert!(r.any());
+    let redis = reject("a:\n  listen: 127.0.0.1:22121\n  redis: true\n  sets_rate: 5\n  servers:\n   - 127.0.0.1:6379:1\n");
+    assert!(redis.contains("memcached pools only"), "{redis}");
+    assert!(
+        !parse("a:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n").pools[0]
+            .rates
+            .any()
+    );
+    assert_eq!(c.pools[0].active_req_limit, 0, "no limit by default");
 }
 
 #[test]

@@ -35,6 +35,9 @@ fn bad_values_are_refused_with_reasons() {
         ),
         ("item_size_max: 1073741825", "is not between"),
         ("item_size_max: 64m", "is not a number"),
+        ("sets_burst: 5", "has sets_burst without sets_rate"),
+        ("gets_rate: 1.5", "directive \"gets_rate\" is not a number"),
+        ("active_req_limit: -1", "is not a number"),
     ];
     for (line, want) in cases {
         let err = reject(&with(line));

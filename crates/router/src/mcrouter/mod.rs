@@ -345,5 +345,7 @@ fn pool_cfg(
         big_value_hide_reply_flag: false,
         server_max_inflight: 0,
         hot_keys: Default::default(),
+        active_req_limit: 0,
+        rates: Default::default(),
     }
 }

@@ -1,6 +1,6 @@
-//! Router-wide limits on requests in flight to servers: per server connection
-//! (`server_max_inflight`) and for the whole router (`--active-req-limit`, as memcached's
-//! proxy `active_req_limit`). Past either, a request is answered at once with an error
+//! Limits on requests in flight to servers: per server connection (`server_max_inflight`),
+//! per pool (`active_req_limit`) and for the whole router (`--active-req-limit`, as
+//! memcached's proxy `active_req_limit`). Past either, a request is answered at once with an error
 //! instead of being queued: a slow server then costs its own clients errors, not the
 //! router's memory, however many clients pile on.
 
@@ -45,6 +45,24 @@ impl Active {
 }
 
 impl Worker {
+    /// One more request queued on backend `b`: it counts against the router-wide limit and
+    /// its pool's.
+    #[inline]
+    pub(super) fn count_queued(&mut self, b: usize) {
+        self.active.queued(1);
+        if let Some((p, _)) = self.backends[b].place {
+            self.pools[p].active.queued(1);
+        }
+    }
+
+    /// Backend `be` is gone with its queued requests.
+    pub(super) fn answered_all(&mut self, be: &super::backend::Backend) {
+        self.active.answered(be.queued);
+        if let Some((p, _)) = be.place {
+            self.pools[p].active.answered(be.queued);
+        }
+    }
+
     /// The reply for a request to server `s` of pool `p` whose connection holds
     /// `server_max_inflight` requests already (counted): mcrouter's words for its
     /// `target_max_pending_requests` (a `local_error`).
@@ -60,7 +78,8 @@ impl Worker {
     }
 
     /// The reply for a request to server `s` of pool `p` while the router holds
-    /// `--active-req-limit` requests in flight (counted as `overloaded` too).
+    /// `--active-req-limit` requests in flight, or the pool its `active_req_limit` (counted
+    /// as `overloaded` too).
     #[cold]
     pub(super) fn active_limit_reached(&self, p: usize, s: usize) -> Vec<u8> {
         let pl = &self.pools[p];

@@ -133,7 +133,7 @@ pub(super) struct Backend {
     pub(super) pending: VecDeque<Pending>,
     /// Client requests queued here and not answered yet (those of the open get line too):
     /// what `server_max_inflight` bounds.
-    queued: u32,
+    pub(super) queued: u32,
     dirty: bool,
     open_get: Option<OpenGet>,
     /// The keys of `open_get` as they go on the line, and its requests.
@@ -204,10 +204,10 @@ impl Worker {
         s: usize,
         lane: usize,
     ) -> Result<usize, NoBackend> {
-        if self.active.full() {
+        let pl = &self.pools[p];
+        if self.active.full() || pl.active.full() {
             return Err(NoBackend::Overloaded(self.active_limit_reached(p, s)));
         }
-        let pl = &self.pools[p];
         let k = lane % pl.conns[s].len();
         match pl.conns[s][k] {
             Some(b) if self.backends[b].queued < pl.max_inflight => Ok(b),
@@ -220,7 +220,7 @@ impl Worker {
     /// `expect`s. `parts` are written one after the other.
     pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, expect: Expect) {
         self.backends[b].enqueue(parts, to, expect, None, self.now);
-        self.active.queued(1);
+        self.count_queued(b);
         self.mark_backend(b);
     }
 
@@ -238,7 +238,7 @@ impl Worker {
         let mut batch = be.spare.pop().unwrap_or_default();
         batch.push(Member { to, nkeys: 0 }, keys);
         be.enqueue(parts, to, expect, Some(batch), self.now);
-        self.active.queued(1);
+        self.count_queued(b);
         self.mark_backend(b);
     }
 
@@ -251,7 +251,7 @@ impl Worker {
         to: ReplyTo,
     ) {
         self.backends[b].enqueue_get(cas, keys, to, self.now);
-        self.active.queued(1);
+        self.count_queued(b);
         self.mark_backend(b);
     }
 
@@ -411,6 +411,9 @@ impl Worker {
                         c.out_queue_bytes.add(-i64::from(p.bytes));
                         be.queued -= p.reqs;
                         self.active.answered(p.reqs);
+                        if let Some((pool, _)) = be.place {
+                            self.pools[pool].active.answered(p.reqs);
+                        }
                         if let Some(mut batch) = be.pending.pop_front().and_then(|p| p.batch) {
                             if be.spare.len() < SPARE_BATCHES {
                                 batch.clear();
@@ -491,7 +494,7 @@ impl Worker {
             return;
         };
         be.close_get();
-        self.active.answered(be.queued);
+        self.answered_all(&be);
         let _ = self.poll.registry().deregister(be.stream.source());
         if let Some((p, k)) = be.place {
             if let Some(pl) = self.pools.get_mut(p) {
@@ -589,7 +592,7 @@ impl Worker {
         let Some(mut be) = self.backends.try_remove(b) else {
             return;
         };
-        self.active.answered(be.queued);
+        self.answered_all(&be);
         let _ = self.poll.registry().deregister(be.stream.source());
         be.rt.counters[self.id].servers[be.server]
             .server_connections

@@ -112,15 +112,15 @@ impl Worker {
 
     #[inline(always)]
     pub(super) fn route(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
-        if self.pools[p].hot.is_some() {
-            return self.route_hot(ci, p, req, raw);
+        if self.pools[p].special {
+            return self.route_special(ci, p, req, raw);
         }
         self.route_cold(ci, p, req, raw)
     }
 
     /// Routes a request, hot-key cache aside. Inlined into both callers: a request is not
     /// copied once more on its way.
-    #[inline]
+    #[inline(always)]
     pub(super) fn route_cold(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         let threshold = self.clients[ci].rt.cfg.big_value_split_threshold as usize;
         if threshold == 0 {
@@ -156,6 +156,7 @@ impl Worker {
         }
     }
 
+    #[inline(always)]
     fn route_request(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
         let mut d = Dest::Pool(p);
         if self.shared.mcrouter.is_some() {

@@ -32,6 +32,7 @@ mod get_batch;
 mod hotcache;
 mod mcrouter;
 mod memcached;
+mod rates;
 mod redis;
 mod reply_to;
 
@@ -164,6 +165,12 @@ struct PoolLocal {
     hot: Option<Arc<crate::hot::HotShared>>,
     /// Picks the gets whose keys feed this thread's hot-key sketch.
     sampler: hotkeys::Sampler,
+    /// This thread's share of the pool's `active_req_limit`.
+    active: active::Active,
+    /// This thread's share of the pool's rate limits, if it has any.
+    rates: Option<Box<rates::PoolBuckets>>,
+    /// Requests take the slower path through `route_special` (hot keys or rate limits).
+    special: bool,
 }
 
 pub struct Worker {
@@ -446,6 +453,9 @@ impl Worker {
                     rt.cfg.hot_keys.sample,
                     0x9e37_79b9_7f4a_7c15 ^ self.id as u64,
                 ),
+                active: active::Active::new(rt.cfg.active_req_limit, rt.counters.len()),
+                rates: rates::PoolBuckets::new(&rt.cfg.rates, rt.counters.len(), self.now),
+                special: rt.hot.is_some() || rt.cfg.rates.any(),
             })
             .collect();
         self.shared = shared;
