@@ -28,6 +28,11 @@ impl Active {
         Active { share, inflight: 0 }
     }
 
+    /// Whether there is a limit at all.
+    pub(super) fn limits(&self) -> bool {
+        self.share != u32::MAX
+    }
+
     #[inline]
     pub(super) fn full(&self) -> bool {
         self.inflight >= self.share
@@ -45,12 +50,12 @@ impl Active {
 }
 
 impl Worker {
-    /// One more request queued on backend `b`: it counts against the router-wide limit and
-    /// its pool's.
+    /// One more request queued: it counts against the router-wide limit and, if its backend's
+    /// pool has one (`limited_pool`), the pool's.
     #[inline]
-    pub(super) fn count_queued(&mut self, b: usize) {
+    pub(super) fn count_queued(&mut self, limited_pool: Option<usize>) {
         self.active.queued(1);
-        if let Some((p, _)) = self.backends[b].place {
+        if let Some(p) = limited_pool {
             self.pools[p].active.queued(1);
         }
     }
@@ -58,7 +63,7 @@ impl Worker {
     /// Backend `be` is gone with its queued requests.
     pub(super) fn answered_all(&mut self, be: &super::backend::Backend) {
         self.active.answered(be.queued);
-        if let Some((p, _)) = be.place {
+        if let Some(p) = be.limited_pool {
             self.pools[p].active.answered(be.queued);
         }
     }

@@ -125,6 +125,9 @@ pub(super) struct Backend {
     /// `(pool index, connection index)` in the worker's current pools; None once retired
     /// by a reload (it then closes when its queue is empty).
     pub(super) place: Option<(usize, usize)>,
+    /// The pool index while it is current and has an `active_req_limit` its requests count
+    /// against.
+    pub(super) limited_pool: Option<usize>,
     connecting: bool,
     rbuf: ReadBuf,
     framer: ReplyFramer,
@@ -218,9 +221,12 @@ impl Worker {
 
     /// Queues a request on backend `b`; its reply goes to `to` and must be one it
     /// `expect`s. `parts` are written one after the other.
+    #[inline]
     pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, expect: Expect) {
-        self.backends[b].enqueue(parts, to, expect, None, self.now);
-        self.count_queued(b);
+        let be = &mut self.backends[b];
+        be.enqueue(parts, to, expect, None, self.now);
+        let pool = be.limited_pool;
+        self.count_queued(pool);
         self.mark_backend(b);
     }
 
@@ -238,11 +244,13 @@ impl Worker {
         let mut batch = be.spare.pop().unwrap_or_default();
         batch.push(Member { to, nkeys: 0 }, keys);
         be.enqueue(parts, to, expect, Some(batch), self.now);
-        self.count_queued(b);
+        let pool = be.limited_pool;
+        self.count_queued(pool);
         self.mark_backend(b);
     }
 
     /// Queues a plain get/gets on backend `b`; see [`Backend::enqueue_get`].
+    #[inline]
     pub(super) fn enqueue_get<'k>(
         &mut self,
         b: usize,
@@ -250,8 +258,10 @@ impl Worker {
         keys: impl Iterator<Item = &'k [u8]> + Clone,
         to: ReplyTo,
     ) {
-        self.backends[b].enqueue_get(cas, keys, to, self.now);
-        self.count_queued(b);
+        let be = &mut self.backends[b];
+        be.enqueue_get(cas, keys, to, self.now);
+        let pool = be.limited_pool;
+        self.count_queued(pool);
         self.mark_backend(b);
     }
 
@@ -411,7 +421,7 @@ impl Worker {
                         c.out_queue_bytes.add(-i64::from(p.bytes));
                         be.queued -= p.reqs;
                         self.active.answered(p.reqs);
-                        if let Some((pool, _)) = be.place {
+                        if let Some(pool) = be.limited_pool {
                             self.pools[pool].active.answered(p.reqs);
                         }
                         if let Some(mut batch) = be.pending.pop_front().and_then(|p| p.batch) {

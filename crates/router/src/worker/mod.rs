@@ -430,6 +430,7 @@ impl Worker {
         let retired: Vec<usize> = self.backends.iter().map(|(b, _)| b).collect();
         for b in retired {
             self.backends[b].place = None;
+            self.backends[b].limited_pool = None;
             if self.backends[b].pending.is_empty() {
                 self.close_backend(b);
             }

@@ -60,6 +60,7 @@ impl Worker {
                     worker: self.id,
                     server: s,
                     place: Some((p, k)),
+                    limited_pool: self.pools[p].active.limits().then_some(p),
                     connecting: true,
                     rbuf: ReadBuf::default(),
                     framer: ReplyFramer::new(rt.cfg.redis, rt.cfg.item_size_max as usize),
