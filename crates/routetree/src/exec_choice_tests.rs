@@ -60,14 +60,32 @@ fn latency_injection_waits_before_and_after_the_child() {
     let mut exec = delay(5, 7, 0);
     let mut out = Vec::new();
     exec.start(&mut limits, &mut out);
-    assert_eq!(out, vec![Action::Wait { node: 0, timer: TIMER_STEP, ms: 5 }]);
+    assert_eq!(
+        out,
+        vec![Action::Wait {
+            node: 0,
+            timer: TIMER_STEP,
+            ms: 5
+        }]
+    );
     assert!(!exec.finished());
     out.clear();
     exec.on_timer(0, TIMER_STEP, &mut limits, &mut out);
-    assert_eq!(out, vec![Action::Send { node: 1 }], "sent once the wait is over");
+    assert_eq!(
+        out,
+        vec![Action::Send { node: 1 }],
+        "sent once the wait is over"
+    );
     out.clear();
     exec.on_reply(1, r(HIT), &mut limits, &mut out);
-    assert_eq!(out, vec![Action::Wait { node: 0, timer: TIMER_STEP, ms: 7 }]);
+    assert_eq!(
+        out,
+        vec![Action::Wait {
+            node: 0,
+            timer: TIMER_STEP,
+            ms: 7
+        }]
+    );
     assert!(exec.replies().is_none(), "the reply waits too");
     out.clear();
     exec.on_timer(0, TIMER_STEP, &mut limits, &mut out);
@@ -85,7 +103,11 @@ fn latency_injection_pads_to_the_total() {
     assert_eq!(
         out,
         vec![
-            Action::Wait { node: 0, timer: TIMER_TOTAL, ms: 30 },
+            Action::Wait {
+                node: 0,
+                timer: TIMER_TOTAL,
+                ms: 30
+            },
             Action::Send { node: 1 },
         ]
     );

@@ -30,10 +30,10 @@ use crate::model::*;
 use crate::source::Source;
 use builder::{Builder, Result};
 
-pub use failover::{DEFAULT_FAILOVER_ERRORS, ERROR_RESULTS};
-pub(crate) use key_edit::key_problem;
 #[cfg(test)]
 pub(crate) use choice::{host_pick, latest_picks};
+pub use failover::{DEFAULT_FAILOVER_ERRORS, ERROR_RESULTS};
+pub(crate) use key_edit::key_problem;
 pub use selectors::OPERATIONS;
 pub use server::{parse_server, BadServer};
 

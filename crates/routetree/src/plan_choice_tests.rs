@@ -40,11 +40,18 @@ fn random_route_offers_every_child_to_the_executor() {
         plans: (0..5).map(|i| to(0, i)).collect(),
     };
     assert_eq!(c.plan("get", b"k", DEFAULT), want);
-    assert_eq!(c.plan("set", b"other", DEFAULT), want, "the key does not matter");
+    assert_eq!(
+        c.plan("set", b"other", DEFAULT),
+        want,
+        "the key does not matter"
+    );
     // One child is that child, none the default reply, as in mcrouter.
     let c = config(r#"{"type": "RandomRoute", "children": ["PoolRoute|A"]}"#);
     assert_eq!(c.plan("get", b"k", DEFAULT), to(0, ch3("k", 5)));
-    assert_eq!(config(r#""RandomRoute""#).plan("get", b"k", DEFAULT), Plan::Null);
+    assert_eq!(
+        config(r#""RandomRoute""#).plan("get", b"k", DEFAULT),
+        Plan::Null
+    );
     assert_eq!(
         config(r#""RandomRoute|Pool|A""#).plan("get", b"k", DEFAULT),
         want
@@ -61,7 +68,11 @@ fn latest_picks_are_distinct_stable_and_follow_the_host() {
     sorted.dedup();
     assert_eq!(sorted.len(), 3, "{picks:?}");
     assert_eq!(latest_picks(42, "", &ones, 3), picks, "stable");
-    assert_eq!(latest_picks(42, "", &ones, 99).len(), 10, "at most every child");
+    assert_eq!(
+        latest_picks(42, "", &ones, 99).len(),
+        10,
+        "at most every child"
+    );
     assert_eq!(latest_picks(42, "", &ones, 0), Vec::<usize>::new());
     // Hosts spread over the children, and a salt moves a host's picks.
     let firsts: std::collections::HashSet<usize> =
@@ -119,11 +130,12 @@ fn latest_route_refusals_and_warnings_name_the_field() {
     assert!(e.contains("failover_count must be an integer"), "{e}");
     let e = refused(r#"{"type": "LatestRoute", "children": "Pool|A", "salt": 1}"#);
     assert!(e.contains("salt must be a string"), "{e}");
-    let c = config(
-        r#"{"type": "LatestRoute", "children": "Pool|A", "thread_local_failover": true}"#,
-    );
+    let c =
+        config(r#"{"type": "LatestRoute", "children": "Pool|A", "thread_local_failover": true}"#);
     assert!(
-        c.warnings.iter().any(|w| w.contains("thread_local_failover")),
+        c.warnings
+            .iter()
+            .any(|w| w.contains("thread_local_failover")),
         "{:?}",
         c.warnings
     );
@@ -133,7 +145,11 @@ fn latest_route_refusals_and_warnings_name_the_field() {
 
 #[test]
 fn host_id_route_takes_the_hosts_child() {
-    assert_eq!(host_pick(7, "", 5), 2, "the host id modulo the children, as mcrouter");
+    assert_eq!(
+        host_pick(7, "", 5),
+        2,
+        "the host id modulo the children, as mcrouter"
+    );
     assert_ne!(
         (0..50).map(|h| host_pick(h, "s", 5)).collect::<Vec<_>>(),
         (0..50).map(|h| host_pick(h, "", 5)).collect::<Vec<_>>()
@@ -142,7 +158,10 @@ fn host_id_route_takes_the_hosts_child() {
     let want = to(0, host_pick(host_id(), "", 5));
     assert_eq!(c.plan("get", b"k", DEFAULT), want);
     assert_eq!(c.plan("get", b"other", DEFAULT), want);
-    assert_eq!(config(r#""HostIdRoute""#).plan("get", b"k", DEFAULT), Plan::Null);
+    assert_eq!(
+        config(r#""HostIdRoute""#).plan("get", b"k", DEFAULT),
+        Plan::Null
+    );
 }
 
 #[test]
@@ -150,7 +169,10 @@ fn load_balancer_route_is_refused_with_its_reason() {
     let e = refused(r#"{"type": "LoadBalancerRoute", "children": "Pool|A"}"#);
     assert!(e.contains("memcached does not report"), "{e}");
     let e = refused(r#"{"type": "HashRoute", "children": "Pool|A", "hash_func": "LoadBalancer"}"#);
-    assert!(e.contains("memcached does not report") && e.contains("hash_func"), "{e}");
+    assert!(
+        e.contains("memcached does not report") && e.contains("hash_func"),
+        "{e}"
+    );
 }
 
 fn edit(fields: &str) -> KeyEdit {
@@ -175,7 +197,11 @@ fn modify_key_rewrites_as_mcrouter_does() {
     assert_eq!(edited(&e, "/a/b/bar").as_deref(), Some("/a/b/foo:bar"));
     let e = edit(r#", "ensure_key_prefix": "foo:", "modify_inplace": true"#);
     assert_eq!(edited(&e, "abcdef").as_deref(), Some("foo:ef"));
-    assert_eq!(edited(&e, "ab").as_deref(), Some("foo:ab"), "shorter than the prefix");
+    assert_eq!(
+        edited(&e, "ab").as_deref(),
+        Some("foo:ab"),
+        "shorter than the prefix"
+    );
     let e = edit(r#", "ensure_key_prefix": "new:", "replace_key_prefix": "old:""#);
     assert_eq!(edited(&e, "old:k").as_deref(), Some("new:k"));
     assert_eq!(edited(&e, "k").as_deref(), Some("new:k"));
@@ -195,7 +221,8 @@ fn modify_key_rewrites_as_mcrouter_does() {
 
 #[test]
 fn modify_key_routes_the_new_key_and_refuses_a_too_long_one() {
-    let c = config(r#"{"type": "ModifyKeyRoute", "target": "PoolRoute|A", "ensure_key_prefix": "p:"}"#);
+    let c =
+        config(r#"{"type": "ModifyKeyRoute", "target": "PoolRoute|A", "ensure_key_prefix": "p:"}"#);
     assert_eq!(
         c.plan("get", b"k", DEFAULT),
         Plan::Rekey {
@@ -219,11 +246,23 @@ fn modify_key_refusals_name_the_field() {
         r#"{"type": "ModifyKeyRoute", "target": "NullRoute", "replace_key_prefix": "a",
             "modify_inplace": true}"#,
     );
-    assert!(e.contains("cannot be used together") && e.contains("modify_inplace"), "{e}");
-    let e = refused(r#"{"type": "ModifyKeyRoute", "target": "NullRoute", "set_routing_prefix": "/a/"}"#);
-    assert!(e.contains("set_routing_prefix '/a/' is not a routing prefix"), "{e}");
-    let e = refused(r#"{"type": "ModifyKeyRoute", "target": "NullRoute", "ensure_key_prefix": "a b"}"#);
-    assert!(e.contains("ensure_key_prefix 'a b' is not valid in a key"), "{e}");
+    assert!(
+        e.contains("cannot be used together") && e.contains("modify_inplace"),
+        "{e}"
+    );
+    let e = refused(
+        r#"{"type": "ModifyKeyRoute", "target": "NullRoute", "set_routing_prefix": "/a/"}"#,
+    );
+    assert!(
+        e.contains("set_routing_prefix '/a/' is not a routing prefix"),
+        "{e}"
+    );
+    let e =
+        refused(r#"{"type": "ModifyKeyRoute", "target": "NullRoute", "ensure_key_prefix": "a b"}"#);
+    assert!(
+        e.contains("ensure_key_prefix 'a b' is not valid in a key"),
+        "{e}"
+    );
     let e = refused(r#"{"type": "ModifyKeyRoute", "target": "NullRoute", "set_key_suffix": 3}"#);
     assert!(e.contains("set_key_suffix must be a string"), "{e}");
 }
@@ -244,16 +283,23 @@ fn latency_injection_wraps_its_child() {
         }
     );
     // No latency at all: the child itself, as mcrouter does.
-    let c = config(r#"{"type": "LatencyInjectionRoute", "child": "PoolRoute|A", "after_latency_ms": 0}"#);
+    let c = config(
+        r#"{"type": "LatencyInjectionRoute", "child": "PoolRoute|A", "after_latency_ms": 0}"#,
+    );
     assert_eq!(c.plan("get", b"k", DEFAULT), to(0, ch3("k", 5)));
     let e = refused(r#"{"type": "LatencyInjectionRoute", "child": "NullRoute"}"#);
     assert!(e.contains("needs 'before_latency_ms'"), "{e}");
-    let e = refused(r#"{"type": "LatencyInjectionRoute", "child": "NullRoute", "after_latency_ms": -1}"#);
+    let e = refused(
+        r#"{"type": "LatencyInjectionRoute", "child": "NullRoute", "after_latency_ms": -1}"#,
+    );
     assert!(e.contains("after_latency_ms must be an integer"), "{e}");
     let e = refused(r#"{"type": "LatencyInjectionRoute", "before_latency_ms": 1}"#);
     assert!(e.contains("no 'child'"), "{e}");
     let e = refused(
         r#"{"type": "LatencyInjectionRoute", "child": "NullRoute", "request_payload_latency": true}"#,
     );
-    assert!(e.contains("request_payload_latency is not supported"), "{e}");
+    assert!(
+        e.contains("request_payload_latency is not supported"),
+        "{e}"
+    );
 }

@@ -15,7 +15,10 @@ pub(crate) fn key_problem(key: &[u8]) -> Option<&'static str> {
         Some("missing")
     } else if key.len() > MAX_KEY_LENGTH {
         Some("too long")
-    } else if key.iter().any(|&c| c.is_ascii_whitespace() || c.is_ascii_control()) {
+    } else if key
+        .iter()
+        .any(|&c| c.is_ascii_whitespace() || c.is_ascii_control())
+    {
         Some("space or control character")
     } else {
         None
@@ -78,7 +81,9 @@ impl<'a> Builder<'a> {
         };
         match key_problem(piece.as_bytes()) {
             Some(problem) if !piece.is_empty() => self.key(field, |b| {
-                b.fail(format!("{field} '{piece}' is not valid in a key: {problem}"))
+                b.fail(format!(
+                    "{field} '{piece}' is not valid in a key: {problem}"
+                ))
             }),
             _ => Ok(piece),
         }
