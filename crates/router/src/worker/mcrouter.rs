@@ -58,6 +58,10 @@ struct Spooled {
     ticket: usize,
 }
 
+/// A wait of an execution: when it is over, the execution, its generation, the node and
+/// which of the node's timers.
+type Timer = (Instant, usize, u32, usize, u8);
+
 /// The executions of one worker.
 #[derive(Default)]
 pub(super) struct Execs {
@@ -75,8 +79,8 @@ pub(super) struct Execs {
     /// FailoverRoutes' `failover_limit` buckets, and the generation they belong to.
     limits: FailoverState,
     limits_of: Option<Arc<McRoutes>>,
-    /// LatencyInjectionRoutes' waits: (when, execution, its generation, node, timer).
-    timers: BinaryHeap<Reverse<(Instant, usize, u32, usize, u8)>>,
+    /// LatencyInjectionRoutes' waits, soonest first.
+    timers: BinaryHeap<Reverse<Timer>>,
 }
 
 impl Execs {
