@@ -97,6 +97,8 @@ pub enum Action {
     SendCopy { node: usize },
     /// Part `part` (a key of the client's request) has its reply ([`Exec::part`]).
     Done { part: usize },
+    /// Call [`Exec::on_timer`] with `node` and `timer` once `ms` milliseconds have passed.
+    Wait { node: usize, timer: u8, ms: u64 },
 }
 
 struct Node {
@@ -174,6 +176,8 @@ enum Kind {
         key: Vec<u8>,
     },
     L1L2(keysplit::L1L2),
+    /// LatencyInjectionRoute.
+    Delay(choice::Delay),
     /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
     L1Refresh(keysplit::Refresh),
     Null,
@@ -314,6 +318,9 @@ impl Exec {
         {
             return self.build_key_split(replicas, *fanout, *pick, parent, req, sample);
         }
+        if let Plan::Random { plans } = plan {
+            return self.build_random(plans, parent, req, sample);
+        }
         let id = self.nodes.len();
         self.nodes.push(Node {
             parent,
@@ -393,7 +400,8 @@ impl Exec {
             }
             Plan::Rekey { key, plan } => self.build_rekey(id, key, plan, req, sample),
             Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
-            Plan::KeySplit { .. } => unreachable!("built above"),
+            Plan::KeySplit { .. } | Plan::Random { .. } => unreachable!("built above"),
+            Plan::Delay { .. } => self.build_delay(id, plan, req, sample),
             Plan::RateLimit {
                 plan,
                 fallback,
@@ -488,6 +496,7 @@ impl Exec {
                 let read = r.read;
                 self.start_node(read, out);
             }
+            Kind::Delay(_) => self.start_delay(id, out),
             Kind::RateLimit {
                 child,
                 fallback,
@@ -534,6 +543,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::L1L2(_) | Kind::L1Refresh(_)) {
             return self.l1l2_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::Delay(_)) {
+            return self.delay_child_done(id, reply, out);
         }
         enum Next {
             Wait,
@@ -795,3 +807,10 @@ mod keysplit;
 
 #[path = "exec_ratelimit.rs"]
 mod ratelimit;
+
+#[path = "exec_choice.rs"]
+pub mod choice;
+
+#[cfg(test)]
+#[path = "exec_choice_tests.rs"]
+mod choice_tests;

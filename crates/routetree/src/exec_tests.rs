@@ -40,6 +40,7 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
         exec.start(&mut self.limits, &mut actions);
         let mut done = Vec::new();
         let mut queue = std::collections::VecDeque::new();
+        let mut timers = std::collections::VecDeque::new();
         loop {
             for a in actions.drain(..) {
                 match a {
@@ -53,10 +54,18 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
                     Action::Done { part } => {
                         done.push((part, exec.parts[part].as_ref().unwrap().bytes.clone()))
                     }
+                    // Waits are over once every reply is in.
+                    Action::Wait { node, timer, .. } => timers.push_back((node, timer)),
                 }
             }
             let Some((node, s, bytes)) = queue.pop_front() else {
-                break;
+                match timers.pop_front() {
+                    Some((node, timer)) => {
+                        exec.on_timer(node, timer, &mut self.limits, &mut actions);
+                        continue;
+                    }
+                    None => break,
+                }
             };
             let reply = (self.answer)(s.pool, s.index, &bytes);
             exec.on_reply(node, reply, &mut self.limits, &mut actions);

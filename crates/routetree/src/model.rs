@@ -305,6 +305,30 @@ pub enum Route {
         /// Where requests over the rate go; `None`: the default reply.
         fallback: Option<Target>,
     },
+    /// RandomRoute: each request goes to one child picked uniformly at random.
+    Random {
+        /// Picked among.
+        children: Vec<Target>,
+    },
+    /// ModifyKeyRoute: `target` gets the request with its key rewritten by `edit`.
+    ModifyKey {
+        /// Where the rewritten request goes.
+        target: Target,
+        /// How the key is rewritten.
+        edit: KeyEdit,
+    },
+    /// LatencyInjectionRoute: `child` gets the request after `before_ms`; its reply reaches
+    /// the client `after_ms` later, and no sooner than `total_ms` after the request came.
+    LatencyInjection {
+        /// Where the request goes.
+        child: Target,
+        /// Milliseconds before the request goes on.
+        before_ms: u64,
+        /// Milliseconds after the reply came back.
+        after_ms: u64,
+        /// The least milliseconds from the request to the reply (0: no floor).
+        total_ms: u64,
+    },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,
     /// An error reply carrying `message`.
@@ -312,4 +336,20 @@ pub enum Route {
         /// The text of the error reply.
         message: String,
     },
+}
+
+/// ModifyKeyRoute's settings (see `crate::plan` for what they do to a key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyEdit {
+    /// `set_routing_prefix`: the routing prefix keys get (`Some("")`: none).
+    pub routing_prefix: Option<String>,
+    /// `ensure_key_prefix`: keys start with this.
+    pub key_prefix: String,
+    /// `replace_key_prefix`: a key starting with this has it replaced by `key_prefix`.
+    pub replace_prefix: Option<String>,
+    /// `modify_inplace`: the key prefix overwrites the key's first bytes instead of being
+    /// put in front.
+    pub modify_inplace: bool,
+    /// `set_key_suffix`: appended to every key.
+    pub key_suffix: String,
 }

@@ -8,11 +8,14 @@
 
 mod builder;
 mod cache_routes;
+mod choice;
 mod entry;
 mod failover;
 mod fields;
 mod handles;
 mod hashing;
+mod key_edit;
+mod latency;
 mod named;
 mod pool_route;
 mod pools;
@@ -27,7 +30,10 @@ use crate::model::*;
 use crate::source::Source;
 use builder::{Builder, Result};
 
+#[cfg(test)]
+pub(crate) use choice::{host_pick, latest_picks};
 pub use failover::{DEFAULT_FAILOVER_ERRORS, ERROR_RESULTS};
+pub(crate) use key_edit::key_problem;
 pub use selectors::OPERATIONS;
 pub use server::{parse_server, BadServer};
 

@@ -108,6 +108,23 @@ pub enum Plan {
         /// bucket lives across requests.
         bucket: (RouteId, u8),
     },
+    /// RandomRoute: one of `plans`, picked at random by the executor for each request.
+    Random {
+        /// Picked among.
+        plans: Vec<Plan>,
+    },
+    /// LatencyInjectionRoute: wait `before_ms`, run `plan`, wait `after_ms`; the reply goes
+    /// no sooner than `total_ms` after the start.
+    Delay {
+        /// Run between the waits.
+        plan: Box<Plan>,
+        /// Milliseconds before `plan` starts.
+        before_ms: u64,
+        /// Milliseconds after `plan` replied.
+        after_ms: u64,
+        /// The least milliseconds from the start to the reply.
+        total_ms: u64,
+    },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -529,6 +546,21 @@ impl Eval<'_, '_> {
                     },
                 }
             }
+            Route::Random { children } => Plan::Random {
+                plans: self.targets(children),
+            },
+            Route::ModifyKey { target, edit } => self.modify_key(*target, edit),
+            Route::LatencyInjection {
+                child,
+                before_ms,
+                after_ms,
+                total_ms,
+            } => Plan::Delay {
+                plan: Box::new(self.target(*child)),
+                before_ms: *before_ms,
+                after_ms: *after_ms,
+                total_ms: *total_ms,
+            },
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -660,4 +692,11 @@ mod handle_tests;
 
 #[path = "plan_keysplit.rs"]
 mod keysplit;
-pub use keysplit::set_host_id;
+
+#[path = "plan_key_edit.rs"]
+mod key_edit;
+
+#[cfg(test)]
+#[path = "plan_choice_tests.rs"]
+mod choice_tests;
+pub use keysplit::{host_id, set_host_id};

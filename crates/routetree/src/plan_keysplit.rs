@@ -23,6 +23,11 @@ pub fn set_host_id(id: u32) {
     HOST_ID.store(id, Relaxed);
 }
 
+/// This router's host id (0 until [`set_host_id`]).
+pub fn host_id() -> u32 {
+    HOST_ID.load(Relaxed)
+}
+
 /// Replica `index`'s key: the routing key, `::index`, then anything after a `|#|` hash
 /// stop, behind the client's routing prefix. Replica 0 is the key itself.
 pub fn replica_key(rk: &RoutingKey<'_>, index: usize) -> Vec<u8> {

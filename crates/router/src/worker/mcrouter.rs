@@ -11,7 +11,10 @@
 //! answered only after the end of the loop turn has synced that spool ([`Spooled`]): one
 //! fsync per spool per turn, however many deletes the turn spooled.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use proto::response::Expect;
 use proto::Request;
@@ -55,6 +58,10 @@ struct Spooled {
     ticket: usize,
 }
 
+/// A wait of an execution: when it is over, the execution, its generation, the node and
+/// which of the node's timers.
+type Timer = (Instant, usize, u32, usize, u8);
+
 /// The executions of one worker.
 #[derive(Default)]
 pub(super) struct Execs {
@@ -72,6 +79,8 @@ pub(super) struct Execs {
     /// FailoverRoutes' `failover_limit` buckets, and the generation they belong to.
     limits: FailoverState,
     limits_of: Option<Arc<McRoutes>>,
+    /// LatencyInjectionRoutes' waits, soonest first.
+    timers: BinaryHeap<Reverse<Timer>>,
 }
 
 impl Execs {
@@ -298,6 +307,11 @@ impl Worker {
                     self.mc.copies.push((x, gen, node));
                 }
                 Action::Done { .. } => self.answer_client(x),
+                Action::Wait { node, timer, ms } => {
+                    let due = self.now + Duration::from_millis(ms);
+                    let gen = self.mc.running[x].gen;
+                    self.mc.timers.push(Reverse((due, x, gen, node, timer)));
+                }
             }
             i += 1;
         }
@@ -312,6 +326,31 @@ impl Worker {
         if self.mc.running[x].exec.finished() {
             self.mc.running.remove(x);
         }
+    }
+
+    /// Goes on with the executions whose waits are over.
+    pub(super) fn fire_timers(&mut self) {
+        while let Some(Reverse((due, x, gen, node, timer))) = self.mc.timers.peek().copied() {
+            if due > self.now {
+                return;
+            }
+            self.mc.timers.pop();
+            let mc = &mut self.mc;
+            let Some(run) = mc.running.get_mut(x).filter(|run| run.gen == gen) else {
+                continue;
+            };
+            let mut actions = Vec::new();
+            run.exec.on_timer(node, timer, &mut mc.limits, &mut actions);
+            self.drive(x, actions);
+        }
+    }
+
+    /// How long until the next wait is over (rounded up to a whole millisecond, so that
+    /// the poll does not wake just before it).
+    pub(super) fn next_timer(&self) -> Option<Duration> {
+        let Reverse((due, ..)) = self.mc.timers.peek()?;
+        let left = due.saturating_duration_since(Instant::now());
+        Some(left + Duration::from_micros(999))
     }
 
     /// Whether shadow copies wait for [`Worker::send_copies`].

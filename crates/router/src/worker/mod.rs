@@ -295,8 +295,12 @@ impl Worker {
             for (ci, drain) in std::mem::take(&mut self.read_again) {
                 self.client_readable(ci, drain);
             }
+            self.fire_timers();
             self.flush_all();
             timeout = self.check_timeouts();
+            if let Some(wait) = self.next_timer() {
+                timeout = Some(timeout.map_or(wait, |t| t.min(wait)));
+            }
             if !self.read_again.is_empty() || !self.resumed.is_empty() {
                 timeout = Some(Duration::ZERO);
             }

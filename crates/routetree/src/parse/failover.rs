@@ -303,7 +303,7 @@ impl<'a> Builder<'a> {
     }
 }
 
-fn default_errors() -> FailoverErrors {
+pub(super) fn default_errors() -> FailoverErrors {
     same_for_every_request(
         DEFAULT_FAILOVER_ERRORS
             .iter()

@@ -10,8 +10,6 @@ use crate::model::*;
 /// Hash functions mcrouter has that memfleet does not implement.
 const UNSUPPORTED_HASHES: &[&str] = &[
     "ConstShard",
-    "Latest",
-    "Random",
     "Rendezvous",
     "WeightedRendezvous",
     "WeightedCh3Rv",
@@ -30,6 +28,15 @@ impl<'a> Builder<'a> {
                         return self.key("hash_func", |b| b.fail("hash_func must be a string"))
                     }
                 };
+                match func {
+                    "Latest" => return self.latest(children, map),
+                    "LoadBalancer" => {
+                        return self.key("hash_func", |b| {
+                            b.fail(super::choice::LOAD_BALANCER_REFUSAL)
+                        })
+                    }
+                    _ => {}
+                }
                 let hash = self.hash_function(func, map.get("weights"), None, children.len())?;
                 (hash, salt)
             }
@@ -81,6 +88,11 @@ impl<'a> Builder<'a> {
                 list.resize(n, 0.5);
                 Ok(PoolHash::WeightedCh3(list))
             }
+            "LoadBalancer" => self.fail(super::choice::LOAD_BALANCER_REFUSAL),
+            "Latest" => self.fail(format!(
+                "hash function '{func}' is supported in a HashRoute's hash_func only (for \
+                 a pool: a LatestRoute over Pool|name)"
+            )),
             f if UNSUPPORTED_HASHES.contains(&f) => self.fail(format!(
                 "hash function '{f}' is not supported (Ch3, Crc32, WeightedCh3 are)"
             )),
