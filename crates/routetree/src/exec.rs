@@ -174,6 +174,8 @@ enum Kind {
         key: Vec<u8>,
     },
     L1L2(keysplit::L1L2),
+    /// StagingRoute: `warm` answers, then staging gets its copy in the background.
+    Staging(staging::Staging),
     /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
     L1Refresh(keysplit::Refresh),
     Null,
@@ -393,6 +395,9 @@ impl Exec {
             }
             Plan::Rekey { key, plan } => self.build_rekey(id, key, plan, req, sample),
             Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
+            Plan::Staging { warm, staging, op } => {
+                self.build_staging(id, warm, staging, *op, req, sample)
+            }
             Plan::KeySplit { .. } => unreachable!("built above"),
             Plan::RateLimit {
                 plan,
@@ -484,6 +489,10 @@ impl Exec {
                 let l1 = l.l1;
                 self.start_node(l1, out);
             }
+            Kind::Staging(st) => {
+                let warm = st.warm;
+                self.start_node(warm, out);
+            }
             Kind::L1Refresh(r) => {
                 let read = r.read;
                 self.start_node(read, out);
@@ -534,6 +543,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::L1L2(_) | Kind::L1Refresh(_)) {
             return self.l1l2_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::Staging(_)) {
+            return self.staging_child_done(id, reply, out);
         }
         enum Next {
             Wait,
@@ -795,3 +807,6 @@ mod keysplit;
 
 #[path = "exec_ratelimit.rs"]
 mod ratelimit;
+
+#[path = "exec_staging.rs"]
+mod staging;

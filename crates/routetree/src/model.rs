@@ -186,6 +186,21 @@ pub struct Shadow {
     pub requests_fraction: f64,
 }
 
+/// How one shard is split (see [`Route::ShardSplit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardSplit {
+    /// Sub-shards before `start`.
+    pub old_size: usize,
+    /// Sub-shards after `start + period`; in between, hosts move over one by one.
+    pub new_size: usize,
+    /// When the move from `old_size` to `new_size` starts (unix seconds).
+    pub start: i64,
+    /// How long the move takes (seconds).
+    pub period: i64,
+    /// Deletes reach every sub-shard (the shard's own key answers).
+    pub fanout_deletes: bool,
+}
+
 /// A route handle.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Route {
@@ -304,6 +319,39 @@ pub enum Route {
         rates: Rates,
         /// Where requests over the rate go; `None`: the default reply.
         fallback: Option<Target>,
+    },
+    /// Moves a key space from `from` to `to`: before `start_time` everything goes to
+    /// `from`; from `start_time + interval` plus the key's hash modulo `interval` on, all
+    /// but deletes go to `to`; deletes go to both from `start_time` until
+    /// `start_time + 2 * interval` (worst reply), then to `to`.
+    Migrate {
+        /// The old route.
+        from: Target,
+        /// The new route.
+        to: Target,
+        /// When the migration starts (unix seconds).
+        start_time: i64,
+        /// Length of each phase in seconds (at least 1).
+        interval: i64,
+    },
+    /// Reads from `warm` (a hit is copied to `staging` in the background with `add`);
+    /// writes go to `warm` and, once it took them, to `staging` in the background; deletes
+    /// go to both (worst reply). The client always gets `warm`'s reply, bar deletes.
+    Staging {
+        /// Answers every request.
+        warm: Target,
+        /// Kept in step with `warm` behind the client's back.
+        staging: Target,
+    },
+    /// PoolRoute's `shard_splits`: a key whose shard id (between its first two colons,
+    /// ending in a digit) is split goes to one of its sub-shards' keys (the shard id with
+    /// a two-letter suffix; sub-shard 0 is the key itself), this host's by host id;
+    /// deletes go to all of them when the split fans out deletes.
+    ShardSplit {
+        /// The pool route the (rewritten) keys go through.
+        destination: Target,
+        /// Shard id -> its split, sorted by shard id; shards not listed are not split.
+        splits: Vec<(String, ShardSplit)>,
     },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,

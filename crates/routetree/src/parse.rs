@@ -13,12 +13,14 @@ mod failover;
 mod fields;
 mod handles;
 mod hashing;
+mod migrate;
 mod named;
 mod pool_route;
 mod pools;
 mod rate_limit;
 mod selectors;
 mod server;
+mod shard_split;
 
 use std::collections::HashMap;
 

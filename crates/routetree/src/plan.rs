@@ -108,6 +108,16 @@ pub enum Plan {
         /// bucket lives across requests.
         bucket: (RouteId, u8),
     },
+    /// StagingRoute: `warm` answers; what reaches `staging` in the background depends on
+    /// `op`.
+    Staging {
+        /// Whose reply the client gets.
+        warm: Box<Plan>,
+        /// Kept in step behind the client's back.
+        staging: Box<Plan>,
+        /// What `staging` gets once `warm` answered.
+        op: StagingOp,
+    },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -188,6 +198,11 @@ impl Config {
     /// The plan for `op` (a name from [`crate::OPERATIONS`]) on `key` (with any routing
     /// prefix). Keys without one use `default_prefix` (the router's `--route-prefix`).
     pub fn plan(&self, op: &str, key: &[u8], default_prefix: &str) -> Plan {
+        self.plan_at(op, key, default_prefix, unix_now())
+    }
+
+    /// [`Config::plan`] at `now` (unix seconds), the time MigrateRoutes go by.
+    pub fn plan_at(&self, op: &str, key: &[u8], default_prefix: &str, now: i64) -> Plan {
         let rk = RoutingKey::parse(key);
         let routes = match self.entry_routes(rk.prefix, default_prefix) {
             Ok(routes) => routes,
@@ -200,6 +215,7 @@ impl Config {
             rk,
             exptime: Vec::new(),
             nodes: 0,
+            now,
         };
         let mut plans: Vec<Plan> = routes.into_iter().map(|id| eval.route(id)).collect();
         if eval.nodes > MAX_PLAN_NODES {
@@ -295,6 +311,8 @@ struct Eval<'c, 'k> {
     rk: RoutingKey<'k>,
     exptime: Vec<(ExptimeAction, i64)>,
     nodes: usize,
+    /// Unix seconds, for MigrateRoute.
+    now: i64,
 }
 
 impl Eval<'_, '_> {
@@ -529,6 +547,17 @@ impl Eval<'_, '_> {
                     },
                 }
             }
+            Route::Migrate {
+                from,
+                to,
+                start_time,
+                interval,
+            } => self.migrate(*from, *to, *start_time, *interval),
+            Route::Staging { warm, staging } => self.staging(*warm, *staging),
+            Route::ShardSplit {
+                destination,
+                splits,
+            } => self.shard_split(*destination, splits),
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -660,4 +689,12 @@ mod handle_tests;
 
 #[path = "plan_keysplit.rs"]
 mod keysplit;
+
+#[path = "plan_migrate.rs"]
+mod migrate;
+pub use migrate::{unix_now, StagingOp};
+
+#[path = "plan_shard_split.rs"]
+mod shard_split;
 pub use keysplit::set_host_id;
+pub use shard_split::{shard_id, split_key};

@@ -23,6 +23,11 @@ pub fn set_host_id(id: u32) {
     HOST_ID.store(id, Relaxed);
 }
 
+/// This router's host id (see [`set_host_id`]).
+pub(super) fn host_id() -> u32 {
+    HOST_ID.load(Relaxed)
+}
+
 /// Replica `index`'s key: the routing key, `::index`, then anything after a `|#|` hash
 /// stop, behind the client's routing prefix. Replica 0 is the key itself.
 pub fn replica_key(rk: &RoutingKey<'_>, index: usize) -> Vec<u8> {
@@ -113,6 +118,7 @@ impl Eval<'_, '_> {
                 rk: RoutingKey::parse(&key),
                 exptime: self.exptime.clone(),
                 nodes: self.nodes,
+                now: self.now,
             };
             let plan = sub.target(destination);
             self.nodes = sub.nodes;

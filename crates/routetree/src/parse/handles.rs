@@ -10,21 +10,47 @@ use crate::model::*;
 
 /// Route handle types mcrouter has that memfleet does not implement yet.
 const UNSUPPORTED_TYPES: &[&str] = &[
-    "AsynclogRoute",
     "BigValueRoute",
     "HostIdRoute",
     "LatencyInjectionRoute",
     "LatestRoute",
-    "LoggingRoute",
-    "MigrateRoute",
-    "OriginalClientHashRoute",
     "OutstandingLimitRoute",
     "RandomRoute",
     "SaltedFailoverRoute",
     "ShadowRoute",
     "SlowWarmUpRoute",
-    "SRRoute",
 ];
+
+/// Route handle types that only make sense inside Facebook (or inside a program embedding
+/// mcrouter), each with why memfleet refuses it.
+const FACEBOOK_ONLY_TYPES: &[(&str, &str)] = &[
+    (
+        "SRRoute",
+        "routes through Facebook's service router, which exists only inside Facebook \
+         (open-source mcrouter refuses it too)",
+    ),
+    (
+        "OriginalClientHashRoute",
+        "hashes on the original client's address, which only Facebook's internal \
+         transport carries from hop to hop",
+    ),
+    (
+        "LoggingRoute",
+        "hands each hit to a callback of a program that embeds mcrouter as a library",
+    ),
+    (
+        "AsynclogRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"asynclog\" makes it \
+         (memfleet supports that option)",
+    ),
+];
+
+fn facebook_only(ty: &str) -> Option<&'static str> {
+    FACEBOOK_ONLY_TYPES
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .map(|(_, why)| *why)
+}
 
 impl<'a> Builder<'a> {
     /// Exactly one handle (a list of one).
@@ -146,6 +172,8 @@ impl<'a> Builder<'a> {
                 }))
             }
             "KeySplitRoute" => self.key_split_route(args),
+            "MigrateRoute" => self.migrate_route(args),
+            "StagingRoute" => self.staging_route(args),
             "L1L2CacheRoute" => self.l1l2_cache_route(args),
             "RateLimitRoute" => self.rate_limit_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),
@@ -192,6 +220,10 @@ impl<'a> Builder<'a> {
                     },
                 };
                 Ok(self.add(Route::Error { message }))
+            }
+            _ if facebook_only(ty).is_some() => {
+                let why = facebook_only(ty).unwrap_or_default();
+                self.fail(format!("route handle type '{ty}' {why}"))
             }
             _ if UNSUPPORTED_TYPES.contains(&ty) => self.fail(format!(
                 "route handle type '{ty}' is not supported by memfleet yet"

@@ -1,0 +1,114 @@
+"""`memfleet route` with MigrateRoute and StagingRoute over real memcached.
+
+MigrateRoute's phases follow the wall clock; each test picks its phase by setting
+`start_time` relative to now, with intervals long enough that the phase cannot change
+during the test. What each side holds is read from the servers directly.
+"""
+
+from __future__ import annotations
+
+import time
+
+from harness import Server, eventually
+from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
+
+__all__ = ["servers"]
+
+DAY = 86400
+
+
+def ttl_of(port: int, key: str) -> int | None:
+    """The remaining TTL (-1: none) of `key` on the server itself; None on a miss."""
+    line = ask(port, f"mg {key} t\r\n".encode())
+    if not line.startswith(b"HD"):
+        return None
+    return int(line.split(b" t")[1].split()[0])
+
+
+def migrate(old: Server, new: Server, start_time: int) -> dict:
+    return {
+        "pools": pools(Old=[old], New=[new]),
+        "route": {
+            "type": "MigrateRoute",
+            "from": "PoolRoute|Old",
+            "to": "PoolRoute|New",
+            "start_time": start_time,
+            "interval": DAY,
+        },
+    }
+
+
+def on_both(old: Server, new: Server, key: str) -> None:
+    for s in (old, new):
+        assert store(s.port, key) == b"STORED\r\n"
+
+
+def test_migrate_before_the_start_uses_from_only(servers) -> None:
+    old, new = servers(2)
+    with McRouter(migrate(old, new, int(time.time()) + DAY)).start() as r:
+        assert store(r.port, "k", "a") == b"STORED\r\n"
+        assert fetch(old.port, "k") == b"VALUE k 0 1\r\na\r\nEND\r\n"
+        assert fetch(new.port, "k") == b"END\r\n"
+        on_both(old, new, "d")
+        assert ask(r.port, b"delete d\r\n") == b"DELETED\r\n"
+        assert fetch(old.port, "d") == b"END\r\n"
+        assert fetch(new.port, "d") != b"END\r\n", "deletes wait for the start too"
+
+
+def test_migrate_first_interval_deletes_from_both_and_reads_from(servers) -> None:
+    old, new = servers(2)
+    with McRouter(migrate(old, new, int(time.time()) - 60)).start() as r:
+        assert store(r.port, "k", "a") == b"STORED\r\n"
+        assert fetch(old.port, "k") == b"VALUE k 0 1\r\na\r\nEND\r\n"
+        assert fetch(new.port, "k") == b"END\r\n"
+        assert fetch(r.port, "k") == b"VALUE k 0 1\r\na\r\nEND\r\n"
+        on_both(old, new, "d")
+        assert ask(r.port, b"delete d\r\n") == b"DELETED\r\n"
+        assert fetch(old.port, "d") == fetch(new.port, "d") == b"END\r\n"
+
+
+def test_migrate_after_two_intervals_uses_to_only(servers) -> None:
+    old, new = servers(2)
+    with McRouter(migrate(old, new, int(time.time()) - 3 * DAY)).start() as r:
+        assert store(r.port, "k", "b") == b"STORED\r\n"
+        assert fetch(new.port, "k") == b"VALUE k 0 1\r\nb\r\nEND\r\n"
+        assert fetch(old.port, "k") == b"END\r\n"
+        on_both(old, new, "d")
+        assert ask(r.port, b"delete d\r\n") == b"DELETED\r\n"
+        assert fetch(new.port, "d") == b"END\r\n"
+        assert fetch(old.port, "d") != b"END\r\n", "from is left alone once migrated"
+
+
+def staging(warm: Server, stage: Server) -> dict:
+    return {
+        "pools": pools(W=[warm], S=[stage]),
+        "route": {"type": "StagingRoute", "warm": "PoolRoute|W", "staging": "PoolRoute|S"},
+    }
+
+
+def test_staging_writes_reach_staging_after_warm(servers) -> None:
+    warm, stage = servers(2)
+    with McRouter(staging(warm, stage)).start() as r:
+        assert store(r.port, "k", "v1", exptime=300) == b"STORED\r\n"
+        assert fetch(warm.port, "k") == b"VALUE k 0 2\r\nv1\r\nEND\r\n"
+        eventually(lambda: fetch(stage.port, "k") == b"VALUE k 0 2\r\nv1\r\nEND\r\n", "set copy")
+        assert 290 < (ttl_of(stage.port, "k") or 0) <= 300
+        # An add warm refused is passed on too (NOT_STORED is no error).
+        assert ask(r.port, b"add a 0 0 1\r\nx\r\n") == b"STORED\r\n"
+        eventually(lambda: fetch(stage.port, "a") == b"VALUE a 0 1\r\nx\r\nEND\r\n", "add copy")
+        # Deletes reach both sides before the client hears.
+        assert ask(r.port, b"delete k\r\n") == b"DELETED\r\n"
+        assert fetch(warm.port, "k") == fetch(stage.port, "k") == b"END\r\n"
+
+
+def test_staging_copies_a_warm_hit_with_its_remaining_ttl(servers) -> None:
+    warm, stage = servers(2)
+    with McRouter(staging(warm, stage)).start() as r:
+        assert ask(warm.port, b"set h 5 500 2\r\nhi\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "h") == b"VALUE h 5 2\r\nhi\r\nEND\r\n"
+        eventually(lambda: ttl_of(stage.port, "h") is not None, "staging filled")
+        assert fetch(stage.port, "h") == b"VALUE h 5 2\r\nhi\r\nEND\r\n"
+        assert 490 < (ttl_of(stage.port, "h") or 0) <= 500
+        # Reads never come from staging.
+        assert ask(stage.port, b"set only 0 0 1\r\ns\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "only") == b"END\r\n"
