@@ -112,3 +112,27 @@ def test_staging_copies_a_warm_hit_with_its_remaining_ttl(servers) -> None:
         # Reads never come from staging.
         assert ask(stage.port, b"set only 0 0 1\r\ns\r\n") == b"STORED\r\n"
         assert fetch(r.port, "only") == b"END\r\n"
+
+
+def test_shard_splits_spread_a_shard_and_fan_deletes_out(servers) -> None:
+    (a,) = servers(1)
+    config = {
+        "pools": pools(A=[a]),
+        "route": {"type": "PoolRoute", "pool": "A", "shard_splits": {"10": 3}},
+    }
+    subs = ["u:10:k", "u:10aa:k", "u:10ba:k"]
+    with McRouter(config).start() as r:
+        # This host's sub-shard (its host id modulo 3) holds the value; the client sees
+        # its own key.
+        assert store(r.port, "u:10:k", "x") == b"STORED\r\n"
+        held = [k for k in subs if fetch(a.port, k) != b"END\r\n"]
+        assert len(held) == 1, held
+        assert fetch(r.port, "u:10:k") == b"VALUE u:10:k 0 1\r\nx\r\nEND\r\n"
+        # A delete reaches every sub-shard.
+        for k in subs:
+            assert store(a.port, k) == b"STORED\r\n"
+        assert ask(r.port, b"delete u:10:k\r\n") == b"DELETED\r\n"
+        eventually(lambda: all(fetch(a.port, k) == b"END\r\n" for k in subs), "all deleted")
+        # A shard that is not split keeps its key.
+        assert store(r.port, "u:11:k", "y") == b"STORED\r\n"
+        assert fetch(a.port, "u:11:k") == b"VALUE u:11:k 0 1\r\ny\r\nEND\r\n"

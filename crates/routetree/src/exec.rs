@@ -37,6 +37,8 @@ pub struct FailoverState {
     errors_in_a_row: HashMap<RouteId, Vec<u32>>,
     /// L1L2CacheRoute: negative hits left until the next refresh of l1 from l2.
     ncache_countdown: HashMap<RouteId, usize>,
+    /// PoolRoute `slow_warmup`: each server's hits and misses, and the coin for its gets.
+    warmup: slow_warmup::WarmUpState,
 }
 
 impl FailoverState {
@@ -81,6 +83,7 @@ impl FailoverState {
         self.errors_in_a_row.clear();
         self.ncache_countdown.clear();
         self.rate_tokens.clear();
+        self.warmup.clear();
     }
 }
 
@@ -174,6 +177,8 @@ enum Kind {
         key: Vec<u8>,
     },
     L1L2(keysplit::L1L2),
+    /// PoolRoute's `slow_warmup`: the target or the failover, chosen when it starts.
+    SlowWarmUp(slow_warmup::SlowWarmUp),
     /// StagingRoute: `warm` answers, then staging gets its copy in the background.
     Staging(staging::Staging),
     /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
@@ -395,6 +400,7 @@ impl Exec {
             }
             Plan::Rekey { key, plan } => self.build_rekey(id, key, plan, req, sample),
             Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
+            Plan::SlowWarmUp { .. } => self.build_slow_warmup(id, plan, req, sample),
             Plan::Staging { warm, staging, op } => {
                 self.build_staging(id, warm, staging, *op, req, sample)
             }
@@ -489,6 +495,7 @@ impl Exec {
                 let l1 = l.l1;
                 self.start_node(l1, out);
             }
+            Kind::SlowWarmUp(_) => self.start_slow_warmup(id, out),
             Kind::Staging(st) => {
                 let warm = st.warm;
                 self.start_node(warm, out);
@@ -543,6 +550,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::L1L2(_) | Kind::L1Refresh(_)) {
             return self.l1l2_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::SlowWarmUp(_)) {
+            return self.slow_warmup_child_done(id, reply, out);
         }
         if matches!(self.nodes[id].kind, Kind::Staging(_)) {
             return self.staging_child_done(id, reply, out);
@@ -810,3 +820,6 @@ mod ratelimit;
 
 #[path = "exec_staging.rs"]
 mod staging;
+
+#[path = "exec_slow_warmup.rs"]
+mod slow_warmup;

@@ -201,6 +201,36 @@ pub struct ShardSplit {
     pub fanout_deletes: bool,
 }
 
+/// `slow_warmup`'s `settings`, with mcrouter's defaults. A server counts as warming up once
+/// its hit rate falls below `enable_threshold`, and until it reaches `disable_threshold`;
+/// meanwhile it gets `start + hit rate * step` of the get-like requests. Below
+/// `min_requests` replies the hit rate counts as 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowWarmUpSettings {
+    /// Hit rate under which warming up starts.
+    pub enable_threshold: f64,
+    /// Hit rate from which warming up stops.
+    pub disable_threshold: f64,
+    /// Fraction of gets the server gets at a hit rate of 0.
+    pub start: f64,
+    /// How fast the fraction grows with the hit rate.
+    pub step: f64,
+    /// Replies seen before the hit rate counts.
+    pub min_requests: u64,
+}
+
+impl Default for SlowWarmUpSettings {
+    fn default() -> Self {
+        SlowWarmUpSettings {
+            enable_threshold: 0.7,
+            disable_threshold: 0.9,
+            start: 0.1,
+            step: 1.0,
+            min_requests: 100,
+        }
+    }
+}
+
 /// A route handle.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Route {
@@ -352,6 +382,17 @@ pub enum Route {
         destination: Target,
         /// Shard id -> its split, sorted by shard id; shards not listed are not split.
         splits: Vec<(String, ShardSplit)>,
+    },
+    /// PoolRoute's `slow_warmup`: while the server a key hashes to has a low hit rate (a
+    /// server that just joined, empty), only part of its get-like requests go to it, the
+    /// rest to `failover`; the part grows with the hit rate.
+    SlowWarmUp {
+        /// The pool route being warmed up.
+        target: Target,
+        /// Where the gets the target does not get go.
+        failover: Target,
+        /// Thresholds and the fraction's formula.
+        settings: SlowWarmUpSettings,
     },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,

@@ -21,6 +21,7 @@ mod rate_limit;
 mod selectors;
 mod server;
 mod shard_split;
+mod slow_warmup;
 
 use std::collections::HashMap;
 

@@ -118,6 +118,21 @@ pub enum Plan {
         /// What `staging` gets once `warm` answered.
         op: StagingOp,
     },
+    /// PoolRoute's `slow_warmup`: get-like requests go to `target` or, while the server's
+    /// hit rate says it is warming up, by chance to `failover`; `target`'s replies update
+    /// the hit rate.
+    SlowWarmUp {
+        /// The warming server's plan.
+        target: Box<Plan>,
+        /// The other plan for gets.
+        failover: Box<Plan>,
+        /// Whose hit rate: the SlowWarmUp route and the server index the key hashes to.
+        server: (RouteId, usize),
+        /// Thresholds and formula.
+        settings: SlowWarmUpSettings,
+        /// Only get-like requests may go to `failover`.
+        get_like: bool,
+    },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -558,6 +573,17 @@ impl Eval<'_, '_> {
                 destination,
                 splits,
             } => self.shard_split(*destination, splits),
+            Route::SlowWarmUp {
+                target,
+                failover,
+                settings,
+            } => Plan::SlowWarmUp {
+                server: (id, self.selected_index(*target)),
+                target: Box::new(self.target(*target)),
+                failover: Box::new(self.target(*failover)),
+                settings: *settings,
+                get_like: self.class == OpClass::Get,
+            },
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -579,6 +605,7 @@ impl Eval<'_, '_> {
                 salt,
             } => (hash, salt, children.len()),
             Route::RateLimit { target, .. } => return self.selected_index(*target),
+            Route::SlowWarmUp { target, .. } => return self.selected_index(*target),
             _ => return 0,
         };
         if n == 0 {

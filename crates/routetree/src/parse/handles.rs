@@ -18,12 +18,11 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "RandomRoute",
     "SaltedFailoverRoute",
     "ShadowRoute",
-    "SlowWarmUpRoute",
 ];
 
-/// Route handle types that only make sense inside Facebook (or inside a program embedding
-/// mcrouter), each with why memfleet refuses it.
-const FACEBOOK_ONLY_TYPES: &[(&str, &str)] = &[
+/// Route handle types refused for good, each with the reason: they only make sense inside
+/// Facebook (or a program embedding mcrouter), or mcrouter makes them from an option.
+const REFUSED_TYPES: &[(&str, &str)] = &[
     (
         "SRRoute",
         "routes through Facebook's service router, which exists only inside Facebook \
@@ -43,10 +42,20 @@ const FACEBOOK_ONLY_TYPES: &[(&str, &str)] = &[
         "is not a config type in mcrouter either: a PoolRoute's \"asynclog\" makes it \
          (memfleet supports that option)",
     ),
+    (
+        "SlowWarmUpRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"slow_warmup\" makes it \
+         (memfleet supports that option)",
+    ),
+    (
+        "ShardSplitRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"shard_splits\" makes it \
+         (memfleet supports that option)",
+    ),
 ];
 
-fn facebook_only(ty: &str) -> Option<&'static str> {
-    FACEBOOK_ONLY_TYPES
+fn refused_why(ty: &str) -> Option<&'static str> {
+    REFUSED_TYPES
         .iter()
         .find(|(t, _)| *t == ty)
         .map(|(_, why)| *why)
@@ -221,8 +230,8 @@ impl<'a> Builder<'a> {
                 };
                 Ok(self.add(Route::Error { message }))
             }
-            _ if facebook_only(ty).is_some() => {
-                let why = facebook_only(ty).unwrap_or_default();
+            _ if refused_why(ty).is_some() => {
+                let why = refused_why(ty).unwrap_or_default();
                 self.fail(format!("route handle type '{ty}' {why}"))
             }
             _ if UNSUPPORTED_TYPES.contains(&ty) => self.fail(format!(

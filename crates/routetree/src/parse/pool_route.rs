@@ -81,6 +81,7 @@ impl<'a> Builder<'a> {
             shadows,
             asynclog,
         });
+        let route = self.pool_slow_warmup(map, route)?;
         let route = self.pool_rates(map, route)?;
         self.pool_shard_splits(map, route)
     }
