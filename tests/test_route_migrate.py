@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from harness import Server, eventually
+from harness import Conn, Server, eventually
 from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
 
 __all__ = ["servers"]
@@ -136,3 +136,56 @@ def test_shard_splits_spread_a_shard_and_fan_deletes_out(servers) -> None:
         # A shard that is not split keeps its key.
         assert store(r.port, "u:11:k", "y") == b"STORED\r\n"
         assert fetch(a.port, "u:11:k") == b"VALUE u:11:k 0 1\r\ny\r\nEND\r\n"
+
+
+def test_slow_warmup_sends_a_cold_servers_gets_elsewhere_until_it_hits(servers) -> None:
+    cold, full = servers(2)
+    config = {
+        "pools": pools(A=[cold], F=[full]),
+        "route": {
+            "type": "PoolRoute",
+            "pool": "A",
+            "slow_warmup": {
+                "failoverTarget": "PoolRoute|F",
+                "settings": {"enable_threshold": 0.5, "disable_threshold": 0.9, "min_requests": 10},
+            },
+        },
+    }
+    for i in range(20):
+        assert store(full.port, f"k{i}", "f") == b"STORED\r\n"
+    # One proxy: the hit rate is counted per proxy, as in mcrouter.
+    with McRouter(config, "--num-proxies", "1").start() as r, Conn(r.port) as c:
+
+        def get(key: str) -> bytes:
+            return c.request(f"get {key}\r\n".encode(), b"END\r\n")
+
+        # Below min_requests every get reaches the (empty) server.
+        assert all(get(f"k{i % 20}") == b"END\r\n" for i in range(10))
+        # Its hit rate is 0 now: most gets go to the failover target, which has them.
+        hits = sum(get(f"k{i % 20}") != b"END\r\n" for i in range(100))
+        assert hits >= 50, hits
+        # Writes go to the server; as its hit rate climbs, it takes all the gets again.
+        for i in range(20):
+            assert c.request(f"set k{i} 0 0 1\r\nc\r\n".encode()) == b"STORED\r\n"
+        for i in range(2000):
+            get(f"k{i % 20}")
+        assert all(get(f"k{i}").endswith(b"\r\nc\r\nEND\r\n") for i in range(20))
+
+
+def test_shadow_route_copies_what_its_shadowed_child_gets(servers) -> None:
+    a, shadow = servers(2)
+    config = {
+        "pools": pools(A=[a], S=[shadow]),
+        "route": {
+            "type": "ShadowRoute",
+            "children": "PoolRoute|A",
+            "shadows": [{"target": "PoolRoute|S", "index_range": [0, 1]}],
+        },
+    }
+    with McRouter(config).start() as r:
+        assert store(r.port, "k", "s") == b"STORED\r\n"
+        assert fetch(a.port, "k") == b"VALUE k 0 1\r\ns\r\nEND\r\n"
+        eventually(lambda: fetch(shadow.port, "k") == b"VALUE k 0 1\r\ns\r\nEND\r\n", "copy")
+        # The shadow never answers: a key only it has is a miss.
+        assert store(shadow.port, "only") == b"STORED\r\n"
+        assert fetch(r.port, "only") == b"END\r\n"

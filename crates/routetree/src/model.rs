@@ -394,6 +394,16 @@ pub enum Route {
         /// Thresholds and the fraction's formula.
         settings: SlowWarmUpSettings,
     },
+    /// ShadowRoute's child at position `index`: the child answers; copies go to the
+    /// `shadows` whose ranges cover the index and the key.
+    Shadow {
+        /// Whose reply the client gets.
+        child: Target,
+        /// The child's position among ShadowRoute's children.
+        index: usize,
+        /// The shadows covering that position.
+        shadows: Vec<Shadow>,
+    },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,
     /// An error reply carrying `message`.

@@ -20,6 +20,7 @@ mod pools;
 mod rate_limit;
 mod selectors;
 mod server;
+mod shadow_route;
 mod shard_split;
 mod slow_warmup;
 

@@ -569,6 +569,14 @@ impl Eval<'_, '_> {
                 interval,
             } => self.migrate(*from, *to, *start_time, *interval),
             Route::Staging { warm, staging } => self.staging(*warm, *staging),
+            Route::Shadow {
+                child,
+                index,
+                shadows,
+            } => {
+                let main = self.target(*child);
+                self.shadowed(main, *index, shadows)
+            }
             Route::ShardSplit {
                 destination,
                 splits,

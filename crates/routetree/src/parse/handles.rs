@@ -17,7 +17,6 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "OutstandingLimitRoute",
     "RandomRoute",
     "SaltedFailoverRoute",
-    "ShadowRoute",
 ];
 
 /// Route handle types refused for good, each with the reason: they only make sense inside
@@ -183,6 +182,7 @@ impl<'a> Builder<'a> {
             "KeySplitRoute" => self.key_split_route(args),
             "MigrateRoute" => self.migrate_route(args),
             "StagingRoute" => self.staging_route(args),
+            "ShadowRoute" => self.shadow_route(args),
             "L1L2CacheRoute" => self.l1l2_cache_route(args),
             "RateLimitRoute" => self.rate_limit_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),
