@@ -37,6 +37,8 @@ pub struct FailoverState {
     errors_in_a_row: HashMap<RouteId, Vec<u32>>,
     /// L1L2CacheRoute: negative hits left until the next refresh of l1 from l2.
     ncache_countdown: HashMap<RouteId, usize>,
+    /// PoolRoute `slow_warmup`: each server's hits and misses, and the coin for its gets.
+    warmup: slow_warmup::WarmUpState,
 }
 
 impl FailoverState {
@@ -81,6 +83,7 @@ impl FailoverState {
         self.errors_in_a_row.clear();
         self.ncache_countdown.clear();
         self.rate_tokens.clear();
+        self.warmup.clear();
     }
 }
 
@@ -178,6 +181,10 @@ enum Kind {
     L1L2(keysplit::L1L2),
     /// LatencyInjectionRoute.
     Delay(choice::Delay),
+    /// PoolRoute's `slow_warmup`: the target or the failover, chosen when it starts.
+    SlowWarmUp(slow_warmup::SlowWarmUp),
+    /// StagingRoute: `warm` answers, then staging gets its copy in the background.
+    Staging(staging::Staging),
     /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
     L1Refresh(keysplit::Refresh),
     Null,
@@ -402,6 +409,10 @@ impl Exec {
             Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
             Plan::KeySplit { .. } | Plan::Random { .. } => unreachable!("built above"),
             Plan::Delay { .. } => self.build_delay(id, plan, req, sample),
+            Plan::SlowWarmUp { .. } => self.build_slow_warmup(id, plan, req, sample),
+            Plan::Staging { warm, staging, op } => {
+                self.build_staging(id, warm, staging, *op, req, sample)
+            }
             Plan::RateLimit {
                 plan,
                 fallback,
@@ -492,6 +503,11 @@ impl Exec {
                 let l1 = l.l1;
                 self.start_node(l1, out);
             }
+            Kind::SlowWarmUp(_) => self.start_slow_warmup(id, out),
+            Kind::Staging(st) => {
+                let warm = st.warm;
+                self.start_node(warm, out);
+            }
             Kind::L1Refresh(r) => {
                 let read = r.read;
                 self.start_node(read, out);
@@ -546,6 +562,11 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::Delay(_)) {
             return self.delay_child_done(id, reply, out);
+        if matches!(self.nodes[id].kind, Kind::SlowWarmUp(_)) {
+            return self.slow_warmup_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::Staging(_)) {
+            return self.staging_child_done(id, reply, out);
         }
         enum Next {
             Wait,
@@ -814,3 +835,8 @@ pub mod choice;
 #[cfg(test)]
 #[path = "exec_choice_tests.rs"]
 mod choice_tests;
+#[path = "exec_staging.rs"]
+mod staging;
+
+#[path = "exec_slow_warmup.rs"]
+mod slow_warmup;

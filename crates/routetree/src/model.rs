@@ -186,6 +186,51 @@ pub struct Shadow {
     pub requests_fraction: f64,
 }
 
+/// How one shard is split (see [`Route::ShardSplit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardSplit {
+    /// Sub-shards before `start`.
+    pub old_size: usize,
+    /// Sub-shards after `start + period`; in between, hosts move over one by one.
+    pub new_size: usize,
+    /// When the move from `old_size` to `new_size` starts (unix seconds).
+    pub start: i64,
+    /// How long the move takes (seconds).
+    pub period: i64,
+    /// Deletes reach every sub-shard (the shard's own key answers).
+    pub fanout_deletes: bool,
+}
+
+/// `slow_warmup`'s `settings`, with mcrouter's defaults. A server counts as warming up once
+/// its hit rate falls below `enable_threshold`, and until it reaches `disable_threshold`;
+/// meanwhile it gets `start + hit rate * step` of the get-like requests. Below
+/// `min_requests` replies the hit rate counts as 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowWarmUpSettings {
+    /// Hit rate under which warming up starts.
+    pub enable_threshold: f64,
+    /// Hit rate from which warming up stops.
+    pub disable_threshold: f64,
+    /// Fraction of gets the server gets at a hit rate of 0.
+    pub start: f64,
+    /// How fast the fraction grows with the hit rate.
+    pub step: f64,
+    /// Replies seen before the hit rate counts.
+    pub min_requests: u64,
+}
+
+impl Default for SlowWarmUpSettings {
+    fn default() -> Self {
+        SlowWarmUpSettings {
+            enable_threshold: 0.7,
+            disable_threshold: 0.9,
+            start: 0.1,
+            step: 1.0,
+            min_requests: 100,
+        }
+    }
+}
+
 /// A route handle.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Route {
@@ -328,6 +373,59 @@ pub enum Route {
         after_ms: u64,
         /// The least milliseconds from the request to the reply (0: no floor).
         total_ms: u64,
+    /// Moves a key space from `from` to `to`: before `start_time` everything goes to
+    /// `from`; from `start_time + interval` plus the key's hash modulo `interval` on, all
+    /// but deletes go to `to`; deletes go to both from `start_time` until
+    /// `start_time + 2 * interval` (worst reply), then to `to`.
+    Migrate {
+        /// The old route.
+        from: Target,
+        /// The new route.
+        to: Target,
+        /// When the migration starts (unix seconds).
+        start_time: i64,
+        /// Length of each phase in seconds (at least 1).
+        interval: i64,
+    },
+    /// Reads from `warm` (a hit is copied to `staging` in the background with `add`);
+    /// writes go to `warm` and, once it took them, to `staging` in the background; deletes
+    /// go to both (worst reply). The client always gets `warm`'s reply, bar deletes.
+    Staging {
+        /// Answers every request.
+        warm: Target,
+        /// Kept in step with `warm` behind the client's back.
+        staging: Target,
+    },
+    /// PoolRoute's `shard_splits`: a key whose shard id (between its first two colons,
+    /// ending in a digit) is split goes to one of its sub-shards' keys (the shard id with
+    /// a two-letter suffix; sub-shard 0 is the key itself), this host's by host id;
+    /// deletes go to all of them when the split fans out deletes.
+    ShardSplit {
+        /// The pool route the (rewritten) keys go through.
+        destination: Target,
+        /// Shard id -> its split, sorted by shard id; shards not listed are not split.
+        splits: Vec<(String, ShardSplit)>,
+    },
+    /// PoolRoute's `slow_warmup`: while the server a key hashes to has a low hit rate (a
+    /// server that just joined, empty), only part of its get-like requests go to it, the
+    /// rest to `failover`; the part grows with the hit rate.
+    SlowWarmUp {
+        /// The pool route being warmed up.
+        target: Target,
+        /// Where the gets the target does not get go.
+        failover: Target,
+        /// Thresholds and the fraction's formula.
+        settings: SlowWarmUpSettings,
+    },
+    /// ShadowRoute's child at position `index`: the child answers; copies go to the
+    /// `shadows` whose ranges cover the index and the key.
+    Shadow {
+        /// Whose reply the client gets.
+        child: Target,
+        /// The child's position among ShadowRoute's children.
+        index: usize,
+        /// The shadows covering that position.
+        shadows: Vec<Shadow>,
     },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,

@@ -16,12 +16,16 @@ mod handles;
 mod hashing;
 mod key_edit;
 mod latency;
+mod migrate;
 mod named;
 mod pool_route;
 mod pools;
 mod rate_limit;
 mod selectors;
 mod server;
+mod shadow_route;
+mod shard_split;
+mod slow_warmup;
 
 use std::collections::HashMap;
 

@@ -124,6 +124,30 @@ pub enum Plan {
         after_ms: u64,
         /// The least milliseconds from the start to the reply.
         total_ms: u64,
+    /// StagingRoute: `warm` answers; what reaches `staging` in the background depends on
+    /// `op`.
+    Staging {
+        /// Whose reply the client gets.
+        warm: Box<Plan>,
+        /// Kept in step behind the client's back.
+        staging: Box<Plan>,
+        /// What `staging` gets once `warm` answered.
+        op: StagingOp,
+    },
+    /// PoolRoute's `slow_warmup`: get-like requests go to `target` or, while the server's
+    /// hit rate says it is warming up, by chance to `failover`; `target`'s replies update
+    /// the hit rate.
+    SlowWarmUp {
+        /// The warming server's plan.
+        target: Box<Plan>,
+        /// The other plan for gets.
+        failover: Box<Plan>,
+        /// Whose hit rate: the SlowWarmUp route and the server index the key hashes to.
+        server: (RouteId, usize),
+        /// Thresholds and formula.
+        settings: SlowWarmUpSettings,
+        /// Only get-like requests may go to `failover`.
+        get_like: bool,
     },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
@@ -205,6 +229,11 @@ impl Config {
     /// The plan for `op` (a name from [`crate::OPERATIONS`]) on `key` (with any routing
     /// prefix). Keys without one use `default_prefix` (the router's `--route-prefix`).
     pub fn plan(&self, op: &str, key: &[u8], default_prefix: &str) -> Plan {
+        self.plan_at(op, key, default_prefix, unix_now())
+    }
+
+    /// [`Config::plan`] at `now` (unix seconds), the time MigrateRoutes go by.
+    pub fn plan_at(&self, op: &str, key: &[u8], default_prefix: &str, now: i64) -> Plan {
         let rk = RoutingKey::parse(key);
         let routes = match self.entry_routes(rk.prefix, default_prefix) {
             Ok(routes) => routes,
@@ -217,6 +246,7 @@ impl Config {
             rk,
             exptime: Vec::new(),
             nodes: 0,
+            now,
         };
         let mut plans: Vec<Plan> = routes.into_iter().map(|id| eval.route(id)).collect();
         if eval.nodes > MAX_PLAN_NODES {
@@ -312,6 +342,8 @@ struct Eval<'c, 'k> {
     rk: RoutingKey<'k>,
     exptime: Vec<(ExptimeAction, i64)>,
     nodes: usize,
+    /// Unix seconds, for MigrateRoute.
+    now: i64,
 }
 
 impl Eval<'_, '_> {
@@ -560,6 +592,35 @@ impl Eval<'_, '_> {
                 before_ms: *before_ms,
                 after_ms: *after_ms,
                 total_ms: *total_ms,
+            Route::Migrate {
+                from,
+                to,
+                start_time,
+                interval,
+            } => self.migrate(*from, *to, *start_time, *interval),
+            Route::Staging { warm, staging } => self.staging(*warm, *staging),
+            Route::Shadow {
+                child,
+                index,
+                shadows,
+            } => {
+                let main = self.target(*child);
+                self.shadowed(main, *index, shadows)
+            }
+            Route::ShardSplit {
+                destination,
+                splits,
+            } => self.shard_split(*destination, splits),
+            Route::SlowWarmUp {
+                target,
+                failover,
+                settings,
+            } => Plan::SlowWarmUp {
+                server: (id, self.selected_index(*target)),
+                target: Box::new(self.target(*target)),
+                failover: Box::new(self.target(*failover)),
+                settings: *settings,
+                get_like: self.class == OpClass::Get,
             },
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
@@ -582,6 +643,7 @@ impl Eval<'_, '_> {
                 salt,
             } => (hash, salt, children.len()),
             Route::RateLimit { target, .. } => return self.selected_index(*target),
+            Route::SlowWarmUp { target, .. } => return self.selected_index(*target),
             _ => return 0,
         };
         if n == 0 {
@@ -700,3 +762,11 @@ mod key_edit;
 #[path = "plan_choice_tests.rs"]
 mod choice_tests;
 pub use keysplit::{host_id, set_host_id};
+#[path = "plan_migrate.rs"]
+mod migrate;
+pub use migrate::{unix_now, StagingOp};
+
+#[path = "plan_shard_split.rs"]
+mod shard_split;
+pub use keysplit::set_host_id;
+pub use shard_split::{shard_id, split_key};

@@ -118,6 +118,7 @@ impl Eval<'_, '_> {
                 rk: RoutingKey::parse(&key),
                 exptime: self.exptime.clone(),
                 nodes: self.nodes,
+                now: self.now,
             };
             let plan = sub.target(destination);
             self.nodes = sub.nodes;

@@ -10,17 +10,51 @@ use crate::model::*;
 
 /// Route handle types mcrouter has that memfleet does not implement yet.
 const UNSUPPORTED_TYPES: &[&str] = &[
-    "AsynclogRoute",
     "BigValueRoute",
-    "LoggingRoute",
-    "MigrateRoute",
-    "OriginalClientHashRoute",
     "OutstandingLimitRoute",
     "SaltedFailoverRoute",
-    "ShadowRoute",
-    "SlowWarmUpRoute",
-    "SRRoute",
 ];
+
+/// Route handle types refused for good, each with the reason: they only make sense inside
+/// Facebook (or a program embedding mcrouter), or mcrouter makes them from an option.
+const REFUSED_TYPES: &[(&str, &str)] = &[
+    (
+        "SRRoute",
+        "routes through Facebook's service router, which exists only inside Facebook \
+         (open-source mcrouter refuses it too)",
+    ),
+    (
+        "OriginalClientHashRoute",
+        "hashes on the original client's address, which only Facebook's internal \
+         transport carries from hop to hop",
+    ),
+    (
+        "LoggingRoute",
+        "hands each hit to a callback of a program that embeds mcrouter as a library",
+    ),
+    (
+        "AsynclogRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"asynclog\" makes it \
+         (memfleet supports that option)",
+    ),
+    (
+        "SlowWarmUpRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"slow_warmup\" makes it \
+         (memfleet supports that option)",
+    ),
+    (
+        "ShardSplitRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"shard_splits\" makes it \
+         (memfleet supports that option)",
+    ),
+];
+
+fn refused_why(ty: &str) -> Option<&'static str> {
+    REFUSED_TYPES
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .map(|(_, why)| *why)
+}
 
 impl<'a> Builder<'a> {
     /// Exactly one handle (a list of one).
@@ -142,6 +176,9 @@ impl<'a> Builder<'a> {
                 }))
             }
             "KeySplitRoute" => self.key_split_route(args),
+            "MigrateRoute" => self.migrate_route(args),
+            "StagingRoute" => self.staging_route(args),
+            "ShadowRoute" => self.shadow_route(args),
             "L1L2CacheRoute" => self.l1l2_cache_route(args),
             "RateLimitRoute" => self.rate_limit_route(args),
             "RandomRoute" => self.random_route(args),
@@ -194,6 +231,10 @@ impl<'a> Builder<'a> {
                     },
                 };
                 Ok(self.add(Route::Error { message }))
+            }
+            _ if refused_why(ty).is_some() => {
+                let why = refused_why(ty).unwrap_or_default();
+                self.fail(format!("route handle type '{ty}' {why}"))
             }
             _ if UNSUPPORTED_TYPES.contains(&ty) => self.fail(format!(
                 "route handle type '{ty}' is not supported by memfleet yet"

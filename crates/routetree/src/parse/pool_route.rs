@@ -81,7 +81,9 @@ impl<'a> Builder<'a> {
             shadows,
             asynclog,
         });
-        self.pool_rates(map, route)
+        let route = self.pool_slow_warmup(map, route)?;
+        let route = self.pool_rates(map, route)?;
+        self.pool_shard_splits(map, route)
     }
 
     pub(super) fn shadows(&mut self, v: &'a Value) -> Result<Vec<Shadow>> {

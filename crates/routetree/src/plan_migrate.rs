@@ -1,0 +1,90 @@
+//! MigrateRoute's choice by time and StagingRoute's per-operation plan.
+
+use ring::spooky;
+
+use super::{Eval, OpClass, Plan};
+use crate::{AllMode, Target};
+
+/// What StagingRoute's staging side gets once warm answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagingOp {
+    /// get / lease-get: on a warm hit, the warm item is added to staging.
+    Fill,
+    /// set / lease-set / cas: once warm stored it, the value is `set` on staging.
+    SetIfStored,
+    /// Anything else: the same request, unless warm's reply is an error.
+    CopyUnlessError,
+    /// gets: nothing (mcrouter only touches the item's LRU position with a metaget).
+    Nothing,
+}
+
+/// The wall clock in unix seconds, which MigrateRoutes go by.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Eval<'_, '_> {
+    /// mcrouter's MigrateRoute: deletes go to `from` before the start, to both (worst reply)
+    /// for two intervals, then to `to`; everything else moves from `from` to `to` at a time
+    /// in the second interval that the routing key's hash picks, so keys move gradually.
+    pub(super) fn migrate(&mut self, from: Target, to: Target, start: i64, interval: i64) -> Plan {
+        let now = self.now;
+        if self.class == OpClass::Delete {
+            if now < start {
+                return self.target(from);
+            }
+            if now < start.saturating_add(interval.saturating_mul(2)) {
+                return Plan::All {
+                    mode: AllMode::Sync,
+                    plans: vec![self.target(from), self.target(to)],
+                };
+            }
+            return self.target(to);
+        }
+        if now < self.migration_time(start, interval) {
+            self.target(from)
+        } else {
+            self.target(to)
+        }
+    }
+
+    /// When this key's non-delete traffic switches to `to`.
+    fn migration_time(&self, start: i64, interval: i64) -> i64 {
+        let hash = i64::from(spooky::hash32(self.rk.hashed, 0));
+        start
+            .saturating_add(interval)
+            .saturating_add(hash % interval.max(1))
+    }
+
+    /// mcrouter's StagingRoute: deletes go to both sides (worst reply); everything else is
+    /// answered by warm, with staging brought along in the background (see [`StagingOp`]).
+    pub(super) fn staging(&mut self, warm: Target, staging: Target) -> Plan {
+        let op = match self.op {
+            _ if self.class == OpClass::Delete => {
+                return Plan::All {
+                    mode: AllMode::Sync,
+                    plans: vec![self.target(warm), self.target(staging)],
+                };
+            }
+            "get" | "lease-get" => StagingOp::Fill,
+            "gets" => StagingOp::Nothing,
+            "set" | "lease-set" | "cas" => StagingOp::SetIfStored,
+            _ => StagingOp::CopyUnlessError,
+        };
+        let warm = self.target(warm);
+        if op == StagingOp::Nothing {
+            return warm;
+        }
+        Plan::Staging {
+            warm: Box::new(warm),
+            staging: Box::new(self.target(staging)),
+            op,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_migrate_tests.rs"]
+mod tests;
