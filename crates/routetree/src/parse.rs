@@ -17,6 +17,7 @@ mod named;
 mod pool_route;
 mod pools;
 mod rate_limit;
+mod rendezvous;
 mod selectors;
 mod server;
 

@@ -395,6 +395,10 @@ impl Eval<'_, '_> {
                         let order = self.deterministic_order(plans.len(), *max_tries, hash, skip);
                         (order, *max_error_tries)
                     }
+                    FailoverPolicy::Rendezvous { hash } => {
+                        let primary = children.first().map_or(0, |c| self.selected_index(*c));
+                        (rendezvous_order(hash, self.rk.hashed, primary), usize::MAX)
+                    }
                 };
                 match plans.len() {
                     0 => Plan::Null,
@@ -661,3 +665,16 @@ mod handle_tests;
 #[path = "plan_keysplit.rs"]
 mod keysplit;
 pub use keysplit::set_host_id;
+
+/// RendezvousPolicy's children for a routing key: the first, then child `i + 1` for each
+/// server `i` in rendezvous order, leaving out `primary` (the server the first child picked).
+fn rendezvous_order(hash: &ring::Rendezvous, key: &[u8], primary: usize) -> Vec<usize> {
+    let mut order = vec![0];
+    order.extend(
+        hash.order(key)
+            .into_iter()
+            .filter(|&i| i != primary)
+            .map(|i| i + 1),
+    );
+    order
+}
