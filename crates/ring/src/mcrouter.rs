@@ -1,8 +1,10 @@
-//! mcrouter's pool hash functions (Ch3, Crc32, WeightedCh3) and the part of a key they hash.
+//! mcrouter's pool hash functions (Ch3, Crc32, WeightedCh3, Rendezvous, ConstShard) and the
+//! part of a key they hash.
 
 use std::fmt;
 
 use crate::furc::{crc32_index, furc_hash, FURC_MAX_POOL_SIZE};
+use crate::rendezvous::{const_shard, Rendezvous};
 use crate::spooky;
 
 /// The parts of a key mcrouter distinguishes when routing it.
@@ -61,6 +63,13 @@ pub enum PoolHash {
     Crc32,
     /// furc_hash with a per-server acceptance weight in `[0, 1]`; one weight per server.
     WeightedCh3(Vec<f64>),
+    /// WeightedCh3 whose weights come from a runtime variable; memfleet reads none, so they
+    /// stay at mcrouter's starting 0.5 each.
+    WeightedCh3Rv(Vec<f64>),
+    /// Rendezvous or WeightedRendezvous over the pool's tags.
+    Rendezvous(Rendezvous),
+    /// A key `<x>:<n>:...` goes to server n when there is one, any other key by Ch3.
+    ConstShard,
 }
 
 /// Why a hash function cannot serve a pool.
@@ -80,6 +89,13 @@ pub enum PoolHashError {
         /// The weight as given.
         weight: f64,
     },
+    /// Rendezvous with a different number of tags than servers.
+    TagCount {
+        /// How many tags were given.
+        tags: usize,
+        /// How many servers the pool has.
+        servers: usize,
+    },
     /// WeightedCh3 with a different number of weights than servers.
     WeightCount {
         /// How many weights were given.
@@ -98,6 +114,9 @@ impl fmt::Display for PoolHashError {
             ),
             PoolHashError::Weight { index, weight } => {
                 write!(f, "weight {index} is {weight}; weights must be in [0, 1]")
+            }
+            PoolHashError::TagCount { tags, servers } => {
+                write!(f, "{tags} tags for {servers} servers")
             }
             PoolHashError::WeightCount { weights, servers } => {
                 write!(f, "{weights} weights for {servers} servers")
@@ -120,14 +139,21 @@ impl PoolHash {
             PoolHash::Ch3 => "Ch3",
             PoolHash::Crc32 => "Crc32",
             PoolHash::WeightedCh3(_) => "WeightedCh3",
+            PoolHash::WeightedCh3Rv(_) => "WeightedCh3Rv",
+            PoolHash::Rendezvous(r) if r.weights().is_some() => "WeightedRendezvous",
+            PoolHash::Rendezvous(_) => "Rendezvous",
+            PoolHash::ConstShard => "ConstShard",
         }
     }
 
     /// Checks that this function can place keys over `servers` servers.
     pub fn check(&self, servers: usize) -> Result<(), PoolHashError> {
         let max = match self {
-            PoolHash::Crc32 => u32::MAX as usize,
-            PoolHash::Ch3 | PoolHash::WeightedCh3(_) => FURC_MAX_POOL_SIZE as usize,
+            PoolHash::Crc32 | PoolHash::Rendezvous(_) => u32::MAX as usize,
+            PoolHash::Ch3
+            | PoolHash::WeightedCh3(_)
+            | PoolHash::WeightedCh3Rv(_)
+            | PoolHash::ConstShard => FURC_MAX_POOL_SIZE as usize,
         };
         if servers == 0 || servers > max {
             return Err(PoolHashError::Size {
@@ -135,7 +161,15 @@ impl PoolHash {
                 servers,
             });
         }
-        if let PoolHash::WeightedCh3(weights) = self {
+        if let PoolHash::Rendezvous(r) = self {
+            if r.len() != servers {
+                return Err(PoolHashError::TagCount {
+                    tags: r.len(),
+                    servers,
+                });
+            }
+        }
+        if let PoolHash::WeightedCh3(weights) | PoolHash::WeightedCh3Rv(weights) = self {
             if weights.len() != servers {
                 return Err(PoolHashError::WeightCount {
                     weights: weights.len(),
@@ -159,7 +193,12 @@ impl PoolHash {
         match self {
             PoolHash::Ch3 => furc_hash(hashed, servers as u32) as usize,
             PoolHash::Crc32 => crc32_index(hashed, servers as u32) as usize,
-            PoolHash::WeightedCh3(weights) => weighted_ch3(hashed, weights),
+            PoolHash::WeightedCh3(weights) | PoolHash::WeightedCh3Rv(weights) => {
+                weighted_ch3(hashed, weights)
+            }
+            PoolHash::Rendezvous(r) => r.index(hashed),
+            PoolHash::ConstShard => const_shard(hashed, servers)
+                .unwrap_or_else(|| furc_hash(hashed, servers as u32) as usize),
         }
     }
 }

@@ -347,6 +347,10 @@ pub struct McRoutes {
     pub pools: Vec<usize>,
     /// Which FailoverRoute child handed out each lease token (for this generation).
     pub leases: routetree::lease::LeaseBook,
+    /// When this generation's config was read (`__mcrouter__.config_age`).
+    pub loaded: Instant,
+    /// The config file's path, when the config came from a file (`__mcrouter__.config_file`).
+    pub config_file: Option<String>,
 }
 
 /// One configuration generation.

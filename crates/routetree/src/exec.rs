@@ -562,6 +562,7 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::Delay(_)) {
             return self.delay_child_done(id, reply, out);
+        }
         if matches!(self.nodes[id].kind, Kind::SlowWarmUp(_)) {
             return self.slow_warmup_child_done(id, reply, out);
         }

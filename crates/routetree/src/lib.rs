@@ -16,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod error;
 pub mod exec;
 pub mod jsonm;

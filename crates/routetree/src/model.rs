@@ -38,6 +38,8 @@ pub struct Pool {
     pub servers: Vec<Server>,
     /// Pool-level `weights`: PoolRoute then defaults to WeightedCh3 with them.
     pub weights: Option<Vec<f64>>,
+    /// Pool-level `tags` (one per server) for Rendezvous hashing.
+    pub tags: Option<Vec<String>>,
     /// `keep_routing_prefix`: send keys to servers with their `/region/cluster/` prefix.
     pub keep_routing_prefix: bool,
 }
@@ -160,6 +162,13 @@ pub enum FailoverPolicy {
     LeastFailures {
         /// Most children tried, the first included (at most the number of children).
         max_tries: usize,
+    },
+    /// mcrouter's RendezvousPolicy: the first child (a pool over the same servers), then the
+    /// other children in the rendezvous order of the routing key over their tags, leaving out
+    /// the one matching the server the first child picked; no try limit.
+    Rendezvous {
+        /// Rendezvous or WeightedRendezvous over the children after the first.
+        hash: ring::Rendezvous,
     },
 }
 
@@ -373,6 +382,7 @@ pub enum Route {
         after_ms: u64,
         /// The least milliseconds from the request to the reply (0: no floor).
         total_ms: u64,
+    },
     /// Moves a key space from `from` to `to`: before `start_time` everything goes to
     /// `from`; from `start_time + interval` plus the key's hash modulo `interval` on, all
     /// but deletes go to `to`; deletes go to both from `start_time` until

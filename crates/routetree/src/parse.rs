@@ -21,6 +21,7 @@ mod named;
 mod pool_route;
 mod pools;
 mod rate_limit;
+mod rendezvous;
 mod selectors;
 mod server;
 mod shadow_route;

@@ -278,7 +278,7 @@ fn hash_functions() {
     assert!(e.message.contains("outside [0, 1]"), "{e}");
     assert_eq!(e.path.to_string(), "route.hash.weights[1]");
     let e = err(&with_route(
-        r#"{"type": "PoolRoute", "pool": "A", "hash": "Rendezvous"}"#,
+        r#"{"type": "PoolRoute", "pool": "A", "hash": "Latest"}"#,
     ));
     assert!(e.message.contains("not supported"), "{e}");
     let e = err(&with_route(
@@ -544,7 +544,7 @@ fn failover_policy_types_are_checked() {
         "{e}"
     );
     let e = err(&route(r#"{"type": "RendezvousPolicy"}"#)).to_string();
-    assert!(e.contains("'RendezvousPolicy' is not supported yet"), "{e}");
+    assert!(e.contains("RendezvousPolicy needs 'tags'"), "{e}");
     let e = err(&route(
         r#"{"type": "DeterministicOrderPolicy", "max_tries": 2}"#,
     ))

@@ -124,6 +124,7 @@ pub enum Plan {
         after_ms: u64,
         /// The least milliseconds from the start to the reply.
         total_ms: u64,
+    },
     /// StagingRoute: `warm` answers; what reaches `staging` in the background depends on
     /// `op`.
     Staging {
@@ -444,6 +445,10 @@ impl Eval<'_, '_> {
                         let order = self.deterministic_order(plans.len(), *max_tries, hash, skip);
                         (order, *max_error_tries)
                     }
+                    FailoverPolicy::Rendezvous { hash } => {
+                        let primary = children.first().map_or(0, |c| self.selected_index(*c));
+                        (rendezvous_order(hash, self.rk.hashed, primary), usize::MAX)
+                    }
                 };
                 match plans.len() {
                     0 => Plan::Null,
@@ -592,6 +597,7 @@ impl Eval<'_, '_> {
                 before_ms: *before_ms,
                 after_ms: *after_ms,
                 total_ms: *total_ms,
+            },
             Route::Migrate {
                 from,
                 to,
@@ -762,11 +768,24 @@ mod key_edit;
 #[path = "plan_choice_tests.rs"]
 mod choice_tests;
 pub use keysplit::{host_id, set_host_id};
+
 #[path = "plan_migrate.rs"]
 mod migrate;
 pub use migrate::{unix_now, StagingOp};
 
 #[path = "plan_shard_split.rs"]
 mod shard_split;
-pub use keysplit::set_host_id;
 pub use shard_split::{shard_id, split_key};
+
+/// RendezvousPolicy's children for a routing key: the first, then child `i + 1` for each
+/// server `i` in rendezvous order, leaving out `primary` (the server the first child picked).
+fn rendezvous_order(hash: &ring::Rendezvous, key: &[u8], primary: usize) -> Vec<usize> {
+    let mut order = vec![0];
+    order.extend(
+        hash.order(key)
+            .into_iter()
+            .filter(|&i| i != primary)
+            .map(|i| i + 1),
+    );
+    order
+}

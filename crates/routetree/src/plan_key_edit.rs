@@ -61,6 +61,7 @@ impl Eval<'_, '_> {
                 rk: RoutingKey::parse(&key),
                 exptime: self.exptime.clone(),
                 nodes: self.nodes,
+                now: self.now,
             };
             let plan = sub.target(target);
             self.nodes = sub.nodes;

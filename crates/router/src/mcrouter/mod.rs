@@ -277,9 +277,21 @@ pub fn load(
             prefix: args.route_prefix.clone(),
             pools: index,
             leases: Default::default(),
+            loaded: Instant::now(),
+            config_file: config_file(args),
         })),
     };
     Ok((shared, names))
+}
+
+/// The config file as mcrouter's `config_file` command names it: `--config file:PATH`'s
+/// path, else `--config-file`.
+fn config_file(args: &RouteArgs) -> Option<String> {
+    match (&args.config, &args.config_file) {
+        (Some(config), _) => config.strip_prefix("file:").map(str::to_owned),
+        (None, Some(path)) => Some(path.to_string_lossy().into_owned()),
+        (None, None) => None,
+    }
 }
 
 /// Requests a server connection may hold before further ones fail: mcrouter sends at most

@@ -125,6 +125,9 @@ impl Worker {
         let Some(routes) = self.shared.mcrouter.clone() else {
             return Planned::Here;
         };
+        if self.admin_get(ci, req, &routes) {
+            return Planned::Done;
+        }
         let mut planned = None;
         if let Some((op, key)) = single_key(req) {
             let plan = routes.config.plan(op, key, &routes.prefix);

@@ -23,6 +23,7 @@
 
 mod accept;
 mod active;
+mod admin;
 mod auth;
 mod backend;
 mod bigvalue;

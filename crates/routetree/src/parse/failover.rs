@@ -146,15 +146,7 @@ impl<'a> Builder<'a> {
         };
         match ty {
             "DeterministicOrderPolicy" | "LeastFailuresPolicy" => {}
-            "RendezvousPolicy" => {
-                return self.key("type", |b| {
-                    b.fail(format!(
-                        "failover_policy type '{ty}' is not supported yet (memfleet knows \
-                         DeterministicOrderPolicy and LeastFailuresPolicy; without \
-                         failover_policy children are tried in order)"
-                    ))
-                })
-            }
+            "RendezvousPolicy" => return self.rendezvous_policy(map, route, children),
             _ => {
                 return self.key("type", |b| {
                     b.fail(format!(
@@ -237,7 +229,7 @@ impl<'a> Builder<'a> {
                 return self.key("hash_func", |b| b.fail(msg));
             }
         };
-        let hash = self.hash_function(func, map.get("weights"), None, children)?;
+        let hash = self.hash_function(func, Some(map), None, children)?;
         self.check_hash(&hash, children)?;
         Ok(hash)
     }

@@ -3,17 +3,10 @@
 use ring::PoolHash;
 use serde_json::Value;
 
-use super::builder::{Args, Builder, Result};
+use super::builder::{Args, Builder, Object, Result};
 use crate::error::Seg;
 use crate::model::*;
 
-/// Hash functions mcrouter has that memfleet does not implement.
-const UNSUPPORTED_HASHES: &[&str] = &[
-    "ConstShard",
-    "Rendezvous",
-    "WeightedRendezvous",
-    "WeightedCh3Rv",
-];
 
 impl<'a> Builder<'a> {
     pub(super) fn hash_route(&mut self, args: Args<'a>) -> Result<Vec<Target>> {
@@ -37,7 +30,7 @@ impl<'a> Builder<'a> {
                     }
                     _ => {}
                 }
-                let hash = self.hash_function(func, map.get("weights"), None, children.len())?;
+                let hash = self.hash_function(func, Some(map), None, children.len())?;
                 (hash, salt)
             }
             _ => (PoolHash::Ch3, String::new()),
@@ -61,17 +54,22 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The hash function called `func`, with WeightedCh3 weights from `weights` or else
-    /// from the pool, padded with 0.5 or cut to `n` as mcrouter does.
+    /// The hash function called `func`, configured by `spec` (the HashRoute or pool `hash`
+    /// object). WeightedCh3 weights come from its `weights` or else from the pool, padded with
+    /// 0.5 or cut to `n` as mcrouter does.
     pub(super) fn hash_function(
         &mut self,
         func: &str,
-        weights: Option<&Value>,
+        spec: Option<&Object>,
         pool_weights: Option<&[f64]>,
         n: usize,
     ) -> Result<PoolHash> {
+        let weights = spec.and_then(|s| s.get("weights"));
         match func {
             "Ch3" => Ok(PoolHash::Ch3),
+            "ConstShard" | "Rendezvous" | "WeightedRendezvous" | "WeightedCh3Rv" => {
+                self.more_hash_function(func, spec, pool_weights, n)
+            }
             "Crc32" => Ok(PoolHash::Crc32),
             "WeightedCh3" => {
                 let mut list = match (weights, pool_weights) {
@@ -93,11 +91,9 @@ impl<'a> Builder<'a> {
                 "hash function '{func}' is supported in a HashRoute's hash_func only (for \
                  a pool: a LatestRoute over Pool|name)"
             )),
-            f if UNSUPPORTED_HASHES.contains(&f) => self.fail(format!(
-                "hash function '{f}' is not supported (Ch3, Crc32, WeightedCh3 are)"
-            )),
             f => self.fail(format!(
-                "unknown hash function '{f}' (Ch3, Crc32, WeightedCh3)"
+                "unknown hash function '{f}' (Ch3, Crc32, WeightedCh3, ConstShard, Rendezvous, \
+                 WeightedRendezvous, WeightedCh3Rv)"
             )),
         }
     }

@@ -33,6 +33,11 @@ impl<'a> Builder<'a> {
         let n = self.pools[pool].servers.len();
         let pool_weights = self.pools[pool].weights.clone();
         let pool_name = self.pools[pool].name.clone();
+        // As mcrouter, the pool's tags are the default the PoolRoute's `hash` can override.
+        let mut spec = Object::new();
+        if let Some(tags) = &self.pools[pool].tags {
+            spec.insert("tags".into(), tags.clone().into());
+        }
         let mut salt = String::new();
         let mut hash = match &pool_weights {
             Some(w) => PoolHash::WeightedCh3(w.clone()),
@@ -45,7 +50,7 @@ impl<'a> Builder<'a> {
                 None => {}
                 Some(Value::String(func)) => {
                     hash = self.key("hash", |b| {
-                        b.hash_function(func, None, pool_weights.as_deref(), n)
+                        b.hash_function(func, Some(&spec), pool_weights.as_deref(), n)
                     })?;
                 }
                 Some(Value::Object(h)) => {
@@ -56,7 +61,8 @@ impl<'a> Builder<'a> {
                             Some(_) => return b.fail("hash_func must be a string"),
                         };
                         salt = b.salt(h)?;
-                        b.hash_function(func, h.get("weights"), pool_weights.as_deref(), n)
+                        spec.extend(h.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        b.hash_function(func, Some(&spec), pool_weights.as_deref(), n)
                     })?;
                 }
                 Some(other) => {

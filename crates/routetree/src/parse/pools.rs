@@ -168,10 +168,12 @@ impl<'a> Builder<'a> {
             None => None,
         };
         let keep_routing_prefix = self.bool_field(map, "keep_routing_prefix", false)?;
+        let tags = self.pool_tags(map)?;
         self.pools.push(Pool {
             name: name.to_owned(),
             servers,
             weights,
+            tags,
             keep_routing_prefix,
         });
         let id = self.pools.len() - 1;
