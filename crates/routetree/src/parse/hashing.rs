@@ -29,16 +29,20 @@ impl<'a> Builder<'a> {
                     }
                 };
                 match func {
-                    "Latest" => return self.latest(children, map),
+                    "Latest" if !children.is_empty() => return self.latest(children, map),
+                    // No children: the error reply of an empty HashRoute, as in mcrouter.
+                    "Latest" => (PoolHash::Ch3, salt),
                     "LoadBalancer" => {
                         return self.key("hash_func", |b| {
                             b.fail(super::choice::LOAD_BALANCER_REFUSAL)
                         })
                     }
-                    _ => {}
+                    _ => {
+                        let hash =
+                            self.hash_function(func, map.get("weights"), None, children.len())?;
+                        (hash, salt)
+                    }
                 }
-                let hash = self.hash_function(func, map.get("weights"), None, children.len())?;
-                (hash, salt)
             }
             _ => (PoolHash::Ch3, String::new()),
         };
