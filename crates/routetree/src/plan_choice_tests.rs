@@ -117,6 +117,12 @@ fn latest_route_fails_over_among_the_hosts_picks() {
             "failover_count": 2, "failover_errors": ["timeout"]}"#,
     );
     assert_eq!(h.plan("get", b"k", DEFAULT), c.plan("get", b"k", DEFAULT));
+    // Without children it is still a HashRoute: an error, as mcrouter's.
+    let empty = config(r#"{"type": "HashRoute", "children": [], "hash_func": "Latest"}"#);
+    assert_eq!(
+        empty.plan("get", b"k", DEFAULT),
+        Plan::Error("HashRoute with empty children".into())
+    );
     let Plan::Failover { plans, .. } = config(r#""LatestRoute|Pool|A""#).plan("get", b"k", DEFAULT)
     else {
         panic!()

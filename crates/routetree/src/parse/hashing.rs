@@ -7,7 +7,6 @@ use super::builder::{Args, Builder, Object, Result};
 use crate::error::Seg;
 use crate::model::*;
 
-
 impl<'a> Builder<'a> {
     pub(super) fn hash_route(&mut self, args: Args<'a>) -> Result<Vec<Target>> {
         let children = self.children("HashRoute", args)?;
@@ -22,16 +21,19 @@ impl<'a> Builder<'a> {
                     }
                 };
                 match func {
-                    "Latest" => return self.latest(children, map),
+                    "Latest" if !children.is_empty() => return self.latest(children, map),
+                    // No children: the error reply of an empty HashRoute, as in mcrouter.
+                    "Latest" => (PoolHash::Ch3, salt),
                     "LoadBalancer" => {
                         return self.key("hash_func", |b| {
                             b.fail(super::choice::LOAD_BALANCER_REFUSAL)
                         })
                     }
-                    _ => {}
+                    _ => {
+                        let hash = self.hash_function(func, Some(map), None, children.len())?;
+                        (hash, salt)
+                    }
                 }
-                let hash = self.hash_function(func, Some(map), None, children.len())?;
-                (hash, salt)
             }
             _ => (PoolHash::Ch3, String::new()),
         };
