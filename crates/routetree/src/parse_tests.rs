@@ -280,7 +280,7 @@ fn hash_functions() {
     let e = err(&with_route(
         r#"{"type": "PoolRoute", "pool": "A", "hash": "Latest"}"#,
     ));
-    assert!(e.message.contains("not supported"), "{e}");
+    assert!(e.message.contains("in a HashRoute's hash_func only"), "{e}");
     let e = err(&with_route(
         r#"{"type": "HashRoute", "children": "Pool|A", "hash_func": "Nope"}"#,
     ));
