@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from harness import ROOT, Server
+from harness import ROOT, Server, free_port
 from mcrouter_harness import McRouter, fetch, pools, servers, store
+from proxy_harness import Proxy, pool_yaml
 
 __all__ = ["servers"]
 
@@ -122,3 +123,15 @@ def test_rendezvous_policy_fails_over_along_the_rendezvous_order(servers) -> Non
             if primary == 0:
                 want = next(i for i in v["rendezvous_order"] if i != 0)
             assert holder(group[1:], key) + 1 == want, (key, primary, v["rendezvous_order"])
+
+
+def test_nutcracker_routers_forward_service_info_keys(servers) -> None:
+    """With a nutcracker YAML config the key is an ordinary key, stored on a server."""
+    (backend,) = servers(1)
+    port = free_port()
+    with Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", [f"{backend.address}:1"]), port):
+        key = "__mcrouter__.version"
+        assert fetch(port, key) == b"END\r\n"
+        assert store(port, key, "mine") == b"STORED\r\n"
+        assert fetch(port, key) == f"VALUE {key} 0 4\r\nmine\r\nEND\r\n".encode()
+        assert fetch(backend.port, key) != b"END\r\n"
