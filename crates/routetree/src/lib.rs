@@ -34,7 +34,7 @@ pub mod tko;
 pub use crate::error::{ConfigError, Path, Seg};
 pub use crate::model::*;
 pub use crate::parse::{parse_config, parse_config_with, parse_server, BadServer, OPERATIONS};
-pub use crate::plan::{Plan, Send};
+pub use crate::plan::{unix_now, Plan, Send};
 
 /// mcrouter's default routing prefix when `--route-prefix` is not given.
 pub const DEFAULT_ROUTE_PREFIX: &str = "/././";

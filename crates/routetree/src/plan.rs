@@ -693,6 +693,9 @@ impl Eval<'_, '_> {
     }
 
     fn shadowed(&mut self, main: Plan, index: usize, shadows: &[Shadow]) -> Plan {
+        if shadows.is_empty() {
+            return main;
+        }
         let key_hash = u64::from(spooky::hash32(self.rk.hashed, 0));
         let max = f64::from(u32::MAX);
         let mut copies = Vec::new();

@@ -125,12 +125,15 @@ impl Worker {
         let Some(routes) = self.shared.mcrouter.clone() else {
             return Planned::Here;
         };
-        if self.admin_get(ci, req, &routes) {
+        let single = single_key(req);
+        let admin = matches!(single, Some(("get" | "gets", k)) if k.starts_with(b"__mcrouter__."));
+        if admin && self.admin_get(ci, req, &routes) {
             return Planned::Done;
         }
         let mut planned = None;
-        if let Some((op, key)) = single_key(req) {
-            let plan = routes.config.plan(op, key, &routes.prefix);
+        let now = self.unix_now;
+        if let Some((op, key)) = single {
+            let plan = routes.config.plan_at(op, key, &routes.prefix, now);
             if let Plan::Send(send) = &plan {
                 let as_sent = send.keep_prefix || RoutingKey::parse(key).prefix.is_empty();
                 let logged = send.asynclog.is_some() && crate::asynclog::enabled();
@@ -211,7 +214,7 @@ impl Worker {
                     ReqSpec::FlushAll { .. } => every_server(&routes),
                     _ => routes
                         .config
-                        .plan(spec.operation(), spec.key(), &routes.prefix),
+                        .plan_at(spec.operation(), spec.key(), &routes.prefix, self.unix_now),
                 })
                 .collect(),
         };

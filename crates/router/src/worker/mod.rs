@@ -198,6 +198,9 @@ pub struct Worker {
     read_pool: Vec<Vec<u8>>,
     limits: Limits,
     now: Instant,
+    /// Unix seconds at `now`: the time MigrateRoutes and shard splits go by, read once per
+    /// loop turn rather than per request.
+    unix_now: i64,
     /// Requests of an mcrouter config being carried out, and replies that came for them.
     mc: mcrouter::Execs,
     arrivals: backend::Arrivals,
@@ -237,6 +240,7 @@ impl Worker {
                 ..Limits::default()
             },
             now: Instant::now(),
+            unix_now: routetree::unix_now(),
             mc: mcrouter::Execs::default(),
             arrivals: backend::Arrivals::default(),
             active: active::Active::new(globals.active_req_limit, globals.threads),
@@ -261,6 +265,7 @@ impl Worker {
                 }
             }
             self.now = Instant::now();
+            self.unix_now = routetree::unix_now();
             self.mc.set_now(self.now);
             for ev in events.iter() {
                 let t = ev.token();
