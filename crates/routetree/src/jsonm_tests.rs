@@ -577,6 +577,47 @@ fn weighted_hash_errors_are_mcrouters() {
     assert!(be(json!({"type": "weightedHash", "dictionary": {"a": 1}})).contains("key"));
 }
 
+// The behaviours mcrouter's own preprocessor tests pin down, with inputs of our own.
+#[test]
+fn conformance_split_pieces() {
+    assert_eq!(b(json!("@split(x-y,)")), json!(["x-y"]));
+    assert_eq!(b(json!("@split(,)")), json!([""]));
+    assert_eq!(b(json!("@split(xccxcc, c)")), json!(["x", "", "x", "", ""]));
+    assert_eq!(b(json!("@split(xccxcc, cc)")), json!(["x", "x", ""]));
+}
+
+#[test]
+fn conformance_weighted_hash_forms() {
+    assert_eq!(
+        b(json!({"type": "weightedHash", "dictionary": {"only": 0.25}, "key": 99})),
+        json!("only")
+    );
+    assert_eq!(
+        b(json!({"type": "weightedHash", "dictionary": {"off": 0, "on": 1}, "key": "some key"})),
+        json!("on")
+    );
+    // The string form, the dictionary coming from a variable (pick checked against mcrouter).
+    assert_eq!(
+        b(
+            json!({"type": "define", "vars": {"w": {"a": 0, "b": 1, "c": 0.5}},
+                 "result": "@weightedHash(%w%, @int(5))"})
+        ),
+        json!("c")
+    );
+}
+
+#[test]
+fn conformance_bitwise_edges() {
+    let min = json!(i64::MIN);
+    assert_eq!(b(json!("@bitwiseLeftShift(@int(1), @int(63))")), min);
+    assert_eq!(
+        b(json!({"type": "bitwiseRightShift", "A": i64::MIN, "B": 63})),
+        json!(1)
+    );
+    assert_eq!(b(json!({"type": "bitwiseNot", "A": -1})), json!(0));
+    assert_eq!(b(json!({"type": "bitwiseXor", "A": 6, "B": 3})), json!(5));
+}
+
 #[test]
 fn every_builtin_is_defined() {
     let names = builtins::names();
