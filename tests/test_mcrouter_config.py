@@ -8,6 +8,7 @@ real memcached.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -251,3 +252,23 @@ def test_a_path_without_file_prefix_is_named_as_such(tmp_path: Path) -> None:
     # Inline JSON(M) still works, with a comment before the object too.
     r = validate("--config", "// pools\n" + VALID, "-R", "/region/cluster/")
     assert r.returncode == 0, r.stderr
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "router-mcrouter.md"
+
+
+def layout_blocks() -> list[str]:
+    text = DOC.read_text()
+    start = text.index("\n## Common layouts\n")
+    end = text.index("\n## ", start + 1)
+    return re.findall(r"```json\n(.*?)\n```", text[start:end], re.DOTALL)
+
+
+def test_common_layouts_in_the_docs_are_valid(tmp_path: Path) -> None:
+    blocks = layout_blocks()
+    assert len(blocks) >= 7, "docs: 'Common layouts' lost its configs"
+    for i, block in enumerate(blocks):
+        json.loads(block)  # plain JSON, copy-pasteable anywhere
+        path = write(tmp_path, block, f"layout{i}.json")
+        r = validate("--config", f"file:{path}", "-R", "/east/web/")
+        assert r.returncode == 0, (i, r.stderr)

@@ -12,6 +12,7 @@
 mod builtins;
 mod text;
 mod value;
+mod weighted_hash;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

@@ -529,11 +529,93 @@ fn imports_resolve_through_the_loader_and_are_cached() {
 #[test]
 fn refused_builtins_say_why() {
     assert!(be(json!("@shuffle(@range(@int(1),@int(3)))")).contains("shuffle is not supported"));
-    assert!(
-        be(json!({"type": "weightedHash", "dictionary": {"a": 1.0}, "key": 1}))
-            .contains("weightedHash is not supported")
-    );
     assert!(be(json!("@isLocalIp(::1)")).contains("isLocalIp is not supported"));
+}
+
+#[test]
+fn weighted_hash_picks_a_name_as_mcrouter_does() {
+    let wh = |dictionary: Value, key: Value| {
+        b(json!({"type": "weightedHash", "dictionary": dictionary, "key": key}))
+    };
+    // mcrouter's own documented example.
+    assert_eq!(wh(json!({"a": 0.0, "b": 1.0}), json!(5)), json!("b"));
+    let ewn = json!({"east": 1, "west": 2.0, "north": 1});
+    let picks: Vec<Value> = (0..8).map(|k| wh(ewn.clone(), json!(k))).collect();
+    assert_eq!(
+        picks,
+        ["east", "east", "west", "west", "east", "west", "west", "west"].map(Value::from)
+    );
+    // A string key hashes as @hash does; an int key is used as is.
+    assert_eq!(wh(ewn.clone(), json!("abcd")), json!("west"));
+    assert_eq!(
+        wh(ewn.clone(), json!("abcd")),
+        wh(ewn.clone(), b(json!("@hash(abcd)")))
+    );
+    // Arguments are expanded first; a slightly negative weight counts as 0.
+    let dict = json!({"a": -0.005, "b": "@double(1)"});
+    assert_eq!(wh(dict, json!("@int(7)")), json!("b"));
+}
+
+#[test]
+fn weighted_hash_errors_are_mcrouters() {
+    let whe = |dictionary: Value, key: Value| {
+        be(json!({"type": "weightedHash", "dictionary": dictionary, "key": key}))
+    };
+    assert!(
+        whe(json!([1]), json!(1)).contains("WeightedHash: dictionary is array, expected object")
+    );
+    assert!(whe(json!({}), json!(1)).contains("WeightedHash: dictionary is empty"));
+    assert!(whe(json!({"a": "1"}), json!(1))
+        .contains("WeightedHash: a weight is string, expected number"));
+    assert!(whe(json!({"a": -0.5}), json!(1)).contains("WeightedHash: a weight -0.5 is negative"));
+    assert!(whe(json!({"a": 1}), json!(true))
+        .contains("WeightedHash: key is boolean, expected string or int"));
+    assert!(whe(json!({"a": 1}), json!(1.5))
+        .contains("WeightedHash: key is double, expected string or int"));
+    assert!(whe(json!({"a": 0, "b": 0}), json!(1))
+        .contains("WeightedHash: failed to compute hash: Sum of weights is 0"));
+    assert!(be(json!({"type": "weightedHash", "dictionary": {"a": 1}})).contains("key"));
+}
+
+// The behaviours mcrouter's own preprocessor tests pin down, with inputs of our own.
+#[test]
+fn conformance_split_pieces() {
+    assert_eq!(b(json!("@split(x-y,)")), json!(["x-y"]));
+    assert_eq!(b(json!("@split(,)")), json!([""]));
+    assert_eq!(b(json!("@split(xccxcc, c)")), json!(["x", "", "x", "", ""]));
+    assert_eq!(b(json!("@split(xccxcc, cc)")), json!(["x", "x", ""]));
+}
+
+#[test]
+fn conformance_weighted_hash_forms() {
+    assert_eq!(
+        b(json!({"type": "weightedHash", "dictionary": {"only": 0.25}, "key": 99})),
+        json!("only")
+    );
+    assert_eq!(
+        b(json!({"type": "weightedHash", "dictionary": {"off": 0, "on": 1}, "key": "some key"})),
+        json!("on")
+    );
+    // The string form, the dictionary coming from a variable (pick checked against mcrouter).
+    assert_eq!(
+        b(
+            json!({"type": "define", "vars": {"w": {"a": 0, "b": 1, "c": 0.5}},
+                 "result": "@weightedHash(%w%, @int(5))"})
+        ),
+        json!("c")
+    );
+}
+
+#[test]
+fn conformance_bitwise_edges() {
+    let min = json!(i64::MIN);
+    assert_eq!(b(json!("@bitwiseLeftShift(@int(1), @int(63))")), min);
+    assert_eq!(
+        b(json!({"type": "bitwiseRightShift", "A": i64::MIN, "B": 63})),
+        json!(1)
+    );
+    assert_eq!(b(json!({"type": "bitwiseNot", "A": -1})), json!(0));
+    assert_eq!(b(json!({"type": "bitwiseXor", "A": 6, "B": 3})), json!(5));
 }
 
 #[test]

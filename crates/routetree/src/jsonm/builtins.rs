@@ -1,7 +1,6 @@
 //! The built-in macros and calls of mcrouter's preprocessor, with its names, parameters and
 //! error messages. Refused (an error naming why): `shuffle` (its order is that of the C++
-//! standard library's random engine), `weightedHash` and `isLocalIp` (they need mcrouter's
-//! rendezvous hash and the host's interfaces).
+//! standard library's random engine) and `isLocalIp` (it needs the host's interfaces).
 
 use std::cmp::Ordering;
 
@@ -11,6 +10,7 @@ use super::value::{
     as_i64, cast_bool, cast_double, cast_int, cast_string, compare, double, equals, is_double,
     is_int, measure, type_name,
 };
+use super::weighted_hash::weighted_hash;
 use super::{fail, note, Body, Ctx, Macro, Pre, Source, Within, DEPTH_LIMIT, R};
 
 /// A built-in call of the object form only: it reads its fields itself.
@@ -189,7 +189,7 @@ fn hash(_: &Pre, a: &Ctx) -> R<Value> {
     Ok(Value::from(h as i64))
 }
 
-fn twang_mix64(mut key: u64) -> u64 {
+pub(super) fn twang_mix64(mut key: u64) -> u64 {
     key = (!key).wrapping_add(key << 21);
     key ^= key >> 24;
     key = key.wrapping_add(key << 3).wrapping_add(key << 8);
@@ -197,10 +197,6 @@ fn twang_mix64(mut key: u64) -> u64 {
     key = key.wrapping_add(key << 2).wrapping_add(key << 4);
     key ^= key >> 28;
     key.wrapping_add(key << 31)
-}
-
-fn weighted_hash(_: &Pre, _: &Ctx) -> R<Value> {
-    fail("weightedHash is not supported: its rendezvous hash is not implemented in memfleet")
 }
 
 fn shuffle(_: &Pre, _: &Ctx) -> R<Value> {
@@ -362,8 +358,9 @@ fn split(p: &Pre, a: &Ctx) -> R<Value> {
     };
     let dict = string(a.take("dictionary"), "Split: dictionary")?;
     let delim = string(a.take("delim"), "Split: delim")?;
+    // folly::split with an empty delimiter gives the whole string as the one piece.
     if delim.is_empty() {
-        return fail("Split: delim is empty");
+        return Ok(Value::Array(vec![Value::String(dict)]));
     }
     let parts: Vec<Value> = dict.split(delim.as_str()).map(Value::from).collect();
     p.charge(parts.len())?;
