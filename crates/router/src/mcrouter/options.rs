@@ -30,7 +30,10 @@ pub fn startup_options(args: &RouteArgs, threads: usize) -> Vec<(&'static str, S
         ),
         ("config_str", args.config_str.clone().unwrap_or_default()),
         ("default_route", args.route_prefix.clone()),
-        ("probe_delay_initial_ms", args.probe_timeout_initial.to_string()),
+        (
+            "probe_delay_initial_ms",
+            args.probe_timeout_initial.to_string(),
+        ),
         ("probe_delay_max_ms", args.probe_timeout_max.to_string()),
         ("failures_until_tko", args.timeouts_until_tko.to_string()),
         ("server_timeout_ms", args.server_timeout.to_string()),
