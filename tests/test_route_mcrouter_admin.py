@@ -7,6 +7,8 @@ against real memcached servers and against the placements mcrouter's own hash co
 from __future__ import annotations
 
 import json
+import socket
+import zlib
 from functools import cache
 
 from harness import ROOT, Server, free_port
@@ -135,3 +137,77 @@ def test_nutcracker_routers_forward_service_info_keys(servers) -> None:
         assert store(port, key, "mine") == b"STORED\r\n"
         assert fetch(port, key) == f"VALUE {key} 0 4\r\nmine\r\nEND\r\n".encode()
         assert fetch(backend.port, key) != b"END\r\n"
+
+
+def host_name(pool: str, index: int, server: Server) -> str:
+    """mcrouter's name of a destination handle (the harness runs with a 300 ms timeout)."""
+    ap = f"{server.address}:ascii:plain:notcompressed"
+    return f"host|pool={pool}|id={index}|ap={ap}|timeout=300ms|keep_routing_prefix=false|msb=0"
+
+
+def test_route_handles_lists_the_handles_a_request_visits(servers) -> None:
+    a, b = servers(3), servers(1)
+    config = {
+        "pools": pools(A=a, B=b),
+        "route": {"type": "FailoverRoute", "children": ["PoolRoute|A", "Pool|B"]},
+    }
+    with McRouter(config).start() as r:
+        for i in range(10):
+            key = str(i)
+            pick = ch3_of(key, 3)
+            want = [
+                "proxy",
+                " root",
+                "  failover",
+                "   asynclog:A",
+                "    selection|hash|Ch3",
+                f"     {host_name('A', pick, a[pick])}",
+                f"   {host_name('B', 0, b[0])}",
+            ]
+            assert admin(r.port, f"route_handles(get,{key})") == "\n".join(want)
+            # The hash picks the server the request really reaches.
+            assert store(r.port, key) == b"STORED\r\n"
+            assert holder(a, key) == pick
+        assert admin(r.port, "route_handles(fly,k)") == "ERROR: route: unknown request fly"
+        assert admin(r.port, "route_handles(get)") == "ERROR: route_handles: 2 args expected"
+
+
+def test_pools_lists_each_pools_destinations(servers) -> None:
+    a, b = servers(2), servers(1)
+    config = {
+        "pools": pools(B=b, A=a),
+        "route": {"type": "AllSyncRoute", "children": ["PoolRoute|B", "PoolRoute|A"]},
+    }
+    with McRouter(config).start() as r:
+        got = admin(r.port, "pools")
+        want = {
+            "A": [host_name("A", 0, a[0]), host_name("A", 1, a[1])],
+            "B": [host_name("B", 0, b[0])],
+        }
+        assert json.loads(got) == want
+        # Pretty-printed with sorted keys, as mcrouter prints it.
+        assert got == json.dumps(want, indent=2, sort_keys=True)
+
+
+def test_options_show_the_settings_under_mcrouters_names(servers) -> None:
+    (a,) = servers(1)
+    with McRouter({"pools": pools(A=[a]), "route": "PoolRoute|A"}).start() as r:
+        lines = admin(r.port, "options").split("\n")
+        opts = dict(line.split(" ", 1) for line in lines)
+        assert opts["server_timeout_ms"] == "300"
+        assert opts["probe_delay_initial_ms"] == "100"
+        assert opts["probe_delay_max_ms"] == "400"
+        assert opts["asynclog_disable"] == "0"
+        assert admin(r.port, "options(server_timeout_ms)") == "300"
+        assert admin(r.port, "options(default_route)") == opts["default_route"]
+        assert admin(r.port, "options(version)").startswith("memfleet ")
+        assert admin(r.port, "options(nope)") == "ERROR: options: option nope not found"
+        assert admin(r.port, "options(a,b)") == "ERROR: options: 0 or 1 args expected"
+
+
+def test_hostid_is_derived_from_the_host_name(servers) -> None:
+    (a,) = servers(1)
+    # nutcracker's crc32 of the host name: bits 16..30 of the CRC-32.
+    want = (zlib.crc32(socket.gethostname().encode()) >> 16) & 0x7FFF
+    with McRouter({"pools": pools(A=[a]), "route": "PoolRoute|A"}).start() as r:
+        assert admin(r.port, "hostid") == str(want)

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod admin_handles;
 pub mod error;
 pub mod exec;
 pub mod jsonm;

@@ -265,7 +265,11 @@ impl Config {
     }
 
     /// The route(s) a key's routing prefix selects, default route first.
-    fn entry_routes(&self, prefix: &[u8], default_prefix: &str) -> Result<Vec<RouteId>, String> {
+    pub(crate) fn entry_routes(
+        &self,
+        prefix: &[u8],
+        default_prefix: &str,
+    ) -> Result<Vec<RouteId>, String> {
         // The common case, without building the alias table: one route for every key.
         if let (Entry::Default(id), true) = (&self.entry, prefix.is_empty()) {
             return Ok(vec![*id]);

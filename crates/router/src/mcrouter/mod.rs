@@ -9,6 +9,8 @@
 //! The asynclog file of a destination is the `spool` crate's; the worker and
 //! `crate::asynclog` do the network I/O.
 
+pub mod options;
+
 use std::time::{Duration, Instant};
 
 use crate::dns::Dns;
@@ -279,6 +281,8 @@ pub fn load(
             leases: Default::default(),
             loaded: Instant::now(),
             config_file: config_file(args),
+            server_timeout_ms: args.server_timeout,
+            options: options::startup_options(args, threads),
         })),
     };
     Ok((shared, names))

@@ -3,6 +3,7 @@
 
 use proto::Request;
 use routetree::admin::{destinations, route_reply, AdminCommand};
+use routetree::admin_handles::{pools_reply, route_handles, HostNaming};
 
 use super::Worker;
 use crate::shared::McRoutes;
@@ -18,7 +19,8 @@ impl Worker {
             return false;
         };
         let value = match answer(&command, routes) {
-            Ok(text) => text,
+            // As mcrouter, without one trailing newline.
+            Ok(text) => text.strip_suffix('\n').unwrap_or(&text).to_owned(),
             Err(message) => format!("ERROR: {message}"),
         };
         let mut reply = format!(
@@ -49,6 +51,45 @@ fn answer(command: &AdminCommand<'_>, routes: &McRoutes) -> Result<String, Strin
             }
             _ => Err("route: 2 args expected".into()),
         },
+        "route_handles" => match command.args[..] {
+            [op, key] => route_handles(
+                &routes.config,
+                op,
+                key.as_bytes(),
+                &routes.prefix,
+                naming(routes),
+            ),
+            _ => Err("route_handles: 2 args expected".into()),
+        },
+        "pools" => Ok(pools_reply(&routes.config, naming(routes))),
+        "options" => options(&command.args, routes),
+        "hostid" => Ok(routetree::plan::host_id().to_string()),
         other => Err(format!("unknown command: {other}")),
+    }
+}
+
+fn naming(routes: &McRoutes) -> HostNaming {
+    HostNaming {
+        timeout_ms: routes.server_timeout_ms,
+    }
+}
+
+/// `options`: every option as `name value` lines; `options(name)`: that option's value.
+fn options(args: &[&str], routes: &McRoutes) -> Result<String, String> {
+    match args {
+        [] => Ok(routes
+            .options
+            .iter()
+            .map(|(name, value)| format!("{name} {value}"))
+            .collect::<Vec<_>>()
+            .join("\n")),
+        ["version"] => Ok(format!("memfleet {}", env!("CARGO_PKG_VERSION"))),
+        [name] => routes
+            .options
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("options: option {name} not found")),
+        _ => Err("options: 0 or 1 args expected".into()),
     }
 }
