@@ -78,7 +78,15 @@ impl Exec {
         };
         let request = &self.requests[req];
         let (first, step) = match op {
-            SizeSplitOp::Get if matches!(request, ReqSpec::Get { cmd: GetCmd::Get, .. }) => {
+            SizeSplitOp::Get
+                if matches!(
+                    request,
+                    ReqSpec::Get {
+                        cmd: GetCmd::Get,
+                        ..
+                    }
+                ) =>
+            {
                 (l1, Step::GetL1)
             }
             SizeSplitOp::Set if plain_set(request).is_some() => {

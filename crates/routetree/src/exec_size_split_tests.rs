@@ -71,14 +71,20 @@ fn stored(_: usize, _: &str) -> Reply {
 
 #[test]
 fn a_small_set_goes_to_l1_only() {
-    let (reply, sent) = run(&mut one(set("1234567"), plan(SizeSplitOp::Set, false)), &mut stored);
+    let (reply, sent) = run(
+        &mut one(set("1234567"), plan(SizeSplitOp::Set, false)),
+        &mut stored,
+    );
     assert_eq!(reply, "STORED\r\n");
     assert_eq!(sent, vec![(0, "set k 3 60 7\r\n1234567\r\n".into(), false)]);
 }
 
 #[test]
 fn a_large_set_goes_to_l2_then_leaves_a_sentinel_on_l1() {
-    let (reply, sent) = run(&mut one(set("12345678"), plan(SizeSplitOp::Set, false)), &mut stored);
+    let (reply, sent) = run(
+        &mut one(set("12345678"), plan(SizeSplitOp::Set, false)),
+        &mut stored,
+    );
     assert_eq!(reply, "STORED\r\n");
     assert_eq!(
         sent,
@@ -95,14 +101,20 @@ fn a_large_set_l2_did_not_store_leaves_l1_alone() {
         1 => r(b"SERVER_ERROR out of memory\r\n"),
         _ => panic!("l1 was written"),
     };
-    let (reply, sent) = run(&mut one(set("12345678"), plan(SizeSplitOp::Set, false)), &mut answer);
+    let (reply, sent) = run(
+        &mut one(set("12345678"), plan(SizeSplitOp::Set, false)),
+        &mut answer,
+    );
     assert_eq!(reply, "SERVER_ERROR out of memory\r\n");
     assert_eq!(sent.len(), 1);
 }
 
 #[test]
 fn both_full_set_writes_l1_whole_and_l2_after_the_client_has_its_reply() {
-    let (reply, sent) = run(&mut one(set("12345678"), plan(SizeSplitOp::Set, true)), &mut stored);
+    let (reply, sent) = run(
+        &mut one(set("12345678"), plan(SizeSplitOp::Set, true)),
+        &mut stored,
+    );
     assert_eq!(reply, "STORED\r\n");
     let whole = "set k 3 60 8\r\n12345678\r\n".to_string();
     assert_eq!(sent, vec![(0, whole.clone(), false), (1, whole, true)]);
@@ -126,7 +138,10 @@ fn a_get_follows_a_sentinel_to_l2_and_passes_anything_else_on() {
     assert_eq!(reply, "VALUE k 3 8\r\n12345678\r\nEND\r\n");
     assert_eq!(
         sent,
-        vec![(0, "get k\r\n".into(), false), (1, "get k\r\n".into(), false)]
+        vec![
+            (0, "get k\r\n".into(), false),
+            (1, "get k\r\n".into(), false)
+        ]
     );
 
     // l2 lost the value: a miss, never the sentinel.

@@ -22,7 +22,9 @@ const BASE: &str = r#""type": "L1L2SizeSplitRoute", "l1": "Pool|A", "l2": "Pool|
 
 #[test]
 fn gets_and_sets_split_and_everything_else_goes_to_l1() {
-    let c = config(&format!(r#"{{{BASE}, "threshold": 8, "ttl_threshold": 30}}"#));
+    let c = config(&format!(
+        r#"{{{BASE}, "threshold": 8, "ttl_threshold": 30}}"#
+    ));
     let split = |op| Plan::SizeSplit {
         l1: Box::new(to(0, 0)),
         l2: Box::new(to(1, 0)),
@@ -36,7 +38,9 @@ fn gets_and_sets_split_and_everything_else_goes_to_l1() {
     assert_eq!(c.plan("get", b"k", DEFAULT), split(SizeSplitOp::Get));
     assert_eq!(c.plan("set", b"k", DEFAULT), split(SizeSplitOp::Set));
     // As mcrouter: deletes, cas and the rest reach l1 only.
-    for op in ["delete", "add", "cas", "append", "incr", "touch", "gat", "metaget"] {
+    for op in [
+        "delete", "add", "cas", "append", "incr", "touch", "gat", "metaget",
+    ] {
         assert_eq!(c.plan(op, b"k", DEFAULT), to(0, 0), "{op}");
     }
     for op in ["gets", "lease-get", "lease-set"] {

@@ -24,7 +24,10 @@ impl<'a> Builder<'a> {
         let (min, max) = SIZE_SPLIT_RETRIES;
         let retries = self.int_field(map, "retries", min, min, max)? as u32;
         // Both only act on requests the route does not serve: refused rather than ignored.
-        for (key, ops) in [("retries", "gets and lease-get"), ("failure_ttl", "lease-set")] {
+        for (key, ops) in [
+            ("retries", "gets and lease-get"),
+            ("failure_ttl", "lease-set"),
+        ] {
             if map.contains_key(key) {
                 let msg = format!("{ty}: '{key}' is not supported ({ops} are not served)");
                 return self.key(key, |b| b.fail(msg));
