@@ -99,6 +99,10 @@ fn collect(plan: &Plan, out: &mut Vec<(PoolId, usize)>) {
         Plan::RateLimit { plan, .. } | Plan::Delay { plan, .. } => collect(plan, out),
         // Any one of them may be picked.
         Plan::Random { plans } => plans.iter().for_each(|p| collect(p, out)),
+        Plan::SizeSplit { l1, l2, .. } => {
+            collect(l1, out);
+            collect(l2, out);
+        }
         Plan::Staging { warm, staging, .. } => {
             collect(warm, out);
             collect(staging, out);

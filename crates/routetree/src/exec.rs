@@ -185,6 +185,8 @@ enum Kind {
     SlowWarmUp(slow_warmup::SlowWarmUp),
     /// StagingRoute: `warm` answers, then staging gets its copy in the background.
     Staging(staging::Staging),
+    /// L1L2SizeSplitRoute's get or set.
+    SizeSplit(size_split::SizeSplit),
     /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
     L1Refresh(keysplit::Refresh),
     Null,
@@ -328,6 +330,9 @@ impl Exec {
         if let Plan::Random { plans } = plan {
             return self.build_random(plans, parent, req, sample);
         }
+        if let Some(l1) = self.size_split_whole(plan, req) {
+            return self.build(l1, parent, req, sample);
+        }
         let id = self.nodes.len();
         self.nodes.push(Node {
             parent,
@@ -407,6 +412,7 @@ impl Exec {
             }
             Plan::Rekey { key, plan } => self.build_rekey(id, key, plan, req, sample),
             Plan::L1L2 { .. } => self.build_l1l2(id, plan, req, sample),
+            Plan::SizeSplit { .. } => self.build_size_split(id, plan, req, sample),
             Plan::KeySplit { .. } | Plan::Random { .. } => unreachable!("built above"),
             Plan::Delay { .. } => self.build_delay(id, plan, req, sample),
             Plan::SlowWarmUp { .. } => self.build_slow_warmup(id, plan, req, sample),
@@ -504,6 +510,10 @@ impl Exec {
                 self.start_node(l1, out);
             }
             Kind::SlowWarmUp(_) => self.start_slow_warmup(id, out),
+            Kind::SizeSplit(s) => {
+                let first = s.first;
+                self.start_node(first, out);
+            }
             Kind::Staging(st) => {
                 let warm = st.warm;
                 self.start_node(warm, out);
@@ -568,6 +578,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::Staging(_)) {
             return self.staging_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::SizeSplit(_)) {
+            return self.size_split_child_done(id, reply, out);
         }
         enum Next {
             Wait,
@@ -841,3 +854,6 @@ mod staging;
 
 #[path = "exec_slow_warmup.rs"]
 mod slow_warmup;
+
+#[path = "exec_size_split.rs"]
+mod size_split;

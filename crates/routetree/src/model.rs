@@ -349,6 +349,24 @@ pub enum Route {
         /// 0: no negative caching; else every this many ncache hits, `l1` is refreshed.
         ncache_update_period: usize,
     },
+    /// Values of `threshold` bytes or more are set on `l2`, with an empty sentinel item
+    /// (flag 0x20) on `l1`; gets follow a sentinel to `l2`; the rest goes to `l1` only.
+    L1L2SizeSplit {
+        /// Small values, sentinels, and every other operation.
+        l1: Target,
+        /// Large values.
+        l2: Target,
+        /// Values this long or longer are split (0: never).
+        threshold: usize,
+        /// Sets with an exptime below this stay whole on `l1` (0: no such rule).
+        ttl_threshold: i64,
+        /// mcrouter's exptime for lease-set's fallback to `l1` (read and checked only).
+        failure_ttl: i64,
+        /// Large values go whole to `l1`, and to `l2` in the background.
+        both_full_set: bool,
+        /// mcrouter's retries of gets and lease-get (read and checked only).
+        retries: u32,
+    },
     /// Requests of a rate-limited operation class pass to `target` while its token bucket
     /// has a token; past the rate they go to `fallback`, or get the default reply.
     RateLimit {

@@ -26,6 +26,7 @@ mod selectors;
 mod server;
 mod shadow_route;
 mod shard_split;
+mod size_split;
 mod slow_warmup;
 
 use std::collections::HashMap;

@@ -150,6 +150,17 @@ pub enum Plan {
         /// Only get-like requests may go to `failover`.
         get_like: bool,
     },
+    /// L1L2SizeSplitRoute's get or set (see [`Route::L1L2SizeSplit`]).
+    SizeSplit {
+        /// Small values and sentinels.
+        l1: Box<Plan>,
+        /// Large values.
+        l2: Box<Plan>,
+        /// When a set is split.
+        rule: SizeSplitRule,
+        /// get or set.
+        op: SizeSplitOp,
+    },
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -609,6 +620,21 @@ impl Eval<'_, '_> {
                 interval,
             } => self.migrate(*from, *to, *start_time, *interval),
             Route::Staging { warm, staging } => self.staging(*warm, *staging),
+            Route::L1L2SizeSplit {
+                l1,
+                l2,
+                threshold,
+                ttl_threshold,
+                both_full_set,
+                ..
+            } => {
+                let rule = SizeSplitRule {
+                    threshold: *threshold,
+                    ttl_threshold: *ttl_threshold,
+                    both_full_set: *both_full_set,
+                };
+                self.size_split(*l1, *l2, rule)
+            }
             Route::Shadow {
                 child,
                 index,
@@ -779,6 +805,10 @@ pub use keysplit::{host_id, set_host_id};
 #[path = "plan_migrate.rs"]
 mod migrate;
 pub use migrate::{unix_now, StagingOp};
+
+#[path = "plan_size_split.rs"]
+mod size_split;
+pub use size_split::{SizeSplitOp, SizeSplitRule};
 
 #[path = "plan_shard_split.rs"]
 mod shard_split;

@@ -180,6 +180,7 @@ impl<'a> Builder<'a> {
             "StagingRoute" => self.staging_route(args),
             "ShadowRoute" => self.shadow_route(args),
             "L1L2CacheRoute" => self.l1l2_cache_route(args),
+            "L1L2SizeSplitRoute" => self.l1l2_size_split_route(args),
             "RateLimitRoute" => self.rate_limit_route(args),
             "RandomRoute" => self.random_route(args),
             "HostIdRoute" => self.host_id_route(args),

@@ -1,0 +1,85 @@
+"""`memfleet route` with L1L2SizeSplitRoute over two real memcached servers.
+
+What each level holds is read from the servers directly: a sentinel is an empty item on
+l1 whose flags carry 0x20.
+"""
+
+from __future__ import annotations
+
+from harness import Server, eventually
+from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
+
+__all__ = ["servers"]
+
+THRESHOLD = 100
+# Every byte value, the value's length well over the threshold.
+LARGE = bytes(range(256)) * 8
+
+
+def size_split(l1: Server, l2: Server, **extra: object) -> dict:
+    return {
+        "pools": pools(L1=[l1], L2=[l2]),
+        "route": {
+            "type": "L1L2SizeSplitRoute",
+            "l1": "PoolRoute|L1",
+            "l2": "PoolRoute|L2",
+            "threshold": THRESHOLD,
+            **extra,
+        },
+    }
+
+
+def set_large(port: int, key: str, flags: int = 7) -> bytes:
+    head = f"set {key} {flags} 0 {len(LARGE)}\r\n".encode()
+    return ask(port, head + LARGE + b"\r\n")
+
+
+def large_item(key: str, flags: int = 7) -> bytes:
+    return f"VALUE {key} {flags} {len(LARGE)}\r\n".encode() + LARGE + b"\r\nEND\r\n"
+
+
+def test_a_small_value_lands_on_l1_only(servers) -> None:
+    l1, l2 = servers(2)
+    with McRouter(size_split(l1, l2)).start() as r:
+        assert store(r.port, "s", "x" * (THRESHOLD - 1)) == b"STORED\r\n"
+        small = f"VALUE s 0 {THRESHOLD - 1}\r\n{'x' * (THRESHOLD - 1)}\r\nEND\r\n".encode()
+        assert fetch(l1.port, "s") == small
+        assert fetch(l2.port, "s") == b"END\r\n"
+        assert fetch(r.port, "s") == small
+
+
+def test_a_large_value_lands_on_l2_with_a_sentinel_on_l1(servers) -> None:
+    l1, l2 = servers(2)
+    with McRouter(size_split(l1, l2)).start() as r:
+        assert set_large(r.port, "big") == b"STORED\r\n"
+        assert fetch(l1.port, "big") == b"VALUE big 39 0\r\n\r\nEND\r\n"
+        assert fetch(l2.port, "big") == large_item("big")
+        assert fetch(r.port, "big") == large_item("big")
+
+
+def test_a_lost_l2_value_reads_as_a_miss_never_the_sentinel(servers) -> None:
+    l1, l2 = servers(2)
+    with McRouter(size_split(l1, l2)).start() as r:
+        assert set_large(r.port, "big") == b"STORED\r\n"
+        assert ask(l2.port, b"delete big\r\n") == b"DELETED\r\n"
+        assert fetch(r.port, "big") == b"END\r\n"
+
+
+def test_delete_removes_the_sentinel_so_the_value_is_gone(servers) -> None:
+    l1, l2 = servers(2)
+    with McRouter(size_split(l1, l2)).start() as r:
+        assert set_large(r.port, "big") == b"STORED\r\n"
+        assert ask(r.port, b"delete big\r\n") == b"DELETED\r\n"
+        assert fetch(l1.port, "big") == b"END\r\n"
+        assert fetch(r.port, "big") == b"END\r\n"
+        # As in mcrouter, deletes reach l1 only: l2's copy stays until it expires.
+        assert fetch(l2.port, "big") == large_item("big")
+
+
+def test_both_full_set_writes_the_whole_value_to_both(servers) -> None:
+    l1, l2 = servers(2)
+    with McRouter(size_split(l1, l2, both_full_set=True)).start() as r:
+        assert set_large(r.port, "big") == b"STORED\r\n"
+        assert fetch(l1.port, "big") == large_item("big")
+        eventually(lambda: fetch(l2.port, "big") == large_item("big"), "l2 copy")
+        assert fetch(r.port, "big") == large_item("big")
