@@ -197,6 +197,10 @@ impl Walk<'_, '_> {
                 self.line(depth, "l1l2-cache");
                 self.targets(d, &[*l1, *l2]);
             }
+            Route::L1L2SizeSplit { l1, l2, .. } => {
+                self.line(depth, "l1l2-sizesplit");
+                self.targets(d, &[*l1, *l2]);
+            }
             Route::RateLimit {
                 target, fallback, ..
             } => {

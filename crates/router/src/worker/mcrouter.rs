@@ -212,9 +212,12 @@ impl Worker {
                 .iter()
                 .map(|spec| match spec {
                     ReqSpec::FlushAll { .. } => every_server(&routes),
-                    _ => routes
-                        .config
-                        .plan_at(spec.operation(), spec.key(), &routes.prefix, self.unix_now),
+                    _ => routes.config.plan_at(
+                        spec.operation(),
+                        spec.key(),
+                        &routes.prefix,
+                        self.unix_now,
+                    ),
                 })
                 .collect(),
         };

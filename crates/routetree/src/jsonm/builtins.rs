@@ -2,6 +2,7 @@
 //! error messages. Refused (an error naming why): `shuffle` (its order is that of the C++
 //! standard library's random engine) and `isLocalIp` (it needs the host's interfaces).
 
+use super::weighted_hash::twang_mix64;
 use std::cmp::Ordering;
 
 use serde_json::{Map, Value};
@@ -187,16 +188,6 @@ fn hash(_: &Pre, a: &Ctx) -> R<Value> {
     };
     // mcrouter returns the unsigned hash as a JSON int64.
     Ok(Value::from(h as i64))
-}
-
-pub(super) fn twang_mix64(mut key: u64) -> u64 {
-    key = (!key).wrapping_add(key << 21);
-    key ^= key >> 24;
-    key = key.wrapping_add(key << 3).wrapping_add(key << 8);
-    key ^= key >> 14;
-    key = key.wrapping_add(key << 2).wrapping_add(key << 4);
-    key ^= key >> 28;
-    key.wrapping_add(key << 31)
 }
 
 fn shuffle(_: &Pre, _: &Ctx) -> R<Value> {

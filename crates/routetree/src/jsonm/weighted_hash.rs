@@ -67,9 +67,8 @@ pub(super) fn pick(weights: &[(&str, f64)], key: u64) -> Option<usize> {
     let mut best = (0, -1.0);
     for (i, (name, weight)) in weights.iter().enumerate() {
         let weight = weight / sum;
-        let scaled = super::builtins::twang_mix64(fnv64_signed(name.as_bytes()).wrapping_add(key))
-            as f64
-            / u64::MAX as f64;
+        let scaled =
+            twang_mix64(fnv64_signed(name.as_bytes()).wrapping_add(key)) as f64 / u64::MAX as f64;
         let score = if weight > f64::EPSILON {
             scaled.powf(1.0 / weight)
         } else {
@@ -88,6 +87,17 @@ fn fnv64_signed(bytes: &[u8]) -> u64 {
     bytes.iter().fold(FNV64_OFFSET, |h, &b| {
         h.wrapping_mul(FNV64_PRIME) ^ (b as i8 as i64 as u64)
     })
+}
+
+/// folly's twang_mix64, the integer mix of mcrouter's `@hash` and `weightedHash`.
+pub(super) fn twang_mix64(mut key: u64) -> u64 {
+    key = (!key).wrapping_add(key << 21);
+    key ^= key >> 24;
+    key = key.wrapping_add(key << 3).wrapping_add(key << 8);
+    key ^= key >> 14;
+    key = key.wrapping_add(key << 2).wrapping_add(key << 4);
+    key ^= key >> 28;
+    key.wrapping_add(key << 31)
 }
 
 #[cfg(test)]
