@@ -11,8 +11,6 @@
 //! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
 //! back there ([`Exec::pin_leases`]); the book itself is `crate::lease`'s.
 
-use std::collections::HashMap;
-
 use crate::{AllMode, FailoverLimit, Plan, RouteId, Send, TokenRate};
 
 use std::time::Instant;
@@ -20,72 +18,6 @@ use std::time::Instant;
 use crate::lease::{self, Issued, LeaseBook};
 use crate::reply::{self, default_reply, is_hit, McResult, Reply};
 use crate::request::ReqSpec;
-
-/// What FailoverRoutes and RateLimitRoutes remember across requests, per worker (as
-/// mcrouter, per proxy thread).
-#[derive(Debug, Default)]
-pub struct FailoverState {
-    /// RateLimitRoute token buckets per (route, class): tokens, and when they were counted.
-    rate_tokens: HashMap<(RouteId, u8), (f64, Option<Instant>)>,
-    /// The time RateLimitRoutes' buckets refill up to, set by the worker ([`Self::set_now`]).
-    now: Option<Instant>,
-    /// `failover_limit` token buckets: each request through the route earns `rate` tokens
-    /// (up to `burst`; a bucket starts full), each failover spends one, and without a token
-    /// the error is the reply.
-    tokens: HashMap<RouteId, f64>,
-    /// LeastFailuresPolicy: each child's error replies in a row.
-    errors_in_a_row: HashMap<RouteId, Vec<u32>>,
-    /// L1L2CacheRoute: negative hits left until the next refresh of l1 from l2.
-    ncache_countdown: HashMap<RouteId, usize>,
-    /// PoolRoute `slow_warmup`: each server's hits and misses, and the coin for its gets.
-    warmup: slow_warmup::WarmUpState,
-}
-
-impl FailoverState {
-    fn earn(&mut self, route: RouteId, limit: &FailoverLimit) {
-        let tokens = self.tokens.entry(route).or_insert(limit.burst);
-        *tokens = (*tokens + limit.rate).min(limit.burst);
-    }
-
-    fn spend(&mut self, route: RouteId, limit: &FailoverLimit) -> bool {
-        let tokens = self.tokens.entry(route).or_insert(limit.burst);
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// LeastFailuresPolicy's order: `order` (every child, the first first) with all but the
-    /// first sorted by fewest errors in a row (ties in config order), cut to `max_tries`.
-    fn order_by_failures(&self, route: RouteId, order: &mut Vec<usize>, max_tries: usize) {
-        if let Some(counts) = self.errors_in_a_row.get(&route) {
-            order[1..].sort_by_key(|&c| counts.get(c).copied().unwrap_or(0));
-        }
-        order.truncate(max_tries.max(1));
-    }
-
-    /// A child's reply: an error adds to its count, anything else resets it.
-    fn record(&mut self, route: RouteId, children: usize, child: usize, error: bool) {
-        let counts = self
-            .errors_in_a_row
-            .entry(route)
-            .or_insert_with(|| vec![0; children]);
-        if let Some(n) = counts.get_mut(child) {
-            *n = if error { n.saturating_add(1) } else { 0 };
-        }
-    }
-
-    /// Forgets every bucket and count (a reload renumbers the routes).
-    pub fn clear(&mut self) {
-        self.tokens.clear();
-        self.errors_in_a_row.clear();
-        self.ncache_countdown.clear();
-        self.rate_tokens.clear();
-        self.warmup.clear();
-    }
-}
 
 /// What the worker does next.
 // `node` and `part` are described by each variant.
@@ -839,6 +771,10 @@ mod tests;
 
 #[path = "exec_keysplit.rs"]
 mod keysplit;
+
+#[path = "exec_state.rs"]
+mod state;
+pub use state::FailoverState;
 
 #[path = "exec_ratelimit.rs"]
 mod ratelimit;

@@ -722,6 +722,25 @@ impl Eval<'_, '_> {
         order
     }
 
+    /// `destination` planned for `key` instead of the request's key.
+    pub(crate) fn rekeyed(&mut self, destination: Target, key: Vec<u8>) -> Plan {
+        let mut sub = Eval {
+            config: self.config,
+            op: self.op,
+            class: self.class,
+            rk: RoutingKey::parse(&key),
+            exptime: self.exptime.clone(),
+            nodes: self.nodes,
+            now: self.now,
+        };
+        let plan = sub.target(destination);
+        self.nodes = sub.nodes;
+        Plan::Rekey {
+            key,
+            plan: Box::new(plan),
+        }
+    }
+
     fn shadowed(&mut self, main: Plan, index: usize, shadows: &[Shadow]) -> Plan {
         if shadows.is_empty() {
             return main;

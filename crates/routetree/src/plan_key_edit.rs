@@ -53,23 +53,6 @@ impl Eval<'_, '_> {
         if let Some(problem) = key_problem(&key) {
             return Plan::Error(format!("ModifyKeyRoute: invalid key: {problem}"));
         }
-        let plan = {
-            let mut sub = Eval {
-                config: self.config,
-                op: self.op,
-                class: self.class,
-                rk: RoutingKey::parse(&key),
-                exptime: self.exptime.clone(),
-                nodes: self.nodes,
-                now: self.now,
-            };
-            let plan = sub.target(target);
-            self.nodes = sub.nodes;
-            plan
-        };
-        Plan::Rekey {
-            key,
-            plan: Box::new(plan),
-        }
+        self.rekeyed(target, key)
     }
 }

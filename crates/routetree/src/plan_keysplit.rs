@@ -110,24 +110,7 @@ impl Eval<'_, '_> {
             return self.target(destination);
         }
         let key = replica_key(&self.rk, index);
-        let plan = {
-            let mut sub = Eval {
-                config: self.config,
-                op: self.op,
-                class: self.class,
-                rk: RoutingKey::parse(&key),
-                exptime: self.exptime.clone(),
-                nodes: self.nodes,
-                now: self.now,
-            };
-            let plan = sub.target(destination);
-            self.nodes = sub.nodes;
-            plan
-        };
-        Plan::Rekey {
-            key,
-            plan: Box::new(plan),
-        }
+        self.rekeyed(destination, key)
     }
 }
 

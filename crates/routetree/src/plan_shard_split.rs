@@ -1,7 +1,5 @@
 //! ShardSplitRoute's plans: which sub-shard keys a request goes to, as mcrouter decides it.
 
-use ring::RoutingKey;
-
 use super::keysplit::host_id;
 use super::{Eval, Plan};
 use crate::model::{AllMode, ShardSplit, Target};
@@ -86,25 +84,6 @@ impl Eval<'_, '_> {
         match host as usize % size {
             0 => self.target(destination),
             i => self.rekeyed(destination, split_key(&full, shard_end, i)),
-        }
-    }
-
-    /// `destination` planned for `key` instead of the request's key.
-    fn rekeyed(&mut self, destination: Target, key: Vec<u8>) -> Plan {
-        let mut sub = Eval {
-            config: self.config,
-            op: self.op,
-            class: self.class,
-            rk: RoutingKey::parse(&key),
-            exptime: self.exptime.clone(),
-            nodes: self.nodes,
-            now: self.now,
-        };
-        let plan = sub.target(destination);
-        self.nodes = sub.nodes;
-        Plan::Rekey {
-            key,
-            plan: Box::new(plan),
         }
     }
 }
