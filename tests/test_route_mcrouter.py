@@ -206,6 +206,47 @@ def test_deterministic_order_policy_spreads_failovers(servers) -> None:
         assert len(set(holders)) >= 2, holders
 
 
+def test_salted_failover_route_hashes_its_pool_then_fails_over_within_it(servers) -> None:
+    a = servers(4)
+    # The fourth server weighs 0: only a failover can put a key on it.
+    weights = [1.0, 1.0, 1.0, 0.0]
+    config = {
+        "pools": pools(A=a),
+        "route": {
+            "type": "SaltedFailoverRoute",
+            "pool": "A",
+            "hash": {"hash_func": "WeightedCh3", "weights": weights},
+            "failover_policy": {
+                "type": "DeterministicOrderPolicy",
+                "max_tries": 4,
+                "max_error_tries": 4,
+            },
+        },
+    }
+    keys = [f"salted{i}" for i in range(60)]
+    with run(config) as r:
+        for key in keys:
+            assert store(r.port, key, key) == b"STORED\r\n"
+        on = [[k for k in keys if fetch(s.port, k) != b"END\r\n"] for s in a]
+        # The first child is the PoolRoute with the handle's own weighted hash.
+        assert sum(map(len, on)) == len(keys) and not on[3], [len(o) for o in on]
+        lost = on[0]
+        assert lost, "the weighted hash put nothing on the first server"
+        a[0].stop()
+        for key in lost:
+            assert store(r.port, key, "again") == b"STORED\r\n"
+        # Each failed-over key went to one live server of the same pool, the same one a
+        # get then reads, and together they spread (the policy hashes, not config order).
+        holders = set()
+        for key in lost:
+            held = [i for i, s in enumerate(a[1:], 1) if fetch(s.port, key).endswith(
+                b"again\r\nEND\r\n")]
+            assert len(held) == 1, f"{key} on {held}"
+            holders.add(held[0])
+            assert fetch(r.port, key) == f"VALUE {key} 0 5\r\nagain\r\nEND\r\n".encode()
+        assert len(holders) >= 2 or len(lost) < 4, holders
+
+
 def test_least_failures_policy_skips_a_child_that_just_failed(servers) -> None:
     a, c, d = servers(3)
     # B answers, but refuses items over 1 KB with SERVER_ERROR: an error, not a TKO.

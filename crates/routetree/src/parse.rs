@@ -22,6 +22,7 @@ mod pool_route;
 mod pools;
 mod rate_limit;
 mod rendezvous;
+mod salted;
 mod selectors;
 mod server;
 mod shadow_route;
@@ -53,7 +54,8 @@ pub fn parse_config(file: &str, text: &str) -> Result<Config> {
 /// and validates the result, reporting errors against `file`.
 pub fn parse_config_with(file: &str, text: &str, env: &Env) -> Result<Config> {
     let source = Source::new(file, text)?;
-    let json = jsonm::expand(&source, source.parse()?, env)?;
+    let mut json = jsonm::expand(&source, source.parse()?, env)?;
+    salted::expand(&mut json);
     let mut b = Builder {
         src: &source,
         pools_json: None,

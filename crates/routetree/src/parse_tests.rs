@@ -41,6 +41,35 @@ fn string_and_object_forms_are_the_same_handle() {
     assert_eq!(a.pools.len(), 1);
 }
 
+/// mcrouter's own test config for SaltedFailoverRoute (test_deterministic_failover3.json,
+/// shortened) reads as the FailoverRoute it stands for, written out by hand.
+#[test]
+fn salted_failover_route_is_its_failover_route() {
+    let policy = r#""failover_policy": {"type": "DeterministicOrderPolicy", "max_tries": 3,
+                                        "max_error_tries": 2}"#;
+    let hash = r#""hash": {"hash_func": "WeightedCh3", "weights": [0.7, 0.65, 1.0, 0.8]}"#;
+    let salted = ok(&with_route(&format!(
+        r#"{{"type": "SaltedFailoverRoute", "pool": "A", {hash}, {policy}}}"#
+    )));
+    let by_hand = ok(&with_route(&format!(
+        r#"{{"type": "FailoverRoute", {hash}, {policy},
+             "children": [{{"type": "PoolRoute", "pool": "A", {hash}}}, "Pool|A"]}}"#
+    )));
+    assert_eq!(salted.routes, by_hand.routes);
+    assert_eq!(salted.entry, by_hand.entry);
+    let Route::Failover {
+        children, policy, ..
+    } = entry_route(&salted)
+    else {
+        panic!("{:?}", entry_route(&salted));
+    };
+    // The pool route first, then each of A's three servers.
+    assert_eq!(children.len(), 4);
+    assert!(matches!(policy, FailoverPolicy::DeterministicOrder { max_tries: 3, .. }));
+    let e = err(&with_route(r#"{"type": "SaltedFailoverRoute", "pool": 7}"#));
+    assert!(e.to_string().contains("SaltedFailoverRoute needs a 'pool'"), "{e}");
+}
+
 #[test]
 fn pool_list_expands_to_its_servers() {
     let c = ok(&with_route(r#""AllSyncRoute|Pool|A""#));

@@ -12,7 +12,6 @@ use crate::model::*;
 const UNSUPPORTED_TYPES: &[&str] = &[
     "BigValueRoute",
     "OutstandingLimitRoute",
-    "SaltedFailoverRoute",
 ];
 
 /// Route handle types refused for good, each with the reason: they only make sense inside
@@ -185,6 +184,10 @@ impl<'a> Builder<'a> {
             "RandomRoute" => self.random_route(args),
             "HostIdRoute" => self.host_id_route(args),
             "LatestRoute" => self.latest_route(args),
+            // Only one without a usable `pool` is left after the rewrite (salted.rs).
+            super::salted::TYPE => self.fail(
+                "SaltedFailoverRoute needs a 'pool': a pool's name or an inline pool object",
+            ),
             "LoadBalancerRoute" => self.fail(super::choice::LOAD_BALANCER_REFUSAL),
             "ModifyKeyRoute" => self.modify_key_route(args),
             "LatencyInjectionRoute" => self.latency_injection_route(args),
