@@ -239,8 +239,11 @@ def test_salted_failover_route_hashes_its_pool_then_fails_over_within_it(servers
         # get then reads, and together they spread (the policy hashes, not config order).
         holders = set()
         for key in lost:
-            held = [i for i, s in enumerate(a[1:], 1) if fetch(s.port, key).endswith(
-                b"again\r\nEND\r\n")]
+            held = [
+                i
+                for i, s in enumerate(a[1:], 1)
+                if fetch(s.port, key).endswith(b"again\r\nEND\r\n")
+            ]
             assert len(held) == 1, f"{key} on {held}"
             holders.add(held[0])
             assert fetch(r.port, key) == f"VALUE {key} 0 5\r\nagain\r\nEND\r\n".encode()

@@ -83,3 +83,17 @@ def test_both_full_set_writes_the_whole_value_to_both(servers) -> None:
         assert fetch(l1.port, "big") == large_item("big")
         eventually(lambda: fetch(l2.port, "big") == large_item("big"), "l2 copy")
         assert fetch(r.port, "big") == large_item("big")
+
+
+def test_gets_of_a_split_value_carries_l1s_cas_which_a_cas_can_spend(servers) -> None:
+    l1, l2 = servers(2)
+    with McRouter(size_split(l1, l2)).start() as r:
+        assert set_large(r.port, "big") == b"STORED\r\n"
+        l1_cas = ask(l1.port, b"gets big\r\n", b"END\r\n").split(b"\r\n")[0].split()[4]
+        got = ask(r.port, b"gets big\r\n", b"END\r\n")
+        head, _, rest = got.partition(b"\r\n")
+        assert head == f"VALUE big 7 {len(LARGE)} ".encode() + l1_cas
+        assert rest == LARGE + b"\r\nEND\r\n"
+        # The token is l1's, where `cas` goes: it stores there.
+        assert ask(r.port, b"cas big 0 0 1 " + l1_cas + b"\r\nx\r\n") == b"STORED\r\n"
+        assert fetch(r.port, "big") == b"VALUE big 0 1\r\nx\r\nEND\r\n"

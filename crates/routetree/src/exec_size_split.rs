@@ -19,6 +19,9 @@ pub(super) struct SizeSplit {
     l1_plan: Plan,
     l2_plan: Plan,
     step: Step,
+    /// gets: the CAS of l1's sentinel, which the reply carries in place of l2's (a `cas`
+    /// goes to l1 only, as in mcrouter, so it must hold l1's token).
+    l1_cas: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -82,7 +85,7 @@ impl Exec {
                 if matches!(
                     request,
                     ReqSpec::Get {
-                        cmd: GetCmd::Get,
+                        cmd: GetCmd::Get | GetCmd::Gets,
                         ..
                     }
                 ) =>
@@ -101,7 +104,7 @@ impl Exec {
             _ => {
                 let cmd = request.operation();
                 return Kind::Error(format!(
-                    "L1L2SizeSplitRoute serves the text get and set, not a meta {cmd}"
+                    "L1L2SizeSplitRoute serves the text get, gets and set, not {cmd}"
                 ));
             }
         };
@@ -110,6 +113,7 @@ impl Exec {
             l1_plan: (**l1).clone(),
             l2_plan: (**l2).clone(),
             step,
+            l1_cas: None,
         })
     }
 
@@ -132,6 +136,7 @@ impl Exec {
                     return self.complete(id, e, out);
                 }
                 s.step = Step::GetL2;
+                s.l1_cas = value_cas(&reply.bytes);
                 let plan = s.l2_plan.clone();
                 let l2 = self.build(&plan, Some(id), req, &mut |_| false);
                 self.start_node(l2, out);
@@ -163,7 +168,14 @@ impl Exec {
                 let l1 = self.build(&plan, Some(id), sentinel, &mut |_| false);
                 self.start_node(l1, out);
             }
-            Step::GetL2 | Step::SetL2 | Step::SetSentinel => self.complete(id, reply, out),
+            Step::GetL2 => {
+                let reply = match s.l1_cas {
+                    Some(cas) if is_hit(&reply) => with_cas(reply, cas),
+                    _ => reply,
+                };
+                self.complete(id, reply, out)
+            }
+            Step::SetL2 | Step::SetSentinel => self.complete(id, reply, out),
         }
     }
 
@@ -187,6 +199,32 @@ impl Exec {
             }
         }
     }
+}
+
+/// The CAS token of a `gets` hit (`VALUE <key> <flags> <bytes> <cas>`).
+fn value_cas(reply: &[u8]) -> Option<u64> {
+    let line = reply.split(|&b| b == b'\r').next()?;
+    let mut tokens = line.split(|&b| b == b' ');
+    if tokens.next()? != b"VALUE" {
+        return None;
+    }
+    std::str::from_utf8(tokens.nth(3)?).ok()?.parse().ok()
+}
+
+/// `reply` (a `gets` hit) with its CAS token replaced by `cas`.
+fn with_cas(reply: Reply, cas: u64) -> Reply {
+    let Some(end) = memchr::memchr(b'\r', &reply.bytes) else {
+        return reply;
+    };
+    let line = &reply.bytes[..end];
+    let tokens: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    if tokens.len() != 5 {
+        return reply;
+    }
+    let mut bytes = tokens[..4].join(&b' ');
+    bytes.extend_from_slice(format!(" {cas}").as_bytes());
+    bytes.extend_from_slice(&reply.bytes[end..]);
+    Reply { bytes, ..reply }
 }
 
 #[cfg(test)]

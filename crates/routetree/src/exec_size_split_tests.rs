@@ -154,6 +154,34 @@ fn a_get_follows_a_sentinel_to_l2_and_passes_anything_else_on() {
 }
 
 #[test]
+fn a_gets_through_a_sentinel_carries_l1s_cas_with_l2s_value() {
+    let gets = || ReqSpec::Get {
+        cmd: GetCmd::Gets,
+        key: b"k".to_vec(),
+    };
+    let mut split = |pool: usize, _: &str| match pool {
+        0 => r(b"VALUE k 35 0 41\r\n\r\nEND\r\n"),
+        _ => r(b"VALUE k 3 8 977\r\n12345678\r\nEND\r\n"),
+    };
+    let (reply, sent) = run(&mut one(gets(), plan(SizeSplitOp::Get, false)), &mut split);
+    // A `cas` goes to l1, so the token must be l1's.
+    assert_eq!(reply, "VALUE k 3 8 41\r\n12345678\r\nEND\r\n");
+    assert_eq!(
+        sent,
+        vec![
+            (0, "gets k\r\n".into(), false),
+            (1, "gets k\r\n".into(), false)
+        ]
+    );
+    let mut whole = |pool: usize, _: &str| match pool {
+        0 => r(b"VALUE k 3 2 5\r\nhi\r\nEND\r\n"),
+        _ => panic!("l2 asked"),
+    };
+    let (reply, _) = run(&mut one(gets(), plan(SizeSplitOp::Get, false)), &mut whole);
+    assert_eq!(reply, "VALUE k 3 2 5\r\nhi\r\nEND\r\n");
+}
+
+#[test]
 fn a_meta_request_is_refused_rather_than_shown_a_sentinel() {
     let mg = ReqSpec::Meta {
         cmd: *b"mg",

@@ -65,9 +65,15 @@ fn salted_failover_route_is_its_failover_route() {
     };
     // The pool route first, then each of A's three servers.
     assert_eq!(children.len(), 4);
-    assert!(matches!(policy, FailoverPolicy::DeterministicOrder { max_tries: 3, .. }));
+    assert!(matches!(
+        policy,
+        FailoverPolicy::DeterministicOrder { max_tries: 3, .. }
+    ));
     let e = err(&with_route(r#"{"type": "SaltedFailoverRoute", "pool": 7}"#));
-    assert!(e.to_string().contains("SaltedFailoverRoute needs a 'pool'"), "{e}");
+    assert!(
+        e.to_string().contains("SaltedFailoverRoute needs a 'pool'"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use crate::Target;
 /// What an L1L2SizeSplitRoute does with a request that is not simply `l1`'s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SizeSplitOp {
-    /// get: `l1`, and on a sentinel hit `l2`.
+    /// get and gets: `l1`, and on a sentinel hit `l2`.
     Get,
     /// set: by the value's size, whole to `l1`, or to `l2` plus a sentinel on `l1`.
     Set,
@@ -38,16 +38,16 @@ impl SizeSplitRule {
 }
 
 impl Eval<'_, '_> {
-    /// mcrouter's L1L2SizeSplitRoute: get and set are split by size; gets, lease-get and
+    /// mcrouter's L1L2SizeSplitRoute: get, gets and set are split by size; lease-get and
     /// lease-set are not served; every other operation (deletes too) goes to `l1` only.
     pub(super) fn size_split(&mut self, l1: Target, l2: Target, rule: SizeSplitRule) -> Plan {
         let op = match self.op {
-            "get" => SizeSplitOp::Get,
+            "get" | "gets" => SizeSplitOp::Get,
             "set" => SizeSplitOp::Set,
-            op @ ("gets" | "lease-get" | "lease-set") => {
+            op @ ("lease-get" | "lease-set") => {
                 return Plan::Error(format!(
-                    "L1L2SizeSplitRoute does not serve {op} (its sentinel retries and \
-                     lease-set's suffixed keys are not supported)"
+                    "L1L2SizeSplitRoute does not serve {op} (lease-set's suffixed keys are \
+                     not supported)"
                 ))
             }
             _ => return self.target(l1),

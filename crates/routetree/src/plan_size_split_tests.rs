@@ -36,6 +36,7 @@ fn gets_and_sets_split_and_everything_else_goes_to_l1() {
         op,
     };
     assert_eq!(c.plan("get", b"k", DEFAULT), split(SizeSplitOp::Get));
+    assert_eq!(c.plan("gets", b"k", DEFAULT), split(SizeSplitOp::Get));
     assert_eq!(c.plan("set", b"k", DEFAULT), split(SizeSplitOp::Set));
     // As mcrouter: deletes, cas and the rest reach l1 only.
     for op in [
@@ -43,7 +44,7 @@ fn gets_and_sets_split_and_everything_else_goes_to_l1() {
     ] {
         assert_eq!(c.plan(op, b"k", DEFAULT), to(0, 0), "{op}");
     }
-    for op in ["gets", "lease-get", "lease-set"] {
+    for op in ["lease-get", "lease-set"] {
         let Plan::Error(m) = c.plan(op, b"k", DEFAULT) else {
             panic!("{op} is served");
         };

@@ -9,10 +9,7 @@ use crate::error::Seg;
 use crate::model::*;
 
 /// Route handle types mcrouter has that memfleet does not implement yet.
-const UNSUPPORTED_TYPES: &[&str] = &[
-    "BigValueRoute",
-    "OutstandingLimitRoute",
-];
+const UNSUPPORTED_TYPES: &[&str] = &["BigValueRoute", "OutstandingLimitRoute"];
 
 /// Route handle types refused for good, each with the reason: they only make sense inside
 /// Facebook (or a program embedding mcrouter), or mcrouter makes them from an option.
@@ -185,9 +182,8 @@ impl<'a> Builder<'a> {
             "HostIdRoute" => self.host_id_route(args),
             "LatestRoute" => self.latest_route(args),
             // Only one without a usable `pool` is left after the rewrite (salted.rs).
-            super::salted::TYPE => self.fail(
-                "SaltedFailoverRoute needs a 'pool': a pool's name or an inline pool object",
-            ),
+            super::salted::TYPE => self
+                .fail("SaltedFailoverRoute needs a 'pool': a pool's name or an inline pool object"),
             "LoadBalancerRoute" => self.fail(super::choice::LOAD_BALANCER_REFUSAL),
             "ModifyKeyRoute" => self.modify_key_route(args),
             "LatencyInjectionRoute" => self.latency_injection_route(args),

@@ -98,7 +98,10 @@ mod tests {
             "type": "SaltedFailoverRoute", "pool": pool.clone()}}]);
         expand(&mut v);
         let children = &v[0]["wildcard"]["children"];
-        assert_eq!(children[0], json!({"type": "PoolRoute", "pool": pool.clone()}));
+        assert_eq!(
+            children[0],
+            json!({"type": "PoolRoute", "pool": pool.clone()})
+        );
         assert_eq!(children[1], pool);
     }
 
