@@ -178,6 +178,33 @@ def test_jsonm_config_validates_and_prints_expanded(tmp_path: Path) -> None:
         assert "Macro in string 'pool': Macro in string 'int': Can not cast" in r.stderr, r.stderr
 
 
+def test_is_local_ip_and_seeded_shuffle_expand_as_in_mcrouter(tmp_path: Path) -> None:
+    # A common use: one config for every host, each picking its own pool by address.
+    text = """{
+      "pools": {
+        "here": {"servers": {"type": "shuffle", "seed": 42,
+          "dictionary": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}},
+        "there": {"servers": ["192.0.2.1:11211"]}
+      },
+      "route": {"type": "PoolRoute",
+                "pool": "@if(@isLocalIp(127.0.0.1), here, there)"},
+      "local6": "@isLocalIp([::1])", "remote": "@isLocalIp(192.0.2.1)", "name": "@isLocalIp(x)"
+    }"""
+    path = write(tmp_path, text)
+    r = validate("--config", f"file:{path}", mode="--print-expanded-config")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["route"]["pool"] == "here"
+    assert out["remote"] is False and out["name"] is False
+    assert isinstance(out["local6"], bool)
+    # libstdc++'s std::shuffle with std::minstd_rand(42) puts [0, 1, 2] in this order.
+    order = json.loads(
+        Path(__file__).with_name("vectors").joinpath("jsonm-shuffle.json").read_text()
+    )
+    want = next(c["order"] for c in order["cases"] if c["seed"] == 42 and c["n"] == 3)
+    assert out["pools"]["here"]["servers"] == [f"127.0.0.1:{i + 1}" for i in want]
+
+
 def generated_jsonm(port: int, clusters: int) -> str:
     """A config of `clusters` macro-built pools and routes, one per routing prefix."""
     lines = [

@@ -10,6 +10,7 @@
 //! [`DEPTH_LIMIT`] deep, and the expansion makes at most [`SIZE_LIMIT`] values and string bytes.
 
 mod builtins;
+mod shuffle;
 mod text;
 mod value;
 mod weighted_hash;
@@ -43,6 +44,8 @@ pub struct Env<'a> {
     pub import: Import<'a>,
     /// Most values plus string bytes the expansion may make (default [`SIZE_LIMIT`]).
     pub size_limit: usize,
+    /// The host's own addresses, for `@isLocalIp` (None: unknown, and the call fails).
+    pub local_ips: Option<&'a [std::net::IpAddr]>,
 }
 
 /// The globals mcrouter derives from its default routing prefix (`/region/cluster/`):
@@ -69,6 +72,7 @@ impl Default for Env<'_> {
             globals: Map::new(),
             import: &no_imports,
             size_limit: SIZE_LIMIT,
+            local_ips: None,
         }
     }
 }
@@ -431,6 +435,7 @@ pub(crate) struct Pre<'e> {
     nested: Cell<usize>,
     made: Cell<usize>,
     size_limit: usize,
+    local_ips: Option<&'e [std::net::IpAddr]>,
 }
 
 /// Holds one level of nesting while it lives.
@@ -457,6 +462,7 @@ impl<'e> Pre<'e> {
             nested: Cell::new(0),
             made: Cell::new(0),
             size_limit: env.size_limit,
+            local_ips: env.local_ips,
         };
         builtins::install(&pre);
         pre

@@ -527,9 +527,55 @@ fn imports_resolve_through_the_loader_and_are_cached() {
 }
 
 #[test]
-fn refused_builtins_say_why() {
-    assert!(be(json!("@shuffle(@range(@int(1),@int(3)))")).contains("shuffle is not supported"));
-    assert!(be(json!("@isLocalIp(::1)")).contains("isLocalIp is not supported"));
+fn shuffle_with_a_seed_is_mcrouters_order_and_without_one_a_permutation() {
+    // std::shuffle(minstd_rand(0)) over 0..5 gave [3, 4, 1, 2, 0] (tests/vectors).
+    let list = json!(["a", "b", "c", "d", "e"]);
+    let seeded = json!({"type": "shuffle", "dictionary": list, "seed": 0});
+    assert_eq!(b(seeded), json!(["d", "e", "b", "c", "a"]));
+    assert_eq!(
+        b(json!("@shuffle(@range(@int(7),@int(7)),@int(1))")),
+        json!([7])
+    );
+    // mcrouter's own preprocessor cases.
+    let two = |seed: u32| b(json!({"type": "shuffle", "dictionary": [1, 3], "seed": seed}));
+    assert_eq!(two(11111111), json!([1, 3]));
+    assert_eq!(two(123), json!([3, 1]));
+    assert_eq!(b(json!({"type": "shuffle", "dictionary": []})), json!([]));
+    let mut any = b(json!("@shuffle(@range(@int(1),@int(50)))"));
+    let any = any.as_array_mut().unwrap();
+    any.sort_by_key(|v| v.as_i64());
+    assert_eq!(*any, (1..=50).map(Value::from).collect::<Vec<_>>());
+    assert!(be(json!("@shuffle(@int(3))")).contains("Shuffle: argument must be an array"));
+    let negative = json!({"type": "shuffle", "dictionary": [1], "seed": -1});
+    assert!(be(negative).contains("seed must be a non-negative integer"));
+}
+
+#[test]
+fn is_local_ip_asks_the_addresses_it_was_given() {
+    let local: Vec<std::net::IpAddr> = vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()];
+    let env = Env {
+        local_ips: Some(&local),
+        ..Env::default()
+    };
+    let ask = |call: &str| {
+        let text = format!(r#"{{"r": "{call}"}}"#);
+        expand_text("t.json", &text, &env).map(|v| v["r"].clone())
+    };
+    assert_eq!(ask("@isLocalIp(::1)").unwrap(), json!(true));
+    assert_eq!(ask("@isLocalIp([::1])").unwrap(), json!(true));
+    assert_eq!(ask("@isLocalIp(::0001)").unwrap(), json!(true));
+    assert_eq!(ask("@isLocalIp(not an ip)").unwrap(), json!(false));
+    assert_eq!(ask("@isLocalIp(::ffff:127.0.0.1)").unwrap(), json!(true));
+    assert_eq!(ask("@isLocalIp(10.9.8.7)").unwrap(), json!(false));
+    assert_eq!(
+        ask("@isLocalIp(blah)").unwrap(),
+        json!(false),
+        "not an IP: false"
+    );
+    let e = ask("@isLocalIp(@int(1))").unwrap_err();
+    assert!(e.to_string().contains("isLocalIp: ip is int"), "{e}");
+    // Where nobody said which addresses the host has, the call fails rather than guess.
+    assert!(be(json!("@isLocalIp(::1)")).contains("Can not enumerate local ips"));
 }
 
 #[test]

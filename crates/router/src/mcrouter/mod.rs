@@ -9,6 +9,7 @@
 //! The asynclog file of a destination is the `spool` crate's; the worker and
 //! `crate::asynclog` do the network I/O.
 
+mod host_ips;
 pub mod options;
 
 use std::time::{Duration, Instant};
@@ -71,9 +72,11 @@ pub fn with_jsonm_env<T>(args: &RouteArgs, f: impl FnOnce(&routetree::jsonm::Env
         };
         std::fs::read_to_string(&full).map_err(|e| format!("Can not read {}: {e}", full.display()))
     };
+    let local_ips = host_ips::host_ips();
     f(&routetree::jsonm::Env {
         globals: routetree::jsonm::route_globals(&args.route_prefix),
         import: &import,
+        local_ips: Some(&local_ips),
         ..Default::default()
     })
 }

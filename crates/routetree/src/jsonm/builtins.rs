@@ -1,6 +1,5 @@
 //! The built-in macros and calls of mcrouter's preprocessor, with its names, parameters and
-//! error messages. Refused (an error naming why): `shuffle` (its order is that of the C++
-//! standard library's random engine) and `isLocalIp` (it needs the host's interfaces).
+//! error messages. `isLocalIp` asks the host's addresses the caller gave in [`super::Env`].
 
 use super::weighted_hash::twang_mix64;
 use std::cmp::Ordering;
@@ -107,9 +106,7 @@ const TABLE: &[(&str, &[&str], bool, Fun)] = &[
     ("if", &["condition", "is_true", "is_false"], false, if_),
     ("define", &["result"], true, |_, a| Ok(a.take("result"))),
     ("defined", &["name"], true, defined),
-    ("isLocalIp", &["ip"], true, |_, _| {
-        fail("isLocalIp is not supported: memfleet does not read the host's addresses while reading a config")
-    }),
+    ("isLocalIp", &["ip"], true, is_local_ip),
 ];
 
 /// Defines the built-in macros.
@@ -190,11 +187,58 @@ fn hash(_: &Pre, a: &Ctx) -> R<Value> {
     Ok(Value::from(h as i64))
 }
 
-fn shuffle(_: &Pre, _: &Ctx) -> R<Value> {
-    fail(
-        "shuffle is not supported: mcrouter's order comes from the C++ standard library's \
-         random engine and cannot be reproduced",
-    )
+/// `@shuffle(list)` and `@shuffle(list, seed)`. With a seed, the order is the one mcrouter
+/// built with GCC's C++ library gives (tests/vectors/jsonm-shuffle.json); without one, any
+/// order, as mcrouter's random engine.
+fn shuffle(pre: &Pre, a: &Ctx) -> R<Value> {
+    let Value::Array(mut items) = a.expand_raw(pre, "dictionary")? else {
+        return err("Shuffle: argument must be an array".into());
+    };
+    let seed = match a.try_expand_raw(pre, "seed")? {
+        None => random_seed(),
+        Some(v) => match as_i64(&v) {
+            // mcrouter casts the int64 to uint32.
+            Some(seed) if is_int(&v) && seed >= 0 => seed as u32,
+            _ => return err("Shuffle: seed must be a non-negative integer".into()),
+        },
+    };
+    super::shuffle::libstdcxx_shuffle(&mut items, seed);
+    Ok(Value::Array(items))
+}
+
+/// A seed that differs from call to call and process to process.
+fn random_seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    h.write_u64(now.map_or(0, |d| d.as_nanos() as u64));
+    h.finish() as u32
+}
+
+/// `@isLocalIp(ip)`: whether `ip` is one of this host's addresses; false for a string that
+/// is no IP address, as mcrouter.
+fn is_local_ip(p: &Pre, a: &Ctx) -> R<Value> {
+    let ip = match a.take("ip") {
+        Value::String(s) => s,
+        other => {
+            return err(format!(
+                "isLocalIp: ip is {}, string expected",
+                type_name(&other)
+            ))
+        }
+    };
+    let bare = ip
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(&ip);
+    let Ok(ip) = bare.parse::<std::net::IpAddr>() else {
+        return Ok(Value::Bool(false));
+    };
+    let Some(local) = p.local_ips else {
+        return fail("Can not enumerate local ips: not known where this config is read");
+    };
+    let canon = |a: &std::net::IpAddr| a.to_canonical();
+    Ok(Value::Bool(local.iter().any(|l| canon(l) == canon(&ip))))
 }
 
 fn cast(a: &Ctx, to: &str, f: impl Fn(&Value) -> Option<Value>) -> R<Value> {
