@@ -48,7 +48,7 @@ pub(super) fn libstdcxx_shuffle<T>(items: &mut [T], seed: u32) {
     if RANGE / n >= n {
         // Two swap positions from one draw.
         let mut i = 1u64;
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             items.swap(i as usize, g.below_or_eq(1) as usize);
             i += 1;
         }
