@@ -185,7 +185,7 @@ impl<'a> Builder<'a> {
             "RandomRoute" => self.random_route(args),
             "HostIdRoute" => self.host_id_route(args),
             "LatestRoute" => self.latest_route(args),
-            "LoadBalancerRoute" => self.fail(super::choice::LOAD_BALANCER_REFUSAL),
+            "LoadBalancerRoute" => self.load_balancer_route(args),
             "ModifyKeyRoute" => self.modify_key_route(args),
             "LatencyInjectionRoute" => self.latency_injection_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),
