@@ -1,6 +1,6 @@
 """`memfleet route` with mcrouter's choosing, key-rewriting and latency-injecting handles:
-RandomRoute, LatestRoute, HostIdRoute, LoadBalancerRoute (refused), ModifyKeyRoute and
-LatencyInjectionRoute, routing real memcached servers.
+RandomRoute, LatestRoute, HostIdRoute, ModifyKeyRoute and LatencyInjectionRoute, routing
+real memcached servers (LoadBalancerRoute: test_route_mcrouter_loadbalancer).
 
 Which server holds a key is read from the servers themselves. The latency tests assert the
 order things happen in (the server has the key, the client has no reply yet), with delays
@@ -9,11 +9,7 @@ long enough that the checks in between take a small part of them.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
-from harness import Conn, eventually, memfleet_bin
+from harness import Conn, eventually
 from mcrouter_harness import McRouter, ask, fetch, pools, servers, store
 
 __all__ = ["servers"]
@@ -85,20 +81,6 @@ def test_host_id_route_and_latest_hash_func_pick_per_host(servers) -> None:
             assert store(r.port, f"/l/h/{k}") == b"STORED\r\n"
         assert sorted(holders(a, keys)) == [0, 20]
         assert sorted(holders(b, keys)) == [0, 20]
-
-
-def test_load_balancer_route_is_refused_with_the_reason(tmp_path: Path, servers) -> None:
-    (a,) = servers(1)
-    for route in (
-        {"type": "LoadBalancerRoute", "children": "Pool|A"},
-        {"type": "HashRoute", "children": "Pool|A", "hash_func": "LoadBalancer"},
-    ):
-        conf = tmp_path / "c.json"
-        conf.write_text(json.dumps({"pools": pools(A=[a]), "route": route}))
-        argv = [memfleet_bin(), "route", "--config", f"file:{conf}", "--validate-config"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-        assert done.returncode != 0, done
-        assert "memcached does not report" in done.stderr, done.stderr
 
 
 def test_modify_key_route_stores_under_the_rewritten_key(servers) -> None:

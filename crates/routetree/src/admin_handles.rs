@@ -214,6 +214,15 @@ impl Walk<'_, '_> {
                 self.line(depth, "random");
                 self.targets(d, children);
             }
+            Route::LoadBalancer(lb) => {
+                let mut depth = depth;
+                if let Some(name) = &lb.asynclog {
+                    self.line(depth, &format!("asynclog:{name}"));
+                    depth += 1;
+                }
+                self.line(depth, &format!("loadbalancer|{}", lb.algorithm.name()));
+                self.targets(depth + 1, &lb.children);
+            }
             Route::ModifyKey { target, .. } => {
                 self.line(depth, "modify-key");
                 self.target(d, *target);

@@ -76,3 +76,23 @@ fn pools_lists_each_pools_destinations_sorted_by_name() {
     );
     assert_eq!(pools_reply(&c, NAMING), want);
 }
+
+#[test]
+fn a_load_balancer_is_named_by_its_algorithm_and_lists_every_child() {
+    let c = config(r#"{"type": "LoadBalancerRoute", "children": ["NullRoute", "Pool|B"]}"#);
+    let b = host("B", 0, "10.0.1.1:11211:ascii:ssl:notcompressed");
+    assert_eq!(
+        handles(&c, "get", "x"),
+        format!("proxy\n root\n  loadbalancer|weighted-hashing\n   null\n   {b}\n")
+    );
+    let c = config(
+        r#"{"type": "PoolRoute", "pool": "A",
+            "hash": {"hash_func": "LoadBalancer", "algorithm": "two-random-choices"}}"#,
+    );
+    let lines: Vec<String> = handles(&c, "get", "x").lines().map(str::to_owned).collect();
+    assert_eq!(
+        lines[2..4],
+        ["  asynclog:A", "   loadbalancer|two-random-choices"]
+    );
+    assert_eq!(lines.len(), 7, "{lines:?}");
+}

@@ -2,6 +2,8 @@
 
 use ring::PoolHash;
 
+pub use crate::model_load_balancer::{LoadBalancer, LoadBalancerAlgorithm};
+
 /// Index of a pool in [`Config::pools`].
 pub type PoolId = usize;
 /// Index of a route handle in [`Config::routes`].
@@ -382,6 +384,8 @@ pub enum Route {
         /// Picked among.
         children: Vec<Target>,
     },
+    /// LoadBalancerRoute (also HashRoute's and PoolRoute's `hash_func: "LoadBalancer"`).
+    LoadBalancer(LoadBalancer),
     /// ModifyKeyRoute: `target` gets the request with its key rewritten by `edit`.
     ModifyKey {
         /// Where the rewritten request goes.

@@ -16,6 +16,7 @@ mod handles;
 mod hashing;
 mod key_edit;
 mod latency;
+mod load_balancer;
 mod migrate;
 mod named;
 mod pool_route;

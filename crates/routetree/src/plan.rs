@@ -601,6 +601,7 @@ impl Eval<'_, '_> {
             Route::Random { children } => Plan::Random {
                 plans: self.targets(children),
             },
+            Route::LoadBalancer(lb) => self.load_balancer(id, lb),
             Route::ModifyKey { target, edit } => self.modify_key(*target, edit),
             Route::LatencyInjection {
                 child,
@@ -820,6 +821,13 @@ mod key_edit;
 #[path = "plan_choice_tests.rs"]
 mod choice_tests;
 pub use keysplit::{host_id, set_host_id};
+
+#[path = "plan_load_balancer.rs"]
+mod load_balancer;
+
+#[cfg(test)]
+#[path = "plan_load_balancer_tests.rs"]
+mod load_balancer_tests;
 
 #[path = "plan_migrate.rs"]
 mod migrate;

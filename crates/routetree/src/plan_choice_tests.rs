@@ -170,17 +170,6 @@ fn host_id_route_takes_the_hosts_child() {
     );
 }
 
-#[test]
-fn load_balancer_route_is_refused_with_its_reason() {
-    let e = refused(r#"{"type": "LoadBalancerRoute", "children": "Pool|A"}"#);
-    assert!(e.contains("memcached does not report"), "{e}");
-    let e = refused(r#"{"type": "HashRoute", "children": "Pool|A", "hash_func": "LoadBalancer"}"#);
-    assert!(
-        e.contains("memcached does not report") && e.contains("hash_func"),
-        "{e}"
-    );
-}
-
 fn edit(fields: &str) -> KeyEdit {
     let c = config(&format!(
         r#"{{"type": "ModifyKeyRoute", "target": "NullRoute" {fields}}}"#

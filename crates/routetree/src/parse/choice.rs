@@ -1,17 +1,10 @@
 //! Handles that choose among their children without looking at the key: RandomRoute (per
-//! request), and HostIdRoute and LatestRoute (once, by this router's host id), plus the
-//! refusal of LoadBalancerRoute.
+//! request), and HostIdRoute and LatestRoute (once, by this router's host id).
 
 use ring::PoolHash;
 
 use super::builder::{Args, Builder, Object, Result};
 use crate::model::*;
-
-/// Why LoadBalancerRoute (and HashRoute's `hash_func: "LoadBalancer"`) is refused.
-pub(super) const LOAD_BALANCER_REFUSAL: &str = "LoadBalancerRoute is not supported: it \
-     balances on the load each server reports in its replies, which memcached does not \
-     report, so it would be a plain key hash or random pick; use RandomRoute, or LatestRoute \
-     for failover";
 
 /// LatestRoute's children when `failover_count` is not given.
 const DEFAULT_FAILOVER_COUNT: i64 = 5;

@@ -184,7 +184,7 @@ impl<'a> Builder<'a> {
             // Only one without a usable `pool` is left after the rewrite (salted.rs).
             super::salted::TYPE => self
                 .fail("SaltedFailoverRoute needs a 'pool': a pool's name or an inline pool object"),
-            "LoadBalancerRoute" => self.fail(super::choice::LOAD_BALANCER_REFUSAL),
+            "LoadBalancerRoute" => self.load_balancer_route(args),
             "ModifyKeyRoute" => self.modify_key_route(args),
             "LatencyInjectionRoute" => self.latency_injection_route(args),
             "PrefixSelectorRoute" => self.prefix_selector(args),

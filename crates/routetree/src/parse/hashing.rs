@@ -24,11 +24,11 @@ impl<'a> Builder<'a> {
                     "Latest" if !children.is_empty() => return self.latest(children, map),
                     // No children: the error reply of an empty HashRoute, as in mcrouter.
                     "Latest" => (PoolHash::Ch3, salt),
-                    "LoadBalancer" => {
-                        return self.key("hash_func", |b| {
-                            b.fail(super::choice::LOAD_BALANCER_REFUSAL)
-                        })
+                    "LoadBalancer" if children.len() >= 2 => {
+                        return self.load_balancer(children, map, None, Vec::new())
                     }
+                    // Fewer: what an empty or one-child HashRoute does, as in mcrouter.
+                    "LoadBalancer" => (PoolHash::Ch3, salt),
                     _ => {
                         let hash = self.hash_function(func, Some(map), None, children.len())?;
                         (hash, salt)
@@ -88,7 +88,10 @@ impl<'a> Builder<'a> {
                 list.resize(n, 0.5);
                 Ok(PoolHash::WeightedCh3(list))
             }
-            "LoadBalancer" => self.fail(super::choice::LOAD_BALANCER_REFUSAL),
+            "LoadBalancer" => self.fail(
+                "hash function 'LoadBalancer' is supported in a HashRoute's hash_func and a \
+                 PoolRoute's hash only",
+            ),
             "Latest" => self.fail(format!(
                 "hash function '{func}' is supported in a HashRoute's hash_func only (for \
                  a pool: a LatestRoute over Pool|name)"

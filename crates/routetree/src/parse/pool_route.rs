@@ -45,9 +45,14 @@ impl<'a> Builder<'a> {
         };
         let mut shadows = Vec::new();
         let mut asynclog = Some(pool_name);
+        // `hash_func: "LoadBalancer"`: its settings (the pool's `hash`).
+        let mut load_balancer: Option<Object> = None;
         if let Some(map) = map {
             match map.get("hash") {
                 None => {}
+                Some(Value::String(func)) if func == "LoadBalancer" => {
+                    load_balancer = Some(spec.clone());
+                }
                 Some(Value::String(func)) => {
                     hash = self.key("hash", |b| {
                         b.hash_function(func, Some(&spec), pool_weights.as_deref(), n)
@@ -62,6 +67,10 @@ impl<'a> Builder<'a> {
                         };
                         salt = b.salt(h)?;
                         spec.extend(h.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        if func == "LoadBalancer" {
+                            load_balancer = Some(spec.clone());
+                            return Ok(hash.clone());
+                        }
                         b.hash_function(func, Some(&spec), pool_weights.as_deref(), n)
                     })?;
                 }
@@ -79,14 +88,24 @@ impl<'a> Builder<'a> {
                 shadows = self.key("shadows", |b| b.shadows(v))?;
             }
         }
-        self.check_hash(&hash, n)?;
-        let route = self.add(Route::Pool {
-            pool,
-            hash,
-            salt,
-            shadows,
-            asynclog,
-        });
+        let route = match load_balancer.filter(|_| n >= 2) {
+            Some(settings) => {
+                let servers = (0..n).map(|index| Target::Server { pool, index }).collect();
+                self.key("hash", |b| {
+                    b.load_balancer(servers, &settings, asynclog, shadows)
+                })?
+            }
+            None => {
+                self.check_hash(&hash, n)?;
+                self.add(Route::Pool {
+                    pool,
+                    hash,
+                    salt,
+                    shadows,
+                    asynclog,
+                })
+            }
+        };
         let route = self.pool_slow_warmup(map, route)?;
         let route = self.pool_rates(map, route)?;
         self.pool_shard_splits(map, route)
