@@ -18,6 +18,7 @@ mod key_edit;
 mod latency;
 mod migrate;
 mod named;
+mod outstanding;
 mod pool_route;
 mod pools;
 mod rate_limit;

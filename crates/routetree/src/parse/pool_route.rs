@@ -80,6 +80,7 @@ impl<'a> Builder<'a> {
             }
         }
         self.check_hash(&hash, n)?;
+        self.pool_max_outstanding(map, pool)?;
         let route = self.add(Route::Pool {
             pool,
             hash,
