@@ -22,6 +22,7 @@ mod buf;
 mod counters;
 mod dns;
 mod error;
+mod fair_queue;
 mod hot;
 mod log;
 mod mcrouter;

@@ -44,6 +44,9 @@ pub struct Pool {
     pub tags: Option<Vec<String>>,
     /// `keep_routing_prefix`: send keys to servers with their `/region/cluster/` prefix.
     pub keep_routing_prefix: bool,
+    /// PoolRoutes' `max_outstanding` over this pool, the smallest given (0: no limit): at
+    /// most this many requests in flight per server and router thread, the rest wait.
+    pub max_outstanding: u32,
 }
 
 /// One `host:port[:protocol[:security]]` entry; IPv6 hosts are bracketed (`[::1]:11211`).

@@ -19,6 +19,7 @@ mod latency;
 mod load_balancer;
 mod migrate;
 mod named;
+mod outstanding;
 mod pool_route;
 mod pools;
 mod rate_limit;

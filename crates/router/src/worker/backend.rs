@@ -10,6 +10,7 @@ use proto::response::{AskedKeys, Expect, Frame, Item, Refusal, ReplyFramer};
 
 use super::client::deliver;
 use super::get_batch::{GetBatch, Member, SPLIT_EARLY_FROM};
+use super::outstanding::Held;
 use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::{error_reply, Worker};
 use crate::buf::ReadBuf;
@@ -137,6 +138,8 @@ pub(super) struct Backend {
     /// Client requests queued here and not answered yet (those of the open get line too):
     /// what `server_max_inflight` bounds.
     pub(super) queued: u32,
+    /// The pool's `max_outstanding` and the requests waiting under it; None: no limit.
+    pub(super) outstanding: Option<Box<super::outstanding::Limit>>,
     dirty: bool,
     open_get: Option<OpenGet>,
     /// The keys of `open_get` as they go on the line, and its requests.
@@ -224,6 +227,13 @@ impl Worker {
     #[inline]
     pub(super) fn enqueue(&mut self, b: usize, parts: &[&[u8]], to: ReplyTo, expect: Expect) {
         let be = &mut self.backends[b];
+        if be
+            .outstanding
+            .as_ref()
+            .is_some_and(|l| l.must_wait(be.queued))
+        {
+            return self.hold(b, Held::plain(parts, to, expect));
+        }
         be.enqueue(parts, to, expect, None, self.now);
         let pool = be.limited_pool;
         self.count_queued(pool);
@@ -241,9 +251,14 @@ impl Worker {
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) {
         let be = &mut self.backends[b];
-        let mut batch = be.spare.pop().unwrap_or_default();
-        batch.push(Member { to, nkeys: 0 }, keys);
-        be.enqueue(parts, to, expect, Some(batch), self.now);
+        if be
+            .outstanding
+            .as_ref()
+            .is_some_and(|l| l.must_wait(be.queued))
+        {
+            return self.hold(b, Held::keyed(parts, to, expect, keys));
+        }
+        be.enqueue_keyed(parts, to, expect, keys, self.now);
         let pool = be.limited_pool;
         self.count_queued(pool);
         self.mark_backend(b);
@@ -259,6 +274,13 @@ impl Worker {
         to: ReplyTo,
     ) {
         let be = &mut self.backends[b];
+        if be
+            .outstanding
+            .as_ref()
+            .is_some_and(|l| l.must_wait(be.queued))
+        {
+            return self.hold(b, Held::get(cas, keys, to));
+        }
         be.enqueue_get(cas, keys, to, self.now);
         let pool = be.limited_pool;
         self.count_queued(pool);
@@ -453,6 +475,9 @@ impl Worker {
         if any {
             let be = &self.backends[b];
             be.rt.record_success(be.server);
+            if be.outstanding.is_some() {
+                self.release_held(b);
+            }
         }
         true
     }
@@ -577,6 +602,7 @@ impl Worker {
                 );
             }
         }
+        failed += self.fail_held(&mut be, &msg, exec_result);
         be.rt.counters[self.id].pool.forward_error.add(failed);
         // An idle connection the server closed (restart, idle timeout) is not a failure.
         if failed > 0 || handshake || !matches!(why, Why::Eof) || be.connecting {
@@ -603,6 +629,11 @@ impl Worker {
             return;
         };
         self.answered_all(&be);
+        if be.outstanding.is_some() {
+            // Not expected (it closes once idle), but none may wait for it.
+            let msg = error_reply(be.rt.cfg.redis, "Connection closed");
+            self.fail_held(&mut be, &msg, McResult::RemoteError);
+        }
         let _ = self.poll.registry().deregister(be.stream.source());
         be.rt.counters[self.id].servers[be.server]
             .server_connections
@@ -678,6 +709,20 @@ impl Backend {
         c.request_bytes.add(bytes as i64);
         c.out_queue.add(1);
         c.out_queue_bytes.add(bytes as i64);
+    }
+
+    /// Queues a get that is not merged, asking `keys`, which its reply's items must follow.
+    pub(super) fn enqueue_keyed<'k>(
+        &mut self,
+        parts: &[&[u8]],
+        to: ReplyTo,
+        expect: Expect,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        now: Instant,
+    ) {
+        let mut batch = self.spare.pop().unwrap_or_default();
+        batch.push(Member { to, nkeys: 0 }, keys);
+        self.enqueue(parts, to, expect, Some(batch), now);
     }
 
     /// A request of client (`client`, `gen`) was queued under another identity (an mcrouter

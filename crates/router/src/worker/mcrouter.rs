@@ -84,6 +84,12 @@ pub(super) struct Execs {
 }
 
 impl Execs {
+    /// The client whose request execution send `to` belongs to.
+    pub(super) fn client_of(&self, to: ReplyTo) -> Option<(u32, u32)> {
+        let run = self.running.get((to.seq >> 32) as usize)?;
+        (run.gen == to.gen).then_some((run.to.client, run.to.gen))
+    }
+
     /// The loop turn's time: RateLimitRoutes' buckets refill up to it.
     pub(super) fn set_now(&mut self, now: std::time::Instant) {
         self.limits.set_now(now);

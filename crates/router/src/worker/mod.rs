@@ -33,6 +33,7 @@ mod get_batch;
 mod hotcache;
 mod mcrouter;
 mod memcached;
+mod outstanding;
 mod rates;
 mod redis;
 mod reply_to;
@@ -162,6 +163,8 @@ struct PoolLocal {
     /// Requests a backend connection may hold before further ones fail at once
     /// (`server_max_inflight`; `u32::MAX`: no limit).
     max_inflight: u32,
+    /// An mcrouter PoolRoute's `max_outstanding` (0: none).
+    max_outstanding: u32,
     /// Hot-key handling (`rt.hot`, held here so a get need not touch the Arc's count).
     hot: Option<Arc<crate::hot::HotShared>>,
     /// Picks the gets whose keys feed this thread's hot-key sketch.
@@ -445,10 +448,12 @@ impl Worker {
                 self.close_backend(b);
             }
         }
+        let outstanding = outstanding::pool_limits(&shared);
         self.pools = shared
             .pools
             .iter()
-            .map(|rt| PoolLocal {
+            .zip(outstanding)
+            .map(|(rt, max_outstanding)| PoolLocal {
                 rt: rt.clone(),
                 placement: Placement::new(rt.clone()),
                 conns: vec![
@@ -459,6 +464,7 @@ impl Worker {
                     0 => u32::MAX,
                     n => n,
                 },
+                max_outstanding,
                 hot: rt.hot.clone(),
                 sampler: hotkeys::Sampler::new(
                     rt.cfg.hot_keys.sample,

@@ -9,7 +9,7 @@ use crate::error::Seg;
 use crate::model::*;
 
 /// Route handle types mcrouter has that memfleet does not implement yet.
-const UNSUPPORTED_TYPES: &[&str] = &["BigValueRoute", "OutstandingLimitRoute"];
+const UNSUPPORTED_TYPES: &[&str] = &["BigValueRoute"];
 
 /// Route handle types refused for good, each with the reason: they only make sense inside
 /// Facebook (or a program embedding mcrouter), or mcrouter makes them from an option.
@@ -36,6 +36,11 @@ const REFUSED_TYPES: &[(&str, &str)] = &[
     (
         "SlowWarmUpRoute",
         "is not a config type in mcrouter either: a PoolRoute's \"slow_warmup\" makes it \
+         (memfleet supports that option)",
+    ),
+    (
+        "OutstandingLimitRoute",
+        "is not a config type in mcrouter either: a PoolRoute's \"max_outstanding\" makes it \
          (memfleet supports that option)",
     ),
     (

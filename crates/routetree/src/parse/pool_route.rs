@@ -88,6 +88,7 @@ impl<'a> Builder<'a> {
                 shadows = self.key("shadows", |b| b.shadows(v))?;
             }
         }
+        self.pool_max_outstanding(map, pool)?;
         let route = match load_balancer.filter(|_| n >= 2) {
             Some(settings) => {
                 let servers = (0..n).map(|index| Target::Server { pool, index }).collect();

@@ -175,6 +175,7 @@ impl<'a> Builder<'a> {
             weights,
             tags,
             keep_routing_prefix,
+            max_outstanding: 0,
         });
         let id = self.pools.len() - 1;
         self.pool_ids.insert(name.to_owned(), id);
