@@ -74,6 +74,8 @@ pub struct PoolCounters {
     pub overloaded: Vec<Counter>,
     /// Requests answered at once past the pool's rate limits (`gets_rate`, ...; `/metrics`).
     pub rate_limited: Counter,
+    /// Per server of an mcrouter pool (empty otherwise): `stats servers`' figures.
+    pub mc: Vec<crate::mcstats::DestCounters>,
 }
 
 impl PoolCounters {
@@ -85,6 +87,7 @@ impl PoolCounters {
             tko_failed: (0..servers).map(|_| Counter::default()).collect(),
             overloaded: (0..servers).map(|_| Counter::default()).collect(),
             rate_limited: Counter::default(),
+            mc: Vec::new(),
         }
     }
 }

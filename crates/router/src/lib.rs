@@ -28,6 +28,7 @@ mod log;
 mod mcrouter;
 mod mcrouter_config;
 mod mcrouter_tls;
+mod mcstats;
 mod metrics;
 mod net;
 mod probe;

@@ -95,6 +95,10 @@ impl PoolRt {
         let mut rt = Self::build(cfg, threads, started, names)?;
         rt.tko = rt.servers.iter().map(|_| Tko::default()).collect();
         rt.tko_cfg = Some(tko);
+        let n = rt.servers.len();
+        for c in &mut rt.counters {
+            c.mc = (0..n).map(|_| Default::default()).collect();
+        }
         Ok(rt)
     }
 

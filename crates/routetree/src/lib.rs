@@ -28,6 +28,7 @@ pub mod parse;
 pub mod plan;
 pub mod reply;
 pub mod request;
+pub mod server_stats;
 pub mod source;
 #[cfg(test)]
 mod test_support;

@@ -27,6 +27,9 @@ const HARD: u8 = 2;
 pub struct Tko {
     state: AtomicU8,
     timeouts: AtomicU32,
+    /// Failures in a row (timeouts, connection errors, failed probes): mcrouter's
+    /// `num_failures` of `stats suspect_servers`.
+    failures: AtomicU32,
     probe_at_ms: AtomicU64,
     delay_ms: AtomicU64,
     probing: AtomicBool,
@@ -53,16 +56,27 @@ impl Tko {
         }
     }
 
-    /// A reply came back: the run of timeouts is over (a TKO is only lifted by a probe).
+    /// Failures in a row; while TKO, only a successful probe ends the run.
+    pub fn failures(&self) -> u32 {
+        self.failures.load(Relaxed)
+    }
+
+    /// A reply came back: the run of timeouts is over (a TKO is only lifted by a probe,
+    /// and keeps its run of failures, as mcrouter's does).
     #[inline]
     pub fn on_success(&self) {
-        if self.timeouts.load(Relaxed) != 0 {
+        // A timeout always counts as a failure too: no failures, no timeouts to reset.
+        if self.failures.load(Relaxed) != 0 {
             self.timeouts.store(0, Relaxed);
+            if !self.is_tko() {
+                self.failures.store(0, Relaxed);
+            }
         }
     }
 
     /// A request timed out. True when this made the destination TKO.
     pub fn on_timeout(&self, cfg: &TkoSettings, now_ms: u64) -> bool {
+        self.failures.fetch_add(1, Relaxed);
         let n = self.timeouts.fetch_add(1, Relaxed) + 1;
         if cfg.timeouts_until_tko == 0 || n < cfg.timeouts_until_tko {
             return false;
@@ -73,6 +87,7 @@ impl Tko {
     /// A connection was refused or could not be made. True when this made the
     /// destination TKO (hard; a soft TKO becomes hard).
     pub fn on_connect_error(&self, cfg: &TkoSettings, now_ms: u64) -> bool {
+        self.failures.fetch_add(1, Relaxed);
         self.mark(HARD, cfg, now_ms)
     }
 
@@ -102,8 +117,10 @@ impl Tko {
     pub fn probe_result(&self, ok: bool, cfg: &TkoSettings, now_ms: u64) {
         if ok {
             self.timeouts.store(0, Relaxed);
+            self.failures.store(0, Relaxed);
             self.state.store(UP, Relaxed);
         } else {
+            self.failures.fetch_add(1, Relaxed);
             let delay = (self.delay_ms.load(Relaxed).max(1) * 2).min(cfg.probe_max_ms.max(1));
             self.delay_ms.store(delay, Relaxed);
             self.probe_at_ms.store(now_ms + delay, Relaxed);
@@ -155,6 +172,26 @@ mod tests {
         t.probe_result(true, &CFG, 1650);
         assert!(!t.is_tko());
         assert!(!t.take_probe(1_000_000));
+    }
+
+    #[test]
+    fn failures_run_until_a_success_or_a_probe_ends_them() {
+        let t = Tko::default();
+        assert!(!t.on_timeout(&CFG, 0));
+        assert_eq!(t.failures(), 1);
+        t.on_success();
+        assert_eq!(t.failures(), 0);
+        t.on_connect_error(&CFG, 0);
+        t.on_connect_error(&CFG, 0);
+        assert_eq!(t.failures(), 2);
+        t.on_success();
+        assert_eq!(t.failures(), 2, "a late reply does not end a TKO's run");
+        assert!(t.take_probe(100));
+        t.probe_result(false, &CFG, 100);
+        assert_eq!(t.failures(), 3, "a failed probe is a failure");
+        assert!(t.take_probe(300));
+        t.probe_result(true, &CFG, 300);
+        assert_eq!(t.failures(), 0);
     }
 
     #[test]

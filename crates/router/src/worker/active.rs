@@ -75,6 +75,9 @@ impl Worker {
     pub(super) fn overloaded(&self, p: usize, s: usize) -> Vec<u8> {
         let pl = &self.pools[p];
         pl.rt.counters[self.id].overloaded[s].add(1);
+        if let Some(d) = pl.rt.counters[self.id].mc.get(s) {
+            d.failed_unqueued(routetree::server_stats::Res::LocalError);
+        }
         let msg = format!(
             "Max pending requests ({}) reached for destination \"{}\".",
             pl.max_inflight, pl.rt.servers[s].stats_name

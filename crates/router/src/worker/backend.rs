@@ -17,6 +17,7 @@ use crate::buf::ReadBuf;
 use crate::net::{error_text, Stream};
 use crate::shared::PoolRt;
 use routetree::reply::McResult;
+use routetree::server_stats::{ConnState, Res};
 use std::sync::Arc;
 
 /// A backend reply (or the failure met instead) for an execution.
@@ -334,7 +335,7 @@ impl Worker {
         };
         if be.connecting {
             match be.stream.connect_result() {
-                Ok(true) => be.connecting = false,
+                Ok(true) => be.connected(),
                 Ok(false) => return,
                 Err(e) => return self.fail_backend(b, Why::Io(e)),
             }
@@ -374,7 +375,7 @@ impl Worker {
     pub(super) fn backend_replies(&mut self, b: usize) -> bool {
         let be = &mut self.backends[b];
         if be.connecting {
-            be.connecting = false;
+            be.connected();
         }
         let mut any = false;
         loop {
@@ -404,11 +405,16 @@ impl Worker {
                     let quiet = p.quiet();
                     let done = !quiet || reply == b"MN\r\n";
                     let items = be.framer.items();
-                    if let Some(batch) = p.batch.as_ref().filter(|batch| batch.members().len() > 1)
-                    {
+                    // mcrouter pools: each request's result, for `stats servers`.
+                    let mc = be.rt.counters[self.id].mc.get(be.server);
+                    let merged = p.batch.as_ref().filter(|batch| batch.members().len() > 1);
+                    if let Some(batch) = merged {
                         let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
                         let scratch = &mut be.scratch;
                         batch.split_reply(reply, items, scratch, |m, part, part_items| {
+                            if let Some(d) = mc {
+                                d.answered(Res::of_reply(Expect::Get, part));
+                            }
                             deliver(clients, dirty, m.to, part, part_items, true);
                         });
                     } else if quiet && done {
@@ -436,6 +442,9 @@ impl Worker {
                     let c = &pc.servers[be.server];
                     c.response_bytes.add(n as i64);
                     if done {
+                        if let (Some(d), None) = (mc, merged) {
+                            d.answered(Res::of_reply(p.expect, reply));
+                        }
                         let waited = self.now.saturating_duration_since(p.at);
                         pc.latency[be.server].record(waited.as_nanos() as u64);
                         c.responses.add(1);
@@ -498,11 +507,15 @@ impl Worker {
         }
         let (clients, dirty) = (&mut self.clients, &mut self.dirty_clients);
         let items = be.framer.items_so_far();
+        let mc = be.rt.counters[self.id].mc.get(be.server);
         let split = batch.split_partial(
             be.rbuf.filled(),
             items,
             &mut be.scratch,
             |m, part, part_items| {
+                if let Some(d) = mc {
+                    d.answered(Res::of_reply(Expect::Get, part));
+                }
                 deliver(clients, dirty, m.to, part, part_items, true);
             },
         );
@@ -582,12 +595,17 @@ impl Worker {
         }
         let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
         be.pending.retain(|p| p.to != ReplyTo::HANDSHAKE);
+        be.disconnected(ConnState::Down);
+        let mc = be.rt.counters[self.id].mc.get(be.server);
         let mut failed = 0;
         for p in be.pending.drain(..) {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
             for t in p.targets() {
                 failed += 1;
+                if let Some(d) = mc {
+                    d.answered(Res::of_failure(exec_result));
+                }
                 if Arrivals::owns(t) {
                     self.arrivals.arrive(t, b"", Some(exec_result));
                     continue;
@@ -635,6 +653,7 @@ impl Worker {
             self.fail_held(&mut be, &msg, McResult::RemoteError);
         }
         let _ = self.poll.registry().deregister(be.stream.source());
+        be.disconnected(ConnState::Closed);
         be.rt.counters[self.id].servers[be.server]
             .server_connections
             .add(-1);
@@ -675,6 +694,31 @@ impl Backend {
         &self.rt.counters[self.worker].servers[self.server]
     }
 
+    /// The `stats servers` figures of its server, when an mcrouter pool's.
+    fn mc(&self) -> Option<&crate::mcstats::DestCounters> {
+        self.rt.counters[self.worker].mc.get(self.server)
+    }
+
+    /// The connection is made: the requests queued meanwhile are no longer pending.
+    fn connected(&mut self) {
+        self.connecting = false;
+        if let Some(d) = self.mc() {
+            d.pending.add(-i64::from(self.queued));
+            d.set_state(ConnState::Up);
+        }
+    }
+
+    /// The connection is gone (`Down`: dropped by an error or the server; `Closed`: by
+    /// the router).
+    fn disconnected(&self, state: ConnState) {
+        if let Some(d) = self.mc() {
+            if self.connecting {
+                d.pending.add(-i64::from(self.queued));
+            }
+            d.set_state(state);
+        }
+    }
+
     /// Appends a request to the write buffer and its entry to the queue.
     pub(super) fn enqueue(
         &mut self,
@@ -704,6 +748,7 @@ impl Backend {
             batch,
         });
         self.queued += 1;
+        self.count_pending();
         let c = self.counters();
         c.requests.add(1);
         c.request_bytes.add(bytes as i64);
@@ -774,9 +819,21 @@ impl Backend {
         }
         self.batch.push(Member { to, nkeys: 0 }, keys);
         self.queued += 1;
+        self.count_pending();
         let c = self.counters();
         c.requests.add(1);
         c.request_bytes.add(bytes as i64);
+    }
+
+    /// A request queued while the connection is being made waits for it (mcrouter's
+    /// pending request).
+    #[inline]
+    fn count_pending(&self) {
+        if self.connecting {
+            if let Some(d) = self.mc() {
+                d.pending.add(1);
+            }
+        }
     }
 
     /// Ends the open get line, if any, and puts it and its queue entry where the line

@@ -235,8 +235,14 @@ impl Worker {
                     self.local_reply(ci, b"OK\r\n")
                 }
             }
-            Request::Stats { .. } => {
-                let text = crate::stats::text(&self.shared, &self.globals, p);
+            Request::Stats { mut args } => {
+                // mcrouter's per-server groups (mcrouter configs only); anything else gets
+                // the router's own stats.
+                let mc = match (args.next(), args.next()) {
+                    (Some(group), None) => crate::mcstats::answer(&self.shared, group),
+                    _ => None,
+                };
+                let text = mc.unwrap_or_else(|| crate::stats::text(&self.shared, &self.globals, p));
                 self.local_reply(ci, &text);
             }
             Request::Quit => {

@@ -6,6 +6,7 @@ use std::io;
 
 use proto::response::{Expect, ReplyFramer};
 use routetree::reply::McResult;
+use routetree::server_stats::{ConnState, Res};
 
 use super::{redis_handshake, Backend, NoBackend, Pending};
 use crate::buf::ReadBuf;
@@ -86,6 +87,10 @@ impl Worker {
                 rt.record_failure(s);
                 if !rt.tko.is_empty() {
                     rt.record_tko_failure(s, true);
+                    if let Some(d) = rt.counters[self.id].mc.get(s) {
+                        d.failed_unqueued(Res::ConnectError);
+                        d.set_state(ConnState::Down);
+                    }
                     return Err(NoBackend::Failed(
                         McResult::ConnectError.error_reply().to_vec(),
                     ));
