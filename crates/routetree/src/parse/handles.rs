@@ -9,11 +9,7 @@ use crate::error::Seg;
 use crate::model::*;
 
 /// Route handle types mcrouter has that memfleet does not implement yet.
-const UNSUPPORTED_TYPES: &[&str] = &[
-    "BigValueRoute",
-    "OutstandingLimitRoute",
-    "SaltedFailoverRoute",
-];
+const UNSUPPORTED_TYPES: &[&str] = &["OutstandingLimitRoute", "SaltedFailoverRoute"];
 
 /// Route handle types refused for good, each with the reason: they only make sense inside
 /// Facebook (or a program embedding mcrouter), or mcrouter makes them from an option.
@@ -176,6 +172,7 @@ impl<'a> Builder<'a> {
                 }))
             }
             "KeySplitRoute" => self.key_split_route(args),
+            "BigValueRoute" => self.big_value_route(args),
             "MigrateRoute" => self.migrate_route(args),
             "StagingRoute" => self.staging_route(args),
             "ShadowRoute" => self.shadow_route(args),
