@@ -134,12 +134,15 @@ fn accepted_under_prefix_selection_only() {
 #[test]
 fn keys_without_one_on_their_path_get_none() {
     let text = with_route(&format!(
-        r#"{{"type": "PrefixSelectorRoute", "policies": {{"a:": {b}}},
+        r#"{{"type": "PrefixSelectorRoute", "policies": {{"a:": {b}, "a:long": {l}}},
              "wildcard": "PoolRoute|A"}}"#,
-        b = big(10, 1, None)
+        b = big(10, 1, None),
+        l = big(20, 2, None),
     ));
     let c = ok(&text);
     assert_eq!(c.big_value(b"a:1", "/r/c/"), settings(10, 1, false));
+    // The longest matching prefix, as requests are routed.
+    assert_eq!(c.big_value(b"a:longer", "/r/c/"), settings(20, 2, false));
     assert_eq!(c.big_value(b"b:1", "/r/c/"), None);
     let c = ok(&with_route(r#""PoolRoute|A""#));
     assert!(!c.has_big_value());
