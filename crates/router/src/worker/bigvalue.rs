@@ -142,7 +142,7 @@ impl Worker {
     /// The pool's own splitting (`--big-value-split-threshold`), if on.
     fn pool_settings(&self, ci: usize) -> Option<Settings> {
         let cfg = &self.clients[ci].rt.cfg;
-        (cfg.big_value_split_threshold > 0).then(|| Settings {
+        (cfg.big_value_split_threshold > 0).then_some(Settings {
             threshold: cfg.big_value_split_threshold as usize,
             batch: cfg.big_value_batch_size as usize,
             hide_flag: cfg.big_value_hide_reply_flag,
