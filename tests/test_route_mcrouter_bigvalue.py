@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from harness import Server, memcached
 from mcrouter_harness import McRouter, pools
+from typing_extensions import Self
 
 BIG_FLAG = 0x8000
 
@@ -21,7 +22,7 @@ class Client:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         self.buf = b""
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
