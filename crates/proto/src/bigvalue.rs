@@ -280,19 +280,56 @@ pub fn reassemble<F>(reply: &[u8], settings: &Settings, mut fetched: F) -> Vec<u
 where
     F: FnMut(usize) -> Option<Vec<u8>>,
 {
+    reassemble_parts(reply, |i| match fetched(i) {
+        Some(data) => Part::Whole {
+            data,
+            hide_flag: settings.hide_flag,
+        },
+        None => Part::Miss,
+    })
+}
+
+/// What becomes of one index item of a get reply (see [`reassemble_parts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Returned as it is: no big-value reading applies to its key.
+    Keep,
+    /// Left out: a chunk is missing or the index is invalid.
+    Miss,
+    /// The value its chunks make, and whether its flags lose [`BIG_VALUE_FLAG`].
+    Whole {
+        /// The joined chunks.
+        data: Vec<u8>,
+        /// Clear [`BIG_VALUE_FLAG`] in the reply's flags.
+        hide_flag: bool,
+    },
+}
+
+/// [`reassemble`] with a choice per index item: `part(i)` says what the `i`-th value of
+/// `reply` (one whose flags carry [`BIG_VALUE_FLAG`]) becomes. Different keys of one get
+/// may go through different BigValueRoutes, or none.
+pub fn reassemble_parts<F>(reply: &[u8], mut part: F) -> Vec<u8>
+where
+    F: FnMut(usize) -> Part,
+{
     let Some((values, _)) = parse_get_reply(reply) else {
         return reply.to_vec();
     };
     let mut out = Vec::new();
     for (i, v) in values.iter().enumerate() {
         let (flags, data) = if v.flags & BIG_VALUE_FLAG != 0 {
-            let Some(data) = fetched(i) else { continue };
-            let flags = if settings.hide_flag {
-                v.flags & !BIG_VALUE_FLAG
-            } else {
-                v.flags
-            };
-            (flags, data)
+            match part(i) {
+                Part::Keep => (v.flags, reply[v.data.clone()].to_vec()),
+                Part::Miss => continue,
+                Part::Whole { data, hide_flag } => {
+                    let flags = if hide_flag {
+                        v.flags & !BIG_VALUE_FLAG
+                    } else {
+                        v.flags
+                    };
+                    (flags, data)
+                }
+            }
         } else {
             (v.flags, reply[v.data.clone()].to_vec())
         };
@@ -437,6 +474,30 @@ mod tests {
         );
         assert!(!has_index(b"VALUE a 0 1\r\nx\r\nEND\r\n"));
         assert!(!has_index(b"SERVER_ERROR x\r\n"));
+    }
+
+    #[test]
+    fn each_index_item_can_be_kept_dropped_or_joined_on_its_own() {
+        let reply =
+            b"VALUE a 32768 5\r\n1-1-1\r\nVALUE b 32769 5\r\n1-1-2\r\nVALUE c 32768 5\r\n1-1-3\r\nEND\r\n";
+        let out = reassemble_parts(reply, |i| match i {
+            0 => Part::Keep,
+            1 => Part::Whole {
+                data: b"bee".to_vec(),
+                hide_flag: true,
+            },
+            _ => Part::Whole {
+                data: b"sea".to_vec(),
+                hide_flag: false,
+            },
+        });
+        assert_eq!(
+            out,
+            b"VALUE a 32768 5\r\n1-1-1\r\nVALUE b 1 3\r\nbee\r\nVALUE c 32768 3\r\nsea\r\nEND\r\n"
+                .to_vec()
+        );
+        let out = reassemble_parts(reply, |i| if i == 0 { Part::Keep } else { Part::Miss });
+        assert_eq!(out, b"VALUE a 32768 5\r\n1-1-1\r\nEND\r\n".to_vec());
     }
 
     #[test]

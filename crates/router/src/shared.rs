@@ -359,6 +359,8 @@ pub struct McRoutes {
     pub server_timeout_ms: u64,
     /// The settings under mcrouter's option names (`__mcrouter__.options`).
     pub options: Vec<(&'static str, String)>,
+    /// The config has a BigValueRoute: requests ask the tree for its settings.
+    pub big_values: bool,
 }
 
 /// One configuration generation.

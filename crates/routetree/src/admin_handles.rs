@@ -266,6 +266,17 @@ impl Walk<'_, '_> {
                     self.target(d, s.target);
                 }
             }
+            Route::BigValue { target, settings } => {
+                // mcrouter's routeName.
+                self.line(
+                    depth,
+                    &format!(
+                        "big-value|split_threshold={}|batch_size={}|hide_reply_flag={}",
+                        settings.threshold, settings.batch, settings.hide_reply_flag
+                    ),
+                );
+                self.target(d, *target);
+            }
             Route::Null => self.line(depth, "null"),
             Route::Error { .. } => self.line(depth, "error|log|remote_error"),
         }

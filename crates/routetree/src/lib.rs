@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod admin_handles;
+pub mod big_value;
 pub mod error;
 pub mod exec;
 pub mod jsonm;

@@ -462,6 +462,15 @@ pub enum Route {
         /// The shadows covering that position.
         shadows: Vec<Shadow>,
     },
+    /// BigValueRoute: a value longer than `settings.threshold` is stored as chunks plus an
+    /// index item, and read back whole (the router does the splitting; see
+    /// `Config::big_value`). Every request goes on to `target`.
+    BigValue {
+        /// Where requests, chunks and index items go.
+        target: Target,
+        /// The handle's `split_threshold`, `batch_size` and `hide_reply_flag`.
+        settings: BigValueSettings,
+    },
     /// The default reply: a miss for gets, not stored for updates, not found for deletes.
     Null,
     /// An error reply carrying `message`.
@@ -469,6 +478,17 @@ pub enum Route {
         /// The text of the error reply.
         message: String,
     },
+}
+
+/// BigValueRoute's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BigValueSettings {
+    /// `split_threshold`: values longer than this are split into chunks this long (0: never).
+    pub threshold: usize,
+    /// `batch_size`: chunks written or fetched at a time (0: all at once).
+    pub batch: usize,
+    /// `hide_reply_flag`: a reassembled value comes back without the 0x8000 flag.
+    pub hide_reply_flag: bool,
 }
 
 /// ModifyKeyRoute's settings (see `crate::plan` for what they do to a key).

@@ -6,6 +6,7 @@
 //! (`PoolRoute|A`, `Pool|A`, `ErrorRoute|msg`) or a bare type (`NullRoute`); `""` is an
 //! empty list. `Pool|A` is the list of A's servers.
 
+mod big_value;
 mod builder;
 mod cache_routes;
 mod choice;
@@ -68,14 +69,17 @@ pub fn parse_config_with(file: &str, text: &str, env: &Env) -> Result<Config> {
         building: Vec::new(),
         path: Vec::new(),
         warnings: Vec::new(),
+        big_values: Vec::new(),
     };
     let entry = b.config(&json)?;
-    Ok(Config {
-        pools: b.pools,
-        routes: b.routes,
+    let config = Config {
+        pools: std::mem::take(&mut b.pools),
+        routes: std::mem::take(&mut b.routes),
         entry,
-        warnings: b.warnings,
-    })
+        warnings: std::mem::take(&mut b.warnings),
+    };
+    b.check_big_values(&config)?;
+    Ok(config)
 }
 
 #[cfg(test)]

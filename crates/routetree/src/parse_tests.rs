@@ -163,8 +163,8 @@ fn unknown_type_is_refused_where_it_is() {
             .contains("neither a route handle type nor a named handle"),
         "{e}"
     );
-    let e = err(&with_route(r#""BigValueRoute|x""#));
-    assert!(e.message.contains("not supported by memfleet yet"), "{e}");
+    let e = err(&with_route(r#""OutstandingLimitRoute|x""#));
+    assert!(e.message.contains("PoolRoute's \"max_outstanding\""), "{e}");
     let e = err(&with_route(r#"{"type": "SRRoute", "service_name": "x"}"#));
     assert!(
         e.message

@@ -659,6 +659,7 @@ impl Eval<'_, '_> {
                 settings: *settings,
                 get_like: self.class == OpClass::Get,
             },
+            Route::BigValue { target, .. } => self.target(*target),
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }

@@ -217,6 +217,10 @@ pub fn load(
         cfg.big_value_batch_size = args.big_value_batch_size;
         cfg.big_value_hide_reply_flag = args.big_value_hide_reply_flag;
         cfg.hot_keys = args.hot_keys();
+        // Hot-key caching stays off where values are split (a BigValueRoute as the option).
+        if config.has_big_value() {
+            cfg.hot_keys.enabled = false;
+        }
         let mut rt = PoolRt::new(cfg, threads, started)?;
         match &hot {
             Some(h) => rt.hot = Some(std::sync::Arc::clone(h)),
@@ -274,6 +278,7 @@ pub fn load(
         }
     }
     crate::asynclog::set_tls_destinations(tls_to);
+    let big_values = config.has_big_value();
     let shared = Shared {
         listening: listens.len(),
         pools,
@@ -286,6 +291,7 @@ pub fn load(
             config_file: config_file(args),
             server_timeout_ms: args.server_timeout,
             options: options::startup_options(args, threads),
+            big_values,
         })),
     };
     Ok((shared, names))

@@ -5,13 +5,23 @@
 //! replication, failover) exactly as any client's. The thread hands the client's reply
 //! back with [`Control::BigDone`]; the client's slot waits at its place in the queue.
 //! Requests under the threshold pay one length compare.
+//!
+//! Settings come from the pool (`--big-value-split-threshold`) and, in an mcrouter config,
+//! from the BigValueRoute a key's prefixes select. A store over the pool's threshold is
+//! split by it, as mcrouter's global BigValueRoute at the root would; its chunks come back
+//! through here and the key's BigValueRoute may split them again. Otherwise the key's
+//! BigValueRoute splits by its own threshold. Reads go by the key's BigValueRoute, else
+//! the pool's settings; with neither, an index item is returned as it is.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
-use proto::bigvalue::{self, Index, Settings};
+use proto::bigvalue::{self, Index, Part, Settings};
+use proto::Keys;
 use proto::Request;
+
+use crate::shared::McRoutes;
 
 use super::client::{deliver, SlotKind};
 use super::reply_to::ReplyTo;
@@ -49,8 +59,22 @@ enum Target {
 }
 
 impl Worker {
-    /// Handles `req` when it is a store over the threshold; false for anything else.
-    pub(super) fn big_store(&mut self, ci: usize, req: &Request<'_>, threshold: usize) -> bool {
+    /// Handles `req` when it is a store over a threshold; false for anything else.
+    pub(super) fn big_store(&mut self, ci: usize, req: &Request<'_>) -> bool {
+        let (key, len) = match *req {
+            Request::Store { key, data, .. } => (key, data.len()),
+            Request::MetaSet { ref key, data, .. } => (key.wire(), data.len()),
+            _ => return false,
+        };
+        let pool = self.pool_settings(ci);
+        let split = match pool {
+            Some(s) if len > s.threshold => s,
+            _ => match route_settings(self.shared.mcrouter.as_deref(), key) {
+                Some(s) if s.threshold > 0 && len > s.threshold => s,
+                _ => return false,
+            },
+        };
+        let threshold = split.threshold;
         let job = match *req {
             Request::Store {
                 cmd,
@@ -111,8 +135,27 @@ impl Worker {
         };
         let (job, kind) = job;
         let to = self.clients[ci].push(ci, 1, kind);
-        self.big_spawn(ci, to, job);
+        self.big_spawn(ci, to, job, split);
         true
+    }
+
+    /// The pool's own splitting (`--big-value-split-threshold`), if on.
+    fn pool_settings(&self, ci: usize) -> Option<Settings> {
+        let cfg = &self.clients[ci].rt.cfg;
+        (cfg.big_value_split_threshold > 0).then_some(Settings {
+            threshold: cfg.big_value_split_threshold as usize,
+            batch: cfg.big_value_batch_size as usize,
+            hide_flag: cfg.big_value_hide_reply_flag,
+        })
+    }
+
+    /// Whether a get of `keys` may meet index items to follow.
+    pub(super) fn big_reads(&self, ci: usize, keys: Keys<'_>) -> bool {
+        if self.clients[ci].rt.cfg.big_value_split_threshold > 0 {
+            return true;
+        }
+        let routes = self.shared.mcrouter.as_deref();
+        keys.flatten().any(|k| route_settings(routes, k).is_some())
     }
 
     fn big_refuse(&mut self, ci: usize, reply: &str) -> bool {
@@ -133,11 +176,13 @@ impl Worker {
                 seq,
                 frag: 0,
             };
-            self.big_spawn(ci, to, Job::Get { reply });
+            let pool = self.pool_settings(ci).unwrap_or_default();
+            self.big_spawn(ci, to, Job::Get { reply }, pool);
         }
     }
 
-    fn big_spawn(&mut self, ci: usize, to: ReplyTo, job: Job) {
+    /// `settings`: the store's, or for a get the pool's (keys with a BigValueRoute use its).
+    fn big_spawn(&mut self, ci: usize, to: ReplyTo, job: Job, settings: Settings) {
         // Each one holds a whole value (and its chunks) and a thread: bounded, so a flood of
         // big requests is refused rather than taking the router's memory.
         if BIG_UNDER_WAY.fetch_add(1, Relaxed) >= MAX_BIG_UNDER_WAY {
@@ -145,12 +190,8 @@ impl Worker {
             self.answer_slot(to, b"SERVER_ERROR big value: too many under way\r\n");
             return;
         }
+        let routes = self.shared.mcrouter.clone();
         let cfg = &self.clients[ci].rt.cfg;
-        let settings = Settings {
-            threshold: cfg.big_value_split_threshold as usize,
-            batch: cfg.big_value_batch_size as usize,
-            hide_flag: cfg.big_value_hide_reply_flag,
-        };
         let target = match &cfg.listen {
             _ if cfg.tls.listen_cert_file.is_some() => None,
             nutconf::Listen::Tcp { host, port } => {
@@ -168,7 +209,7 @@ impl Worker {
         let run = move || {
             let reply = match target {
                 None => b"SERVER_ERROR big values need a listener without TLS\r\n".to_vec(),
-                Some(t) => run(&t, auth.as_deref(), &settings, job)
+                Some(t) => run(&t, auth.as_deref(), &settings, routes.as_deref(), job)
                     .unwrap_or_else(|e| format!("SERVER_ERROR big value: {e}\r\n").into_bytes()),
             };
             BIG_UNDER_WAY.fetch_sub(1, Relaxed);
@@ -204,6 +245,17 @@ impl Worker {
             true,
         );
     }
+}
+
+/// The settings of the BigValueRoute `key` goes through in an mcrouter config, if any.
+fn route_settings(routes: Option<&McRoutes>, key: &[u8]) -> Option<Settings> {
+    let routes = routes.filter(|r| r.big_values)?;
+    let s = routes.config.big_value(key, &routes.prefix)?;
+    Some(Settings {
+        threshold: s.threshold,
+        batch: s.batch,
+        hide_flag: s.hide_reply_flag,
+    })
 }
 
 /// A fresh suffix per write: two writes of one key never share chunk keys.
@@ -275,7 +327,13 @@ fn read_get(r: &mut impl BufRead) -> io::Result<Vec<u8>> {
     }
 }
 
-fn run(target: &Target, auth: Option<&str>, s: &Settings, job: Job) -> io::Result<Vec<u8>> {
+fn run(
+    target: &Target,
+    auth: Option<&str>,
+    s: &Settings,
+    routes: Option<&McRoutes>,
+    job: Job,
+) -> io::Result<Vec<u8>> {
     let conn = connect(target)?;
     let mut r = BufReader::with_capacity(256 * 1024, conn);
     if let Some(pw) = auth {
@@ -287,7 +345,7 @@ fn run(target: &Target, auth: Option<&str>, s: &Settings, job: Job) -> io::Resul
             return Ok(line);
         }
     }
-    let batch = if s.batch == 0 { usize::MAX } else { s.batch };
+    let batch = |s: &Settings| if s.batch == 0 { usize::MAX } else { s.batch };
     match job {
         Job::Store {
             key,
@@ -301,7 +359,7 @@ fn run(target: &Target, auth: Option<&str>, s: &Settings, job: Job) -> io::Resul
         } => {
             let parts: Vec<&[u8]> = bigvalue::chunks(&value, s.threshold).collect();
             let mut i = 0u32;
-            for group in parts.chunks(batch) {
+            for group in parts.chunks(batch(s)) {
                 let mut out = Vec::new();
                 for part in group {
                     bigvalue::chunk_set(&index.chunk_key(&key, i), flags, exptime, part, &mut out);
@@ -332,19 +390,29 @@ fn run(target: &Target, auth: Option<&str>, s: &Settings, job: Job) -> io::Resul
             let Some((values, _)) = bigvalue::parse_get_reply(&reply) else {
                 return Ok(reply);
             };
-            let mut fetched: Vec<Option<Vec<u8>>> = Vec::with_capacity(values.len());
+            let mut parts: Vec<Part> = Vec::with_capacity(values.len());
             for v in &values {
-                if v.flags & bigvalue::BIG_VALUE_FLAG == 0 {
-                    fetched.push(None);
+                let key = &reply[v.key.clone()];
+                let on = route_settings(routes, key).or((s.threshold > 0).then_some(*s));
+                let (Some(on), true) = (on, v.flags & bigvalue::BIG_VALUE_FLAG != 0) else {
+                    parts.push(Part::Keep);
                     continue;
-                }
+                };
                 let data = match Index::parse(&reply[v.data.clone()]) {
-                    Some(index) => fetch(&mut r, &reply[v.key.clone()], &index, batch)?,
+                    Some(index) => fetch(&mut r, key, &index, batch(&on))?,
                     None => None,
                 };
-                fetched.push(data);
+                parts.push(match data {
+                    Some(data) => Part::Whole {
+                        data,
+                        hide_flag: on.hide_flag,
+                    },
+                    None => Part::Miss,
+                });
             }
-            Ok(bigvalue::reassemble(&reply, s, |i| fetched[i].take()))
+            Ok(bigvalue::reassemble_parts(&reply, |i| {
+                std::mem::replace(&mut parts[i], Part::Miss)
+            }))
         }
     }
 }

@@ -122,27 +122,24 @@ impl Worker {
     /// copied once more on its way.
     #[inline(always)]
     pub(super) fn route_cold(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
-        let threshold = self.clients[ci].rt.cfg.big_value_split_threshold as usize;
-        if threshold == 0 {
+        let splits = self.clients[ci].rt.cfg.big_value_split_threshold != 0
+            || self.shared.mcrouter.as_ref().is_some_and(|r| r.big_values);
+        if !splits {
             return self.route_request(ci, p, req, raw);
         }
-        self.route_splitting(ci, p, req, raw, threshold)
+        self.route_splitting(ci, p, req, raw)
     }
 
     /// `route` in a pool that splits big values.
     #[inline(never)]
-    fn route_splitting(
-        &mut self,
-        ci: usize,
-        p: usize,
-        req: Request<'_>,
-        raw: &[u8],
-        threshold: usize,
-    ) {
-        if self.big_store(ci, &req, threshold) {
+    fn route_splitting(&mut self, ci: usize, p: usize, req: Request<'_>, raw: &[u8]) {
+        if self.big_store(ci, &req) {
             return;
         }
-        let get = matches!(req, Request::Get { .. } | Request::Gat { .. });
+        let get = match req {
+            Request::Get { keys, .. } | Request::Gat { keys, .. } => self.big_reads(ci, keys),
+            _ => false,
+        };
         let before = self.clients[ci].slots.len();
         self.route_request(ci, p, req, raw);
         if get {

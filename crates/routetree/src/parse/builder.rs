@@ -41,6 +41,8 @@ pub(super) struct Builder<'a> {
     pub(super) building: Vec<String>,
     pub(super) path: Vec<Seg>,
     pub(super) warnings: Vec<String>,
+    /// Each BigValueRoute built and where it is, for the placement check.
+    pub(super) big_values: Vec<(RouteId, Vec<Seg>)>,
 }
 
 impl<'a> Builder<'a> {

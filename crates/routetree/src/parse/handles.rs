@@ -8,9 +8,6 @@ use super::fields::kind;
 use crate::error::Seg;
 use crate::model::*;
 
-/// Route handle types mcrouter has that memfleet does not implement yet.
-const UNSUPPORTED_TYPES: &[&str] = &["BigValueRoute"];
-
 /// Route handle types refused for good, each with the reason: they only make sense inside
 /// Facebook (or a program embedding mcrouter), or mcrouter makes them from an option.
 const REFUSED_TYPES: &[(&str, &str)] = &[
@@ -177,6 +174,7 @@ impl<'a> Builder<'a> {
                 }))
             }
             "KeySplitRoute" => self.key_split_route(args),
+            "BigValueRoute" => self.big_value_route(args),
             "MigrateRoute" => self.migrate_route(args),
             "StagingRoute" => self.staging_route(args),
             "ShadowRoute" => self.shadow_route(args),
@@ -241,9 +239,6 @@ impl<'a> Builder<'a> {
                 let why = refused_why(ty).unwrap_or_default();
                 self.fail(format!("route handle type '{ty}' {why}"))
             }
-            _ if UNSUPPORTED_TYPES.contains(&ty) => self.fail(format!(
-                "route handle type '{ty}' is not supported by memfleet yet"
-            )),
             _ if matches!(args, Args::None) => self.fail(format!(
                 "'{ty}' is neither a route handle type nor a named handle"
             )),

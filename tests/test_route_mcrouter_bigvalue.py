@@ -1,0 +1,152 @@
+"""BigValueRoute in an mcrouter config: a value over the handle's split_threshold is stored
+as chunks plus an index item (mcrouter's format) on the handle's target, and read back
+whole through the router; each BigValueRoute applies its own threshold."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from harness import Server, memcached
+from mcrouter_harness import McRouter, pools
+from typing_extensions import Self
+
+BIG_FLAG = 0x8000
+
+
+class Client:
+    """A text client reading get replies by their announced lengths."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buf = b""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.sock.close()
+
+    def _fill(self, n: int) -> None:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(1 << 20)
+            assert chunk, "connection closed"
+            self.buf += chunk
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._fill(len(self.buf) + 1)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def set(self, key: str, value: bytes, flags: int = 0) -> bytes:
+        self.sock.sendall(f"set {key} {flags} 0 {len(value)}\r\n".encode() + value + b"\r\n")
+        return self.line()
+
+    def get(self, key: str) -> tuple[int, bytes] | None:
+        """(flags, data) of `key`, or None on a miss."""
+        self.sock.sendall(f"get {key}\r\n".encode())
+        got = None
+        while True:
+            line = self.line()
+            if line == b"END":
+                return got
+            parts = line.decode().split()
+            assert parts[0] == "VALUE" and parts[1] == key, line
+            n = int(parts[3])
+            self._fill(n + 2)
+            data, self.buf = self.buf[:n], self.buf[n + 2 :]
+            got = (int(parts[2]), data)
+
+
+def on_backends(backends: list[Server], key: str) -> tuple[int, bytes] | None:
+    """`key` as the servers hold it (one of them at most)."""
+    found = []
+    for b in backends:
+        with Client(b.port or 0) as c:
+            got = c.get(key)
+        if got is not None:
+            found.append(got)
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def chunks_of(backends: list[Server], key: str) -> tuple[int, list[bytes]]:
+    """The index item's flags and the chunks it names, read from the servers."""
+    index = on_backends(backends, key)
+    assert index is not None, f"no index item for {key}"
+    flags, data = index
+    version, n, suffix = data.decode().split("-")
+    assert version == "1", data
+    parts = []
+    for i in range(int(n)):
+        chunk = on_backends(backends, f"{key}:{i}:{suffix}")
+        assert chunk is not None, f"chunk {i} of {key} missing"
+        parts.append(chunk[1])
+    return flags, parts
+
+
+@pytest.fixture
+def backends() -> Iterator[list[Server]]:
+    started = [memcached().start() for _ in range(2)]
+    yield started
+    for s in started:
+        s.stop()
+
+
+def big_value(target: object, threshold: int, batch: int, **more: object) -> dict:
+    return {
+        "type": "BigValueRoute",
+        "target": target,
+        "split_threshold": threshold,
+        "batch_size": batch,
+        **more,
+    }
+
+
+def test_big_value_route_splits_over_its_threshold(backends: list[Server]) -> None:
+    config = {"pools": pools(A=backends), "route": big_value("PoolRoute|A", 1000, 2)}
+    value = bytes(range(256)) * 20  # 5120 bytes: 6 chunks
+    with McRouter(config) as r, Client(r.port or 0) as c:
+        assert c.set("big", value, flags=3) == b"STORED"
+        flags, parts = chunks_of(backends, "big")
+        assert flags == 3 | BIG_FLAG
+        assert [len(p) for p in parts] == [1000] * 5 + [120]
+        assert b"".join(parts) == value
+        # hide_reply_flag defaults to false, as in mcrouter: the bit shows.
+        assert c.get("big") == (3 | BIG_FLAG, value)
+
+        small = b"s" * 1000
+        assert c.set("small", small, flags=5) == b"STORED"
+        assert on_backends(backends, "small") == (5, small)
+        assert c.get("small") == (5, small)
+
+
+def test_each_prefix_gets_its_own_threshold(backends: list[Server]) -> None:
+    route = {
+        "type": "PrefixSelectorRoute",
+        "policies": {
+            "a:": big_value("PoolRoute|A", 1000, 0, hide_reply_flag=True),
+            "b:": big_value("PoolRoute|A", 3000, 1),
+        },
+        "wildcard": "PoolRoute|A",
+    }
+    config = {"pools": pools(A=backends), "route": route}
+    value = b"x" * 1500 + b"y" * 500
+    with McRouter(config) as r, Client(r.port or 0) as c:
+        for key in ("a:k", "b:k", "c:k"):
+            assert c.set(key, value, flags=1) == b"STORED", key
+        flags, parts = chunks_of(backends, "a:k")
+        assert flags == 1 | BIG_FLAG
+        assert [len(p) for p in parts] == [1000, 1000]
+        assert on_backends(backends, "b:k") == (1, value)
+        assert on_backends(backends, "c:k") == (1, value)
+        # hide_reply_flag: the client gets its own flags back.
+        assert c.get("a:k") == (1, value)
+        assert c.get("b:k") == (1, value)
+        big = value * 2
+        assert c.set("b:big", big) == b"STORED"
+        _, parts = chunks_of(backends, "b:big")
+        assert [len(p) for p in parts] == [3000, 1000]
+        assert c.get("b:big") == (BIG_FLAG, big)
