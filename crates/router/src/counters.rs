@@ -1,7 +1,9 @@
 //! Counters with nutcracker's names, kept per worker thread: one thread writes each, the
 //! stats reports (`stats`) sum them when read.
 
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering::Relaxed};
+
+use routetree::server_stats::{ConnState, Res, NUM_RESULTS};
 
 /// A counter written by one thread only: a plain load and store, no locked instruction.
 #[derive(Default)]
@@ -75,7 +77,7 @@ pub struct PoolCounters {
     /// Requests answered at once past the pool's rate limits (`gets_rate`, ...; `/metrics`).
     pub rate_limited: Counter,
     /// Per server of an mcrouter pool (empty otherwise): `stats servers`' figures.
-    pub mc: Vec<crate::mcstats::DestCounters>,
+    pub mc: Vec<DestCounters>,
 }
 
 impl PoolCounters {
@@ -89,5 +91,45 @@ impl PoolCounters {
             rate_limited: Counter::default(),
             mc: Vec::new(),
         }
+    }
+}
+
+/// One worker's figures for one server of an mcrouter pool.
+pub struct DestCounters {
+    pub results: [Counter; NUM_RESULTS],
+    /// Results of sends that failed before they were queued on a connection (the
+    /// connection could not be made, or held too many requests): not in `requests`.
+    pub unqueued: Counter,
+    /// Requests queued on a connection still being made.
+    pub pending: Counter,
+    pub state: AtomicU8,
+}
+
+impl Default for DestCounters {
+    fn default() -> Self {
+        DestCounters {
+            results: std::array::from_fn(|_| Counter::default()),
+            unqueued: Counter::default(),
+            pending: Counter::default(),
+            state: AtomicU8::new(ConnState::New as u8),
+        }
+    }
+}
+
+impl DestCounters {
+    /// A queued request was answered (or failed) with `res`.
+    #[inline]
+    pub fn answered(&self, res: Res) {
+        self.results[res as usize].add(1);
+    }
+
+    /// A send failed with `res` without being queued.
+    pub fn failed_unqueued(&self, res: Res) {
+        self.results[res as usize].add(1);
+        self.unqueued.add(1);
+    }
+
+    pub fn set_state(&self, state: ConnState) {
+        self.state.store(state as u8, Relaxed);
     }
 }

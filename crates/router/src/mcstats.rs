@@ -3,55 +3,13 @@
 //! that worker only: one counter bump per reply); the replies sum them over the workers,
 //! as `stats` and `/metrics` do, and read the TKO state every worker shares.
 
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use routetree::server_stats::{
-    destination_name, host_port, stats_reply, suspect_value, ConnState, Res, ServerStat,
-    NUM_RESULTS,
+    destination_name, host_port, stats_reply, suspect_value, ServerStat,
 };
 
-use crate::counters::Counter;
 use crate::shared::{McRoutes, Shared};
-
-/// One worker's figures for one server of an mcrouter pool.
-pub struct DestCounters {
-    results: [Counter; NUM_RESULTS],
-    /// Results of sends that failed before they were queued on a connection (the
-    /// connection could not be made, or held too many requests): not in `requests`.
-    unqueued: Counter,
-    /// Requests queued on a connection still being made.
-    pub pending: Counter,
-    state: AtomicU8,
-}
-
-impl Default for DestCounters {
-    fn default() -> Self {
-        DestCounters {
-            results: std::array::from_fn(|_| Counter::default()),
-            unqueued: Counter::default(),
-            pending: Counter::default(),
-            state: AtomicU8::new(ConnState::New as u8),
-        }
-    }
-}
-
-impl DestCounters {
-    /// A queued request was answered (or failed) with `res`.
-    #[inline]
-    pub fn answered(&self, res: Res) {
-        self.results[res as usize].add(1);
-    }
-
-    /// A send failed with `res` without being queued.
-    pub fn failed_unqueued(&self, res: Res) {
-        self.results[res as usize].add(1);
-        self.unqueued.add(1);
-    }
-
-    pub fn set_state(&self, state: ConnState) {
-        self.state.store(state as u8, Relaxed);
-    }
-}
 
 /// The reply to `stats <group>` when `group` is one of mcrouter's that memfleet answers
 /// (`servers`, `suspect_servers`) and the config is mcrouter's.

@@ -24,7 +24,6 @@ pub mod exec;
 pub mod jsonm;
 pub mod lease;
 pub mod model;
-mod model_load_balancer;
 pub mod parse;
 pub mod plan;
 pub mod reply;

@@ -10,7 +10,7 @@ use proto::response::{AskedKeys, Expect, Frame, Item, Refusal, ReplyFramer};
 
 use super::client::deliver;
 use super::get_batch::{GetBatch, Member, SPLIT_EARLY_FROM};
-use super::outstanding::Held;
+use super::held::Held;
 use super::reply_to::{ReplyTo, EXEC_CLIENT};
 use super::{error_reply, Worker};
 use crate::buf::ReadBuf;
@@ -140,7 +140,7 @@ pub(super) struct Backend {
     /// what `server_max_inflight` bounds.
     pub(super) queued: u32,
     /// The pool's `max_outstanding` and the requests waiting under it; None: no limit.
-    pub(super) outstanding: Option<Box<super::outstanding::Limit>>,
+    pub(super) outstanding: Option<Box<super::held::Limit>>,
     dirty: bool,
     open_get: Option<OpenGet>,
     /// The keys of `open_get` as they go on the line, and its requests.
@@ -695,7 +695,7 @@ impl Backend {
     }
 
     /// The `stats servers` figures of its server, when an mcrouter pool's.
-    fn mc(&self) -> Option<&crate::mcstats::DestCounters> {
+    fn mc(&self) -> Option<&crate::counters::DestCounters> {
         self.rt.counters[self.worker].mc.get(self.server)
     }
 

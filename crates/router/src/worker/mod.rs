@@ -30,6 +30,7 @@ mod bigvalue;
 mod binary;
 mod client;
 mod get_batch;
+mod held;
 mod hotcache;
 mod mcrouter;
 mod memcached;

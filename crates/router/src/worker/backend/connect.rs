@@ -69,9 +69,7 @@ impl Worker {
                     wpos: 0,
                     pending,
                     queued: 0,
-                    outstanding: super::super::outstanding::Limit::new(
-                        self.pools[p].max_outstanding,
-                    ),
+                    outstanding: super::super::held::Limit::new(self.pools[p].max_outstanding),
                     dirty: false,
                     open_get: None,
                     get_line: Vec::new(),
