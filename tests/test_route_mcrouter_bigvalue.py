@@ -4,68 +4,22 @@ whole through the router; each BigValueRoute applies its own threshold."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 from harness import Server, memcached
 from mcrouter_harness import McRouter, pools
-from typing_extensions import Self
+from value_client import ValueClient
 
 BIG_FLAG = 0x8000
-
-
-class Client:
-    """A text client reading get replies by their announced lengths."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.buf = b""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.sock.close()
-
-    def _fill(self, n: int) -> None:
-        while len(self.buf) < n:
-            chunk = self.sock.recv(1 << 20)
-            assert chunk, "connection closed"
-            self.buf += chunk
-
-    def line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            self._fill(len(self.buf) + 1)
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def set(self, key: str, value: bytes, flags: int = 0) -> bytes:
-        self.sock.sendall(f"set {key} {flags} 0 {len(value)}\r\n".encode() + value + b"\r\n")
-        return self.line()
-
-    def get(self, key: str) -> tuple[int, bytes] | None:
-        """(flags, data) of `key`, or None on a miss."""
-        self.sock.sendall(f"get {key}\r\n".encode())
-        got = None
-        while True:
-            line = self.line()
-            if line == b"END":
-                return got
-            parts = line.decode().split()
-            assert parts[0] == "VALUE" and parts[1] == key, line
-            n = int(parts[3])
-            self._fill(n + 2)
-            data, self.buf = self.buf[:n], self.buf[n + 2 :]
-            got = (int(parts[2]), data)
 
 
 def on_backends(backends: list[Server], key: str) -> tuple[int, bytes] | None:
     """`key` as the servers hold it (one of them at most)."""
     found = []
     for b in backends:
-        with Client(b.port or 0) as c:
-            got = c.get(key)
+        with ValueClient(b.port or 0) as c:
+            got = c.item(key)
         if got is not None:
             found.append(got)
     assert len(found) <= 1, found
@@ -108,19 +62,19 @@ def big_value(target: object, threshold: int, batch: int, **more: object) -> dic
 def test_big_value_route_splits_over_its_threshold(backends: list[Server]) -> None:
     config = {"pools": pools(A=backends), "route": big_value("PoolRoute|A", 1000, 2)}
     value = bytes(range(256)) * 20  # 5120 bytes: 6 chunks
-    with McRouter(config) as r, Client(r.port or 0) as c:
-        assert c.set("big", value, flags=3) == b"STORED"
+    with McRouter(config) as r, ValueClient(r.port or 0) as c:
+        assert c.store("set", "big", value, flags=3) == b"STORED"
         flags, parts = chunks_of(backends, "big")
         assert flags == 3 | BIG_FLAG
         assert [len(p) for p in parts] == [1000] * 5 + [120]
         assert b"".join(parts) == value
         # hide_reply_flag defaults to false, as in mcrouter: the bit shows.
-        assert c.get("big") == (3 | BIG_FLAG, value)
+        assert c.item("big") == (3 | BIG_FLAG, value)
 
         small = b"s" * 1000
-        assert c.set("small", small, flags=5) == b"STORED"
+        assert c.store("set", "small", small, flags=5) == b"STORED"
         assert on_backends(backends, "small") == (5, small)
-        assert c.get("small") == (5, small)
+        assert c.item("small") == (5, small)
 
 
 def test_each_prefix_gets_its_own_threshold(backends: list[Server]) -> None:
@@ -134,19 +88,19 @@ def test_each_prefix_gets_its_own_threshold(backends: list[Server]) -> None:
     }
     config = {"pools": pools(A=backends), "route": route}
     value = b"x" * 1500 + b"y" * 500
-    with McRouter(config) as r, Client(r.port or 0) as c:
+    with McRouter(config) as r, ValueClient(r.port or 0) as c:
         for key in ("a:k", "b:k", "c:k"):
-            assert c.set(key, value, flags=1) == b"STORED", key
+            assert c.store("set", key, value, flags=1) == b"STORED", key
         flags, parts = chunks_of(backends, "a:k")
         assert flags == 1 | BIG_FLAG
         assert [len(p) for p in parts] == [1000, 1000]
         assert on_backends(backends, "b:k") == (1, value)
         assert on_backends(backends, "c:k") == (1, value)
         # hide_reply_flag: the client gets its own flags back.
-        assert c.get("a:k") == (1, value)
-        assert c.get("b:k") == (1, value)
+        assert c.item("a:k") == (1, value)
+        assert c.item("b:k") == (1, value)
         big = value * 2
-        assert c.set("b:big", big) == b"STORED"
+        assert c.store("set", "b:big", big) == b"STORED"
         _, parts = chunks_of(backends, "b:big")
         assert [len(p) for p in parts] == [3000, 1000]
-        assert c.get("b:big") == (BIG_FLAG, big)
+        assert c.item("b:big") == (BIG_FLAG, big)
