@@ -1,5 +1,6 @@
 //! StagingRoute's execution: warm answers the client; staging gets its copy afterwards,
-//! as a background job the client never waits for.
+//! as a background job the client never waits for. MigrateRoute's lease invalidation of
+//! the old pool runs the same way (the new pool answers, the old one gets the invalidation).
 
 use super::{Action, Exec, Kind};
 pub(super) use crate::plan::StagingOp;
@@ -49,6 +50,9 @@ impl Exec {
             }
             StagingOp::CopyUnlessError if !reply.result.is_error() => {
                 Some((self.requests[req].clone(), st.staging_plan.clone(), false))
+            }
+            StagingOp::InvalidateLease if reply.result != McResult::Ok => {
+                lease_invalidation(&self.requests[req]).map(|r| (r, st.staging_plan.clone(), false))
             }
             _ => None,
         };
@@ -112,6 +116,20 @@ fn as_set(req: &ReqSpec) -> Option<ReqSpec> {
         }),
         // A meta set is passed on as it is (`ms` without a cas is a set already).
         other => Some(other.clone()),
+    }
+}
+
+/// mcrouter's lease invalidation: the key and token of a lease-set, exptime -1, no value.
+fn lease_invalidation(req: &ReqSpec) -> Option<ReqSpec> {
+    match req {
+        ReqSpec::LeaseSet { key, token, .. } => Some(ReqSpec::LeaseSet {
+            key: key.clone(),
+            token: *token,
+            flags: 0,
+            exptime: -1,
+            data: Vec::new(),
+        }),
+        _ => None,
     }
 }
 

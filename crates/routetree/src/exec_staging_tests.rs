@@ -127,3 +127,30 @@ fn other_updates_are_copied_unless_warm_fails() {
     assert_eq!(reply, b"SERVER_ERROR out of memory\r\n");
     assert_eq!(sent.len(), 1);
 }
+
+#[test]
+fn a_lease_set_the_new_pool_refused_is_invalidated_on_the_old_one() {
+    let lease_set = || ReqSpec::LeaseSet {
+        key: b"k".to_vec(),
+        token: 77,
+        flags: 3,
+        exptime: 60,
+        data: b"hi".to_vec(),
+    };
+    let plan = || staging(StagingOp::InvalidateLease);
+    let (reply, sent) = run(&mut one(lease_set(), plan()), &mut |_, _| {
+        r(b"NOT_STORED\r\n")
+    });
+    assert_eq!(reply, b"NOT_STORED\r\n");
+    assert_eq!(
+        sent,
+        vec![
+            (0, "lease-set k 77 3 60 2\r\nhi\r\n".into(), false),
+            (1, "lease-set k 77 0 -1 0\r\n\r\n".into(), true),
+        ]
+    );
+    // Stored on the new pool: nothing more.
+    let (reply, sent) = run(&mut one(lease_set(), plan()), &mut |_, _| r(b"STORED\r\n"));
+    assert_eq!(reply, b"STORED\r\n");
+    assert_eq!(sent.len(), 1);
+}

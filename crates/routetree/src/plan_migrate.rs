@@ -16,7 +16,14 @@ pub enum StagingOp {
     CopyUnlessError,
     /// gets: nothing (mcrouter only touches the item's LRU position with a metaget).
     Nothing,
+    /// MigrateRoute's lease-set just after its key moved: if the new pool did not store it,
+    /// the old pool gets the lease-set with exptime -1, so it does not keep the lease token.
+    InvalidateLease,
 }
+
+/// How long after a key's switch MigrateRoute invalidates failed lease-sets' tokens on the
+/// old pool (mcrouter's 10 s).
+const LEASE_INVALIDATION_SECS: i64 = 10;
 
 /// The wall clock in unix seconds, which MigrateRoutes go by.
 pub fn unix_now() -> i64 {
@@ -28,7 +35,9 @@ pub fn unix_now() -> i64 {
 impl Eval<'_, '_> {
     /// mcrouter's MigrateRoute: deletes go to `from` before the start, to both (worst reply)
     /// for two intervals, then to `to`; everything else moves from `from` to `to` at a time
-    /// in the second interval that the routing key's hash picks, so keys move gradually.
+    /// in the second interval that the routing key's hash picks, so keys move gradually. A
+    /// lease-set that the new pool does not store in the first seconds after the switch
+    /// invalidates its token on the old pool.
     pub(super) fn migrate(&mut self, from: Target, to: Target, start: i64, interval: i64) -> Plan {
         let now = self.now;
         if self.class == OpClass::Delete {
@@ -43,11 +52,19 @@ impl Eval<'_, '_> {
             }
             return self.target(to);
         }
-        if now < self.migration_time(start, interval) {
-            self.target(from)
-        } else {
-            self.target(to)
+        let switch = self.migration_time(start, interval);
+        if now < switch {
+            return self.target(from);
         }
+        if self.op == "lease-set" && now < switch.saturating_add(LEASE_INVALIDATION_SECS) {
+            // The new pool answers; the old one may hold the token its lease-get handed out.
+            return Plan::Staging {
+                warm: Box::new(self.target(to)),
+                staging: Box::new(self.target(from)),
+                op: StagingOp::InvalidateLease,
+            };
+        }
+        self.target(to)
     }
 
     /// When this key's non-delete traffic switches to `to`.

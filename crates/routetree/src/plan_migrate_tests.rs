@@ -51,6 +51,26 @@ fn migrate_moves_deletes_through_both_and_other_requests_by_key_hash() {
 }
 
 #[test]
+fn a_lease_set_just_after_the_switch_invalidates_the_old_pools_token_on_failure() {
+    let c = migrate(100);
+    let (a, b) = (to(0, 0), to(1, 0));
+    let key = "user:7";
+    let switch = START + 100 + i64::from(spooky::hash32(key.as_bytes(), 0)) % 100;
+    let at = |op, now| c.plan_at(op, key.as_bytes(), DEFAULT, now);
+    let invalidating = Plan::Staging {
+        warm: Box::new(b.clone()),
+        staging: Box::new(a.clone()),
+        op: StagingOp::InvalidateLease,
+    };
+    assert_eq!(at("lease-set", switch - 1), a);
+    assert_eq!(at("lease-set", switch), invalidating);
+    assert_eq!(at("lease-set", switch + 9), invalidating);
+    assert_eq!(at("lease-set", switch + 10), b);
+    // Only lease-sets: a plain set has no token to give back.
+    assert_eq!(at("set", switch), b);
+}
+
+#[test]
 fn migrate_fields_are_checked() {
     let refused = |route: &str| {
         let text = format!(r#"{{"pools": {{"A": {{"servers": ["h:1"]}}}}, "route": {route}}}"#);
