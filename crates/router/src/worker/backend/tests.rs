@@ -1,3 +1,4 @@
+use super::super::get_batch::Member;
 use super::*;
 use proto::response::Framer;
 
