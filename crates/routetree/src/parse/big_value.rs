@@ -2,7 +2,6 @@
 //! "batch_size": N, "hide_reply_flag": bool}`, and where in a tree memfleet accepts one.
 
 use super::builder::{Args, Builder, Result};
-use crate::error::{ConfigError, Path};
 use crate::model::*;
 
 const TY: &str = "BigValueRoute";
@@ -50,15 +49,8 @@ impl<'a> Builder<'a> {
             .big_values
             .iter()
             .find(|(b, _)| *b == id)
-            .map(|(_, p)| Path(p.clone()))
-            .unwrap_or(Path(Vec::new()));
-        let (line, column) = self.src.locate(&path).unwrap_or((0, 0));
-        Err(ConfigError {
-            file: self.src.name.clone(),
-            line,
-            column,
-            path,
-            message,
-        })
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
+        self.fail_at(path, message)
     }
 }

@@ -47,7 +47,12 @@ pub(super) struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     pub(super) fn fail<T>(&self, message: impl Into<String>) -> Result<T> {
-        let path = Path(self.path.clone());
+        self.fail_at(self.path.clone(), message)
+    }
+
+    /// Like [`Self::fail`], at `path` rather than where the reader is now.
+    pub(super) fn fail_at<T>(&self, path: Vec<Seg>, message: impl Into<String>) -> Result<T> {
+        let path = Path(path);
         let (line, column) = self.src.locate(&path).unwrap_or((0, 0));
         Err(ConfigError {
             file: self.src.name.clone(),
