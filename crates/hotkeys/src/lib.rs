@@ -3,8 +3,10 @@
 //! when a cached reply may be served, and the write generations that keep a value a write
 //! replaced from being cached again). No I/O, no clock: callers pass the time.
 
+pub mod balance;
 pub mod cache;
 pub mod topk;
 
+pub use balance::{balance, Candidate, Demand};
 pub use cache::{hot_keys, Cache, Generations, Lookup, Stamp};
 pub use topk::{merge, Entry, Sampler, TopK};

@@ -175,7 +175,8 @@ fn token_rate(
 
 /// Hot-key handling (`hot_keys`, `hot_key_*`; mcrouter configs: `--hot-key*`): the router
 /// samples the gets it routes, and answers gets of the keys that take at least `share` of
-/// them from its own cache of their values, each kept at most `ttl_ms`.
+/// them, and of the keys that bring the busiest server's load toward the mean, from its own
+/// cache of their values, each kept at most `ttl_ms`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HotKeys {
     pub enabled: bool,
@@ -192,8 +193,8 @@ pub struct HotKeys {
 
 pub const DEFAULT_HOT_KEY_TTL_MS: u32 = 1000;
 pub const DEFAULT_HOT_KEY_SHARE: f64 = 0.01;
-pub const DEFAULT_HOT_KEY_MAX: u32 = 32;
-pub const DEFAULT_HOT_KEY_SAMPLE: u32 = 32;
+pub const DEFAULT_HOT_KEY_MAX: u32 = 256;
+pub const DEFAULT_HOT_KEY_SAMPLE: u32 = 8;
 
 // `share` is never NaN: `parse_share` refuses it.
 impl Eq for HotKeys {}

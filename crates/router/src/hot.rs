@@ -1,6 +1,7 @@
 //! A pool's hot-key state, shared by the worker threads: the sketches that find hot keys
-//! (one per thread, each locked only by its thread and by the periodic judgement), the
-//! cache of the hot keys' get replies, and the write generations (`hotkeys::cache` has the
+//! (one per thread, each locked only by its thread and by the periodic judgement, with the
+//! thread's sampled gets per server), the decayed demand that picks keys by server load
+//! (`hotkeys::balance`), the cache of the hot keys' get replies, and the write generations (`hotkeys::cache` has the
 //! rules). Kept across reloads while the pool's hot-key settings stay the same, so a write
 //! routed by a thread already on the new generation still hides values a thread on the old
 //! one would serve.
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use hotkeys::{Cache, Generations, Lookup, Stamp, TopK};
+use hotkeys::{Cache, Demand, Generations, Lookup, Stamp, TopK};
 use nutconf::HotKeys;
 
 use crate::counters::Counter;
@@ -27,13 +28,26 @@ pub struct HotShared {
     cache: RwLock<Cache>,
     /// Keys hot now: gets look in the cache only when some are.
     hot: AtomicUsize,
-    sketches: Vec<Mutex<TopK>>,
+    sketches: Vec<Mutex<Window>>,
     capacity: usize,
+    demand: Mutex<Demand>,
+    /// Keys hot now per server (empty when keys' servers are not known: mcrouter configs).
+    per_server: Mutex<Vec<usize>>,
     next_judge_ms: AtomicU64,
     started: Instant,
     /// Per worker thread: gets answered from the cache.
     pub hits: Vec<Counter>,
 }
+
+/// One thread's samples since the last judgement.
+struct Window {
+    keys: TopK,
+    /// Sampled gets per server.
+    servers: Vec<u64>,
+}
+
+/// The server a key goes to, when the pool places keys itself.
+pub type ServerOf<'a> = &'a mut dyn FnMut(&[u8]) -> Option<usize>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -42,18 +56,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl HotShared {
     pub fn new(cfg: HotKeys, threads: usize) -> HotShared {
         // Space-saving holds every key above 1/capacity of the samples: room for twice the
-        // keys that could pass the share, and for `max` of them.
+        // keys that could pass the share, and for the warm keys balancing picks from (four
+        // times `max`: the busiest server's hottest ones are among them).
         let capacity = ((2.0 / cfg.share).ceil() as usize)
-            .max(2 * cfg.max as usize)
+            .max(4 * cfg.max as usize)
             .clamp(16, 4096);
         HotShared {
             gens: Generations::new(GENERATION_SLOTS),
             cache: RwLock::new(Cache::new()),
             hot: AtomicUsize::new(0),
             sketches: (0..threads)
-                .map(|_| Mutex::new(TopK::new(capacity)))
+                .map(|_| {
+                    Mutex::new(Window {
+                        keys: TopK::new(capacity),
+                        servers: Vec::new(),
+                    })
+                })
                 .collect(),
             capacity,
+            demand: Mutex::new(Demand::new(capacity)),
+            per_server: Mutex::new(Vec::new()),
             next_judge_ms: AtomicU64::new(JUDGE_MS),
             started: Instant::now(),
             hits: (0..threads).map(|_| Counter::default()).collect(),
@@ -71,10 +93,31 @@ impl HotShared {
         self.hot.load(Relaxed)
     }
 
-    /// A sampled get of `key` on worker `worker`; judges the samples when it is time.
-    pub fn sample(&self, worker: usize, key: &[u8], now_ms: u64) {
-        if let Some(s) = self.sketches.get(worker) {
-            lock(s).offer(key);
+    /// Keys hot now on server `s`, when the pool places keys itself.
+    pub fn hot_on_server(&self, s: usize) -> Option<usize> {
+        let v = lock(&self.per_server);
+        (!v.is_empty()).then(|| v.get(s).copied().unwrap_or(0))
+    }
+
+    /// A sampled get of `key` on worker `worker`, bound for `server`; judges the samples
+    /// when it is time.
+    pub fn sample(
+        &self,
+        worker: usize,
+        key: &[u8],
+        server: Option<usize>,
+        now_ms: u64,
+        server_of: ServerOf<'_>,
+    ) {
+        if let Some(w) = self.sketches.get(worker) {
+            let mut w = lock(w);
+            w.keys.offer(key);
+            if let Some(s) = server {
+                if w.servers.len() <= s {
+                    w.servers.resize(s + 1, 0);
+                }
+                w.servers[s] += 1;
+            }
         }
         let due = self.next_judge_ms.load(Relaxed);
         if now_ms >= due
@@ -83,28 +126,53 @@ impl HotShared {
                 .compare_exchange(due, now_ms + JUDGE_MS, Relaxed, Relaxed)
                 .is_ok()
         {
-            self.judge();
+            self.judge(server_of);
         }
     }
 
-    fn judge(&self) {
+    /// The hot set: the keys over the share, then the keys that bring the busiest server
+    /// down toward the mean, `max` in all.
+    fn judge(&self, server_of: ServerOf<'_>) {
         let mut offered = 0;
+        let mut servers: Vec<u64> = Vec::new();
         let parts: Vec<_> = self
             .sketches
             .iter()
             .map(|s| {
-                let t = lock(s);
-                offered += t.offered();
-                t.entries()
+                let w = lock(s);
+                offered += w.keys.offered();
+                if servers.len() < w.servers.len() {
+                    servers.resize(w.servers.len(), 0);
+                }
+                for (t, n) in servers.iter_mut().zip(&w.servers) {
+                    *t += n;
+                }
+                w.keys.entries()
             })
             .collect();
         let merged = hotkeys::merge(parts, self.capacity);
-        let Some(keys) = hotkeys::hot_keys(&merged, offered, self.cfg.share, self.cfg.max as usize)
-        else {
+        let max = self.cfg.max as usize;
+        let Some(keys) = hotkeys::hot_keys(&merged, offered, self.cfg.share, max) else {
             return;
         };
         for s in &self.sketches {
-            lock(s).clear();
+            let mut w = lock(s);
+            w.keys.clear();
+            w.servers.iter_mut().for_each(|n| *n = 0);
+        }
+        let keys = {
+            let mut d = lock(&self.demand);
+            d.add(&servers, &merged);
+            d.choose(keys, max, &mut *server_of)
+        };
+        if !servers.is_empty() {
+            let mut per = vec![0; servers.len()];
+            for s in keys.iter().filter_map(|k| server_of(k)) {
+                if let Some(n) = per.get_mut(s) {
+                    *n += 1;
+                }
+            }
+            *lock(&self.per_server) = per;
         }
         let n = keys.len();
         self.cache

@@ -153,6 +153,9 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
             for (k, v) in sum(p.counters.iter().map(|c| c.servers[i].fields())) {
                 let _ = write!(out, "STAT server:{}:{k} {v}\r\n", server.stats_name);
             }
+            if let Some(n) = p.hot.as_ref().and_then(|h| h.hot_on_server(i)) {
+                let _ = write!(out, "STAT server:{}:hot_keys {n}\r\n", server.stats_name);
+            }
         }
     }
     out.push_str("END\r\n");

@@ -62,7 +62,7 @@ impl Worker {
                     only = k;
                     if self.pools[p].sampler.tick() {
                         let now = *now_ms.get_or_insert_with(|| hot.now_ms(self.now));
-                        hot.sample(self.id, k, now);
+                        self.sample(p, hot, k, now);
                     }
                 }
                 // gets needs the CAS unique of the item in the server: never from here.
@@ -120,6 +120,20 @@ impl Worker {
             }
             _ => Hot::Route(None),
         }
+    }
+}
+
+impl Worker {
+    /// A sampled get of `key`, with its server when the pool places keys itself (an
+    /// mcrouter config's route tree decides per request: the share alone picks hot keys).
+    #[inline(never)]
+    fn sample(&mut self, p: usize, hot: &HotShared, key: &[u8], now_ms: u64) {
+        let id = self.id;
+        let placed = self.shared.mcrouter.is_none();
+        let placement = &mut self.pools[p].placement;
+        let server = if placed { placement.for_key(key) } else { None };
+        let mut server_of = |k: &[u8]| if placed { placement.for_key(k) } else { None };
+        hot.sample(id, key, server, now_ms, &mut server_of);
     }
 }
 
