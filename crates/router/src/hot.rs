@@ -1,10 +1,10 @@
 //! A pool's hot-key state, shared by the worker threads: the sketches that find hot keys
 //! (one per thread, each locked only by its thread and by the periodic judgement, with the
 //! thread's sampled gets per server), the decayed demand that picks keys by server load
-//! (`hotkeys::balance`), the cache of the hot keys' get replies, and the write generations (`hotkeys::cache` has the
-//! rules). Kept across reloads while the pool's hot-key settings stay the same, so a write
-//! routed by a thread already on the new generation still hides values a thread on the old
-//! one would serve.
+//! (`hotkeys::balance`), the cache of the hot keys' get replies, and the write generations
+//! (`hotkeys::cache` has the rules). Kept across reloads while the pool's hot-key settings
+//! stay the same, so a write routed by a thread already on the new generation still hides
+//! values a thread on the old one would serve.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock};
