@@ -25,6 +25,7 @@ mod pool_route;
 mod pools;
 mod rate_limit;
 mod rendezvous;
+mod runtime_vars;
 mod salted;
 mod selectors;
 mod server;
@@ -70,6 +71,8 @@ pub fn parse_config_with(file: &str, text: &str, env: &Env) -> Result<Config> {
         path: Vec::new(),
         warnings: Vec::new(),
         big_values: Vec::new(),
+        runtime_vars: env.runtime_vars,
+        rv_data: None,
     };
     let entry = b.config(&json)?;
     let config = Config {
