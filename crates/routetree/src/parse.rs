@@ -7,6 +7,7 @@
 //! empty list. `Pool|A` is the list of A's servers.
 
 mod big_value;
+mod bucketize;
 mod builder;
 mod cache_routes;
 mod choice;
