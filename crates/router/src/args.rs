@@ -83,6 +83,10 @@ pub struct RouteArgs {
     /// mcrouter (deprecated there): the config as a JSON string.
     #[arg(long = "config-str", value_name = "JSON")]
     pub config_str: Option<String>,
+    /// mcrouter: runtime variables (JSON; WeightedCh3Rv's `hash_route_weights`), read with
+    /// the config: at start and on each reload (SIGHUP or a changed config file).
+    #[arg(long = "runtime-vars-file", value_name = "PATH")]
+    pub runtime_vars_file: Option<PathBuf>,
     /// Serve Prometheus metrics on http://ADDR:PORT/metrics (off by default).
     #[arg(long = "metrics", value_name = "ADDR:PORT")]
     pub metrics: Option<String>,

@@ -5,9 +5,10 @@
 //!
 //! Semantics follow mcrouter's route handles: All* modes, FailoverRoute (moves on only on
 //! the error results its `failover_errors` name for the operation), MissFailoverRoute,
-//! WarmUpRoute (a warm hit fills cold in the background with an `add`; deletes reach cold
-//! and warm, cold answers once both did), shadows (sent once the main child has answered,
-//! replies ignored), NullRoute's default reply and ErrorRoute's error. A FailoverRoute notes which
+//! WarmUpRoute (a warm hit fills cold in the background with an `add`, or for gets/gat/gats
+//! before cold is asked again; deletes reach cold and warm, cold answers once both did),
+//! shadows (sent once the main child has answered, replies ignored), NullRoute's default
+//! reply and ErrorRoute's error. A FailoverRoute notes which
 //! child handed out a lease ([`Exec::take_issued`]) and sends the request that spends it
 //! back there ([`Exec::pin_leases`]); the book itself is `crate::lease`'s.
 
@@ -113,6 +114,8 @@ enum Kind {
     L1L2(keysplit::L1L2),
     /// LatencyInjectionRoute.
     Delay(choice::Delay),
+    /// WarmUpRoute's gets/gat/gats: cold, warm, the add to cold, cold again.
+    WarmUpCas(warmup_cas::WarmUpCas),
     /// PoolRoute's `slow_warmup`: the target or the failover, chosen when it starts.
     SlowWarmUp(slow_warmup::SlowWarmUp),
     /// StagingRoute: `warm` answers, then staging gets its copy in the background.
@@ -321,6 +324,13 @@ impl Exec {
                 cold,
                 warm,
                 exptime,
+            } if warmup_cas::rereads_cold(&self.requests[req]) => {
+                self.build_warmup_cas(id, cold, warm, *exptime, req, sample)
+            }
+            Plan::WarmUp {
+                cold,
+                warm,
+                exptime,
             } => Kind::WarmUp {
                 cold: self.build(cold, Some(id), req, sample),
                 warm: self.build(warm, Some(id), req, sample),
@@ -442,6 +452,7 @@ impl Exec {
                 self.start_node(l1, out);
             }
             Kind::SlowWarmUp(_) => self.start_slow_warmup(id, out),
+            Kind::WarmUpCas(_) => self.start_warmup_cas(id, out),
             Kind::SizeSplit(s) => {
                 let first = s.first;
                 self.start_node(first, out);
@@ -507,6 +518,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::SlowWarmUp(_)) {
             return self.slow_warmup_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::WarmUpCas(_)) {
+            return self.warmup_cas_child_done(id, reply, out);
         }
         if matches!(self.nodes[id].kind, Kind::Staging(_)) {
             return self.staging_child_done(id, reply, out);
@@ -793,3 +807,6 @@ mod slow_warmup;
 
 #[path = "exec_size_split.rs"]
 mod size_split;
+
+#[path = "exec_warmup_cas.rs"]
+mod warmup_cas;

@@ -46,6 +46,18 @@ pub struct Env<'a> {
     pub size_limit: usize,
     /// The host's own addresses, for `@isLocalIp` (None: unknown, and the call fails).
     pub local_ips: Option<&'a [std::net::IpAddr]>,
+    /// mcrouter's runtime variables file (`--runtime-vars-file`), if one was read: not
+    /// JSONM, but the other input a config is read with (WeightedCh3Rv's weights).
+    pub runtime_vars: Option<RuntimeVars<'a>>,
+}
+
+/// The runtime variables file as read: its name (for messages) and its text.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeVars<'a> {
+    /// The file's path.
+    pub file: &'a str,
+    /// Its contents.
+    pub text: &'a str,
 }
 
 /// The globals mcrouter derives from its default routing prefix (`/region/cluster/`):
@@ -73,6 +85,7 @@ impl Default for Env<'_> {
             import: &no_imports,
             size_limit: SIZE_LIMIT,
             local_ips: None,
+            runtime_vars: None,
         }
     }
 }

@@ -45,6 +45,9 @@ pub struct Pool {
     /// PoolRoutes' `max_outstanding` over this pool, the smallest given (0: no limit): at
     /// most this many requests in flight per server and router thread, the rest wait.
     pub max_outstanding: u32,
+    /// `error_on_empty` (default true): without servers, requests get an error reply;
+    /// false: NullRoute's reply.
+    pub error_on_empty: bool,
 }
 
 /// One `host:port[:protocol[:security]]` entry; IPv6 hosts are bracketed (`[::1]:11211`).

@@ -7,6 +7,7 @@
 //! empty list. `Pool|A` is the list of A's servers.
 
 mod big_value;
+mod bucketize;
 mod builder;
 mod cache_routes;
 mod choice;
@@ -25,6 +26,7 @@ mod pool_route;
 mod pools;
 mod rate_limit;
 mod rendezvous;
+mod runtime_vars;
 mod salted;
 mod selectors;
 mod server;
@@ -70,6 +72,8 @@ pub fn parse_config_with(file: &str, text: &str, env: &Env) -> Result<Config> {
         path: Vec::new(),
         warnings: Vec::new(),
         big_values: Vec::new(),
+        runtime_vars: env.runtime_vars,
+        rv_data: None,
     };
     let entry = b.config(&json)?;
     let config = Config {

@@ -411,8 +411,11 @@ impl Eval<'_, '_> {
             } => {
                 let n = config.pools[*pool].servers.len();
                 if n == 0 {
-                    let name = &config.pools[*pool].name;
-                    return Plan::Error(format!("pool {name} has no servers"));
+                    let pool = &config.pools[*pool];
+                    if !pool.error_on_empty {
+                        return Plan::Null;
+                    }
+                    return Plan::Error(format!("pool {} has no servers", pool.name));
                 }
                 let index = hash.index(&self.hashed(salt), n);
                 let main = self.send(*pool, index, asynclog.as_ref());

@@ -461,3 +461,31 @@ fn deterministic_order_policy_hashes_the_failover_order() {
     });
     assert!(with_normal, "ignore_normal_reply_index lets it be picked");
 }
+
+#[test]
+fn error_on_empty_false_makes_an_empty_pool_or_hash_route_a_null_route() {
+    let with = |route: &str| {
+        let text = format!(
+            r#"{{"pools": {{"N": {{"servers": [], "error_on_empty": false}},
+                           "E": {{"servers": [], "error_on_empty": true}}}},
+                "route": {route}}}"#
+        );
+        parse_config("t.json", &text).unwrap_or_else(|e| panic!("{e}"))
+    };
+    assert_eq!(
+        with(r#""PoolRoute|N""#).plan("get", b"k", DEFAULT),
+        Plan::Null
+    );
+    assert!(matches!(
+        with(r#""PoolRoute|E""#).plan("get", b"k", DEFAULT),
+        Plan::Error(_)
+    ));
+    let hash = |flag: &str| {
+        with(&format!(
+            r#"{{"type": "HashRoute", "children": [], "error_on_empty": {flag}}}"#
+        ))
+        .plan("set", b"k", DEFAULT)
+    };
+    assert_eq!(hash("false"), Plan::Null);
+    assert!(matches!(hash("true"), Plan::Error(_)));
+}

@@ -73,10 +73,18 @@ pub fn with_jsonm_env<T>(args: &RouteArgs, f: impl FnOnce(&routetree::jsonm::Env
         std::fs::read_to_string(&full).map_err(|e| format!("Can not read {}: {e}", full.display()))
     };
     let local_ips = host_ips::host_ips();
+    // As mcrouter: a runtime vars file that is not there (yet) is no error.
+    let vars = args.runtime_vars_file.as_ref().and_then(|p| {
+        let text = std::fs::read_to_string(p).ok()?;
+        Some((p.to_string_lossy().into_owned(), text))
+    });
     f(&routetree::jsonm::Env {
         globals: routetree::jsonm::route_globals(&args.route_prefix),
         import: &import,
         local_ips: Some(&local_ips),
+        runtime_vars: vars
+            .as_ref()
+            .map(|(file, text)| routetree::jsonm::RuntimeVars { file, text }),
         ..Default::default()
     })
 }

@@ -29,6 +29,13 @@ pub fn startup_options(args: &RouteArgs, threads: usize) -> Vec<(&'static str, S
                 .unwrap_or_default(),
         ),
         ("config_str", args.config_str.clone().unwrap_or_default()),
+        (
+            "runtime_vars_file",
+            args.runtime_vars_file
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        ),
         ("default_route", args.route_prefix.clone()),
         (
             "probe_delay_initial_ms",

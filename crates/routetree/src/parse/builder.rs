@@ -43,6 +43,9 @@ pub(super) struct Builder<'a> {
     pub(super) warnings: Vec<String>,
     /// Each BigValueRoute built and where it is, for the placement check.
     pub(super) big_values: Vec<(RouteId, Vec<Seg>)>,
+    /// The runtime variables file, and its JSON once a WeightedCh3Rv asked for it.
+    pub(super) runtime_vars: Option<crate::jsonm::RuntimeVars<'a>>,
+    pub(super) rv_data: Option<Option<serde_json::Value>>,
 }
 
 impl<'a> Builder<'a> {

@@ -147,14 +147,8 @@ impl<'a> Builder<'a> {
         match ty {
             "DeterministicOrderPolicy" | "LeastFailuresPolicy" => {}
             "RendezvousPolicy" => return self.rendezvous_policy(map, route, children),
-            _ => {
-                return self.key("type", |b| {
-                    b.fail(format!(
-                        "unknown failover_policy type '{ty}' (mcrouter's are \
-                         DeterministicOrderPolicy, LeastFailuresPolicy, RendezvousPolicy)"
-                    ))
-                })
-            }
+            // mcrouter falls back to its in-order default, silently and ignoring the rest.
+            _ => return Ok(FailoverPolicy::InOrder),
         }
         let n = children.max(1) as i64;
         let required = |b: &mut Self, key: &str| -> Result<i64> {

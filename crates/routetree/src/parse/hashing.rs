@@ -11,7 +11,14 @@ impl<'a> Builder<'a> {
     pub(super) fn hash_route(&mut self, args: Args<'a>) -> Result<Vec<Target>> {
         let children = self.children("HashRoute", args)?;
         let (hash, salt) = match args {
+            // mcrouter: no children and `error_on_empty: false` is a NullRoute.
+            Args::Object(map)
+                if children.is_empty() && !self.bool_field(map, "error_on_empty", true)? =>
+            {
+                return Ok(self.add(Route::Null));
+            }
             Args::Object(map) => {
+                self.refuse_bucketize(map)?;
                 let salt = self.salt(map)?;
                 let func = match map.get("hash_func") {
                     None => "Ch3",

@@ -17,7 +17,10 @@ impl<'a> Builder<'a> {
                 return self.finish_pool_route(pool, None);
             }
             Args::Object(map) => match map.get("pool") {
-                Some(p) => (p, Some(map)),
+                Some(p) => {
+                    self.refuse_bucketize(map)?;
+                    (p, Some(map))
+                }
                 None => return self.fail("PoolRoute has no 'pool'"),
             },
         };

@@ -169,6 +169,7 @@ impl<'a> Builder<'a> {
         };
         let keep_routing_prefix = self.bool_field(map, "keep_routing_prefix", false)?;
         let tags = self.pool_tags(map)?;
+        let error_on_empty = self.bool_field(map, "error_on_empty", true)?;
         self.pools.push(Pool {
             name: name.to_owned(),
             servers,
@@ -176,6 +177,7 @@ impl<'a> Builder<'a> {
             tags,
             keep_routing_prefix,
             max_outstanding: 0,
+            error_on_empty,
         });
         let id = self.pools.len() - 1;
         self.pool_ids.insert(name.to_owned(), id);

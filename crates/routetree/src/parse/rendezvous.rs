@@ -27,20 +27,17 @@ impl<'a> Builder<'a> {
         let get = |key: &str| spec.and_then(|s| s.get(key));
         match func {
             "ConstShard" => Ok(PoolHash::ConstShard),
-            "WeightedCh3Rv" => {
-                match get("weights_rv") {
-                    Some(Value::String(name)) => self.warn(format!(
-                        "WeightedCh3Rv weights come from runtime variable '{name}', which \
-                         memfleet does not read: every weight is 0.5 (mcrouter's until one is read)"
-                    )),
-                    Some(other) => {
-                        let msg = format!("weights_rv must be a string, not {}", kind(other));
-                        return self.key("weights_rv", |b| b.fail(msg));
-                    }
-                    None => return self.fail("WeightedCh3Rv needs 'weights_rv'"),
+            "WeightedCh3Rv" => match get("weights_rv") {
+                Some(Value::String(name)) => {
+                    let weights = self.key("weights_rv", |b| b.runtime_weights(name, n))?;
+                    Ok(PoolHash::WeightedCh3Rv(weights))
                 }
-                Ok(PoolHash::WeightedCh3Rv(vec![0.5; n]))
-            }
+                Some(other) => {
+                    let msg = format!("weights_rv must be a string, not {}", kind(other));
+                    self.key("weights_rv", |b| b.fail(msg))
+                }
+                None => self.fail("WeightedCh3Rv needs 'weights_rv'"),
+            },
             "Rendezvous" => {
                 let tags = self.tags_of(get("tags"), n)?;
                 Ok(PoolHash::Rendezvous(Rendezvous::new(&tags)))
