@@ -272,7 +272,7 @@ def test_memcached_watcher_t(engine: tuple[str, ...], tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=120,
             check=False,
         )
         assert r.returncode == 0, r.stdout + r.stderr
