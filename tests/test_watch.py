@@ -3,11 +3,15 @@ memfleet's bounds), on each event loop."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from harness import Conn, Server, eventually, memfleet
+from harness import Conn, Server, eventually, memfleet, memfleet_bin
 
 ENGINES = [("-o", "io_engine=epoll"), ("-o", "io_engine=uring")]
 ENGINE_IDS = ["epoll", "uring"]
@@ -215,9 +219,68 @@ def test_watchers_on_both_workers_see_clients_on_both(engine: tuple[str, ...]) -
             c.close()
 
 
+def test_one_set_into_a_full_cache_logs_an_eviction(engine: tuple[str, ...]) -> None:
+    """memcached's t/watcher.t eviction block: `-m 60` filled with 8,000 11 KB values, then a
+    single set must log an eviction (a full cache evicts as it writes, item by item)."""
+    value = b"B" * 11_000
+    # A loaded machine may take a while to take in the fill: a long timeout for the filler.
+    with memfleet("-m", "60", *engine) as s, Conn(s.port or 0, timeout=60) as c:
+        for i in range(1, 8_001):
+            c.send(b"set n,foo%d 0 0 11000 noreply\r\n%s\r\n" % (i, value))
+        assert c.request(b"version\r\n").startswith(b"VERSION")
+        w = watcher(s.port or 0, b" evictions")
+        before = int(c.stats()["evictions"])
+        assert c.request(b"set bfoo 0 0 11000\r\n%s\r\n" % value) == b"STORED\r\n"
+        # About one item of the same size makes room for one (a few when a segment ends).
+        evicted = int(c.stats()["evictions"]) - before
+        assert 1 <= evicted <= 8, evicted
+        assert re.fullmatch(
+            LINE_START
+            + rb"type=eviction key=n%2Cfoo\d+ fetch=no ttl=-1 la=\d+ clsid=1 size=11000\n",
+            log_line(w),
+        )
+
+
+def memcached_t_dir() -> Path | None:
+    """A memcached 1.6.18 source tree's t/ directory (with lib/MemcachedTest.pm), named by
+    MEMCACHED_T; memfleet does not ship memcached's tests."""
+    d = os.environ.get("MEMCACHED_T")
+    return Path(d) if d and (Path(d) / "lib" / "MemcachedTest.pm").is_file() else None
+
+
+# Runs per event loop: together ten, all of which must pass.
+WATCHER_T_RUNS = 5
+
+
+@pytest.mark.skipif(shutil.which("prove") is None, reason="needs perl's prove")
+def test_memcached_watcher_t(engine: tuple[str, ...], tmp_path: Path) -> None:
+    """memcached's own t/watcher.t, run by prove against `memfleet serve`, passes every time."""
+    t = memcached_t_dir()
+    if t is None:
+        pytest.skip("MEMCACHED_T names no memcached t/ directory")
+    # MemcachedTest.pm runs `./timedrun SECONDS ./memcached-debug ARGS` from its cwd.
+    (tmp_path / "t").symlink_to(t.resolve())
+    exe = tmp_path / "memcached-debug"
+    exe.write_text(f'#!/bin/sh\nexec {memfleet_bin()} serve "$@" {" ".join(engine)}\n')
+    timedrun = tmp_path / "timedrun"
+    timedrun.write_text('#!/bin/sh\nshift\nexec "$@"\n')
+    for f in (exe, timedrun):
+        f.chmod(0o755)
+    for _ in range(WATCHER_T_RUNS):
+        r = subprocess.run(
+            ["prove", "t/watcher.t"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_evictions_are_logged_per_item(engine: tuple[str, ...]) -> None:
-    """memcached's `type=eviction` line for each item evicted to make room (a whole segment's
-    items at once in memfleet: fetched or not, TTL left, idle seconds, value size)."""
+    """memcached's `type=eviction` line for each item evicted to make room (fetched or not, TTL
+    left, idle seconds, value size)."""
     with memfleet("-m", "8", *engine) as s, Conn(s.port or 0) as c:
         w = watcher(s.port or 0, b" evictions")
         assert c.request(b"set read-once 0 1000 5\r\nhello\r\n") == b"STORED\r\n"

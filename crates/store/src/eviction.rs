@@ -134,10 +134,13 @@ impl Shard {
 
     /// Frees memory or space for a normal item of `size` bytes in the head segment of `q`.
     fn make_room(&mut self, g: &Global, size: usize, now: u32, q: Queue) -> Result<(), NeedMem> {
-        for _ in 0..64 {
+        for i in 0..64 {
             if let Some(h) = self.segs.head_of(q) {
                 let s = &self.segs[h];
                 if s.buf.len() - s.used >= size {
+                    if i > 0 {
+                        self.note_fullness(g);
+                    }
                     return Ok(());
                 }
             }
@@ -175,7 +178,7 @@ impl Shard {
     }
 
     /// Segments the small queue aims at.
-    fn small_target(&self) -> usize {
+    pub(crate) fn small_target(&self) -> usize {
         ((self.segs.queued(Queue::Small) + self.segs.queued(Queue::Main)) / SMALL_SHARE).max(1)
     }
 
@@ -350,7 +353,9 @@ impl Shard {
         let mut best_dead = 0;
         for id in self.segs.oldest_few(q, VICTIM_WINDOW) {
             let s = &self.segs[id];
-            if s.large() || self.segs.is_head(id) {
+            // A drained segment's dead bytes are the drain's doing: it is left for `recycle`,
+            // which moves its read items to the main queue.
+            if s.large() || self.segs.is_head(id) || self.drained(id) {
                 continue;
             }
             let dead = s.used - s.live_bytes;
@@ -439,7 +444,7 @@ impl Shard {
 
     /// Unlinks an item that eviction does not keep: reclaimed if expired or flushed, else
     /// evicted, and remembered in the ghost if it leaves the small queue unread.
-    fn drop_item(&mut self, g: &Global, f: Found, h: u64, gone: Option<Unlink>) {
+    pub(crate) fn drop_item(&mut self, g: &Global, f: Found, h: u64, gone: Option<Unlink>) {
         if gone.is_none() && self.evict_to_flash(g, &f, h) {
             return;
         }

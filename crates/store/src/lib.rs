@@ -26,6 +26,7 @@
 mod arith;
 mod budget;
 mod delete;
+mod drain;
 mod dump;
 mod events;
 mod eviction;

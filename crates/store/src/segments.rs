@@ -265,6 +265,11 @@ impl Segments {
         }
     }
 
+    /// Whether segment `id` is in use.
+    pub fn is_active(&self, id: u32) -> bool {
+        self.segs.get(id as usize).is_some_and(|s| s.active)
+    }
+
     fn is_current(&self, id: u32, gen: u32) -> bool {
         let s = &self.segs[id as usize];
         s.active && s.gen == gen

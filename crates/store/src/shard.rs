@@ -127,6 +127,8 @@ pub(crate) struct Shard {
     pub flash_reads: u32,
     /// Told of every item that leaves (`Store::set_events`).
     pub events: Option<crate::events::Events>,
+    /// At the limit, writes evict item by item (see `drain`).
+    pub drain: crate::drain::Drain,
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
@@ -190,6 +192,7 @@ impl Shard {
             flash_drops_seen: 0,
             flash_reads: 0,
             events: None,
+            drain: Default::default(),
         }
     }
 
@@ -433,6 +436,9 @@ impl Shard {
             None => self.index_insert(g, h, loc),
         }
         self.settle(g);
+        if self.drain.full {
+            self.drain_for_write(g, seg, off);
+        }
     }
 
     /// Doubles an index still smaller than its charged size (at most up to that size). A
