@@ -8,27 +8,10 @@
 //! head) or holds only the kept items. Without it a write into a full cache evicted nothing
 //! until the head filled, then a whole segment's items at once.
 
+use crate::drain_cursor::WINDOW;
 use crate::item::{self, ACCESSED, DEAD};
 use crate::segments::Queue;
 use crate::shard::{loc_of, Found, Global, Shard};
-
-/// Segments past the oldest that a write may drain when the older ones hold only kept items.
-const WINDOW: usize = 8;
-
-/// Where draining has got to, and whether the shard drains at all.
-#[derive(Default)]
-pub(crate) struct Drain {
-    /// No segment could be had within the limit when the head last changed.
-    pub full: bool,
-    seg: u32,
-    /// The segment's layout when `off` was saved: a compaction or reuse since restarts the
-    /// walk.
-    layout: u32,
-    off: usize,
-    /// Segments (with their layouts) walked to the end that still hold items the recycle
-    /// keeps: the next writes drain the segments after them.
-    walked: Vec<(u32, u32)>,
-}
 
 impl Shard {
     /// After a head changed: whether a further segment would still fit within the limit.

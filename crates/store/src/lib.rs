@@ -27,6 +27,7 @@ mod arith;
 mod budget;
 mod delete;
 mod drain;
+mod drain_cursor;
 mod dump;
 mod events;
 mod eviction;

@@ -128,7 +128,7 @@ pub(crate) struct Shard {
     /// Told of every item that leaves (`Store::set_events`).
     pub events: Option<crate::events::Events>,
     /// At the limit, writes evict item by item (see `drain`).
-    pub drain: crate::drain::Drain,
+    pub drain: crate::drain_cursor::Drain,
 }
 
 pub(crate) fn loc_of(seg: u32, off: usize) -> u64 {
