@@ -34,6 +34,9 @@ pub(super) struct SizeSplit {
     retries: u32,
     /// What answers once the sentinel is removed; `None`: ask l1 again.
     after_cleanup: Option<Reply>,
+    /// lease-set: the nodes of l1's plan built with the request, never started, so that
+    /// [`Exec::pin_leases`] pins them; the l1 request built later takes their pins.
+    pinned_l1: Option<(usize, usize)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -122,6 +125,11 @@ fn sentinel(reply: &Reply) -> Option<Sentinel<'_>> {
     })
 }
 
+/// Whether memcached takes `key`: at most 250 bytes, no spaces or control characters.
+fn valid_key(key: &[u8]) -> bool {
+    key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
 /// mcrouter's failover errors: the ones after which a sentinel is removed.
 fn failover_error(result: McResult) -> bool {
     result.is_error() && result != McResult::ClientError
@@ -157,6 +165,7 @@ impl Exec {
         else {
             unreachable!("called for SizeSplit plans")
         };
+        let mut pinned_l1 = None;
         let request = &self.requests[req];
         let is_set = matches!(
             request,
@@ -182,6 +191,11 @@ impl Exec {
                 (self.build(l2, Some(id), req, sample), Step::SetL2)
             }),
             (SizeSplitOp::LeaseSet { suffix }, ReqSpec::LeaseSet { .. }) => {
+                if !rule.both_full_set {
+                    let from = self.nodes.len();
+                    self.build(l1, Some(id), req, &mut |_| false);
+                    pinned_l1 = Some((from, self.nodes.len()));
+                }
                 Some(self.start_lease_set(id, req, levels, rule.both_full_set, *suffix))
             }
             _ => None,
@@ -205,6 +219,7 @@ impl Exec {
             sentinel: Vec::new(),
             retries: rule.retries,
             after_cleanup: None,
+            pinned_l1,
         })
     }
 
@@ -336,9 +351,14 @@ impl Exec {
                         *exptime = failure_ttl;
                     }
                 }
+                let pinned = s.pinned_l1;
                 self.requests.push(lease_set);
                 let lease_set = self.requests.len() - 1;
+                let from = self.nodes.len();
                 let l1 = self.build(&plan, Some(id), lease_set, &mut |_| false);
+                if let Some((start, end)) = pinned {
+                    self.copy_pins(start, from, end - start);
+                }
                 self.start_node(l1, out);
             }
             Step::LeaseSetBoth => {
@@ -390,6 +410,14 @@ impl Exec {
             (s.l2_plan.clone(), l2_req)
         } else {
             let suffixed = l2_key(&key, &s.sentinel);
+            // The value is any client's item with flag 0x20: never sent as a key unchecked.
+            if !valid_key(&suffixed) {
+                let error = Reply {
+                    bytes: b"CLIENT_ERROR bad key in L1L2SizeSplitRoute sentinel\r\n".to_vec(),
+                    result: McResult::ClientError,
+                };
+                return self.complete(id, error, out);
+            }
             let cmd = if gets { GetCmd::Gets } else { GetCmd::Get };
             let plan = Plan::Deferred(Box::new(Deferred {
                 target: s.levels.l2,
@@ -478,6 +506,21 @@ impl Exec {
         let plan = s.l1_plan.clone();
         let l1 = self.build(&plan, Some(id), req, &mut |_| false);
         self.start_node(l1, out);
+    }
+
+    /// Gives the `n` nodes from `to` (built from the same plan as those from `from`) the
+    /// lease pins of those.
+    fn copy_pins(&mut self, from: usize, to: usize, n: usize) {
+        for i in 0..n {
+            let Kind::Failover { pinned: p, .. } = self.nodes[from + i].kind else {
+                continue;
+            };
+            if let Some(Kind::Failover { pinned, .. }) =
+                self.nodes.get_mut(to + i).map(|n| &mut n.kind)
+            {
+                *pinned = p;
+            }
+        }
     }
 
     /// Sends `request` along `plan` after the client's reply, nobody waiting for it.

@@ -513,3 +513,81 @@ fn an_l2_error_removes_the_sentinel_and_answers_the_error() {
     assert_eq!(sent.len(), 4, "not asked again: {sent:?}");
     assert!(sent[3].1.starts_with("cas"));
 }
+
+#[test]
+fn a_sentinel_value_that_cannot_be_a_key_is_not_sent_to_l2() {
+    for value in ["a b", "x\r\ndelete other", &"9".repeat(250)] {
+        let l1 = format!("VALUE k 35 {}\r\n{value}\r\nEND\r\n", value.len());
+        let mut answer = |pool: usize, req: &str| match pool {
+            0 => r(l1.as_bytes()),
+            _ => panic!("l2 asked {req:?}"),
+        };
+        let (reply, sent) = run(
+            &mut one(lease_get(), plan(SizeSplitOp::LeaseGet, false)),
+            &mut answer,
+        );
+        assert!(reply.starts_with("CLIENT_ERROR"), "{reply}");
+        assert_eq!(sent.len(), 1);
+    }
+}
+
+#[test]
+fn a_large_lease_sets_sentinel_goes_to_the_failover_child_that_handed_out_the_lease() {
+    use crate::lease::{Issued, LeaseBook};
+    let failover = Plan::Failover {
+        plans: vec![to(0, 0), to(0, 1)],
+        order: vec![0, 1],
+        least_failures: None,
+        max_error_tries: usize::MAX,
+        errors: vec!["timeout".into()],
+        limit: None,
+        route: 9,
+    };
+    let Plan::SizeSplit {
+        l2,
+        rule,
+        op,
+        levels,
+        ..
+    } = lease_set_plan(false)
+    else {
+        unreachable!()
+    };
+    let plan = Plan::SizeSplit {
+        l1: Box::new(failover),
+        l2,
+        rule,
+        op,
+        levels,
+    };
+    let book = LeaseBook::default();
+    let now = std::time::Instant::now();
+    let issued = Issued {
+        route: 9,
+        key: b"k".to_vec(),
+        token: 5,
+        child: 1,
+        ttl: std::time::Duration::from_secs(10),
+    };
+    book.record(&issued, now);
+    let mut exec = one(lease_set("12345678", 60), plan);
+    exec.pin_leases(&book, now);
+    let mut to_child = Vec::new();
+    let mut answer = |pool: usize, req: &str| {
+        to_child.push((pool, req.to_string()));
+        r(b"STORED\r\n")
+    };
+    let (reply, _) = run(&mut exec, &mut answer);
+    assert_eq!(reply, "STORED\r\n");
+    let sentinel: Vec<_> = (0..exec.nodes.len())
+        .filter_map(|n| match &exec.nodes[n].kind {
+            Kind::Send(s)
+                if exec.nodes[n].done && exec.requests[exec.nodes[n].req].key() == b"k" =>
+            {
+                Some((s.pool, s.index))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sentinel, vec![(0, 1)], "{to_child:?}");
+}
