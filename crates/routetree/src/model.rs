@@ -352,8 +352,9 @@ pub enum Route {
         /// 0: no negative caching; else every this many ncache hits, `l1` is refreshed.
         ncache_update_period: usize,
     },
-    /// Values of `threshold` bytes or more are set on `l2`, with an empty sentinel item
-    /// (flag 0x20) on `l1`; gets follow a sentinel to `l2`; the rest goes to `l1` only.
+    /// Values of `threshold` bytes or more are set on `l2`, with a sentinel item (flag 0x20)
+    /// on `l1`: empty for `set`, naming the suffixed l2 key for `lease-set`; gets and
+    /// lease-get follow a sentinel to `l2`; the rest goes to `l1` only.
     L1L2SizeSplit {
         /// Small values, sentinels, and every other operation.
         l1: Target,
