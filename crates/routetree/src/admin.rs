@@ -109,7 +109,8 @@ fn collect(plan: &Plan, out: &mut Vec<(PoolId, usize)>) {
         }
         // The target: the failover takes only some gets, while the target warms up.
         Plan::SlowWarmUp { target, .. } => collect(target, out),
-        Plan::Null | Plan::Error(_) => {}
+        // Its key is not known yet.
+        Plan::Null | Plan::Error(_) | Plan::Deferred(_) => {}
     }
 }
 

@@ -35,6 +35,8 @@ pub enum Action {
     Done { part: usize },
     /// Call [`Exec::on_timer`] with `node` and `timer` once `ms` milliseconds have passed.
     Wait { node: usize, timer: u8, ms: u64 },
+    /// Call [`Exec::on_plan`] with `node` and the config the request was planned with.
+    Plan { node: usize },
 }
 
 struct Node {
@@ -122,6 +124,11 @@ enum Kind {
     Staging(staging::Staging),
     /// L1L2SizeSplitRoute's get or set.
     SizeSplit(size_split::SizeSplit),
+    /// A plan made once its key is known: `child` once [`Exec::on_plan`] made it.
+    Deferred {
+        plan: Box<crate::plan::Deferred>,
+        child: Option<usize>,
+    },
     /// L1L2CacheRoute's refresh of a negative entry: the read of l2, then a set of l1.
     L1Refresh(keysplit::Refresh),
     Null,
@@ -374,6 +381,10 @@ impl Exec {
                 rate: *rate,
                 bucket: *bucket,
             },
+            Plan::Deferred(d) => Kind::Deferred {
+                plan: d.clone(),
+                child: None,
+            },
             Plan::Null => Kind::Null,
             Plan::Error(m) => Kind::Error(m.clone()),
         };
@@ -466,6 +477,10 @@ impl Exec {
                 self.start_node(read, out);
             }
             Kind::Delay(_) => self.start_delay(id, out),
+            Kind::Deferred { .. } => {
+                self.outstanding += 1;
+                out.push(Action::Plan { node: id });
+            }
             Kind::RateLimit {
                 child,
                 fallback,
@@ -527,6 +542,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::SizeSplit(_)) {
             return self.size_split_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::Deferred { .. }) {
+            return self.complete(id, reply, out);
         }
         enum Next {
             Wait,
@@ -810,3 +828,6 @@ mod size_split;
 
 #[path = "exec_warmup_cas.rs"]
 mod warmup_cas;
+
+#[path = "exec_deferred.rs"]
+mod deferred;

@@ -56,6 +56,7 @@ impl<F: FnMut(usize, usize, &[u8]) -> Reply> Fleet<F> {
                     }
                     // Waits are over once every reply is in.
                     Action::Wait { node, timer, .. } => timers.push_back((node, timer)),
+                    Action::Plan { .. } => unreachable!("no deferred plans here"),
                 }
             }
             let Some((node, s, bytes)) = queue.pop_front() else {

@@ -355,8 +355,9 @@ pub enum Route {
         /// 0: no negative caching; else every this many ncache hits, `l1` is refreshed.
         ncache_update_period: usize,
     },
-    /// Values of `threshold` bytes or more are set on `l2`, with an empty sentinel item
-    /// (flag 0x20) on `l1`; gets follow a sentinel to `l2`; the rest goes to `l1` only.
+    /// Values of `threshold` bytes or more are set on `l2`, with a sentinel item (flag 0x20)
+    /// on `l1`: empty for `set`, naming the suffixed l2 key for `lease-set`; gets and
+    /// lease-get follow a sentinel to `l2`; the rest goes to `l1` only.
     L1L2SizeSplit {
         /// Small values, sentinels, and every other operation.
         l1: Target,
@@ -366,11 +367,11 @@ pub enum Route {
         threshold: usize,
         /// Sets with an exptime below this stay whole on `l1` (0: no such rule).
         ttl_threshold: i64,
-        /// mcrouter's exptime for lease-set's fallback to `l1` (read and checked only).
+        /// The exptime cap of a large lease-set's whole copy on `l1` when `l2` did not store it.
         failure_ttl: i64,
         /// Large values go whole to `l1`, and to `l2` in the background.
         both_full_set: bool,
-        /// mcrouter's retries of gets and lease-get (read and checked only).
+        /// How often gets and lease-get ask `l1` again after a sentinel's value was lost.
         retries: u32,
     },
     /// Requests of a rate-limited operation class pass to `target` while its token bucket

@@ -160,7 +160,11 @@ pub enum Plan {
         rule: SizeSplitRule,
         /// get or set.
         op: SizeSplitOp,
+        /// What the executor plans keys learnt from replies (lease-set's l2 keys) with.
+        levels: SizeSplitLevels,
     },
+    /// A plan made by the executor once the key is known ([`crate::Exec::on_plan`]).
+    Deferred(Box<Deferred>),
     /// The default reply (miss / NOT_STORED / NOT_FOUND).
     Null,
     /// An error reply with this message.
@@ -629,13 +633,16 @@ impl Eval<'_, '_> {
                 l2,
                 threshold,
                 ttl_threshold,
+                failure_ttl,
                 both_full_set,
-                ..
+                retries,
             } => {
                 let rule = SizeSplitRule {
                     threshold: *threshold,
                     ttl_threshold: *ttl_threshold,
                     both_full_set: *both_full_set,
+                    failure_ttl: *failure_ttl,
+                    retries: *retries,
                 };
                 self.size_split(*l1, *l2, rule)
             }
@@ -839,7 +846,7 @@ pub use migrate::{unix_now, StagingOp};
 
 #[path = "plan_size_split.rs"]
 mod size_split;
-pub use size_split::{SizeSplitOp, SizeSplitRule};
+pub use size_split::{l2_key, Deferred, SizeSplitLevels, SizeSplitOp, SizeSplitRule};
 
 #[path = "plan_shard_split.rs"]
 mod shard_split;

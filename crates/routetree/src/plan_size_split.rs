@@ -1,6 +1,14 @@
-//! L1L2SizeSplitRoute's per-operation plan.
+//! L1L2SizeSplitRoute's per-operation plan, and the plans the executor asks for once a key
+//! is known (lease-set's l2 key, or the one a sentinel names).
 
-use super::{Eval, Plan};
+use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use ring::RoutingKey;
+
+use super::{op_class, Eval, Plan, MAX_PLAN_NODES};
+use crate::model::{Config, ExptimeAction};
 use crate::Target;
 
 /// What an L1L2SizeSplitRoute does with a request that is not simply `l1`'s.
@@ -10,9 +18,17 @@ pub enum SizeSplitOp {
     Get,
     /// set: by the value's size, whole to `l1`, or to `l2` plus a sentinel on `l1`.
     Set,
+    /// lease-get: as gets, a lease miss on a sentinel answering as a lease miss.
+    LeaseGet,
+    /// lease-set: by size, whole to `l1`, or to `l2` under `<key>|==|<suffix>` plus a
+    /// sentinel on `l1` whose value is the suffix.
+    LeaseSet {
+        /// Drawn when the request is planned, as mcrouter draws it per request.
+        suffix: u32,
+    },
 }
 
-/// When a set is split, as mcrouter decides it.
+/// When a set is split, as mcrouter decides it, and how gets clean up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SizeSplitRule {
     /// Values this long or longer are split (0: never).
@@ -21,11 +37,48 @@ pub struct SizeSplitRule {
     pub ttl_threshold: i64,
     /// Large values go whole to `l1`, and to `l2` in the background.
     pub both_full_set: bool,
+    /// A large lease-set `l2` did not store goes whole to `l1` with at most this exptime.
+    pub failure_ttl: i64,
+    /// How often gets and lease-get ask `l1` again after removing a sentinel whose value
+    /// `l2` no longer has.
+    pub retries: u32,
 }
+
+/// The route's levels, for plans of keys only the executor learns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SizeSplitLevels {
+    /// Small values and sentinels.
+    pub l1: Target,
+    /// Large values.
+    pub l2: Target,
+    /// Exptime rewrites of the ModifyExptimeRoutes above the route.
+    pub exptime: Vec<(ExptimeAction, i64)>,
+}
+
+/// A plan to make once the key is known: `target` for `op` on `key`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deferred {
+    /// Where in the tree.
+    pub target: Target,
+    /// The key sent (with the client's routing prefix); replies carry the client's again.
+    pub key: Vec<u8>,
+    /// The operation as route handles see it.
+    pub op: &'static str,
+    /// Exptime rewrites of the ModifyExptimeRoutes above `target`.
+    pub exptime: Vec<(ExptimeAction, i64)>,
+}
+
+/// Between the key and lease-set's suffix in l2 keys, as in mcrouter.
+pub const L2_KEY_SEPARATOR: &[u8] = b"|==|";
 
 /// mcrouter's room for the `|==|<u64>` it appends to lease-set keys: longer keys are never
 /// split, whatever the operation.
 const KEY_ROOM: usize = 255 - 4 - 20;
+
+/// The l2 key of a lease-set's value: `<key>|==|<suffix>`.
+pub fn l2_key(key: &[u8], suffix: &[u8]) -> Vec<u8> {
+    [key, L2_KEY_SEPARATOR, suffix].concat()
+}
 
 impl SizeSplitRule {
     /// Whether a set of `len` bytes with `exptime` under `key` stays whole on `l1`.
@@ -37,19 +90,36 @@ impl SizeSplitRule {
     }
 }
 
+thread_local! {
+    static SUFFIXES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A random 32-bit number (mcrouter draws its suffixes from a 32-bit Mersenne twister).
+fn random_suffix() -> u32 {
+    SUFFIXES.with(|state| {
+        let mut x = state.get();
+        if x == 0 {
+            x = RandomState::new().hash_one(0u8) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        (x >> 32) as u32
+    })
+}
+
 impl Eval<'_, '_> {
-    /// mcrouter's L1L2SizeSplitRoute: get, gets and set are split by size; lease-get and
-    /// lease-set are not served; every other operation (deletes too) goes to `l1` only.
+    /// mcrouter's L1L2SizeSplitRoute: get, gets, lease-get, set and lease-set are split by
+    /// size; every other operation (deletes too) goes to `l1` only.
     pub(super) fn size_split(&mut self, l1: Target, l2: Target, rule: SizeSplitRule) -> Plan {
         let op = match self.op {
             "get" | "gets" => SizeSplitOp::Get,
             "set" => SizeSplitOp::Set,
-            op @ ("lease-get" | "lease-set") => {
-                return Plan::Error(format!(
-                    "L1L2SizeSplitRoute does not serve {op} (lease-set's suffixed keys are \
-                     not supported)"
-                ))
-            }
+            "lease-get" => SizeSplitOp::LeaseGet,
+            "lease-set" => SizeSplitOp::LeaseSet {
+                suffix: random_suffix(),
+            },
             _ => return self.target(l1),
         };
         Plan::SizeSplit {
@@ -57,6 +127,34 @@ impl Eval<'_, '_> {
             l2: Box::new(self.target(l2)),
             rule,
             op,
+            levels: SizeSplitLevels {
+                l1,
+                l2,
+                exptime: self.exptime.clone(),
+            },
+        }
+    }
+}
+
+impl Config {
+    /// The plan a [`Plan::Deferred`] stands for, at `now` (unix seconds).
+    pub fn plan_deferred(&self, deferred: &Deferred, now: i64) -> Plan {
+        let mut eval = Eval {
+            config: self,
+            op: deferred.op,
+            class: op_class(deferred.op),
+            rk: RoutingKey::parse(&deferred.key),
+            exptime: deferred.exptime.clone(),
+            nodes: 0,
+            now,
+        };
+        let plan = eval.target(deferred.target);
+        if eval.nodes > MAX_PLAN_NODES {
+            return Plan::Error("route tree too large for one request".into());
+        }
+        Plan::Rekey {
+            key: deferred.key.clone(),
+            plan: Box::new(plan),
         }
     }
 }

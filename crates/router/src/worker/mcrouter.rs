@@ -322,6 +322,14 @@ impl Worker {
                     self.mc.copies.push((x, gen, node));
                 }
                 Action::Done { .. } => self.answer_client(x),
+                Action::Plan { node } => {
+                    let now = self.unix_now;
+                    let mc = &mut self.mc;
+                    let run = &mut mc.running[x];
+                    let config = &run.routes.config;
+                    run.exec
+                        .on_plan(node, config, now, &mut mc.limits, &mut actions);
+                }
                 Action::Wait { node, timer, ms } => {
                     let due = self.now + Duration::from_millis(ms);
                     let gen = self.mc.running[x].gen;

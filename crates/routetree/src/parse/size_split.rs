@@ -23,16 +23,6 @@ impl<'a> Builder<'a> {
         let both_full_set = self.bool_field(map, "both_full_set", false)?;
         let (min, max) = SIZE_SPLIT_RETRIES;
         let retries = self.int_field(map, "retries", min, min, max)? as u32;
-        // Both only act on requests the route does not serve: refused rather than ignored.
-        for (key, ops) in [
-            ("retries", "gets and lease-get"),
-            ("failure_ttl", "lease-set"),
-        ] {
-            if map.contains_key(key) {
-                let msg = format!("{ty}: '{key}' is not supported ({ops} are not served)");
-                return self.key(key, |b| b.fail(msg));
-            }
-        }
         Ok(self.add(Route::L1L2SizeSplit {
             l1,
             l2,
