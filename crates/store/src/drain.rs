@@ -1,7 +1,7 @@
 //! Eviction item by item at the memory limit, as memcached evicts one item per allocation.
 //!
-//! Once a shard's head needed a new segment and no further one could be had within the
-//! limit, the shard is full: every write into a head segment then walks at least its own
+//! Once no further segment can be had within the limit (`Global::full`, whichever shards
+//! took the memory), every write into a head segment walks at least its own
 //! size of the segment eviction takes next (the same victim `make_room` would recycle),
 //! evicting each item there that the recycle would not keep (items read since their last
 //! pass stay for it). When the head fills, that segment is empty (freed, its buffer the next
@@ -14,11 +14,6 @@ use crate::segments::Queue;
 use crate::shard::{loc_of, Found, Global, Shard};
 
 impl Shard {
-    /// After a head changed: whether a further segment would still fit within the limit.
-    pub(crate) fn note_fullness(&mut self, g: &Global) {
-        self.drain.full = g.evictions && g.mem.used() + g.seg_size as u64 > g.mem.limit();
-    }
-
     /// A full shard's write of the item at `seg`/`off` drains its size from the next victim.
     #[cold]
     pub(crate) fn drain_for_write(&mut self, g: &Global, seg: u32, off: usize) {

@@ -4,11 +4,9 @@
 /// Segments past the oldest that a write may drain when the older ones hold only kept items.
 pub(crate) const WINDOW: usize = 8;
 
-/// Where draining has got to, and whether the shard drains at all.
+/// Where draining has got to.
 #[derive(Default)]
 pub(crate) struct Drain {
-    /// No segment could be had within the limit when the head last changed.
-    pub full: bool,
     pub seg: u32,
     /// The segment's layout when `off` was saved: a compaction or reuse since restarts the
     /// walk.

@@ -134,13 +134,10 @@ impl Shard {
 
     /// Frees memory or space for a normal item of `size` bytes in the head segment of `q`.
     fn make_room(&mut self, g: &Global, size: usize, now: u32, q: Queue) -> Result<(), NeedMem> {
-        for i in 0..64 {
+        for _ in 0..64 {
             if let Some(h) = self.segs.head_of(q) {
                 let s = &self.segs[h];
                 if s.buf.len() - s.used >= size {
-                    if i > 0 {
-                        self.note_fullness(g);
-                    }
                     return Ok(());
                 }
             }

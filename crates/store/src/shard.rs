@@ -40,6 +40,13 @@ pub(crate) struct Global {
 }
 
 impl Global {
+    /// No further segment fits within the limit: writes evict as they go (see `drain`).
+    /// Read at every write, since other shards fill the memory this one could take.
+    #[inline]
+    pub fn full(&self) -> bool {
+        self.evictions && self.mem.used() + self.seg_size as u64 > self.mem.limit()
+    }
+
     pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
@@ -436,7 +443,7 @@ impl Shard {
             None => self.index_insert(g, h, loc),
         }
         self.settle(g);
-        if self.drain.full {
+        if g.full() {
             self.drain_for_write(g, seg, off);
         }
     }
