@@ -26,6 +26,10 @@ pub struct TopK {
     at: HashMap<Box<[u8]>, usize>,
     /// Keys offered since the last clear.
     offered: u64,
+    /// No count is below this (counts only grow, so an old minimum stays a lower bound).
+    floor: u64,
+    /// Where the search for an entry at `floor` goes on from.
+    cursor: usize,
 }
 
 impl TopK {
@@ -35,6 +39,8 @@ impl TopK {
             entries: Vec::with_capacity(capacity),
             at: HashMap::with_capacity(capacity),
             offered: 0,
+            floor: 0,
+            cursor: 0,
         }
     }
 
@@ -54,15 +60,7 @@ impl TopK {
             });
             return;
         }
-        // A linear scan for the smallest count: capacity is small and this runs only for
-        // sampled requests whose key is not held.
-        let (i, min) = self
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i, e.count))
-            .min_by_key(|&(_, c)| c)
-            .unwrap_or((0, 0));
+        let (i, min) = self.smallest();
         let old = std::mem::replace(
             &mut self.entries[i],
             Entry {
@@ -73,6 +71,29 @@ impl TopK {
         );
         self.at.remove(&old.key);
         self.at.insert(key.into(), i);
+    }
+
+    /// An entry with the smallest count. An entry at `floor` is one; the search for it goes
+    /// on from where the last one ended, so a full sketch (most of its entries at the floor,
+    /// in the long tail) finds one in a few steps instead of scanning every entry.
+    fn smallest(&mut self) -> (usize, u64) {
+        let n = self.entries.len();
+        for _ in 0..n {
+            let i = self.cursor;
+            self.cursor = if i + 1 == n { 0 } else { i + 1 };
+            if self.entries[i].count <= self.floor {
+                return (i, self.entries[i].count);
+            }
+        }
+        let (i, min) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, e.count))
+            .min_by_key(|&(_, c)| c)
+            .unwrap_or((0, 0));
+        self.floor = min;
+        (i, min)
     }
 
     /// The held keys, most counted first.
@@ -90,6 +111,8 @@ impl TopK {
         self.entries.clear();
         self.at.clear();
         self.offered = 0;
+        self.floor = 0;
+        self.cursor = 0;
     }
 }
 
@@ -223,6 +246,23 @@ mod tests {
     }
 
     proptest! {
+        /// A key not held takes the place of an entry with the smallest count.
+        #[test]
+        fn a_new_key_inherits_the_smallest_count(stream in proptest::collection::vec(0u8..60, 1..3000),
+                                                 capacity in 1usize..24) {
+            let mut t = TopK::new(capacity);
+            for &k in &stream {
+                let before = t.entries();
+                let held = before.iter().any(|e| e.key[0] == k);
+                t.offer(&[k]);
+                if !held && before.len() == capacity {
+                    let min = before.iter().map(|e| e.count).min().unwrap();
+                    let e = t.entries().into_iter().find(|e| e.key[0] == k).unwrap();
+                    prop_assert_eq!((e.count, e.error), (min + 1, min));
+                }
+            }
+        }
+
         /// The space-saving guarantees: counts never under the truth, over by at most
         /// `error` <= total/capacity; every key more frequent than total/capacity is held.
         #[test]
