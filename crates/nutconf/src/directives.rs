@@ -23,6 +23,10 @@ pub(super) struct RawPool {
     pub(super) redis: Option<bool>,
     pub(super) redis_auth: Option<String>,
     pub(super) redis_db: Option<u32>,
+    pub(super) redis_cluster: Option<bool>,
+    pub(super) redis_sentinel: Option<String>,
+    pub(super) redis_backend_user: Option<String>,
+    pub(super) redis_backend_auth: Option<String>,
     pub(super) preconnect: Option<bool>,
     pub(super) tcpkeepalive: Option<bool>,
     pub(super) reuseport: Option<bool>,
@@ -114,6 +118,10 @@ pub(super) fn set_directive(
         "dns_refresh_ms" => num(&mut pool.dns_refresh_ms),
         // ---- memfleet-only directives (nutcracker rejects them) ----
         "client_auth" => text(&mut pool.client_auth),
+        "redis_cluster" => flag(&mut pool.redis_cluster),
+        "redis_sentinel" => text(&mut pool.redis_sentinel),
+        "redis_backend_user" => text(&mut pool.redis_backend_user),
+        "redis_backend_auth" => text(&mut pool.redis_backend_auth),
         "item_size_max" => parse_num(value)
             .and_then(|n| {
                 super::ITEM_SIZE_MAX_RANGE

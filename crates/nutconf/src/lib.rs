@@ -19,6 +19,7 @@
 mod directives;
 mod error;
 mod listen;
+mod redis_topology;
 mod scalar;
 mod server;
 mod tls;
@@ -30,6 +31,8 @@ use ring::{Distribution, Hash, Ring};
 
 pub use self::error::{ConfigError, LoadError};
 pub use self::listen::Listen;
+pub use self::redis_topology::RedisTopology;
+use self::redis_topology::redis_topology;
 pub use self::server::{parse_server, DnsLookup, DnsName, ServerAddr, ServerSpec};
 pub use self::tls::PoolTls;
 
@@ -87,6 +90,14 @@ pub struct Pool {
     pub redis: bool,
     pub redis_auth: Option<String>,
     pub redis_db: u32,
+    /// Where a Redis pool's servers come from: as written, a Redis Cluster's slot map
+    /// (the servers are seed nodes) or a Sentinel-named primary (memfleet extension).
+    pub redis_topology: RedisTopology,
+    /// What the router sends backends as `AUTH [user] password`; `redis_auth` stays the
+    /// password clients give the router and, when these are unset, the one sent to backends
+    /// (memfleet extension).
+    pub redis_backend_user: Option<String>,
+    pub redis_backend_auth: Option<String>,
     pub preconnect: bool,
     pub tcpkeepalive: bool,
     /// twemproxy master only; nutcracker 0.5 rejects it.
@@ -235,6 +246,16 @@ impl Pool {
         let servers = self.servers.iter().map(ServerSpec::ring_server).collect();
         Ring::new(servers, self.distribution, self.hash).with_hash_tag(self.hash_tag)
     }
+
+    /// What the router sends a Redis backend as `AUTH`: `(user, password)`, the
+    /// `redis_backend_*` pair when set, else `redis_auth` for the default user.
+    pub fn backend_auth(&self) -> Option<(Option<&str>, &str)> {
+        match (&self.redis_backend_auth, &self.redis_auth) {
+            (Some(pw), _) => Some((self.redis_backend_user.as_deref(), pw)),
+            (None, Some(pw)) => Some((None, pw)),
+            (None, None) => None,
+        }
+    }
 }
 
 impl Config {
@@ -292,6 +313,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
                 "has directive \"redis_auth:\", which is only valid for a redis pool",
             ));
         }
+        let topology = redis_topology(&r, redis).map_err(fail)?;
         if r.servers.is_empty() && r.dns.is_empty() {
             return Err(fail("has no servers"));
         }
@@ -341,6 +363,9 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             redis,
             redis_auth: r.redis_auth,
             redis_db: r.redis_db.unwrap_or(0),
+            redis_topology: topology,
+            redis_backend_user: r.redis_backend_user,
+            redis_backend_auth: r.redis_backend_auth,
             preconnect: r.preconnect.unwrap_or(false),
             tcpkeepalive: r.tcpkeepalive.unwrap_or(false),
             reuseport: r.reuseport.unwrap_or(false),

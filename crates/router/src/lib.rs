@@ -19,6 +19,7 @@
 mod args;
 mod asynclog;
 mod buf;
+mod cluster_slots;
 mod counters;
 mod dns;
 mod error;
@@ -35,6 +36,7 @@ mod probe;
 mod route;
 mod shared;
 mod stats;
+mod topology;
 mod tls;
 mod worker;
 
@@ -91,12 +93,15 @@ struct Running {
     dns: dns::Dns,
     /// What the last look-ups found, for DNS refreshes.
     resolved: Resolved,
+    /// Learned pools' watchers report here.
+    topo_tx: std::sync::mpsc::Sender<topology::watch::Change>,
+    topo_rx: std::sync::mpsc::Receiver<topology::watch::Change>,
 }
 
 /// The DNS look-ups behind the running generation.
 enum Resolved {
     /// A nutcracker config and its `dns:`/`srv:` servers' membership.
-    Nutcracker(Config, dns::Membership),
+    Nutcracker(Config, dns::Membership, topology::Topologies),
     /// An mcrouter config's server host names and their addresses.
     Mcrouter(shared::HostAddrs),
 }
@@ -138,8 +143,23 @@ fn load_generation(
     }
     let config = Config::load(&args.conf_file)?;
     let members = dns.resolve(&config)?;
-    let shared = Shared::new(dns::expand(&config, &members), threads, started)?;
-    Ok((shared, Resolved::Nutcracker(config, members)))
+    let found = topology::discover_all(&config)?;
+    let shared = nutcracker_generation(&config, &members, &found, threads, started)?;
+    Ok((shared, Resolved::Nutcracker(config, members, found)))
+}
+
+/// A nutcracker config's generation: DNS servers and learned Redis pools filled in.
+fn nutcracker_generation(
+    config: &Config,
+    members: &dns::Membership,
+    found: &topology::Topologies,
+    threads: usize,
+    started: Instant,
+) -> Result<Shared, RouteError> {
+    let expanded = topology::expand(&dns::expand(config, members), found);
+    let mut shared = Shared::new(expanded, threads, started)?;
+    topology::attach(&mut shared, config, found, started);
+    Ok(shared)
 }
 
 /// `--dns-server`, else MEMFLEET_DNS_SERVER.
@@ -328,6 +348,10 @@ pub fn run(args: RouteArgs) -> Result<(), RouteError> {
         }
     ));
     let watch = Watch::new(&args);
+    let (topo_tx, topo_rx) = channel();
+    for pool in &shared.pools {
+        topology::watch::spawn(pool, started, topo_tx.clone());
+    }
     let mut running = Running {
         args,
         dialect,
@@ -340,6 +364,8 @@ pub fn run(args: RouteArgs) -> Result<(), RouteError> {
         watch,
         dns,
         resolved,
+        topo_tx,
+        topo_rx,
     };
     running.control_loop(signals);
     Ok(())
@@ -428,6 +454,9 @@ impl Running {
             if self.dns.due() {
                 self.refresh_dns();
             }
+            while let Ok(change) = self.topo_rx.try_recv() {
+                self.topology_changed(change);
+            }
             let shared = self
                 .current
                 .read()
@@ -496,8 +525,8 @@ impl Running {
     /// Looks the DNS servers up again; a changed membership is installed as a reload of
     /// the config last loaded (the file is read again only on SIGHUP).
     fn refresh_dns(&mut self) {
-        let (config, old) = match &self.resolved {
-            Resolved::Nutcracker(config, old) => (config, old),
+        let (config, old, found) = match &self.resolved {
+            Resolved::Nutcracker(config, old, found) => (config, old, found),
             Resolved::Mcrouter(old) => return self.refresh_mcrouter_dns(&old.clone()),
         };
         let members = match self.dns.resolve(config) {
@@ -511,8 +540,8 @@ impl Running {
             return;
         }
         let (added, removed) = dns::diff(old, &members);
-        let config = config.clone();
-        let built = Shared::new(dns::expand(&config, &members), self.threads, self.started);
+        let (config, found) = (config.clone(), found.clone());
+        let built = nutcracker_generation(&config, &members, &found, self.threads, self.started);
         match built.and_then(|shared| self.install(shared)) {
             Ok(()) => {
                 log::notice(&format!(
@@ -520,9 +549,40 @@ impl Running {
                     added.join(", "),
                     removed.join(", ")
                 ));
-                self.resolved = Resolved::Nutcracker(config, members);
+                self.resolved = Resolved::Nutcracker(config, members, found);
             }
             Err(e) => log::warn(&format!("dns: new membership refused: {e}")),
+        }
+    }
+
+    /// A learned pool's watcher found a new node set or primary: installed as a new
+    /// generation of the config last loaded.
+    fn topology_changed(&mut self, change: topology::watch::Change) {
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let watched = current
+            .pools
+            .iter()
+            .any(|p| p.cfg.name == change.pool && Arc::as_ptr(p) == change.from);
+        let Resolved::Nutcracker(config, members, found) = &self.resolved else {
+            return;
+        };
+        if !watched {
+            return;
+        }
+        let mut found = found.clone();
+        let before = found.insert(change.pool.clone(), change.found.clone());
+        let (config, members) = (config.clone(), members.clone());
+        let built = nutcracker_generation(&config, &members, &found, self.threads, self.started);
+        match built.and_then(|shared| self.install(shared)) {
+            Ok(()) => {
+                log::notice(&format!(
+                    "pool '{}': {}",
+                    change.pool,
+                    topology::describe_change(before.as_ref(), &change.found)
+                ));
+                self.resolved = Resolved::Nutcracker(config, members, found);
+            }
+            Err(e) => log::warn(&format!("pool '{}': new servers refused: {e}", change.pool)),
         }
     }
 
@@ -591,6 +651,9 @@ impl Running {
             }
         }
         self.listeners.extend(fresh);
+        for pool in &shared.pools {
+            topology::watch::spawn(pool, self.started, self.topo_tx.clone());
+        }
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = shared;
         Ok(())
     }

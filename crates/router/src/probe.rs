@@ -51,7 +51,7 @@ fn probe(pool: &PoolRt, s: usize, wait: Duration) -> bool {
     let cfg = &pool.cfg;
     fn talk(s: &mut (impl Read + Write), cfg: &nutconf::Pool) -> bool {
         if cfg.redis {
-            return talk_redis(s, cfg.redis_auth.as_deref(), cfg.redis_db);
+            return talk_redis(s, cfg.backend_auth(), cfg.redis_db);
         }
         if s.write_all(b"version\r\n").is_err() {
             return false;
@@ -93,8 +93,8 @@ fn probe(pool: &PoolRt, s: usize, wait: Duration) -> bool {
     }
 }
 
-/// `[AUTH <password>] PING`: the server is back when it answers `[+OK] +PONG`.
-fn talk_redis(s: &mut (impl Read + Write), auth: Option<&str>, db: u32) -> bool {
+/// `[AUTH [user] <password>] PING`: the server is back when it answers `[+OK] +PONG`.
+fn talk_redis(s: &mut (impl Read + Write), auth: Option<(Option<&str>, &str)>, db: u32) -> bool {
     let mut req = Vec::new();
     // The same handshake as a real connection: a server that refuses the pool's database
     // must not come back only to fail every connection.

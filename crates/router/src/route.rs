@@ -16,6 +16,9 @@ pub(crate) struct Placement {
     rt: Arc<PoolRt>,
     ring_gen: u64,
     ring: Arc<ring::Ring>,
+    /// A Redis Cluster pool's slot map as last read, and its generation.
+    slots_gen: u64,
+    slots: Option<crate::cluster_slots::SlotOwners>,
 }
 
 impl Placement {
@@ -26,7 +29,22 @@ impl Placement {
             rt,
             ring_gen: 0,
             ring,
+            slots_gen: 0,
+            slots: None,
         }
+    }
+
+    /// The server serving Redis Cluster hash slot `slot`, None when no primary does (or
+    /// the pool is not a cluster's). Picks up the pool's latest slot map first.
+    #[inline]
+    pub(crate) fn for_slot(&mut self, slot: u16) -> Option<usize> {
+        let map = self.rt.learned.as_ref()?.slots.as_ref()?;
+        if let Some((g, owners)) = map.if_newer(self.slots_gen) {
+            self.slots_gen = g;
+            self.slots = Some(owners);
+        }
+        let owner = *self.slots.as_ref()?.get(usize::from(slot))?;
+        (owner != crate::cluster_slots::UNSERVED).then_some(usize::from(owner))
     }
 
     /// The server that owns `key`, None when no server is available. Picks up the pool's

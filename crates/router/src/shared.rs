@@ -70,6 +70,9 @@ pub struct PoolRt {
     /// Hot-key handling, when the pool has it on (memcached pools without big-value
     /// splitting).
     pub hot: Option<Arc<crate::hot::HotShared>>,
+    /// A Redis Cluster or Sentinel pool: where its servers were learned from, and a
+    /// cluster's slot map.
+    pub learned: Option<Box<crate::topology::Live>>,
 }
 
 impl PoolRt {
@@ -161,6 +164,7 @@ impl PoolRt {
             tko: Vec::new(),
             tko_cfg: None,
             hot,
+            learned: None,
         })
     }
 

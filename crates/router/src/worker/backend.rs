@@ -70,6 +70,8 @@ pub(super) struct Pending {
     /// A get's keys, which its items must follow; with several members, clients' gets
     /// merged into one line, whose reply is split between them.
     batch: Option<Box<GetBatch>>,
+    /// A Redis Cluster pool's command, kept to send again where a redirection points.
+    pub(super) resend: Option<Box<super::cluster::Resend>>,
 }
 
 /// Spare key lists a backend connection keeps, so a get costs no allocation.
@@ -88,13 +90,24 @@ impl Pending {
     }
 }
 
-/// `AUTH <password>` and `SELECT <db>` as a Redis pool's connections start (each only when
-/// configured): appends the commands, returns how many replies to expect.
-pub(crate) fn redis_handshake(auth: Option<&str>, db: u32, out: &mut Vec<u8>) -> usize {
+/// `AUTH [user] <password>` and `SELECT <db>` as a Redis pool's connections start (each only
+/// when configured): appends the commands, returns how many replies to expect.
+pub(crate) fn redis_handshake(
+    auth: Option<(Option<&str>, &str)>,
+    db: u32,
+    out: &mut Vec<u8>,
+) -> usize {
     let mut n = 0;
-    if let Some(pw) = auth {
-        resp::write_command(out, 2, [&b"AUTH"[..], pw.as_bytes()]);
-        n += 1;
+    match auth {
+        Some((Some(user), pw)) => {
+            resp::write_command(out, 3, [&b"AUTH"[..], user.as_bytes(), pw.as_bytes()]);
+            n += 1;
+        }
+        Some((None, pw)) => {
+            resp::write_command(out, 2, [&b"AUTH"[..], pw.as_bytes()]);
+            n += 1;
+        }
+        None => {}
     }
     if db != 0 {
         let db = db.to_string();
@@ -393,6 +406,12 @@ impl Worker {
             match be.framer.next(be.rbuf.filled(), p.expect, keys) {
                 Frame::Complete(n) => {
                     let reply = &be.rbuf.filled()[..n];
+                    if p.to == ReplyTo::ASKING {
+                        // Its command follows on this connection; an error shows there.
+                        be.pending.pop_front();
+                        be.rbuf.consume(n);
+                        continue;
+                    }
                     if p.to == ReplyTo::HANDSHAKE {
                         if reply.first() == Some(&b'-') {
                             let text = String::from_utf8_lossy(&reply[1..n - 2]).into_owned();
@@ -428,6 +447,10 @@ impl Worker {
                         );
                     } else if Arrivals::owns(p.to) {
                         self.arrivals.arrive(p.to, reply, None);
+                    } else if p.resend.as_ref().is_some_and(|r| {
+                        self.redirects.take(&be.rt, be.server, p.to, r, reply)
+                    }) {
+                        // Sent again where the cluster points, once the turn's replies are read.
                     } else {
                         deliver(
                             &mut self.clients,
@@ -594,7 +617,8 @@ impl Worker {
             _ => {}
         }
         let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
-        be.pending.retain(|p| p.to != ReplyTo::HANDSHAKE);
+        be.pending
+            .retain(|p| p.to != ReplyTo::HANDSHAKE && p.to != ReplyTo::ASKING);
         be.disconnected(ConnState::Down);
         let mc = be.rt.counters[self.id].mc.get(be.server);
         let mut failed = 0;

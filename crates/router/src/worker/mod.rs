@@ -29,6 +29,7 @@ mod backend;
 mod bigvalue;
 mod binary;
 mod client;
+mod cluster;
 mod get_batch;
 mod held;
 mod hotcache;
@@ -208,6 +209,8 @@ pub struct Worker {
     /// Requests of an mcrouter config being carried out, and replies that came for them.
     mc: mcrouter::Execs,
     arrivals: backend::Arrivals,
+    /// Redis Cluster commands to send again where a redirection points.
+    redirects: cluster::Redirects,
     /// Client requests in flight to servers, against `--active-req-limit`.
     active: active::Active,
 }
@@ -247,6 +250,7 @@ impl Worker {
             unix_now: routetree::unix_now(),
             mc: mcrouter::Execs::default(),
             arrivals: backend::Arrivals::default(),
+            redirects: cluster::Redirects::default(),
             active: active::Active::new(globals.active_req_limit, globals.threads),
             globals,
         }
@@ -306,9 +310,10 @@ impl Worker {
                 self.client_readable(ci, drain);
             }
             self.fire_timers();
+            self.fire_redirects();
             self.flush_all();
             timeout = self.check_timeouts();
-            if let Some(wait) = self.next_timer() {
+            for wait in [self.next_timer(), self.next_redirect()].into_iter().flatten() {
                 timeout = Some(timeout.map_or(wait, |t| t.min(wait)));
             }
             if !self.read_again.is_empty() || !self.resumed.is_empty() {
@@ -321,6 +326,9 @@ impl Worker {
         loop {
             if !self.arrivals.is_empty() {
                 self.run_arrivals();
+            }
+            if !self.redirects.is_empty() {
+                self.run_redirects();
             }
             while let Some(b) = self.dirty_backends.pop() {
                 self.flush_backend(b);
@@ -342,7 +350,12 @@ impl Worker {
                 {
                     self.commit_spooled()
                 }
-                None if self.dirty_backends.is_empty() && self.arrivals.is_empty() => break,
+                None if self.dirty_backends.is_empty()
+                    && self.arrivals.is_empty()
+                    && self.redirects.is_empty() =>
+                {
+                    break
+                }
                 None => {}
             }
         }

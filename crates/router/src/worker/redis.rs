@@ -121,6 +121,11 @@ impl Worker {
                 Some(s) => self.forward_redis(ci, p, s, req),
                 None => self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER)),
             },
+            Kind::Keyed | Kind::MultiGet | Kind::MultiSum | Kind::MultiSet
+                if self.is_cluster(p) =>
+            {
+                self.route_cluster(ci, p, &plan, req)
+            }
             Kind::Keyed => {
                 if self.pools[p].rt.servers.is_empty() {
                     return self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER));

@@ -20,6 +20,15 @@ impl ReplyTo {
         seq: 0,
         frag: 0,
     };
+
+    /// The `ASKING` sent before a command a Redis Cluster redirected with `ASK`: no
+    /// client waits for its `+OK`.
+    pub(super) const ASKING: ReplyTo = ReplyTo {
+        client: u32::MAX - 2,
+        gen: 0,
+        seq: 0,
+        frag: 0,
+    };
 }
 
 /// `ReplyTo::client` of a send an mcrouter execution made (`seq`: its slab index << 32 |

@@ -42,8 +42,7 @@ impl Worker {
                 let mut wbuf = Vec::new();
                 let mut pending = VecDeque::new();
                 if rt.cfg.redis {
-                    let n =
-                        redis_handshake(rt.cfg.redis_auth.as_deref(), rt.cfg.redis_db, &mut wbuf);
+                    let n = redis_handshake(rt.cfg.backend_auth(), rt.cfg.redis_db, &mut wbuf);
                     for _ in 0..n {
                         pending.push_back(Pending {
                             to: ReplyTo::HANDSHAKE,
@@ -52,6 +51,7 @@ impl Worker {
                             bytes: 0,
                             reqs: 0,
                             batch: None,
+                            resend: None,
                         });
                     }
                 }

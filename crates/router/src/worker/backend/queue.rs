@@ -67,6 +67,7 @@ impl Backend {
             bytes: bytes as u32,
             reqs: 1,
             batch,
+            resend: None,
         });
         self.queued += 1;
         self.count_pending();
@@ -177,11 +178,23 @@ impl Backend {
             bytes,
             reqs,
             batch: Some(std::mem::replace(&mut self.batch, next)),
+            resend: None,
         };
         let at = self.pending.len() - open.pending_after;
         self.pending.insert(at, entry);
         let c = self.counters();
         c.out_queue.add(1);
         c.out_queue_bytes.add(i64::from(bytes));
+    }
+
+    /// The request just queued may be sent again elsewhere (a Redis Cluster redirection).
+    pub(in crate::worker) fn keep_for_resend(
+        &mut self,
+        to: ReplyTo,
+        resend: Box<super::super::cluster::Resend>,
+    ) {
+        if let Some(p) = self.pending.back_mut().filter(|p| p.to == to) {
+            p.resend = Some(resend);
+        }
     }
 }

@@ -43,6 +43,7 @@ fn a_failed_merged_get_answers_only_those_still_waiting() {
         bytes: 0,
         reqs: 2,
         batch: Some(Box::new(batch)),
+        resend: None,
     };
     assert_eq!(p.targets().map(|t| t.client).collect::<Vec<_>>(), [2]);
 }
@@ -52,7 +53,7 @@ fn redis_handshake_sends_only_what_is_configured() {
     let mut out = Vec::new();
     assert_eq!(redis_handshake(None, 0, &mut out), 0);
     assert!(out.is_empty());
-    assert_eq!(redis_handshake(Some("pw"), 3, &mut out), 2);
+    assert_eq!(redis_handshake(Some((None, "pw")), 3, &mut out), 2);
     assert_eq!(
         out,
         b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"
@@ -60,4 +61,7 @@ fn redis_handshake_sends_only_what_is_configured() {
     out.clear();
     assert_eq!(redis_handshake(None, 1, &mut out), 1);
     assert!(out.starts_with(b"*2\r\n$6\r\nSELECT"));
+    out.clear();
+    assert_eq!(redis_handshake(Some((Some("app"), "pw")), 0, &mut out), 1);
+    assert_eq!(out, b"*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$2\r\npw\r\n");
 }

@@ -1,0 +1,330 @@
+//! Redis Cluster pools: each command goes to its hash slot's primary; a redirection the
+//! cluster answers with (`MOVED`, `ASK`) is followed here, and `TRYAGAIN`/`CLUSTERDOWN`
+//! retried shortly, so clients never see them.
+
+use std::time::{Duration, Instant};
+
+use proto::redis_cmd::{self, CommandPlan, Kind};
+use proto::resp::cluster::{parse_redirect, Redirect};
+use proto::resp::RespRequest;
+use proto::response::Expect;
+use ring::redis_slot::redis_slot;
+
+use super::client::{RedisMulti, SlotKind};
+use super::reply_to::ReplyTo;
+use super::Worker;
+use proto::resp::resp3::Shape;
+
+/// Redis Cluster's reply to keys in more than one slot.
+pub const ERR_CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+/// A slot no primary serves (Redis Cluster's own text).
+const ERR_UNSERVED: &[u8] = b"-CLUSTERDOWN Hash slot not served\r\n";
+
+/// Redirections followed for one command before its last reply is passed on.
+const MAX_REDIRECTS: u8 = 8;
+/// How long a `TRYAGAIN` waits (a slot's keys are moving) and how long a
+/// `CLUSTERDOWN` or an unknown node waits (a failover or a new node).
+const TRYAGAIN_WAIT: Duration = Duration::from_millis(20);
+const DOWN_WAIT: Duration = Duration::from_millis(100);
+/// Without a pool timeout, how long a command keeps being retried.
+const RETRY_FOR: Duration = Duration::from_secs(2);
+
+/// A cluster command as sent, to send again where a redirection points.
+#[derive(Clone)]
+pub(super) struct Resend {
+    pub frame: Vec<u8>,
+    pub slot: u16,
+    pub tries: u8,
+    pub first: Instant,
+}
+
+/// A reply that asked for the command to go elsewhere, or later.
+pub(super) struct Redirected {
+    /// The pool as the command was sent (a reload may have replaced it since).
+    rt: std::sync::Arc<crate::shared::PoolRt>,
+    /// The server that answered.
+    from: usize,
+    to: ReplyTo,
+    resend: Box<Resend>,
+    redirect: Redirect,
+    /// The reply, passed on when the command may not be retried any more.
+    reply: Vec<u8>,
+}
+
+/// Commands waiting to go again: now (followed at the end of the loop turn) or later.
+#[derive(Default)]
+pub(super) struct Redirects {
+    now: Vec<Redirected>,
+    later: Vec<(Instant, Redirected)>,
+}
+
+impl Redirects {
+    pub(super) fn is_empty(&self) -> bool {
+        self.now.is_empty()
+    }
+
+    /// Whether `reply` to cluster command `resend` is one to follow; then it is kept.
+    pub(super) fn take(
+        &mut self,
+        rt: &std::sync::Arc<crate::shared::PoolRt>,
+        from: usize,
+        to: ReplyTo,
+        resend: &Resend,
+        reply: &[u8],
+    ) -> bool {
+        if reply.first() != Some(&b'-') {
+            return false;
+        }
+        let Some(redirect) = parse_redirect(reply) else {
+            return false;
+        };
+        self.now.push(Redirected {
+            rt: rt.clone(),
+            from,
+            to,
+            resend: Box::new(resend.clone()),
+            redirect,
+            reply: reply.to_vec(),
+        });
+        true
+    }
+}
+
+impl Worker {
+    /// The server of pool `p` serving `slot`, None when no primary does.
+    fn slot_owner(&mut self, p: usize, slot: u16) -> Option<usize> {
+        self.pools[p].placement.for_slot(slot)
+    }
+
+    /// Whether pool `p` places keys by a cluster's slot map.
+    #[inline]
+    pub(super) fn is_cluster(&self, p: usize) -> bool {
+        self.pools[p]
+            .rt
+            .learned
+            .as_ref()
+            .is_some_and(|l| l.slots.is_some())
+    }
+
+    /// A keyed or multi-key command of a cluster pool.
+    pub(super) fn route_cluster(
+        &mut self,
+        ci: usize,
+        p: usize,
+        plan: &CommandPlan,
+        req: &RespRequest<'_>,
+    ) {
+        match plan.kind() {
+            Kind::Keyed => {
+                let mut slot = None;
+                for i in plan.key_indexes() {
+                    let s = redis_slot(req.arg(i).unwrap_or_default());
+                    match slot {
+                        Some(first) if first != s => return self.local_reply(ci, ERR_CROSSSLOT),
+                        _ => slot = Some(s),
+                    }
+                }
+                let Some(slot) = slot else {
+                    return self.local_reply(ci, redis_cmd::ERR_EVAL_NO_KEYS);
+                };
+                let c = &mut self.clients[ci];
+                let kind = match c.resp3 {
+                    true => SlotKind::Resp3(Shape::of(req)),
+                    false => SlotKind::Single,
+                };
+                let to = c.push(ci, 1, kind);
+                let frame = match req.raw_multibulk() {
+                    Some(raw) => raw.to_vec(),
+                    None => {
+                        let mut f = Vec::new();
+                        req.write_multibulk(&mut f);
+                        f
+                    }
+                };
+                self.send_cluster(p, to, frame, slot, 0, Instant::now(), None);
+            }
+            Kind::MultiGet | Kind::MultiSum | Kind::MultiSet => {
+                let parts =
+                    redis_cmd::split_multi(plan, req, |k| usize::from(redis_slot(k)));
+                let kind = plan.kind();
+                self.pools[p].rt.counters[self.id]
+                    .pool
+                    .fragments
+                    .add(parts.len() as i64);
+                let mut m = RedisMulti {
+                    kind,
+                    nkeys: plan.key_count(),
+                    positions: Vec::with_capacity(parts.len()),
+                    frags: vec![Vec::new(); parts.len()],
+                    resp3: self.clients[ci].resp3,
+                };
+                let mut frames = Vec::with_capacity(parts.len());
+                for part in parts {
+                    m.positions.push(part.positions);
+                    frames.push((part.server as u16, part.bytes));
+                }
+                let c = &mut self.clients[ci];
+                let to = c.push(ci, frames.len() as u32, SlotKind::RedisMulti(Box::new(m)));
+                let now = Instant::now();
+                for (f, (slot, frame)) in frames.into_iter().enumerate() {
+                    let to = ReplyTo {
+                        frag: f as u16,
+                        ..to
+                    };
+                    self.send_cluster(p, to, frame, slot, 0, now, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends `frame` for `slot` to its primary (or to server `ask`, after `ASKING`); its
+    /// reply goes to `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_cluster(
+        &mut self,
+        p: usize,
+        to: ReplyTo,
+        frame: Vec<u8>,
+        slot: u16,
+        tries: u8,
+        first: Instant,
+        ask: Option<usize>,
+    ) {
+        let server = match ask {
+            Some(s) => Some(s),
+            None => self.slot_owner(p, slot),
+        };
+        let Some(s) = server else {
+            self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+            return self.deliver_now(to, ERR_UNSERVED);
+        };
+        let b = match self.backend_for(p, s, to.client as usize) {
+            Ok(b) => b,
+            Err(msg) => {
+                self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
+                if let Some(l) = &self.pools[p].rt.learned {
+                    if let Some(slots) = &l.slots {
+                        slots.mark_stale();
+                    }
+                }
+                return self.deliver_now(to, &msg);
+            }
+        };
+        if ask.is_some() {
+            self.enqueue(b, &[b"*1\r\n$6\r\nASKING\r\n"], ReplyTo::ASKING, Expect::Any);
+        }
+        self.enqueue(b, &[&frame], to, Expect::Any);
+        let resend = Box::new(Resend {
+            frame,
+            slot,
+            tries,
+            first,
+        });
+        self.backends[b].keep_for_resend(to, resend);
+    }
+
+    fn deliver_now(&mut self, to: ReplyTo, reply: &[u8]) {
+        super::client::deliver(
+            &mut self.clients,
+            &mut self.dirty_clients,
+            to,
+            reply,
+            &[],
+            true,
+        );
+    }
+
+    /// Follows the redirections the turn's replies asked for.
+    pub(super) fn run_redirects(&mut self) {
+        for r in std::mem::take(&mut self.redirects.now) {
+            self.follow(r);
+        }
+    }
+
+    fn follow(&mut self, r: Redirected) {
+        let found = (0..self.pools.len())
+            .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
+        let Some(p) = found else {
+            return self.deliver_now(r.to, &r.reply);
+        };
+        let rt = self.pools[p].rt.clone();
+        let Some(slots) = rt.learned.as_ref().and_then(|l| l.slots.as_ref()) else {
+            return self.deliver_now(r.to, &r.reply);
+        };
+        let limit = rt.timeout().unwrap_or(RETRY_FOR);
+        if r.resend.tries >= MAX_REDIRECTS || r.resend.first.elapsed() >= limit {
+            return self.deliver_now(r.to, &r.reply);
+        }
+        let Resend {
+            frame, slot, tries, first,
+        } = *r.resend;
+        let tries = tries + 1;
+        let target = match &r.redirect {
+            Redirect::Moved { addr, .. } | Redirect::Ask { addr, .. } => {
+                crate::topology::full_addr(&r.rt, addr, r.from)
+                    .and_then(|a| crate::topology::server_at(&rt, &a))
+            }
+            _ => None,
+        };
+        match (&r.redirect, target) {
+            (Redirect::Moved { slot: moved, .. }, Some(s)) => {
+                slots.moved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                slots.moved_to(*moved, s as u16);
+                self.send_cluster(p, r.to, frame, slot, tries, first, None);
+            }
+            (Redirect::Ask { .. }, Some(s)) => {
+                slots.ask.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.send_cluster(p, r.to, frame, slot, tries, first, Some(s));
+            }
+            (redirect, _) => {
+                // A node not known yet, a slot mid-move or a failover: the map is read
+                // again and the command waits a little.
+                slots.mark_stale();
+                slots.retried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let wait = match redirect {
+                    Redirect::TryAgain => TRYAGAIN_WAIT,
+                    _ => DOWN_WAIT,
+                };
+                let resend = Box::new(Resend {
+                    frame,
+                    slot,
+                    tries,
+                    first,
+                });
+                self.redirects
+                    .later
+                    .push((self.now + wait, Redirected { resend, ..r }));
+            }
+        }
+    }
+
+    /// Sends the commands whose wait is over.
+    pub(super) fn fire_redirects(&mut self) {
+        if self.redirects.later.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.redirects.later)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.redirects.later = wait;
+        for (_, r) in due {
+            let Resend {
+                frame, slot, tries, first,
+            } = *r.resend;
+            let found = (0..self.pools.len())
+                .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
+            match found {
+                Some(p) => self.send_cluster(p, r.to, frame, slot, tries, first, None),
+                None => self.deliver_now(r.to, &r.reply),
+            }
+        }
+    }
+
+    /// How long until the next waiting command goes.
+    pub(super) fn next_redirect(&self) -> Option<Duration> {
+        let at = self.redirects.later.iter().map(|(at, _)| *at).min()?;
+        Some(at.saturating_duration_since(Instant::now()) + Duration::from_micros(999))
+    }
+}
