@@ -6,6 +6,7 @@
 //! mcrouter's pool hash functions live beside them: [`furc`] (Ch3 and Crc32),
 //! [`spooky`] (SpookyHash V2, used by WeightedCh3) and [`mcrouter`] (the hash functions as a
 //! pool names them, and the routing key they hash), [`rendezvous`] (Rendezvous and ConstShard).
+//! [`redis_slot`] is Redis Cluster's key to hash slot mapping.
 //!
 //! ```
 //! use ring::{Distribution, Hash, Ring, Server};
@@ -24,6 +25,7 @@
 pub mod furc;
 pub mod hash;
 pub mod mcrouter;
+pub mod redis_slot;
 pub mod rendezvous;
 pub mod ring;
 pub mod spooky;
@@ -31,6 +33,7 @@ pub mod spooky;
 pub use crate::furc::{crc32_hash, furc_hash, FURC_MAX_POOL_SIZE};
 pub use crate::hash::{Hash, UnknownName};
 pub use crate::mcrouter::{PoolHash, PoolHashError, RoutingKey};
+pub use crate::redis_slot::{redis_slot, REDIS_SLOTS};
 pub use crate::rendezvous::Rendezvous;
 pub use crate::ring::{
     hash_tag_slice, ketama_points, Distribution, Point, Ring, Server, KETAMA_DEFAULT_PORT,

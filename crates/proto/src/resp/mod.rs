@@ -21,6 +21,7 @@
 
 use std::fmt;
 
+pub mod cluster;
 mod reply;
 pub mod resp3;
 pub use reply::*;

@@ -1,0 +1,99 @@
+//! Redis Cluster's key to hash slot mapping.
+//!
+//! A key's slot is CRC-16/XMODEM of the key modulo 16384, or of its hash tag when it has one:
+//! the bytes between the first `{` and the first `}` after it, when there are any. An empty
+//! tag means the whole key, never a later tag (`{}{a}` hashes all five bytes). That is exactly
+//! twemproxy's rule for the tag `{}` (both scan the same way), so [`hash_tag_slice`] is reused;
+//! the Redis vectors below pin the behaviour should that function ever change.
+
+use crc::{Crc, CRC_16_XMODEM};
+
+use crate::ring::hash_tag_slice;
+
+/// Number of hash slots in a Redis Cluster.
+pub const REDIS_SLOTS: usize = 16384;
+
+const XMODEM: Crc<u16> = Crc::<u16>::new(&CRC_16_XMODEM);
+
+/// Redis Cluster's hash slot of a key: CRC16 (XMODEM/CCITT, the one in redis' crc16.c) of the
+/// key, or of its hash tag (the bytes between the first '{' and the first '}' after it, when
+/// that is non-empty), modulo 16384.
+pub fn redis_slot(key: &[u8]) -> u16 {
+    (XMODEM.checksum(redis_hash_tag(key)) as usize % REDIS_SLOTS) as u16
+}
+
+/// The bytes of `key` that Redis Cluster hashes: its tag when non-empty, else the whole key.
+fn redis_hash_tag(key: &[u8]) -> &[u8] {
+    hash_tag_slice(key, Some(*b"{}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `CLUSTER KEYSLOT` answers of a real redis-server (see tests/vectors/README.md).
+    const VECTORS: &str = include_str!("../../../tests/vectors/redis-cluster-slots.tsv");
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn matches_redis_server() {
+        let mut n = 0;
+        for line in VECTORS.lines() {
+            let (hex, slot) = line.split_once('\t').unwrap();
+            let key = unhex(hex);
+            assert_eq!(
+                redis_slot(&key),
+                slot.parse::<u16>().unwrap(),
+                "key {key:?}"
+            );
+            n += 1;
+        }
+        assert!(n >= 60, "only {n} vectors");
+    }
+
+    #[test]
+    fn tag_edge_cases() {
+        // Empty tag: the whole key, not the next tag.
+        assert_eq!(redis_hash_tag(b"{}"), b"{}");
+        assert_eq!(redis_hash_tag(b"{}{a}"), b"{}{a}");
+        assert_eq!(redis_hash_tag(b"a{b}c{d}"), b"b");
+        assert_eq!(redis_hash_tag(b"{"), b"{");
+        // A '}' before the first '{' does not close it.
+        assert_eq!(redis_hash_tag(b"}{"), b"}{");
+        assert_eq!(redis_hash_tag(b"}{a}"), b"a");
+        assert_eq!(redis_hash_tag(b"{{a}}"), b"{a");
+        assert_eq!(redis_hash_tag(b""), b"");
+        assert_eq!(redis_hash_tag(b"\xff{\x00\x80}\x01"), b"\x00\x80");
+        assert_eq!(redis_slot(b""), 0);
+        // The check value of CRC-16/XMODEM.
+        assert_eq!(XMODEM.checksum(b"123456789"), 0x31c3);
+    }
+
+    proptest! {
+        #[test]
+        fn tagged_key_hashes_like_its_tag(
+            pre in proptest::collection::vec(any::<u8>().prop_filter("no {", |b| *b != b'{'), 0..20),
+            tag in proptest::collection::vec(any::<u8>().prop_filter("no }", |b| *b != b'}'), 1..20),
+            post in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let mut key = pre;
+            key.push(b'{');
+            key.extend_from_slice(&tag);
+            key.push(b'}');
+            key.extend_from_slice(&post);
+            prop_assert_eq!(redis_slot(&key), redis_slot(&tag));
+        }
+
+        #[test]
+        fn slot_is_in_range(key in proptest::collection::vec(any::<u8>(), 0..100)) {
+            prop_assert!((redis_slot(&key) as usize) < REDIS_SLOTS);
+        }
+    }
+}
