@@ -184,6 +184,8 @@ static COMMANDS: &[CommandSpec] = &[
     spec!("psetex", K, FIRST),
     spec!("pttl", K, FIRST),
     spec!("quit", Kind::Local(Local::Quit), KeyArgs::None),
+    spec!("rename", K, Two(1, 2)),
+    spec!("renamenx", K, Two(1, 2)),
     spec!("restore", K, FIRST),
     spec!("rpop", K, FIRST),
     spec!("rpoplpush", K, Two(1, 2)),
@@ -792,6 +794,9 @@ mod tests {
             Kind::Local(Local::Select)
         );
         assert_eq!(plan_of(&[b"command", b"docs"]).unwrap().0, Kind::AnyServer);
+        // Both keys must live on one server (a hash tag keeps them together).
+        assert_eq!(plan_of(&[b"rename", b"a", b"b"]).unwrap().0, Kind::Keyed);
+        assert!(plan_of(&[b"renamenx", b"a"]).is_err());
         for c in [
             &b"keys"[..],
             b"flushall",
@@ -799,7 +804,6 @@ mod tests {
             b"subscribe",
             b"info",
             b"msetnx",
-            b"rename",
             b"blpop",
             b"scan",
         ] {

@@ -184,6 +184,11 @@ impl PoolRt {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// Milliseconds since the router started (the clock learned pools' maps are dated by).
+    pub fn uptime_ms(&self) -> u64 {
+        self.now_ms()
+    }
+
     /// A reply came back from server `s`: its consecutive failure count starts over.
     #[inline]
     pub fn record_success(&self, s: usize) {

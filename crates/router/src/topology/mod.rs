@@ -283,3 +283,22 @@ pub fn describe_change(before: Option<&Found>, after: &Found) -> String {
         (None, new) => format!("cluster nodes [{}]", list(new)),
     }
 }
+
+/// A Redis Cluster pool's slot map figures for the stats port: slots served, the map's age
+/// and reads, redirections followed and retries.
+pub fn stats_fields(rt: &PoolRt) -> Vec<(&'static str, i64)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(slots) = rt.learned.as_ref().and_then(|l| l.slots.as_ref()) else {
+        return Vec::new();
+    };
+    let now = rt.uptime_ms();
+    let at = slots.refreshed_at_ms.load(Relaxed);
+    vec![
+        ("cluster_slots_served", slots.covered() as i64),
+        ("slot_map_age_ms", now.saturating_sub(at) as i64),
+        ("slot_map_reads", slots.refreshes.load(Relaxed) as i64),
+        ("redirect_moved", slots.moved.load(Relaxed) as i64),
+        ("redirect_ask", slots.ask.load(Relaxed) as i64),
+        ("cluster_retries", slots.retried.load(Relaxed) as i64),
+    ]
+}

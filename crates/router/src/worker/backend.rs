@@ -598,6 +598,10 @@ impl Worker {
                 format!("server refused AUTH/SELECT: {e}")
             }
         };
+        if let Some(slots) = be.rt.learned.as_ref().and_then(|l| l.slots.as_ref()) {
+            // A cluster node gone: its slots may have a new primary already.
+            slots.mark_stale();
+        }
         let refused = matches!(&why, Why::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused);
         let exec_result = match &why {
             Why::Timeout if be.connecting => McResult::ConnectTimeout,
