@@ -460,9 +460,19 @@ def left_by(tallies: list[Tally], target: str, since: float = 0.0) -> dict[str, 
 
 
 def route_until_exit(conf: str, tmp_path: Path, limit: float = 10.0) -> tuple[int, str]:
-    """Runs `memfleet route` on `conf` in the foreground; (exit code, its output)."""
+    """Runs `memfleet route` on `conf` in the foreground; (exit code, its output). The
+    configuration must pass `memfleet route -t` first: a start-up failure under test is the
+    servers', not a file the router refuses to read."""
     path = tmp_path / "conf.yml"
     path.write_text(conf)
+    checked = subprocess.run(
+        [memfleet_bin(), "route", "-t", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=limit,
+        check=False,
+    )
+    assert checked.returncode == 0 and "syntax is ok" in checked.stderr, checked.stderr
     argv = [memfleet_bin(), "route", "-c", str(path), "-s", str(free_port()), "-a", "127.0.0.1"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=limit, check=False)
