@@ -169,6 +169,8 @@ class Cluster:
         self.workdir = Path(tempfile.mkdtemp(prefix="redis-cluster-"))
         self.nodes: list[RedisProcess] = []
         self.killed: set[int] = set()  # ports of nodes killed on purpose
+        # Each killed primary with the ids of its replicas then.
+        self.victims: list[tuple[NodeInfo, set[str]]] = []
         try:
             for _ in range(primaries * (replicas + 1)):
                 self.nodes.append(self._start_node())
@@ -302,15 +304,31 @@ class Cluster:
     def kill_primary(self, i: int) -> NodeInfo:
         """kill -9 the i-th primary (by lowest slot); returns it as it was."""
         victim = self.primaries()[i]
+        self.victims.append((victim, {n.id for n in self.replicas() if n.primary_id == victim.id}))
         proc = next(n for n in self.nodes if n.port == victim.port)
         self.killed.add(victim.port)
         proc.kill()
         return victim
 
-    def wait_failover(self, timeout: float = 30.0) -> None:
-        """Until a replica has taken over every slot of the killed primaries and every live
-        node agrees."""
-        self.wait_ok(timeout)
+    def wait_failover(self, timeout: float = 30.0) -> list[NodeInfo]:
+        """Until, for each killed primary, one of its replicas is a primary serving all its
+        slots, and every live node agrees; returns those promoted replicas."""
+        promoted: list[NodeInfo] = []
+
+        def done() -> bool:
+            if not self.agreed():
+                return False
+            primaries = self.primaries()
+            promoted[:] = [
+                p
+                for victim, replicas in self.victims
+                for p in primaries
+                if p.id in replicas and victim.slots <= p.slots
+            ]
+            return len(promoted) == len(self.victims)
+
+        wait_until(done, "a replica took over each killed primary's slots", timeout)
+        return promoted
 
     def stop(self) -> None:
         for n in self.nodes:

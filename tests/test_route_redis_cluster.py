@@ -16,9 +16,10 @@ from pathlib import Path
 
 import proxy_harness
 import pytest
-import redis
 from harness import free_port
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import ClusterCrossSlotError
 from redis_cluster import (
     N_SLOTS,
     REDIS_CLI,
@@ -213,8 +214,14 @@ def test_multi_key_commands_split_refused_or_kept_together(router: Proxy, cluste
             lambda: r.sunionstore(b, [a, f"{a}:s"]),
             lambda: r.smove(f"{a}:s", b, "m"),
         ):
-            with pytest.raises(redis.ResponseError, match=re.escape(CROSSSLOT)):
+            # redis-py picks this class by the reply's CROSSSLOT code, and strips the code.
+            with pytest.raises(
+                ClusterCrossSlotError, match=re.escape(CROSSSLOT[len("CROSSSLOT ") :])
+            ):
                 call()
+        with socket.create_connection(("127.0.0.1", router.port), timeout=5) as s:
+            s.sendall(resp_command("RENAME", a, b))
+            assert read_some(s) == f"-{CROSSSLOT}\r\n".encode()
         assert r.get(a) == "1" and r.get(b) is None, "a refused command changed nothing"
 
         t = "{same}"
@@ -232,33 +239,66 @@ def test_multi_key_commands_split_refused_or_kept_together(router: Proxy, cluste
 
 def test_resp3_after_hello_3(router: Proxy) -> None:
     assert router.port
+    keys = ["r3:s", "r3:x", "r3:y"]
+    assert len({key_slot(k.encode()) for k in keys}) == 3, "the MGET below is split"
     with socket.create_connection(("127.0.0.1", router.port), timeout=5) as s:
-        s.sendall(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-        assert read_some(s).startswith(b"%"), "HELLO 3 answers with a map"
-        s.sendall(b"*4\r\n$4\r\nHSET\r\n$4\r\nr3:h\r\n$1\r\nf\r\n$1\r\nv\r\n")
+        s.sendall(resp_command("HELLO", "3"))
+        hello = read_some(s)
+        assert hello.startswith(b"%") and b"$5\r\nproto\r\n:3\r\n" in hello, hello
+        s.sendall(resp_command("HSET", "r3:h", "f", "v"))
         assert read_some(s) in (b":1\r\n", b":0\r\n")
-        s.sendall(b"*2\r\n$7\r\nHGETALL\r\n$4\r\nr3:h\r\n")
+        s.sendall(resp_command("HGETALL", "r3:h"))
         assert read_some(s) == b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        s.sendall(resp_command("SET", "r3:s", "v"))
+        assert read_some(s) == b"+OK\r\n"
         # A split MGET merges into one array; a missing key is RESP3's null.
-        s.sendall(b"*4\r\n$4\r\nMGET\r\n$4\r\nr3:h\r\n$4\r\nr3:x\r\n$4\r\nr3:y\r\n")
-        reply = read_some(s)
-        assert reply.startswith(b"*3\r\n") and reply.endswith(b"_\r\n_\r\n"), reply
+        s.sendall(resp_command("MGET", *keys))
+        assert read_some(s) == b"*3\r\n$1\r\nv\r\n_\r\n_\r\n"
+        s.sendall(resp_command("GET", "r3:x"))
+        assert read_some(s) == b"_\r\n"
     with plain(router.port, 3) as r:
         assert r.hgetall("r3:h") == {"f": "v"}
+        assert r.mget(keys) == ["v", None, None]
+
+
+def resp_command(*args: str) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()))
+    return b"".join(out)
 
 
 def read_some(s: socket.socket) -> bytes:
-    """One reply's worth: reads until the peer pauses (replies here are small)."""
-    data = s.recv(65536)
-    s.settimeout(0.2)
-    try:
-        while chunk := s.recv(65536):
-            data += chunk
-    except (socket.timeout, TimeoutError):
-        pass
-    finally:
-        s.settimeout(5)
-    return data
+    """Exactly one whole RESP2/RESP3 reply (the socket's timeout bounds the wait)."""
+    buf = b""
+    while (end := reply_end(buf, 0)) is None:
+        chunk = s.recv(65536)
+        assert chunk, f"closed after {buf!r}"
+        buf += chunk
+    assert end == len(buf), f"more than one reply: {buf!r}"
+    return buf
+
+
+def reply_end(buf: bytes, pos: int) -> int | None:
+    """Where the reply starting at `pos` ends, None if `buf` does not hold all of it yet."""
+    nl = buf.find(b"\r\n", pos)
+    if nl < 0:
+        return None
+    kind, head = buf[pos : pos + 1], buf[pos + 1 : nl]
+    if kind in b"+-:_,#(":
+        return nl + 2
+    n = int(head)
+    if kind in b"$=!":
+        end = nl + 2 + (n + 2 if n >= 0 else 0)
+        return end if len(buf) >= end else None
+    items = 2 * n if kind in b"%|" else n
+    p: int | None = nl + 2
+    for _ in range(max(items, 0)):
+        assert p is not None
+        p = reply_end(buf, p)
+        if p is None:
+            return None
+    return p
 
 
 # ---------------------------------------------------------------- changes under load
@@ -368,11 +408,12 @@ def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
         try:
             load.started()
             killed_at = time.time()
-            own.kill_primary(0)
-            own.wait_failover()
+            victim = own.kill_primary(0)
+            promoted = own.wait_failover()
             recovered_at = time.time()
         finally:
             tallies = load.stop()
+        assert len(promoted) == 1 and victim.slots <= promoted[0].slots
         window_end = failover_summary(f"cluster/{target}", tallies, killed_at, recovered_at, NEED)
         left = left_by(tallies, target, since=window_end)
         with direct(own) as straight:
