@@ -66,10 +66,40 @@ def wait_until(check: Callable[[], bool], what: str, limit: float) -> None:
     raise TimeoutError(f"not within {limit} s: {what}")
 
 
-def connect(port: int) -> redis.Redis:
+def connect(port: int, password: str | None = None) -> redis.Redis:
     return redis.Redis(
-        host="127.0.0.1", port=port, protocol=2, decode_responses=True, socket_timeout=5
+        host="127.0.0.1",
+        port=port,
+        password=password,
+        protocol=2,
+        decode_responses=True,
+        socket_timeout=5,
     )
+
+
+@dataclass(frozen=True)
+class Auth:
+    """Passwords on the data nodes: `password` for the default user (the harness, replication,
+    redis-cli) and an ACL user `user` with `user_password` and every right (for the router)."""
+
+    password: str
+    user: str
+    user_password: str
+
+    def flags(self) -> list[str]:
+        return [
+            "--requirepass",
+            self.password,
+            "--masterauth",
+            self.password,
+            "--user",
+            self.user,
+            "on",
+            f">{self.user_password}",
+            "~*",
+            "&*",
+            "+@all",
+        ]
 
 
 class RedisProcess:
@@ -85,6 +115,7 @@ class RedisProcess:
         argv += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(workdir)]
         argv += ["--daemonize", "no", "--logfile", str(self.log), *flags]
         self.argv = argv
+        self.password: str | None = None  # what client() authenticates with
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RedisProcess:
@@ -116,11 +147,15 @@ class RedisProcess:
             terminate(self.proc)
 
     def client(self) -> redis.Redis:
-        return connect(self.port)
+        return connect(self.port, self.password)
 
 
-def data_node(workdir: Path, *flags: str) -> RedisProcess:
-    return RedisProcess(workdir, "--save", "", "--appendonly", "no", *flags)
+def data_node(workdir: Path, *flags: str, auth: Auth | None = None) -> RedisProcess:
+    node = RedisProcess(
+        workdir, "--save", "", "--appendonly", "no", *(auth.flags() if auth else []), *flags
+    )
+    node.password = auth.password if auth else None
+    return node
 
 
 @dataclass(frozen=True)
@@ -165,7 +200,14 @@ class Cluster:
     """A Redis Cluster of `primaries` primaries with `replicas` replicas each, in cluster mode
     on free loopback ports; up and agreed on the slot map when the constructor returns."""
 
-    def __init__(self, primaries: int = 3, replicas: int = 1, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        primaries: int = 3,
+        replicas: int = 1,
+        timeout: float = 30.0,
+        auth: Auth | None = None,
+    ) -> None:
+        self.auth = auth
         self.workdir = Path(tempfile.mkdtemp(prefix="redis-cluster-"))
         self.nodes: list[RedisProcess] = []
         self.killed: set[int] = set()  # ports of nodes killed on purpose
@@ -189,15 +231,26 @@ class Cluster:
             raise
 
     def _start_node(self) -> RedisProcess:
-        node = data_node(self.workdir, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+        node = data_node(
+            self.workdir,
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            "2000",
+            auth=self.auth,
+        )
         node.argv += ["--cluster-config-file", str(self.workdir / f"nodes-{node.port}.conf")]
         # The bus port defaults to port + 10000, past 65535 for a test port: name one.
         node.argv += ["--cluster-port", str(free_port())]
         return node.start()
 
+    def cli_argv(self, *args: str) -> list[str]:
+        login = ["-a", self.auth.password, "--no-auth-warning"] if self.auth else []
+        return [REDIS_CLI or "redis-cli", *login, *args]
+
     def _cli(self, *args: str, timeout: float = 30.0) -> str:
         out = subprocess.run(
-            [REDIS_CLI or "redis-cli", *args],
+            self.cli_argv(*args),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -262,8 +315,7 @@ class Cluster:
         """Starts moving `n_slots` slots (with their keys) from node id `src` to `dst` with
         `redis-cli --cluster reshard`; returns the running process."""
         return subprocess.Popen(
-            [
-                REDIS_CLI or "redis-cli",
+            self.cli_argv(
                 "--cluster",
                 "reshard",
                 self.live[0].address,
@@ -274,7 +326,7 @@ class Cluster:
                 "--cluster-slots",
                 str(n_slots),
                 "--cluster-yes",
-            ],
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -339,16 +391,25 @@ class Cluster:
 class SentinelSet:
     """A primary, `replicas` replicas of it, and three Sentinels watching it as `name`."""
 
-    def __init__(self, name: str = "mymaster", replicas: int = 1, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        name: str = "mymaster",
+        replicas: int = 1,
+        timeout: float = 30.0,
+        auth: Auth | None = None,
+    ) -> None:
         self.name = name
+        self.auth = auth
         self.workdir = Path(tempfile.mkdtemp(prefix="redis-sentinel-"))
         self.primary: RedisProcess | None = None
         self.replicas: list[RedisProcess] = []
         self.sentinels: list[RedisProcess] = []
         try:
-            self.primary = data_node(self.workdir).start()
+            self.primary = data_node(self.workdir, auth=auth).start()
             for _ in range(replicas):
-                r = data_node(self.workdir, "--replicaof", "127.0.0.1", str(self.primary.port))
+                r = data_node(
+                    self.workdir, "--replicaof", "127.0.0.1", str(self.primary.port), auth=auth
+                )
                 self.replicas.append(r.start())
             for i in range(3):
                 self.sentinels.append(self._start_sentinel(i))
@@ -365,6 +426,7 @@ class SentinelSet:
             f"sentinel monitor {self.name} 127.0.0.1 {self.primary.port} 2\n"
             f"sentinel down-after-milliseconds {self.name} 1000\n"
             f"sentinel failover-timeout {self.name} 5000\n"
+            + (f"sentinel auth-pass {self.name} {self.auth.password}\n" if self.auth else "")
         )
         return RedisProcess(self.workdir, "--sentinel", conf=conf).start()
 

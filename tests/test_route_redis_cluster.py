@@ -23,6 +23,7 @@ from redis.exceptions import ClusterCrossSlotError
 from redis_cluster import (
     N_SLOTS,
     REDIS_CLI,
+    Auth,
     Cluster,
     RedisProcess,
     data_node,
@@ -75,6 +76,7 @@ def direct(cluster: Cluster, protocol: int = 2) -> RedisCluster:
     return RedisCluster(
         host="127.0.0.1",
         port=cluster.live[0].port,
+        password=cluster.auth.password if cluster.auth else None,
         protocol=protocol,
         decode_responses=True,
         socket_timeout=5,
@@ -207,6 +209,7 @@ def test_multi_key_commands_split_refused_or_kept_together(router: Proxy, cluste
         assert straight.exists(*keys[:40]) == 0 and straight.exists(*keys[40:]) == 20
 
         a, b = two_slots(cluster)
+        assert key_slot(f"{a}:s".encode()) not in (key_slot(a.encode()), key_slot(b.encode()))
         r.set(a, "1")
         r.sadd(f"{a}:s", "m")
         for call in (
@@ -299,6 +302,33 @@ def reply_end(buf: bytes, pos: int) -> int | None:
         if p is None:
             return None
     return p
+
+
+def test_backend_user_and_password() -> None:
+    """`redis_backend_user` and `redis_backend_auth`: the router logs in to every node as that
+    ACL user; its own clients give no password (the pool has no `redis_auth`)."""
+    auth = Auth(password="harness-secret", user="memfleet", user_password="router-secret")
+    own = Cluster(primaries=3, replicas=0, auth=auth)
+    try:
+        port = free_port()
+        conf = cluster_yaml(
+            "cl",
+            port,
+            own.seeds[:2],
+            redis_backend_user=auth.user,
+            redis_backend_auth=auth.user_password,
+        )
+        with Proxy(conf, port), plain(port) as r, direct(own) as straight:
+            left: dict[str, Value] = {}
+            for i in range(10):
+                left.update(python_round(r, "auth", i))
+            assert_all_read_back([r, straight], left)
+            for node in own.live:
+                with node.client() as c:
+                    users = {client["user"] for client in c.client_list()}
+                assert auth.user in users, f"{node.address}: no connection as {auth.user}"
+    finally:
+        own.stop()
 
 
 # ---------------------------------------------------------------- changes under load

@@ -18,7 +18,7 @@ import pytest
 import redis
 from harness import free_port
 from redis.sentinel import Sentinel
-from redis_cluster import REDIS_CLI, SentinelSet, require, require_php_redis
+from redis_cluster import REDIS_CLI, Auth, SentinelSet, require, require_php_redis
 from redis_workload import (
     Client,
     Load,
@@ -44,7 +44,9 @@ def tools() -> None:
     require("redis-server", "redis-cli")
 
 
-def sentinel_yaml(pool: str, port: int, sentinels: list[str], master: str = NAME) -> str:
+def sentinel_yaml(
+    pool: str, port: int, sentinels: list[str], master: str = NAME, **opts: object
+) -> str:
     return proxy_harness.pool_yaml(
         pool,
         f"127.0.0.1:{port}",
@@ -52,6 +54,7 @@ def sentinel_yaml(pool: str, port: int, sentinels: list[str], master: str = NAME
         redis=True,
         redis_sentinel=master,
         timeout=2000,
+        **opts,
     )
 
 
@@ -156,6 +159,31 @@ def test_mixed_workload_through_the_router(router: Proxy, sentinels: SentinelSet
     # Everything is on the primary the Sentinels name, and nowhere else but its replica.
     with plain(router.port) as r, sentinels.primary.client() as primary:
         assert_all_read_back([r, primary], left)
+
+
+def test_backend_user_and_password() -> None:
+    """`redis_backend_user` and `redis_backend_auth`: the router logs in to the primary as
+    that ACL user; its own clients give no password (the pool has no `redis_auth`)."""
+    auth = Auth(password="harness-secret", user="memfleet", user_password="router-secret")
+    own = SentinelSet(NAME, replicas=0, auth=auth)
+    try:
+        assert own.primary is not None
+        port = free_port()
+        conf = sentinel_yaml(
+            "sn",
+            port,
+            own.addresses,
+            redis_backend_user=auth.user,
+            redis_backend_auth=auth.user_password,
+        )
+        with Proxy(conf, port), plain(port) as r, own.primary.client() as primary:
+            left: dict[str, Value] = {}
+            for i in range(10):
+                left.update(python_round(r, "auth", i))
+            assert_all_read_back([r, primary], left)
+            assert auth.user in {client["user"] for client in primary.client_list()}
+    finally:
+        own.stop()
 
 
 # ---------------------------------------------------------------- start-up errors
