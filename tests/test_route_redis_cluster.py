@@ -1,0 +1,468 @@
+"""`memfleet route` with a Redis Cluster pool (`redis_cluster: true`) against a real cluster
+(tests/redis_cluster.py): clients speak plain Redis to the router and never see MOVED or ASK;
+multi-key commands are split over slots or refused with CROSSSLOT; resharding, a new replica
+and a primary's crash under load. The workload (tests/redis_workload.py) is run straight
+against the cluster too, with redis-py's and PHP's cluster clients, to prove it apart from the
+router. Run with -s to see the failover figures."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import proxy_harness
+import pytest
+from harness import free_port
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import ClusterCrossSlotError
+from redis_cluster import (
+    N_SLOTS,
+    REDIS_CLI,
+    Auth,
+    Cluster,
+    RedisProcess,
+    data_node,
+    require,
+    require_php_redis,
+)
+from redis_workload import (
+    Client,
+    Load,
+    Value,
+    assert_all_read_back,
+    failover_summary,
+    left_by,
+    php_rounds_left,
+    plain,
+    python_round,
+    resp_sets,
+    route_until_exit,
+    run_php,
+)
+
+Proxy = proxy_harness.Proxy
+CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
+NEED = 20  # clean rounds in a row each client must reach once the disturbance is over
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tools() -> None:
+    require("redis-server", "redis-cli")
+
+
+def cluster_yaml(name: str, port: int, seeds: list[str], **opts: object) -> str:
+    return proxy_harness.pool_yaml(
+        name,
+        f"127.0.0.1:{port}",
+        [f"{s}:1" for s in seeds],
+        redis=True,
+        redis_cluster=True,
+        timeout=2000,
+        **opts,
+    )
+
+
+def start_router(cluster: Cluster) -> Proxy:
+    port = free_port()
+    return Proxy(cluster_yaml("cl", port, cluster.seeds[:2]), port).start()
+
+
+def direct(cluster: Cluster, protocol: int = 2) -> RedisCluster:
+    return RedisCluster(
+        host="127.0.0.1",
+        port=cluster.live[0].port,
+        password=cluster.auth.password if cluster.auth else None,
+        protocol=protocol,
+        decode_responses=True,
+        socket_timeout=5,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(primaries=3, replicas=1)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def router(cluster: Cluster) -> Iterator[Proxy]:
+    p = start_router(cluster)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+# ---------------------------------------------------------------- the harness and workload
+
+
+def test_harness_makes_one_agreed_cluster(cluster: Cluster) -> None:
+    nodes = cluster.topology()
+    primaries = cluster.primaries()
+    assert len(nodes) == 6 and len(primaries) == 3
+    slots = [s for p in primaries for s in p.slots]
+    assert sorted(slots) == list(range(N_SLOTS)), "each slot owned by exactly one primary"
+    replicas = cluster.replicas()
+    assert sorted(r.primary_id or "" for r in replicas) == sorted(p.id for p in primaries)
+    for n in cluster.live:
+        with n.client() as r:
+            assert "cluster_state:ok" in r.execute_command("CLUSTER", "INFO")
+            assert n.port > 61000
+    assert cluster.agreed()
+
+
+def test_workload_runs_straight_against_the_cluster(cluster: Cluster) -> None:
+    """The drivers themselves, with cluster-aware clients and no router."""
+    left: dict[str, Value] = {}
+    for proto in (2, 3):
+        with direct(cluster, proto) as r:
+            for i in range(20):
+                left.update(python_round(r, f"d{proto}", i))
+    require_php_redis()
+    php = run_php("cluster", cluster.seeds[:2], "dphp", 20)
+    assert not php.errors and not php.mismatches and len(php.rounds) == 20
+    left.update(php_rounds_left(php, "dphp"))
+    with direct(cluster) as r:
+        assert_all_read_back([r], left)
+
+
+# ---------------------------------------------------------------- through the router
+
+
+def test_mixed_workload_through_the_router(router: Proxy, cluster: Cluster) -> None:
+    assert router.port
+    left: dict[str, Value] = {}
+    for proto in (2, 3):
+        with plain(router.port, proto) as r:
+            for i in range(30):
+                left.update(python_round(r, f"r{proto}", i))
+
+    cli = [REDIS_CLI or "redis-cli", "-p", str(router.port), "--no-raw"]
+
+    def run(*args: str, stdin: bytes | None = None) -> str:
+        out = subprocess.run(
+            [*cli, *args], input=stdin, capture_output=True, timeout=20, check=False
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.decode()
+
+    assert run("SET", "cli:a", "alpha").strip() == "OK"
+    assert run("GET", "cli:a").strip() == '"alpha"'
+    assert run("MSET", "cli:b", "1", "cli:c", "2", "cli:d", "3").strip() == "OK"
+    assert run("MGET", "cli:d", "cli:b", "cli:none", "cli:a").splitlines() == [
+        '1) "3"',
+        '2) "1"',
+        "3) (nil)",
+        '4) "alpha"',
+    ]
+    assert run("DEL", "cli:b", "cli:c", "cli:none").strip() == "(integer) 2"
+    assert run("INCR", "cli:d").strip() == "(integer) 4"
+    left.update({"cli:a": "alpha", "cli:d": "4"})
+    piped = [(f"pipe:{i}", f"value-{i}") for i in range(500)]
+    out = run("--pipe", stdin=resp_sets(piped))
+    assert "errors: 0, replies: 500" in out, out
+    left.update(dict(piped))
+
+    require_php_redis()
+    php = run_php("redis", [f"127.0.0.1:{router.port}"], "rphp", 30)
+    assert not php.errors and not php.mismatches and len(php.rounds) == 30, php.output[-2000:]
+    left.update(php_rounds_left(php, "rphp"))
+
+    with plain(router.port) as via_router, direct(cluster) as straight:
+        assert_all_read_back([via_router, straight], left)
+
+
+def two_slots(cluster: Cluster) -> tuple[str, str]:
+    """Two keys on different primaries."""
+    with direct(cluster) as r:
+        owner = {s: p.id for p in cluster.primaries() for s in p.slots}
+        a = "xs:a"
+        for i in range(1000):
+            b = f"xs:b{i}"
+            if owner[r.keyslot(b)] != owner[r.keyslot(a)]:
+                return a, b
+    raise AssertionError("no two keys on different primaries")
+
+
+def test_multi_key_commands_split_refused_or_kept_together(router: Proxy, cluster: Cluster) -> None:
+    assert router.port
+    keys = [f"split:{i}" for i in range(60)]
+    with plain(router.port) as r, direct(cluster) as straight:
+        owners = {p.id for p in cluster.primaries() for k in keys if straight.keyslot(k) in p.slots}
+        assert len(owners) == 3, "the keys span every primary"
+        assert r.mset({k: f"v{k}" for k in keys}) is True
+        assert r.mget([*keys, "split:none"]) == [f"v{k}" for k in keys] + [None]
+        assert straight.mget_nonatomic(keys) == [f"v{k}" for k in keys]
+        assert r.exists(*keys, "split:none") == 60
+        assert r.touch(*keys) == 60
+        assert r.delete(*keys[:20], "split:none") == 20
+        assert r.unlink(*keys[20:40]) == 20
+        assert r.exists(*keys) == 20
+        assert straight.exists(*keys[:40]) == 0 and straight.exists(*keys[40:]) == 20
+
+        a, b = two_slots(cluster)
+        assert key_slot(f"{a}:s".encode()) not in (key_slot(a.encode()), key_slot(b.encode()))
+        r.set(a, "1")
+        r.sadd(f"{a}:s", "m")
+        for call in (
+            lambda: r.rename(a, b),
+            lambda: r.sunionstore(b, [a, f"{a}:s"]),
+            lambda: r.smove(f"{a}:s", b, "m"),
+        ):
+            # redis-py picks this class by the reply's CROSSSLOT code, and strips the code.
+            with pytest.raises(
+                ClusterCrossSlotError, match=re.escape(CROSSSLOT[len("CROSSSLOT ") :])
+            ):
+                call()
+        with socket.create_connection(("127.0.0.1", router.port), timeout=5) as s:
+            s.sendall(resp_command("RENAME", a, b))
+            assert read_some(s) == f"-{CROSSSLOT}\r\n".encode()
+        assert r.get(a) == "1" and r.get(b) is None, "a refused command changed nothing"
+
+        t = "{same}"
+        assert r.set(f"{t}a", "1") is True and r.rename(f"{t}a", f"{t}b") is True
+        assert r.sadd(f"{t}x", "1", "2") == 2 and r.sadd(f"{t}y", "3") == 1
+        assert r.sunionstore(f"{t}u", [f"{t}x", f"{t}y"]) == 3
+        assert r.smove(f"{t}x", f"{t}y", "1") is True
+        assert straight.smembers(f"{t}y") == {"1", "3"}
+
+        assert r.eval("return redis.call('SET', KEYS[1], ARGV[1])", 1, "ev:k", "e") == "OK"
+        script = "return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}"
+        assert r.eval(script, 2, f"{t}b", f"{t}a") == ["1", None]
+        assert straight.get("ev:k") == "e"
+
+
+def test_resp3_after_hello_3(router: Proxy) -> None:
+    assert router.port
+    keys = ["r3:s", "r3:x", "r3:y"]
+    assert len({key_slot(k.encode()) for k in keys}) == 3, "the MGET below is split"
+    with socket.create_connection(("127.0.0.1", router.port), timeout=5) as s:
+        s.sendall(resp_command("HELLO", "3"))
+        hello = read_some(s)
+        assert hello.startswith(b"%") and b"$5\r\nproto\r\n:3\r\n" in hello, hello
+        s.sendall(resp_command("HSET", "r3:h", "f", "v"))
+        assert read_some(s) in (b":1\r\n", b":0\r\n")
+        s.sendall(resp_command("HGETALL", "r3:h"))
+        assert read_some(s) == b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        s.sendall(resp_command("SET", "r3:s", "v"))
+        assert read_some(s) == b"+OK\r\n"
+        # A split MGET merges into one array; a missing key is RESP3's null.
+        s.sendall(resp_command("MGET", *keys))
+        assert read_some(s) == b"*3\r\n$1\r\nv\r\n_\r\n_\r\n"
+        s.sendall(resp_command("GET", "r3:x"))
+        assert read_some(s) == b"_\r\n"
+    with plain(router.port, 3) as r:
+        assert r.hgetall("r3:h") == {"f": "v"}
+        assert r.mget(keys) == ["v", None, None]
+
+
+def resp_command(*args: str) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()))
+    return b"".join(out)
+
+
+def read_some(s: socket.socket) -> bytes:
+    """Exactly one whole RESP2/RESP3 reply (the socket's timeout bounds the wait)."""
+    buf = b""
+    while (end := reply_end(buf, 0)) is None:
+        chunk = s.recv(65536)
+        assert chunk, f"closed after {buf!r}"
+        buf += chunk
+    assert end == len(buf), f"more than one reply: {buf!r}"
+    return buf
+
+
+def reply_end(buf: bytes, pos: int) -> int | None:
+    """Where the reply starting at `pos` ends, None if `buf` does not hold all of it yet."""
+    nl = buf.find(b"\r\n", pos)
+    if nl < 0:
+        return None
+    kind, head = buf[pos : pos + 1], buf[pos + 1 : nl]
+    if kind in b"+-:_,#(":
+        return nl + 2
+    n = int(head)
+    if kind in b"$=!":
+        end = nl + 2 + (n + 2 if n >= 0 else 0)
+        return end if len(buf) >= end else None
+    items = 2 * n if kind in b"%|" else n
+    p: int | None = nl + 2
+    for _ in range(max(items, 0)):
+        assert p is not None
+        p = reply_end(buf, p)
+        if p is None:
+            return None
+    return p
+
+
+def test_backend_user_and_password() -> None:
+    """`redis_backend_user` and `redis_backend_auth`: the router logs in to every node as that
+    ACL user; its own clients give no password (the pool has no `redis_auth`)."""
+    auth = Auth(password="harness-secret", user="memfleet", user_password="router-secret")
+    own = Cluster(primaries=3, replicas=0, auth=auth)
+    try:
+        port = free_port()
+        conf = cluster_yaml(
+            "cl",
+            port,
+            own.seeds[:2],
+            redis_backend_user=auth.user,
+            redis_backend_auth=auth.user_password,
+        )
+        with Proxy(conf, port), plain(port) as r, direct(own) as straight:
+            left: dict[str, Value] = {}
+            for i in range(10):
+                left.update(python_round(r, "auth", i))
+            assert_all_read_back([r, straight], left)
+            for node in own.live:
+                with node.client() as c:
+                    users = {client["user"] for client in c.client_list()}
+                assert auth.user in users, f"{node.address}: no connection as {auth.user}"
+    finally:
+        own.stop()
+
+
+# ---------------------------------------------------------------- changes under load
+
+
+def start_load(load: Load, target: str, cluster: Cluster, router: Proxy | None, tmp: Path) -> None:
+    """Two redis-py clients (RESP2 and RESP3) and a PHP process, through the router or
+    straight at the cluster."""
+    port = router.port if router is not None else None
+
+    def maker(proto: int) -> Callable[[], Client]:
+        if port is not None:
+            return lambda: plain(port, proto)
+        return lambda: direct(cluster, proto)
+
+    for proto in (2, 3):
+        load.python(f"{target}-py{proto}", maker(proto), f"{target}{proto}")
+    if target == "router":
+        assert router is not None
+        load.php_process("php", "redis", [f"127.0.0.1:{router.port}"], f"{target}php", tmp)
+    else:
+        load.php_process("php", "cluster", cluster.seeds[:2], f"{target}php", tmp)
+
+
+@pytest.mark.parametrize("target", ["direct", "router"])
+def test_resharding_and_a_new_replica_under_load(
+    target: str, cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """1,000 slots move between primaries and a replica joins while the workload runs: no
+    client sees an error (no MOVED, no ASK), and every key reads back."""
+    router = request.getfixturevalue("router") if target == "router" else None
+    require_php_redis()
+    load = Load(limit=20.0, need=NEED)
+    start_load(load, target, cluster, router, tmp_path / "stop")
+    pipe_out = ""
+    try:
+        load.started()
+        src, dst = cluster.primaries()[:2]
+        reshard = cluster.reshard(1000, src.id, dst.id)
+        if router is not None:
+            piped = [(f"rpipe:{i}", f"v{i}") for i in range(2000)]
+            pipe_out = subprocess.run(
+                [REDIS_CLI or "redis-cli", "-p", str(router.port), "--pipe"],
+                input=resp_sets(piped),
+                capture_output=True,
+                timeout=30,
+                check=False,
+            ).stdout.decode()
+        cluster.add_replica()
+        out, _ = reshard.communicate(timeout=60)
+        assert reshard.returncode == 0, out[-2000:]
+        cluster.wait_ok()
+    finally:
+        tallies = load.stop()
+    for t in tallies:
+        print(f"{t.name}: {len(t.rounds)} rounds, {len(t.errors)} errors")
+        assert not t.errors, f"{t.name} saw errors: {t.errors[:5]}"
+        assert not t.mismatches, f"{t.name} read wrong values: {t.mismatches[:5]}"
+        assert t.rounds
+    left = left_by(tallies, target)
+    if router is not None:
+        assert "errors: 0, replies: 2000" in pipe_out, pipe_out
+        left.update({f"rpipe:{i}": f"v{i}" for i in range(2000)})
+    with direct(cluster) as straight:
+        clients: list[Client] = [straight]
+        if router is not None:
+            clients.append(plain(router.port or 0))
+        assert_all_read_back(clients, left)
+
+
+# ---------------------------------------------------------------- start-up errors
+
+
+def test_no_seed_answering_stops_the_router(tmp_path: Path) -> None:
+    seeds = [f"127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
+    code, text = route_until_exit(cluster_yaml("deadseeds", free_port(), seeds), tmp_path)
+    assert code != 0, text
+    assert re.search(r"\bdeadseeds\b", text), text
+
+
+def test_a_seed_not_in_cluster_mode_stops_the_router(tmp_path: Path) -> None:
+    node: RedisProcess = data_node(tmp_path).start()
+    try:
+        conf = cluster_yaml("plainseed", free_port(), [node.address])
+        code, text = route_until_exit(conf, tmp_path)
+    finally:
+        node.stop()
+    assert code != 0, text
+    assert re.search(r"\bplainseed\b", text), text
+
+
+# ---------------------------------------------------------------- a primary crashes
+
+
+@pytest.mark.parametrize("target", ["direct", "router"])
+def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
+    """kill -9 a primary while the workload runs: its replica takes over; the errors clients
+    see stop without restarting anything, and what is written after reads back."""
+    require_php_redis()
+    own = Cluster(primaries=3, replicas=1)
+    router: Proxy | None = None
+    try:
+        if target == "router":
+            router = start_router(own)
+        load = Load(limit=25.0, need=NEED)
+        start_load(load, target, own, router, tmp_path / "stop")
+        try:
+            load.started()
+            killed_at = time.time()
+            victim = own.kill_primary(0)
+            promoted = own.wait_failover()
+            recovered_at = time.time()
+        finally:
+            tallies = load.stop()
+        assert len(promoted) == 1 and victim.slots <= promoted[0].slots
+        window_end = failover_summary(f"cluster/{target}", tallies, killed_at, recovered_at, NEED)
+        left = left_by(tallies, target, since=window_end)
+        with direct(own) as straight:
+            clients: list[Client] = [straight]
+            if router is not None:
+                clients.append(plain(router.port or 0))
+            assert_all_read_back(clients, left)
+            # The same router (or client) goes on working: a fresh round, and PHP's.
+            after = python_round(clients[-1], f"{target}after", 0)
+            php = run_php(
+                "redis" if router else "cluster",
+                [router.address] if router else own.seeds[:2],
+                f"{target}phpafter",
+                5,
+            )
+            assert not php.errors and not php.mismatches, php.output[-2000:]
+            after.update(php_rounds_left(php, f"{target}phpafter"))
+            assert_all_read_back(clients, after)
+    finally:
+        if router is not None:
+            router.stop()
+        own.stop()

@@ -1,0 +1,274 @@
+"""`memfleet route` with a Sentinel pool (`redis_sentinel: <master name>`): the pool's one
+server is the primary three real Sentinels name (tests/redis_cluster.py: SentinelSet). The
+mixed workload through the router, Sentinel's failover under load, and the start-up errors.
+The workload also runs straight against the Sentinels' primary with redis-py's Sentinel client
+and PHP's RedisSentinel, to prove it apart from the router. Run with -s to see the failover
+figures."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import proxy_harness
+import pytest
+import redis
+from harness import free_port
+from redis.sentinel import Sentinel
+from redis_cluster import REDIS_CLI, Auth, SentinelSet, require, require_php_redis
+from redis_workload import (
+    Client,
+    Load,
+    Value,
+    assert_all_read_back,
+    failover_summary,
+    left_by,
+    php_rounds_left,
+    plain,
+    python_round,
+    resp_sets,
+    route_until_exit,
+    run_php,
+)
+
+Proxy = proxy_harness.Proxy
+NAME = "mymaster"
+NEED = 20  # clean rounds in a row each client must reach once the failover is over
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tools() -> None:
+    require("redis-server", "redis-cli")
+
+
+def sentinel_yaml(
+    pool: str, port: int, sentinels: list[str], master: str = NAME, **opts: object
+) -> str:
+    return proxy_harness.pool_yaml(
+        pool,
+        f"127.0.0.1:{port}",
+        [f"{s}:1" for s in sentinels],
+        redis=True,
+        redis_sentinel=master,
+        timeout=2000,
+        **opts,
+    )
+
+
+def start_router(s: SentinelSet) -> Proxy:
+    port = free_port()
+    return Proxy(sentinel_yaml("sn", port, s.addresses), port).start()
+
+
+def via_sentinels(s: SentinelSet, protocol: int = 2) -> redis.Redis:
+    """redis-py's own Sentinel client: asks the Sentinels for the primary on each connect."""
+    hosts = [("127.0.0.1", p.port) for p in s.sentinels]
+    return Sentinel(hosts, socket_timeout=5).master_for(
+        NAME, protocol=protocol, decode_responses=True, socket_timeout=5
+    )
+
+
+@pytest.fixture(scope="module")
+def sentinels() -> Iterator[SentinelSet]:
+    s = SentinelSet(NAME, replicas=1)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def router(sentinels: SentinelSet) -> Iterator[Proxy]:
+    p = start_router(sentinels)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+# ---------------------------------------------------------------- the harness and workload
+
+
+def test_harness_sentinels_agree_on_the_primary(sentinels: SentinelSet) -> None:
+    assert sentinels.primary is not None
+    assert {sentinels.named_primary(s) for s in sentinels.sentinels} == {sentinels.primary.port}
+    with sentinels.replicas[0].client() as r:
+        info = r.info("replication")
+        assert info["role"] == "slave" and info["master_port"] == sentinels.primary.port
+    assert sentinels.ready()
+    assert all(p.port > 61000 for p in [*sentinels.sentinels, sentinels.primary])
+
+
+def test_workload_runs_straight_against_the_primary(sentinels: SentinelSet) -> None:
+    left: dict[str, Value] = {}
+    for proto in (2, 3):
+        with via_sentinels(sentinels, proto) as r:
+            for i in range(20):
+                left.update(python_round(r, f"d{proto}", i))
+    require_php_redis()
+    php = run_php("sentinel", [NAME, *sentinels.addresses], "dphp", 20)
+    assert not php.errors and not php.mismatches and len(php.rounds) == 20, php.output[-2000:]
+    left.update(php_rounds_left(php, "dphp"))
+    with via_sentinels(sentinels) as r:
+        assert_all_read_back([r], left)
+
+
+# ---------------------------------------------------------------- through the router
+
+
+def test_mixed_workload_through_the_router(router: Proxy, sentinels: SentinelSet) -> None:
+    assert router.port and sentinels.primary is not None
+    left: dict[str, Value] = {}
+    for proto in (2, 3):
+        with plain(router.port, proto) as r:
+            for i in range(30):
+                left.update(python_round(r, f"r{proto}", i))
+
+    cli = [REDIS_CLI or "redis-cli", "-p", str(router.port), "--no-raw"]
+
+    def run(*args: str, stdin: bytes | None = None) -> str:
+        out = subprocess.run(
+            [*cli, *args], input=stdin, capture_output=True, timeout=20, check=False
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.decode()
+
+    assert run("SET", "cli:a", "alpha").strip() == "OK"
+    assert run("GET", "cli:a").strip() == '"alpha"'
+    assert run("MSET", "cli:b", "1", "cli:c", "2").strip() == "OK"
+    assert run("MGET", "cli:c", "cli:none", "cli:b").splitlines() == [
+        '1) "2"',
+        "2) (nil)",
+        '3) "1"',
+    ]
+    assert run("DEL", "cli:b", "cli:none").strip() == "(integer) 1"
+    left.update({"cli:a": "alpha", "cli:c": "2"})
+    piped = [(f"pipe:{i}", f"value-{i}") for i in range(500)]
+    out = run("--pipe", stdin=resp_sets(piped))
+    assert "errors: 0, replies: 500" in out, out
+    left.update(dict(piped))
+
+    require_php_redis()
+    php = run_php("redis", [router.address], "rphp", 30)
+    assert not php.errors and not php.mismatches and len(php.rounds) == 30, php.output[-2000:]
+    left.update(php_rounds_left(php, "rphp"))
+
+    # Everything is on the primary the Sentinels name, and nowhere else but its replica.
+    with plain(router.port) as r, sentinels.primary.client() as primary:
+        assert_all_read_back([r, primary], left)
+
+
+def test_backend_user_and_password() -> None:
+    """`redis_backend_user` and `redis_backend_auth`: the router logs in to the primary as
+    that ACL user; its own clients give no password (the pool has no `redis_auth`)."""
+    auth = Auth(password="harness-secret", user="memfleet", user_password="router-secret")
+    own = SentinelSet(NAME, replicas=0, auth=auth)
+    try:
+        assert own.primary is not None
+        port = free_port()
+        conf = sentinel_yaml(
+            "sn",
+            port,
+            own.addresses,
+            redis_backend_user=auth.user,
+            redis_backend_auth=auth.user_password,
+        )
+        with Proxy(conf, port), plain(port) as r, own.primary.client() as primary:
+            left: dict[str, Value] = {}
+            for i in range(10):
+                left.update(python_round(r, "auth", i))
+            assert_all_read_back([r, primary], left)
+            assert auth.user in {client["user"] for client in primary.client_list()}
+    finally:
+        own.stop()
+
+
+# ---------------------------------------------------------------- start-up errors
+
+
+def test_a_master_name_the_sentinels_do_not_know_stops_the_router(
+    sentinels: SentinelSet, tmp_path: Path
+) -> None:
+    conf = sentinel_yaml("strangers", free_port(), sentinels.addresses, master="nosuchmaster")
+    code, text = route_until_exit(conf, tmp_path)
+    assert code != 0, text
+    assert "nosuchmaster" in text, text
+    assert re.search(r"\bstrangers\b", text), text
+
+
+def test_a_primary_that_is_down_gives_prompt_error_replies() -> None:
+    """The Sentinels still name a primary that is down (it has no replica to fail over to):
+    the router starts, and each request gets an error reply, not a wait."""
+    s = SentinelSet(NAME, replicas=0)
+    try:
+        s.kill_primary()
+        with start_router(s) as router, plain(router.port or 0) as r:
+            for call in (lambda: r.get("k"), lambda: r.set("k", "v"), lambda: r.mget(["a", "b"])):
+                # socket_timeout 5: a hang raises redis.TimeoutError, not ResponseError.
+                with pytest.raises(redis.ResponseError):
+                    call()
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------- Sentinel's failover
+
+
+@pytest.mark.parametrize("target", ["direct", "router"])
+def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
+    """kill -9 the primary while the workload runs: the Sentinels promote the replica; the
+    errors clients see stop without restarting anything, and what is written after reads
+    back."""
+    require_php_redis()
+    own = SentinelSet(NAME, replicas=1)
+    router: Proxy | None = None
+    try:
+        if target == "router":
+            router = start_router(own)
+        port = router.port if router is not None else None
+
+        def maker(proto: int) -> Callable[[], Client]:
+            if port is not None:
+                return lambda: plain(port, proto)
+            return lambda: via_sentinels(own, proto)
+
+        load = Load(limit=25.0, need=NEED)
+        for proto in (2, 3):
+            load.python(f"{target}-py{proto}", maker(proto), f"{target}{proto}")
+        if router is not None:
+            load.php_process("php", "redis", [router.address], f"{target}php", tmp_path / "stop")
+        else:
+            seeds = [NAME, *own.addresses]
+            load.php_process("php", "sentinel", seeds, f"{target}php", tmp_path / "stop")
+        try:
+            load.started()
+            killed_at = time.time()
+            own.kill_primary()
+            new = own.wait_switch()
+            recovered_at = time.time()
+        finally:
+            tallies = load.stop()
+        window_end = failover_summary(f"sentinel/{target}", tallies, killed_at, recovered_at, NEED)
+        left = left_by(tallies, target, since=window_end)
+        with new.client() as primary:
+            clients: list[Client] = [primary]
+            if router is not None:
+                clients.append(plain(router.port or 0))
+            assert_all_read_back(clients, left)
+            after = python_round(clients[-1], f"{target}after", 0)
+            php = run_php(
+                "redis" if router else "sentinel",
+                [router.address] if router else [NAME, *own.addresses],
+                f"{target}phpafter",
+                5,
+            )
+            assert not php.errors and not php.mismatches, php.output[-2000:]
+            after.update(php_rounds_left(php, f"{target}phpafter"))
+            assert_all_read_back(clients, after)
+    finally:
+        if router is not None:
+            router.stop()
+        own.stop()
