@@ -31,8 +31,8 @@ use ring::{Distribution, Hash, Ring};
 
 pub use self::error::{ConfigError, LoadError};
 pub use self::listen::Listen;
-pub use self::redis_topology::RedisTopology;
 use self::redis_topology::redis_topology;
+pub use self::redis_topology::RedisTopology;
 pub use self::server::{parse_server, DnsLookup, DnsName, ServerAddr, ServerSpec};
 pub use self::tls::PoolTls;
 

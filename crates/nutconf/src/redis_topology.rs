@@ -47,7 +47,10 @@ pub(super) fn redis_topology(r: &RawPool, redis: bool) -> Result<RedisTopology, 
         if r.redis_db.is_some_and(|db| db != 0) && topology == RedisTopology::Cluster {
             return Err("has \"redis_db:\", but a Redis Cluster has only database 0");
         }
-        if r.servers.iter().any(|s| !matches!(s.addr, super::ServerAddr::Tcp { .. })) {
+        if r.servers
+            .iter()
+            .any(|s| !matches!(s.addr, super::ServerAddr::Tcp { .. }))
+        {
             return Err("names a unix socket server; cluster and sentinel pools need host:port");
         }
     }

@@ -58,7 +58,10 @@ impl ClusterSlots {
     }
 
     fn read(&self) -> SlotOwners {
-        self.owners.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.owners
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A `MOVED` said `slot` is served by server `s` now: the map takes it at once (the
@@ -116,7 +119,10 @@ mod tests {
         let (g2, owners) = map.if_newer(g1).unwrap();
         assert_eq!(owners[5], 1);
         map.moved_to(5, 1);
-        assert!(map.if_newer(g2).is_none(), "the same move twice changes nothing");
+        assert!(
+            map.if_newer(g2).is_none(),
+            "the same move twice changes nothing"
+        );
         assert!(map.take_stale());
         assert!(!map.take_stale());
         let mut next = vec![1; REDIS_SLOTS];
@@ -125,7 +131,10 @@ mod tests {
         let (g3, owners) = map.if_newer(g2).unwrap();
         assert_eq!(*owners, next);
         map.replace(next, 20);
-        assert!(map.if_newer(g3).is_none(), "an unchanged map is not a change");
+        assert!(
+            map.if_newer(g3).is_none(),
+            "an unchanged map is not a change"
+        );
         assert_eq!(map.covered(), REDIS_SLOTS - 1);
         assert_eq!(map.refreshes.load(Relaxed), 3);
     }

@@ -25,6 +25,7 @@ mod dns;
 mod error;
 mod fair_queue;
 mod hot;
+mod learned;
 mod log;
 mod mcrouter;
 mod mcrouter_config;
@@ -36,8 +37,8 @@ mod probe;
 mod route;
 mod shared;
 mod stats;
-mod topology;
 mod tls;
+mod topology;
 mod worker;
 
 use std::collections::HashMap;
@@ -558,7 +559,11 @@ impl Running {
     /// A learned pool's watcher found a new node set or primary: installed as a new
     /// generation of the config last loaded.
     fn topology_changed(&mut self, change: topology::watch::Change) {
-        let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let watched = current
             .pools
             .iter()

@@ -72,7 +72,7 @@ pub struct PoolRt {
     pub hot: Option<Arc<crate::hot::HotShared>>,
     /// A Redis Cluster or Sentinel pool: where its servers were learned from, and a
     /// cluster's slot map.
-    pub learned: Option<Box<crate::topology::Live>>,
+    pub learned: Option<Box<crate::learned::Live>>,
 }
 
 impl PoolRt {

@@ -122,3 +122,41 @@ fn c_number_and_permission_quirks() {
         }
     );
 }
+
+#[test]
+fn learned_redis_pools_are_checked() {
+    let pool = |lines: &str| {
+        format!("a:\n  listen: 127.0.0.1:22121\n{lines}  servers:\n   - 127.0.0.1:7000:1\n")
+    };
+    let ok = parse(&pool("  redis: true\n  redis_cluster: true\n"));
+    assert_eq!(ok.pools[0].redis_topology, RedisTopology::Cluster);
+    let ok = parse(&pool(
+        "  redis: true\n  redis_sentinel: mymaster\n  redis_auth: front\n  redis_backend_user: app\n  redis_backend_auth: back\n",
+    ));
+    let p = &ok.pools[0];
+    assert_eq!(p.redis_topology, RedisTopology::Sentinel("mymaster".into()));
+    assert_eq!(p.backend_auth(), Some((Some("app"), "back")));
+    let plain = parse(&pool("  redis: true\n  redis_auth: front\n"));
+    assert_eq!(plain.pools[0].redis_topology, RedisTopology::Fixed);
+    assert_eq!(plain.pools[0].backend_auth(), Some((None, "front")));
+    let cases: &[(&str, &str)] = &[
+        ("  redis_cluster: true\n", "only valid for a redis pool"),
+        ("  redis_sentinel: m\n", "only valid for a redis pool"),
+        (
+            "  redis: true\n  redis_cluster: true\n  redis_sentinel: m\n",
+            "both",
+        ),
+        (
+            "  redis: true\n  redis_backend_user: app\n",
+            "without \"redis_backend_auth:\"",
+        ),
+        (
+            "  redis: true\n  redis_cluster: true\n  redis_db: 2\n",
+            "only database 0",
+        ),
+    ];
+    for (lines, want) in cases {
+        let err = reject(&pool(lines));
+        assert!(err.contains(want), "{lines}: got {err}");
+    }
+}

@@ -17,6 +17,7 @@ use proto::resp::cluster::{
 };
 
 use crate::cluster_slots::{ClusterSlots, UNSERVED};
+use crate::learned::Live;
 use crate::error::RouteError;
 use crate::shared::{PoolRt, Shared};
 
@@ -48,13 +49,6 @@ impl Found {
 
 /// Each learned pool's look-up, by pool name.
 pub type Topologies = BTreeMap<String, Found>;
-
-/// What a learned pool keeps at run time: where it learns from, and a cluster's slot map.
-pub struct Live {
-    /// The seed nodes or Sentinels as written.
-    pub seeds: Vec<NodeAddr>,
-    pub slots: Option<ClusterSlots>,
-}
 
 /// How long one look-up conversation may take.
 fn wait_of(pool: &Pool) -> Duration {
@@ -113,18 +107,24 @@ pub fn discover_cluster(pool: &Pool, from: &[NodeAddr]) -> Result<ClusterTopolog
             Err(e) => failed.push(e),
         }
     }
-    Err(format!("no seed node gave a slot map ({})", failed.join("; ")))
+    Err(format!(
+        "no seed node gave a slot map ({})",
+        failed.join("; ")
+    ))
 }
 
 /// The primary the first answering Sentinel names for master `name`.
-pub fn discover_primary(pool: &Pool, name: &str, sentinels: &[NodeAddr]) -> Result<NodeAddr, String> {
+pub fn discover_primary(
+    pool: &Pool,
+    name: &str,
+    sentinels: &[NodeAddr],
+) -> Result<NodeAddr, String> {
     let wait = wait_of(pool);
     let mut failed = Vec::new();
     let mut unknown = 0;
     for addr in sentinels {
-        let reply = Conn::open(addr, None, wait).and_then(|mut c| {
-            c.ask(&[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()])
-        });
+        let reply = Conn::open(addr, None, wait)
+            .and_then(|mut c| c.ask(&[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()]));
         match reply.and_then(|r| parse_master_addr(&r)) {
             Ok(Some(primary)) => return Ok(primary),
             Ok(None) => unknown += 1,
@@ -234,7 +234,10 @@ pub fn owners_by_server(rt: &PoolRt, nodes: &[NodeAddr], owners: &[Option<u16>])
         .collect();
     owners
         .iter()
-        .map(|o| o.and_then(|n| index.get(usize::from(n)).copied()).unwrap_or(UNSERVED))
+        .map(|o| {
+            o.and_then(|n| index.get(usize::from(n)).copied())
+                .unwrap_or(UNSERVED)
+        })
         .collect()
 }
 

@@ -35,7 +35,8 @@ impl Conn {
         timeout: Duration,
     ) -> Result<Conn, String> {
         let sock = resolve(addr)?;
-        let stream = TcpStream::connect_timeout(&sock, timeout).map_err(|e| format!("{addr}: {e}"))?;
+        let stream =
+            TcpStream::connect_timeout(&sock, timeout).map_err(|e| format!("{addr}: {e}"))?;
         let _ = stream.set_nodelay(true);
         let mut conn = Conn {
             stream,

@@ -80,7 +80,9 @@ fn run(weak: Weak<PoolRt>, started: Instant, tx: Sender<Change>) {
         // Ask the nodes known now first, the written seeds after them.
         let mut from: Vec<_> = match &rt.cfg.redis_topology {
             RedisTopology::Sentinel(_) => Vec::new(),
-            _ => (0..rt.servers.len()).filter_map(|s| node_of(&rt, s)).collect(),
+            _ => (0..rt.servers.len())
+                .filter_map(|s| node_of(&rt, s))
+                .collect(),
         };
         from.extend(live.seeds.iter().cloned());
         from.dedup();

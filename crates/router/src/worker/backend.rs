@@ -447,9 +447,11 @@ impl Worker {
                         );
                     } else if Arrivals::owns(p.to) {
                         self.arrivals.arrive(p.to, reply, None);
-                    } else if p.resend.as_ref().is_some_and(|r| {
-                        self.redirects.take(&be.rt, be.server, p.to, r, reply)
-                    }) {
+                    } else if p
+                        .resend
+                        .as_ref()
+                        .is_some_and(|r| self.redirects.take(&be.rt, be.server, p.to, r, reply))
+                    {
                         // Sent again where the cluster points, once the turn's replies are read.
                     } else {
                         deliver(

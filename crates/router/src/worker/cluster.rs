@@ -144,8 +144,7 @@ impl Worker {
                 self.send_cluster(p, to, frame, slot, 0, Instant::now(), None);
             }
             Kind::MultiGet | Kind::MultiSum | Kind::MultiSet => {
-                let parts =
-                    redis_cmd::split_multi(plan, req, |k| usize::from(redis_slot(k)));
+                let parts = redis_cmd::split_multi(plan, req, |k| usize::from(redis_slot(k)));
                 let kind = plan.kind();
                 self.pools[p].rt.counters[self.id]
                     .pool
@@ -212,7 +211,12 @@ impl Worker {
             }
         };
         if ask.is_some() {
-            self.enqueue(b, &[b"*1\r\n$6\r\nASKING\r\n"], ReplyTo::ASKING, Expect::Any);
+            self.enqueue(
+                b,
+                &[b"*1\r\n$6\r\nASKING\r\n"],
+                ReplyTo::ASKING,
+                Expect::Any,
+            );
         }
         self.enqueue(b, &[&frame], to, Expect::Any);
         let resend = Box::new(Resend {
@@ -257,7 +261,10 @@ impl Worker {
             return self.deliver_now(r.to, &r.reply);
         }
         let Resend {
-            frame, slot, tries, first,
+            frame,
+            slot,
+            tries,
+            first,
         } = *r.resend;
         let tries = tries + 1;
         let target = match &r.redirect {
@@ -269,7 +276,9 @@ impl Worker {
         };
         match (&r.redirect, target) {
             (Redirect::Moved { slot: moved, .. }, Some(s)) => {
-                slots.moved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                slots
+                    .moved
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 slots.moved_to(*moved, s as u16);
                 self.send_cluster(p, r.to, frame, slot, tries, first, None);
             }
@@ -281,7 +290,9 @@ impl Worker {
                 // A node not known yet, a slot mid-move or a failover: the map is read
                 // again and the command waits a little.
                 slots.mark_stale();
-                slots.retried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                slots
+                    .retried
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let wait = match redirect {
                     Redirect::TryAgain => TRYAGAIN_WAIT,
                     _ => DOWN_WAIT,
@@ -311,7 +322,10 @@ impl Worker {
         self.redirects.later = wait;
         for (_, r) in due {
             let Resend {
-                frame, slot, tries, first,
+                frame,
+                slot,
+                tries,
+                first,
             } = *r.resend;
             let found = (0..self.pools.len())
                 .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));

@@ -313,7 +313,10 @@ impl Worker {
             self.fire_redirects();
             self.flush_all();
             timeout = self.check_timeouts();
-            for wait in [self.next_timer(), self.next_redirect()].into_iter().flatten() {
+            for wait in [self.next_timer(), self.next_redirect()]
+                .into_iter()
+                .flatten()
+            {
                 timeout = Some(timeout.map_or(wait, |t| t.min(wait)));
             }
             if !self.read_again.is_empty() || !self.resumed.is_empty() {
