@@ -205,7 +205,18 @@ def update_script(table: str, pause: float = 0.0) -> str:
 
 
 def drop_slot(pg: Postgres, name: str) -> None:
-    pg.sql(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 's_{name}'")
+    """Drops the slot once its walsender has gone: PostgreSQL notices a stopped
+    invalidator's connection close a moment after the process exits."""
+    sql = f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 's_{name}'"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            pg.sql(sql)
+            return
+        except RuntimeError as e:
+            if "is active for PID" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 class UsersCase:
