@@ -240,6 +240,35 @@ def test_multi_key_commands_split_refused_or_kept_together(router: Proxy, cluste
         assert straight.get("ev:k") == "e"
 
 
+def test_multi_exec_on_one_slot(router: Proxy, cluster: Cluster) -> None:
+    """MULTI ... EXEC runs on the slot's primary as one transaction; keys in two slots are
+    refused as Redis Cluster refuses them (CROSSSLOT, then EXECABORT)."""
+    assert router.port
+    t = "{tx}"
+    with plain(router.port) as r, direct(cluster) as straight:
+        p = r.pipeline(transaction=True)
+        p.set(f"{t}n", "1").incr(f"{t}n").get(f"{t}n").mget([f"{t}n", f"{t}none"])
+        assert p.execute() == [True, 2, "2", ["2", None]]
+        assert straight.get(f"{t}n") == "2"
+        a, b = two_slots(cluster)
+        p = r.pipeline(transaction=True)
+        p.set(a, "x").set(b, "y")
+        with pytest.raises(ClusterCrossSlotError):
+            p.execute()
+        assert straight.get(a) != "x" or straight.get(b) is None, "nothing of it ran"
+    with socket.create_connection(("127.0.0.1", router.port), timeout=5) as s:
+        s.sendall(b"EXEC\r\nDISCARD\r\nMULTI\r\nSET {tx}d 1\r\nDISCARD\r\nMULTI\r\nEXEC\r\n")
+        want = b"-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n+OK\r\n+QUEUED\r\n+OK\r\n+OK\r\n*0\r\n"
+        got = b""
+        while len(got) < len(want):
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got == want
+    with plain(router.port) as r:
+        assert r.get(f"{t}d") is None, "a discarded transaction never reached the cluster"
+
+
 def test_resp3_after_hello_3(router: Proxy) -> None:
     assert router.port
     keys = ["r3:s", "r3:x", "r3:y"]

@@ -351,6 +351,25 @@ def test_multi_key_commands_split_over_three_backends(
     assert stats["fragments"] > 0
 
 
+def test_multi_exec_on_one_server(router: Proxy, backends: list[Server]) -> None:
+    """A transaction whose keys live on one server runs there as one MULTI/EXEC; keys on
+    two servers are refused while queuing and EXEC answers EXECABORT, as Redis does for a
+    command refused inside MULTI."""
+    a, b, _ = keys_on_distinct_backends(backends, router)
+    with client(router) as r:
+        p = r.pipeline(transaction=True)
+        p.set("{tx}n", "1").incr("{tx}n").lpush("{tx}l", "x").get("{tx}n")
+        assert p.execute() == [True, 2, 1, "2"]
+        owner = where(backends, ["{tx}n"])["{tx}n"]
+        with direct(backends[owner]) as d:
+            assert d.get("{tx}n") == "2" and d.lrange("{tx}l", 0, -1) == ["x"]
+        p = r.pipeline(transaction=True)
+        p.set(a, "1").set(b, "2")
+        with pytest.raises(redis.ResponseError, match="hash to different servers"):
+            p.execute()
+        assert r.get(a) is None and r.get(b) is None
+
+
 def test_hash_tag_keeps_keys_together(router: Proxy, backends: list[Server]) -> None:
     keys = [f"{{user:{u}}}:{f}" for u in range(10) for f in ("name", "mail", "cart")]
     with client(router) as r:
@@ -634,7 +653,7 @@ def test_local_commands(router: Proxy) -> None:
 
 def test_unsupported_commands_leave_the_connection_usable(router: Proxy) -> None:
     with client(router) as r:
-        for args in (("KEYS", "*"), ("FLUSHALL",), ("MULTI",), ("INFO",), ("MSETNX", "a", "b")):
+        for args in (("KEYS", "*"), ("FLUSHALL",), ("WATCH", "x"), ("INFO",), ("MSETNX", "a", "b")):
             with pytest.raises(redis.ResponseError, match="unsupported command"):
                 r.execute_command(*args)
         with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'get'"):

@@ -158,6 +158,7 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
     }
     families(&mut e, "pool", &pools);
     hot_key_families(&mut e, shared);
+    cluster_families(&mut e, shared);
     families(&mut e, "server", &servers);
     for (name, help, rows) in [
         (
@@ -207,6 +208,57 @@ fn hot_key_families(e: &mut Exposition, shared: &Shared) {
     for (pool, h) in &hot {
         let hits: i64 = h.hits.iter().map(|c| c.get()).sum();
         e.sample(name, &[("pool", *pool)], hits);
+    }
+}
+
+/// Redis Cluster pools' slot map figures (the stats port's names, as Prometheus families).
+fn cluster_families(e: &mut Exposition, shared: &Shared) {
+    let rows: Vec<_> = shared
+        .pools
+        .iter()
+        .map(|p| (p.cfg.name.as_bytes(), crate::topology::stats_fields(p)))
+        .filter(|(_, f)| !f.is_empty())
+        .collect();
+    let Some((_, first)) = rows.first() else {
+        return;
+    };
+    for (i, (field, _)) in first.iter().enumerate() {
+        let (name, kind, help) = match *field {
+            "cluster_slots_served" => (
+                "memfleet_router_pool_cluster_slots_served".to_owned(),
+                Kind::Gauge,
+                "Redis Cluster hash slots a known primary serves.",
+            ),
+            "slot_map_age_ms" => (
+                "memfleet_router_pool_slot_map_age_milliseconds".to_owned(),
+                Kind::Gauge,
+                "Time since the cluster's slot map was last read.",
+            ),
+            "slot_map_reads" => (
+                "memfleet_router_pool_slot_map_reads_total".to_owned(),
+                Kind::Counter,
+                "Slot maps read from the cluster.",
+            ),
+            "redirect_moved" => (
+                "memfleet_router_pool_redirect_moved_total".to_owned(),
+                Kind::Counter,
+                "MOVED redirections followed.",
+            ),
+            "redirect_ask" => (
+                "memfleet_router_pool_redirect_ask_total".to_owned(),
+                Kind::Counter,
+                "ASK redirections followed.",
+            ),
+            other => (
+                format!("memfleet_router_pool_{other}_total"),
+                Kind::Counter,
+                "Commands sent again after TRYAGAIN, CLUSTERDOWN or an unknown node.",
+            ),
+        };
+        e.family(&name, kind, help);
+        for (pool, fields) in &rows {
+            e.sample(&name, &[("pool", *pool)], fields[i].1);
+        }
     }
 }
 

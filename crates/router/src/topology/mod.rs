@@ -17,8 +17,8 @@ use proto::resp::cluster::{
 };
 
 use crate::cluster_slots::{ClusterSlots, UNSERVED};
-use crate::learned::Live;
 use crate::error::RouteError;
+use crate::learned::Live;
 use crate::shared::{PoolRt, Shared};
 
 mod query;

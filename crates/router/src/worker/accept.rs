@@ -143,6 +143,7 @@ impl Worker {
             progress: resp::Progress::default(),
             resp3: false,
             big_wait: Vec::new(),
+            tx: None,
             max_slots: match self.globals.max_client_outstanding {
                 0 => MAX_SLOTS,
                 n => (n as usize).min(MAX_SLOTS),

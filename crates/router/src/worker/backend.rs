@@ -406,7 +406,7 @@ impl Worker {
             match be.framer.next(be.rbuf.filled(), p.expect, keys) {
                 Frame::Complete(n) => {
                     let reply = &be.rbuf.filled()[..n];
-                    if p.to == ReplyTo::ASKING {
+                    if p.to == ReplyTo::DISCARD {
                         // Its command follows on this connection; an error shows there.
                         be.pending.pop_front();
                         be.rbuf.consume(n);
@@ -624,7 +624,7 @@ impl Worker {
         }
         let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
         be.pending
-            .retain(|p| p.to != ReplyTo::HANDSHAKE && p.to != ReplyTo::ASKING);
+            .retain(|p| p.to != ReplyTo::HANDSHAKE && p.to != ReplyTo::DISCARD);
         be.disconnected(ConnState::Down);
         let mc = be.rt.counters[self.id].mc.get(be.server);
         let mut failed = 0;

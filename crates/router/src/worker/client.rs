@@ -107,6 +107,8 @@ pub(super) struct Client {
     /// Unanswered requests at which the client is no longer read: `MAX_SLOTS`, or less
     /// with `--max-client-outstanding-reqs`.
     pub(super) max_slots: usize,
+    /// A Redis client's open `MULTI`.
+    pub(super) tx: Option<Box<super::transaction::Transaction>>,
 }
 
 impl Client {

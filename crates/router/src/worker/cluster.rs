@@ -214,7 +214,7 @@ impl Worker {
             self.enqueue(
                 b,
                 &[b"*1\r\n$6\r\nASKING\r\n"],
-                ReplyTo::ASKING,
+                ReplyTo::DISCARD,
                 Expect::Any,
             );
         }

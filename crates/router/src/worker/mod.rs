@@ -39,6 +39,7 @@ mod outstanding;
 mod rates;
 mod redis;
 mod reply_to;
+mod transaction;
 
 use std::collections::HashMap;
 use std::io;

@@ -82,6 +82,10 @@ impl Worker {
             (c.authed, c.resp3) = (s.authed, s.proto == 3);
             return self.local_reply(ci, &out);
         }
+        if c.authed && self.transaction(ci, req) {
+            return;
+        }
+        let c = &mut self.clients[ci];
         // Like redis-server: unknown commands and arity errors first, then authentication.
         let plan = match redis_cmd::classify(req) {
             Ok(plan) => plan,

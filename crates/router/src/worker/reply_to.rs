@@ -21,9 +21,9 @@ impl ReplyTo {
         frag: 0,
     };
 
-    /// The `ASKING` sent before a command a Redis Cluster redirected with `ASK`: no
-    /// client waits for its `+OK`.
-    pub(super) const ASKING: ReplyTo = ReplyTo {
+    /// A command whose reply no client waits for: the `ASKING` before a command a Redis
+    /// Cluster redirected with `ASK`, and the `MULTI` and queued commands before an `EXEC`.
+    pub(super) const DISCARD: ReplyTo = ReplyTo {
         client: u32::MAX - 2,
         gen: 0,
         seq: 0,
