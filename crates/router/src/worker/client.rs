@@ -108,7 +108,7 @@ pub(super) struct Client {
     /// with `--max-client-outstanding-reqs`.
     pub(super) max_slots: usize,
     /// A Redis client's open `MULTI`.
-    pub(super) tx: Option<Box<super::transaction::Transaction>>,
+    pub(super) tx: Option<Box<super::queued_tx::Transaction>>,
 }
 
 impl Client {

@@ -36,6 +36,7 @@ mod hotcache;
 mod mcrouter;
 mod memcached;
 mod outstanding;
+mod queued_tx;
 mod rates;
 mod redis;
 mod reply_to;

@@ -27,22 +27,7 @@ const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 /// The most a client's queued commands may take.
 const MAX_BYTES: usize = 64 << 20;
 
-/// Where every key of a transaction lives.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Place {
-    Slot(u16),
-    Server(usize),
-}
-
-/// A client's open transaction.
-#[derive(Default)]
-pub(super) struct Transaction {
-    cmds: Vec<Vec<u8>>,
-    bytes: usize,
-    place: Option<Place>,
-    /// A command was refused while queuing: `EXEC` answers `EXECABORT`, as Redis does.
-    failed: bool,
-}
+use super::queued_tx::{Place, Transaction};
 
 impl Worker {
     /// Handles `MULTI`, `EXEC`, `DISCARD` and any command while a transaction is open.
