@@ -370,6 +370,26 @@ def test_multi_exec_on_one_server(router: Proxy, backends: list[Server]) -> None
         assert r.get(a) is None and r.get(b) is None
 
 
+def test_transactions_free_their_place_on_the_server_connection(backends: list[Server]) -> None:
+    """The MULTI and queued commands a transaction sends count against
+    server_max_inflight only until their replies are read: many transactions in a row on
+    one small connection all run."""
+    port = my_port()
+    conf = pool_yaml(
+        f"127.0.0.1:{port}",
+        servers_of(backends),
+        hash_tag='"{}"',
+        redis_auth=BACKEND_PW,
+        timeout=2000,
+        server_max_inflight=8,
+    )
+    with Proxy(conf, port) as p, client(p) as r:
+        for i in range(40):
+            tx = r.pipeline(transaction=True)
+            tx.set("{inflight}k", i).incr("{inflight}k").get("{inflight}k")
+            assert tx.execute() == [True, i + 1, str(i + 1)]
+
+
 def test_hash_tag_keeps_keys_together(router: Proxy, backends: list[Server]) -> None:
     keys = [f"{{user:{u}}}:{f}" for u in range(10) for f in ("name", "mail", "cart")]
     with client(router) as r:

@@ -406,12 +406,6 @@ impl Worker {
             match be.framer.next(be.rbuf.filled(), p.expect, keys) {
                 Frame::Complete(n) => {
                     let reply = &be.rbuf.filled()[..n];
-                    if p.to == ReplyTo::DISCARD {
-                        // Its command follows on this connection; an error shows there.
-                        be.pending.pop_front();
-                        be.rbuf.consume(n);
-                        continue;
-                    }
                     if p.to == ReplyTo::HANDSHAKE {
                         if reply.first() == Some(&b'-') {
                             let text = String::from_utf8_lossy(&reply[1..n - 2]).into_owned();
@@ -447,6 +441,9 @@ impl Worker {
                         );
                     } else if Arrivals::owns(p.to) {
                         self.arrivals.arrive(p.to, reply, None);
+                    } else if p.to == ReplyTo::DISCARD {
+                        // `ASKING`, or a command queued inside `MULTI`: what matters is
+                        // the reply of the command that follows it on this connection.
                     } else if p
                         .resend
                         .as_ref()
@@ -623,8 +620,7 @@ impl Worker {
             _ => {}
         }
         let handshake = be.pending.iter().any(|p| p.to == ReplyTo::HANDSHAKE);
-        be.pending
-            .retain(|p| p.to != ReplyTo::HANDSHAKE && p.to != ReplyTo::DISCARD);
+        be.pending.retain(|p| p.to != ReplyTo::HANDSHAKE);
         be.disconnected(ConnState::Down);
         let mc = be.rt.counters[self.id].mc.get(be.server);
         let mut failed = 0;
@@ -632,6 +628,9 @@ impl Worker {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
             for t in p.targets() {
+                if t == ReplyTo::DISCARD {
+                    continue;
+                }
                 failed += 1;
                 if let Some(d) = mc {
                     d.answered(Res::of_failure(exec_result));

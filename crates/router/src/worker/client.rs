@@ -47,6 +47,32 @@ pub(super) struct RedisMulti {
     pub(super) resp3: bool,
 }
 
+impl RedisMulti {
+    /// The merge state of a command split into `parts`, and each part's server and frame.
+    pub(super) fn of_parts(
+        kind: Kind,
+        nkeys: usize,
+        resp3: bool,
+        parts: Vec<proto::redis_cmd::SubRequest>,
+    ) -> (RedisMulti, Vec<(usize, Vec<u8>)>) {
+        let mut m = RedisMulti {
+            kind,
+            nkeys,
+            positions: Vec::with_capacity(parts.len()),
+            frags: vec![Vec::new(); parts.len()],
+            resp3,
+        };
+        let frames = parts
+            .into_iter()
+            .map(|part| {
+                m.positions.push(part.positions);
+                (part.server, part.bytes)
+            })
+            .collect();
+        (m, frames)
+    }
+}
+
 /// The reply to one request, in the client's queue.
 pub(super) struct Slot {
     pub(super) remaining: u32,

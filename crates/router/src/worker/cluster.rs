@@ -150,22 +150,13 @@ impl Worker {
                     .pool
                     .fragments
                     .add(parts.len() as i64);
-                let mut m = RedisMulti {
-                    kind,
-                    nkeys: plan.key_count(),
-                    positions: Vec::with_capacity(parts.len()),
-                    frags: vec![Vec::new(); parts.len()],
-                    resp3: self.clients[ci].resp3,
-                };
-                let mut frames = Vec::with_capacity(parts.len());
-                for part in parts {
-                    m.positions.push(part.positions);
-                    frames.push((part.server as u16, part.bytes));
-                }
+                let resp3 = self.clients[ci].resp3;
+                let (m, frames) = RedisMulti::of_parts(kind, plan.key_count(), resp3, parts);
                 let c = &mut self.clients[ci];
                 let to = c.push(ci, frames.len() as u32, SlotKind::RedisMulti(Box::new(m)));
                 let now = Instant::now();
                 for (f, (slot, frame)) in frames.into_iter().enumerate() {
+                    let slot = slot as u16;
                     let to = ReplyTo {
                         frag: f as u16,
                         ..to
