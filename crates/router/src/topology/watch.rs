@@ -1,6 +1,7 @@
 //! One thread per learned pool of a generation, keeping it current until the generation is
 //! gone: a cluster's map is read again every second (at once when a worker saw it is old),
-//! a Sentinel asked for the primary four times a second.
+//! a Sentinel asked for the primary four times a second and at once when a Sentinel
+//! announces `+switch-master`.
 
 use std::collections::BTreeSet;
 use std::sync::mpsc::Sender;
@@ -9,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use nutconf::RedisTopology;
 
-use super::{discover, node_of, owners_by_server, Found};
+use proto::resp::cluster::{parse_switch_master, NodeAddr};
+
+use super::query::Conn;
+use super::{discover, node_of, owners_by_server, wait_of, Found};
 use crate::shared::PoolRt;
 
 /// A learned pool whose node set or primary changed: the control thread installs it.
@@ -23,6 +27,8 @@ pub struct Change {
 // The pointer is only compared, never followed.
 unsafe impl Send for Change {}
 
+/// How often the watcher looks whether something is due.
+const TICK: Duration = Duration::from_millis(25);
 const CLUSTER_EVERY: Duration = Duration::from_secs(1);
 const CLUSTER_SOONEST: Duration = Duration::from_millis(100);
 const SENTINEL_EVERY: Duration = Duration::from_millis(250);
@@ -45,12 +51,65 @@ pub fn spawn(rt: &Arc<PoolRt>, started: Instant, tx: Sender<Change>) {
     }
 }
 
+/// A subscription to a Sentinel's `+switch-master` messages: a failover is seen the moment
+/// the Sentinels announce it, between the regular questions.
+struct SwitchWatch {
+    conn: Option<Conn>,
+    tried: Option<Instant>,
+}
+
+impl SwitchWatch {
+    /// Waits up to `wait` for an announcement that master `name` has a new primary.
+    fn announced(&mut self, rt: &PoolRt, name: &str, wait: Duration) -> bool {
+        if self.conn.is_none() && self.tried.is_none_or(|t| t.elapsed() >= CLUSTER_EVERY) {
+            self.tried = Some(Instant::now());
+            self.conn = rt
+                .learned
+                .as_ref()
+                .and_then(|l| subscribe(&l.seeds, wait_of(&rt.cfg)));
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            std::thread::sleep(wait);
+            return false;
+        };
+        match conn.next_reply(wait) {
+            Ok(Some(frame)) => parse_switch_master(&frame, name).is_some(),
+            Ok(None) => false,
+            Err(_) => {
+                self.conn = None;
+                false
+            }
+        }
+    }
+}
+
+/// A connection to the first Sentinel that takes `SUBSCRIBE +switch-master`.
+fn subscribe(sentinels: &[NodeAddr], wait: Duration) -> Option<Conn> {
+    sentinels.iter().find_map(|addr| {
+        let mut conn = Conn::open(addr, None, wait).ok()?;
+        let ok = conn.ask(&[b"SUBSCRIBE", b"+switch-master"]).ok()?;
+        ok.starts_with(b"*").then_some(conn)
+    })
+}
+
 fn run(weak: Weak<PoolRt>, started: Instant, tx: Sender<Change>) {
     let mut last = Instant::now();
     let mut sent_at: Option<Instant> = None;
     let mut failing = false;
+    let mut switches = SwitchWatch {
+        conn: None,
+        tried: None,
+    };
     loop {
-        std::thread::sleep(Duration::from_millis(25));
+        let sentinel = weak.upgrade().and_then(|rt| match &rt.cfg.redis_topology {
+            RedisTopology::Sentinel(name) => Some((rt.clone(), name.clone())),
+            _ => None,
+        });
+        let mut announced = false;
+        match sentinel {
+            Some((rt, name)) => announced = switches.announced(&rt, &name, TICK),
+            None => std::thread::sleep(TICK),
+        }
         let Some(rt) = weak.upgrade() else {
             return;
         };
@@ -67,7 +126,8 @@ fn run(weak: Weak<PoolRt>, started: Instant, tx: Sender<Change>) {
             _ => CLUSTER_EVERY,
         };
         let asked = live.slots.as_ref().is_some_and(|s| s.take_stale());
-        let due = last.elapsed() >= every || (asked && last.elapsed() >= CLUSTER_SOONEST);
+        let due =
+            announced || last.elapsed() >= every || (asked && last.elapsed() >= CLUSTER_SOONEST);
         if !due {
             if asked {
                 if let Some(s) = &live.slots {
