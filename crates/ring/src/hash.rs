@@ -182,6 +182,12 @@ const CRC16_TABLE: [u16; 256] = {
     table
 };
 
+/// CRC-16/XMODEM (Redis Cluster's key hash): twemproxy's crc16 without the bits above 16,
+/// which never feed back into the low ones.
+pub(crate) fn crc16_xmodem(key: &[u8]) -> u16 {
+    crc16(key) as u16
+}
+
 fn crc16(key: &[u8]) -> u32 {
     // twemproxy keeps the CRC in a u32 and never masks it, so bits above 16 survive.
     let mut crc: u32 = 0;

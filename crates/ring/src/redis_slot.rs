@@ -6,20 +6,17 @@
 //! twemproxy's rule for the tag `{}` (both scan the same way), so [`hash_tag_slice`] is reused;
 //! the Redis vectors below pin the behaviour should that function ever change.
 
-use crc::{Crc, CRC_16_XMODEM};
-
+use crate::hash::crc16_xmodem;
 use crate::ring::hash_tag_slice;
 
 /// Number of hash slots in a Redis Cluster.
 pub const REDIS_SLOTS: usize = 16384;
 
-const XMODEM: Crc<u16> = Crc::<u16>::new(&CRC_16_XMODEM);
-
 /// Redis Cluster's hash slot of a key: CRC16 (XMODEM/CCITT, the one in redis' crc16.c) of the
 /// key, or of its hash tag (the bytes between the first '{' and the first '}' after it, when
 /// that is non-empty), modulo 16384.
 pub fn redis_slot(key: &[u8]) -> u16 {
-    (XMODEM.checksum(redis_hash_tag(key)) as usize % REDIS_SLOTS) as u16
+    (usize::from(crc16_xmodem(redis_hash_tag(key))) % REDIS_SLOTS) as u16
 }
 
 /// The bytes of `key` that Redis Cluster hashes: its tag when non-empty, else the whole key.
@@ -73,7 +70,7 @@ mod tests {
         assert_eq!(redis_hash_tag(b"\xff{\x00\x80}\x01"), b"\x00\x80");
         assert_eq!(redis_slot(b""), 0);
         // The check value of CRC-16/XMODEM.
-        assert_eq!(XMODEM.checksum(b"123456789"), 0x31c3);
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31c3);
     }
 
     proptest! {

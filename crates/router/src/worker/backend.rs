@@ -70,8 +70,9 @@ pub(super) struct Pending {
     /// A get's keys, which its items must follow; with several members, clients' gets
     /// merged into one line, whose reply is split between them.
     batch: Option<Box<GetBatch>>,
-    /// A Redis Cluster pool's command, kept to send again where a redirection points.
-    pub(super) resend: Option<Box<super::cluster::Resend>>,
+    /// A Redis Cluster pool's command, kept (its bytes in [`Backend::resend_bytes`]) to send
+    /// again where a redirection points.
+    pub(super) resend: Option<super::cluster::ResendMeta>,
 }
 
 /// Spare key lists a backend connection keeps, so a get costs no allocation.
@@ -165,6 +166,9 @@ pub(super) struct Backend {
     spare: Vec<Box<GetBatch>>,
     /// Where split replies of a merged get (and their items) are assembled.
     scratch: (Vec<u8>, Vec<Item>),
+    /// The bytes of the cluster commands in `pending` that may be sent again, in queue
+    /// order (one buffer for all, so keeping them costs no allocation per command).
+    pub(super) resend_bytes: VecDeque<u8>,
 }
 
 /// Why a request gets no backend connection; each carries the error reply.
@@ -444,11 +448,11 @@ impl Worker {
                     } else if p.to == ReplyTo::DISCARD {
                         // `ASKING`, or a command queued inside `MULTI`: what matters is
                         // the reply of the command that follows it on this connection.
-                    } else if p
-                        .resend
-                        .as_ref()
-                        .is_some_and(|r| self.redirects.take(&be.rt, be.server, p.to, r, reply))
-                    {
+                    } else if p.resend.as_ref().is_some_and(|r| {
+                        let frame = be.resend_bytes.range(..r.len as usize);
+                        self.redirects
+                            .take(&be.rt, be.server, p.to, r, frame, reply)
+                    }) {
                         // Sent again where the cluster points, once the turn's replies are read.
                     } else {
                         deliver(
@@ -477,7 +481,11 @@ impl Worker {
                         if let Some(pool) = be.limited_pool {
                             self.pools[pool].active.answered(p.reqs);
                         }
-                        if let Some(mut batch) = be.pending.pop_front().and_then(|p| p.batch) {
+                        let popped = be.pending.pop_front();
+                        if let Some(r) = popped.as_ref().and_then(|p| p.resend.as_ref()) {
+                            be.resend_bytes.drain(..r.len as usize);
+                        }
+                        if let Some(mut batch) = popped.and_then(|p| p.batch) {
                             if be.spare.len() < SPARE_BATCHES {
                                 batch.clear();
                                 be.spare.push(batch);

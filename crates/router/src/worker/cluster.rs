@@ -29,8 +29,17 @@ const DOWN_WAIT: Duration = Duration::from_millis(100);
 /// Without a pool timeout, how long a command keeps being retried.
 const RETRY_FOR: Duration = Duration::from_secs(2);
 
-/// A cluster command as sent, to send again where a redirection points.
-#[derive(Clone)]
+/// What a backend connection keeps of a cluster command it sent (its bytes are in the
+/// connection's `resend_bytes`).
+#[derive(Clone, Copy)]
+pub(super) struct ResendMeta {
+    pub len: u32,
+    pub slot: u16,
+    pub tries: u8,
+    pub first: Instant,
+}
+
+/// A cluster command taken from its connection to be sent again.
 pub(super) struct Resend {
     pub frame: Vec<u8>,
     pub slot: u16,
@@ -63,13 +72,15 @@ impl Redirects {
         self.now.is_empty()
     }
 
-    /// Whether `reply` to cluster command `resend` is one to follow; then it is kept.
-    pub(super) fn take(
+    /// Whether `reply` to cluster command `meta` (bytes `frame`) is one to follow; then it
+    /// is kept.
+    pub(super) fn take<'f>(
         &mut self,
         rt: &std::sync::Arc<crate::shared::PoolRt>,
         from: usize,
         to: ReplyTo,
-        resend: &Resend,
+        meta: &ResendMeta,
+        frame: impl Iterator<Item = &'f u8>,
         reply: &[u8],
     ) -> bool {
         if reply.first() != Some(&b'-') {
@@ -82,7 +93,12 @@ impl Redirects {
             rt: rt.clone(),
             from,
             to,
-            resend: Box::new(resend.clone()),
+            resend: Box::new(Resend {
+                frame: frame.copied().collect(),
+                slot: meta.slot,
+                tries: meta.tries,
+                first: meta.first,
+            }),
             redirect,
             reply: reply.to_vec(),
         });
@@ -133,15 +149,15 @@ impl Worker {
                     false => SlotKind::Single,
                 };
                 let to = c.push(ci, 1, kind);
+                let mut inline = Vec::new();
                 let frame = match req.raw_multibulk() {
-                    Some(raw) => raw.to_vec(),
+                    Some(raw) => raw,
                     None => {
-                        let mut f = Vec::new();
-                        req.write_multibulk(&mut f);
-                        f
+                        req.write_multibulk(&mut inline);
+                        &inline
                     }
                 };
-                self.send_cluster(p, to, frame, slot, 0, Instant::now(), None);
+                self.send_cluster(p, to, frame, slot, 0, self.now, None);
             }
             Kind::MultiGet | Kind::MultiSum | Kind::MultiSet => {
                 let parts = redis_cmd::split_multi(plan, req, |k| usize::from(redis_slot(k)));
@@ -154,14 +170,14 @@ impl Worker {
                 let (m, frames) = RedisMulti::of_parts(kind, plan.key_count(), resp3, parts);
                 let c = &mut self.clients[ci];
                 let to = c.push(ci, frames.len() as u32, SlotKind::RedisMulti(Box::new(m)));
-                let now = Instant::now();
+                let now = self.now;
                 for (f, (slot, frame)) in frames.into_iter().enumerate() {
                     let slot = slot as u16;
                     let to = ReplyTo {
                         frag: f as u16,
                         ..to
                     };
-                    self.send_cluster(p, to, frame, slot, 0, now, None);
+                    self.send_cluster(p, to, &frame, slot, 0, now, None);
                 }
             }
             _ => {}
@@ -175,7 +191,7 @@ impl Worker {
         &mut self,
         p: usize,
         to: ReplyTo,
-        frame: Vec<u8>,
+        frame: &[u8],
         slot: u16,
         tries: u8,
         first: Instant,
@@ -209,14 +225,14 @@ impl Worker {
                 Expect::Any,
             );
         }
-        self.enqueue(b, &[&frame], to, Expect::Any);
-        let resend = Box::new(Resend {
-            frame,
+        self.enqueue(b, &[frame], to, Expect::Any);
+        let meta = ResendMeta {
+            len: frame.len() as u32,
             slot,
             tries,
             first,
-        });
-        self.backends[b].keep_for_resend(to, resend);
+        };
+        self.backends[b].keep_for_resend(to, meta, frame);
     }
 
     fn deliver_now(&mut self, to: ReplyTo, reply: &[u8]) {
@@ -271,11 +287,11 @@ impl Worker {
                     .moved
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 slots.moved_to(*moved, s as u16);
-                self.send_cluster(p, r.to, frame, slot, tries, first, None);
+                self.send_cluster(p, r.to, &frame, slot, tries, first, None);
             }
             (Redirect::Ask { .. }, Some(s)) => {
                 slots.ask.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.send_cluster(p, r.to, frame, slot, tries, first, Some(s));
+                self.send_cluster(p, r.to, &frame, slot, tries, first, Some(s));
             }
             (redirect, _) => {
                 // A node not known yet, a slot mid-move or a failover: the map is read
@@ -321,7 +337,7 @@ impl Worker {
             let found = (0..self.pools.len())
                 .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
             match found {
-                Some(p) => self.send_cluster(p, r.to, frame, slot, tries, first, None),
+                Some(p) => self.send_cluster(p, r.to, &frame, slot, tries, first, None),
                 None => self.deliver_now(r.to, &r.reply),
             }
         }

@@ -76,6 +76,7 @@ impl Worker {
                     batch: Box::default(),
                     spare: Vec::new(),
                     scratch: (Vec::new(), Vec::new()),
+                    resend_bytes: VecDeque::new(),
                 });
                 self.pools[p].conns[s][k] = Some(b);
                 Ok(b)

@@ -187,14 +187,17 @@ impl Backend {
         c.out_queue_bytes.add(i64::from(bytes));
     }
 
-    /// The request just queued may be sent again elsewhere (a Redis Cluster redirection).
+    /// The request just queued (`frame`, for `to`) may be sent again elsewhere (a Redis
+    /// Cluster redirection): its bytes are kept until its reply is read.
     pub(in crate::worker) fn keep_for_resend(
         &mut self,
         to: ReplyTo,
-        resend: Box<super::super::cluster::Resend>,
+        meta: super::super::cluster::ResendMeta,
+        frame: &[u8],
     ) {
         if let Some(p) = self.pending.back_mut().filter(|p| p.to == to) {
-            p.resend = Some(resend);
+            p.resend = Some(meta);
+            self.resend_bytes.extend(frame);
         }
     }
 }
