@@ -23,7 +23,7 @@ use proto::Request;
 
 use crate::shared::McRoutes;
 
-use super::client::{deliver, SlotKind};
+use super::client::SlotKind;
 use super::reply_to::ReplyTo;
 use super::{Control, Worker};
 
@@ -231,19 +231,6 @@ impl Worker {
     pub(super) fn big_done(&mut self, to: ReplyTo, reply: &[u8]) {
         self.answer_slot(to, reply);
         self.big_gets(to.client as usize);
-    }
-
-    /// Fills the slot `to` waits at with the whole of `reply` (unlike [`Self::big_refuse`],
-    /// which answers a client that has no slot yet).
-    fn answer_slot(&mut self, to: ReplyTo, reply: &[u8]) {
-        deliver(
-            &mut self.clients,
-            &mut self.dirty_clients,
-            to,
-            reply,
-            &[],
-            true,
-        );
     }
 }
 

@@ -524,6 +524,19 @@ impl Worker {
         self.globals.per_worker[self.id].curr_connections.add(-1);
     }
 
+    /// Fills the slot `to` waits at with the whole of `reply` (a request that was given a
+    /// place in its client's queue and then could not be sent, or no longer can).
+    pub(super) fn answer_slot(&mut self, to: ReplyTo, reply: &[u8]) {
+        deliver(
+            &mut self.clients,
+            &mut self.dirty_clients,
+            to,
+            reply,
+            &[],
+            true,
+        );
+    }
+
     pub(super) fn local_reply(&mut self, ci: usize, bytes: &[u8]) {
         if let Some(c) = self.clients.get_mut(ci) {
             c.reply(bytes);

@@ -203,7 +203,7 @@ impl Worker {
         };
         let Some(s) = server else {
             self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
-            return self.deliver_now(to, ERR_UNSERVED);
+            return self.answer_slot(to, ERR_UNSERVED);
         };
         let b = match self.backend_for(p, s, to.client as usize) {
             Ok(b) => b,
@@ -214,7 +214,7 @@ impl Worker {
                         slots.mark_stale();
                     }
                 }
-                return self.deliver_now(to, &msg);
+                return self.answer_slot(to, &msg);
             }
         };
         if ask.is_some() {
@@ -235,17 +235,6 @@ impl Worker {
         self.backends[b].keep_for_resend(to, meta, frame);
     }
 
-    fn deliver_now(&mut self, to: ReplyTo, reply: &[u8]) {
-        super::client::deliver(
-            &mut self.clients,
-            &mut self.dirty_clients,
-            to,
-            reply,
-            &[],
-            true,
-        );
-    }
-
     /// Follows the redirections the turn's replies asked for.
     pub(super) fn run_redirects(&mut self) {
         for r in std::mem::take(&mut self.redirects.now) {
@@ -257,15 +246,15 @@ impl Worker {
         let found = (0..self.pools.len())
             .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
         let Some(p) = found else {
-            return self.deliver_now(r.to, &r.reply);
+            return self.answer_slot(r.to, &r.reply);
         };
         let rt = self.pools[p].rt.clone();
         let Some(slots) = rt.learned.as_ref().and_then(|l| l.slots.as_ref()) else {
-            return self.deliver_now(r.to, &r.reply);
+            return self.answer_slot(r.to, &r.reply);
         };
         let limit = rt.timeout().unwrap_or(RETRY_FOR);
         if r.resend.tries >= MAX_REDIRECTS || r.resend.first.elapsed() >= limit {
-            return self.deliver_now(r.to, &r.reply);
+            return self.answer_slot(r.to, &r.reply);
         }
         let Resend {
             frame,
@@ -338,7 +327,7 @@ impl Worker {
                 .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
             match found {
                 Some(p) => self.send_cluster(p, r.to, &frame, slot, tries, first, None),
-                None => self.deliver_now(r.to, &r.reply),
+                None => self.answer_slot(r.to, &r.reply),
             }
         }
     }
