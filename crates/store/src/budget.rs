@@ -6,7 +6,7 @@
 //! runs when a charge is refused. A new kind of charge (say, memory reserved by the server for
 //! something other than items) or a policy on refusal belongs here.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Bytes charged against a limit, plus the spare segment buffers.
@@ -18,7 +18,12 @@ pub(crate) struct Budget {
     /// munmap, fresh pages and page faults under a shard lock.
     spare: Mutex<Vec<Box<[u8]>>>,
     spare_max: usize,
+    /// Set once free memory fell under a segment; see `full`.
+    at_limit: AtomicBool,
 }
+
+/// Segments of free memory that end the "full" state `full` enters below one segment.
+const FULL_UNTIL_SEGS: u64 = 16;
 
 impl Budget {
     /// A budget of `limit` bytes with `used` already charged, keeping up to `spare_max`
@@ -29,6 +34,7 @@ impl Budget {
             limit: AtomicU64::new(limit),
             spare: Mutex::new(Vec::new()),
             spare_max,
+            at_limit: AtomicBool::new(false),
         }
     }
 
@@ -80,6 +86,23 @@ impl Budget {
     /// Whether more is charged than the limit allows (after the limit was lowered).
     pub fn over_limit(&self) -> bool {
         self.used() > self.limit()
+    }
+
+    /// Whether writes must evict as they go (see `drain`): memory free within the limit fell
+    /// under one segment of `seg` bytes, and has not since grown to `FULL_UNTIL_SEGS` of them.
+    /// Without the margin a full cache stopped evicting whenever a segment's worth came free
+    /// for a moment: one freed to charge a value that arrives in pieces (`Store::reserve`)
+    /// and free again once the value is stored, or emptied segments past the spare pool's
+    /// size. Only real room (a flush, deletes reclaimed, a raised limit) ends it.
+    pub fn full(&self, seg: u64) -> bool {
+        let free = self.limit().saturating_sub(self.used());
+        // Written on changes only: every write reads this.
+        let was = self.at_limit.load(Ordering::Relaxed);
+        let now = free < seg || (was && free < FULL_UNTIL_SEGS * seg);
+        if now != was {
+            self.at_limit.store(now, Ordering::Relaxed);
+        }
+        now
     }
 
     /// Keeps an emptied segment buffer (charged) for reuse, or frees it when enough are kept.
@@ -139,6 +162,26 @@ mod tests {
         assert_eq!(b.used(), 810);
         b.release(310);
         assert!(!b.over_limit());
+    }
+
+    #[test]
+    fn full_from_under_one_segment_free_until_several_come_free() {
+        let seg = 100;
+        let b = Budget::new(10_000, 0, 0);
+        assert!(!b.full(seg));
+        assert!(b.try_reserve(9_850));
+        assert!(!b.full(seg), "150 free: room for a segment");
+        assert!(b.try_reserve(60));
+        assert!(b.full(seg), "90 free");
+        b.release(300);
+        assert!(
+            b.full(seg),
+            "a segment or three come free for a moment: still full"
+        );
+        b.release(FULL_UNTIL_SEGS * seg);
+        assert!(!b.full(seg), "real room ends it");
+        assert!(b.try_reserve(FULL_UNTIL_SEGS * seg));
+        assert!(!b.full(seg), "not full again until under a segment is free");
     }
 
     #[test]

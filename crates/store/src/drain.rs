@@ -209,6 +209,33 @@ mod tests {
         assert_eq!(s.stats().counters.curr_items, s.len());
     }
 
+    /// A value that arrives in pieces is charged while it arrives (`reserve`), which at the
+    /// limit frees a whole segment, then stored by copy and its charge given back: the
+    /// memory left free by that must not stop the next writes from evicting.
+    #[test]
+    fn values_received_in_pieces_keep_a_full_cache_evicting() {
+        let s = store_mb(4);
+        let v = vec![b'v'; 3000];
+        for i in 0..5_000 {
+            set_bytes(&s, &format!("fill:{i:06}"), &v);
+        }
+        let ev = watched(&s);
+        for i in 0..3_000 {
+            // What has arrived when the value is charged: any share of it.
+            let part = [v.len() / 2, v.len(), 100][i % 3] as u64;
+            assert!(s.reserve(part));
+            set_bytes(&s, &format!("more:{i:06}"), &v);
+            s.unreserve(part);
+            assert!(
+                !ev.take().is_empty(),
+                "set {i} evicted nothing: used {} limit {} in_flight {}",
+                s.mem_used(),
+                s.mem_limit(),
+                s.in_flight()
+            );
+        }
+    }
+
     /// Items read since they were stored stay for the segment's recycle (which moves them
     /// to the main queue), whatever the writes that drain around them.
     #[test]

@@ -60,7 +60,13 @@ impl Shard {
                 self.reclaim_off = 0;
             }
             if !s.active || self.reclaim_off >= s.used {
-                let compactable = s.active && !self.segs.is_head(seg) && !s.large() && s.used > 0;
+                // A segment the drain walked into is dead with evictions made ahead of its
+                // recycle: freeing it here would hand a full cache room to stop evicting in.
+                let compactable = s.active
+                    && !self.segs.is_head(seg)
+                    && !s.large()
+                    && s.used > 0
+                    && !(g.full() && self.drained(seg));
                 self.reclaim_seg += 1;
                 self.reclaim_off = 0;
                 segs_seen += 1;

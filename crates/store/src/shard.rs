@@ -40,11 +40,11 @@ pub(crate) struct Global {
 }
 
 impl Global {
-    /// No further segment fits within the limit: writes evict as they go (see `drain`).
-    /// Read at every write, since other shards fill the memory this one could take.
+    /// Writes evict as they go (see `drain` and `Budget::full`). Read at every write, since
+    /// other shards fill the memory this one could take.
     #[inline]
     pub fn full(&self) -> bool {
-        self.evictions && self.mem.used() + self.seg_size as u64 > self.mem.limit()
+        self.evictions && self.mem.full(self.seg_size as u64)
     }
 
     pub fn hash(&self, key: &[u8]) -> u64 {
