@@ -123,12 +123,12 @@ pub fn discover_primary(
     let mut failed = Vec::new();
     let mut unknown = 0;
     for addr in sentinels {
-        let reply = Conn::open(addr, None, wait)
+        let reply = Conn::open(addr, pool.sentinel_auth(), wait)
             .and_then(|mut c| c.ask(&[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()]));
         match reply.and_then(|r| parse_master_addr(&r)) {
             Ok(Some(primary)) => return Ok(primary),
             Ok(None) => unknown += 1,
-            Err(e) => failed.push(format!("{addr}: {e}")),
+            Err(e) => failed.push(sentinel_error(addr, &e, pool.sentinel_auth().is_some())),
         }
     }
     if unknown > 0 && failed.is_empty() {
@@ -138,6 +138,17 @@ pub fn discover_primary(
         "no Sentinel named a primary for '{name}' ({})",
         failed.join("; ")
     ))
+}
+
+/// A Sentinel's refusal, with what to set when it wants a password it was not given.
+fn sentinel_error(addr: &NodeAddr, e: &str, has_auth: bool) -> String {
+    if !has_auth && e.contains("NOAUTH") {
+        return format!("Sentinel {addr} wants a password (redis_sentinel_auth): {e}");
+    }
+    if e.contains("AUTH refused") {
+        return format!("Sentinel {e} (check redis_sentinel_user/redis_sentinel_auth)");
+    }
+    format!("{addr}: {e}")
 }
 
 /// Looks up one learned pool.
