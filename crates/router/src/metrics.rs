@@ -159,6 +159,7 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
     families(&mut e, "pool", &pools);
     hot_key_families(&mut e, shared);
     cluster_families(&mut e, shared);
+    learned_families(&mut e, shared);
     families(&mut e, "server", &servers);
     for (name, help, rows) in [
         (
@@ -258,6 +259,79 @@ fn cluster_families(e: &mut Exposition, shared: &Shared) {
         e.family(&name, kind, help);
         for (pool, fields) in &rows {
             e.sample(&name, &[("pool", *pool)], fields[i].1);
+        }
+    }
+}
+
+/// Learned Redis pools' failovers, and their nodes' slots, redirections and promotions (the
+/// stats port's names, as Prometheus families labelled by pool and server).
+fn learned_families(e: &mut Exposition, shared: &Shared) {
+    let mut pools = Vec::new();
+    let mut servers: Rows<'_> = Vec::new();
+    for p in &shared.pools {
+        let name = p.cfg.name.as_bytes();
+        pools.extend(
+            crate::failovers::pool_fields(p)
+                .into_iter()
+                .map(|(_, v)| (name, v)),
+        );
+        for (server, fields) in p.servers.iter().zip(crate::failovers::server_fields(p)) {
+            servers.push((
+                vec![("pool", name), ("server", server.stats_name.as_bytes())],
+                fields,
+            ));
+        }
+    }
+    if !pools.is_empty() {
+        let name = "memfleet_router_pool_failovers_total";
+        e.family(
+            name,
+            Kind::Counter,
+            "Failovers since the router started: a cluster shard's slots taken over by a replica of their primary, or a Sentinel pool's primary switched.",
+        );
+        for (pool, v) in &pools {
+            e.sample(name, &[("pool", *pool)], v);
+        }
+    }
+    for (field, name, kind, help) in [
+        (
+            "cluster_slots",
+            "memfleet_router_server_cluster_slots",
+            Kind::Gauge,
+            "Redis Cluster hash slots the node serves as a primary in the router's slot map.",
+        ),
+        (
+            "redirect_moved",
+            "memfleet_router_server_redirect_moved_total",
+            Kind::Counter,
+            "MOVED replies the cluster node answered with since the router started.",
+        ),
+        (
+            "redirect_ask",
+            "memfleet_router_server_redirect_ask_total",
+            Kind::Counter,
+            "ASK replies the cluster node answered with since the router started.",
+        ),
+        (
+            "promotions",
+            "memfleet_router_server_promotions_total",
+            Kind::Counter,
+            "Failovers that made the node a primary since the router started.",
+        ),
+    ] {
+        let rows: Vec<_> = servers
+            .iter()
+            .filter_map(|(labels, fields)| {
+                let v = fields.iter().find(|(k, _)| *k == field)?.1;
+                Some((labels, v))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        e.family(name, kind, help);
+        for (labels, v) in rows {
+            e.sample(name, labels, v);
         }
     }
 }

@@ -157,12 +157,17 @@ pub fn discover(pool: &Pool, from: &[NodeAddr]) -> Result<Found, String> {
         RedisTopology::Fixed => Err("not a learned pool".to_owned()),
         RedisTopology::Cluster => {
             let t = discover_cluster(pool, from)?;
+            crate::failovers::saw_cluster(&pool.name, &t);
             Ok(Found::Cluster {
                 nodes: t.nodes(),
                 owners: t.slot_owners(),
             })
         }
-        RedisTopology::Sentinel(name) => discover_primary(pool, name, from).map(Found::Primary),
+        RedisTopology::Sentinel(name) => {
+            let primary = discover_primary(pool, name, from)?;
+            crate::failovers::saw_primary(&pool.name, &primary);
+            Ok(Found::Primary(primary))
+        }
     }
 }
 
