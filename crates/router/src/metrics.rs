@@ -396,6 +396,69 @@ mod tests {
     }
 
     #[test]
+    fn learned_pools_with_failovers_and_per_node_counts() {
+        use crate::topology::{attach, expand, Found, Topologies};
+        use proto::resp::cluster::{ClusterShard, ClusterTopology, NodeAddr, Redirect};
+        let node = |port| NodeAddr {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let map = |primary: u16, replica: u16| ClusterTopology {
+            shards: vec![ClusterShard {
+                slots: vec![(0, 16383)],
+                primary: Some(node(primary)),
+                replicas: vec![node(replica)],
+            }],
+        };
+        // A name no other test uses: the counts are kept by pool name for the process.
+        let yaml = "mcl:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        crate::failovers::saw_cluster("mcl", &map(7000, 7001));
+        let after = map(7001, 7000);
+        crate::failovers::saw_cluster("mcl", &after);
+        let found = Topologies::from([(
+            "mcl".to_owned(),
+            Found::Cluster {
+                nodes: after.nodes(),
+                owners: after.slot_owners(),
+            },
+        )]);
+        let started = Instant::now();
+        let mut shared = Shared::new(expand(&config, &found), 2, started).unwrap();
+        attach(&mut shared, &config, &found, started);
+        let pool = &shared.pools[0];
+        let old = pool
+            .servers
+            .iter()
+            .position(|s| s.stats_name == "127.0.0.1:7000")
+            .unwrap();
+        let ask = Redirect::Ask {
+            slot: 1,
+            addr: node(7001),
+        };
+        crate::failovers::redirected(pool, old, &ask);
+        let m = render(&shared, &globals(2, started));
+        for line in [
+            "# TYPE memfleet_router_pool_failovers_total counter\n",
+            "memfleet_router_pool_failovers_total{pool=\"mcl\"} 1\n",
+            "# TYPE memfleet_router_server_cluster_slots gauge\n",
+            "memfleet_router_server_cluster_slots{pool=\"mcl\",server=\"127.0.0.1:7001\"} 16384\n",
+            "memfleet_router_server_cluster_slots{pool=\"mcl\",server=\"127.0.0.1:7000\"} 0\n",
+            "memfleet_router_server_promotions_total{pool=\"mcl\",server=\"127.0.0.1:7001\"} 1\n",
+            "memfleet_router_server_redirect_ask_total{pool=\"mcl\",server=\"127.0.0.1:7000\"} 1\n",
+            "memfleet_router_server_redirect_moved_total{pool=\"mcl\",server=\"127.0.0.1:7000\"} 0\n",
+        ] {
+            assert!(m.contains(line), "{line} missing from\n{m}");
+        }
+        let j = crate::stats::json(&shared, &globals(2, started), "h");
+        assert!(j.contains("\"failovers\":1"), "{j}");
+        assert!(
+            j.contains("\"cluster_slots\":16384, \"redirect_moved\":0, \"redirect_ask\":0, \"promotions\":1}"),
+            "{j}"
+        );
+    }
+
+    #[test]
     fn pools_and_servers_with_their_labels() {
         let (shared, globals) = fresh(
             "alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11212:1\n   - 127.0.0.1:11213:1 t\"wo\n",
