@@ -27,6 +27,8 @@ const NONE: u32 = u32::MAX;
 pub struct SlotMemory {
     /// Slot → index into `primaries`, [`NONE`] where never served.
     owner: Vec<u32>,
+    /// Slot → the last failover counted for it (old and new primary).
+    counted: Vec<(u32, u32)>,
     /// Each primary seen, with its replicas when last seen.
     primaries: Vec<(NodeAddr, Vec<NodeAddr>)>,
 }
@@ -57,6 +59,7 @@ impl SlotMemory {
     pub fn observe(&mut self, now: &ClusterTopology) -> Vec<Failover> {
         if self.owner.is_empty() {
             self.owner = vec![NONE; REDIS_SLOTS];
+            self.counted = vec![(NONE, NONE); REDIS_SLOTS];
         }
         let mut seen: BTreeMap<(u32, u32), usize> = BTreeMap::new();
         for shard in &now.shards {
@@ -70,7 +73,12 @@ impl SlotMemory {
                     if old == NONE || old == new {
                         continue;
                     }
-                    if self.primaries[old as usize].1.contains(primary) {
+                    // A node whose view lags (asked after a newer one) can show the old
+                    // primary once more: the same failover seen again is not another.
+                    if self.primaries[old as usize].1.contains(primary)
+                        && self.counted[slot] != (old, new)
+                    {
+                        self.counted[slot] = (old, new);
                         *seen.entry((old, new)).or_default() += 1;
                     }
                 }
@@ -320,6 +328,23 @@ mod tests {
         let f = m.observe(&up);
         assert_eq!(f.len(), 1);
         assert_eq!((f[0].from.port, f[0].to.port, f[0].slots), (1, 11, 5461));
+    }
+
+    #[test]
+    fn a_lagging_view_showing_the_old_primary_again_is_no_second_failover() {
+        let mut m = SlotMemory::default();
+        m.observe(&three());
+        let mut after = three();
+        after.shards[0] = shard(&[(0, 5460)], Some(11), &[]);
+        assert_eq!(m.observe(&after).len(), 1);
+        // Another node still names the old primary, with 11 its replica; then it catches up.
+        assert!(m.observe(&three()).is_empty());
+        assert!(m.observe(&after).is_empty());
+        // 1 back as 11's replica and a real failover back to it, then to 11 again: two more.
+        after.shards[0] = shard(&[(0, 5460)], Some(11), &[1]);
+        assert!(m.observe(&after).is_empty());
+        assert_eq!(m.observe(&three()).len(), 1);
+        assert_eq!(m.observe(&after).len(), 1);
     }
 
     #[test]
