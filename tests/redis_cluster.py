@@ -392,7 +392,8 @@ class Cluster:
 
 
 class SentinelSet:
-    """A primary, `replicas` replicas of it, and three Sentinels watching it as `name`."""
+    """A primary, `replicas` replicas of it, and three Sentinels watching it as `name`; with
+    `sentinel_password`, the Sentinels want it from their clients (and each other)."""
 
     def __init__(
         self,
@@ -400,9 +401,11 @@ class SentinelSet:
         replicas: int = 1,
         timeout: float = 30.0,
         auth: Auth | None = None,
+        sentinel_password: str | None = None,
     ) -> None:
         self.name = name
         self.auth = auth
+        self.sentinel_password = sentinel_password
         self.workdir = Path(tempfile.mkdtemp(prefix="redis-sentinel-"))
         self.primary: RedisProcess | None = None
         self.replicas: list[RedisProcess] = []
@@ -430,8 +433,12 @@ class SentinelSet:
             f"sentinel down-after-milliseconds {self.name} 1000\n"
             f"sentinel failover-timeout {self.name} 5000\n"
             + (f"sentinel auth-pass {self.name} {self.auth.password}\n" if self.auth else "")
+            # Sentinel logs in to the other Sentinels with its own requirepass.
+            + (f"requirepass {self.sentinel_password}\n" if self.sentinel_password else "")
         )
-        return RedisProcess(self.workdir, "--sentinel", conf=conf).start()
+        sentinel = RedisProcess(self.workdir, "--sentinel", conf=conf)
+        sentinel.password = self.sentinel_password
+        return sentinel.start()
 
     @property
     def addresses(self) -> list[str]:

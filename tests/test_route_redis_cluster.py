@@ -25,11 +25,14 @@ from redis_cluster import (
     REDIS_CLI,
     Auth,
     Cluster,
+    NodeInfo,
     RedisProcess,
     data_node,
     require,
     require_php_redis,
+    wait_until,
 )
+from redis_router import Router, learned_pool_yaml, start_router
 from redis_workload import (
     Client,
     Load,
@@ -56,20 +59,11 @@ def tools() -> None:
 
 
 def cluster_yaml(name: str, port: int, seeds: list[str], **opts: object) -> str:
-    return proxy_harness.pool_yaml(
-        name,
-        f"127.0.0.1:{port}",
-        [f"{s}:1" for s in seeds],
-        redis=True,
-        redis_cluster=True,
-        timeout=2000,
-        **opts,
-    )
+    return learned_pool_yaml(name, port, seeds, redis_cluster=True, **opts)
 
 
-def start_router(cluster: Cluster) -> Proxy:
-    port = free_port()
-    return Proxy(cluster_yaml("cl", port, cluster.seeds[:2]), port).start()
+def cluster_router(cluster: Cluster) -> Router:
+    return start_router("cl", cluster.seeds[:2], redis_cluster=True)
 
 
 def direct(cluster: Cluster, protocol: int = 2) -> RedisCluster:
@@ -93,8 +87,8 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def router(cluster: Cluster) -> Iterator[Proxy]:
-    p = start_router(cluster)
+def router(cluster: Cluster) -> Iterator[Router]:
+    p = cluster_router(cluster)
     try:
         yield p
     finally:
@@ -419,6 +413,7 @@ def test_resharding_and_a_new_replica_under_load(
         assert t.rounds
     left = left_by(tallies, target)
     if router is not None:
+        assert_redirects_counted(router, f"127.0.0.1:{src.port}")
         assert "errors: 0, replies: 2000" in pipe_out, pipe_out
         left.update({f"rpipe:{i}": f"v{i}" for i in range(2000)})
     with direct(cluster) as straight:
@@ -426,6 +421,19 @@ def test_resharding_and_a_new_replica_under_load(
         if router is not None:
             clients.append(plain(router.port or 0))
         assert_all_read_back(clients, left)
+
+
+def assert_redirects_counted(router: Router, src: str) -> None:
+    """The node slots moved away from answered the router with MOVED or ASK: counted for it
+    on the stats port and in /metrics; resharding is no failover."""
+    pool = router.stats()["cl"]
+    node = pool[src]
+    assert node["redirect_moved"] + node["redirect_ask"] >= 1, pool
+    assert pool["failovers"] == 0, pool
+    moved = router.metric("memfleet_router_server_redirect_moved_total", pool="cl", server=src)
+    ask = router.metric("memfleet_router_server_redirect_ask_total", pool="cl", server=src)
+    assert moved is not None and ask is not None and moved + ask >= 1
+    assert router.metric("memfleet_router_pool_failovers_total", pool="cl") == 0
 
 
 # ---------------------------------------------------------------- start-up errors
@@ -458,10 +466,10 @@ def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
     see stop without restarting anything, and what is written after reads back."""
     require_php_redis()
     own = Cluster(primaries=3, replicas=1)
-    router: Proxy | None = None
+    router: Router | None = None
     try:
         if target == "router":
-            router = start_router(own)
+            router = cluster_router(own)
         load = Load(limit=25.0, need=NEED)
         start_load(load, target, own, router, tmp_path / "stop")
         try:
@@ -491,7 +499,32 @@ def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
             assert not php.errors and not php.mismatches, php.output[-2000:]
             after.update(php_rounds_left(php, f"{target}phpafter"))
             assert_all_read_back(clients, after)
+        if router is not None:
+            assert_failover_counted(router, victim, promoted[0])
     finally:
         if router is not None:
             router.stop()
         own.stop()
+
+
+def assert_failover_counted(router: Router, victim: NodeInfo, promoted: NodeInfo) -> None:
+    """The stats port and /metrics count the failover for the pool, and the promoted replica
+    as a primary serving the killed one's slots."""
+    name = f"127.0.0.1:{promoted.port}"
+
+    def counted() -> bool:
+        pool = router.stats()["cl"]
+        node = pool.get(name, {})
+        return (
+            pool["failovers"] >= 1
+            and node.get("promotions", 0) >= 1
+            and node.get("cluster_slots", 0) >= len(victim.slots)
+        )
+
+    wait_until(counted, "the router counted the failover", 10)
+    failovers = router.metric("memfleet_router_pool_failovers_total", pool="cl")
+    assert failovers is not None and failovers >= 1
+    promotions = router.metric("memfleet_router_server_promotions_total", pool="cl", server=name)
+    assert promotions is not None and promotions >= 1
+    slots = router.metric("memfleet_router_server_cluster_slots", pool="cl", server=name)
+    assert slots is not None and slots >= len(victim.slots)

@@ -18,7 +18,16 @@ import pytest
 import redis
 from harness import free_port
 from redis.sentinel import Sentinel
-from redis_cluster import REDIS_CLI, Auth, SentinelSet, require, require_php_redis
+from redis_cluster import (
+    REDIS_CLI,
+    Auth,
+    RedisProcess,
+    SentinelSet,
+    require,
+    require_php_redis,
+    wait_until,
+)
+from redis_router import Router, learned_pool_yaml, start_router
 from redis_workload import (
     Client,
     Load,
@@ -47,20 +56,11 @@ def tools() -> None:
 def sentinel_yaml(
     pool: str, port: int, sentinels: list[str], master: str = NAME, **opts: object
 ) -> str:
-    return proxy_harness.pool_yaml(
-        pool,
-        f"127.0.0.1:{port}",
-        [f"{s}:1" for s in sentinels],
-        redis=True,
-        redis_sentinel=master,
-        timeout=2000,
-        **opts,
-    )
+    return learned_pool_yaml(pool, port, sentinels, redis_sentinel=master, **opts)
 
 
-def start_router(s: SentinelSet) -> Proxy:
-    port = free_port()
-    return Proxy(sentinel_yaml("sn", port, s.addresses), port).start()
+def sentinel_router(s: SentinelSet, **opts: object) -> Router:
+    return start_router("sn", s.addresses, redis_sentinel=NAME, **opts)
 
 
 def via_sentinels(s: SentinelSet, protocol: int = 2) -> redis.Redis:
@@ -81,8 +81,8 @@ def sentinels() -> Iterator[SentinelSet]:
 
 
 @pytest.fixture(scope="module")
-def router(sentinels: SentinelSet) -> Iterator[Proxy]:
-    p = start_router(sentinels)
+def router(sentinels: SentinelSet) -> Iterator[Router]:
+    p = sentinel_router(sentinels)
     try:
         yield p
     finally:
@@ -205,7 +205,7 @@ def test_a_primary_that_is_down_gives_prompt_error_replies() -> None:
     s = SentinelSet(NAME, replicas=0)
     try:
         s.kill_primary()
-        with start_router(s) as router, plain(router.port or 0) as r:
+        with sentinel_router(s) as router, plain(router.port or 0) as r:
             for call in (lambda: r.get("k"), lambda: r.set("k", "v"), lambda: r.mget(["a", "b"])):
                 # socket_timeout 5: a hang raises redis.TimeoutError, not ResponseError.
                 with pytest.raises(redis.ResponseError):
@@ -224,10 +224,10 @@ def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
     back."""
     require_php_redis()
     own = SentinelSet(NAME, replicas=1)
-    router: Proxy | None = None
+    router: Router | None = None
     try:
         if target == "router":
-            router = start_router(own)
+            router = sentinel_router(own)
         port = router.port if router is not None else None
 
         def maker(proto: int) -> Callable[[], Client]:
@@ -268,7 +268,77 @@ def test_primary_killed_under_load(target: str, tmp_path: Path) -> None:
             assert not php.errors and not php.mismatches, php.output[-2000:]
             after.update(php_rounds_left(php, f"{target}phpafter"))
             assert_all_read_back(clients, after)
+        if router is not None:
+            assert_switch_counted(router, new)
     finally:
         if router is not None:
             router.stop()
         own.stop()
+
+
+def assert_switch_counted(router: Router, new: RedisProcess) -> None:
+    """The stats port and /metrics count the switch for the pool, and the new primary as
+    promoted."""
+
+    def counted() -> bool:
+        pool = router.stats()["sn"]
+        return pool["failovers"] >= 1 and pool.get(new.address, {}).get("promotions", 0) >= 1
+
+    wait_until(counted, "the router counted the switch", 10)
+    failovers = router.metric("memfleet_router_pool_failovers_total", pool="sn")
+    assert failovers is not None and failovers >= 1
+    promotions = router.metric(
+        "memfleet_router_server_promotions_total", pool="sn", server=new.address
+    )
+    assert promotions is not None and promotions >= 1
+
+
+# ---------------------------------------------------------------- Sentinels with a password
+
+SENTINEL_PASSWORD = "sentinel-secret"
+
+
+@pytest.fixture(scope="module")
+def locked() -> Iterator[SentinelSet]:
+    """Sentinels that want a password (`requirepass`); the data nodes want none."""
+    s = SentinelSet(NAME, replicas=0, sentinel_password=SENTINEL_PASSWORD)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def subscribed(s: SentinelSet) -> bool:
+    """Whether a client of some Sentinel is subscribed to a channel: the router's watcher (the
+    Sentinels' links to each other subscribe to nothing)."""
+    for sentinel in s.sentinels:
+        with sentinel.client() as r:
+            if any(int(c.get("sub", 0)) > 0 for c in r.client_list()):
+                return True
+    return False
+
+
+def test_sentinels_with_a_password(locked: SentinelSet) -> None:
+    """`redis_sentinel_auth`: the router logs in to the Sentinels, both to ask for the primary
+    and to subscribe to +switch-master; the primary itself wants no password."""
+    assert locked.primary is not None
+    with sentinel_router(locked, redis_sentinel_auth=SENTINEL_PASSWORD) as router:
+        with plain(router.port or 0) as r, locked.primary.client() as primary:
+            left: dict[str, Value] = {}
+            for i in range(10):
+                left.update(python_round(r, "sauth", i))
+            assert_all_read_back([r, primary], left)
+        wait_until(lambda: subscribed(locked), "the router subscribed to a Sentinel", 10)
+
+
+@pytest.mark.parametrize("given", [None, "not-the-password"])
+def test_a_missing_or_wrong_sentinel_password_stops_the_router(
+    locked: SentinelSet, given: str | None, tmp_path: Path
+) -> None:
+    opts = {} if given is None else {"redis_sentinel_auth": given}
+    conf = sentinel_yaml("lockedout", free_port(), locked.addresses, **opts)
+    code, text = route_until_exit(conf, tmp_path)
+    assert code != 0, text
+    assert re.search(r"\blockedout\b", text), text
+    assert ("NOAUTH" if given is None else "WRONGPASS") in text, text
+    assert "redis_sentinel_auth" in text, text

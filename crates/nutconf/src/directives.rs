@@ -27,6 +27,8 @@ pub(super) struct RawPool {
     pub(super) redis_sentinel: Option<String>,
     pub(super) redis_backend_user: Option<String>,
     pub(super) redis_backend_auth: Option<String>,
+    pub(super) redis_sentinel_user: Option<String>,
+    pub(super) redis_sentinel_auth: Option<String>,
     pub(super) preconnect: Option<bool>,
     pub(super) tcpkeepalive: Option<bool>,
     pub(super) reuseport: Option<bool>,
@@ -122,6 +124,8 @@ pub(super) fn set_directive(
         "redis_sentinel" => text(&mut pool.redis_sentinel),
         "redis_backend_user" => text(&mut pool.redis_backend_user),
         "redis_backend_auth" => text(&mut pool.redis_backend_auth),
+        "redis_sentinel_user" => text(&mut pool.redis_sentinel_user),
+        "redis_sentinel_auth" => text(&mut pool.redis_sentinel_auth),
         "item_size_max" => parse_num(value)
             .and_then(|n| {
                 super::ITEM_SIZE_MAX_RANGE

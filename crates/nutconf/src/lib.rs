@@ -31,8 +31,8 @@ use ring::{Distribution, Hash, Ring};
 
 pub use self::error::{ConfigError, LoadError};
 pub use self::listen::Listen;
-use self::redis_topology::redis_topology;
 pub use self::redis_topology::RedisTopology;
+use self::redis_topology::{redis_topology, sentinel_auth_fits};
 pub use self::server::{parse_server, DnsLookup, DnsName, ServerAddr, ServerSpec};
 pub use self::tls::PoolTls;
 
@@ -98,6 +98,11 @@ pub struct Pool {
     /// (memfleet extension).
     pub redis_backend_user: Option<String>,
     pub redis_backend_auth: Option<String>,
+    /// What the router sends the Sentinels of a `redis_sentinel` pool as `AUTH [user]
+    /// password` (their `requirepass` or ACL user), apart from the backends' (memfleet
+    /// extension).
+    pub redis_sentinel_user: Option<String>,
+    pub redis_sentinel_auth: Option<String>,
     pub preconnect: bool,
     pub tcpkeepalive: bool,
     /// twemproxy master only; nutcracker 0.5 rejects it.
@@ -256,6 +261,13 @@ impl Pool {
             (None, None) => None,
         }
     }
+
+    /// What the router sends a `redis_sentinel` pool's Sentinels as `AUTH`: `(user,
+    /// password)` from `redis_sentinel_user`/`redis_sentinel_auth`, else nothing.
+    pub fn sentinel_auth(&self) -> Option<(Option<&str>, &str)> {
+        let pw = self.redis_sentinel_auth.as_deref()?;
+        Some((self.redis_sentinel_user.as_deref(), pw))
+    }
 }
 
 impl Config {
@@ -314,6 +326,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             ));
         }
         let topology = redis_topology(&r, redis).map_err(fail)?;
+        sentinel_auth_fits(&r, &topology).map_err(fail)?;
         if r.servers.is_empty() && r.dns.is_empty() {
             return Err(fail("has no servers"));
         }
@@ -366,6 +379,8 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             redis_topology: topology,
             redis_backend_user: r.redis_backend_user,
             redis_backend_auth: r.redis_backend_auth,
+            redis_sentinel_user: r.redis_sentinel_user,
+            redis_sentinel_auth: r.redis_sentinel_auth,
             preconnect: r.preconnect.unwrap_or(false),
             tcpkeepalive: r.tcpkeepalive.unwrap_or(false),
             reuseport: r.reuseport.unwrap_or(false),

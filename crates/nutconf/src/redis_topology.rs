@@ -56,3 +56,19 @@ pub(super) fn redis_topology(r: &RawPool, redis: bool) -> Result<RedisTopology, 
     }
     Ok(topology)
 }
+
+/// Whether the Sentinels' own login (`redis_sentinel_user`, `redis_sentinel_auth`) fits a pool
+/// of `topology`: only a Sentinel pool talks to Sentinels.
+pub(super) fn sentinel_auth_fits(
+    r: &RawPool,
+    topology: &RedisTopology,
+) -> Result<(), &'static str> {
+    let any = r.redis_sentinel_user.is_some() || r.redis_sentinel_auth.is_some();
+    if any && !matches!(topology, RedisTopology::Sentinel(_)) {
+        return Err("has a redis_sentinel_* directive, which needs \"redis_sentinel:\"");
+    }
+    if r.redis_sentinel_user.is_some() && r.redis_sentinel_auth.is_none() {
+        return Err("has \"redis_sentinel_user:\" without \"redis_sentinel_auth:\"");
+    }
+    Ok(())
+}

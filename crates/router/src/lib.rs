@@ -23,6 +23,7 @@ mod cluster_slots;
 mod counters;
 mod dns;
 mod error;
+mod failovers;
 mod fair_queue;
 mod hot;
 mod learned;

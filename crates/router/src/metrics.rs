@@ -159,6 +159,7 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
     families(&mut e, "pool", &pools);
     hot_key_families(&mut e, shared);
     cluster_families(&mut e, shared);
+    learned_families(&mut e, shared);
     families(&mut e, "server", &servers);
     for (name, help, rows) in [
         (
@@ -262,6 +263,79 @@ fn cluster_families(e: &mut Exposition, shared: &Shared) {
     }
 }
 
+/// Learned Redis pools' failovers, and their nodes' slots, redirections and promotions (the
+/// stats port's names, as Prometheus families labelled by pool and server).
+fn learned_families(e: &mut Exposition, shared: &Shared) {
+    let mut pools = Vec::new();
+    let mut servers: Rows<'_> = Vec::new();
+    for p in &shared.pools {
+        let name = p.cfg.name.as_bytes();
+        pools.extend(
+            crate::failovers::pool_fields(p)
+                .into_iter()
+                .map(|(_, v)| (name, v)),
+        );
+        for (server, fields) in p.servers.iter().zip(crate::failovers::server_fields(p)) {
+            servers.push((
+                vec![("pool", name), ("server", server.stats_name.as_bytes())],
+                fields,
+            ));
+        }
+    }
+    if !pools.is_empty() {
+        let name = "memfleet_router_pool_failovers_total";
+        e.family(
+            name,
+            Kind::Counter,
+            "Failovers since the router started: a cluster shard's slots taken over by a replica of their primary, or a Sentinel pool's primary switched.",
+        );
+        for (pool, v) in &pools {
+            e.sample(name, &[("pool", *pool)], v);
+        }
+    }
+    for (field, name, kind, help) in [
+        (
+            "cluster_slots",
+            "memfleet_router_server_cluster_slots",
+            Kind::Gauge,
+            "Redis Cluster hash slots the node serves as a primary in the router's slot map.",
+        ),
+        (
+            "redirect_moved",
+            "memfleet_router_server_redirect_moved_total",
+            Kind::Counter,
+            "MOVED replies the cluster node answered with since the router started.",
+        ),
+        (
+            "redirect_ask",
+            "memfleet_router_server_redirect_ask_total",
+            Kind::Counter,
+            "ASK replies the cluster node answered with since the router started.",
+        ),
+        (
+            "promotions",
+            "memfleet_router_server_promotions_total",
+            Kind::Counter,
+            "Failovers that made the node a primary since the router started.",
+        ),
+    ] {
+        let rows: Vec<_> = servers
+            .iter()
+            .filter_map(|(labels, fields)| {
+                let v = fields.iter().find(|(k, _)| *k == field)?.1;
+                Some((labels, v))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        e.family(name, kind, help);
+        for (labels, v) in rows {
+            e.sample(name, labels, v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,6 +393,69 @@ mod tests {
         ] {
             assert!(m.contains(line), "{line} missing from\n{m}");
         }
+    }
+
+    #[test]
+    fn learned_pools_with_failovers_and_per_node_counts() {
+        use crate::topology::{attach, expand, Found, Topologies};
+        use proto::resp::cluster::{ClusterShard, ClusterTopology, NodeAddr, Redirect};
+        let node = |port| NodeAddr {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let map = |primary: u16, replica: u16| ClusterTopology {
+            shards: vec![ClusterShard {
+                slots: vec![(0, 16383)],
+                primary: Some(node(primary)),
+                replicas: vec![node(replica)],
+            }],
+        };
+        // A name no other test uses: the counts are kept by pool name for the process.
+        let yaml = "mcl:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        crate::failovers::saw_cluster("mcl", &map(7000, 7001));
+        let after = map(7001, 7000);
+        crate::failovers::saw_cluster("mcl", &after);
+        let found = Topologies::from([(
+            "mcl".to_owned(),
+            Found::Cluster {
+                nodes: after.nodes(),
+                owners: after.slot_owners(),
+            },
+        )]);
+        let started = Instant::now();
+        let mut shared = Shared::new(expand(&config, &found), 2, started).unwrap();
+        attach(&mut shared, &config, &found, started);
+        let pool = &shared.pools[0];
+        let old = pool
+            .servers
+            .iter()
+            .position(|s| s.stats_name == "127.0.0.1:7000")
+            .unwrap();
+        let ask = Redirect::Ask {
+            slot: 1,
+            addr: node(7001),
+        };
+        crate::failovers::redirected(pool, old, &ask);
+        let m = render(&shared, &globals(2, started));
+        for line in [
+            "# TYPE memfleet_router_pool_failovers_total counter\n",
+            "memfleet_router_pool_failovers_total{pool=\"mcl\"} 1\n",
+            "# TYPE memfleet_router_server_cluster_slots gauge\n",
+            "memfleet_router_server_cluster_slots{pool=\"mcl\",server=\"127.0.0.1:7001\"} 16384\n",
+            "memfleet_router_server_cluster_slots{pool=\"mcl\",server=\"127.0.0.1:7000\"} 0\n",
+            "memfleet_router_server_promotions_total{pool=\"mcl\",server=\"127.0.0.1:7001\"} 1\n",
+            "memfleet_router_server_redirect_ask_total{pool=\"mcl\",server=\"127.0.0.1:7000\"} 1\n",
+            "memfleet_router_server_redirect_moved_total{pool=\"mcl\",server=\"127.0.0.1:7000\"} 0\n",
+        ] {
+            assert!(m.contains(line), "{line} missing from\n{m}");
+        }
+        let j = crate::stats::json(&shared, &globals(2, started), "h");
+        assert!(j.contains("\"failovers\":1"), "{j}");
+        assert!(
+            j.contains("\"cluster_slots\":16384, \"redirect_moved\":0, \"redirect_ask\":0, \"promotions\":1}"),
+            "{j}"
+        );
     }
 
     #[test]

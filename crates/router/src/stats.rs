@@ -75,6 +75,8 @@ pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
             ("server_ejects", pool.server_ejects.load(Relaxed) as i64),
         );
         fields.extend(crate::topology::stats_fields(pool));
+        fields.extend(crate::failovers::pool_fields(pool));
+        let learned = crate::failovers::server_fields(pool);
         let mut first = true;
         for (k, v) in fields {
             if !first {
@@ -89,6 +91,7 @@ pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
             out.push_str(": {");
             let mut fields = sum(pool.counters.iter().map(|c| c.servers[i].fields()));
             fields.insert(4, ("server_ejected_at", server.ejected_at_us.load(Relaxed)));
+            fields.extend(learned.get(i).into_iter().flatten().copied());
             let mut first = true;
             for (k, v) in fields {
                 if !first {
@@ -144,7 +147,14 @@ pub fn text(shared: &Shared, globals: &Globals, pool: usize) -> Vec<u8> {
             let _ = write!(out, "STAT hot_keys {}\r\n", h.hot_keys());
             let _ = write!(out, "STAT hot_key_hits {hits}\r\n");
         }
+        for (k, v) in crate::failovers::pool_fields(p) {
+            let _ = write!(out, "STAT {k} {v}\r\n");
+        }
+        let learned = crate::failovers::server_fields(p);
         for (i, server) in p.servers.iter().enumerate() {
+            for (k, v) in learned.get(i).into_iter().flatten() {
+                let _ = write!(out, "STAT server:{}:{k} {v}\r\n", server.stats_name);
+            }
             let _ = write!(
                 out,
                 "STAT server:{}:ejected {}\r\n",

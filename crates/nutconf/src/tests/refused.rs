@@ -160,3 +160,38 @@ fn learned_redis_pools_are_checked() {
         assert!(err.contains(want), "{lines}: got {err}");
     }
 }
+
+#[test]
+fn sentinel_login_is_apart_from_the_backends() {
+    let pool = |lines: &str| {
+        format!("a:\n  listen: 127.0.0.1:22121\n  redis: true\n{lines}  servers:\n   - 127.0.0.1:26379:1\n")
+    };
+    let ok = parse(&pool(
+        "  redis_sentinel: m\n  redis_sentinel_user: watcher\n  redis_sentinel_auth: s3\n  redis_backend_auth: back\n",
+    ));
+    let p = &ok.pools[0];
+    assert_eq!(p.sentinel_auth(), Some((Some("watcher"), "s3")));
+    assert_eq!(p.backend_auth(), Some((None, "back")));
+    let ok = parse(&pool("  redis_sentinel: m\n  redis_sentinel_auth: s3\n"));
+    assert_eq!(ok.pools[0].sentinel_auth(), Some((None, "s3")));
+    assert_eq!(
+        ok.pools[0].backend_auth(),
+        None,
+        "the Sentinels' password is theirs only"
+    );
+    let cases: &[(&str, &str)] = &[
+        (
+            "  redis_cluster: true\n  redis_sentinel_auth: s3\n",
+            "needs \"redis_sentinel:\"",
+        ),
+        ("  redis_sentinel_auth: s3\n", "needs \"redis_sentinel:\""),
+        (
+            "  redis_sentinel: m\n  redis_sentinel_user: watcher\n",
+            "without \"redis_sentinel_auth:\"",
+        ),
+    ];
+    for (lines, want) in cases {
+        let err = reject(&pool(lines));
+        assert!(err.contains(want), "{lines}: got {err}");
+    }
+}

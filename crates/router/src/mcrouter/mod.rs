@@ -365,6 +365,8 @@ fn pool_cfg(
         redis_topology: nutconf::RedisTopology::Fixed,
         redis_backend_user: None,
         redis_backend_auth: None,
+        redis_sentinel_user: None,
+        redis_sentinel_auth: None,
         preconnect: false,
         tcpkeepalive: false,
         reuseport: false,

@@ -123,12 +123,12 @@ pub fn discover_primary(
     let mut failed = Vec::new();
     let mut unknown = 0;
     for addr in sentinels {
-        let reply = Conn::open(addr, None, wait)
+        let reply = Conn::open(addr, pool.sentinel_auth(), wait)
             .and_then(|mut c| c.ask(&[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()]));
         match reply.and_then(|r| parse_master_addr(&r)) {
             Ok(Some(primary)) => return Ok(primary),
             Ok(None) => unknown += 1,
-            Err(e) => failed.push(format!("{addr}: {e}")),
+            Err(e) => failed.push(sentinel_error(addr, &e, pool.sentinel_auth().is_some())),
         }
     }
     if unknown > 0 && failed.is_empty() {
@@ -140,18 +140,34 @@ pub fn discover_primary(
     ))
 }
 
+/// A Sentinel's refusal, with what to set when it wants a password it was not given.
+fn sentinel_error(addr: &NodeAddr, e: &str, has_auth: bool) -> String {
+    if !has_auth && e.contains("NOAUTH") {
+        return format!("Sentinel {addr} wants a password (redis_sentinel_auth): {e}");
+    }
+    if e.contains("AUTH refused") {
+        return format!("Sentinel {e} (check redis_sentinel_user/redis_sentinel_auth)");
+    }
+    format!("{addr}: {e}")
+}
+
 /// Looks up one learned pool.
 pub fn discover(pool: &Pool, from: &[NodeAddr]) -> Result<Found, String> {
     match &pool.redis_topology {
         RedisTopology::Fixed => Err("not a learned pool".to_owned()),
         RedisTopology::Cluster => {
             let t = discover_cluster(pool, from)?;
+            crate::failovers::saw_cluster(&pool.name, &t);
             Ok(Found::Cluster {
                 nodes: t.nodes(),
                 owners: t.slot_owners(),
             })
         }
-        RedisTopology::Sentinel(name) => discover_primary(pool, name, from).map(Found::Primary),
+        RedisTopology::Sentinel(name) => {
+            let primary = discover_primary(pool, name, from)?;
+            crate::failovers::saw_primary(&pool.name, &primary);
+            Ok(Found::Primary(primary))
+        }
     }
 }
 

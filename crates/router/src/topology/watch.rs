@@ -66,7 +66,7 @@ impl SwitchWatch {
             self.conn = rt
                 .learned
                 .as_ref()
-                .and_then(|l| subscribe(&l.seeds, wait_of(&rt.cfg)));
+                .and_then(|l| subscribe(&l.seeds, wait_of(&rt.cfg), rt.cfg.sentinel_auth()));
         }
         let Some(conn) = self.conn.as_mut() else {
             std::thread::sleep(wait);
@@ -84,9 +84,13 @@ impl SwitchWatch {
 }
 
 /// A connection to the first Sentinel that takes `SUBSCRIBE +switch-master`.
-fn subscribe(sentinels: &[NodeAddr], wait: Duration) -> Option<Conn> {
+fn subscribe(
+    sentinels: &[NodeAddr],
+    wait: Duration,
+    auth: Option<(Option<&str>, &str)>,
+) -> Option<Conn> {
     sentinels.iter().find_map(|addr| {
-        let mut conn = Conn::open(addr, None, wait).ok()?;
+        let mut conn = Conn::open(addr, auth, wait).ok()?;
         let ok = conn.ask(&[b"SUBSCRIBE", b"+switch-master"]).ok()?;
         ok.starts_with(b"*").then_some(conn)
     })

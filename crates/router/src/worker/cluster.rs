@@ -243,6 +243,7 @@ impl Worker {
     }
 
     fn follow(&mut self, r: Redirected) {
+        crate::failovers::redirected(&r.rt, r.from, &r.redirect);
         let found = (0..self.pools.len())
             .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
         let Some(p) = found else {
