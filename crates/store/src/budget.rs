@@ -23,7 +23,7 @@ pub(crate) struct Budget {
 }
 
 /// Segments of free memory that end the "full" state `full` enters below one segment.
-const FULL_UNTIL_SEGS: u64 = 16;
+const FULL_UNTIL_SEGS: u64 = 8;
 
 impl Budget {
     /// A budget of `limit` bytes with `used` already charged, keeping up to `spare_max`
