@@ -19,19 +19,68 @@ pub(crate) struct Placement {
     /// A Redis Cluster pool's slot map as last read, and its generation.
     slots_gen: u64,
     slots: Option<crate::cluster_slots::SlotOwners>,
+    /// `redis_read_from: replicas`: read-only commands may go to replicas.
+    pub(crate) replica_reads: bool,
+    /// A Sentinel pool reading from replicas: its primary, which takes everything else.
+    primary: Option<usize>,
+    /// Per primary, its replicas (a cluster's as last read; a Sentinel pool's other servers).
+    replicas: crate::cluster_slots::Replicas,
+    /// Spreads reads over a primary's replicas.
+    next_replica: usize,
 }
 
 impl Placement {
     /// The placement of pool `rt` under its configured ring.
     pub(crate) fn new(rt: Arc<PoolRt>) -> Placement {
         let ring = Arc::new(rt.cfg.ring());
+        let replica_reads =
+            rt.cfg.redis_read_from == nutconf::ReadFrom::Replicas && rt.learned.is_some();
+        let primary = match &rt.learned {
+            Some(l) if replica_reads && l.slots.is_none() => l.primary,
+            _ => None,
+        };
+        let mut replicas = Vec::new();
+        if let Some(p) = primary {
+            replicas = vec![Vec::new(); rt.servers.len()];
+            replicas[p] = (0..rt.servers.len() as u16)
+                .filter(|&s| usize::from(s) != p)
+                .collect();
+        }
         Placement {
             rt,
             ring_gen: 0,
             ring,
             slots_gen: 0,
             slots: None,
+            replica_reads,
+            primary,
+            replicas: Arc::new(replicas),
+            next_replica: 0,
         }
+    }
+
+    /// Where a read-only command for `slot` (a cluster pool) or for any key (a Sentinel
+    /// pool) goes: one of its primary's replicas that may take reads, in turn, else the
+    /// primary. The flag says whether it is a replica.
+    pub(crate) fn for_read(&mut self, slot: u16) -> Option<(usize, bool)> {
+        let primary = match self.primary {
+            Some(p) => p,
+            None => self.for_slot(slot)?,
+        };
+        let Some(live) = self.rt.learned.as_ref() else {
+            return Some((primary, false));
+        };
+        let Some(list) = self.replicas.get(primary).filter(|l| !l.is_empty()) else {
+            return Some((primary, false));
+        };
+        let now = self.rt.uptime_ms();
+        let start = self.next_replica;
+        self.next_replica = self.next_replica.wrapping_add(1);
+        let n = list.len();
+        let found = (0..n)
+            .map(|i| usize::from(list[(start + i) % n]))
+            .find(|&s| live.may_read(s, now));
+        Some(found.map_or((primary, false), |s| (s, true)))
     }
 
     /// The server serving Redis Cluster hash slot `slot`, None when no primary does (or
@@ -42,6 +91,9 @@ impl Placement {
         if let Some((g, owners)) = map.if_newer(self.slots_gen) {
             self.slots_gen = g;
             self.slots = Some(owners);
+            if self.replica_reads {
+                self.replicas = map.replicas();
+            }
         }
         let owner = *self.slots.as_ref()?.get(usize::from(slot))?;
         (owner != crate::cluster_slots::UNSERVED).then_some(usize::from(owner))
@@ -51,6 +103,9 @@ impl Placement {
     /// latest ring first (ejections and returns change it).
     #[inline]
     pub(crate) fn for_key(&mut self, key: &[u8]) -> Option<usize> {
+        if self.primary.is_some() {
+            return self.primary;
+        }
         if let Some((g, r)) = self.rt.ring_if_newer(self.ring_gen) {
             self.ring_gen = g;
             self.ring = r;
@@ -69,6 +124,9 @@ impl Placement {
     /// One live server, or the first when all are ejected (for a request any can answer).
     /// None when the pool has no servers.
     pub(crate) fn for_any(&self) -> Option<usize> {
+        if self.primary.is_some() {
+            return self.primary;
+        }
         let servers = &self.rt.servers;
         if servers.is_empty() {
             return None;

@@ -75,6 +75,7 @@ pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
             ("server_ejects", pool.server_ejects.load(Relaxed) as i64),
         );
         fields.extend(crate::topology::stats_fields(pool));
+        fields.extend(crate::topology::replica_fields(pool));
         let mut first = true;
         for (k, v) in fields {
             if !first {
