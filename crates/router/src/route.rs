@@ -103,14 +103,20 @@ impl Placement {
     /// latest ring first (ejections and returns change it).
     #[inline]
     pub(crate) fn for_key(&mut self, key: &[u8]) -> Option<usize> {
-        if self.primary.is_some() {
-            return self.primary;
-        }
         if let Some((g, r)) = self.rt.ring_if_newer(self.ring_gen) {
             self.ring_gen = g;
             self.ring = r;
         }
         self.ring.server_for(key)
+    }
+
+    /// The server a transaction's `key` goes to: [`Placement::for_key`], except in a
+    /// Sentinel pool reading from replicas, whose primary takes every transaction.
+    pub(crate) fn for_tx_key(&mut self, key: &[u8]) -> Option<usize> {
+        match self.primary {
+            Some(p) => Some(p),
+            None => self.for_key(key),
+        }
     }
 
     /// Every live server (for a request all of them must execute).
@@ -146,6 +152,33 @@ mod tests {
     use std::time::Instant;
 
     const YAML: &str = "p:\n  listen: 127.0.0.1:22121\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  servers:\n   - 127.0.0.1:1:1 one\n   - 127.0.0.1:2:1 two\n";
+
+    #[test]
+    fn reads_take_replicas_in_turn_and_skip_resting_ones() {
+        use crate::cluster_slots::ClusterSlots;
+        use crate::learned::Live;
+        let yaml = "p:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_cluster: true\n  redis_read_from: replicas\n  servers:\n   - 127.0.0.1:1:1\n   - 127.0.0.1:2:1\n   - 127.0.0.1:3:1\n";
+        let cfg = Config::from_yaml_str(yaml).unwrap();
+        let mut rt = PoolRt::new(cfg.pools[0].clone(), 1, Instant::now()).unwrap();
+        let slots = ClusterSlots::new(vec![0; ring::redis_slot::REDIS_SLOTS], 0);
+        slots.set_replicas(vec![vec![1, 2], vec![], vec![]]);
+        rt.learned = Some(Box::new(Live::new(Vec::new(), Some(slots), None, 3)));
+        let rt = Arc::new(rt);
+        let mut placement = Placement::new(rt.clone());
+        assert!(placement.replica_reads);
+        assert_eq!(placement.for_slot(7), Some(0), "writes: the primary");
+        let reads: Vec<_> = (0..4).filter_map(|_| placement.for_read(7)).collect();
+        assert_eq!(reads, [(1, true), (2, true), (1, true), (2, true)]);
+        let live = rt.learned.as_ref().unwrap();
+        live.rest(1, rt.uptime_ms());
+        assert!((0..3).all(|_| placement.for_read(7) == Some((2, true))));
+        live.rest(2, rt.uptime_ms());
+        assert_eq!(
+            placement.for_read(7),
+            Some((0, false)),
+            "none left: the primary"
+        );
+    }
 
     #[test]
     fn follows_ejections() {
