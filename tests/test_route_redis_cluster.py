@@ -568,6 +568,39 @@ def move_slot(
     cluster.wait_ok()
 
 
+def test_replica_reads_with_backend_credentials() -> None:
+    """A pool with backend credentials: a replica connection logs in, then sends READONLY,
+    and its reads are served by the replica as the ACL user."""
+    auth = Auth(password="harness-secret", user="memfleet", user_password="router-secret")
+    own = Cluster(primaries=3, replicas=1, auth=auth)
+    port = free_port()
+    conf = cluster_yaml(
+        "rr",
+        port,
+        own.seeds[:2],
+        redis_read_from="replicas",
+        redis_backend_user=auth.user,
+        redis_backend_auth=auth.user_password,
+    )
+    router = Proxy(conf, port)
+    try:
+        router.start()
+        write_and_sync(router, "rr", own, "ra", 30)
+        primaries, replicas = by_role(own)
+        reset_command_calls(own.live)
+        with plain(port) as r:
+            for i in range(30):
+                assert r.get(f"ra:{i}") == f"v{i}"
+        assert calls_of(primaries, "get") == 0 and calls_of(replicas, "get") == 30
+        for node in replicas:
+            with node.client() as c:
+                mine = [x for x in c.client_list() if x["user"] == auth.user]
+            assert mine and all("r" in x["flags"] for x in mine), f"{node.address}: {mine}"
+    finally:
+        router.stop()
+        own.stop()
+
+
 def test_a_killed_replica_sends_its_reads_to_the_primary() -> None:
     """A replica crashes while reads go to replicas: its shard's reads go to the primary
     (those in flight on the dead connection too); once the router has dropped the node, no
