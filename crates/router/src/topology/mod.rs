@@ -175,19 +175,27 @@ pub fn discover_primary(
     ))
 }
 
-/// The replicas of master `name` the first answering Sentinel takes to be up (none when no
-/// Sentinel answers: reads then go to the primary).
-fn discover_replicas(pool: &Pool, name: &str, sentinels: &[NodeAddr]) -> Vec<NodeAddr> {
+/// The replicas of master `name` the first answering Sentinel takes to be up. No answer is
+/// an error, so that a watcher keeps the replicas it has rather than dropping them all.
+fn discover_replicas(
+    pool: &Pool,
+    name: &str,
+    sentinels: &[NodeAddr],
+) -> Result<Vec<NodeAddr>, String> {
     let wait = wait_of(pool);
-    sentinels
-        .iter()
-        .find_map(|addr| {
-            let reply = Conn::open(addr, None, wait)
-                .and_then(|mut c| c.ask(&[b"SENTINEL", b"REPLICAS", name.as_bytes()]))
-                .ok()?;
-            parse_sentinel_replicas(&reply).ok()
-        })
-        .unwrap_or_default()
+    let mut failed = Vec::new();
+    for addr in sentinels {
+        let reply = Conn::open(addr, None, wait)
+            .and_then(|mut c| c.ask(&[b"SENTINEL", b"REPLICAS", name.as_bytes()]));
+        match reply.and_then(|r| parse_sentinel_replicas(&r)) {
+            Ok(replicas) => return Ok(replicas),
+            Err(e) => failed.push(format!("{addr}: {e}")),
+        }
+    }
+    Err(format!(
+        "no Sentinel listed the replicas of '{name}' ({})",
+        failed.join("; ")
+    ))
 }
 
 /// Looks up one learned pool.
@@ -206,7 +214,7 @@ pub fn discover(pool: &Pool, from: &[NodeAddr]) -> Result<Found, String> {
         RedisTopology::Sentinel(name) => {
             let primary = discover_primary(pool, name, from)?;
             let replicas = match pool.redis_read_from {
-                ReadFrom::Replicas => discover_replicas(pool, name, from),
+                ReadFrom::Replicas => discover_replicas(pool, name, from)?,
                 ReadFrom::Primary => Vec::new(),
             };
             Ok(Found::Primary { primary, replicas })
