@@ -161,6 +161,35 @@ def data_node(workdir: Path, *flags: str, auth: Auth | None = None) -> RedisProc
     return node
 
 
+def command_calls(node: RedisProcess) -> dict[str, int]:
+    """Calls per command (lower case) the node executed since its last `CONFIG RESETSTAT`."""
+    with node.client() as r:
+        info = r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+
+
+def reset_command_calls(nodes: list[RedisProcess]) -> None:
+    for n in nodes:
+        with n.client() as r:
+            r.config_resetstat()
+
+
+def calls_of(nodes: list[RedisProcess], *commands: str) -> int:
+    """Calls of `commands` summed over `nodes`."""
+    return sum(command_calls(n).get(c, 0) for n in nodes for c in commands)
+
+
+def caught_up(replica: RedisProcess) -> bool:
+    """Whether `replica` has everything its primary sent (offsets equal, link up)."""
+    with replica.client() as r:
+        mine = r.info("replication")
+    if mine.get("master_link_status") != "up":
+        return False
+    with connect(int(mine["master_port"]), replica.password) as r:
+        theirs = r.info("replication")
+    return int(mine["slave_repl_offset"]) >= int(theirs["master_repl_offset"])
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """One line of CLUSTER NODES."""

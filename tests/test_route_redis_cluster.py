@@ -16,6 +16,7 @@ from pathlib import Path
 
 import proxy_harness
 import pytest
+import redis
 from harness import free_port
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -27,9 +28,12 @@ from redis_cluster import (
     Cluster,
     NodeInfo,
     RedisProcess,
+    calls_of,
+    caught_up,
     data_node,
     require,
     require_php_redis,
+    reset_command_calls,
     wait_until,
 )
 from redis_router import Router, learned_pool_yaml, start_router
@@ -434,6 +438,214 @@ def assert_redirects_counted(router: Router, src: str) -> None:
     ask = router.metric("memfleet_router_server_redirect_ask_total", pool="cl", server=src)
     assert moved is not None and ask is not None and moved + ask >= 1
     assert router.metric("memfleet_router_pool_failovers_total", pool="cl") == 0
+# ---------------------------------------------------------------- reads from replicas
+
+READS = ("get", "mget", "exists", "strlen", "getrange", "ttl", "type", "hget", "lrange")
+
+
+def by_role(cluster: Cluster) -> tuple[list[RedisProcess], list[RedisProcess]]:
+    """The live primaries and replicas as processes."""
+    primary_ports = {n.port for n in cluster.primaries()}
+    primaries = [n for n in cluster.live if n.port in primary_ports]
+    replicas = [n for n in cluster.live if n.port not in primary_ports]
+    return primaries, replicas
+
+
+def replica_router(cluster: Cluster) -> Proxy:
+    port = free_port()
+    yaml = cluster_yaml("rr", port, cluster.seeds[:2], redis_read_from="replicas")
+    return Proxy(yaml, port).start()
+
+
+def write_and_sync(router: Proxy, pool: str, cluster: Cluster, prefix: str, n: int) -> None:
+    """`n` keys written through the router, then every replica caught up with them and in
+    the router's pool (CLUSTER SHARDS names a replica "loading" until it has a replication
+    offset, and the router leaves such nodes out)."""
+    with plain(router.port or 0) as r:
+        for i in range(n):
+            assert r.set(f"{prefix}:{i}", f"v{i}")
+    _, replicas = by_role(cluster)
+    wait_until(lambda: all(caught_up(n) for n in replicas), "replicas caught up", 20)
+    wait_until(
+        lambda: all(n.address in router.stats()[pool] for n in replicas),
+        "the router's pool has every replica",
+        20,
+    )
+
+
+def test_replica_reads_go_to_replicas_and_writes_to_primaries(cluster: Cluster) -> None:
+    """With `redis_read_from: replicas` every read-only command is executed by a replica,
+    never a primary; writes, MULTI/EXEC and EVAL by primaries; the pool counts the reads."""
+    router = replica_router(cluster)
+    try:
+        primaries, replicas = by_role(cluster)
+        assert len(primaries) == 3 and len(replicas) >= 3
+        write_and_sync(router, "rr", cluster, "rr", 60)
+        reset_command_calls(cluster.live)
+        with plain(router.port or 0) as r:
+            for i in range(60):
+                assert r.get(f"rr:{i}") == f"v{i}"
+            assert r.mget([f"rr:{i}" for i in range(10)]) == [f"v{i}" for i in range(10)]
+            assert r.exists(*[f"rr:{i}" for i in range(10)]) == 10
+            assert r.strlen("rr:1") == 2 and r.getrange("rr:12", 0, 0) == "v"
+            assert r.ttl("rr:2") == -1 and r.type("rr:3") == "string"
+            assert r.hget("rr:nohash", "f") is None and r.lrange("rr:nolist", 0, -1) == []
+        assert calls_of(primaries, *READS) == 0, "no read reaches a primary"
+        assert calls_of(replicas, "get") == 60
+        assert calls_of(replicas, *READS) >= 60 + 3 + 3 + 6
+        assert all(calls_of([n], "readonly") >= 1 for n in replicas), "READONLY first"
+        assert calls_of(primaries, "readonly") == 0
+        reads = router.stats()["rr"]["replica_reads"]
+        assert reads == calls_of(replicas, *READS), "one count per read a replica got"
+
+        reset_command_calls(cluster.live)
+        with plain(router.port or 0) as r:
+            for i in range(20):
+                assert r.set(f"rw:{i}", "x")
+            assert r.incr("rw:n") == 1
+            assert r.eval("return redis.call('get', KEYS[1])", 1, "rr:5") == "v5"
+            tx = r.pipeline(transaction=True)
+            tx.get("{rr}a").get("{rr}b")
+            assert tx.execute() == [None, None]
+            r.delete("rw:n")
+        assert calls_of(primaries, "set") == 20 and calls_of(primaries, "incrby") == 1
+        assert calls_of(primaries, "eval") == 1 and calls_of(primaries, "exec") == 1
+        assert calls_of(primaries, "get") == 3, "the script's and the transaction's reads"
+        assert calls_of(replicas, "get", "eval", "exec") == 0
+    finally:
+        router.stop()
+
+
+def test_without_replica_reads_no_command_reaches_a_replica(
+    router: Proxy, cluster: Cluster
+) -> None:
+    primaries, replicas = by_role(cluster)
+    write_and_sync(router, "cl", cluster, "pr", 30)
+    reset_command_calls(cluster.live)
+    with plain(router.port or 0) as r:
+        for i in range(30):
+            assert r.get(f"pr:{i}") == f"v{i}"
+        assert r.mget([f"pr:{i}" for i in range(5)]) == [f"v{i}" for i in range(5)]
+    assert calls_of(primaries, "get") == 30
+    assert calls_of(replicas, *READS, "readonly") == 0
+    assert "replica_reads" not in router.stats()["cl"]
+
+
+def test_reads_follow_a_slot_moved_under_replica_reads(cluster: Cluster) -> None:
+    """A slot moved back and forth between two primaries while reads go to replicas: every
+    read answers the value (a replica's MOVED is followed to the slot's new primary)."""
+    router = replica_router(cluster)
+    try:
+        key = "{moving}k"
+        write_and_sync(router, "rr", cluster, "{moving}k", 1)
+        slot = key_slot(b"{moving}k:0")
+        primaries = cluster.primaries()
+        src = next(p for p in primaries if slot in p.slots)
+        dst = next(p for p in primaries if p is not src)
+        ports = {n.port: n for n in cluster.live}
+        with plain(router.port or 0) as r:
+            for step in range(4):
+                a, b = (src, dst) if step % 2 == 0 else (dst, src)
+                move_slot(cluster, ports[a.port], ports[b.port], a.id, b.id, slot)
+                for _ in range(20):
+                    assert r.get(f"{key}:0") == "v0"
+        moved = router.stats()["rr"]["redirect_moved"]
+        print(f"MOVED followed: {moved}")
+    finally:
+        router.stop()
+
+
+def move_slot(
+    cluster: Cluster, a: RedisProcess, b: RedisProcess, a_id: str, b_id: str, slot: int
+) -> None:
+    """Slot `slot` and its keys from primary `a` to `b`, the new owner told to every primary
+    (replicas learn it over the cluster bus)."""
+    with a.client() as ra, b.client() as rb:
+        rb.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", a_id)
+        ra.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", b_id)
+        while keys := ra.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            auth = ["AUTH", cluster.auth.password] if cluster.auth else []
+            ra.execute_command("MIGRATE", "127.0.0.1", b.port, "", 0, 5000, *auth, "KEYS", *keys)
+        primaries, _ = by_role(cluster)
+        for n in primaries:
+            with n.client() as r:
+                r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", b_id)
+    cluster.wait_ok()
+
+
+def test_replica_reads_with_backend_credentials() -> None:
+    """A pool with backend credentials: a replica connection logs in, then sends READONLY,
+    and its reads are served by the replica as the ACL user."""
+    auth = Auth(password="harness-secret", user="memfleet", user_password="router-secret")
+    own = Cluster(primaries=3, replicas=1, auth=auth)
+    port = free_port()
+    conf = cluster_yaml(
+        "rr",
+        port,
+        own.seeds[:2],
+        redis_read_from="replicas",
+        redis_backend_user=auth.user,
+        redis_backend_auth=auth.user_password,
+    )
+    router = Proxy(conf, port)
+    try:
+        router.start()
+        write_and_sync(router, "rr", own, "ra", 30)
+        primaries, replicas = by_role(own)
+        reset_command_calls(own.live)
+        with plain(port) as r:
+            for i in range(30):
+                assert r.get(f"ra:{i}") == f"v{i}"
+        assert calls_of(primaries, "get") == 0 and calls_of(replicas, "get") == 30
+        for node in replicas:
+            with node.client() as c:
+                mine = [x for x in c.client_list() if x["user"] == auth.user]
+            assert mine and all("r" in x["flags"] for x in mine), f"{node.address}: {mine}"
+    finally:
+        router.stop()
+        own.stop()
+
+
+def test_a_killed_replica_sends_its_reads_to_the_primary() -> None:
+    """A replica crashes while reads go to replicas: its shard's reads go to the primary
+    (those in flight on the dead connection too); once the router has dropped the node, no
+    read fails at all."""
+    c = Cluster(primaries=3, replicas=1)
+    router = replica_router(c)
+    try:
+        write_and_sync(router, "rr", c, "kr", 60)
+        primaries, replicas = by_role(c)
+        victim = replicas[0]
+        victim_name = victim.address
+        assert victim_name in router.stats()["rr"]
+        victim.kill()
+        c.killed.add(victim.port)
+        errors: list[str] = []
+
+        def read_all(limit_tries: int) -> None:
+            with plain(router.port or 0) as r:
+                for i in range(60):
+                    for attempt in range(limit_tries):
+                        try:
+                            assert r.get(f"kr:{i}") == f"v{i}"
+                            break
+                        except (redis.RedisError, OSError) as e:
+                            if attempt == limit_tries - 1:
+                                errors.append(str(e))
+
+        read_all(5)  # bounded retries while the router notices
+        assert not errors, errors[:5]
+        wait_until(
+            lambda: victim_name not in router.stats()["rr"], "the router dropped the replica", 30
+        )
+        reset_command_calls([*primaries, *[n for n in replicas if n is not victim]])
+        read_all(1)
+        assert not errors, f"reads failed after the router noticed: {errors[:5]}"
+        assert calls_of(primaries, "get") > 0, "the dead replica's shard read on its primary"
+        assert calls_of(primaries, "get") < 60, "the other shards still read on replicas"
+    finally:
+        router.stop()
+        c.stop()
 
 
 # ---------------------------------------------------------------- start-up errors

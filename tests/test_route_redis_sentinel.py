@@ -23,8 +23,11 @@ from redis_cluster import (
     Auth,
     RedisProcess,
     SentinelSet,
+    calls_of,
+    caught_up,
     require,
     require_php_redis,
+    reset_command_calls,
     wait_until,
 )
 from redis_router import Router, learned_pool_yaml, start_router
@@ -184,6 +187,123 @@ def test_backend_user_and_password() -> None:
             assert auth.user in {client["user"] for client in primary.client_list()}
     finally:
         own.stop()
+
+
+# ---------------------------------------------------------------- reads from replicas
+
+READS = ("get", "mget", "exists", "strlen", "ttl", "type", "hgetall", "smembers", "zrange")
+
+
+def write_and_sync(router: Proxy, pool: str, s: SentinelSet, n: int) -> None:
+    """`n` keys written through the router, every replica caught up with them, and the
+    router's pool holding the primary and every replica."""
+    with plain(router.port or 0) as r:
+        for i in range(n):
+            assert r.set(f"k:{i}", f"v{i}")
+    wait_until(lambda: all(caught_up(x) for x in s.replicas), "replicas caught up", 20)
+    assert s.primary is not None
+    nodes = [s.primary, *s.replicas]
+    wait_until(
+        lambda: all(x.address in router.stats()[pool] for x in nodes),
+        "the router's pool has the primary and every replica",
+        20,
+    )
+
+
+def test_replica_reads_go_to_replicas_and_writes_to_the_primary() -> None:
+    """`redis_read_from: replicas`: reads spread over the Sentinels' replicas and never reach
+    the primary; writes, MULTI/EXEC and EVAL do. Without it no command reaches a replica."""
+    s = SentinelSet(NAME, replicas=2)
+    port = free_port()
+    on = Proxy(sentinel_yaml("rr", port, s.addresses, redis_read_from="replicas"), port)
+    off_port = free_port()
+    off = Proxy(sentinel_yaml("sn", off_port, s.addresses), off_port)
+    try:
+        on.start()
+        off.start()
+        assert s.primary is not None
+        primary: list[RedisProcess] = [s.primary]
+        write_and_sync(on, "rr", s, 40)
+        reset_command_calls([*primary, *s.replicas])
+        with plain(on.port or 0) as r:
+            for i in range(40):
+                assert r.get(f"k:{i}") == f"v{i}"
+            assert r.mget([f"k:{i}" for i in range(5)]) == [f"v{i}" for i in range(5)]
+            assert r.exists("k:1", "k:2", "nokey") == 2
+            assert r.strlen("k:1") == 2 and r.ttl("k:1") == -1 and r.type("k:1") == "string"
+            assert r.hgetall("nohash") == {} and r.smembers("noset") == set()
+            assert r.zrange("nozset", 0, -1) == []
+        assert calls_of(primary, *READS) == 0, "no read reaches the primary"
+        assert calls_of(s.replicas, "get") == 40
+        assert all(calls_of([x], "get") > 0 for x in s.replicas), "spread over both"
+        assert calls_of(s.replicas, "readonly") == 0, "READONLY is for cluster nodes"
+        assert on.stats()["rr"]["replica_reads"] == calls_of(s.replicas, *READS)
+
+        reset_command_calls([*primary, *s.replicas])
+        with plain(on.port or 0) as r:
+            for i in range(10):
+                assert r.set(f"w:{i}", "x")
+            assert r.eval("return redis.call('get', KEYS[1])", 1, "k:5") == "v5"
+            tx = r.pipeline(transaction=True)
+            tx.get("k:1").incr("w:n")
+            assert tx.execute() == ["v1", 1]
+        assert calls_of(primary, "set") == 10 and calls_of(primary, "eval", "exec") == 2
+        assert calls_of(primary, "get") == 2, "the script's and the transaction's reads"
+        assert calls_of(s.replicas, "eval", "exec", "get") == 0
+
+        reset_command_calls([*primary, *s.replicas])
+        with plain(off.port or 0) as r:
+            for i in range(40):
+                assert r.get(f"k:{i}") == f"v{i}"
+        assert calls_of(primary, "get") == 40
+        assert calls_of(s.replicas, *READS) == 0, "without the setting, no read on a replica"
+        assert "replica_reads" not in off.stats()["sn"]
+        assert [k for k, v in off.stats()["sn"].items() if isinstance(v, dict)] == [
+            s.primary.address
+        ], "the pool is the primary alone"
+    finally:
+        on.stop()
+        off.stop()
+        s.stop()
+
+
+def test_a_killed_replica_sends_reads_to_the_other_or_the_primary() -> None:
+    """A replica crashes: once the router has noticed (the Sentinels flag it down), no read
+    fails; before, a read may fail and is tried again a bounded number of times."""
+    s = SentinelSet(NAME, replicas=1)
+    port = free_port()
+    router = Proxy(sentinel_yaml("rr", port, s.addresses, redis_read_from="replicas"), port)
+    try:
+        router.start()
+        write_and_sync(router, "rr", s, 40)
+        assert s.primary is not None
+        victim = s.replicas[0]
+        victim.kill()
+        errors: list[str] = []
+
+        def read_all(tries: int) -> None:
+            with plain(router.port or 0) as r:
+                for i in range(40):
+                    for attempt in range(tries):
+                        try:
+                            assert r.get(f"k:{i}") == f"v{i}"
+                            break
+                        except (redis.RedisError, OSError) as e:
+                            if attempt == tries - 1:
+                                errors.append(str(e))
+
+        read_all(5)
+        assert not errors, errors[:5]
+        wait_until(
+            lambda: victim.address not in router.stats()["rr"], "the router dropped it", 30
+        )
+        reset_command_calls([s.primary])
+        read_all(1)
+        assert not errors, f"reads failed after the router noticed: {errors[:5]}"
+        assert calls_of([s.primary], "get") == 40
+    finally:
+        router.stop()
+        s.stop()
 
 
 # ---------------------------------------------------------------- start-up errors

@@ -25,6 +25,7 @@ pub(super) struct RawPool {
     pub(super) redis_db: Option<u32>,
     pub(super) redis_cluster: Option<bool>,
     pub(super) redis_sentinel: Option<String>,
+    pub(super) redis_read_from: Option<super::ReadFrom>,
     pub(super) redis_backend_user: Option<String>,
     pub(super) redis_backend_auth: Option<String>,
     pub(super) redis_sentinel_user: Option<String>,
@@ -122,6 +123,9 @@ pub(super) fn set_directive(
         "client_auth" => text(&mut pool.client_auth),
         "redis_cluster" => flag(&mut pool.redis_cluster),
         "redis_sentinel" => text(&mut pool.redis_sentinel),
+        "redis_read_from" => {
+            super::ReadFrom::from_name(value).and_then(|r| once(&mut pool.redis_read_from, r))
+        }
         "redis_backend_user" => text(&mut pool.redis_backend_user),
         "redis_backend_auth" => text(&mut pool.redis_backend_auth),
         "redis_sentinel_user" => text(&mut pool.redis_sentinel_user),

@@ -31,8 +31,8 @@ use ring::{Distribution, Hash, Ring};
 
 pub use self::error::{ConfigError, LoadError};
 pub use self::listen::Listen;
-pub use self::redis_topology::RedisTopology;
 use self::redis_topology::{redis_topology, sentinel_auth_fits};
+pub use self::redis_topology::{ReadFrom, RedisTopology};
 pub use self::server::{parse_server, DnsLookup, DnsName, ServerAddr, ServerSpec};
 pub use self::tls::PoolTls;
 
@@ -93,6 +93,9 @@ pub struct Pool {
     /// Where a Redis pool's servers come from: as written, a Redis Cluster's slot map
     /// (the servers are seed nodes) or a Sentinel-named primary (memfleet extension).
     pub redis_topology: RedisTopology,
+    /// A learned pool's read-only commands: to the primary or to its replicas (memfleet
+    /// extension).
+    pub redis_read_from: ReadFrom,
     /// What the router sends backends as `AUTH [user] password`; `redis_auth` stays the
     /// password clients give the router and, when these are unset, the one sent to backends
     /// (memfleet extension).
@@ -377,6 +380,7 @@ fn validate(raw: Vec<RawPool>) -> Result<Config, ConfigError> {
             redis_auth: r.redis_auth,
             redis_db: r.redis_db.unwrap_or(0),
             redis_topology: topology,
+            redis_read_from: r.redis_read_from.unwrap_or_default(),
             redis_backend_user: r.redis_backend_user,
             redis_backend_auth: r.redis_backend_auth,
             redis_sentinel_user: r.redis_sentinel_user,

@@ -24,11 +24,34 @@ impl RedisTopology {
     }
 }
 
+/// Where a learned pool sends read-only commands (`redis_read_from:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReadFrom {
+    /// Every command goes to the primary.
+    #[default]
+    Primary,
+    /// Read-only commands go to a replica of the key's primary (the primary when it has no
+    /// reachable replica); writes, transactions and scripts to the primary.
+    Replicas,
+}
+
+impl ReadFrom {
+    /// The directive's value by name.
+    pub(super) fn from_name(name: &str) -> Result<ReadFrom, &'static str> {
+        match name {
+            "primary" => Ok(ReadFrom::Primary),
+            "replicas" => Ok(ReadFrom::Replicas),
+            _ => Err("is not \"primary\" or \"replicas\""),
+        }
+    }
+}
+
 /// The pool's topology from its directives, or why they do not fit together.
 pub(super) fn redis_topology(r: &RawPool, redis: bool) -> Result<RedisTopology, &'static str> {
     let cluster = r.redis_cluster.unwrap_or(false);
     let backend = r.redis_backend_user.is_some() || r.redis_backend_auth.is_some();
-    if !redis && (cluster || r.redis_sentinel.is_some() || backend) {
+    let learned_only = r.redis_read_from.is_some();
+    if !redis && (cluster || r.redis_sentinel.is_some() || backend || learned_only) {
         return Err("has a redis_* directive, which is only valid for a redis pool");
     }
     if r.redis_backend_user.is_some() && r.redis_backend_auth.is_none() {
@@ -40,6 +63,11 @@ pub(super) fn redis_topology(r: &RawPool, redis: bool) -> Result<RedisTopology, 
         (false, Some(name)) => RedisTopology::Sentinel(name.clone()),
         (false, None) => RedisTopology::Fixed,
     };
+    if learned_only && !topology.is_discovered() {
+        return Err(
+            "has \"redis_read_from:\", which needs \"redis_cluster:\" or \"redis_sentinel:\"",
+        );
+    }
     if topology.is_discovered() {
         if !r.dns.is_empty() {
             return Err("names dns:/srv: servers, which a cluster or sentinel pool cannot use");

@@ -74,6 +74,9 @@ pub struct CommandSpec {
     /// How the command is routed.
     pub kind: Kind,
     keys: KeyArgs,
+    /// Never writes (Redis's `readonly` flag; none with a STORE option): a replica may
+    /// answer it.
+    pub read_only: bool,
     /// redis's `-ERR wrong number of arguments for '<name>' command`.
     pub wrong_args: &'static [u8],
     /// redis's `-ERR at least 1 input key is needed for '<name>' command` (Z* numkeys forms).
@@ -81,11 +84,18 @@ pub struct CommandSpec {
 }
 
 macro_rules! spec {
+    ($name:literal, $kind:expr, $keys:expr, RO) => {
+        CommandSpec {
+            read_only: true,
+            ..spec!($name, $kind, $keys)
+        }
+    };
     ($name:literal, $kind:expr, $keys:expr) => {
         CommandSpec {
             name: $name,
             kind: $kind,
             keys: $keys,
+            read_only: false,
             wrong_args: concat!(
                 "-ERR wrong number of arguments for '",
                 $name,
@@ -110,79 +120,79 @@ const K: Kind = Kind::Keyed;
 static COMMANDS: &[CommandSpec] = &[
     spec!("append", K, FIRST),
     spec!("auth", Kind::Local(Local::Auth), KeyArgs::None),
-    spec!("bitcount", K, FIRST),
+    spec!("bitcount", K, FIRST, RO),
     spec!("bitfield", K, FIRST),
-    spec!("bitpos", K, FIRST),
+    spec!("bitpos", K, FIRST, RO),
     spec!("command", Kind::AnyServer, KeyArgs::None),
     spec!("copy", K, Two(1, 2)),
     spec!("decr", K, FIRST),
     spec!("decrby", K, FIRST),
     spec!("del", Kind::MultiSum, Rest { first: 1, step: 1 }),
-    spec!("dump", K, FIRST),
+    spec!("dump", K, FIRST, RO),
     spec!("echo", Kind::Local(Local::Echo), KeyArgs::None),
     spec!("eval", K, NumKeys { at: 2, dest: false }),
     spec!("evalsha", K, NumKeys { at: 2, dest: false }),
-    spec!("exists", Kind::MultiSum, Rest { first: 1, step: 1 }),
+    spec!("exists", Kind::MultiSum, Rest { first: 1, step: 1 }, RO),
     spec!("expire", K, FIRST),
     spec!("expireat", K, FIRST),
     spec!("geoadd", K, FIRST),
-    spec!("geodist", K, FIRST),
-    spec!("geohash", K, FIRST),
-    spec!("geopos", K, FIRST),
+    spec!("geodist", K, FIRST, RO),
+    spec!("geohash", K, FIRST, RO),
+    spec!("geopos", K, FIRST, RO),
     spec!("georadius", K, FIRST),
     spec!("georadiusbymember", K, FIRST),
-    spec!("geosearch", K, FIRST),
+    spec!("geosearch", K, FIRST, RO),
     spec!("geosearchstore", K, Two(1, 2)),
-    spec!("get", K, FIRST),
-    spec!("getbit", K, FIRST),
+    spec!("get", K, FIRST, RO),
+    spec!("getbit", K, FIRST, RO),
     spec!("getdel", K, FIRST),
     spec!("getex", K, FIRST),
-    spec!("getrange", K, FIRST),
+    spec!("getrange", K, FIRST, RO),
     spec!("getset", K, FIRST),
     spec!("hdel", K, FIRST),
-    spec!("hexists", K, FIRST),
-    spec!("hget", K, FIRST),
-    spec!("hgetall", K, FIRST),
+    spec!("hexists", K, FIRST, RO),
+    spec!("hget", K, FIRST, RO),
+    spec!("hgetall", K, FIRST, RO),
     spec!("hincrby", K, FIRST),
     spec!("hincrbyfloat", K, FIRST),
-    spec!("hkeys", K, FIRST),
-    spec!("hlen", K, FIRST),
-    spec!("hmget", K, FIRST),
+    spec!("hkeys", K, FIRST, RO),
+    spec!("hlen", K, FIRST, RO),
+    spec!("hmget", K, FIRST, RO),
     spec!("hmset", K, FIRST),
-    spec!("hrandfield", K, FIRST),
-    spec!("hscan", K, FIRST),
+    spec!("hrandfield", K, FIRST, RO),
+    spec!("hscan", K, FIRST, RO),
     spec!("hset", K, FIRST),
     spec!("hsetnx", K, FIRST),
-    spec!("hstrlen", K, FIRST),
-    spec!("hvals", K, FIRST),
+    spec!("hstrlen", K, FIRST, RO),
+    spec!("hvals", K, FIRST, RO),
     spec!("incr", K, FIRST),
     spec!("incrby", K, FIRST),
     spec!("incrbyfloat", K, FIRST),
-    spec!("lindex", K, FIRST),
+    spec!("lindex", K, FIRST, RO),
     spec!("linsert", K, FIRST),
-    spec!("llen", K, FIRST),
+    spec!("llen", K, FIRST, RO),
     spec!("lmove", K, Two(1, 2)),
     spec!("lolwut", Kind::AnyServer, KeyArgs::None),
     spec!("lpop", K, FIRST),
-    spec!("lpos", K, FIRST),
+    spec!("lpos", K, FIRST, RO),
     spec!("lpush", K, FIRST),
     spec!("lpushx", K, FIRST),
-    spec!("lrange", K, FIRST),
+    spec!("lrange", K, FIRST, RO),
     spec!("lrem", K, FIRST),
     spec!("lset", K, FIRST),
     spec!("ltrim", K, FIRST),
-    spec!("mget", Kind::MultiGet, Rest { first: 1, step: 1 }),
+    spec!("mget", Kind::MultiGet, Rest { first: 1, step: 1 }, RO),
     spec!("move", K, FIRST),
     spec!("mset", Kind::MultiSet, Rest { first: 1, step: 2 }),
     spec!("persist", K, FIRST),
     spec!("pexpire", K, FIRST),
     spec!("pexpireat", K, FIRST),
     spec!("pfadd", K, FIRST),
-    spec!("pfcount", K, Rest { first: 1, step: 1 }),
+    spec!("pfcount", K, Rest { first: 1, step: 1 }, RO),
     spec!("pfmerge", K, Rest { first: 1, step: 1 }),
     spec!("ping", Kind::Local(Local::Ping), KeyArgs::None),
     spec!("psetex", K, FIRST),
-    spec!("pttl", K, FIRST),
+    spec!("pttl", K, FIRST, RO),
     spec!("quit", Kind::Local(Local::Quit), KeyArgs::None),
     spec!("rename", K, Two(1, 2)),
     spec!("renamenx", K, Two(1, 2)),
@@ -192,8 +202,8 @@ static COMMANDS: &[CommandSpec] = &[
     spec!("rpush", K, FIRST),
     spec!("rpushx", K, FIRST),
     spec!("sadd", K, FIRST),
-    spec!("scard", K, FIRST),
-    spec!("sdiff", K, Rest { first: 1, step: 1 }),
+    spec!("scard", K, FIRST, RO),
+    spec!("sdiff", K, Rest { first: 1, step: 1 }, RO),
     spec!("sdiffstore", K, Rest { first: 1, step: 1 }),
     spec!("select", Kind::Local(Local::Select), KeyArgs::None),
     spec!("set", K, FIRST),
@@ -201,53 +211,53 @@ static COMMANDS: &[CommandSpec] = &[
     spec!("setex", K, FIRST),
     spec!("setnx", K, FIRST),
     spec!("setrange", K, FIRST),
-    spec!("sinter", K, Rest { first: 1, step: 1 }),
+    spec!("sinter", K, Rest { first: 1, step: 1 }, RO),
     spec!("sinterstore", K, Rest { first: 1, step: 1 }),
-    spec!("sismember", K, FIRST),
-    spec!("smembers", K, FIRST),
-    spec!("smismember", K, FIRST),
+    spec!("sismember", K, FIRST, RO),
+    spec!("smembers", K, FIRST, RO),
+    spec!("smismember", K, FIRST, RO),
     spec!("smove", K, Two(1, 2)),
     spec!("sort", K, FIRST),
     spec!("spop", K, FIRST),
-    spec!("srandmember", K, FIRST),
+    spec!("srandmember", K, FIRST, RO),
     spec!("srem", K, FIRST),
-    spec!("sscan", K, FIRST),
-    spec!("strlen", K, FIRST),
-    spec!("sunion", K, Rest { first: 1, step: 1 }),
+    spec!("sscan", K, FIRST, RO),
+    spec!("strlen", K, FIRST, RO),
+    spec!("sunion", K, Rest { first: 1, step: 1 }, RO),
     spec!("sunionstore", K, Rest { first: 1, step: 1 }),
     spec!("touch", Kind::MultiSum, Rest { first: 1, step: 1 }),
-    spec!("ttl", K, FIRST),
-    spec!("type", K, FIRST),
+    spec!("ttl", K, FIRST, RO),
+    spec!("type", K, FIRST, RO),
     spec!("unlink", Kind::MultiSum, Rest { first: 1, step: 1 }),
     spec!("zadd", K, FIRST),
-    spec!("zcard", K, FIRST),
-    spec!("zcount", K, FIRST),
-    spec!("zdiff", K, NumKeys { at: 1, dest: false }),
+    spec!("zcard", K, FIRST, RO),
+    spec!("zcount", K, FIRST, RO),
+    spec!("zdiff", K, NumKeys { at: 1, dest: false }, RO),
     spec!("zdiffstore", K, NumKeys { at: 2, dest: true }),
     spec!("zincrby", K, FIRST),
-    spec!("zinter", K, NumKeys { at: 1, dest: false }),
+    spec!("zinter", K, NumKeys { at: 1, dest: false }, RO),
     spec!("zinterstore", K, NumKeys { at: 2, dest: true }),
-    spec!("zlexcount", K, FIRST),
-    spec!("zmscore", K, FIRST),
+    spec!("zlexcount", K, FIRST, RO),
+    spec!("zmscore", K, FIRST, RO),
     spec!("zpopmax", K, FIRST),
     spec!("zpopmin", K, FIRST),
-    spec!("zrandmember", K, FIRST),
-    spec!("zrange", K, FIRST),
-    spec!("zrangebylex", K, FIRST),
-    spec!("zrangebyscore", K, FIRST),
+    spec!("zrandmember", K, FIRST, RO),
+    spec!("zrange", K, FIRST, RO),
+    spec!("zrangebylex", K, FIRST, RO),
+    spec!("zrangebyscore", K, FIRST, RO),
     spec!("zrangestore", K, Two(1, 2)),
-    spec!("zrank", K, FIRST),
+    spec!("zrank", K, FIRST, RO),
     spec!("zrem", K, FIRST),
     spec!("zremrangebylex", K, FIRST),
     spec!("zremrangebyrank", K, FIRST),
     spec!("zremrangebyscore", K, FIRST),
-    spec!("zrevrange", K, FIRST),
-    spec!("zrevrangebylex", K, FIRST),
-    spec!("zrevrangebyscore", K, FIRST),
-    spec!("zrevrank", K, FIRST),
-    spec!("zscan", K, FIRST),
-    spec!("zscore", K, FIRST),
-    spec!("zunion", K, NumKeys { at: 1, dest: false }),
+    spec!("zrevrange", K, FIRST, RO),
+    spec!("zrevrangebylex", K, FIRST, RO),
+    spec!("zrevrangebyscore", K, FIRST, RO),
+    spec!("zrevrank", K, FIRST, RO),
+    spec!("zscan", K, FIRST, RO),
+    spec!("zscore", K, FIRST, RO),
+    spec!("zunion", K, NumKeys { at: 1, dest: false }, RO),
     spec!("zunionstore", K, NumKeys { at: 2, dest: true }),
 ];
 
@@ -308,6 +318,12 @@ impl CommandPlan {
     /// How the command is routed.
     pub fn kind(&self) -> Kind {
         self.spec.kind
+    }
+
+    /// Whether a replica may answer it.
+    #[inline]
+    pub fn read_only(&self) -> bool {
+        self.spec.read_only
     }
 
     /// The command's name as the table spells it.
@@ -624,6 +640,58 @@ mod tests {
         assert_eq!(lookup(b"GeT").unwrap().name, "get");
         assert!(lookup(b"keys").is_none());
         assert!(lookup(b"georadiusbymemberxxxxxxxx").is_none());
+    }
+
+    #[test]
+    fn read_only_commands_are_flagged() {
+        let ro = |name: &str| lookup(name.as_bytes()).unwrap().read_only;
+        for name in [
+            "get",
+            "GET",
+            "mget",
+            "exists",
+            "strlen",
+            "getrange",
+            "hget",
+            "hgetall",
+            "lrange",
+            "smembers",
+            "zrange",
+            "zrevrangebyscore",
+            "ttl",
+            "pttl",
+            "type",
+            "zscore",
+        ] {
+            assert!(ro(name), "{name} is read-only");
+        }
+        // Writes, scripts, and reads with a STORE option (SORT, GEORADIUS) go to the primary.
+        for name in [
+            "set",
+            "del",
+            "incr",
+            "getset",
+            "getdel",
+            "getex",
+            "expire",
+            "eval",
+            "evalsha",
+            "sort",
+            "georadius",
+            "zrangestore",
+            "sunionstore",
+            "touch",
+            "mset",
+            "command",
+        ] {
+            assert!(!ro(name), "{name} is not read-only");
+        }
+        assert!(with_command(&[b"GET", b"k"], |r| classify(r)
+            .unwrap()
+            .read_only()));
+        assert!(!with_command(&[b"SET", b"k", b"v"], |r| classify(r)
+            .unwrap()
+            .read_only()));
     }
 
     #[test]

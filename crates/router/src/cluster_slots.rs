@@ -16,9 +16,14 @@ pub const UNSERVED: u16 = u16::MAX;
 
 /// Slot → server index (into `PoolRt::servers`), [`UNSERVED`] where none.
 pub type SlotOwners = Arc<Vec<u16>>;
+/// Server index of a primary → server indexes of its replicas.
+pub type Replicas = Arc<Vec<Vec<u16>>>;
 
 pub struct ClusterSlots {
     owners: RwLock<SlotOwners>,
+    /// Changes with the owners' generation too (a read of one after the other may see a
+    /// newer replica list, which is harmless: a read is only ever a replica's or a primary's).
+    replicas: RwLock<Replicas>,
     gen: AtomicU64,
     /// Set when something showed the map is old: the watcher reads a new one at once.
     stale: AtomicBool,
@@ -37,6 +42,7 @@ impl ClusterSlots {
         debug_assert_eq!(owners.len(), REDIS_SLOTS);
         ClusterSlots {
             owners: RwLock::new(Arc::new(owners)),
+            replicas: RwLock::default(),
             gen: AtomicU64::new(1),
             stale: AtomicBool::new(false),
             moved: AtomicU64::new(0),
@@ -62,6 +68,23 @@ impl ClusterSlots {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The replicas of each primary.
+    pub fn replicas(&self) -> Replicas {
+        self.replicas
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The watcher read the replicas of each primary: installed when they differ.
+    pub fn set_replicas(&self, replicas: Vec<Vec<u16>>) {
+        let mut guard = self.replicas.write().unwrap_or_else(|e| e.into_inner());
+        if **guard != replicas {
+            *guard = Arc::new(replicas);
+            self.gen.fetch_add(1, Release);
+        }
     }
 
     /// A `MOVED` said `slot` is served by server `s` now: the map takes it at once (the

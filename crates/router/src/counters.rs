@@ -76,6 +76,8 @@ pub struct PoolCounters {
     pub overloaded: Vec<Counter>,
     /// Requests answered at once past the pool's rate limits (`gets_rate`, ...; `/metrics`).
     pub rate_limited: Counter,
+    /// Read-only commands sent to a replica (`redis_read_from: replicas`).
+    pub replica_reads: Counter,
     /// Per server of an mcrouter pool (empty otherwise): `stats servers`' figures.
     pub mc: Vec<DestCounters>,
 }
@@ -89,6 +91,7 @@ impl PoolCounters {
             tko_failed: (0..servers).map(|_| Counter::default()).collect(),
             overloaded: (0..servers).map(|_| Counter::default()).collect(),
             rate_limited: Counter::default(),
+            replica_reads: Counter::default(),
             mc: Vec::new(),
         }
     }

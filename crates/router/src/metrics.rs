@@ -27,6 +27,7 @@ fn help(field: &str) -> &'static str {
         "server_ejects" => "Times a server of the pool was ejected.",
         "forward_error" => "Requests answered with an error because they could not be forwarded.",
         "rate_limited" => "Requests answered at once past the pool's rate limits (gets_rate, sets_rate, deletes_rate).",
+        "replica_reads" => "Read-only commands sent to a replica (redis_read_from: replicas).",
         "fragments" => "Sub-requests made by splitting multi-key requests over servers.",
         "server_eof" => "Server connections closed by the server.",
         "server_err" => "Server connections closed on an error.",
@@ -126,6 +127,8 @@ pub fn render(shared: &Shared, globals: &Globals) -> String {
         fields.push(("server_ejects", pool.server_ejects.load(Relaxed) as i64));
         let limited = pool.counters.iter().map(|c| c.rate_limited.get()).sum();
         fields.push(("rate_limited", limited));
+        let replica_reads = pool.counters.iter().map(|c| c.replica_reads.get()).sum();
+        fields.push(("replica_reads", replica_reads));
         let mut requests = 0;
         let mut latency = Snapshot::default();
         for (i, server) in pool.servers.iter().enumerate() {

@@ -77,6 +77,7 @@ pub fn json(shared: &Shared, globals: &Globals, source: &str) -> String {
         fields.extend(crate::topology::stats_fields(pool));
         fields.extend(crate::failovers::pool_fields(pool));
         let learned = crate::failovers::server_fields(pool);
+        fields.extend(crate::topology::replica_fields(pool));
         let mut first = true;
         for (k, v) in fields {
             if !first {

@@ -195,3 +195,57 @@ fn sentinel_login_is_apart_from_the_backends() {
         assert!(err.contains(want), "{lines}: got {err}");
     }
 }
+
+#[test]
+fn redis_read_from_takes_primary_or_replicas_on_learned_pools() {
+    let pool = |lines: &str| {
+        format!("a:\n  listen: 127.0.0.1:22121\n{lines}  servers:\n   - 127.0.0.1:7000:1\n")
+    };
+    let default = parse(&pool("  redis: true\n  redis_cluster: true\n"));
+    assert_eq!(default.pools[0].redis_read_from, ReadFrom::Primary);
+    let cases: &[(&str, ReadFrom)] = &[
+        (
+            "  redis_cluster: true\n  redis_read_from: replicas\n",
+            ReadFrom::Replicas,
+        ),
+        (
+            "  redis_cluster: true\n  redis_read_from: primary\n",
+            ReadFrom::Primary,
+        ),
+        (
+            "  redis_sentinel: m\n  redis_read_from: replicas\n",
+            ReadFrom::Replicas,
+        ),
+    ];
+    for (lines, want) in cases {
+        let ok = parse(&pool(&format!("  redis: true\n{lines}")));
+        assert_eq!(ok.pools[0].redis_read_from, *want, "{lines}");
+    }
+    let refused: &[(&str, &str)] = &[
+        (
+            "  redis: true\n  redis_cluster: true\n  redis_read_from: replica\n",
+            "line 5: directive \"redis_read_from\" is not \"primary\" or \"replicas\"",
+        ),
+        (
+            "  redis: true\n  redis_cluster: true\n  redis_read_from: Replicas\n",
+            "is not \"primary\" or \"replicas\"",
+        ),
+        (
+            "  redis: true\n  redis_read_from: replicas\n",
+            "needs \"redis_cluster:\" or \"redis_sentinel:\"",
+        ),
+        (
+            "  redis: true\n  redis_read_from: primary\n",
+            "needs \"redis_cluster:\" or \"redis_sentinel:\"",
+        ),
+        ("  redis_read_from: replicas\n", "only valid for a redis pool"),
+        (
+            "  redis: true\n  redis_sentinel: m\n  redis_read_from: replicas\n  redis_read_from: primary\n",
+            "duplicate",
+        ),
+    ];
+    for (lines, want) in refused {
+        let err = reject(&pool(lines));
+        assert!(err.contains(want), "{lines}: got {err}");
+    }
+}

@@ -1,6 +1,6 @@
 //! Redis Cluster and Sentinel replies: the slot map (`CLUSTER SHARDS`, `CLUSTER SLOTS`), the
 //! redirection errors (`-MOVED`, `-ASK`, `-TRYAGAIN`, `-CLUSTERDOWN`), Sentinel's
-//! `get-master-addr-by-name` reply and its `+switch-master` messages.
+//! `get-master-addr-by-name` and `replicas` replies and its `+switch-master` messages.
 //!
 //! Every parser takes one whole RESP2 reply, walks it with [`reply_len`], [`view_reply`] and
 //! [`array_elements`], and allocates only for what it keeps (never from a claimed count).
@@ -470,6 +470,43 @@ pub fn parse_master_addr(reply: &[u8]) -> Result<Option<NodeAddr>, String> {
         ReplyView::Error(text) => Err(format!("sentinel error: {}", lossy(text))),
         _ => Err("master address: not a nil or a 2-element array".into()),
     }
+}
+
+/// Reply to `SENTINEL REPLICAS <name>`: the replicas a Sentinel takes to be serving, each a
+/// flat map with `ip`, `port` and `flags`; those flagged `s_down`, `o_down` or
+/// `disconnected` are left out. An error reply (an unknown master) is an Err.
+pub fn parse_sentinel_replicas(reply: &[u8]) -> Result<Vec<NodeAddr>, String> {
+    whole(reply)?;
+    let mut out = Vec::new();
+    for replica in elements(reply, "SENTINEL REPLICAS")? {
+        let (mut ip, mut port_num, mut down) = (None, None, false);
+        let mut fields = elements(replica?, "replica")?;
+        while let Some(key) = fields.next() {
+            let key = string(key?, "replica field")?;
+            let value = fields.next().ok_or("replica: field without a value")??;
+            match key {
+                b"ip" => ip = Some(utf8(string(value, "ip")?, "ip")?),
+                b"port" => port_num = Some(port(integer(value, "port")?)?),
+                b"flags" => {
+                    down = string(value, "flags")?
+                        .split(|&b| b == b',')
+                        .any(|f| matches!(f, b"s_down" | b"o_down" | b"disconnected"))
+                }
+                _ => {}
+            }
+        }
+        let (Some(host), Some(port)) = (ip.filter(|h| !h.is_empty()), port_num) else {
+            return Err("replica without an ip or a port".into());
+        };
+        let addr = NodeAddr {
+            host: host.to_string(),
+            port,
+        };
+        if !down && !out.contains(&addr) {
+            out.push(addr);
+        }
+    }
+    Ok(out)
 }
 
 /// One pub/sub message frame received on a Sentinel subscription to `+switch-master`

@@ -363,6 +363,7 @@ fn pool_cfg(
         redis_auth: None,
         redis_db: 0,
         redis_topology: nutconf::RedisTopology::Fixed,
+        redis_read_from: nutconf::ReadFrom::Primary,
         redis_backend_user: None,
         redis_backend_auth: None,
         redis_sentinel_user: None,

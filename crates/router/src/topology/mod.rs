@@ -7,13 +7,14 @@
 //! updates the map in place; a changed node set or a new primary goes to the control
 //! thread, which installs it as a new generation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nutconf::{Config, Pool, RedisTopology, ServerAddr, ServerSpec};
+use nutconf::{Config, Pool, ReadFrom, RedisTopology, ServerAddr, ServerSpec};
 use proto::resp::cluster::{
-    parse_cluster_shards, parse_cluster_slots, parse_master_addr, ClusterTopology, NodeAddr,
+    parse_cluster_shards, parse_cluster_slots, parse_master_addr, parse_sentinel_replicas,
+    ClusterTopology, NodeAddr,
 };
 
 use crate::cluster_slots::{ClusterSlots, UNSERVED};
@@ -29,22 +30,56 @@ use query::{text_of, Conn};
 /// What a pool's look-up found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Found {
-    /// A cluster's nodes (primaries first) and, per slot, the index of its primary.
+    /// A cluster's nodes (primaries first), per slot the index of its primary, and per
+    /// node the indexes of its replicas.
     Cluster {
         nodes: Vec<NodeAddr>,
         owners: Vec<Option<u16>>,
+        replicas: Vec<Vec<u16>>,
     },
-    /// The primary the Sentinels name.
-    Primary(NodeAddr),
+    /// The primary the Sentinels name and, for a pool reading from replicas, its replicas
+    /// they take to be up.
+    Primary {
+        primary: NodeAddr,
+        replicas: Vec<NodeAddr>,
+    },
 }
 
 impl Found {
-    fn nodes(&self) -> &[NodeAddr] {
+    fn nodes(&self) -> Vec<NodeAddr> {
         match self {
-            Found::Cluster { nodes, .. } => nodes,
-            Found::Primary(p) => std::slice::from_ref(p),
+            Found::Cluster { nodes, .. } => nodes.clone(),
+            Found::Primary { primary, replicas } => {
+                let mut all = vec![primary.clone()];
+                all.extend(replicas.iter().filter(|r| *r != primary).cloned());
+                all
+            }
         }
     }
+
+    /// The node set and, for a Sentinel pool, which node is the primary: a change of either
+    /// is a new generation.
+    pub fn identity(&self) -> (BTreeSet<String>, Option<String>) {
+        let nodes = self.nodes().iter().map(|n| n.to_string()).collect();
+        let primary = match self {
+            Found::Primary { primary, .. } => Some(primary.to_string()),
+            Found::Cluster { .. } => None,
+        };
+        (nodes, primary)
+    }
+}
+
+/// Per node of `nodes` (a primary), the indexes in `nodes` of its shard's replicas.
+fn replicas_by_node(t: &ClusterTopology, nodes: &[NodeAddr]) -> Vec<Vec<u16>> {
+    let index = |n: &NodeAddr| nodes.iter().position(|x| x == n).map(|i| i as u16);
+    let mut out = vec![Vec::new(); nodes.len()];
+    for shard in &t.shards {
+        let Some(p) = shard.primary.as_ref().and_then(index) else {
+            continue;
+        };
+        out[usize::from(p)] = shard.replicas.iter().filter_map(index).collect();
+    }
+    out
 }
 
 /// Each learned pool's look-up, by pool name.
@@ -151,6 +186,29 @@ fn sentinel_error(addr: &NodeAddr, e: &str, has_auth: bool) -> String {
     format!("{addr}: {e}")
 }
 
+/// The replicas of master `name` the first answering Sentinel takes to be up. No answer is
+/// an error, so that a watcher keeps the replicas it has rather than dropping them all.
+fn discover_replicas(
+    pool: &Pool,
+    name: &str,
+    sentinels: &[NodeAddr],
+) -> Result<Vec<NodeAddr>, String> {
+    let wait = wait_of(pool);
+    let mut failed = Vec::new();
+    for addr in sentinels {
+        let reply = Conn::open(addr, pool.sentinel_auth(), wait)
+            .and_then(|mut c| c.ask(&[b"SENTINEL", b"REPLICAS", name.as_bytes()]));
+        match reply.and_then(|r| parse_sentinel_replicas(&r)) {
+            Ok(replicas) => return Ok(replicas),
+            Err(e) => failed.push(sentinel_error(addr, &e, pool.sentinel_auth().is_some())),
+        }
+    }
+    Err(format!(
+        "no Sentinel listed the replicas of '{name}' ({})",
+        failed.join("; ")
+    ))
+}
+
 /// Looks up one learned pool.
 pub fn discover(pool: &Pool, from: &[NodeAddr]) -> Result<Found, String> {
     match &pool.redis_topology {
@@ -158,15 +216,21 @@ pub fn discover(pool: &Pool, from: &[NodeAddr]) -> Result<Found, String> {
         RedisTopology::Cluster => {
             let t = discover_cluster(pool, from)?;
             crate::failovers::saw_cluster(&pool.name, &t);
+            let nodes = t.nodes();
             Ok(Found::Cluster {
-                nodes: t.nodes(),
+                replicas: replicas_by_node(&t, &nodes),
                 owners: t.slot_owners(),
+                nodes,
             })
         }
         RedisTopology::Sentinel(name) => {
             let primary = discover_primary(pool, name, from)?;
             crate::failovers::saw_primary(&pool.name, &primary);
-            Ok(Found::Primary(primary))
+            let replicas = match pool.redis_read_from {
+                ReadFrom::Replicas => discover_replicas(pool, name, from)?,
+                ReadFrom::Primary => Vec::new(),
+            };
+            Ok(Found::Primary { primary, replicas })
         }
     }
 }
@@ -222,15 +286,24 @@ pub fn attach(shared: &mut Shared, config: &Config, found: &Topologies, started:
             continue;
         };
         let seeds = seeds_of(written);
-        let slots = match f {
-            Found::Cluster { nodes, owners } => Some(ClusterSlots::new(
-                owners_by_server(rt, nodes, owners),
-                started.elapsed().as_millis() as u64,
-            )),
-            Found::Primary(_) => None,
+        let (slots, primary) = match f {
+            Found::Cluster {
+                nodes,
+                owners,
+                replicas,
+            } => {
+                let slots = ClusterSlots::new(
+                    owners_by_server(rt, nodes, owners),
+                    started.elapsed().as_millis() as u64,
+                );
+                slots.set_replicas(replicas_by_server(rt, nodes, replicas));
+                (Some(slots), None)
+            }
+            Found::Primary { primary, .. } => (None, server_at(rt, primary)),
         };
+        let live = Live::new(seeds, slots, primary, rt.servers.len());
         if let Some(rt) = Arc::get_mut(rt) {
-            rt.learned = Some(Box::new(Live { seeds, slots }));
+            rt.learned = Some(Box::new(live));
         }
     }
 }
@@ -255,6 +328,25 @@ pub fn owners_by_server(rt: &PoolRt, nodes: &[NodeAddr], owners: &[Option<u16>])
                 .unwrap_or(UNSERVED)
         })
         .collect()
+}
+
+/// Replicas per node of `nodes` turned into replicas per server index of the pool.
+pub fn replicas_by_server(rt: &PoolRt, nodes: &[NodeAddr], replicas: &[Vec<u16>]) -> Vec<Vec<u16>> {
+    let index: Vec<Option<u16>> = nodes
+        .iter()
+        .map(|n| server_at(rt, n).map(|i| i as u16))
+        .collect();
+    let mut out = vec![Vec::new(); rt.servers.len()];
+    for (node, reps) in replicas.iter().enumerate() {
+        let Some(Some(p)) = index.get(node) else {
+            continue;
+        };
+        out[usize::from(*p)] = reps
+            .iter()
+            .filter_map(|&r| index.get(usize::from(r)).copied().flatten())
+            .collect();
+    }
+    out
 }
 
 /// Server `s` of a learned pool as a node address.
@@ -294,10 +386,16 @@ pub fn describe_change(before: Option<&Found>, after: &Found) -> String {
             .join(", ")
     };
     match (before, after) {
-        (Some(Found::Primary(old)), Found::Primary(new)) => {
+        (Some(Found::Primary { primary: old, .. }), Found::Primary { primary: new, .. })
+            if old != new =>
+        {
             format!("the Sentinels name a new primary {new} (was {old})")
         }
-        (_, Found::Primary(new)) => format!("primary {new}"),
+        (_, Found::Primary { primary, replicas }) if !replicas.is_empty() => {
+            let replicas: Vec<_> = replicas.iter().map(|r| r.to_string()).collect();
+            format!("primary {primary}, replicas [{}]", replicas.join(", "))
+        }
+        (_, Found::Primary { primary, .. }) => format!("primary {primary}"),
         (Some(old), new) => format!("cluster nodes now [{}] (were [{}])", list(new), list(old)),
         (None, new) => format!("cluster nodes [{}]", list(new)),
     }
@@ -320,4 +418,13 @@ pub fn stats_fields(rt: &PoolRt) -> Vec<(&'static str, i64)> {
         ("redirect_ask", slots.ask.load(Relaxed) as i64),
         ("cluster_retries", slots.retried.load(Relaxed) as i64),
     ]
+}
+
+/// A pool reading from replicas: the reads sent to replicas.
+pub fn replica_fields(rt: &PoolRt) -> Option<(&'static str, i64)> {
+    let on = rt.learned.is_some() && rt.cfg.redis_read_from == ReadFrom::Replicas;
+    on.then(|| {
+        let n = rt.counters.iter().map(|c| c.replica_reads.get()).sum();
+        ("replica_reads", n)
+    })
 }

@@ -13,7 +13,7 @@ use nutconf::RedisTopology;
 use proto::resp::cluster::{parse_switch_master, NodeAddr};
 
 use super::query::Conn;
-use super::{discover, node_of, owners_by_server, wait_of, Found};
+use super::{discover, node_of, owners_by_server, replicas_by_server, wait_of, Found};
 use crate::shared::PoolRt;
 
 /// A learned pool whose node set or primary changed: the control thread installs it.
@@ -165,9 +165,18 @@ fn run(weak: Weak<PoolRt>, started: Instant, tx: Sender<Change>) {
             failing = false;
         }
         let now: BTreeSet<String> = rt.servers.iter().map(|s| s.stats_name.clone()).collect();
-        let seen: BTreeSet<String> = found.nodes().iter().map(|n| n.to_string()).collect();
-        if now == seen {
-            if let (Found::Cluster { nodes, owners }, Some(slots)) = (&found, &live.slots) {
+        let primary = live.primary.map(|p| rt.servers[p].stats_name.clone());
+        if (now, primary) == found.identity() {
+            if let (
+                Found::Cluster {
+                    nodes,
+                    owners,
+                    replicas,
+                },
+                Some(slots),
+            ) = (&found, &live.slots)
+            {
+                slots.set_replicas(replicas_by_server(&rt, nodes, replicas));
                 slots.replace(
                     owners_by_server(&rt, nodes, owners),
                     started.elapsed().as_millis() as u64,

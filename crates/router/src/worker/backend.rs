@@ -635,6 +635,13 @@ impl Worker {
         for p in be.pending.drain(..) {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
+            if let Some(r) = &p.resend {
+                let frame: Vec<u8> = be.resend_bytes.drain(..r.len as usize).collect();
+                if r.replica {
+                    self.retry_on_primary(&be.rt, be.server, p.to, r, frame, &msg);
+                    continue;
+                }
+            }
             for t in p.targets() {
                 if t == ReplyTo::DISCARD {
                     continue;
@@ -662,6 +669,9 @@ impl Worker {
         // An idle connection the server closed (restart, idle timeout) is not a failure.
         if failed > 0 || handshake || !matches!(why, Why::Eof) || be.connecting {
             be.rt.record_failure(be.server);
+            if let Some(l) = &be.rt.learned {
+                l.rest(be.server, be.rt.uptime_ms());
+            }
         }
         let detail = match why {
             Why::Protocol(Some(Refusal::TooLarge(n))) => {

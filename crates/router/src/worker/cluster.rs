@@ -37,6 +37,8 @@ pub(super) struct ResendMeta {
     pub slot: u16,
     pub tries: u8,
     pub first: Instant,
+    /// A read sent to a replica: should the connection fail, the primary answers it.
+    pub replica: bool,
 }
 
 /// A cluster command taken from its connection to be sent again.
@@ -46,6 +48,10 @@ pub(super) struct Resend {
     pub tries: u8,
     pub first: Instant,
 }
+
+/// Sent again after a redirection, a retry or a failed replica: to the primary, which
+/// knows the slot's latest state (a replica may lag behind a move).
+const AGAIN_TO_REPLICA: bool = false;
 
 /// A reply that asked for the command to go elsewhere, or later.
 pub(super) struct Redirected {
@@ -122,13 +128,84 @@ impl Worker {
             .is_some_and(|l| l.slots.is_some())
     }
 
-    /// A keyed or multi-key command of a cluster pool.
+    /// A keyed or multi-key command of a pool reading from replicas: a read-only one goes
+    /// to a replica (a cluster's: of its slot's primary), anything else to the primary.
+    /// A Sentinel pool has one data set: the whole request goes to one server.
+    pub(super) fn route_replica_pool(
+        &mut self,
+        ci: usize,
+        p: usize,
+        plan: &CommandPlan,
+        req: &RespRequest<'_>,
+    ) {
+        let read = plan.read_only();
+        if self.is_cluster(p) {
+            return self.route_cluster(ci, p, plan, req, read);
+        }
+        let placement = &mut self.pools[p].placement;
+        let primary = placement.for_any();
+        let target = match read {
+            true => placement.for_read(0),
+            false => primary.map(|s| (s, false)),
+        };
+        let Some((mut s, replica)) = target else {
+            return self.fail_forward(ci, p, &self.pool_error(p, super::NO_SERVER));
+        };
+        if replica {
+            match self.backend_for(p, s, ci) {
+                Ok(_) => self.pools[p].rt.counters[self.id].replica_reads.add(1),
+                Err(_) => {
+                    self.rest_replica(p, s);
+                    s = primary.unwrap_or(s);
+                }
+            }
+        }
+        self.forward_redis(ci, p, s, req)
+    }
+
+    /// Server `s` of pool `p` failed: it takes no reads for a while.
+    pub(super) fn rest_replica(&self, p: usize, s: usize) {
+        let rt = &self.pools[p].rt;
+        if let Some(l) = &rt.learned {
+            l.rest(s, rt.uptime_ms());
+        }
+    }
+
+    /// A read a replica took and never answered (its connection failed): the primary
+    /// answers it; `reply` is the error passed on should that be impossible.
+    pub(super) fn retry_on_primary(
+        &mut self,
+        rt: &std::sync::Arc<crate::shared::PoolRt>,
+        from: usize,
+        to: ReplyTo,
+        meta: &ResendMeta,
+        frame: Vec<u8>,
+        reply: &[u8],
+    ) {
+        let again = Redirected {
+            rt: rt.clone(),
+            from,
+            to,
+            resend: Box::new(Resend {
+                frame,
+                slot: meta.slot,
+                tries: meta.tries.saturating_add(1),
+                first: meta.first,
+            }),
+            redirect: Redirect::ClusterDown,
+            reply: reply.to_vec(),
+        };
+        self.redirects.later.push((self.now, again));
+    }
+
+    /// A keyed or multi-key command of a cluster pool (`read`: it may go to a replica).
     pub(super) fn route_cluster(
         &mut self,
         ci: usize,
         p: usize,
         plan: &CommandPlan,
         req: &RespRequest<'_>,
+        read: bool,
     ) {
         match plan.kind() {
             Kind::Keyed => {
@@ -157,7 +234,7 @@ impl Worker {
                         &inline
                     }
                 };
-                self.send_cluster(p, to, frame, slot, 0, self.now, None);
+                self.send_cluster(p, to, frame, slot, 0, self.now, None, read);
             }
             Kind::MultiGet | Kind::MultiSum | Kind::MultiSet => {
                 let parts = redis_cmd::split_multi(plan, req, |k| usize::from(redis_slot(k)));
@@ -177,15 +254,15 @@ impl Worker {
                         frag: f as u16,
                         ..to
                     };
-                    self.send_cluster(p, to, &frame, slot, 0, now, None);
+                    self.send_cluster(p, to, &frame, slot, 0, now, None, read);
                 }
             }
             _ => {}
         }
     }
 
-    /// Sends `frame` for `slot` to its primary (or to server `ask`, after `ASKING`); its
-    /// reply goes to `to`.
+    /// Sends `frame` for `slot` to its primary, a replica of it (`read`) or server `ask`
+    /// (after `ASKING`); its reply goes to `to`.
     #[allow(clippy::too_many_arguments)]
     fn send_cluster(
         &mut self,
@@ -196,10 +273,15 @@ impl Worker {
         tries: u8,
         first: Instant,
         ask: Option<usize>,
+        read: bool,
     ) {
-        let server = match ask {
-            Some(s) => Some(s),
-            None => self.slot_owner(p, slot),
+        let (server, replica) = match ask {
+            Some(s) => (Some(s), false),
+            None if read => match self.pools[p].placement.for_read(slot) {
+                Some((s, replica)) => (Some(s), replica),
+                None => (None, false),
+            },
+            None => (self.slot_owner(p, slot), false),
         };
         let Some(s) = server else {
             self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
@@ -207,6 +289,10 @@ impl Worker {
         };
         let b = match self.backend_for(p, s, to.client as usize) {
             Ok(b) => b,
+            Err(_) if replica => {
+                self.rest_replica(p, s);
+                return self.send_cluster(p, to, frame, slot, tries, first, None, false);
+            }
             Err(msg) => {
                 self.pools[p].rt.counters[self.id].pool.forward_error.add(1);
                 if let Some(l) = &self.pools[p].rt.learned {
@@ -226,11 +312,15 @@ impl Worker {
             );
         }
         self.enqueue(b, &[frame], to, Expect::Any);
+        if replica {
+            self.pools[p].rt.counters[self.id].replica_reads.add(1);
+        }
         let meta = ResendMeta {
             len: frame.len() as u32,
             slot,
             tries,
             first,
+            replica,
         };
         self.backends[b].keep_for_resend(to, meta, frame);
     }
@@ -277,11 +367,11 @@ impl Worker {
                     .moved
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 slots.moved_to(*moved, s as u16);
-                self.send_cluster(p, r.to, &frame, slot, tries, first, None);
+                self.send_cluster(p, r.to, &frame, slot, tries, first, None, AGAIN_TO_REPLICA);
             }
             (Redirect::Ask { .. }, Some(s)) => {
                 slots.ask.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.send_cluster(p, r.to, &frame, slot, tries, first, Some(s));
+                self.send_cluster(p, r.to, &frame, slot, tries, first, Some(s), false);
             }
             (redirect, _) => {
                 // A node not known yet, a slot mid-move or a failover: the map is read
@@ -327,7 +417,9 @@ impl Worker {
             let found = (0..self.pools.len())
                 .find(|&p| self.pools[p].rt.cfg.name == r.rt.cfg.name && self.is_cluster(p));
             match found {
-                Some(p) => self.send_cluster(p, r.to, &frame, slot, tries, first, None),
+                Some(p) => {
+                    self.send_cluster(p, r.to, &frame, slot, tries, first, None, AGAIN_TO_REPLICA)
+                }
                 None => self.answer_slot(r.to, &r.reply),
             }
         }

@@ -126,9 +126,14 @@ impl Worker {
                 None => self.fail_forward(ci, p, &self.pool_error(p, NO_SERVER)),
             },
             Kind::Keyed | Kind::MultiGet | Kind::MultiSum | Kind::MultiSet
+                if self.pools[p].placement.replica_reads =>
+            {
+                self.route_replica_pool(ci, p, &plan, req)
+            }
+            Kind::Keyed | Kind::MultiGet | Kind::MultiSum | Kind::MultiSet
                 if self.is_cluster(p) =>
             {
-                self.route_cluster(ci, p, &plan, req)
+                self.route_cluster(ci, p, &plan, req, false)
             }
             Kind::Keyed => {
                 if self.pools[p].rt.servers.is_empty() {

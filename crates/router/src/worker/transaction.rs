@@ -89,7 +89,7 @@ impl Worker {
             let key = req.arg(i).unwrap_or_default();
             let here = match cluster {
                 true => Place::Slot(redis_slot(key)),
-                false => match self.pools[p].placement.for_key(key) {
+                false => match self.pools[p].placement.for_tx_key(key) {
                     Some(s) => Place::Server(s),
                     None => return b"-ERR no server is available\r\n",
                 },

@@ -383,6 +383,34 @@ fn sentinel_master_addr() {
 }
 
 #[test]
+fn sentinel_replicas() {
+    assert_eq!(
+        parse_sentinel_replicas(fixture!("sentinel-replicas")),
+        Ok(vec![local(62631), local(63293)])
+    );
+    // 62631 killed: flagged "s_down,slave,disconnected".
+    assert_eq!(
+        parse_sentinel_replicas(fixture!("sentinel-replicas-down")),
+        Ok(vec![local(63293)])
+    );
+    assert_eq!(parse_sentinel_replicas(b"*0\r\n"), Ok(vec![]));
+    let err = parse_sentinel_replicas(b"-ERR No such master with that name\r\n").unwrap_err();
+    assert!(err.contains("No such master"), "{err}");
+    for bad in [
+        &b"*1\r\n*2\r\n$2\r\nip\r\n$1\r\na\r\n"[..],
+        b"*1\r\n*4\r\n$2\r\nip\r\n$1\r\na\r\n$4\r\nport\r\n$1\r\n0\r\n",
+        b"*1\r\n*3\r\n$2\r\nip\r\n$1\r\na\r\n$4\r\nport\r\n",
+        b"+OK\r\n",
+    ] {
+        assert!(
+            parse_sentinel_replicas(bad).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+#[test]
 fn sentinel_switch_master() {
     let frame = fixture!("sentinel-switch-master");
     assert_eq!(parse_switch_master(frame, "mymaster"), Some(local(61822)));

@@ -42,7 +42,12 @@ impl Worker {
                 let mut wbuf = Vec::new();
                 let mut pending = VecDeque::new();
                 if rt.cfg.redis {
-                    let n = redis_handshake(rt.cfg.backend_auth(), rt.cfg.redis_db, &mut wbuf);
+                    let mut n = redis_handshake(rt.cfg.backend_auth(), rt.cfg.redis_db, &mut wbuf);
+                    if self.pools[p].placement.replica_reads && is_cluster_replica(&rt, s) {
+                        // A cluster replica answers reads only on a connection that asked.
+                        proto::resp::write_command(&mut wbuf, 1, [&b"READONLY"[..]]);
+                        n += 1;
+                    }
                     for _ in 0..n {
                         pending.push_back(Pending {
                             to: ReplyTo::HANDSHAKE,
@@ -84,6 +89,9 @@ impl Worker {
             Err(e) => {
                 counters.server_err.add(1);
                 rt.record_failure(s);
+                if let Some(l) = &rt.learned {
+                    l.rest(s, rt.uptime_ms());
+                }
                 if !rt.tko.is_empty() {
                     rt.record_tko_failure(s, true);
                     if let Some(d) = rt.counters[self.id].mc.get(s) {
@@ -101,6 +109,14 @@ impl Worker {
             }
         }
     }
+}
+
+/// Whether server `s` of `rt` is a replica in its cluster's latest map.
+fn is_cluster_replica(rt: &PoolRt, s: usize) -> bool {
+    let Some(slots) = rt.learned.as_ref().and_then(|l| l.slots.as_ref()) else {
+        return false;
+    };
+    slots.replicas().iter().any(|r| r.contains(&(s as u16)))
 }
 
 /// A pool with `tls: true` (or an mcrouter server with `:ssl`) speaks TLS to its servers,
