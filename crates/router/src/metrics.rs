@@ -424,6 +424,7 @@ mod tests {
             Found::Cluster {
                 nodes: after.nodes(),
                 owners: after.slot_owners(),
+                replicas: Vec::new(),
             },
         )]);
         let started = Instant::now();
