@@ -34,9 +34,22 @@ impl std::error::Error for RespError {}
 /// Largest bulk reply accepted from a backend (redis's proto-max-bulk-len).
 const MAX_REPLY_BULK: i64 = 512 * 1024 * 1024;
 
+/// How far [`reply_line`] looks byte by byte.
+const SHORT_LINE: usize = 16;
+
 /// End of the CRLF-terminated line starting at `pos`: Ok(Some(index of '\r')).
 pub(super) fn reply_line(buf: &[u8], pos: usize) -> Result<Option<usize>, RespError> {
-    match memchr::memchr(b'\n', &buf[pos..]) {
+    let rest = &buf[pos..];
+    // Most reply lines are a few bytes (`+OK`, `$3`): a plain loop finds their end sooner
+    // than memchr starts.
+    let nl = match rest.iter().take(SHORT_LINE).position(|&b| b == b'\n') {
+        Some(nl) => Some(nl),
+        None => rest
+            .get(SHORT_LINE..)
+            .and_then(|r| memchr::memchr(b'\n', r))
+            .map(|i| i + SHORT_LINE),
+    };
+    match nl {
         None => Ok(None),
         Some(nl) if nl == 0 || buf[pos + nl - 1] != b'\r' => Err(RespError::BadTerminator),
         Some(nl) => Ok(Some(pos + nl - 1)),
