@@ -445,6 +445,39 @@ proptest! {
     }
 
     #[test]
+    fn simple_reply_len_agrees_with_the_general_path(
+        head in prop::sample::select(&b"+-$"[..]),
+        line in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..30),
+    ) {
+        let mut buf = vec![head];
+        buf.extend_from_slice(&line);
+        if let Some(n) = reply::simple_reply_len(&buf) {
+            prop_assert_eq!(reply::general_reply_len(&buf), Ok(Some(n)));
+        }
+    }
+
+    #[test]
+    fn simple_bulk_len_agrees_with_the_general_path(
+        digits in prop::collection::vec(prop::sample::select(&b"0123456789"[..]), 0..10),
+        sep in prop::sample::select(&["\r\n", "\r", "\n", "\r\r"][..]),
+        data in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..12),
+        tail in prop::sample::select(&["\r\n", "\r", "", "\n\r", "\r\nxx"][..]),
+    ) {
+        let mut buf = b"$".to_vec();
+        buf.extend_from_slice(&digits);
+        buf.extend_from_slice(sep.as_bytes());
+        buf.extend_from_slice(&data);
+        buf.extend_from_slice(tail.as_bytes());
+        let want = reply::general_reply_len(&buf);
+        match reply::simple_reply_len(&buf) {
+            Some(n) => prop_assert_eq!(want, Ok(Some(n))),
+            // Only lines the general path must judge are left to it.
+            None => prop_assert!(want != Ok(Some(buf.len())) || digits.len() > 8
+                || (digits.len() > 1 && digits[0] == b'0') || digits.is_empty()),
+        }
+    }
+
+    #[test]
     fn reply_line_finds_the_first_newline(
         line in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..40),
     ) {
