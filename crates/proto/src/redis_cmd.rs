@@ -348,6 +348,13 @@ static NAME_BUCKETS: [u8; 1 << NAME_BITS] = {
     buckets
 };
 
+/// Whether table entry `i` is the name of `len` bytes and these words (the length tells a
+/// name from one with spaces after it, which the words alone do not).
+#[inline(always)]
+fn same_name(i: usize, len: usize, words: &[u64; NAME_WORDS]) -> bool {
+    NAME_KEYS[i] == (len, *words)
+}
+
 /// Looks a command name up, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     let len = name.len();
@@ -360,7 +367,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     let mut h = name_hash(len, &words);
     loop {
         let i = usize::from(NAME_BUCKETS[h]).checked_sub(1)?;
-        if NAME_KEYS[i] == (len, words) {
+        if same_name(i, len, &words) {
             return Some(&COMMANDS[i]);
         }
         h = (h + 1) & ((1 << NAME_BITS) - 1);
@@ -712,6 +719,14 @@ mod tests {
         assert!(lookup(b"g\x05t").is_none());
         assert!(lookup(b"\xc7ET").is_none());
         assert!(lookup(b"").is_none());
+    }
+
+    #[test]
+    fn same_name_needs_the_length() {
+        let get = COMMANDS.iter().position(|c| c.name == "get").unwrap();
+        assert!(same_name(get, 3, &name_words(b"GeT")));
+        assert!(!same_name(get, 4, &name_words(b"get ")));
+        assert!(!same_name(get, 4, &name_words(b"get\0")));
     }
 
     /// The old lookup: lower-cased, then an exact match.

@@ -122,6 +122,19 @@ mod tests {
     }
 
     #[test]
+    fn open_brace_found_at_any_place_and_only_there() {
+        for len in 1..24 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut key = vec![b'a'; len];
+                    key[at] = b;
+                    assert_eq!(has_open_brace(&key), b == b'{', "{key:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn tag_edge_cases() {
         // Empty tag: the whole key, not the next tag.
         assert_eq!(redis_hash_tag(b"{}"), b"{}");
