@@ -116,8 +116,12 @@ use KeyArgs::{NumKeys, Rest, Two};
 const FIRST: KeyArgs = Two(1, 1);
 const K: Kind = Kind::Keyed;
 
-/// Sorted by name for binary search.
-static COMMANDS: &[CommandSpec] = &[
+/// The command table.
+static COMMANDS: &[CommandSpec] = COMMAND_TABLE;
+const COMMAND_COUNT: usize = COMMAND_TABLE.len();
+
+/// Sorted by name (kept so for reading; [`lookup`] hashes).
+const COMMAND_TABLE: &[CommandSpec] = &[
     spec!("append", K, FIRST),
     spec!("auth", Kind::Local(Local::Auth), KeyArgs::None),
     spec!("bitcount", K, FIRST, RO),
@@ -280,19 +284,104 @@ pub const ERR_TOO_MANY_KEYS: &[u8] =
 /// The error reply `-ERR syntax error`.
 pub const ERR_SYNTAX: &[u8] = b"-ERR syntax error\r\n";
 
+/// Longest name [`lookup`] can match, rounded up to whole words.
+const NAME_WORDS: usize = 3;
+
+/// A name of at most `8 * NAME_WORDS` bytes as words, every byte (the zero padding too)
+/// `| 0x20`: that maps a letter of either case to lower case and anything else to a
+/// non-letter, so as the table's names are all letters, equal words and lengths mean
+/// the same name case-insensitively, without a loop over bytes.
+const fn name_words(name: &[u8]) -> [u64; NAME_WORDS] {
+    let mut padded = [0u8; 8 * NAME_WORDS];
+    let mut i = 0;
+    while i < name.len() {
+        padded[i] = name[i];
+        i += 1;
+    }
+    words_of(&padded)
+}
+
+const fn words_of(padded: &[u8; 8 * NAME_WORDS]) -> [u64; NAME_WORDS] {
+    let mut words = [0u64; NAME_WORDS];
+    let mut w = 0;
+    while w < NAME_WORDS {
+        let mut b = [0u8; 8];
+        let mut i = 0;
+        while i < 8 {
+            b[i] = padded[8 * w + i];
+            i += 1;
+        }
+        words[w] = u64::from_le_bytes(b) | 0x2020_2020_2020_2020;
+        w += 1;
+    }
+    words
+}
+
+const fn name_hash(len: usize, words: &[u64; NAME_WORDS]) -> usize {
+    let h = (words[0] ^ words[1].rotate_left(21) ^ words[2].rotate_left(42) ^ len as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> (64 - NAME_BITS)) as usize
+}
+
+/// The hash table of [`lookup`]: 2^NAME_BITS buckets, linear probing.
+const NAME_BITS: u32 = 9;
+
+/// Each name's length and words, in table order.
+static NAME_KEYS: [(usize, [u64; NAME_WORDS]); COMMAND_COUNT] = {
+    let mut keys = [(0, [0u64; NAME_WORDS]); COMMAND_COUNT];
+    let mut i = 0;
+    while i < COMMAND_COUNT {
+        let name = COMMAND_TABLE[i].name.as_bytes();
+        assert!(name.len() <= 8 * NAME_WORDS);
+        keys[i] = (name.len(), name_words(name));
+        i += 1;
+    }
+    keys
+};
+
+// Room for every name, so a probe always ends at an empty bucket.
+const _: () = assert!(COMMAND_COUNT < 255 && 2 * COMMAND_COUNT < 1 << NAME_BITS);
+
+/// Bucket -> table index + 1 (0: empty).
+static NAME_BUCKETS: [u8; 1 << NAME_BITS] = {
+    let mut buckets = [0u8; 1 << NAME_BITS];
+    let mut i = 0;
+    while i < COMMAND_COUNT {
+        let name = COMMAND_TABLE[i].name.as_bytes();
+        let mut h = name_hash(name.len(), &name_words(name));
+        while buckets[h] != 0 {
+            h = (h + 1) & ((1 << NAME_BITS) - 1);
+        }
+        buckets[h] = (i + 1) as u8;
+        i += 1;
+    }
+    buckets
+};
+
+/// Whether table entry `i` is the name of `len` bytes and these words (the length tells a
+/// name from one with spaces after it, which the words alone do not).
+#[inline(always)]
+fn same_name(i: usize, len: usize, words: &[u64; NAME_WORDS]) -> bool {
+    NAME_KEYS[i] == (len, *words)
+}
+
 /// Looks a command name up, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    if name.len() > 20 {
+    let len = name.len();
+    if len > 8 * NAME_WORDS {
         return None;
     }
-    let mut lower = [0u8; 20];
-    let lower = &mut lower[..name.len()];
-    lower.copy_from_slice(name);
-    lower.make_ascii_lowercase();
-    COMMANDS
-        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
-        .ok()
-        .map(|i| &COMMANDS[i])
+    let mut padded = [0u8; 8 * NAME_WORDS];
+    padded[..len].copy_from_slice(name);
+    let words = words_of(&padded);
+    let mut h = name_hash(len, &words);
+    loop {
+        let i = usize::from(NAME_BUCKETS[h]).checked_sub(1)?;
+        if same_name(i, len, &words) {
+            return Some(&COMMANDS[i]);
+        }
+        h = (h + 1) & ((1 << NAME_BITS) - 1);
+    }
 }
 
 /// What to do with one request.
@@ -640,6 +729,49 @@ mod tests {
         assert_eq!(lookup(b"GeT").unwrap().name, "get");
         assert!(lookup(b"keys").is_none());
         assert!(lookup(b"georadiusbymemberxxxxxxxx").is_none());
+        // Only letters fold: `|0x20` must not make these equal to a name.
+        assert!(lookup(b"GET\x00").is_none());
+        assert!(lookup(b"get ").is_none());
+        assert!(lookup(b"g\x05t").is_none());
+        assert!(lookup(b"\xc7ET").is_none());
+        assert!(lookup(b"").is_none());
+    }
+
+    #[test]
+    fn same_name_needs_the_length() {
+        let get = COMMANDS.iter().position(|c| c.name == "get").unwrap();
+        assert!(same_name(get, 3, &name_words(b"GeT")));
+        assert!(!same_name(get, 4, &name_words(b"get ")));
+        assert!(!same_name(get, 4, &name_words(b"get\0")));
+    }
+
+    /// The old lookup: lower-cased, then an exact match.
+    fn lookup_by_scan(name: &[u8]) -> Option<&'static str> {
+        let lower = name.to_ascii_lowercase();
+        COMMANDS
+            .iter()
+            .find(|c| c.name.as_bytes() == lower)
+            .map(|c| c.name)
+    }
+
+    proptest! {
+        #[test]
+        fn lookup_matches_a_scan(
+            pick in 0..COMMANDS.len(),
+            flips in any::<u32>(),
+            edit in proptest::option::of((0usize..24, any::<u8>())),
+            noise in proptest::collection::vec(any::<u8>(), 0..26),
+        ) {
+            // A table name with some letters upper-cased and maybe one byte changed.
+            let mut name: Vec<u8> = COMMANDS[pick].name.bytes().enumerate()
+                .map(|(i, b)| if flips >> (i % 32) & 1 == 1 { b.to_ascii_uppercase() } else { b })
+                .collect();
+            if let Some((at, b)) = edit {
+                if at < name.len() { name[at] = b } else { name.push(b) }
+            }
+            prop_assert_eq!(lookup(&name).map(|c| c.name), lookup_by_scan(&name));
+            prop_assert_eq!(lookup(&noise).map(|c| c.name), lookup_by_scan(&noise));
+        }
     }
 
     #[test]

@@ -314,8 +314,20 @@ pub fn parse_ll(s: &[u8]) -> Option<i64> {
 
 /// Index of the first `term` in `b` as redis's `strchr` would find it (a NUL ends the search).
 fn find_term(b: &[u8], term: u8) -> Option<usize> {
-    memchr::memchr2(term, 0, b).filter(|&i| b[i] == term)
+    // Length lines are a few bytes: a plain loop ends them sooner than memchr2 starts.
+    for (i, &c) in b.iter().take(SHORT_LINE).enumerate() {
+        if c == term || c == 0 {
+            return (c == term).then_some(i);
+        }
+    }
+    let rest = b.get(SHORT_LINE..)?;
+    memchr::memchr2(term, 0, rest)
+        .map(|i| i + SHORT_LINE)
+        .filter(|&i| b[i] == term)
 }
+
+/// How far [`find_term`] looks byte by byte.
+const SHORT_LINE: usize = 16;
 
 /// Parses the first command in `buf`. Never panics; allocates only for quoted inline commands.
 pub fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> RespParse<'a> {
@@ -348,7 +360,8 @@ pub fn parse_request_resume<'a>(
         Some(b'*') => parse_multibulk(buf, limits, progress),
         Some(_) => parse_inline(buf, limits),
     };
-    if !matches!(r, RespParse::Incomplete { .. }) {
+    // A saved progress always has `pos > 0`.
+    if progress.pos != 0 && !matches!(r, RespParse::Incomplete { .. }) {
         *progress = Progress::default();
     }
     r
@@ -375,18 +388,47 @@ fn length_line<'a>(
     }
 }
 
+/// The length line at `pos` (`*N` or `$N`, type byte not checked) when it is what clients
+/// send: plain decimal digits, no leading zero, `\r` and one more byte after them. Then
+/// (N, position after the line), as [`length_line`] and [`parse_ll`] would find; None
+/// leaves every other line to them.
+#[inline(always)]
+fn simple_length(buf: &[u8], pos: usize) -> Option<(i64, usize)> {
+    let digits = buf.get(pos + 1..)?;
+    let mut n: i64 = 0;
+    // 18 digits cannot overflow.
+    for (i, &d) in digits.iter().enumerate().take(19) {
+        match d {
+            b'0'..=b'9' if i < 18 => n = n * 10 + i64::from(d - b'0'),
+            b'\r' if i > 0 && (i == 1 || digits[0] != b'0') && i + 1 < digits.len() => {
+                return Some((n, pos + i + 3));
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 fn parse_multibulk<'a>(buf: &'a [u8], limits: &Limits, progress: &mut Progress) -> RespParse<'a> {
     let (argc, mut done, mut pos, mut first) = if progress.pos > 0 && progress.pos <= buf.len() {
         (progress.argc, progress.done, progress.pos, progress.first)
     } else {
-        let (cr, pos) = match length_line(buf, 0, limits, ERR_TOO_BIG_MBULK) {
-            Ok(v) => v,
-            Err(r) => return r,
+        let (count, pos) = match simple_length(buf, 0) {
+            Some(v) => v,
+            None => {
+                let (cr, pos) = match length_line(buf, 0, limits, ERR_TOO_BIG_MBULK) {
+                    Ok(v) => v,
+                    Err(r) => return r,
+                };
+                match parse_ll(&buf[1..cr]) {
+                    Some(n) => (n, pos),
+                    None => return error(ERR_INVALID_MULTIBULK),
+                }
+            }
         };
-        let count = match parse_ll(&buf[1..cr]) {
-            Some(n) if n <= limits.max_multibulk_len => n,
-            _ => return error(ERR_INVALID_MULTIBULK),
-        };
+        if count > limits.max_multibulk_len {
+            return error(ERR_INVALID_MULTIBULK);
+        }
         if count > 10 && limits.unauthenticated {
             return error(ERR_UNAUTH_MULTIBULK);
         }
@@ -404,18 +446,31 @@ fn parse_multibulk<'a>(buf: &'a [u8], limits: &Limits, progress: &mut Progress) 
         };
     };
     while done < argc {
-        let (cr, start) = match length_line(buf, pos, limits, ERR_TOO_BIG_BULK) {
-            Ok(v) => v,
-            Err(r) => {
-                save(progress, done, pos, first);
-                return r;
+        let simple = match buf.get(pos) {
+            Some(b'$') => simple_length(buf, pos),
+            _ => None,
+        };
+        let (len, start) = match simple {
+            Some(v) => v,
+            None => {
+                let (cr, start) = match length_line(buf, pos, limits, ERR_TOO_BIG_BULK) {
+                    Ok(v) => v,
+                    Err(r) => {
+                        save(progress, done, pos, first);
+                        return r;
+                    }
+                };
+                if buf[pos] != b'$' {
+                    return error(&EXPECTED_DOLLAR[usize::from(buf[pos])]);
+                }
+                match parse_ll(&buf[pos + 1..cr]) {
+                    Some(n) => (n, start),
+                    None => return error(ERR_INVALID_BULK),
+                }
             }
         };
-        if buf[pos] != b'$' {
-            return error(&EXPECTED_DOLLAR[usize::from(buf[pos])]);
-        }
-        let len = match parse_ll(&buf[pos + 1..cr]) {
-            Some(n) if (0..=limits.max_bulk_len).contains(&n) => n as usize,
+        let len = match len {
+            n if (0..=limits.max_bulk_len).contains(&n) => n as usize,
             _ => return error(ERR_INVALID_BULK),
         };
         if len > 16384 && limits.unauthenticated {

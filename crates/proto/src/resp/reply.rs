@@ -34,9 +34,22 @@ impl std::error::Error for RespError {}
 /// Largest bulk reply accepted from a backend (redis's proto-max-bulk-len).
 const MAX_REPLY_BULK: i64 = 512 * 1024 * 1024;
 
+/// How far [`reply_line`] looks byte by byte.
+const SHORT_LINE: usize = 16;
+
 /// End of the CRLF-terminated line starting at `pos`: Ok(Some(index of '\r')).
 pub(super) fn reply_line(buf: &[u8], pos: usize) -> Result<Option<usize>, RespError> {
-    match memchr::memchr(b'\n', &buf[pos..]) {
+    let rest = &buf[pos..];
+    // Most reply lines are a few bytes (`+OK`, `$3`): a plain loop finds their end sooner
+    // than memchr starts.
+    let nl = match rest.iter().take(SHORT_LINE).position(|&b| b == b'\n') {
+        Some(nl) => Some(nl),
+        None => rest
+            .get(SHORT_LINE..)
+            .and_then(|r| memchr::memchr(b'\n', r))
+            .map(|i| i + SHORT_LINE),
+    };
+    match nl {
         None => Ok(None),
         Some(nl) if nl == 0 || buf[pos + nl - 1] != b'\r' => Err(RespError::BadTerminator),
         Some(nl) => Ok(Some(pos + nl - 1)),
@@ -46,6 +59,13 @@ pub(super) fn reply_line(buf: &[u8], pos: usize) -> Result<Option<usize>, RespEr
 /// Length of the first complete reply in `buf` (nested arrays included), `None` if more bytes
 /// are needed. Iterative, so deep nesting cannot overflow the stack; never allocates.
 pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, RespError> {
+    match simple_reply_len(buf) {
+        Some(n) => Ok(Some(n)),
+        None => general_reply_len(buf),
+    }
+}
+
+pub(super) fn general_reply_len(buf: &[u8]) -> Result<Option<usize>, RespError> {
     let mut pos = 0;
     // Elements still to read: an array replaces itself with its children.
     let mut pending: u64 = 1;
@@ -90,6 +110,39 @@ pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, RespError> {
         }
     }
     Ok(Some(pos))
+}
+
+/// The length of the replies most commands get, when `buf` holds one whole and valid:
+/// a short status or error line, or a bulk string whose length is plain digits. None
+/// leaves everything else (and every error) to [`reply_len`]'s general path, which would
+/// find the same length for these.
+#[inline(always)]
+pub(super) fn simple_reply_len(buf: &[u8]) -> Option<usize> {
+    match *buf.first()? {
+        b'+' | b'-' => {
+            let line = &buf[1..buf.len().min(SHORT_LINE)];
+            let nl = 1 + line.iter().position(|&b| b == b'\n')?;
+            (buf[nl - 1] == b'\r').then_some(nl + 1)
+        }
+        b'$' => {
+            let mut n: i64 = 0;
+            // Up to 8 digits: always within MAX_REPLY_BULK.
+            for (i, &d) in buf.iter().enumerate().skip(1).take(9) {
+                match d {
+                    b'0'..=b'9' if i < 9 => n = n * 10 + i64::from(d - b'0'),
+                    b'\r' if i > 1 && (i == 2 || buf[1] != b'0') => {
+                        let end = i + 2 + n as usize;
+                        return (buf.get(i + 1) == Some(&b'\n')
+                            && buf.get(end..end + 2) == Some(b"\r\n"))
+                        .then_some(end + 2);
+                    }
+                    _ => return None,
+                }
+            }
+            None
+        }
+        _ => None,
+    }
 }
 
 /// A complete reply seen from outside (for merging split commands).

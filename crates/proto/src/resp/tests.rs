@@ -418,7 +418,77 @@ fn is_incomplete(p: RespParse<'_>) -> bool {
     matches!(p, RespParse::Incomplete { .. })
 }
 
+/// Bytes that make length and reply lines interesting.
+const LINE_BYTES: &[u8] = b"0123456789-+$*\r\n\0 a";
+
 proptest! {
+    #[test]
+    fn simple_length_agrees_with_the_general_path(
+        line in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..26),
+        type_byte in prop::sample::select(&b"*$"[..]),
+    ) {
+        let mut buf = vec![type_byte];
+        buf.extend_from_slice(&line);
+        if let Some((n, next)) = simple_length(&buf, 0) {
+            let (cr, after) = length_line(&buf, 0, &lim(), ERR_TOO_BIG_BULK).unwrap();
+            prop_assert_eq!(after, next);
+            prop_assert_eq!(parse_ll(&buf[1..cr]), Some(n));
+        }
+    }
+
+    #[test]
+    fn find_term_is_the_first_term_before_any_nul(
+        line in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..40),
+    ) {
+        let want = line.iter().position(|&b| b == b'\r' || b == 0).filter(|&i| line[i] == b'\r');
+        prop_assert_eq!(find_term(&line, b'\r'), want);
+    }
+
+    #[test]
+    fn simple_reply_len_agrees_with_the_general_path(
+        head in prop::sample::select(&b"+-$"[..]),
+        line in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..30),
+    ) {
+        let mut buf = vec![head];
+        buf.extend_from_slice(&line);
+        if let Some(n) = reply::simple_reply_len(&buf) {
+            prop_assert_eq!(reply::general_reply_len(&buf), Ok(Some(n)));
+        }
+    }
+
+    #[test]
+    fn simple_bulk_len_agrees_with_the_general_path(
+        digits in prop::collection::vec(prop::sample::select(&b"0123456789"[..]), 0..10),
+        sep in prop::sample::select(&["\r\n", "\r", "\n", "\r\r"][..]),
+        data in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..12),
+        tail in prop::sample::select(&["\r\n", "\r", "", "\n\r", "\r\nxx"][..]),
+    ) {
+        let mut buf = b"$".to_vec();
+        buf.extend_from_slice(&digits);
+        buf.extend_from_slice(sep.as_bytes());
+        buf.extend_from_slice(&data);
+        buf.extend_from_slice(tail.as_bytes());
+        let want = reply::general_reply_len(&buf);
+        match reply::simple_reply_len(&buf) {
+            Some(n) => prop_assert_eq!(want, Ok(Some(n))),
+            // Only lines the general path must judge are left to it.
+            None => prop_assert!(want != Ok(Some(buf.len())) || digits.len() > 8
+                || (digits.len() > 1 && digits[0] == b'0') || digits.is_empty()),
+        }
+    }
+
+    #[test]
+    fn reply_line_finds_the_first_newline(
+        line in prop::collection::vec(prop::sample::select(LINE_BYTES), 0..40),
+    ) {
+        let want = match line.iter().position(|&b| b == b'\n') {
+            None => Ok(None),
+            Some(nl) if nl == 0 || line[nl - 1] != b'\r' => Err(RespError::BadTerminator),
+            Some(nl) => Ok(Some(nl - 1)),
+        };
+        prop_assert_eq!(reply::reply_line(&line, 0), want);
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..300), chunk in 1usize..20, unauth: bool) {
         let l = Limits { unauthenticated: unauth, max_inline_len: 64, ..lim() };

@@ -144,6 +144,7 @@ impl Worker {
             resp3: false,
             big_wait: Vec::new(),
             tx: None,
+            spare: Vec::new(),
             max_slots: match self.globals.max_client_outstanding {
                 0 => MAX_SLOTS,
                 n => (n as usize).min(MAX_SLOTS),

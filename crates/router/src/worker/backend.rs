@@ -167,8 +167,44 @@ pub(super) struct Backend {
     /// Where split replies of a merged get (and their items) are assembled.
     scratch: (Vec<u8>, Vec<Item>),
     /// The bytes of the cluster commands in `pending` that may be sent again, in queue
-    /// order (one buffer for all, so keeping them costs no allocation per command).
-    pub(super) resend_bytes: VecDeque<u8>,
+    /// order.
+    pub(super) resend_bytes: ResendBytes,
+}
+
+/// Bytes kept in queue order in one buffer (no allocation per command): the answered ones
+/// at its front are dropped by moving `head`, and the buffer is emptied whenever `head`
+/// catches up with its end, or moved down once most of it is dropped.
+#[derive(Default)]
+pub(super) struct ResendBytes {
+    buf: Vec<u8>,
+    head: usize,
+}
+
+/// Dropped bytes [`ResendBytes`] lets pile up at its front before it moves the rest down.
+const RESEND_COMPACT_AT: usize = 64 * 1024;
+
+impl ResendBytes {
+    pub(super) fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The first `len` bytes.
+    pub(super) fn front(&self, len: usize) -> &[u8] {
+        &self.buf[self.head..self.head + len]
+    }
+
+    /// Drops the first `len` bytes.
+    pub(super) fn pop_front(&mut self, len: usize) {
+        self.head += len;
+        if self.head >= self.buf.len() {
+            self.buf.clear();
+            self.head = 0;
+        } else if self.head >= RESEND_COMPACT_AT && 2 * self.head >= self.buf.len() {
+            // Moves at most as many bytes as were dropped since the last time.
+            self.buf.drain(..self.head);
+            self.head = 0;
+        }
+    }
 }
 
 /// Why a request gets no backend connection; each carries the error reply.
@@ -448,11 +484,13 @@ impl Worker {
                     } else if p.to == ReplyTo::DISCARD {
                         // `ASKING`, or a command queued inside `MULTI`: what matters is
                         // the reply of the command that follows it on this connection.
-                    } else if p.resend.as_ref().is_some_and(|r| {
-                        let frame = be.resend_bytes.range(..r.len as usize);
-                        self.redirects
-                            .take(&be.rt, be.server, p.to, r, frame, reply)
-                    }) {
+                    } else if reply.first() == Some(&b'-')
+                        && p.resend.as_ref().is_some_and(|r| {
+                            let frame = be.resend_bytes.front(r.len as usize).iter();
+                            self.redirects
+                                .take(&be.rt, be.server, p.to, r, frame, reply)
+                        })
+                    {
                         // Sent again where the cluster points, once the turn's replies are read.
                     } else {
                         deliver(
@@ -483,7 +521,7 @@ impl Worker {
                         }
                         let popped = be.pending.pop_front();
                         if let Some(r) = popped.as_ref().and_then(|p| p.resend.as_ref()) {
-                            be.resend_bytes.drain(..r.len as usize);
+                            be.resend_bytes.pop_front(r.len as usize);
                         }
                         if let Some(mut batch) = popped.and_then(|p| p.batch) {
                             if be.spare.len() < SPARE_BATCHES {

@@ -135,7 +135,15 @@ pub(super) struct Client {
     pub(super) max_slots: usize,
     /// A Redis client's open `MULTI`.
     pub(super) tx: Option<Box<super::queued_tx::Transaction>>,
+    /// Emptied buffers of written slots, for the next replies that arrive before their
+    /// turn (pipelined commands spread over servers: most of them), so those cost no
+    /// allocation.
+    pub(super) spare: Vec<Vec<u8>>,
 }
+
+/// Buffers a client keeps in [`Client::spare`], and the largest one kept.
+const SPARE_BUFS: usize = 16;
+const SPARE_BUF_MAX: usize = 16 * 1024;
 
 impl Client {
     pub(super) fn unsent(&self) -> usize {
@@ -208,7 +216,11 @@ impl Client {
                 slot.buf = text;
             }
             self.head_seq += 1;
-            finish_slot(slot, &mut self.wbuf);
+            let mut buf = finish_slot(slot, &mut self.wbuf);
+            if (1..=SPARE_BUF_MAX).contains(&buf.capacity()) && self.spare.len() < SPARE_BUFS {
+                buf.clear();
+                self.spare.push(buf);
+            }
         }
     }
 
@@ -249,12 +261,14 @@ impl Client {
     }
 }
 
-fn finish_slot(mut slot: Slot, out: &mut Vec<u8>) {
+/// Writes a finished slot's reply to `out`; gives back its buffer (empty when it had
+/// none to give).
+fn finish_slot(mut slot: Slot, out: &mut Vec<u8>) -> Vec<u8> {
     if let Some(pending) = slot.bin.take() {
         let mut text = Vec::new();
         finish_slot(slot, &mut text);
         pending.write_reply(&text, out);
-        return;
+        return Vec::new();
     }
     if let Some(tag) = slot.hot.take() {
         tag.finish(&slot.buf);
@@ -302,6 +316,7 @@ fn finish_slot(mut slot: Slot, out: &mut Vec<u8>) {
             }
         }
     }
+    slot.buf
 }
 
 /// A backend reply in RESP3 (see `proto::resp::resp3`); one that is not valid RESP2 cannot
@@ -354,6 +369,11 @@ pub(super) fn deliver(
     } else {
         match &mut slot.kind {
             SlotKind::Single | SlotKind::Ready | SlotKind::Resp3(_) => {
+                if slot.buf.capacity() == 0 {
+                    if let Some(spare) = c.spare.pop() {
+                        slot.buf = spare;
+                    }
+                }
                 slot.buf.extend_from_slice(reply)
             }
             SlotKind::NoReply => {

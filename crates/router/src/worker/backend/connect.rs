@@ -8,7 +8,7 @@ use proto::response::{Expect, ReplyFramer};
 use routetree::reply::McResult;
 use routetree::server_stats::{ConnState, Res};
 
-use super::{redis_handshake, Backend, NoBackend, Pending};
+use super::{redis_handshake, Backend, NoBackend, Pending, ResendBytes};
 use crate::buf::ReadBuf;
 use crate::net::{error_text, Stream};
 use crate::shared::PoolRt;
@@ -81,7 +81,7 @@ impl Worker {
                     batch: Box::default(),
                     spare: Vec::new(),
                     scratch: (Vec::new(), Vec::new()),
-                    resend_bytes: VecDeque::new(),
+                    resend_bytes: ResendBytes::default(),
                 });
                 self.pools[p].conns[s][k] = Some(b);
                 Ok(b)

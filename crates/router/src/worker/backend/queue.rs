@@ -197,7 +197,7 @@ impl Backend {
     ) {
         if let Some(p) = self.pending.back_mut().filter(|p| p.to == to) {
             p.resend = Some(meta);
-            self.resend_bytes.extend(frame);
+            self.resend_bytes.push(frame);
         }
     }
 }

@@ -65,3 +65,31 @@ fn redis_handshake_sends_only_what_is_configured() {
     assert_eq!(redis_handshake(Some((Some("app"), "pw")), 0, &mut out), 1);
     assert_eq!(out, b"*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$2\r\npw\r\n");
 }
+
+proptest::proptest! {
+    /// Kept bytes come out as a plain queue of them would give them, across the moves
+    /// down and the emptying.
+    #[test]
+    fn resend_bytes_is_a_queue(ops in proptest::collection::vec((0usize..3000, proptest::bool::ANY), 1..200)) {
+        let mut kept = ResendBytes::default();
+        let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut n = 0u8;
+        for (len, push) in ops {
+            if push || model.is_empty() {
+                n = n.wrapping_add(1);
+                let frame: Vec<u8> = (0..len).map(|i| n ^ i as u8).collect();
+                kept.push(&frame);
+                model.push_back(frame);
+            } else {
+                let frame = model.pop_front().unwrap();
+                proptest::prop_assert_eq!(kept.front(frame.len()), &frame[..]);
+                kept.pop_front(frame.len());
+            }
+        }
+        for frame in model {
+            proptest::prop_assert_eq!(kept.front(frame.len()), &frame[..]);
+            kept.pop_front(frame.len());
+        }
+        proptest::prop_assert!(kept.buf.is_empty() && kept.head == 0);
+    }
+}
