@@ -674,7 +674,8 @@ impl Worker {
             c.out_queue.add(-1);
             c.out_queue_bytes.add(-i64::from(p.bytes));
             if let Some(r) = &p.resend {
-                let frame: Vec<u8> = be.resend_bytes.drain(..r.len as usize).collect();
+                let frame = be.resend_bytes.front(r.len as usize).to_vec();
+                be.resend_bytes.pop_front(r.len as usize);
                 if r.replica {
                     self.retry_on_primary(&be.rt, be.server, p.to, r, frame, &msg);
                     continue;
