@@ -442,6 +442,22 @@ def plain(port: int, protocol: int = 2) -> redis.Redis:
     )
 
 
+def read_back_errors(port: int, prefix: str, n: int, tries: int) -> list[str]:
+    """Reads `{prefix}:{i}` for i < n through `port`, each expected to be `v{i}`, trying each
+    key up to `tries` times; returns the errors of the keys that failed every try."""
+    errors: list[str] = []
+    with plain(port) as r:
+        for i in range(n):
+            for attempt in range(tries):
+                try:
+                    assert r.get(f"{prefix}:{i}") == f"v{i}"
+                    break
+                except (redis.RedisError, OSError) as e:
+                    if attempt == tries - 1:
+                        errors.append(str(e))
+    return errors
+
+
 def assert_all_read_back(clients: list[Client], left: dict[str, Value]) -> None:
     assert left
     for r in clients:

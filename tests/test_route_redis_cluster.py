@@ -16,7 +16,6 @@ from pathlib import Path
 
 import proxy_harness
 import pytest
-import redis
 from harness import free_port
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -47,6 +46,7 @@ from redis_workload import (
     php_rounds_left,
     plain,
     python_round,
+    read_back_errors,
     resp_sets,
     route_until_exit,
     run_php,
@@ -620,26 +620,15 @@ def test_a_killed_replica_sends_its_reads_to_the_primary() -> None:
         assert victim_name in router.stats()["rr"]
         victim.kill()
         c.killed.add(victim.port)
-        errors: list[str] = []
-
-        def read_all(limit_tries: int) -> None:
-            with plain(router.port or 0) as r:
-                for i in range(60):
-                    for attempt in range(limit_tries):
-                        try:
-                            assert r.get(f"kr:{i}") == f"v{i}"
-                            break
-                        except (redis.RedisError, OSError) as e:
-                            if attempt == limit_tries - 1:
-                                errors.append(str(e))
-
-        read_all(5)  # bounded retries while the router notices
+        port = router.port or 0
+        # Bounded retries while the router notices.
+        errors = read_back_errors(port, "kr", 60, tries=5)
         assert not errors, errors[:5]
         wait_until(
             lambda: victim_name not in router.stats()["rr"], "the router dropped the replica", 30
         )
         reset_command_calls([*primaries, *[n for n in replicas if n is not victim]])
-        read_all(1)
+        errors = read_back_errors(port, "kr", 60, tries=1)
         assert not errors, f"reads failed after the router noticed: {errors[:5]}"
         assert calls_of(primaries, "get") > 0, "the dead replica's shard read on its primary"
         assert calls_of(primaries, "get") < 60, "the other shards still read on replicas"

@@ -41,6 +41,7 @@ from redis_workload import (
     php_rounds_left,
     plain,
     python_round,
+    read_back_errors,
     resp_sets,
     route_until_exit,
     run_php,
@@ -279,26 +280,14 @@ def test_a_killed_replica_sends_reads_to_the_other_or_the_primary() -> None:
         assert s.primary is not None
         victim = s.replicas[0]
         victim.kill()
-        errors: list[str] = []
-
-        def read_all(tries: int) -> None:
-            with plain(router.port or 0) as r:
-                for i in range(40):
-                    for attempt in range(tries):
-                        try:
-                            assert r.get(f"k:{i}") == f"v{i}"
-                            break
-                        except (redis.RedisError, OSError) as e:
-                            if attempt == tries - 1:
-                                errors.append(str(e))
-
-        read_all(5)
+        port = router.port or 0
+        errors = read_back_errors(port, "k", 40, tries=5)
         assert not errors, errors[:5]
         wait_until(
             lambda: victim.address not in router.stats()["rr"], "the router dropped it", 30
         )
         reset_command_calls([s.primary])
-        read_all(1)
+        errors = read_back_errors(port, "k", 40, tries=1)
         assert not errors, f"reads failed after the router noticed: {errors[:5]}"
         assert calls_of([s.primary], "get") == 40
     finally:
