@@ -1,0 +1,287 @@
+"""Two regions on one machine, as NSDI'13 section 5 lays them out: region A holds the PostgreSQL
+primary, region B a streaming standby whose replay the test can slow or pause; each region has a
+cache server and the web tier's processes (regions_worker.py), and the link between the regions
+is a delay line (fleet.py: one network namespace per region, `delay` on both ends).
+
+    with RegionPair(make_fleet, "naive") as rp:
+        rp.primary.sql("...")            # region A's database
+        rp.set_replay_delay(500)         # B's replica applies each commit 500 ms late
+        rp.pause_replay(); rp.resume_replay()
+        rp.invalidator("a", config)      # `memfleet invalidate` inside region A
+        rp.worker("b", "read", ...)      # readers inside region B
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fleet import Fleet, Host, Proc, serve_argv
+from harness import memfleet_bin
+from pg_harness import PASSWORD, Postgres
+from typing_extensions import Self
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "regions_worker.py"
+PG_PORT = 5432
+CACHE_PORT = 11211
+KEYS = 200
+TABLE = "items"
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class NsPostgres(Postgres):
+    """A Postgres (pg_harness) whose postmaster runs inside a fleet host's namespace, listening on
+    the host's address; psql reaches it through its unix socket, which namespaces do not hide."""
+
+    def __init__(self, host: Host, data_from: NsPostgres | None = None) -> None:
+        self.host = host
+        if data_from is None:
+            super().__init__(PG_PORT)
+            # The other region connects over the fleet's subnet.
+            with open(self.data / "pg_hba.conf", "a") as f:
+                f.write(f"host all all {host.fleet.subnet} scram-sha-256\n")
+                f.write(f"host replication all {host.fleet.subnet} scram-sha-256\n")
+        else:
+            self._base_backup(data_from)
+
+    def _base_backup(self, primary: NsPostgres) -> None:
+        """A standby's data directory: pg_basebackup over the primary's socket; replication
+        itself then runs across the delay line (primary_conninfo names the primary's address)."""
+        import tempfile
+
+        self.port = PG_PORT
+        self.bindir = primary.bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="memfleet-pg-standby-"))
+        self.data = self.dir / "data"
+        self.proc = None
+        self.log = self.dir / "postgres.log"
+        pw = pwd.getpwnam("postgres")
+        os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        subprocess.run(
+            [str(self.bindir / "pg_basebackup"), "-h", str(primary.dir), "-p", str(primary.port),
+             "-U", "postgres", "-D", str(self.data), "-X", "stream", "--no-sync"],
+            user="postgres", group="postgres", extra_groups=[], check=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        (self.data / "standby.signal").touch()
+        conninfo = f"host={primary.host.ip} port={primary.port} user=postgres password={PASSWORD}"
+        with open(self.data / "postgresql.auto.conf", "a") as f:
+            f.write(f"primary_conninfo = '{conninfo}'\n")
+            f.write("hot_standby = on\n")
+            f.write("recovery_min_apply_delay = 0\n")
+        os.chown(self.data / "postgresql.auto.conf", pw.pw_uid, pw.pw_gid)
+
+    @property
+    def dsn(self) -> str:
+        return f"host={self.host.ip} port={self.port} user=postgres password={PASSWORD} dbname=postgres"
+
+    def start(self) -> NsPostgres:
+        argv = [
+            "setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups", "--",
+            str(self.bindir / "postgres"), "-D", str(self.data),
+            "-c", f"port={self.port}",
+            "-c", f"listen_addresses={self.host.ip}",
+            "-c", f"unix_socket_directories={self.dir}",
+            "-c", "wal_level=logical",
+            "-c", "max_wal_senders=10",
+            "-c", "max_replication_slots=10",
+            "-c", "wal_receiver_status_interval=1",
+            "-c", "fsync=off",
+            "-c", "full_page_writes=off",
+        ]  # fmt: skip
+        with open(self.log, "ab") as log:
+            # `ip netns exec` and `setpriv` both exec: the pid is the postmaster's own.
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.host.ns, *argv], stdout=log, stderr=log
+            )  # type: ignore[assignment]
+        wait_until(self._answers, 30, "postgres in " + self.host.name)
+        return self
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError("postgres exited: " + self.log.read_text()[-2000:])
+        r = subprocess.run(self._psql("SELECT 1"), capture_output=True, check=False)
+        return r.returncode == 0
+
+    def reload(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGHUP)
+
+
+class RegionPair:
+    """The two regions, their databases and caches; processes started through it are stopped
+    (and namespaces removed) when the fleet closes."""
+
+    def __init__(self, make_fleet: Callable[[str, list[str]], Fleet], name: str, link_ms: int = 40) -> None:
+        self.fleet = make_fleet(name, ["a", "b"])
+        self.a = self.fleet.host("a")
+        self.b = self.fleet.host("b")
+        self.link_ms = link_ms
+        self.primary = NsPostgres(self.a)
+        self.replica: NsPostgres | None = None
+        self.caches: dict[str, Proc] = {}
+        self.invalidators: list[Proc] = []
+
+    def __enter__(self) -> Self:
+        self.primary.start()
+        self.primary.script(
+            f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v bigint NOT NULL);\n"
+            f"INSERT INTO {TABLE} SELECT g, 0 FROM generate_series(0, {KEYS - 1}) g;\n"
+        )
+        self.replica = NsPostgres(self.b, data_from=self.primary).start()
+        # Each region is `link_ms` away from the other, each way.
+        self.a.delay(ms=self.link_ms)
+        self.b.delay(ms=self.link_ms)
+        for region in ("a", "b"):
+            h = self.fleet.host(region)
+            self.caches[region] = h.spawn(serve_argv(h.ip, CACHE_PORT, "-m", "64"), port=CACHE_PORT)
+        self.wait_replica_caught_up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.invalidators:
+            p.signal(signal.SIGTERM)
+        for pg in (self.replica, self.primary):
+            if pg is not None:
+                try:
+                    pg.destroy()
+                except (OSError, subprocess.SubprocessError):
+                    pass
+
+    @property
+    def replica_dsn(self) -> str:
+        assert self.replica is not None
+        return self.replica.dsn
+
+    def host(self, region: str) -> Host:
+        return self.fleet.host(region)
+
+    def cache_addr(self, region: str) -> str:
+        return self.fleet.host(region).addr(CACHE_PORT)
+
+    # -- the replica's replay ---------------------------------------------------------------
+    def set_replay_delay(self, ms: int) -> None:
+        """B's replica applies each commit `ms` after it was made (recovery_min_apply_delay)."""
+        assert self.replica is not None
+        conf = self.replica.data / "postgresql.auto.conf"
+        lines = [ln for ln in conf.read_text().splitlines() if not ln.startswith("recovery_min_apply_delay")]
+        lines.append(f"recovery_min_apply_delay = {ms}")
+        conf.write_text("\n".join(lines) + "\n")
+        self.replica.reload()
+
+    def pause_replay(self) -> None:
+        assert self.replica is not None
+        self.replica.sql("SELECT pg_wal_replay_pause()")
+
+    def resume_replay(self) -> None:
+        assert self.replica is not None
+        self.replica.sql("SELECT pg_wal_replay_resume()")
+
+    def wait_replica_caught_up(self, timeout: float = 60) -> None:
+        assert self.replica is not None
+        target = self.primary.sql("SELECT pg_current_wal_lsn()")[0][0]
+        replica = self.replica
+
+        def caught_up() -> bool:
+            rows = replica.sql(f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn")
+            return rows == [["t"]]
+
+        wait_until(caught_up, timeout, "the replica to replay up to " + target)
+
+    # -- processes ----------------------------------------------------------------------------
+    def invalidator(self, region: str, name: str, config: dict[str, object]) -> Proc:
+        """`memfleet invalidate` inside `region` with its own slot and publication."""
+        config = {
+            "spool_dir": str(self.fleet.dir / f"spool-{name}"),
+            "retry_interval_ms": 200,
+            **config,
+        }
+        path = self.fleet.file(f"invalidate-{name}.yml", json.dumps(config))
+        p = self.fleet.host(region).spawn([memfleet_bin(), "invalidate", "-c", str(path)])
+        self.invalidators.append(p)
+        slot = config["source"]["slot"]  # type: ignore[index]
+        wait_until(
+            lambda: self.primary.sql(f"SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'")
+            == [["t"]],
+            30,
+            f"invalidator {name} to stream",
+        )
+        return p
+
+    def restart_invalidator(self, name: str, kill: bool) -> Proc:
+        """Stops invalidator `name` (kill -9 with `kill`) and starts it again, same config."""
+        old = next(p for p in self.invalidators if p.argv[-1].endswith(f"invalidate-{name}.yml"))
+        region = old.host.name
+        if kill:
+            old.kill()
+        else:
+            old.signal(signal.SIGTERM)
+            old.popen.wait(timeout=30)
+        self.invalidators.remove(old)
+        p = self.fleet.host(region).spawn(old.argv)
+        self.invalidators.append(p)
+        return p
+
+    def source(self, name: str) -> dict[str, str]:
+        return {"dsn": self.primary.dsn, "slot": f"s_{name}", "publication": f"p_{name}"}
+
+    def worker(self, region: str, role: str, out: str, **args: object) -> Proc:
+        """regions_worker.py inside `region` (readers or writers of the web tier); its result is
+        written as JSON to the fleet directory's `out`."""
+        argv = [sys.executable, str(WORKER), role, "--out", str(self.fleet.dir / out)]
+        for k, v in args.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        env_path = str(ROOT / "clients" / "python" / "src")
+        return self.fleet.host(region).spawn(["env", f"PYTHONPATH={env_path}", *argv])
+
+    def result(self, proc: Proc, out: str, timeout: float = 120) -> dict[str, object]:
+        proc.popen.wait(timeout=timeout)
+        if proc.popen.returncode != 0:
+            raise RuntimeError(f"worker {out} failed: {proc.log()[-3000:]}")
+        data: dict[str, object] = json.loads((self.fleet.dir / out).read_text())
+        return data
+
+    # -- the check ----------------------------------------------------------------------------
+    def database(self) -> dict[int, int]:
+        return {int(i): int(v) for i, v in self.primary.sql(f"SELECT id, v FROM {TABLE}")}
+
+    def stale_keys(self, region: str) -> list[tuple[int, int, int]]:
+        """(id, cached, database) for every key whose cached value is not the primary's."""
+        from memfleet import Client
+
+        truth = self.database()
+        with Client([self.cache_addr(region)]) as c:
+            cached = c.get_many([f"item:{i}" for i in truth])
+        out = []
+        for i, v in truth.items():
+            got = cached.get(f"item:{i}")
+            if got is not None and int(got) != v:
+                out.append((i, int(got), v))
+        return out
+
+    def logs(self) -> str:
+        parts = []
+        for p in self.invalidators:
+            parts.append(f"--- {' '.join(p.argv[:4])}\n{p.log()[-2000:]}")
+        return "\n".join(parts)
+
+
+def psql_exists() -> bool:
+    return shutil.which("setpriv") is not None
