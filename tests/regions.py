@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -129,7 +128,9 @@ class RegionPair:
     """The two regions, their databases and caches; processes started through it are stopped
     (and namespaces removed) when the fleet closes."""
 
-    def __init__(self, make_fleet: Callable[[str, list[str]], Fleet], name: str, link_ms: int = 40) -> None:
+    def __init__(
+        self, make_fleet: Callable[[str, list[str]], Fleet], name: str, link_ms: int = 40
+    ) -> None:
         self.fleet = make_fleet(name, ["a", "b"])
         self.a = self.fleet.host("a")
         self.b = self.fleet.host("b")
@@ -181,7 +182,11 @@ class RegionPair:
         """B's replica applies each commit `ms` after it was made (recovery_min_apply_delay)."""
         assert self.replica is not None
         conf = self.replica.data / "postgresql.auto.conf"
-        lines = [ln for ln in conf.read_text().splitlines() if not ln.startswith("recovery_min_apply_delay")]
+        lines = [
+            ln
+            for ln in conf.read_text().splitlines()
+            if not ln.startswith("recovery_min_apply_delay")
+        ]
         lines.append(f"recovery_min_apply_delay = {ms}")
         conf.write_text("\n".join(lines) + "\n")
         self.replica.reload()
@@ -218,8 +223,12 @@ class RegionPair:
         self.invalidators.append(p)
         slot = config["source"]["slot"]  # type: ignore[index]
         wait_until(
-            lambda: self.primary.sql(f"SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'")
-            == [["t"]],
+            lambda: (
+                self.primary.sql(
+                    f"SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"
+                )
+                == [["t"]]
+            ),
             30,
             f"invalidator {name} to stream",
         )
@@ -283,5 +292,119 @@ class RegionPair:
         return "\n".join(parts)
 
 
-def psql_exists() -> bool:
-    return shutil.which("setpriv") is not None
+# Replay lag schedule of B's replica while the writers run: (apply delay in ms, seconds).
+LAGS = [(100, 2.0), (500, 2.0), (2000, 3.0)]
+PAUSE_SECONDS = 10.0
+
+
+def sentinel_delivered(rp: RegionPair, slots: list[str]) -> None:
+    """Commits a no-op change to row 0 and waits until every slot has confirmed it: each
+    invalidator has delivered the deletes of every earlier commit (a gated one only after the
+    replica replayed them)."""
+    before = rp.primary.sql(
+        "BEGIN; UPDATE items SET v = v WHERE id = 0; SELECT pg_current_wal_insert_lsn(); COMMIT;"
+    )
+    lsn = [r for r in before if r and r[0]][-1][0]
+    names = ", ".join(f"'{s}'" for s in slots)
+
+    def confirmed() -> bool:
+        rows = rp.primary.sql(
+            f"SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ({names}) "
+            f"AND confirmed_flush_lsn > '{lsn}'::pg_lsn"
+        )
+        return rows == [[str(len(slots))]]
+
+    wait_until(confirmed, 60, f"slots {names} to confirm past {lsn}")
+
+
+def lagging_replica(rp: RegionPair) -> None:
+    """B's replica lagging 100 ms to 2 s, then paused for 10 s, then caught up."""
+    for ms, seconds in LAGS:
+        rp.set_replay_delay(ms)
+        time.sleep(seconds)
+    rp.pause_replay()
+    time.sleep(PAUSE_SECONDS)
+    rp.set_replay_delay(0)
+    rp.resume_replay()
+
+
+def run_workload(
+    rp: RegionPair,
+    slots: list[str],
+    markers: bool = False,
+    meanwhile: Callable[[RegionPair], None] = lagging_replica,
+) -> dict[str, object]:
+    """Readers in both regions and writers in A while `meanwhile` runs (by default B's replica
+    lags 100 ms to 2 s and is then paused for 10 s); then quiescence. Returns the stale keys
+    per region and the workers' counts."""
+    stop = rp.fleet.dir / "stop-writers"
+    stop_readers = rp.fleet.dir / "stop-readers"
+    master = rp.primary.dsn
+    readers = {
+        "a": rp.worker("a", "read", "read-a.json", cache=rp.cache_addr("a"), db=master,
+                       threads=4, until=stop_readers),
+        "b": rp.worker("b", "read", "read-b.json", cache=rp.cache_addr("b"), db=rp.replica_dsn,
+                       threads=4, until=stop_readers,
+                       **({"master_db": master} if markers else {})),
+    }  # fmt: skip
+    writer = rp.worker("a", "write", "write-a.json", db=master, rate=50, until=stop)
+    meanwhile(rp)
+    Path(stop).touch()
+    writes = rp.result(writer, "write-a.json")
+    rp.wait_replica_caught_up()
+    sentinel_delivered(rp, slots)
+    time.sleep(0.5)
+    Path(stop_readers).touch()
+    reads = {r: rp.result(p, f"read-{r}.json") for r, p in readers.items()}
+    return {
+        "stale": {r: rp.stale_keys(r) for r in ("a", "b")},
+        "writes": writes,
+        "reads": reads,
+    }
+
+
+def gated_invalidators(rp: RegionPair, markers: bool = False) -> list[str]:
+    """Region A's invalidator deletes in A (its database is the primary itself); region B's
+    reads the primary's changes through its own slot and deletes in B once B's replica has
+    replayed them (and, with `markers`, removes the remote markers of those keys too)."""
+    tables = {"public.items": ["item:{id}"]}
+    rp.invalidator("a", "ga", {"source": rp.source("ga"), "targets": [{"memcached": rp.cache_addr("a")}],
+                               "tables": tables})  # fmt: skip
+    b: dict[str, object] = {
+        "source": {**rp.source("gb"), "replica_dsn": rp.replica_dsn},
+        "targets": [{"memcached": rp.cache_addr("b")}],
+        "tables": tables,
+    }
+    if markers:
+        b["remote_markers"] = "rm:"
+    rp.invalidator("b", "gb", b)
+    return ["s_ga", "s_gb"]
+
+
+def write_read(rp: RegionPair, markers: bool, count: int, out: str) -> dict[str, object]:
+    p = rp.worker("b", "write-read", out, cache=rp.cache_addr("b"), db=rp.replica_dsn,
+                  master_db=rp.primary.dsn, count=count, threads=10, markers=int(markers))  # fmt: skip
+    return rp.result(p, out, timeout=300)
+
+
+def faults(rp: RegionPair) -> None:
+    """B's replica stopped for 30 s, B's invalidator killed -9 mid-stream and started again,
+    the link between the regions blackholed for 5 s; each recovered before the next."""
+    rp.set_replay_delay(200)
+    time.sleep(1)
+    assert rp.replica is not None
+    rp.replica.stop()
+    time.sleep(REPLICA_DOWN_SECONDS)
+    rp.replica.start()
+    time.sleep(2)
+    rp.restart_invalidator("gb", kill=True)
+    time.sleep(2)
+    rp.b.blackhole()
+    time.sleep(5)
+    rp.b.heal()
+    rp.b.delay(ms=rp.link_ms)
+    time.sleep(2)
+    rp.set_replay_delay(0)
+
+
+REPLICA_DOWN_SECONDS = 30.0

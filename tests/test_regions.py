@@ -13,84 +13,19 @@ The same workload runs three ways:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from pathlib import Path
 
 from fleet import Fleet
-from regions import RegionPair, wait_until
+from regions import (
+    RegionPair,
+    faults,
+    gated_invalidators,
+    run_workload,
+    sentinel_delivered,
+    write_read,
+)
 
 MakeFleet = Callable[[str, list[str]], Fleet]
-
-# Replay lag schedule of B's replica while the writers run: (apply delay in ms, seconds).
-LAGS = [(100, 2.0), (500, 2.0), (2000, 3.0)]
-PAUSE_SECONDS = 10.0
-
-
-def sentinel_delivered(rp: RegionPair, slots: list[str]) -> None:
-    """Commits a no-op change to row 0 and waits until every slot has confirmed it: each
-    invalidator has delivered the deletes of every earlier commit (a gated one only after the
-    replica replayed them)."""
-    before = rp.primary.sql(
-        "BEGIN; UPDATE items SET v = v WHERE id = 0; SELECT pg_current_wal_insert_lsn(); COMMIT;"
-    )
-    lsn = [r for r in before if r and r[0]][-1][0]
-    names = ", ".join(f"'{s}'" for s in slots)
-
-    def confirmed() -> bool:
-        rows = rp.primary.sql(
-            f"SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ({names}) "
-            f"AND confirmed_flush_lsn > '{lsn}'::pg_lsn"
-        )
-        return rows == [[str(len(slots))]]
-
-    wait_until(confirmed, 60, f"slots {names} to confirm past {lsn}")
-
-
-def lagging_replica(rp: RegionPair) -> None:
-    """B's replica lagging 100 ms to 2 s, then paused for 10 s, then caught up."""
-    for ms, seconds in LAGS:
-        rp.set_replay_delay(ms)
-        time.sleep(seconds)
-    rp.pause_replay()
-    time.sleep(PAUSE_SECONDS)
-    rp.set_replay_delay(0)
-    rp.resume_replay()
-
-
-def run_workload(
-    rp: RegionPair,
-    slots: list[str],
-    markers: bool = False,
-    meanwhile: Callable[[RegionPair], None] = lagging_replica,
-) -> dict[str, object]:
-    """Readers in both regions and writers in A while `meanwhile` runs (by default B's replica
-    lags 100 ms to 2 s and is then paused for 10 s); then quiescence. Returns the stale keys
-    per region and the workers' counts."""
-    stop = rp.fleet.dir / "stop-writers"
-    stop_readers = rp.fleet.dir / "stop-readers"
-    master = rp.primary.dsn
-    readers = {
-        "a": rp.worker("a", "read", "read-a.json", cache=rp.cache_addr("a"), db=master,
-                       threads=4, until=stop_readers),
-        "b": rp.worker("b", "read", "read-b.json", cache=rp.cache_addr("b"), db=rp.replica_dsn,
-                       threads=4, until=stop_readers,
-                       **({"master_db": master} if markers else {})),
-    }  # fmt: skip
-    writer = rp.worker("a", "write", "write-a.json", db=master, rate=50, until=stop)
-    meanwhile(rp)
-    Path(stop).touch()
-    writes = rp.result(writer, "write-a.json")
-    rp.wait_replica_caught_up()
-    sentinel_delivered(rp, slots)
-    time.sleep(0.5)
-    Path(stop_readers).touch()
-    reads = {r: rp.result(p, f"read-{r}.json") for r, p in readers.items()}
-    return {
-        "stale": {r: rp.stale_keys(r) for r in ("a", "b")},
-        "writes": writes,
-        "reads": reads,
-    }
 
 
 def test_naive_layout_leaves_old_rows_in_the_far_region(make_fleet: MakeFleet) -> None:
@@ -115,24 +50,6 @@ def test_naive_layout_leaves_old_rows_in_the_far_region(make_fleet: MakeFleet) -
         print(f"naive: {len(stale['b'])} stale keys in region B")
 
 
-def gated_invalidators(rp: RegionPair, markers: bool = False) -> list[str]:
-    """Region A's invalidator deletes in A (its database is the primary itself); region B's
-    reads the primary's changes through its own slot and deletes in B once B's replica has
-    replayed them (and, with `markers`, removes the remote markers of those keys too)."""
-    tables = {"public.items": ["item:{id}"]}
-    rp.invalidator("a", "ga", {"source": rp.source("ga"), "targets": [{"memcached": rp.cache_addr("a")}],
-                               "tables": tables})  # fmt: skip
-    b: dict[str, object] = {
-        "source": {**rp.source("gb"), "replica_dsn": rp.replica_dsn},
-        "targets": [{"memcached": rp.cache_addr("b")}],
-        "tables": tables,
-    }
-    if markers:
-        b["remote_markers"] = "rm:"
-    rp.invalidator("b", "gb", b)
-    return ["s_ga", "s_gb"]
-
-
 def test_replica_gated_invalidation_leaves_no_old_row_cached(make_fleet: MakeFleet) -> None:
     with RegionPair(make_fleet, "gated") as rp:
         slots = gated_invalidators(rp)
@@ -141,12 +58,6 @@ def test_replica_gated_invalidation_leaves_no_old_row_cached(make_fleet: MakeFle
         stale = got["stale"]
         assert isinstance(stale, dict)
         assert stale == {"a": [], "b": []}, (got, rp.logs())
-
-
-def write_read(rp: RegionPair, markers: bool, count: int, out: str) -> dict[str, object]:
-    p = rp.worker("b", "write-read", out, cache=rp.cache_addr("b"), db=rp.replica_dsn,
-                  master_db=rp.primary.dsn, count=count, threads=10, markers=int(markers))  # fmt: skip
-    return rp.result(p, out, timeout=300)
 
 
 def test_writes_from_the_far_region_read_back_with_remote_markers(make_fleet: MakeFleet) -> None:
@@ -177,29 +88,6 @@ def test_writes_from_the_far_region_read_back_with_remote_markers(make_fleet: Ma
         with Client([rp.cache_addr("b")]) as c:
             left = c.get_many([f"rm:item:{i}" for i in range(200)])
         assert left == {}, left
-
-
-def faults(rp: RegionPair) -> None:
-    """B's replica stopped for 30 s, B's invalidator killed -9 mid-stream and started again,
-    the link between the regions blackholed for 5 s; each recovered before the next."""
-    rp.set_replay_delay(200)
-    time.sleep(1)
-    assert rp.replica is not None
-    rp.replica.stop()
-    time.sleep(REPLICA_DOWN_SECONDS)
-    rp.replica.start()
-    time.sleep(2)
-    rp.restart_invalidator("gb", kill=True)
-    time.sleep(2)
-    rp.b.blackhole()
-    time.sleep(5)
-    rp.b.heal()
-    rp.b.delay(ms=rp.link_ms)
-    time.sleep(2)
-    rp.set_replay_delay(0)
-
-
-REPLICA_DOWN_SECONDS = 30.0
 
 
 def test_faults_lose_nothing_and_leave_nothing_stale(make_fleet: MakeFleet) -> None:
