@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from client_support import free_port, listening_socket
+from client_support import listening_socket, memfleet_server
+from harness import free_port
 
 import memfleet
 
@@ -197,6 +198,22 @@ def test_a_marker_not_set_stops_the_write(make_client: Any) -> None:
     with remote_write(lax, ["k"]):
         ran.append(1)
     assert ran == [1]
+
+
+def test_a_marker_the_server_refuses_stops_the_write() -> None:
+    with memfleet_server("-m", "8", "-M") as s:  # no evictions: a full server refuses stores
+        c = memfleet.Client([s.address], compress_threshold=None)
+        for size in (100_000, 10_000, 1_000, 100):
+            with pytest.raises(memfleet.MemfleetServerError):
+                for i in range(100_000):
+                    c.set(f"fill{size}:{i}", b"x" * size)
+        assert c.set_remote_markers(["k", "j"]) == ["k", "j"]
+        ran = []
+        with pytest.raises(memfleet.MemfleetServerError, match="not set"):
+            with c.remote_write("k"):
+                ran.append(1)
+        assert ran == []
+        c.close()
 
 
 # -- get_or_set with master_loader --------------------------------------------------------------
@@ -384,6 +401,26 @@ def test_markers_of_several_keys_one_pipeline_per_server(relays: list[Relay]) ->
         # one write per server holding every marker that hashes to it
         assert sent == b"".join(b"ms rm:%s 1 F0 T40\r\n1\r\n" % k.encode() for k in mine)
     assert all(marker_ttl(c, "rm:" + k) for k in keys)
+    # one round trip per server: a single write on each server's connection
+    writes: dict[str, list[bytes]] = {}
+    for srv in c._router.servers:
+        conn = srv.acquire()
+        sock = conn.sock
+        out: list[bytes] = []
+        writes[srv.address] = out
+
+        class Counting:
+            def sendall(self, data: bytes, sock: socket.socket = sock, out: list[bytes] = out) -> None:
+                out.append(bytes(data))
+                sock.sendall(data)
+
+            def __getattr__(self, name: str, sock: socket.socket = sock) -> Any:
+                return getattr(sock, name)
+
+        conn.sock = Counting()  # type: ignore[assignment]
+        srv.release(conn)
+    assert c.set_remote_markers(keys) == []
+    assert sorted(len(w) for w in writes.values()) == [1, 1, 1]
     c.close()
 
 
@@ -478,3 +515,13 @@ def test_read_your_writes_through_a_lagging_replica(client: Any, overlap: bool) 
     assert without > 0  # the race is there to be won
     client.flush_all()
     assert _stale_reads(client, markers=True, overlap=overlap) == 0
+
+
+def test_waiter_that_times_out_goes_to_the_master_without_storing(mclient: Any) -> None:
+    # someone vivified the key and never filled it, and a marker is there
+    assert b"W" in request(mclient.servers[0], b"mg stuck v N30\r\n").split()
+    mclient.set_remote_marker("stuck")
+    got = mclient.get_or_set("stuck", lambda: "replica", wait_timeout=0.2, master_loader=lambda: "master")
+    assert got == "master"
+    # no lease was won: the stub is left alone for its holder
+    assert request(mclient.servers[0], b"mg stuck v\r\n").startswith(b"VA 0 ")
