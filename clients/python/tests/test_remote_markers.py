@@ -525,3 +525,18 @@ def test_waiter_that_times_out_goes_to_the_master_without_storing(mclient: Any) 
     assert got == "master"
     # no lease was won: the stub is left alone for its holder
     assert request(mclient.servers[0], b"mg stuck v\r\n").startswith(b"VA 0 ")
+
+
+def test_marker_server_down_fails_the_load_and_releases_the_lease(fresh_servers3: list[Any]) -> None:
+    c = memfleet.Client([s.address for s in fresh_servers3], failure_limit=0)
+    c.flush_all()
+    _, key = _keys_by_marker_placement(c)
+    c.set_remote_marker(key)
+    by_address = {s.address: s for s in fresh_servers3}
+    by_address[c.server_for("rm:" + key)].kill()
+    calls: list[str] = []
+    with pytest.raises(memfleet.MemfleetConnectionError):
+        c.get_or_set(key, lambda: calls.append("replica"), master_loader=lambda: calls.append("master"))
+    assert calls == []  # unsure whether the marker is there, it loads from neither
+    assert request(c.server_for(key), b"mg %s v\r\n" % key.encode()) == b"EN\r\n"  # no stub left
+    c.close()

@@ -465,7 +465,7 @@ class Operations(ClientCore[S]):
                 ticket = 0 if near is None else near.ticket()
                 marked: bool | None = None  # the marker, once looked at
                 lease: P.Lease
-                if marker is not None and marker[1] is server:
+                if marker is not None and self._router.server_for(marker[1]) is server:
                     # the marker is read after the lease is taken: a marker set before sees this
                     # load go to the master, one set after comes with a delete that kills the fill
                     lease, marked = yield Call(server, lambda meta: both, P.parse_lease_exists)
@@ -519,7 +519,7 @@ class Operations(ClientCore[S]):
         loader: Callable[[], Any],
         ttl: int,
         lock_ttl: int,
-        marker: tuple[bytes, S] | None = None,
+        marker: tuple[bytes, bytes] | None = None,
         master_loader: Callable[[], Any] | None = None,
     ) -> Op[tuple[bool, Any]]:
         """Text protocol's stand-in for a lease: load only if ``add`` takes the lock key."""
@@ -545,18 +545,20 @@ class Operations(ClientCore[S]):
             yield Call(lock_server, lambda meta: P.req_delete(lk, meta), P.parse_delete)
 
     # -- writes from a replica region (remote markers) -------------------------------------------
-    def _marker(self, key: Key) -> tuple[bytes, S]:
-        """The wire key of ``key``'s remote marker, and the server that holds it."""
+    def _marker(self, key: Key) -> tuple[bytes, bytes]:
+        """(wire key, routing key) of ``key``'s remote marker: placed as any key is, hashed
+        without the client's key_prefix."""
         wire, rk = self._cfg.key(key)
         mwire = self._rm_prefix + wire
         if len(mwire) > P.MAX_KEY:
             raise ValueError(f"key {key!r}: its remote marker would be {len(mwire)} bytes, over memcached's 250")
-        # placed as any key is: hashed without the client's key_prefix
-        return mwire, self._router.server_for(self._rm_prefix + rk)
+        return mwire, self._rm_prefix + rk
 
-    def _marked(self, marker: tuple[bytes, S]) -> Op[bool]:
-        """Is the remote marker there?"""
-        mwire, server = marker
+    def _marked(self, marker: tuple[bytes, bytes]) -> Op[bool]:
+        """Is the remote marker there? (Its server is looked up now: servers may have been
+        ejected since the marker's key was made.)"""
+        mwire = marker[0]
+        server = self._router.server_for(marker[1])
         return bool((yield Call(server, lambda meta: P.req_exists(mwire, meta), P.parse_exists)))
 
     def _set_remote_markers(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> Op[list[Key]]:
@@ -569,7 +571,8 @@ class Operations(ClientCore[S]):
         groups: dict[S, list[tuple[bytes, bytes, int]]] = {}
         key_of: dict[bytes, Key] = {}
         for key in one_or_many(keys):
-            mwire, server = self._marker(key)
+            mwire, mrk = self._marker(key)
+            server = self._router.server_for(mrk)
             if near is not None:
                 near.discard(self._cfg.key(key)[0])
             key_of[mwire] = key
