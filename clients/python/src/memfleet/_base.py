@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
 from ._php import PhpSerde
-from ._proto import check_key
+from ._proto import _BAD_KEY, check_key
 from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, Serde
 
@@ -123,3 +123,27 @@ DEFAULTS: dict[str, Any] = {
 
 def as_list(keys: Iterable[Key]) -> list[Key]:
     return keys if isinstance(keys, list) else list(keys)
+
+
+def one_or_many(keys: Key | Iterable[Key]) -> list[Key]:
+    """A key (``str`` or ``bytes``) as a list of one; any other iterable of keys as a list."""
+    if isinstance(keys, (str, bytes)):
+        return [keys]
+    return as_list(keys)
+
+
+_MAX_TTL = 60 * 60 * 24 * 30
+
+
+def marker_prefix(prefix: str | bytes) -> bytes:
+    p = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
+    if not p or len(p) >= 250 or _BAD_KEY.search(p):
+        raise ValueError(f"remote_marker_prefix {prefix!r}: 1-249 bytes, no spaces or control characters")
+    return p
+
+
+def marker_ttl(ttl: int) -> int:
+    """A marker's TTL in seconds: it must expire (a lost invalidation must not leave it for ever)."""
+    if not 0 < ttl <= _MAX_TTL:
+        raise ValueError(f"a remote marker's TTL must be 1 to {_MAX_TTL} seconds, not {ttl!r}")
+    return int(ttl)

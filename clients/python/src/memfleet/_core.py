@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Callable, Generic, TypeVar
 
-from ._base import ClientConfig, Key, ServerSpec, normalize_servers
+from ._base import ClientConfig, Key, ServerSpec, marker_prefix, marker_ttl, normalize_servers
 from ._dicts import Dictionaries, Dictionary, ManagedDicts
 from ._router import Router, ServerBase
 from .near import NearCache
@@ -54,6 +54,8 @@ class ClientCore(Generic[S]):
         value_format: str = "memfleet",
         php_compression: str = "zlib",
         tls: ssl.SSLContext | None = None,
+        remote_marker_prefix: str | bytes = "rm:",
+        remote_marker_ttl: int = 60,
     ) -> None:
         self._cfg = ClientConfig(
             serializer=serializer,
@@ -84,6 +86,9 @@ class ClientCore(Generic[S]):
             for h, p, w in normalize_servers(servers)
         ]
         self._router: Router[S] = Router(servers_, failure_limit, retry_timeout)
+        # writes from a replica region: the marker of cache key K is the cache key prefix + K
+        self._rm_prefix = marker_prefix(remote_marker_prefix)
+        self._rm_ttl = marker_ttl(remote_marker_ttl)
         self.ignore_errors = ignore_errors
         self._serde = self._cfg.serde
         self._near = self._cfg.near

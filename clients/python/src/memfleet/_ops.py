@@ -16,11 +16,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, TypeVar
 
 from . import _proto as P
-from ._base import Key, as_list
+from ._base import Key, as_list, one_or_many
+from ._base import marker_ttl as marker_ttl_check
 from ._core import ClientCore, S
 from ._dicts import ITEM_FLAGS, Dictionary, dict_key
 from ._steps import Call, Connect, Load, Op, Round, Sleep, operation
-from .errors import MemfleetConnectionError
+from .errors import MemfleetConnectionError, MemfleetServerError
 from .near import MISSING
 from .serde import MissingDictionary
 
@@ -215,7 +216,8 @@ class Operations(ClientCore[S]):
     get_many = operation(_get_many)
 
     # -- writes --------------------------------------------------------------------------------
-    def _store(self, cmd: bytes, key: Key, value: Any, ttl: int, cas: int = 0) -> Op[bool]:
+    def _store(self, cmd: bytes, key: Key, value: Any, ttl: int, cas: int = 0, near: bool = True) -> Op[bool]:
+        """One store; ``near=False`` leaves the value out of the near cache."""
         wire, server, data, flags = self._store_start(key, value, ttl)
         try:
             ok: bool = yield Call(
@@ -225,7 +227,7 @@ class Operations(ClientCore[S]):
             if self.ignore_errors:
                 return False
             raise
-        return self._store_end(wire, value, ttl, ok, server)
+        return self._store_end(wire, value, ttl, ok, server) if near else ok
 
     def _store_start(self, key: Key, value: Any, ttl: int) -> tuple[bytes, S, bytes, int]:
         """(wire key, server, encoded value, flags); the key leaves the near cache."""
@@ -418,6 +420,7 @@ class Operations(ClientCore[S]):
         recache_before: int = 0,
         wait_timeout: float = 10.0,
         poll_interval: float = 0.02,
+        master_loader: Callable[[], Any] | None = None,
     ) -> Op[Any]:
         """The cached value, or ``loader()`` stored with ``ttl``; one caller loads per miss.
 
@@ -427,8 +430,18 @@ class Operations(ClientCore[S]):
         ``poll_interval`` and retry; after ``wait_timeout`` they run the loader themselves.
         On a text-protocol server an ``add``-based lock key stands in for the lease. The
         asyncio client also accepts an ``async`` loader.
+
+        With ``master_loader``, a caller about to load first looks for the key's remote marker
+        (see ``remote_write``): if it is there, ``master_loader()`` runs instead of ``loader()``.
+        Its value is stored only over the lease this caller won (meta protocol), and never kept
+        in the near cache.
         """
         wire, rk = self._cfg.key(key)
+        marker = None if master_loader is None else self._marker(key)
+        # with the marker on the key's server: the lease get and the marker's, in one request
+        both = b""
+        if marker is not None:
+            both = P.req_lease_get(wire, lock_ttl, recache_before) + P.req_exists(marker[0], True)
         near = self._near
         if near is not None:
             v = near.get(wire)
@@ -445,27 +458,38 @@ class Operations(ClientCore[S]):
                 value = yield from self._get(key, missing)
                 if value is not missing:
                     return value
-                won, value = yield from self._load_locked(key, wire, loader, ttl, lock_ttl)
+                won, value = yield from self._load_locked(key, wire, loader, ttl, lock_ttl, marker, master_loader)
                 if won:
                     return value
             else:
                 ticket = 0 if near is None else near.ticket()
-                lease: P.Lease = yield Call(
-                    server, lambda meta: P.req_lease_get(wire, lock_ttl, recache_before), P.parse_lease
-                )
+                marked: bool | None = None  # the marker, once looked at
+                lease: P.Lease
+                if marker is not None and self._router.server_for(marker[1]) is server:
+                    # the marker is read after the lease is taken: a marker set before sees this
+                    # load go to the master, one set after comes with a delete that kills the fill
+                    lease, marked = yield Call(server, lambda meta: both, P.parse_lease_exists)
+                else:
+                    lease = yield Call(
+                        server, lambda meta: P.req_lease_get(wire, lock_ttl, recache_before), P.parse_lease
+                    )
                 if lease.win:
                     try:
-                        value = yield Load(loader)
+                        if marker is not None and marked is None:
+                            marked = yield from self._marked(marker)
+                        value = yield Load(master_loader if marked and master_loader is not None else loader)
                     except BaseException:
                         if not lease.hit:
                             # release the stub so the next caller can win
                             yield Call(server, lambda meta: P.req_delete(wire, meta), P.parse_delete)
                         raise
                     # Fill only over the item we won: if it was deleted meanwhile (a write
-                    # invalidated the row), the value loaded may predate that write.
+                    # invalidated the row), the value loaded may predate that write. The same
+                    # rule makes the master's value safe to store: the delete that comes once
+                    # the local replica has the write removes it, or makes this cas fail.
                     if lease.cas:
-                        yield from self._store(b"cas", key, value, ttl, lease.cas)
-                    else:
+                        yield from self._store(b"cas", key, value, ttl, lease.cas, near=not marked)
+                    elif not marked:
                         yield from self._store(b"set", key, value, ttl)
                     return value
                 if lease.hit:
@@ -478,6 +502,8 @@ class Operations(ClientCore[S]):
                         near.put_read(wire, value, server.source, ticket)
                     return value
             if time.monotonic() >= deadline:
+                if marker is not None and master_loader is not None and (yield from self._marked(marker)):
+                    return (yield Load(master_loader))  # no lease to store it under
                 value = yield Load(loader)
                 yield from self._store(b"set", key, value, ttl)
                 return value
@@ -487,7 +513,14 @@ class Operations(ClientCore[S]):
     get_or_set = operation(_get_or_set)
 
     def _load_locked(
-        self, key: Key, wire: bytes, loader: Callable[[], Any], ttl: int, lock_ttl: int
+        self,
+        key: Key,
+        wire: bytes,
+        loader: Callable[[], Any],
+        ttl: int,
+        lock_ttl: int,
+        marker: tuple[bytes, bytes] | None = None,
+        master_loader: Callable[[], Any] | None = None,
     ) -> Op[tuple[bool, Any]]:
         """Text protocol's stand-in for a lease: load only if ``add`` takes the lock key."""
         lk = lock_key(wire)
@@ -501,11 +534,90 @@ class Operations(ClientCore[S]):
             value = yield from self._get(key, missing)
             if value is not missing:
                 return True, value
+            if marker is not None and master_loader is not None and (yield from self._marked(marker)):
+                # without a lease a plain set could land after the delete of a later write:
+                # the master's value is returned, not stored
+                return True, (yield Load(master_loader))
             value = yield Load(loader)
             yield from self._store(b"set", key, value, ttl)
             return True, value
         finally:
             yield Call(lock_server, lambda meta: P.req_delete(lk, meta), P.parse_delete)
+
+    # -- writes from a replica region (remote markers) -------------------------------------------
+    def _marker(self, key: Key) -> tuple[bytes, bytes]:
+        """(wire key, routing key) of ``key``'s remote marker: placed as any key is, hashed
+        without the client's key_prefix."""
+        wire, rk = self._cfg.key(key)
+        mwire = self._rm_prefix + wire
+        if len(mwire) > P.MAX_KEY:
+            raise ValueError(f"key {key!r}: its remote marker would be {len(mwire)} bytes, over memcached's 250")
+        return mwire, self._rm_prefix + rk
+
+    def _marked(self, marker: tuple[bytes, bytes]) -> Op[bool]:
+        """Is the remote marker there? (Its server is looked up now: servers may have been
+        ejected since the marker's key was made.)"""
+        mwire = marker[0]
+        server = self._router.server_for(marker[1])
+        return bool((yield Call(server, lambda meta: P.req_exists(mwire, meta), P.parse_exists)))
+
+    def _set_remote_markers(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> Op[list[Key]]:
+        """Set the remote marker of each key (one pipeline per server) for ``marker_ttl`` seconds
+        (default: the client's ``remote_marker_ttl``); returns the keys whose marker was **not**
+        set. The keys leave the near cache. Call it before writing to the master database, and
+        ``delete_many(keys)`` after; ``remote_write`` does both."""
+        ttl = self._rm_ttl if marker_ttl is None else marker_ttl_check(marker_ttl)
+        near = self._near
+        groups: dict[S, list[tuple[bytes, bytes, int]]] = {}
+        key_of: dict[bytes, Key] = {}
+        for key in one_or_many(keys):
+            mwire, mrk = self._marker(key)
+            server = self._router.server_for(mrk)
+            if near is not None:
+                near.discard(self._cfg.key(key)[0])
+            key_of[mwire] = key
+            groups.setdefault(server, []).append((mwire, b"1", 0))
+        if not groups:
+            return []
+
+        def call(server: S, batch: list[tuple[bytes, bytes, int]]) -> Call:
+            return Call(
+                server,
+                lambda meta: P.req_set_many(batch, ttl, meta),
+                lambda meta: P.parse_set_many(meta, [m[0] for m in batch]),
+            )
+
+        # as _fanout, but every marker sent to a server that did not answer counts as not set
+        batches = {s: [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] for s, items in groups.items()}
+        unset: list[Key] = []
+        error: BaseException | None = None
+        for r in range(max(len(b) for b in batches.values())):
+            sent = [(s, b[r]) for s, b in batches.items() if r < len(b)]
+            outcomes = yield Round([call(s, batch) for s, batch in sent])
+            for (_, batch), outcome in zip(sent, outcomes):
+                if isinstance(outcome, BaseException):
+                    if not (self.ignore_errors and isinstance(outcome, MemfleetConnectionError)):
+                        error = outcome
+                    unset.extend(key_of[m[0]] for m in batch)
+                else:
+                    unset.extend(key_of[w] for w in outcome)
+        if error is not None:
+            raise error
+        return unset
+
+    set_remote_markers = operation(_set_remote_markers)
+
+    def _set_remote_marker(self, key: Key, marker_ttl: int | None = None) -> Op[bool]:
+        """``set_remote_markers`` for one key: True if its marker was set."""
+        return not (yield from self._set_remote_markers([key], marker_ttl))
+
+    set_remote_marker = operation(_set_remote_marker)
+
+    def _begin_remote_write(self, keys: list[Key], marker_ttl: int | None) -> Op[None]:
+        """``remote_write``'s markers: one not set is an error, unless ``ignore_errors``."""
+        unset = yield from self._set_remote_markers(keys, marker_ttl)
+        if unset and not self.ignore_errors:
+            raise MemfleetServerError(f"remote markers not set for {unset!r}, so the block did not run")
 
     # -- servers -------------------------------------------------------------------------------
     def _flush_all(self) -> Op[bool]:

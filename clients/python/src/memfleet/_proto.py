@@ -313,6 +313,38 @@ def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
     return lease
 
 
+# -- remote markers ----------------------------------------------------------------------------
+def req_exists(kb: bytes, meta: bool) -> bytes:
+    """Is ``kb`` there? Meta ``mg <key>`` (no flags: ``HD`` or ``EN``, no value sent); text ``get``."""
+    return (b"mg " if meta else b"get ") + kb + b"\r\n"
+
+
+def parse_exists(meta: bool) -> Generator[int, bytes, bool]:
+    line = yield LINE
+    if meta:
+        if line == b"HD":
+            return True
+        if line == b"EN":
+            return False
+        raise raise_for(line)
+    if line == b"END":
+        return False
+    if not line.startswith(b"VALUE "):
+        raise raise_for(line)
+    yield int(line.split()[3])
+    end = yield LINE
+    if end != b"END":
+        raise raise_for(end)
+    return True
+
+
+def parse_lease_exists(meta: bool) -> Generator[int, bytes, tuple[Lease, bool]]:
+    """The replies to a lease get and, pipelined after it, ``req_exists`` (meta only)."""
+    lease = yield from parse_lease(meta)
+    present = yield from parse_exists(meta)
+    return lease, present
+
+
 # -- misc --------------------------------------------------------------------------------------
 PROBE = b"mn\r\n"
 

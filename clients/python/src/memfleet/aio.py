@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any, Callable
 
 from . import _proto as P
 from ._aconn import AsyncConnection, AsyncServer
+from ._base import Key, one_or_many
 from ._ops import Operations
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetServerError
@@ -36,6 +38,16 @@ class AsyncClient(Operations[AsyncServer]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @asynccontextmanager
+    async def remote_write(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> AsyncIterator[None]:
+        """As :meth:`memfleet.Client.remote_write`, with ``async with``."""
+        keys = one_or_many(keys)
+        await self._run(self._begin_remote_write(keys, marker_ttl))
+        try:
+            yield
+        finally:
+            await self.delete_many(keys)
 
     # -- the driver ----------------------------------------------------------------------------
     def _bind(self, op: Callable[..., Op[Any]]) -> Callable[..., Any]:

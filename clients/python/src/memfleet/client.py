@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 from . import _proto as P
-from ._base import Key
+from ._base import Key, one_or_many
 from ._conn import Connection, Server
 from ._ops import NEEDS_DICT, Operations
 from ._proto import Parser
@@ -35,6 +37,21 @@ class Client(Operations[Server]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def remote_write(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> Iterator[None]:
+        """Around a write to the master database made from a replica region: sets the remote
+        marker of each key (``remote_marker_prefix`` + key, for ``marker_ttl`` seconds, default
+        ``remote_marker_ttl``), runs the block, then deletes the keys here. The markers stay: the
+        region's invalidator removes them once the local replica has the write. If the block
+        raises, the keys are deleted all the same (the master may have been written) and the
+        exception goes on. A marker that could not be set raises before the block runs."""
+        keys = one_or_many(keys)
+        self._run(self._begin_remote_write(keys, marker_ttl))
+        try:
+            yield
+        finally:
+            self.delete_many(keys)
 
     # -- the driver ----------------------------------------------------------------------------
     def _bind(self, op: Callable[..., Op[Any]]) -> Callable[..., Any]:
