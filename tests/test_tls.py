@@ -574,6 +574,36 @@ def test_mcrouter_pool_wide_use_ssl_and_port_override(
         r.stop()
 
 
+def test_mcrouter_cross_dc_settings_apply_to_every_server(
+    pki: Pki, start: Callable[..., Server]
+) -> None:
+    """Differing `*_within_dc` / `*_cross_dc` halves: as open-source mcrouter, no server is
+    in the local data center, so the `_cross_dc` halves (TLS, the TLS port) reach them all."""
+    secure = start("memcached", *pki.server_opts())
+    plain = start("memcached")
+    config = {
+        "pools": {
+            "S": {
+                "servers": ["127.0.0.1:1:ascii:plain"],
+                "security_mech_within_dc": "plain",
+                "security_mech_cross_dc": "ssl",
+                "port_override_within_dc": plain.port,
+                "port_override_cross_dc": secure.port,
+            },
+        },
+        "route": "PoolRoute|S",
+    }
+    r, port = mcrouter_route(pki, config, "--pem-ca-path", str(pki.ca_file))
+    try:
+        assert ask(port, b"set k 0 0 5\r\ncross\r\n") == b"STORED\r\n"
+        with tls_conn(secure.port or 0, pki.context()) as direct:
+            assert direct.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\ncross\r\nEND\r\n"
+        assert ask(plain.port or 0, b"get k\r\n", b"END\r\n") == b"END\r\n"
+        assert "security_mech_within_dc is not used" in r.log_text()
+    finally:
+        r.stop()
+
+
 def test_mcrouter_config_errors_for_tls(pki: Pki) -> None:
     config = {"pools": {"S": {"servers": ["127.0.0.1:1:ascii:tls_to_plain"]}}, "route": "Pool|S"}
     for flags, message in [

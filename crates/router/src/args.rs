@@ -103,6 +103,28 @@ pub struct RouteArgs {
     #[arg(long = "server-timeout", value_name = "MS",
           default_value_t = mcrouter::DEFAULT_SERVER_TIMEOUT_MS)]
     pub server_timeout: u64,
+    /// mcrouter: the server timeout of pools in another region than `--route-prefix`'s (by
+    /// the pool's `region` and `cluster`), ms; 0: not set. Over every other timeout.
+    #[arg(
+        long = "cross-region-timeout-ms",
+        value_name = "MS",
+        default_value_t = 0
+    )]
+    pub cross_region_timeout_ms: u64,
+    /// mcrouter: the same for pools in `--route-prefix`'s region and another cluster.
+    #[arg(
+        long = "cross-cluster-timeout-ms",
+        value_name = "MS",
+        default_value_t = 0
+    )]
+    pub cross_cluster_timeout_ms: u64,
+    /// mcrouter: the same for pools in `--route-prefix`'s region and cluster.
+    #[arg(
+        long = "within-cluster-timeout-ms",
+        value_name = "MS",
+        default_value_t = 0
+    )]
+    pub within_cluster_timeout_ms: u64,
     /// mcrouter: consecutive timeouts that mark a server TKO (soft); 0: never.
     #[arg(long = "timeouts-until-tko", default_value_t = mcrouter::DEFAULT_TIMEOUTS_UNTIL_TKO)]
     pub timeouts_until_tko: u32,

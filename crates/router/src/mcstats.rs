@@ -55,7 +55,10 @@ fn servers(shared: &Shared, routes: &McRoutes) -> String {
     let mut lines: Vec<(String, ServerStat)> = Vec::new();
     each_server(shared, routes, |id, p, s| {
         let rt = &shared.pools[p];
-        let name = destination_name(&routes.config, id, s, routes.server_timeout_ms);
+        let timeout = routes
+            .timeouts
+            .for_pool(&routes.config.pools[id], &routes.prefix);
+        let name = destination_name(&routes.config, id, s, timeout);
         let stat = entry(&mut lines, name);
         let level = rt.tko.get(s).map_or(0, |t| t.level());
         stat.hard_tko |= level == 2;

@@ -364,8 +364,9 @@ pub struct McRoutes {
     pub loaded: Instant,
     /// The config file's path, when the config came from a file (`__mcrouter__.config_file`).
     pub config_file: Option<String>,
-    /// `--server-timeout`, as destinations' names show it.
-    pub server_timeout_ms: u64,
+    /// The timeout settings, which give each pool's server timeout (destinations' names
+    /// show it).
+    pub timeouts: routetree::timeouts::Timeouts,
     /// The settings under mcrouter's option names (`__mcrouter__.options`).
     pub options: Vec<(&'static str, String)>,
     /// The config has a BigValueRoute: requests ask the tree for its settings.

@@ -6,12 +6,38 @@ use ring::RoutingKey;
 
 use crate::model::{AllMode, Config, PoolId, Route, Target};
 use crate::parse::OPERATIONS;
+use crate::timeouts::Timeouts;
 
 /// What a destination's name says beyond its address (mcrouter's `host|...` name).
 #[derive(Clone, Copy, Debug)]
-pub struct HostNaming {
-    /// The server timeout in milliseconds (`--server-timeout`).
-    pub timeout_ms: u64,
+pub struct HostNaming<'a> {
+    /// The router's timeouts, which give each pool's.
+    pub timeouts: Timeouts,
+    /// The default routing prefix (`--route-prefix`), where the router is.
+    pub default_route: &'a str,
+}
+
+impl HostNaming<'static> {
+    /// Every pool with the server timeout `ms`.
+    pub const fn server_timeout(ms: u64) -> Self {
+        HostNaming {
+            timeouts: Timeouts {
+                server_ms: ms,
+                cross_region_ms: 0,
+                cross_cluster_ms: 0,
+                within_cluster_ms: 0,
+            },
+            default_route: crate::DEFAULT_ROUTE_PREFIX,
+        }
+    }
+}
+
+impl HostNaming<'_> {
+    /// The server timeout of `pool`'s servers, ms.
+    pub fn timeout_ms(&self, config: &Config, pool: PoolId) -> u64 {
+        self.timeouts
+            .for_pool(&config.pools[pool], self.default_route)
+    }
 }
 
 /// mcrouter's `route_handles` reply: `proxy`, `root`, then each handle the request
@@ -23,7 +49,7 @@ pub fn route_handles(
     op: &str,
     key: &[u8],
     default_prefix: &str,
-    naming: HostNaming,
+    naming: HostNaming<'_>,
 ) -> Result<String, String> {
     if !OPERATIONS.contains(&op) {
         return Err(format!("route: unknown request {op}"));
@@ -53,7 +79,7 @@ struct Walk<'c, 'k> {
     config: &'c Config,
     op: &'k str,
     rk: RoutingKey<'k>,
-    naming: HostNaming,
+    naming: HostNaming<'c>,
     out: String,
     seen: usize,
 }
@@ -317,20 +343,20 @@ pub fn access_point(config: &Config, pool: PoolId, index: usize) -> String {
 }
 
 /// mcrouter's name of the destination handle for server `index` of `pool`.
-pub fn host_name(config: &Config, pool: PoolId, index: usize, naming: HostNaming) -> String {
+pub fn host_name(config: &Config, pool: PoolId, index: usize, naming: HostNaming<'_>) -> String {
     let p = &config.pools[pool];
     format!(
         "host|pool={}|id={index}|ap={}|timeout={}ms|keep_routing_prefix={}|msb=0",
         p.name,
         access_point(config, pool, index),
-        naming.timeout_ms,
+        naming.timeout_ms(config, pool),
         p.keep_routing_prefix,
     )
 }
 
 /// mcrouter's `pools` reply: a JSON object of pool name to its destinations' names,
 /// keys sorted, pretty-printed with two-space indents.
-pub fn pools_reply(config: &Config, naming: HostNaming) -> String {
+pub fn pools_reply(config: &Config, naming: HostNaming<'_>) -> String {
     let mut pools: Vec<(&str, PoolId)> = config
         .pools
         .iter()

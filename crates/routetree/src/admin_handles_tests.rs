@@ -11,7 +11,7 @@ fn config(route: &str) -> Config {
     parse_config("t.json", &text).unwrap()
 }
 
-const NAMING: HostNaming = HostNaming { timeout_ms: 1000 };
+const NAMING: HostNaming<'static> = HostNaming::server_timeout(1000);
 
 fn handles(c: &Config, op: &str, key: &str) -> String {
     route_handles(c, op, key.as_bytes(), "/r/c/", NAMING).unwrap()

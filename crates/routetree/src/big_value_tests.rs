@@ -209,7 +209,7 @@ fn route_handles_name_it_as_mcrouter_does() {
         "get",
         b"k",
         "/r/c/",
-        crate::admin_handles::HostNaming { timeout_ms: 1000 },
+        crate::admin_handles::HostNaming::server_timeout(1000),
     )
     .unwrap();
     let line = out.lines().nth(2).unwrap();

@@ -32,6 +32,7 @@ pub mod server_stats;
 pub mod source;
 #[cfg(test)]
 mod test_support;
+pub mod timeouts;
 pub mod tko;
 
 pub use crate::error::{ConfigError, Path, Seg};

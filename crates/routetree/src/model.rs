@@ -48,6 +48,13 @@ pub struct Pool {
     /// `error_on_empty` (default true): without servers, requests get an error reply;
     /// false: NullRoute's reply.
     pub error_on_empty: bool,
+    /// `region` and `cluster`: where the pool's servers are. With both, the router's
+    /// default routing prefix picks the pool's timeout (see [`crate::timeouts`]).
+    pub region: Option<String>,
+    /// `cluster`: see `region`.
+    pub cluster: Option<String>,
+    /// `server_timeout`, ms: the pool's own server timeout (else `--server-timeout`).
+    pub server_timeout_ms: Option<u64>,
 }
 
 /// One `host:port[:protocol[:security]]` entry; IPv6 hosts are bracketed (`[::1]:11211`).

@@ -667,8 +667,43 @@ fn pool_wide_security_and_port_override() {
         ),
         [(7, ssl()), (7, ssl())]
     );
-    let e = err(&pool(r#""security_mech_within_dc": "ssl""#)).to_string();
-    assert!(e.contains("read only as equal pairs"), "{e}");
+    // Differing pairs: open-source mcrouter takes no server as in the local data center,
+    // so the _cross_dc half overrides every server and the _within_dc half is unused.
+    assert_eq!(
+        servers(
+            r#""security_mech_within_dc": "plain", "security_mech_cross_dc": "ssl",
+               "port_override_within_dc": 7, "port_override_cross_dc": 8"#
+        ),
+        [(8, ssl()), (8, ssl())]
+    );
+    assert_eq!(
+        servers(r#""security_mech_cross_dc": "ssl", "port_override_cross_dc": 8"#),
+        [(8, ssl()), (8, ssl())]
+    );
+    // A lone _within_dc half: the pool-wide settings apply.
+    assert_eq!(
+        servers(
+            r#""security_mech_within_dc": "ssl", "security_mech": "fizz",
+               "port_override_within_dc": 7, "port_override": 9"#
+        ),
+        [(9, fizz()), (9, plain())]
+    );
+    assert_eq!(
+        servers(r#""port_override_cross_dc": 8, "port_override": 9"#),
+        [(8, None), (8, plain())],
+        "the cross half over port_override"
+    );
+    let c = parse_config(
+        "t.json",
+        &pool(r#""security_mech_within_dc": "ssl", "port_override_within_dc": 7"#),
+    )
+    .unwrap();
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].contains("security_mech_within_dc is not used"),
+        "{:?}",
+        c.warnings
+    );
     let e = err(&pool(r#""port_override": 70000"#)).to_string();
     assert!(
         e.contains("port_override must be an integer in 1..=65535"),
@@ -718,4 +753,41 @@ fn rate_limit_route_reads_mcrouter_rates() {
         r#"{"type": "RateLimitRoute", "target": "PoolRoute|A", "rates": {"sets_burst": 5}}"#,
     ));
     assert!(e.message.contains("sets_burst without sets_rate"), "{e}");
+}
+
+#[test]
+fn pool_region_cluster_and_server_timeout() {
+    let c = ok(
+        r#"{"pools": {"A": {"servers": ["h:1"], "region": "east", "cluster": "web",
+                                    "server_timeout": 250},
+                             "B": {"servers": ["h:2"]}},
+                   "route": {"type": "AllSyncRoute", "children": ["PoolRoute|A", "PoolRoute|B"]}}"#,
+    );
+    assert_eq!(c.pools[0].region.as_deref(), Some("east"));
+    assert_eq!(c.pools[0].cluster.as_deref(), Some("web"));
+    assert_eq!(c.pools[0].server_timeout_ms, Some(250));
+    assert_eq!(
+        (&c.pools[1].region, c.pools[1].server_timeout_ms),
+        (&None, None)
+    );
+    // mcrouter logs a region that is not a string and goes on without it.
+    let c = ok(
+        r#"{"pools": {"A": {"servers": ["h:1"], "region": 5, "cluster": "web"}},
+                   "route": "PoolRoute|A"}"#,
+    );
+    assert_eq!(c.pools[0].region, None);
+    assert!(
+        c.warnings[0].contains("region is not a string"),
+        "{:?}",
+        c.warnings
+    );
+    let e = err(
+        r#"{"pools": {"A": {"servers": ["h:1"], "server_timeout": 0}},
+                    "route": "PoolRoute|A"}"#,
+    )
+    .to_string();
+    assert!(
+        e.contains("server_timeout must be an integer in 1..=1000000"),
+        "{e}"
+    );
 }

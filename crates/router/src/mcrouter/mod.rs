@@ -20,6 +20,7 @@ use crate::mcrouter_tls::server_security;
 use crate::shared::{HostAddrs, McRoutes, PoolRt, Shared};
 use crate::RouteArgs;
 use nutconf::{Listen, Pool, PoolTls, ServerAddr, ServerSpec, DEFAULT_DISTRIBUTION, DEFAULT_HASH};
+use routetree::timeouts::Timeouts;
 use routetree::tko::TkoSettings;
 
 /// mcrouter's default `--server-timeout`, ms.
@@ -169,6 +170,16 @@ pub fn tko_settings(args: &RouteArgs) -> TkoSettings {
     }
 }
 
+/// The timeout settings from the command line, from which each pool gets its own.
+pub fn timeouts(args: &RouteArgs) -> Timeouts {
+    Timeouts {
+        server_ms: args.server_timeout,
+        cross_region_ms: args.cross_region_timeout_ms,
+        cross_cluster_ms: args.cross_cluster_timeout_ms,
+        within_cluster_ms: args.within_cluster_timeout_ms,
+    }
+}
+
 /// The servers' host names (IP literals aside), each once.
 fn host_names(config: &routetree::Config) -> std::collections::BTreeSet<&str> {
     config
@@ -236,7 +247,7 @@ pub fn load(
         }
         pools.push(std::sync::Arc::new(rt));
     }
-    let timeout = Some(Duration::from_millis(args.server_timeout.max(1)));
+    let timeouts = timeouts(args);
     let tko = tko_settings(args);
     let mut index = Vec::with_capacity(config.pools.len());
     for pool in &config.pools {
@@ -264,7 +275,9 @@ pub fn load(
                 port: 0,
             },
             servers,
-            timeout,
+            Some(Duration::from_millis(
+                timeouts.for_pool(pool, &args.route_prefix).max(1),
+            )),
             args.item_size_max,
         );
         cfg.tls = args.mc_tls.to_servers(any_ssl).map_err(RouteError::Tls)?;
@@ -297,7 +310,7 @@ pub fn load(
             leases: Default::default(),
             loaded: Instant::now(),
             config_file: config_file(args),
-            server_timeout_ms: args.server_timeout,
+            timeouts,
             options: options::startup_options(args, threads),
             big_values,
         })),

@@ -44,6 +44,18 @@ pub fn startup_options(args: &RouteArgs, threads: usize) -> Vec<(&'static str, S
         ("probe_delay_max_ms", args.probe_timeout_max.to_string()),
         ("failures_until_tko", args.timeouts_until_tko.to_string()),
         ("server_timeout_ms", args.server_timeout.to_string()),
+        (
+            "cross_region_timeout_ms",
+            args.cross_region_timeout_ms.to_string(),
+        ),
+        (
+            "cross_cluster_timeout_ms",
+            args.cross_cluster_timeout_ms.to_string(),
+        ),
+        (
+            "within_cluster_timeout_ms",
+            args.within_cluster_timeout_ms.to_string(),
+        ),
     ];
     opts.push((
         "listen_addresses",

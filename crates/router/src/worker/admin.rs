@@ -68,9 +68,10 @@ fn answer(command: &AdminCommand<'_>, routes: &McRoutes) -> Result<String, Strin
     }
 }
 
-fn naming(routes: &McRoutes) -> HostNaming {
+fn naming(routes: &McRoutes) -> HostNaming<'_> {
     HostNaming {
-        timeout_ms: routes.server_timeout_ms,
+        timeouts: routes.timeouts,
+        default_route: &routes.prefix,
     }
 }
 

@@ -170,6 +170,13 @@ impl<'a> Builder<'a> {
         let keep_routing_prefix = self.bool_field(map, "keep_routing_prefix", false)?;
         let tags = self.pool_tags(map)?;
         let error_on_empty = self.bool_field(map, "error_on_empty", true)?;
+        let region = self.place_field(map, "region");
+        let cluster = self.place_field(map, "cluster");
+        // mcrouter's parseTimeout: 1 ms to 1000 s.
+        let server_timeout_ms = match map.get("server_timeout") {
+            Some(_) => Some(self.int_field(map, "server_timeout", 0, 1, 1_000_000)? as u64),
+            None => None,
+        };
         self.pools.push(Pool {
             name: name.to_owned(),
             servers,
@@ -178,38 +185,72 @@ impl<'a> Builder<'a> {
             keep_routing_prefix,
             max_outstanding: 0,
             error_on_empty,
+            region,
+            cluster,
+            server_timeout_ms,
         });
         let id = self.pools.len() - 1;
         self.pool_ids.insert(name.to_owned(), id);
         Ok(id)
     }
 
+    /// A pool's `region` or `cluster`: mcrouter logs one that is not a string and goes on
+    /// without it, so memfleet warns.
+    fn place_field(&mut self, map: &Object, key: &str) -> Option<String> {
+        match map.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                let msg = format!("{key} is not a string ({}): not read", kind(other));
+                let _ = self.key(key, |b| {
+                    b.warn(msg);
+                    Ok(())
+                });
+                None
+            }
+        }
+    }
+
     /// mcrouter's pool-wide access settings: `security_mech` (else the older `use_ssl`) for
-    /// the servers whose entry names none, `port_override` for every server. The
-    /// `*_within_dc` / `*_cross_dc` pairs are taken only when both halves agree (memfleet
-    /// does not know which servers are in the local data center); an agreeing security pair
-    /// overrides the entries too, as in mcrouter.
+    /// the servers whose entry names none, `port_override` for every server, and the
+    /// `*_within_dc` / `*_cross_dc` pairs. An equal pair stands for both halves (a security
+    /// pair then overrides the entries too). Otherwise which half a server gets depends on
+    /// whether it is in the local data center, which open-source mcrouter answers "no" for
+    /// every server (its `isInLocalDatacenter` is a stub): the `_cross_dc` half, when given,
+    /// overrides every server and the `_within_dc` half is never used. memfleet does the same
+    /// and warns about the unused half.
     fn pool_access(&mut self, map: &Object, servers: &mut [Server]) -> Result<()> {
         let within = self.string_field(map, "security_mech_within_dc")?;
         let cross = self.string_field(map, "security_mech_cross_dc")?;
-        let (forced, default) = match (within, cross) {
-            (None, None) => match self.string_field(map, "security_mech")? {
-                Some(mech) => (None, Some(mech)),
-                None => (
-                    None,
-                    self.bool_field(map, "use_ssl", false)?
+        let (forced, default) = match (&within, &cross) {
+            (Some(w), Some(c)) if w == c => (Some(w.clone()), None),
+            _ => {
+                let default = match self.string_field(map, "security_mech")? {
+                    Some(mech) => Some(mech),
+                    None => self
+                        .bool_field(map, "use_ssl", false)?
                         .then(|| "ssl".into()),
-                ),
-            },
-            (Some(w), Some(c)) if w == c => (Some(w), None),
-            _ => return self.fail(DC_PAIRS),
+                };
+                if within.is_some() {
+                    self.within_dc_unused("security_mech_within_dc");
+                }
+                (cross, default)
+            }
         };
         let within = self.int_field(map, "port_override_within_dc", 0, 1, 65535)?;
         let cross = self.int_field(map, "port_override_cross_dc", 0, 1, 65535)?;
         let port = match (within, cross) {
-            (0, 0) => self.int_field(map, "port_override", 0, 1, 65535)?,
-            (w, c) if w == c => w,
-            _ => return self.fail(DC_PAIRS),
+            (w, c) if w != 0 && w == c => w,
+            _ => {
+                if within != 0 {
+                    self.within_dc_unused("port_override_within_dc");
+                }
+                let port = self.int_field(map, "port_override", 0, 1, 65535)?;
+                if cross != 0 {
+                    cross
+                } else {
+                    port
+                }
+            }
         };
         for s in servers {
             if forced.is_some() || s.security.is_none() {
@@ -221,9 +262,16 @@ impl<'a> Builder<'a> {
         }
         Ok(())
     }
+
+    fn within_dc_unused(&mut self, key: &str) {
+        let msg = format!("{key} is not used: {WITHIN_DC}");
+        let _ = self.key(key, |b| {
+            b.warn(msg);
+            Ok(())
+        });
+    }
 }
 
-const DC_PAIRS: &str = "security_mech_within_dc / security_mech_cross_dc and \
-     port_override_within_dc / port_override_cross_dc are read only as equal pairs: memfleet \
-     does not know which servers are in the local data center (use security_mech and \
-     port_override)";
+const WITHIN_DC: &str = "as in open-source mcrouter, no server counts as in the local data \
+     center (its isInLocalDatacenter says no for every host), so the _cross_dc half (or \
+     security_mech / port_override) applies to all of them";
