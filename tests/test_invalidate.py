@@ -735,7 +735,7 @@ def test_mark_stale_serves_the_old_value_to_all_but_one(
                 client.set(f"rm:st:{i}", "1")
             client.set("rm:other", "1")
             pg.script(f"UPDATE {name} SET v = 'new' WHERE id <= 10;")
-            assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= 10, step=0.05), inv.stats()
+            assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= 10, timeout=30, step=0.05), inv.stats()
             st = inv.stats()
             assert (st["marked_stale"], st["deleted"], st["not_found"]) == ("10", "10", "0"), st
             assert (st["markers_sent"], st["markers_deleted"], st["stale_as_delete"]) == ("10", "10", "0"), st
@@ -824,7 +824,7 @@ def test_pool_target_marks_stale_and_deletes_markers_where_they_hash(
         markers = [f"rm:{k}" for k in keys]
         set_acked(port, keys + markers)
         pg.script("UPDATE st_pool SET n = 1;")
-        assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= rows, step=0.05), inv.stats()
+        assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= rows, timeout=30, step=0.05), inv.stats()
         st = inv.stats()
         # Found on the server the ring picked: every key marked, every marker deleted.
         assert (st["marked_stale"], st["not_found"], st["markers_deleted"]) == (str(rows), "0", str(rows)), st
