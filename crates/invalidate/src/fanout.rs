@@ -370,3 +370,77 @@ impl Fanout {
         self.sinks.iter().any(|s| !s.spool.is_empty())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// A server of the text protocol only, as memcached before 1.6: `ERROR` to `md`,
+    /// `DELETED` to `delete`. Returns the lines it was sent, once the client hangs up.
+    async fn text_only_peer(listener: tokio::net::UnixListener) -> Vec<String> {
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, mut w) = s.into_split();
+        let mut lines = BufReader::new(r).lines();
+        let mut seen = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let reply: &[u8] = if line.starts_with("delete ") {
+                b"DELETED\r\n"
+            } else {
+                b"ERROR\r\n"
+            };
+            w.write_all(reply).await.unwrap();
+            seen.push(line);
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_target_without_meta_gets_deletes_instead() {
+        let dir = std::env::temp_dir().join(format!("memfleet-fanout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mc.sock");
+        let peer = tokio::spawn(text_only_peer(
+            tokio::net::UnixListener::bind(&path).unwrap(),
+        ));
+        let addr = Addr::Unix(path.clone());
+        let mut sink = Sink {
+            label: "t".into(),
+            spool: open_spool(&dir, &spool_name(0, &addr)).unwrap(),
+            addr,
+            conn: None,
+            next_retry: Instant::now(),
+            stats: SinkStats::default(),
+            mode: InvalidateWith::Stale { ttl: 7 },
+            markers: Some(b"rm:".to_vec()),
+            no_meta: false,
+        };
+        let limits = Limits {
+            max_batch_keys: 100,
+            ack_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            retry_interval: Duration::from_secs(1),
+        };
+        assert!(sink.send(&[b"a", b"rm:a", b"b"], limits).await.is_ok());
+        assert!(sink.send(&[b"c"], limits).await.is_ok());
+        sink.conn = None;
+        let seen = peer.await.unwrap();
+        assert_eq!(
+            seen,
+            [
+                "md a I T7",
+                "delete rm:a",
+                "md b I T7",
+                "delete a",
+                "delete b",
+                "delete c"
+            ]
+        );
+        let s = sink.stats;
+        assert_eq!((s.deleted, s.marked_stale, s.stale_as_delete), (3, 0, 2));
+        assert_eq!((s.markers_sent, s.markers_deleted), (1, 1));
+        assert!(sink.spool.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
