@@ -80,11 +80,9 @@ impl Sink {
     }
 
     fn count(&mut self, key: &[u8], cmd: Command, reply: Reply) {
+        let marker = self.is_marker(key);
         let s = &mut self.stats;
-        match (
-            reply,
-            self.markers.as_deref().is_some_and(|p| key.starts_with(p)),
-        ) {
+        match (reply, marker) {
             (Reply::Deleted, true) => {
                 s.markers_sent += 1;
                 s.markers_deleted += 1;
