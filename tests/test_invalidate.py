@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Server, free_port, memcached, memfleet_bin, terminate, wait_for_port
+from harness import Server, free_port, memcached, memfleet, memfleet_bin, terminate, wait_for_port
 from pg_harness import PASSWORD, Postgres
 
 ROWS = 10_000
@@ -668,3 +668,172 @@ def test_missing_grant_is_named(pg: Postgres, cache: Server, workdir: Path) -> N
         assert "GRANT app TO memfleet" in r.stderr, r.stderr
     finally:
         db.drop()
+
+
+def meta(port: int, request: str) -> tuple[str, bytes | None]:
+    """One meta request's reply: its first line, and the value when one comes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode() + b"\r\n")
+        buf = b""
+        while b"\r\n" not in buf or (buf.startswith(b"VA ") and buf.count(b"\r\n") < 2):
+            chunk = s.recv(65536)
+            assert chunk, "connection closed"
+            buf += chunk
+    head, _, rest = buf.partition(b"\r\n")
+    return head.decode(), rest.split(b"\r\n")[0] if head.startswith(b"VA ") else None
+
+
+def stale_target(kind: str, started: list[Server]) -> int:
+    """A cache to invalidate: memcached 1.6, `memfleet serve`, or `memfleet route` (a
+    nutcracker config or an mcrouter config) over one of each; the port to use."""
+    from mcrouter_harness import McRouter
+    from proxy_harness import Proxy, pool_yaml
+
+    if kind == "memcached":
+        started.append(memcached().start())
+        return started[-1].port or 0
+    started.append(memcached().start())
+    started.append(memfleet().start())
+    if kind == "serve":
+        return started[-1].port or 0
+    backends = [started[-2].address, started[-1].address]
+    if kind == "route-nutcracker":
+        port = free_port()
+        servers = [f"{a}:1" for a in backends]
+        started.append(Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", servers), port).start())
+        return port
+    router = McRouter({"pools": {"A": {"servers": backends}}, "route": "PoolRoute|A"})
+    started.append(router.start())
+    return router.port or 0
+
+
+@pytest.mark.parametrize("target", ["memcached", "serve", "route-nutcracker", "route-mcrouter"])
+def test_mark_stale_serves_the_old_value_to_all_but_one(
+    pg: Postgres, workdir: Path, invalidators: list[Invalidator], target: str
+) -> None:
+    """`invalidate_with: stale`: after an UPDATE the key is still there, marked stale; the
+    first reader wins the refill (W), the others are served the old value (Z X), and the
+    winner's fill replaces it. The row's remote marker is deleted with it."""
+    from memfleet import Client
+
+    started: list[Server] = []
+    name = "st_" + target.replace("-", "_")
+    try:
+        port = stale_target(target, started)
+        pg.script(
+            f"DROP TABLE IF EXISTS {name}; CREATE TABLE {name} (id int PRIMARY KEY, v text NOT NULL);"
+            f"INSERT INTO {name} SELECT i, 'old' FROM generate_series(1, 20) i;"
+        )
+        cfg = base_config(pg, name, port, {name: ["st:{id}"]})
+        cfg |= {"invalidate_with": "stale", "stale_ttl": 60, "remote_markers": "rm:"}
+        inv = Invalidator(cfg, workdir).start()
+        invalidators.append(inv)
+        client = Client([f"127.0.0.1:{port}"])
+        try:
+            for i in range(1, 21):
+                client.set(f"st:{i}", "old")
+                client.set(f"rm:st:{i}", "1")
+            client.set("rm:other", "1")
+            pg.script(f"UPDATE {name} SET v = 'new' WHERE id <= 10;")
+            assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= 10, timeout=30, step=0.05), inv.stats()
+            st = inv.stats()
+            assert (st["marked_stale"], st["deleted"], st["not_found"]) == ("10", "10", "0"), st
+            assert (st["markers_sent"], st["markers_deleted"], st["stale_as_delete"]) == ("10", "10", "0"), st
+
+            head, value = meta(port, "mg st:1 v c N30")
+            assert value == b"old" and set(head.split()[2:]) >= {"X", "W"}, (head, value)
+            head, value = meta(port, "mg st:1 v c N30")
+            assert value == b"old" and set(head.split()[2:]) >= {"X", "Z"}, (head, value)
+            # An unchanged row's key is neither stale nor leased.
+            head, value = meta(port, "mg st:11 v")
+            assert (head, value) == ("VA 3", b"old")
+
+            def load(i: int) -> str:
+                return pg.sql(f"SELECT v FROM {name} WHERE id = {i}")[0][0]
+
+            # st:1's refill is someone else's: the stale value is served meanwhile.
+            assert client.get_or_set("st:1", lambda: load(1)) == "old"
+            # st:2's is ours: loaded, and stored over the stale item.
+            assert client.get_or_set("st:2", lambda: load(2)) == "new"
+            assert meta(port, "mg st:2 v") == ("VA 3", b"new")
+
+            assert [client.get(f"rm:st:{i}") for i in range(1, 12)] == [None] * 10 + ["1"]
+            assert client.get("rm:other") == "1"
+        finally:
+            client.close()
+        inv.stop()
+        drop_slot(pg, name)
+    finally:
+        for s in reversed(started):
+            s.stop()
+
+
+def test_spooled_mark_stales_are_replayed_as_mark_stales(
+    pg: Postgres, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """A target that stops answering: its mark-stales are spooled and, once it is back,
+    replayed as mark-stales (the keys stay, stale), not as deletes."""
+    with memfleet() as cache:
+        port = cache.port or 0
+        pg.script(
+            "DROP TABLE IF EXISTS st_spool; CREATE TABLE st_spool (id int PRIMARY KEY, v int);"
+            "INSERT INTO st_spool SELECT i, 0 FROM generate_series(1, 50) i;"
+        )
+        cfg = base_config(pg, "st_spool", port, {"st_spool": ["sp:{id}"]})
+        cfg |= {"invalidate_with": "stale", "remote_markers": "rm:"}
+        inv = Invalidator(cfg, workdir).start()
+        invalidators.append(inv)
+        set_acked(port, [f"sp:{i}" for i in range(1, 51)] + [f"rm:sp:{i}" for i in range(1, 51)])
+        with cache.paused():
+            pg.script("UPDATE st_spool SET v = 1;")
+            assert wait_until(lambda: int(inv.stats()["spooled"]) >= 100, step=0.05), inv.stats()
+        assert wait_until(lambda: int(inv.stats()["replayed"]) >= 100, step=0.05), inv.stats()
+        st = inv.stats()
+        for i in range(1, 51):
+            head, value = meta(port, f"mg sp:{i} v")
+            assert value == b"v" and "X" in head.split(), (i, head, st)
+        assert Cache(port).present([f"rm:sp:{i}" for i in range(1, 51)]) == set()
+        inv.stop()
+        drop_slot(pg, "st_spool")
+
+
+def test_pool_target_marks_stale_and_deletes_markers_where_they_hash(
+    pg: Postgres, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """A pool target in stale mode: each key is marked stale on its server and each marker
+    (a key of its own) deleted on the server the marker hashes to."""
+    from proxy_harness import Proxy, pool_yaml
+
+    rows = 300
+    pg.script(
+        "DROP TABLE IF EXISTS st_pool; CREATE TABLE st_pool (id int PRIMARY KEY, n int);"
+        f"INSERT INTO st_pool SELECT i, 0 FROM generate_series(1, {rows}) i;"
+    )
+    backends = [memcached().start(), memfleet().start(), memcached().start()]
+    servers = [f"127.0.0.1:{b.port}:1" for b in backends]
+    port = free_port()
+    router = Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port)
+    try:
+        router.start()
+        cfg = base_config(pg, "st_pool", 0, {"st_pool": ["pk:{id}"]})
+        cfg["targets"] = [{"pool": {"servers": servers, "hash": "md5", "distribution": "ketama"}}]
+        cfg |= {"invalidate_with": "stale", "remote_markers": "rm:"}
+        inv = Invalidator(cfg, workdir).start()
+        invalidators.append(inv)
+        keys = [f"pk:{i}" for i in range(1, rows + 1)]
+        markers = [f"rm:{k}" for k in keys]
+        set_acked(port, keys + markers)
+        pg.script("UPDATE st_pool SET n = 1;")
+        assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= rows, timeout=30, step=0.05), inv.stats()
+        st = inv.stats()
+        # Found on the server the ring picked: every key marked, every marker deleted.
+        assert (st["marked_stale"], st["not_found"], st["markers_deleted"]) == (str(rows), "0", str(rows)), st
+        assert Cache(port).present(markers) == set()
+        assert Cache(port).present(keys) == set(keys)
+        assert all("X" in meta(port, f"mg {k} v")[0].split() for k in keys[:20])
+        inv.stop()
+        drop_slot(pg, "st_pool")
+    finally:
+        router.stop()
+        for b in backends:
+            b.stop()

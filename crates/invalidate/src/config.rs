@@ -110,7 +110,21 @@ pub struct Config {
     pub spool_dir: PathBuf,
     /// `host:port` for the stats listener, if any.
     pub stats: Option<String>,
+    /// What a key's invalidation sends.
+    pub invalidate_with: InvalidateWith,
+    /// `remote_markers`: the prefix of the marker key deleted with each key, if any.
+    pub remote_markers: Option<Vec<u8>>,
 }
+
+/// `invalidate_with`: a delete, or meta `md <key> I T<ttl>` (mark stale, keep the value for
+/// `ttl` seconds so readers are served it while one of them refills).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidateWith {
+    Delete,
+    Stale { ttl: u32 },
+}
+
+pub const DEFAULT_STALE_TTL: u32 = 30;
 
 pub const DEFAULT_MAX_BATCH_KEYS: usize = 8192;
 pub const DEFAULT_ACK_TIMEOUT_MS: u64 = 2000;
@@ -429,6 +443,9 @@ impl Config {
                 "retry_interval_ms",
                 "spool_dir",
                 "stats",
+                "invalidate_with",
+                "stale_ttl",
+                "remote_markers",
             ],
         )?;
         let source_y =
@@ -488,8 +505,42 @@ impl Config {
                 None => DEFAULT_SPOOL_DIR.to_owned(),
             }),
             stats: get(root, "stats").map(|s| string(s, "stats")).transpose()?,
+            invalidate_with: invalidate_with(root)?,
+            remote_markers: remote_markers(root)?,
         })
     }
+}
+
+fn invalidate_with(root: &Yaml) -> Result<InvalidateWith, ConfigError> {
+    let ttl = match get(root, "stale_ttl") {
+        None => DEFAULT_STALE_TTL,
+        // memcached reads a TTL above 30 days as a Unix time: refused rather than guessed at.
+        Some(Yaml::Integer(n)) if (1..=2_592_000).contains(n) => *n as u32,
+        Some(_) => return err("stale_ttl must be a number of seconds from 1 to 2592000"),
+    };
+    match get(root, "invalidate_with")
+        .map(|m| string(m, "invalidate_with"))
+        .transpose()?
+    {
+        None => Ok(InvalidateWith::Delete),
+        Some(m) if m == "delete" => Ok(InvalidateWith::Delete),
+        Some(m) if m == "stale" => Ok(InvalidateWith::Stale { ttl }),
+        Some(m) => err(format!("invalidate_with {m:?} must be delete or stale")),
+    }
+}
+
+fn remote_markers(root: &Yaml) -> Result<Option<Vec<u8>>, ConfigError> {
+    let Some(p) = get(root, "remote_markers") else {
+        return Ok(None);
+    };
+    let p = string(p, "remote_markers")?;
+    // The prefix is the start of a key: it must be one, and leave room for the key.
+    if p.is_empty() || p.len() >= 250 || crate::template::check_key(p.as_bytes()).is_err() {
+        return err(format!(
+            "remote_markers {p:?} must be a non-empty key prefix without spaces or control characters"
+        ));
+    }
+    Ok(Some(p.into_bytes()))
 }
 
 #[cfg(test)]
@@ -560,12 +611,38 @@ tables:
             ("source: {dsn: x}\ntargets: [{pool: {servers: [\"h:1\"], hash: nope}}]\ntables: {t: [k]}", "known hash"),
             (&format!("{base}tables: {{t: {{keys: [k], changes: [merge]}}}}"), "insert, update or delete"),
             (&format!("{base}tables: {{t: [k], public.t: [j]}}"), "twice"),
+            (&format!("{base}tables: {{t: [k]}}\ninvalidate_with: touch"), "delete or stale"),
+            (&format!("{base}tables: {{t: [k]}}\ninvalidate_with: stale\nstale_ttl: 0"), "stale_ttl"),
+            (&format!("{base}tables: {{t: [k]}}\nstale_ttl: 2592001"), "stale_ttl"),
+            (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"\""), "remote_markers"),
+            (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"r m:\""), "remote_markers"),
         ];
         for (text, want) in cases {
             let e = Config::from_yaml_str(text).unwrap_err().0;
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
         }
     }
+    #[test]
+    fn invalidation_kind_and_markers() {
+        let base = "source: {dsn: x}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}\n";
+        let c = Config::from_yaml_str(base).unwrap();
+        assert_eq!(c.invalidate_with, InvalidateWith::Delete);
+        assert_eq!(c.remote_markers, None);
+        let c = Config::from_yaml_str(&format!("{base}invalidate_with: stale")).unwrap();
+        assert_eq!(
+            c.invalidate_with,
+            InvalidateWith::Stale {
+                ttl: DEFAULT_STALE_TTL
+            }
+        );
+        let c = Config::from_yaml_str(&format!(
+            "{base}invalidate_with: stale\nstale_ttl: 5\nremote_markers: \"rm:\""
+        ))
+        .unwrap();
+        assert_eq!(c.invalidate_with, InvalidateWith::Stale { ttl: 5 });
+        assert_eq!(c.remote_markers.as_deref(), Some(&b"rm:"[..]));
+    }
+
     /// Pool servers are read by the router's parser: the same entries are refused, and the
     /// accepted ones sit on the ring under the router's names (the raw port text included).
     #[test]

@@ -10,14 +10,22 @@ use futures_util::future::join_all;
 use ring::Ring;
 use tokio::time::Instant;
 
-use crate::config::{Addr, Config, TargetSpec};
-use crate::memcache::{Conn, Reply};
+use crate::config::{Addr, Config, InvalidateWith, TargetSpec};
+use crate::memcache::{Command, Conn, Reply};
 use spool::Spool;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SinkStats {
+    /// Keys (not markers) deleted, or marked stale (`HD`).
     pub deleted: u64,
     pub not_found: u64,
+    /// Of `deleted`: marked stale.
+    pub marked_stale: u64,
+    /// Mark-stales answered `ERROR` (no meta commands) and sent again as deletes.
+    pub stale_as_delete: u64,
+    /// Remote marker deletes acknowledged (`DELETED` or `NOT_FOUND`), and of them `DELETED`.
+    pub markers_sent: u64,
+    pub markers_deleted: u64,
     /// CLIENT_ERROR replies: keys the server refuses outright.
     pub refused: u64,
     pub spooled: u64,
@@ -32,6 +40,11 @@ pub struct Sink {
     spool: Spool,
     next_retry: Instant,
     pub stats: SinkStats,
+    mode: InvalidateWith,
+    /// The remote marker prefix: keys that start with it are always deleted.
+    markers: Option<Vec<u8>>,
+    /// The connection answered `ERROR` to a mark-stale: deletes until it is reconnected.
+    no_meta: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -51,10 +64,50 @@ struct Partial {
 }
 
 impl Sink {
+    fn is_marker(&self, key: &[u8]) -> bool {
+        self.markers.as_deref().is_some_and(|p| key.starts_with(p))
+    }
+
+    /// What `key` gets: markers are deleted (a stale marker would still redirect reads to
+    /// the master), other keys as configured.
+    fn command(&self, key: &[u8]) -> Command {
+        match self.mode {
+            InvalidateWith::Stale { ttl } if !self.no_meta && !self.is_marker(key) => {
+                Command::MarkStale { ttl }
+            }
+            _ => Command::Delete,
+        }
+    }
+
+    fn count(&mut self, key: &[u8], cmd: Command, reply: Reply) {
+        let marker = self.is_marker(key);
+        let s = &mut self.stats;
+        match (reply, marker) {
+            (Reply::Deleted, true) => {
+                s.markers_sent += 1;
+                s.markers_deleted += 1;
+            }
+            (Reply::NotFound, true) => s.markers_sent += 1,
+            (Reply::Deleted, false) => {
+                s.deleted += 1;
+                if matches!(cmd, Command::MarkStale { .. }) {
+                    s.marked_stale += 1;
+                }
+            }
+            (Reply::NotFound, false) => s.not_found += 1,
+            (Reply::ClientError, _) => s.refused += 1,
+            (Reply::Failed | Reply::NoMeta, _) => {}
+        }
+    }
+
     async fn send(&mut self, keys: &[&[u8]], limits: Limits) -> Result<(), Partial> {
         if self.conn.is_none() {
             match Conn::connect(&self.addr, limits.connect_timeout).await {
-                Ok(c) => self.conn = Some(c),
+                Ok(c) => {
+                    self.conn = Some(c);
+                    // The server may have been upgraded: mark-stale is tried again.
+                    self.no_meta = false;
+                }
                 Err(e) => {
                     return Err(Partial {
                         settled_prefix: 0,
@@ -64,19 +117,48 @@ impl Sink {
                 }
             }
         }
-        let conn = self.conn.as_mut().expect("connected above");
-        let (replies, error) = conn.delete_all(keys, limits.ack_timeout).await;
+        let cmds: Vec<(&[u8], Command)> = keys.iter().map(|&k| (k, self.command(k))).collect();
+        let mut conn = self.conn.take().expect("connected above");
+        let (replies, mut error) = conn.send_all(&cmds, limits.ack_timeout).await;
         let mut failed = Vec::new();
-        for (i, r) in replies.iter().enumerate() {
+        let mut no_meta = Vec::new();
+        for (i, &r) in replies.iter().enumerate() {
             match r {
-                Reply::Deleted => self.stats.deleted += 1,
-                Reply::NotFound => self.stats.not_found += 1,
-                Reply::ClientError => self.stats.refused += 1,
                 Reply::Failed => failed.push(i),
+                Reply::NoMeta => no_meta.push(i),
+                _ => self.count(cmds[i].0, cmds[i].1, r),
             }
         }
-        if error.is_some() {
-            self.conn = None;
+        if !no_meta.is_empty() && error.is_none() {
+            if !self.no_meta {
+                warn!(
+                    "target {}: answers ERROR to meta commands (memcached before 1.6?); \
+                     sending deletes instead of mark-stale",
+                    self.label
+                );
+            }
+            self.no_meta = true;
+            let again: Vec<(&[u8], Command)> = no_meta
+                .iter()
+                .map(|&i| (keys[i], Command::Delete))
+                .collect();
+            let (replies, e) = conn.send_all(&again, limits.ack_timeout).await;
+            for (j, &i) in no_meta.iter().enumerate() {
+                match replies.get(j) {
+                    Some(&r) if r.settled() => {
+                        self.stats.stale_as_delete += 1;
+                        self.count(keys[i], Command::Delete, r);
+                    }
+                    _ => failed.push(i),
+                }
+            }
+            error = e;
+        } else {
+            failed.extend(no_meta);
+        }
+        failed.sort_unstable();
+        if error.is_none() {
+            self.conn = Some(conn);
         }
         if error.is_none() && failed.is_empty() {
             return Ok(());
@@ -211,6 +293,9 @@ impl Fanout {
                 spool,
                 next_retry: Instant::now(),
                 stats: SinkStats::default(),
+                mode: config.invalidate_with,
+                markers: config.remote_markers.clone(),
+                no_meta: false,
             });
             Ok(sinks.len() - 1)
         };
@@ -281,5 +366,79 @@ impl Fanout {
 
     pub fn spooling(&self) -> bool {
         self.sinks.iter().any(|s| !s.spool.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// A server of the text protocol only, as memcached before 1.6: `ERROR` to `md`,
+    /// `DELETED` to `delete`. Returns the lines it was sent, once the client hangs up.
+    async fn text_only_peer(listener: tokio::net::UnixListener) -> Vec<String> {
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, mut w) = s.into_split();
+        let mut lines = BufReader::new(r).lines();
+        let mut seen = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let reply: &[u8] = if line.starts_with("delete ") {
+                b"DELETED\r\n"
+            } else {
+                b"ERROR\r\n"
+            };
+            w.write_all(reply).await.unwrap();
+            seen.push(line);
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_target_without_meta_gets_deletes_instead() {
+        let dir = std::env::temp_dir().join(format!("memfleet-fanout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mc.sock");
+        let peer = tokio::spawn(text_only_peer(
+            tokio::net::UnixListener::bind(&path).unwrap(),
+        ));
+        let addr = Addr::Unix(path.clone());
+        let mut sink = Sink {
+            label: "t".into(),
+            spool: open_spool(&dir, &spool_name(0, &addr)).unwrap(),
+            addr,
+            conn: None,
+            next_retry: Instant::now(),
+            stats: SinkStats::default(),
+            mode: InvalidateWith::Stale { ttl: 7 },
+            markers: Some(b"rm:".to_vec()),
+            no_meta: false,
+        };
+        let limits = Limits {
+            max_batch_keys: 100,
+            ack_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            retry_interval: Duration::from_secs(1),
+        };
+        assert!(sink.send(&[b"a", b"rm:a", b"b"], limits).await.is_ok());
+        assert!(sink.send(&[b"c"], limits).await.is_ok());
+        sink.conn = None;
+        let seen = peer.await.unwrap();
+        assert_eq!(
+            seen,
+            [
+                "md a I T7",
+                "delete rm:a",
+                "md b I T7",
+                "delete a",
+                "delete b",
+                "delete c"
+            ]
+        );
+        let s = sink.stats;
+        assert_eq!((s.deleted, s.marked_stale, s.stale_as_delete), (3, 0, 2));
+        assert_eq!((s.markers_sent, s.markers_deleted), (1, 1));
+        assert!(sink.spool.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -52,6 +52,8 @@ pub struct KeyMaker {
     /// rows to compute keys from).
     pub ignored_changes: u64,
     pub truncates: u64,
+    /// `remote_markers`: each key is followed by its marker key, this prefix + the key.
+    markers: Option<Vec<u8>>,
 }
 
 /// Looks a column up in a tuple: its text, or for an unchanged TOAST value the old row's.
@@ -80,7 +82,14 @@ impl KeyMaker {
             skipped: Skipped::default(),
             ignored_changes: 0,
             truncates: 0,
+            markers: None,
         }
+    }
+
+    /// Follows every key with its remote marker, `prefix` + key.
+    pub fn with_markers(mut self, prefix: Option<Vec<u8>>) -> KeyMaker {
+        self.markers = prefix;
+        self
     }
 
     /// Handles one message; appends the keys a row change invalidates to `out` and returns
@@ -141,27 +150,43 @@ impl KeyMaker {
             };
             let new_key = new.map(|row| render(row, old, t));
             let old_key = old.map(|row| render(row, None, t));
-            let mut push = |key: Option<Vec<u8>>| match key {
-                None => self.skipped.unresolved += 1,
-                Some(k) => match check_key(&k) {
-                    Ok(()) => {
-                        if !out[first..].contains(&k) {
-                            out.push(k);
-                        }
+            let markers = self.markers.as_deref();
+            let skipped = &mut self.skipped;
+            let mut unresolved = 0;
+            let mut check = |k: Vec<u8>, marker: bool| match check_key(&k) {
+                Ok(()) => Some(k),
+                Err(reason) => {
+                    match reason {
+                        BadKey::TooLong => skipped.too_long += 1,
+                        BadKey::BadByte => skipped.bad_byte += 1,
                     }
-                    Err(reason) => {
-                        match reason {
-                            BadKey::TooLong => self.skipped.too_long += 1,
-                            BadKey::BadByte => self.skipped.bad_byte += 1,
-                        }
-                        notes.push(SkipNote {
-                            table: table.display_name(),
-                            template: t.source().to_owned(),
-                            reason,
-                            key: k,
-                        });
+                    let template = if marker {
+                        format!("{} (its remote marker)", t.source())
+                    } else {
+                        t.source().to_owned()
+                    };
+                    notes.push(SkipNote {
+                        table: table.display_name(),
+                        template,
+                        reason,
+                        key: k,
+                    });
+                    None
+                }
+            };
+            let mut push = |key: Option<Vec<u8>>| {
+                let Some(k) = key else {
+                    unresolved += 1;
+                    return;
+                };
+                let Some(k) = check(k, false) else { return };
+                // The marker right after its key: deleted once the key is invalidated.
+                let marker = markers.and_then(|p| check([p, &k[..]].concat(), true));
+                for k in std::iter::once(k).chain(marker) {
+                    if !out[first..].contains(&k) {
+                        out.push(k);
                     }
-                },
+                }
             };
             match (new_key, old_key) {
                 (Some(n), None) => push(n),
@@ -172,6 +197,7 @@ impl KeyMaker {
                 }
                 (None, None) => {}
             }
+            self.skipped.unresolved += unresolved;
         }
         notes
     }
@@ -292,6 +318,52 @@ mod tests {
             ["user:6", "user:6:profile"]
         );
         assert_eq!(m.skipped.unresolved, 2);
+    }
+
+    #[test]
+    fn each_key_is_followed_by_its_marker() {
+        let mut m = maker("  users: [\"user:{id}\", \"email:{email}\"]")
+            .with_markers(Some(b"rm:".to_vec()));
+        keys(&mut m, relation(1, "users", &["id", "email"]));
+        let old = vec![Value::Text(b"7"), Value::Text(b"a@x")];
+        let new = vec![Value::Text(b"7"), Value::Text(b"b@x")];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Update {
+                    relation: 1,
+                    old: Some((OldKind::Full, old)),
+                    new
+                }
+            ),
+            [
+                "user:7",
+                "rm:user:7",
+                "email:b@x",
+                "rm:email:b@x",
+                "email:a@x",
+                "rm:email:a@x"
+            ]
+        );
+        // A key of 248 bytes fits; its marker (251) does not: the key goes, the marker is
+        // counted as too long.
+        let long = vec![b'z'; 243];
+        let mut out = Vec::new();
+        let notes = m.apply(
+            &Message::Insert {
+                relation: 1,
+                new: vec![Value::Text(&long), Value::Null],
+            },
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].len(), 248);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, BadKey::TooLong);
+        assert_eq!(notes[0].key.len(), 251);
+        assert!(notes[0].template.contains("remote marker"));
+        assert_eq!(m.skipped.too_long, 1);
+        assert_eq!(m.skipped.unresolved, 1);
     }
 
     #[test]

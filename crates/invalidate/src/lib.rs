@@ -194,7 +194,7 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
         config.source.publication,
         fanout.sinks.len()
     );
-    let mut keys = KeyMaker::new(config.tables.clone());
+    let mut keys = KeyMaker::new(config.tables.clone()).with_markers(config.remote_markers.clone());
     let mut batch = Batch::default();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|error| InvalidateError::Setup {

@@ -1,6 +1,7 @@
 //! One connection to a memcached server (or a `memfleet route` listener) that pipelines
-//! `delete KEY\r\n` commands and reads their replies back in order, framed by
-//! `proto::response::Framer`: a reply a delete cannot get ends the connection.
+//! `delete KEY\r\n` (or mark-stale `md KEY I T<ttl>\r\n`) commands and reads their replies
+//! back in order, framed by `proto::response::Framer`: a reply the command cannot get ends
+//! the connection.
 
 use std::io;
 use std::time::Duration;
@@ -13,22 +14,37 @@ use proto::response::{AskedKeys, Expect, Frame, Framer};
 
 use crate::config::Addr;
 
-/// What the server said about one delete.
+/// What is sent for one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `delete KEY`.
+    Delete,
+    /// Meta `md KEY I T<ttl>`: the item stays, marked stale, for at most `ttl` seconds; the
+    /// next meta reader wins the refill (`W`), the others get the stale value (`X`, `Z`).
+    MarkStale { ttl: u32 },
+}
+
+/// What the server said about one delete or mark-stale.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
+    /// `DELETED`, or `HD` to a mark-stale (the item is now stale).
     Deleted,
+    /// `NOT_FOUND`, `NF`.
     NotFound,
     /// `CLIENT_ERROR ...`: the server refuses the key; sending it again will not help.
     ClientError,
     /// `SERVER_ERROR ...` or `ERROR`: the delete may not have happened
     /// (a router answers this when the backend is down), so it is retried.
     Failed,
+    /// `ERROR` to a mark-stale: a server without meta commands (memcached before 1.6). Sent
+    /// again as a delete.
+    NoMeta,
 }
 
 impl Reply {
-    /// Whether the delete is settled: done, or refused for good.
+    /// Whether the key is settled: done, or refused for good.
     pub fn settled(self) -> bool {
-        !matches!(self, Reply::Failed)
+        !matches!(self, Reply::Failed | Reply::NoMeta)
     }
 }
 
@@ -94,20 +110,30 @@ impl Conn {
         Ok(())
     }
 
-    /// Writes one `delete` per key in a single write, then reads one reply per key.
+    /// Writes one command per key in a single write, then reads one reply per key.
     /// Returns the replies received, in key order; on an error or at the deadline the
     /// replies so far come back with the error, and the connection must be dropped.
-    pub async fn delete_all(
+    pub async fn send_all(
         &mut self,
-        keys: &[&[u8]],
+        keys: &[(&[u8], Command)],
         limit: Duration,
     ) -> (Vec<Reply>, Option<io::Error>) {
         let deadline = Instant::now() + limit;
         self.wbuf.clear();
-        for k in keys {
-            self.wbuf.extend_from_slice(b"delete ");
-            self.wbuf.extend_from_slice(k);
-            self.wbuf.extend_from_slice(b"\r\n");
+        for (k, cmd) in keys {
+            match cmd {
+                Command::Delete => {
+                    self.wbuf.extend_from_slice(b"delete ");
+                    self.wbuf.extend_from_slice(k);
+                    self.wbuf.extend_from_slice(b"\r\n");
+                }
+                Command::MarkStale { ttl } => {
+                    self.wbuf.extend_from_slice(b"md ");
+                    self.wbuf.extend_from_slice(k);
+                    self.wbuf
+                        .extend_from_slice(format!(" I T{ttl}\r\n").as_bytes());
+                }
+            }
         }
         let mut replies = Vec::with_capacity(keys.len());
         match timeout_at(deadline, self.write_all()).await {
@@ -118,15 +144,24 @@ impl Conn {
         let mut start = 0;
         let mut framer = Framer::new();
         while replies.len() < keys.len() {
-            match framer.next(&self.rbuf[start..], Expect::Delete, AskedKeys::NONE) {
+            let cmd = keys[replies.len()].1;
+            let expect = match cmd {
+                Command::Delete => Expect::Delete,
+                Command::MarkStale { .. } => Expect::Meta {
+                    cmd: *b"md",
+                    quiet: false,
+                },
+            };
+            match framer.next(&self.rbuf[start..], expect, AskedKeys::NONE) {
                 Frame::Complete(n) => {
                     // Without its `\n`.
-                    replies.push(parse_reply(&self.rbuf[start..start + n - 1]));
+                    replies.push(parse_reply(cmd, &self.rbuf[start..start + n - 1]));
                     start += n;
                 }
                 Frame::Invalid => {
                     // Not a reply to a delete (or a line without end): out of step.
-                    let e = io::Error::new(io::ErrorKind::InvalidData, "not a reply to delete");
+                    let e =
+                        io::Error::new(io::ErrorKind::InvalidData, "not a reply to the command");
                     return (replies, Some(e));
                 }
                 Frame::Incomplete(_) => {
@@ -145,12 +180,18 @@ impl Conn {
     }
 }
 
-fn parse_reply(line: &[u8]) -> Reply {
+fn parse_reply(cmd: Command, line: &[u8]) -> Reply {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    match line {
-        b"DELETED" => Reply::Deleted,
-        b"NOT_FOUND" => Reply::NotFound,
-        l if l.starts_with(b"CLIENT_ERROR") => Reply::ClientError,
+    match (cmd, line) {
+        (Command::Delete, b"DELETED") => Reply::Deleted,
+        (Command::Delete, b"NOT_FOUND") => Reply::NotFound,
+        // No flag asks for tokens back, so the code comes alone. `EX` cannot come without a
+        // `C` flag: it is treated as a failure, as anything unforeseen.
+        (Command::MarkStale { .. }, b"HD") => Reply::Deleted,
+        (Command::MarkStale { .. }, b"NF") => Reply::NotFound,
+        // What memcached before 1.6 answers to any command it does not know.
+        (Command::MarkStale { .. }, b"ERROR") => Reply::NoMeta,
+        (_, l) if l.starts_with(b"CLIENT_ERROR") => Reply::ClientError,
         _ => Reply::Failed,
     }
 }
@@ -161,24 +202,47 @@ mod tests {
 
     #[test]
     fn replies() {
-        assert_eq!(parse_reply(b"DELETED\r"), Reply::Deleted);
-        assert_eq!(parse_reply(b"NOT_FOUND\r"), Reply::NotFound);
+        let d = |l: &[u8]| parse_reply(Command::Delete, l);
+        assert_eq!(d(b"DELETED\r"), Reply::Deleted);
+        assert_eq!(d(b"NOT_FOUND\r"), Reply::NotFound);
         assert_eq!(
-            parse_reply(b"CLIENT_ERROR bad command line format\r"),
+            d(b"CLIENT_ERROR bad command line format\r"),
             Reply::ClientError
         );
-        assert_eq!(
-            parse_reply(b"SERVER_ERROR no server available\r"),
-            Reply::Failed
-        );
-        assert_eq!(parse_reply(b"ERROR\r"), Reply::Failed);
+        assert_eq!(d(b"SERVER_ERROR no server available\r"), Reply::Failed);
+        assert_eq!(d(b"ERROR\r"), Reply::Failed);
+        assert_eq!(d(b"HD\r"), Reply::Failed);
         assert!(!Reply::Failed.settled() && Reply::ClientError.settled());
+        let m = |l: &[u8]| parse_reply(Command::MarkStale { ttl: 30 }, l);
+        assert_eq!(m(b"HD\r"), Reply::Deleted);
+        assert_eq!(m(b"NF\r"), Reply::NotFound);
+        assert_eq!(m(b"EX\r"), Reply::Failed);
+        assert_eq!(m(b"DELETED\r"), Reply::Failed);
+        assert_eq!(m(b"ERROR\r"), Reply::NoMeta);
+        assert_eq!(
+            m(b"CLIENT_ERROR bad command line format\r"),
+            Reply::ClientError
+        );
+        assert_eq!(m(b"SERVER_ERROR out of memory\r"), Reply::Failed);
+        assert!(!Reply::NoMeta.settled());
     }
 
     /// Deletes to a peer on a Unix socket that answers with `reply` and then keeps the
     /// connection open: what `delete_all` returns.
     async fn deletes_answered_by(reply: &'static [u8]) -> (Vec<Reply>, Option<io::Error>) {
-        let path = std::env::temp_dir().join(format!("memfleet-mc-{}.sock", std::process::id()));
+        answered_by(&[(b"a", Command::Delete), (b"b", Command::Delete)], reply).await
+    }
+
+    /// `keys` sent to a peer on a Unix socket that answers with `reply` and then keeps the
+    /// connection open: what `send_all` returns.
+    async fn answered_by(
+        keys: &[(&[u8], Command)],
+        reply: &'static [u8],
+    ) -> (Vec<Reply>, Option<io::Error>) {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("memfleet-mc-{}-{n}.sock", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
         let peer = tokio::spawn(async move {
@@ -189,7 +253,7 @@ mod tests {
         });
         let addr = Addr::Unix(path.clone());
         let mut conn = Conn::connect(&addr, Duration::from_secs(5)).await.unwrap();
-        let out = conn.delete_all(&[b"a", b"b"], Duration::from_secs(5)).await;
+        let out = conn.send_all(keys, Duration::from_secs(5)).await;
         drop(conn);
         peer.await.unwrap();
         let _ = std::fs::remove_file(&path);
@@ -207,6 +271,32 @@ mod tests {
         let endless: &'static [u8] = Box::leak(long.into_boxed_slice());
         let (replies, e) = deletes_answered_by(endless).await;
         assert!(replies.is_empty());
+        assert_eq!(e.unwrap().kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[tokio::test]
+    async fn mark_stale_replies_are_meta_codes() {
+        let stale = Command::MarkStale { ttl: 30 };
+        let keys: [(&[u8], Command); 4] = [
+            (b"a", stale),
+            (b"b", stale),
+            (b"rm:a", Command::Delete),
+            (b"c", stale),
+        ];
+        let (replies, e) = answered_by(&keys, b"HD\r\nNF\r\nDELETED\r\nERROR\r\n").await;
+        assert!(e.is_none(), "{e:?}");
+        assert_eq!(
+            replies,
+            [
+                Reply::Deleted,
+                Reply::NotFound,
+                Reply::Deleted,
+                Reply::NoMeta
+            ]
+        );
+        // A delete's reply to a mark-stale is out of step.
+        let (replies, e) = answered_by(&keys, b"HD\r\nDELETED\r\n").await;
+        assert_eq!(replies, [Reply::Deleted]);
         assert_eq!(e.unwrap().kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -84,6 +84,10 @@ impl Stats {
         stat("spooled", total(|s| s.spooled));
         stat("replayed", total(|s| s.replayed));
         stat("target_failures", total(|s| s.failures));
+        stat("marked_stale", total(|s| s.marked_stale));
+        stat("stale_as_delete", total(|s| s.stale_as_delete));
+        stat("markers_sent", total(|s| s.markers_sent));
+        stat("markers_deleted", total(|s| s.markers_deleted));
         stat("latency_count", self.latency.len().to_string());
         for (prefix, h) in [
             ("latency", &self.latency),
