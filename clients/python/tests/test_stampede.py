@@ -98,3 +98,12 @@ def test_waiter_times_out_and_loads_itself(mclient: Any) -> None:
     t0 = time.monotonic()
     assert mclient.get_or_set("stuck", lambda: "mine", wait_timeout=0.3) == "mine"
     assert time.monotonic() - t0 >= 0.3
+
+
+def test_a_placeholder_marked_stale_is_not_served_as_a_value(mclient: Any) -> None:
+    # A row changed while the first reader filled a miss: the invalidation marks the empty
+    # placeholder stale, and another reader wins the reload. The placeholder is still nobody's
+    # value: a caller waits for that reload (here it never comes, so it loads itself).
+    replies = raw_request(mclient, b"mg s v c N30\r\nmd s I T30\r\nmg s v c N30\r\n").split(b"\r\n")
+    assert b"W" in replies[0].split() and b"W" in replies[-3].split(), replies
+    assert mclient.get_or_set("s", lambda: "fresh", wait_timeout=0.3) == "fresh"

@@ -307,8 +307,9 @@ def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
     lease.win = 87 in f  # W
     lease.stale = 88 in f  # X
     lease.taken = 90 in f  # Z
-    # a vivified stub is an empty item with flags 0 that someone holds (W for us, Z for others)
-    stub = not lease.data and lease.flags == 0 and (lease.win or lease.taken) and not lease.stale
+    # a vivified stub is an empty item with flags 0 that someone holds (W for us, Z for others);
+    # marked stale (a row changed while it was being filled), it is still no one's value
+    stub = not lease.data and lease.flags == 0 and (lease.win or lease.taken)
     lease.hit = not stub
     return lease
 
