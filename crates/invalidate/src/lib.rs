@@ -97,10 +97,8 @@ impl Batch {
 
     /// Appends a later batch: its keys not already here, its commits.
     fn absorb(&mut self, later: Batch) {
-        if self.is_empty() && self.commits.is_empty() {
-            *self = later;
+        if self.seen.is_empty() {
             self.seen.extend(self.keys.iter().cloned());
-            return;
         }
         for k in later.keys {
             if self.seen.insert(k.clone()) {
@@ -214,11 +212,11 @@ async fn release(
     client: &ReplicationClient,
     stats: &Mutex<Stats>,
 ) -> Result<(), InvalidateError> {
-    let mut ready = Batch::default();
-    for b in gate.ready() {
-        ready.absorb(b);
-    }
-    if !ready.is_empty() {
+    let mut batches = gate.ready().into_iter();
+    if let Some(mut ready) = batches.next() {
+        for b in batches {
+            ready.absorb(b);
+        }
         flush(&mut ready, fanout, client, stats).await?;
     }
     gate.publish();
