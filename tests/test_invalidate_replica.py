@@ -236,6 +236,19 @@ def test_replica_dsn_must_be_a_standby(pg: Postgres, standby: Standby, cache: Se
     err = refusal(cfg, workdir)
     assert f"source.replica_dsn points at 127.0.0.1 port {pg.port}, which is not in recovery" in err, err
 
+    # A standby, but of another cluster: its LSNs say nothing about the source's.
+    other = Postgres(free_port()).start()
+    try:
+        other_standby = Standby(other, free_port()).start()
+        try:
+            cfg["source"]["replica_dsn"] = other_standby.dsn
+            err = refusal(cfg, workdir)
+            assert f"source.replica_dsn points at 127.0.0.1 port {other_standby.port}, a standby of another cluster" in err
+        finally:
+            other_standby.destroy()
+    finally:
+        other.destroy()
+
     cfg["source"]["replica_dsn"] = standby.dsn
     path = workdir / "ok.yml"
     path.write_text(json.dumps({"spool_dir": str(workdir / "spool"), **cfg}))
