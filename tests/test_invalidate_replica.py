@@ -145,6 +145,28 @@ def test_paused_replay_holds_the_delete(
     case.finish()
 
 
+def test_transaction_larger_than_a_batch_waits_whole(
+    pg: Postgres, standby: Standby, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """A transaction whose keys fill several batches (`max_batch_keys` 16): the batches cut
+    before its Commit arrives wait too, for the commit the Begin announced."""
+    case = GatedCase(pg, standby, cache, workdir, invalidators, "big", max_batch_keys=16)
+    c = case.cache
+    keys = {f"g:{i}": "old" for i in range(1, 101)}
+    c.set_many(keys)
+    standby.pause_replay()
+    try:
+        case.update(*range(1, 101))
+        assert wait_until(lambda: case.stat("row_changes") == 100, step=0.02)
+        held_for_a_while(c, "g:1")
+        assert c.present(list(keys)) == set(keys)
+        assert case.stat("held_keys") == 100
+    finally:
+        standby.resume_replay()
+    assert wait_until(lambda: not c.present(list(keys))), sorted(c.present(list(keys)))
+    case.finish()
+
+
 def test_stopped_standby_holds_then_delivers(
     pg: Postgres, standby: Standby, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:

@@ -191,10 +191,11 @@ async fn settle(
         // No deletes and nothing older waiting: the commits are only confirmed.
         flush(batch, fanout, client, stats).await?;
     } else if !batch.is_empty() {
+        // Keys come between a Begin and its Commit; were any outside, the last Begin's
+        // gate is past them.
         let lsn = match batch.last_commit {
-            _ if open.in_transaction => open.gate,
-            Some(lsn) => lsn,
-            None => unreachable!("keys outside a transaction"),
+            Some(lsn) if !open.in_transaction => lsn,
+            _ => open.gate,
         };
         let mut held = std::mem::take(batch);
         // Only the queue's release merges batches again; the set would double the memory.
