@@ -36,15 +36,7 @@ class Postgres:
     """initdb + postgres in a temporary directory; `sql()` and `script()` run psql."""
 
     def __init__(self, port: int) -> None:
-        self.port = port
-        self.bindir = pg_bindir()
-        self.dir = Path(tempfile.mkdtemp(prefix="memfleet-pg-"))
-        self.data = self.dir / "data"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = self.dir / "postgres.log"
-        if os.geteuid() == 0:
-            pw = pwd.getpwnam("postgres")
-            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self._setup(port)
         pwfile = self.dir / "pw"
         pwfile.write_text(PASSWORD + "\n")
         if os.geteuid() == 0:
@@ -65,6 +57,17 @@ class Postgres:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    def _setup(self, port: int) -> None:
+        self.port = port
+        self.bindir = pg_bindir()
+        self.dir = Path(tempfile.mkdtemp(prefix="memfleet-pg-"))
+        self.data = self.dir / "data"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = self.dir / "postgres.log"
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
 
     @property
     def dsn(self) -> str:
@@ -155,3 +158,39 @@ class Postgres:
         p.stdin.write(text)
         p.stdin.close()
         return p
+
+
+class Standby(Postgres):
+    """A streaming standby of `primary` (hot standby, read-only): `pg_basebackup -R` from the
+    primary's unix socket into its own data directory, started on its own port. The standby
+    connects back over the socket, which the primary's initdb trusts."""
+
+    def __init__(self, primary: Postgres, port: int) -> None:
+        self._setup(port)
+        subprocess.run(
+            [
+                str(self.bindir / "pg_basebackup"),
+                "-h", str(primary.dir),
+                "-p", str(primary.port),
+                "-U", "postgres",
+                "-D", str(self.data),
+                "-R",
+                "-X", "stream",
+                "-c", "fast",
+                "--no-sync",
+            ],
+            cwd=self.dir,
+            **_as_postgres(),  # type: ignore[call-overload]
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def replay_lsn(self) -> str:
+        return self.sql("SELECT pg_last_wal_replay_lsn()")[0][0]
+
+    def pause_replay(self) -> None:
+        self.sql("SELECT pg_wal_replay_pause()")
+
+    def resume_replay(self) -> None:
+        self.sql("SELECT pg_wal_replay_resume()")

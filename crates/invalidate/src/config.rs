@@ -19,6 +19,13 @@ pub struct Source {
     pub dsn: String,
     pub slot: String,
     pub publication: String,
+    /// A streaming standby whose replay gates the deletes (same DSN forms as `dsn`).
+    pub replica_dsn: Option<String>,
+    /// How often the standby is asked for its replay position while deletes wait on it.
+    pub replica_poll: Duration,
+    /// Most keys (plus one per transaction) held waiting for the standby before the
+    /// stream is no longer read.
+    pub replica_max_held_keys: usize,
 }
 
 /// Where a server listens: `host:port` or a unix socket path.
@@ -131,6 +138,8 @@ pub const DEFAULT_ACK_TIMEOUT_MS: u64 = 2000;
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 1000;
 pub const DEFAULT_RETRY_INTERVAL_MS: u64 = 1000;
 pub const DEFAULT_SPOOL_DIR: &str = "memfleet-invalidate.spool";
+pub const DEFAULT_REPLICA_POLL_MS: u64 = 2;
+pub const DEFAULT_REPLICA_MAX_HELD_KEYS: usize = 1_000_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -450,7 +459,18 @@ impl Config {
         )?;
         let source_y =
             get(root, "source").ok_or_else(|| ConfigError("source is missing".into()))?;
-        check_keys(source_y, "source", &["dsn", "slot", "publication"])?;
+        check_keys(
+            source_y,
+            "source",
+            &[
+                "dsn",
+                "slot",
+                "publication",
+                "replica_dsn",
+                "replica_poll_ms",
+                "replica_max_held_keys",
+            ],
+        )?;
         let field = |k: &str, default: &str| -> Result<String, ConfigError> {
             match get(source_y, k) {
                 Some(v) => string(v, &format!("source.{k}")),
@@ -462,7 +482,24 @@ impl Config {
             dsn: field("dsn", "")?,
             slot: field("slot", "memfleet")?,
             publication: field("publication", "memfleet")?,
+            replica_dsn: get(source_y, "replica_dsn")
+                .map(|v| string(v, "source.replica_dsn"))
+                .transpose()?,
+            replica_poll: millis(source_y, "replica_poll_ms", DEFAULT_REPLICA_POLL_MS)
+                .map_err(|e| ConfigError(format!("source.{e}")))?,
+            replica_max_held_keys: match get(source_y, "replica_max_held_keys") {
+                None => DEFAULT_REPLICA_MAX_HELD_KEYS,
+                Some(Yaml::Integer(n)) if *n > 0 => *n as usize,
+                Some(_) => return err("source.replica_max_held_keys must be a positive number"),
+            },
         };
+        if source.replica_dsn.is_none() {
+            for k in ["replica_poll_ms", "replica_max_held_keys"] {
+                if get(source_y, k).is_some() {
+                    return err(format!("source.{k} needs source.replica_dsn"));
+                }
+            }
+        }
         check_name(&source.slot, "slot")?;
         check_name(&source.publication, "publication")?;
 
@@ -593,6 +630,26 @@ tables:
         assert_eq!(c.tables[1].display_name(), "public.orders");
         assert!(!c.tables[1].changes.insert && c.tables[1].changes.update);
         assert_eq!(c.max_batch_keys, DEFAULT_MAX_BATCH_KEYS);
+        assert_eq!(c.source.replica_dsn, None);
+    }
+
+    #[test]
+    fn replica_settings() {
+        let text = "source: {dsn: x, replica_dsn: \"host=b port=5433\", replica_poll_ms: 5, replica_max_held_keys: 10}\n\
+                    targets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}";
+        let c = Config::from_yaml_str(text).unwrap();
+        assert_eq!(c.source.replica_dsn.as_deref(), Some("host=b port=5433"));
+        assert_eq!(c.source.replica_poll, Duration::from_millis(5));
+        assert_eq!(c.source.replica_max_held_keys, 10);
+        let c = Config::from_yaml_str("source: {dsn: x, replica_dsn: y}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}").unwrap();
+        assert_eq!(
+            c.source.replica_poll,
+            Duration::from_millis(DEFAULT_REPLICA_POLL_MS)
+        );
+        assert_eq!(
+            c.source.replica_max_held_keys,
+            DEFAULT_REPLICA_MAX_HELD_KEYS
+        );
     }
 
     #[test]
@@ -616,6 +673,9 @@ tables:
             (&format!("{base}tables: {{t: [k]}}\nstale_ttl: 2592001"), "stale_ttl"),
             (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"\""), "remote_markers"),
             (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"r m:\""), "remote_markers"),
+            ("source: {dsn: x, replica_poll_ms: 5}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "source.replica_poll_ms needs source.replica_dsn"),
+            ("source: {dsn: x, replica_dsn: y, replica_poll_ms: 0}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "source.replica_poll_ms must be a positive"),
+            ("source: {dsn: x, replica_dsn: y, replica_max_held_keys: -1}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "replica_max_held_keys must be a positive"),
         ];
         for (text, want) in cases {
             let e = Config::from_yaml_str(text).unwrap_err().0;

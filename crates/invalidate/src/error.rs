@@ -20,6 +20,8 @@ pub enum InvalidateError {
     },
     /// `source.dsn` does not parse.
     Dsn(tokio_postgres::Error),
+    /// `source.replica_dsn` does not parse.
+    ReplicaDsn(tokio_postgres::Error),
     /// `source.dsn` names no user and $USER is unset.
     NoUser,
     /// PostgreSQL could not be reached, or a catalog query failed.
@@ -52,6 +54,7 @@ impl fmt::Display for InvalidateError {
             Config { path, error } => write!(f, "{}: {error}", path.display()),
             Setup { what, error } => write!(f, "{what}: {error}"),
             Dsn(e) => write!(f, "source.dsn: {e}"),
+            ReplicaDsn(e) => write!(f, "source.replica_dsn: {e}"),
             NoUser => f.write_str("source.dsn names no user"),
             Database(m) | Refused(m) => f.write_str(m),
             Replication { slot, error } => {

@@ -17,6 +17,7 @@ pub use pgoutput::template;
 pub mod fanout;
 pub mod keys;
 pub mod memcache;
+pub mod replica;
 pub mod source;
 pub mod stats;
 
@@ -32,6 +33,7 @@ use crate::config::Config;
 pub use crate::error::InvalidateError;
 use crate::fanout::Fanout;
 use crate::keys::KeyMaker;
+use crate::replica::Gate;
 use crate::stats::Stats;
 use pgoutput::template::BadKey;
 use pgoutput::Message;
@@ -92,6 +94,32 @@ impl Batch {
     fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.last_commit.is_none()
     }
+
+    /// Appends a later batch: its keys not already here, its commits.
+    fn absorb(&mut self, later: Batch) {
+        if self.seen.is_empty() {
+            self.seen.extend(self.keys.iter().cloned());
+        }
+        for k in later.keys {
+            if self.seen.insert(k.clone()) {
+                self.keys.push(k);
+            }
+        }
+        self.commits.extend(later.commits);
+        if later.last_commit.is_some() {
+            self.last_commit = later.last_commit;
+        }
+    }
+}
+
+/// Where the batch in hand stands in the transaction stream, for the replica gate.
+#[derive(Clone, Copy, Default)]
+struct Open {
+    /// Between a Begin and its Commit: the server's position is not ours to confirm.
+    in_transaction: bool,
+    /// The open transaction's commit record start (Begin's final LSN) plus one: a replay
+    /// position past it has replayed the commit.
+    gate: Lsn,
 }
 
 /// Seconds between the Unix epoch and PostgreSQL's (2000-01-01), in microseconds.
@@ -146,6 +174,56 @@ async fn flush(
     Ok(())
 }
 
+/// Delivers the batch in hand: at once without a replica gate; with one, queued until the
+/// replica has replayed it (delivered with everything else it passed, in order).
+async fn settle(
+    batch: &mut Batch,
+    open: Open,
+    gate: &mut Option<Gate<Batch>>,
+    fanout: &mut Fanout,
+    client: &ReplicationClient,
+    stats: &Mutex<Stats>,
+) -> Result<(), InvalidateError> {
+    let Some(g) = gate else {
+        return flush(batch, fanout, client, stats).await;
+    };
+    if batch.keys.is_empty() && !g.holding() {
+        // No deletes and nothing older waiting: the commits are only confirmed.
+        flush(batch, fanout, client, stats).await?;
+    } else if !batch.is_empty() {
+        // Keys come between a Begin and its Commit; were any outside, the last Begin's
+        // gate is past them.
+        let lsn = match batch.last_commit {
+            Some(lsn) if !open.in_transaction => lsn,
+            _ => open.gate,
+        };
+        let mut held = std::mem::take(batch);
+        // Only the queue's release merges batches again; the set would double the memory.
+        held.seen = HashSet::new();
+        let (keys, txns) = (held.keys.len(), held.commits.len());
+        g.hold(lsn, keys, txns, held);
+    }
+    release(g, fanout, client, stats).await
+}
+
+/// Delivers and confirms, in order, the held batches the replica has replayed.
+async fn release(
+    gate: &mut Gate<Batch>,
+    fanout: &mut Fanout,
+    client: &ReplicationClient,
+    stats: &Mutex<Stats>,
+) -> Result<(), InvalidateError> {
+    let mut batches = gate.ready().into_iter();
+    if let Some(mut ready) = batches.next() {
+        for b in batches {
+            ready.absorb(b);
+        }
+        flush(&mut ready, fanout, client, stats).await?;
+    }
+    gate.publish();
+    Ok(())
+}
+
 /// Tries targets with spooled deletes again, and publishes what the targets did.
 async fn replay(fanout: &mut Fanout, stats: &Mutex<Stats>) -> Result<(), InvalidateError> {
     fanout
@@ -168,6 +246,21 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
     }
     for c in &prepared.created {
         info!("created {c}");
+    }
+    let replica = match &config.source.replica_dsn {
+        Some(dsn) => Some(replica::parse_dsn(dsn)?),
+        None => None,
+    };
+    if let Some(r) = &replica {
+        match replica::verify(r, &pg, &config).await? {
+            None => info!(
+                "deletes wait for replica {} (a standby) to replay their transactions",
+                source::describe(r)
+            ),
+            Some(why) if check_only => return Err(InvalidateError::Database(why)),
+            // The gate's own task says so, and keeps trying.
+            Some(_) => {}
+        }
     }
     if check_only {
         info!("configuration checked");
@@ -196,6 +289,7 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
     );
     let mut keys = KeyMaker::new(config.tables.clone()).with_markers(config.remote_markers.clone());
     let mut batch = Batch::default();
+    let mut gate = replica.map(|r| Gate::start(r, &config, stats.clone()));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|error| InvalidateError::Setup {
         what: "signal handler",
@@ -207,6 +301,7 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
             &mut client,
             &mut keys,
             &mut batch,
+            &mut gate,
             &mut fanout,
             &stats,
             &mut terminate,
@@ -217,6 +312,9 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
         // confirmed comes again from the slot, so the half-received batch is dropped.
         warn!("{why}; reconnecting");
         batch = Batch::default();
+        if let Some(g) = &mut gate {
+            g.clear();
+        }
         client = loop {
             tokio::select! {
                 _ = tokio::time::sleep(config.retry_interval) => {}
@@ -230,8 +328,12 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
         };
         info!("streaming slot {} again", config.source.slot);
     }
-    // Deliver what was received, confirm it, and let the client send that position.
-    flush(&mut batch, &mut fanout, &client, &stats).await?;
+    // Deliver what was received, confirm it, and let the client send that position. What
+    // the replica has not replayed yet is left to the slot, to be sent again next time.
+    match &mut gate {
+        None => flush(&mut batch, &mut fanout, &client, &stats).await?,
+        Some(g) => release(g, &mut fanout, &client, &stats).await?,
+    }
     client.stop();
     let _ = tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await;
     info!("stopped");
@@ -240,18 +342,19 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
 
 /// Streams until told to stop (`Ok(None)`) or until the stream breaks (`Ok(Some(why))`);
 /// an `Err` is fatal: a message that cannot be decoded or a spool that cannot be written.
+#[allow(clippy::too_many_arguments)]
 async fn session(
     config: &Config,
     client: &mut ReplicationClient,
     keys: &mut KeyMaker,
     batch: &mut Batch,
+    gate: &mut Option<Gate<Batch>>,
     fanout: &mut Fanout,
     stats: &Mutex<Stats>,
     terminate: &mut tokio::signal::unix::Signal,
 ) -> Result<Option<String>, InvalidateError> {
     let mut fresh = Vec::new();
-    // Between a Begin and its Commit: the server's position is not ours to confirm.
-    let mut in_transaction = false;
+    let mut open = Open::default();
     loop {
         // Wait for the stream only as long as there is nothing else to do: a pending batch
         // goes out as soon as the stream has nothing more ready.
@@ -260,14 +363,22 @@ async fn session(
         } else {
             Duration::ZERO
         };
+        let holding = gate.as_ref().is_some_and(|g| g.holding());
+        // Holding all it may: the stream waits (the slot keeps the WAL) until the replica
+        // catches up.
+        let full = gate.as_ref().is_some_and(|g| g.full());
         let event = tokio::select! {
-            r = tokio::time::timeout(wait, client.recv()) => r,
+            r = tokio::time::timeout(wait, client.recv()), if !full => r,
+            _ = async { gate.as_mut().expect("holding").progressed().await }, if holding => {
+                release(gate.as_mut().expect("holding"), fanout, client, stats).await?;
+                continue;
+            }
             _ = terminate.recv() => return Ok(None),
             _ = tokio::signal::ctrl_c() => return Ok(None),
         };
         let event = match event {
             Err(_idle) => {
-                flush(batch, fanout, client, stats).await?;
+                settle(batch, open, gate, fanout, client, stats).await?;
                 replay(fanout, stats).await?;
                 continue;
             }
@@ -308,28 +419,36 @@ async fn session(
                 s.ignored_changes = keys.ignored_changes;
                 s.truncates = keys.truncates;
             }
-            ReplicationEvent::Begin { .. } => in_transaction = true,
+            ReplicationEvent::Begin { final_lsn, .. } => {
+                open = Open {
+                    in_transaction: true,
+                    gate: Lsn::from_u64(final_lsn.as_u64() + 1),
+                }
+            }
             ReplicationEvent::Commit {
                 end_lsn,
                 commit_time_micros,
                 ..
             } => {
-                in_transaction = false;
+                open.in_transaction = false;
                 batch.last_commit = Some(end_lsn);
                 batch
                     .commits
                     .push((commit_time_micros, std::time::Instant::now()));
             }
-            ReplicationEvent::KeepAlive { wal_end, .. } if !in_transaction && batch.is_empty() => {
+            ReplicationEvent::KeepAlive { wal_end, .. }
+                if !open.in_transaction && batch.is_empty() && !holding =>
+            {
                 // Everything before the server's send position was received and is
                 // acknowledged, so the slot may move past WAL that held no changes for us
                 // (other tables, a shutdown checkpoint PostgreSQL waits on us to confirm).
+                // Not while deletes wait for the replica: they are not acknowledged.
                 client.update_applied_lsn(wal_end);
             }
             _ => {}
         }
         if batch.keys.len() >= config.max_batch_keys {
-            flush(batch, fanout, client, stats).await?;
+            settle(batch, open, gate, fanout, client, stats).await?;
             replay(fanout, stats).await?;
         }
     }

@@ -17,7 +17,7 @@ pub fn parse_dsn(dsn: &str) -> Result<tokio_postgres::Config, InvalidateError> {
         .map_err(InvalidateError::Dsn)
 }
 
-fn describe(pg: &tokio_postgres::Config) -> String {
+pub(crate) fn describe(pg: &tokio_postgres::Config) -> String {
     let host = match pg.get_hosts().first() {
         Some(Host::Tcp(h)) => h.clone(),
         Some(Host::Unix(p)) => p.display().to_string(),
@@ -28,7 +28,7 @@ fn describe(pg: &tokio_postgres::Config) -> String {
 }
 
 /// A `tokio_postgres::Error` as one line, with the server's message when there is one.
-fn pg_error(e: &tokio_postgres::Error) -> String {
+pub(crate) fn pg_error(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),

@@ -11,6 +11,20 @@ use crate::fanout::SinkStats;
 use crate::keys::Skipped;
 use crate::InvalidateError;
 
+/// The standby that gates the deletes, and what waits on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// The standby's `pg_last_wal_replay_lsn()` when last asked (0 before it answered).
+    pub replay_lsn: u64,
+    /// WAL bytes between that and the commit of the oldest held transaction.
+    pub lag_bytes: u64,
+    pub held_transactions: u64,
+    pub held_keys: u64,
+    pub up: bool,
+    /// Failed connections and queries to the standby.
+    pub errors: u64,
+}
+
 pub struct Stats {
     pub transactions: u64,
     pub row_changes: u64,
@@ -20,6 +34,8 @@ pub struct Stats {
     pub truncates: u64,
     pub confirmed_lsn: String,
     pub sinks: Vec<(String, SinkStats)>,
+    /// With `source.replica_dsn`: what waits on the standby.
+    pub replica: Option<ReplicaStats>,
     /// Microseconds from a transaction's commit (PostgreSQL's clock) to the moment all its
     /// deletes were acknowledged or spooled (ours); both clocks are the same on one host.
     latency: Histogram<u64>,
@@ -38,6 +54,7 @@ impl Default for Stats {
             truncates: 0,
             confirmed_lsn: String::new(),
             sinks: Vec::new(),
+            replica: None,
             latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
             local_latency: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("histogram bounds"),
@@ -88,6 +105,15 @@ impl Stats {
         stat("stale_as_delete", total(|s| s.stale_as_delete));
         stat("markers_sent", total(|s| s.markers_sent));
         stat("markers_deleted", total(|s| s.markers_deleted));
+        if let Some(r) = &self.replica {
+            let lsn = pgwire_replication::Lsn::from_u64(r.replay_lsn);
+            stat("replica_replay_lsn", lsn.to_string());
+            stat("replica_lag_bytes", r.lag_bytes.to_string());
+            stat("held_transactions", r.held_transactions.to_string());
+            stat("held_keys", r.held_keys.to_string());
+            stat("replica_up", u8::from(r.up).to_string());
+            stat("replica_errors", r.errors.to_string());
+        }
         stat("latency_count", self.latency.len().to_string());
         for (prefix, h) in [
             ("latency", &self.latency),
