@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "regions_worker.py"
 PG_PORT = 5432
 CACHE_PORT = 11211
+# An invalidator's stats listener, in its region's namespace (one invalidator per region).
+STATS_PORT = 11300
 KEYS = 200
+# Rows written from region B by write_read, each once per run.
+REMOTE_ROWS = 2000
 TABLE = "items"
 
 
@@ -144,7 +148,8 @@ class RegionPair:
         self.primary.start()
         self.primary.script(
             f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v bigint NOT NULL);\n"
-            f"INSERT INTO {TABLE} SELECT g, 0 FROM generate_series(0, {KEYS - 1}) g;\n"
+            # Rows from KEYS on are written only from region B (write_read), each once.
+            f"INSERT INTO {TABLE} SELECT g, 0 FROM generate_series(0, {KEYS + REMOTE_ROWS - 1}) g;\n"
         )
         self.replica = NsPostgres(self.b, data_from=self.primary).start()
         # Each region is `link_ms` away from the other, each way.
@@ -216,6 +221,7 @@ class RegionPair:
         config = {
             "spool_dir": str(self.fleet.dir / f"spool-{name}"),
             "retry_interval_ms": 200,
+            "stats": f"{self.fleet.host(region).ip}:{STATS_PORT}",
             **config,
         }
         path = self.fleet.file(f"invalidate-{name}.yml", json.dumps(config))
@@ -266,6 +272,20 @@ class RegionPair:
             raise RuntimeError(f"worker {out} failed: {proc.log()[-3000:]}")
         data: dict[str, object] = json.loads((self.fleet.dir / out).read_text())
         return data
+
+    def invalidator_stats(self, region: str) -> dict[str, str]:
+        """The STAT lines of the invalidator running in `region`."""
+        import socket
+
+        with socket.create_connection((self.fleet.host(region).ip, STATS_PORT), timeout=10) as s:
+            s.sendall(b"stats\r\n")
+            buf = b""
+            while not buf.endswith(b"END\r\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        return {p[1]: p[2] for p in (ln.split(" ", 2) for ln in buf.decode().splitlines()) if len(p) == 3}
 
     # -- the check ----------------------------------------------------------------------------
     def database(self) -> dict[int, int]:
@@ -356,7 +376,16 @@ def run_workload(
     time.sleep(0.5)
     Path(stop_readers).touch()
     reads = {r: rp.result(p, f"read-{r}.json") for r, p in readers.items()}
+    inv = {}
+    for region in ("a", "b"):
+        try:
+            st = rp.invalidator_stats(region)
+        except OSError:
+            continue
+        inv[region] = {k: st.get(k) for k in ("transactions", "deleted", "visibility_waits", "held_transactions",
+                                              "latency_p50_us", "latency_p99_us", "markers_deleted")}  # fmt: skip
     return {
+        "invalidators": inv,
         "stale": {r: rp.stale_keys(r) for r in ("a", "b")},
         "writes": writes,
         "reads": reads,
@@ -381,9 +410,12 @@ def gated_invalidators(rp: RegionPair, markers: bool = False) -> list[str]:
     return ["s_ga", "s_gb"]
 
 
-def write_read(rp: RegionPair, markers: bool, count: int, out: str) -> dict[str, object]:
-    p = rp.worker("b", "write-read", out, cache=rp.cache_addr("b"), db=rp.replica_dsn,
-                  master_db=rp.primary.dsn, count=count, threads=10, markers=int(markers))  # fmt: skip
+def write_read(rp: RegionPair, markers: bool, count: int, out: str, first: int = KEYS) -> dict[str, object]:
+    """`count` writes made from region B, each read back at once in B, each on a row of its
+    own (a marker goes with the first replayed write of its key, whichever made it: two
+    writes of one key within the replica's lag are docs/regions.md's limit, not tested)."""
+    p = rp.worker("b", "write-read", out, cache=rp.cache_addr("b"), db=rp.replica_dsn, master_db=rp.primary.dsn,
+                  count=count, threads=10, markers=int(markers), first=first)  # fmt: skip
     return rp.result(p, out, timeout=300)
 
 

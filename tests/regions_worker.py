@@ -122,11 +122,9 @@ def write_read(args: argparse.Namespace) -> dict[str, int]:
         db = connect(args.db)
         master = connect(args.master_db)
         mine = {"writes": 0, "stale": 0, "master_loads": 0}
-        # Threads write disjoint keys, so "the value just written" is well defined.
-        keys = [i for i in range(args.keys) if i % args.threads == n]
-        rnd = random.Random(n)
-        for _ in range(per_thread):
-            i = rnd.choice(keys)
+        # Each write on a row of its own: "the value just written" is well defined, and no
+        # earlier write of the row is still being replayed.
+        for i in range(args.first + n * per_thread, args.first + (n + 1) * per_thread):
             key = f"item:{i}"
             if args.markers:
                 with client.remote_write(key):
@@ -172,6 +170,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--rate", type=float, default=50)
     p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--first", type=int, default=0, help="write-read: the first row of its range")
     p.add_argument("--markers", type=int, default=0)
     p.add_argument("--until", default="/nonexistent")
     p.add_argument("--max-seconds", type=float, default=120)

@@ -20,6 +20,7 @@ pub mod memcache;
 pub mod replica;
 pub mod source;
 pub mod stats;
+pub mod visible;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -35,6 +36,7 @@ use crate::fanout::Fanout;
 use crate::keys::KeyMaker;
 use crate::replica::Gate;
 use crate::stats::Stats;
+use crate::visible::Visibility;
 use pgoutput::template::BadKey;
 use pgoutput::Message;
 
@@ -87,6 +89,8 @@ struct Batch {
     /// Commit times (PostgreSQL epoch, µs) of the transactions the batch completes, and
     /// when their Commit messages arrived here.
     commits: Vec<(i64, std::time::Instant)>,
+    /// Their transaction ids.
+    xids: Vec<u32>,
     last_commit: Option<Lsn>,
 }
 
@@ -106,6 +110,7 @@ impl Batch {
             }
         }
         self.commits.extend(later.commits);
+        self.xids.extend(later.xids);
         if later.last_commit.is_some() {
             self.last_commit = later.last_commit;
         }
@@ -120,6 +125,7 @@ struct Open {
     /// The open transaction's commit record start (Begin's final LSN) plus one: a replay
     /// position past it has replayed the commit.
     gate: Lsn,
+    xid: u32,
 }
 
 /// Seconds between the Unix epoch and PostgreSQL's (2000-01-01), in microseconds.
@@ -170,21 +176,29 @@ async fn flush(
     batch.keys.clear();
     batch.seen.clear();
     batch.commits.clear();
+    batch.xids.clear();
     batch.last_commit = None;
     Ok(())
 }
 
-/// Delivers the batch in hand: at once without a replica gate; with one, queued until the
-/// replica has replayed it (delivered with everything else it passed, in order).
+/// Delivers the batch in hand: without a replica gate once the primary's snapshots see its
+/// transactions; with one, queued until the replica has replayed it (delivered with
+/// everything else it passed, in order).
+#[allow(clippy::too_many_arguments)]
 async fn settle(
     batch: &mut Batch,
     open: Open,
     gate: &mut Option<Gate<Batch>>,
+    visible: &mut Visibility,
     fanout: &mut Fanout,
     client: &ReplicationClient,
     stats: &Mutex<Stats>,
 ) -> Result<(), InvalidateError> {
     let Some(g) = gate else {
+        if !batch.keys.is_empty() {
+            visible.wait(&batch.xids).await;
+            stats.lock().expect("stats lock").visibility_waits = visible.waits;
+        }
         return flush(batch, fanout, client, stats).await;
     };
     if batch.keys.is_empty() && !g.holding() {
@@ -290,6 +304,7 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
     let mut keys = KeyMaker::new(config.tables.clone()).with_markers(config.remote_markers.clone());
     let mut batch = Batch::default();
     let mut gate = replica.map(|r| Gate::start(r, &config, stats.clone()));
+    let mut visible = Visibility::new(pg.clone(), config.connect_timeout);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|error| InvalidateError::Setup {
         what: "signal handler",
@@ -302,6 +317,7 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
             &mut keys,
             &mut batch,
             &mut gate,
+            &mut visible,
             &mut fanout,
             &stats,
             &mut terminate,
@@ -349,6 +365,7 @@ async fn session(
     keys: &mut KeyMaker,
     batch: &mut Batch,
     gate: &mut Option<Gate<Batch>>,
+    visible: &mut Visibility,
     fanout: &mut Fanout,
     stats: &Mutex<Stats>,
     terminate: &mut tokio::signal::unix::Signal,
@@ -378,7 +395,7 @@ async fn session(
         };
         let event = match event {
             Err(_idle) => {
-                settle(batch, open, gate, fanout, client, stats).await?;
+                settle(batch, open, gate, visible, fanout, client, stats).await?;
                 replay(fanout, stats).await?;
                 continue;
             }
@@ -419,10 +436,11 @@ async fn session(
                 s.ignored_changes = keys.ignored_changes;
                 s.truncates = keys.truncates;
             }
-            ReplicationEvent::Begin { final_lsn, .. } => {
+            ReplicationEvent::Begin { final_lsn, xid, .. } => {
                 open = Open {
                     in_transaction: true,
                     gate: Lsn::from_u64(final_lsn.as_u64() + 1),
+                    xid,
                 }
             }
             ReplicationEvent::Commit {
@@ -432,6 +450,7 @@ async fn session(
             } => {
                 open.in_transaction = false;
                 batch.last_commit = Some(end_lsn);
+                batch.xids.push(open.xid);
                 batch
                     .commits
                     .push((commit_time_micros, std::time::Instant::now()));
@@ -448,7 +467,7 @@ async fn session(
             _ => {}
         }
         if batch.keys.len() >= config.max_batch_keys {
-            settle(batch, open, gate, fanout, client, stats).await?;
+            settle(batch, open, gate, visible, fanout, client, stats).await?;
             replay(fanout, stats).await?;
         }
     }

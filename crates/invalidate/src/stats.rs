@@ -36,6 +36,8 @@ pub struct Stats {
     pub sinks: Vec<(String, SinkStats)>,
     /// With `source.replica_dsn`: what waits on the standby.
     pub replica: Option<ReplicaStats>,
+    /// Batches held until the primary's snapshots saw their transactions (`visible`).
+    pub visibility_waits: u64,
     /// Microseconds from a transaction's commit (PostgreSQL's clock) to the moment all its
     /// deletes were acknowledged or spooled (ours); both clocks are the same on one host.
     latency: Histogram<u64>,
@@ -55,6 +57,7 @@ impl Default for Stats {
             confirmed_lsn: String::new(),
             sinks: Vec::new(),
             replica: None,
+            visibility_waits: 0,
             latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
             local_latency: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("histogram bounds"),
@@ -101,6 +104,7 @@ impl Stats {
         stat("spooled", total(|s| s.spooled));
         stat("replayed", total(|s| s.replayed));
         stat("target_failures", total(|s| s.failures));
+        stat("visibility_waits", self.visibility_waits.to_string());
         stat("marked_stale", total(|s| s.marked_stale));
         stat("stale_as_delete", total(|s| s.stale_as_delete));
         stat("markers_sent", total(|s| s.markers_sent));
