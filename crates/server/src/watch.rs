@@ -79,12 +79,18 @@ struct Queue {
     skipped: u64,
     /// Its worker was told and has not taken the queue since.
     told: bool,
+    /// A notice feed's socket while its worker has nothing unsent and nothing is queued: a
+    /// writer sends its notice straight into it, so the notice is in the listener's socket
+    /// before the write is answered, not when the listener's worker next runs.
+    direct: Option<i32>,
 }
 
 impl Watcher {
-    /// Moves the queued lines to the end of `out`.
+    /// Moves the queued lines to the end of `out`. The worker is about to write: writers
+    /// queue from now on.
     pub fn take(&self, out: &mut Vec<u8>) {
         let Ok(mut q) = self.q.lock() else { return };
+        q.direct = None;
         if out.is_empty() {
             std::mem::swap(out, &mut q.buf);
         } else {
@@ -97,6 +103,39 @@ impl Watcher {
         }
         q.told = false;
     }
+
+    /// Called by the worker once everything it wrote to the feed's socket `fd` (plain TCP or
+    /// unix, not TLS) is sent and none is in flight: writers may send notices into it
+    /// themselves until the worker next `take`s. Not when lines are queued (its worker was
+    /// told and comes to take them).
+    pub fn send_directly(&self, fd: i32) {
+        let Ok(mut q) = self.q.lock() else { return };
+        if self.notices && q.buf.is_empty() && q.skipped == 0 {
+            q.direct = Some(fd);
+        }
+    }
+
+    /// Before the socket closes: no writer may send into it (or into what reuses its number).
+    pub fn stop_direct(&self) {
+        if let Ok(mut q) = self.q.lock() {
+            q.direct = None;
+        }
+    }
+}
+
+/// Sends `line` into `fd` without blocking; the bytes the socket took.
+fn send_now(fd: i32, line: &[u8]) -> usize {
+    // SAFETY: `fd` is an open socket (the queue's lock keeps its worker from closing it
+    // meanwhile) and `line` is valid for its length.
+    let n = unsafe {
+        libc::send(
+            fd,
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).unwrap_or(0)
 }
 
 /// Why `Hub::add` refused a watcher.
@@ -176,8 +215,26 @@ impl Hub {
     /// Queues `line` on feed `w` and wakes its worker. False when the queue is full: the
     /// line is dropped, and the feed says so (`IV_ALL`) when its worker next takes it.
     pub fn push(&self, w: &Watcher, line: &[u8], wakers: &[Arc<Waker>]) -> bool {
+        self.push_or_send(w, line, wakers, false)
+    }
+
+    /// `push`, except that with `send` a notice feed whose socket is idle gets `line` sent
+    /// into its socket at once (what the socket does not take is queued as usual).
+    pub fn push_or_send(&self, w: &Watcher, line: &[u8], wakers: &[Arc<Waker>], send: bool) -> bool {
         let tell = {
             let Ok(mut q) = w.q.lock() else { return false };
+            let mut line = line;
+            // Never past lines already queued: they go first.
+            let idle = q.buf.is_empty() && q.skipped == 0;
+            if let Some(fd) = q.direct.filter(|_| send && idle) {
+                let n = send_now(fd, line);
+                if n == line.len() {
+                    return true;
+                }
+                // Full socket or an error: the worker takes over (and finds the error).
+                q.direct = None;
+                line = &line[n..];
+            }
             if q.buf.len() + line.len() + SKIP_ROOM > self.cap {
                 q.skipped += 1;
                 // Queued lines are waiting for the worker, which was told.
@@ -494,5 +551,59 @@ mod tests {
         assert!(text.ends_with(" type=x\n"), "{text}");
         hub.remove(&w);
         assert!(!hub.wants(FETCHERS));
+    }
+
+    #[test]
+    fn notices_go_straight_into_an_idle_feeds_socket_else_to_its_worker() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let hub = Hub::new(1, 1 << 20);
+        let f = hub.feed(0, 5);
+        let (mine, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        peer.set_nonblocking(true).unwrap();
+        let mut got = [0u8; 64];
+        // Not yet armed: queued for the worker.
+        assert!(hub.push_or_send(&f, b"IV a\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
+        let mut out = Vec::new();
+        f.take(&mut out);
+        assert_eq!(out, b"IV a\r\n");
+        assert_eq!(hub.take_ready(0), vec![5]);
+        // Armed: the writer sends it; nothing is queued, the worker is not told.
+        f.send_directly(mine.as_raw_fd());
+        assert!(hub.push_or_send(&f, b"IV b\r\n", &[], true));
+        assert_eq!(peer.read(&mut got).unwrap(), 6);
+        assert_eq!(&got[..6], b"IV b\r\n");
+        assert!(hub.take_ready(0).is_empty());
+        // Only when asked to: a plain push still queues (and disarms nothing).
+        assert!(hub.push(&f, b"IV c\r\n", &[]));
+        assert!(peer.read(&mut got).is_err());
+        // Lines are queued: arming is refused, or the next notice would overtake them.
+        f.send_directly(mine.as_raw_fd());
+        assert!(hub.push_or_send(&f, b"IV d\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
+        let mut out = Vec::new();
+        f.take(&mut out);
+        assert_eq!(out, b"IV c\r\nIV d\r\n");
+        // A full socket: what it does not take is queued, in order, for the worker.
+        f.send_directly(mine.as_raw_fd());
+        let line = vec![b'x'; 4000];
+        let mut sent = 0;
+        while hub.push_or_send(&f, &line, &[], true) {
+            sent += 1;
+            let mut out = Vec::new();
+            f.take(&mut out);
+            if !out.is_empty() {
+                assert!(out.len() <= line.len());
+                break;
+            }
+            assert!(sent < 10_000, "the socket never filled");
+        }
+        // Closing: nothing is sent into the socket any more.
+        f.stop_direct();
+        let mut drained = Vec::new();
+        let _ = peer.read_to_end(&mut drained);
+        assert!(hub.push_or_send(&f, b"IV e\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
     }
 }
