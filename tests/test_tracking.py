@@ -376,7 +376,8 @@ def test_the_notice_is_in_the_listeners_socket_before_the_write_is_answered(
     engine: tuple[str, ...],
 ) -> None:
     # One worker serves the listener, the reader and the writer: a notice left for the worker
-    # would go out only after the writer's reply. The writer sends it itself.
+    # would go out only after the writer's reply. The writer sends it itself (the first of a
+    # burst: the writes here are a millisecond apart).
     with tracking(engine, "-t", "1") as t:
         for i in range(5):
             assert t.writer.request(b"set k%d 0 0 1\r\nx\r\n" % i) == b"STORED\r\n"
@@ -384,6 +385,7 @@ def test_the_notice_is_in_the_listeners_socket_before_the_write_is_answered(
         for i in range(200):
             key = b"k%d" % (i % 5)
             assert t.reader.request(b"get %s\r\n" % key, b"END\r\n").endswith(b"END\r\n")
+            time.sleep(0.001)
             assert t.writer.request(b"set %s 0 0 1\r\nx\r\n" % key) == b"STORED\r\n"
             ready, _, _ = select.select([t.lc.sock], [], [], 0)
             if not ready and not t.lc.buf:
