@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -369,3 +370,26 @@ def test_tracking_survives_a_move_to_another_worker(engine: tuple[str, ...]) -> 
             assert r.request(b"get k\r\n", b"END\r\n").startswith(b"VALUE k")
             assert w.request(b"set k 0 0 1\r\n%d\r\n" % (i % 10)) == b"STORED\r\n"
             assert next_notice(lc) == b"IV k\r\n", f"reader {i}"
+
+
+def test_the_notice_is_in_the_listeners_socket_before_the_write_is_answered(
+    engine: tuple[str, ...],
+) -> None:
+    # One worker serves the listener, the reader and the writer: a notice left for the worker
+    # would go out only after the writer's reply. The writer sends it itself (the first of a
+    # burst: the writes here are a millisecond apart).
+    with tracking(engine, "-t", "1") as t:
+        for i in range(5):
+            assert t.writer.request(b"set k%d 0 0 1\r\nx\r\n" % i) == b"STORED\r\n"
+        late = 0
+        for i in range(200):
+            key = b"k%d" % (i % 5)
+            assert t.reader.request(b"get %s\r\n" % key, b"END\r\n").endswith(b"END\r\n")
+            time.sleep(0.001)
+            assert t.writer.request(b"set %s 0 0 1\r\nx\r\n" % key) == b"STORED\r\n"
+            ready, _, _ = select.select([t.lc.sock], [], [], 0)
+            if not ready and not t.lc.buf:
+                late += 1
+            assert next_notice(t.lc) == b"IV " + key + b"\r\n"
+        # The first notice finds the listener not yet idle (its worker has written nothing).
+        assert late <= 1, f"{late} of 200 notices were not there when the write was answered"

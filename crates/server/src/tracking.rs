@@ -22,6 +22,8 @@ use crate::watch::{Hub, Watcher};
 /// Defaults of `-o track_max_keys`, `-o track_total_keys`.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 pub const DEFAULT_TOTAL_KEYS: usize = 2_000_000;
+/// Listeners a change's writer sends the notice to itself (`Tracker::tell`).
+const DIRECT_SENDS_PER_CHANGE: usize = 8;
 /// Listeners at a time (each holds a connection).
 const MAX_LISTENERS: usize = 1 << 16;
 /// Enough that a shard's sweep holds its lock briefly (~16K registrations at the total
@@ -351,6 +353,10 @@ impl Tracker {
 
     fn tell(&self, key: &[u8], regs: impl Iterator<Item = Reg>, hub: &Hub, wakers: &[Arc<Waker>]) {
         let mut line = Vec::new();
+        // The first few listeners are sent the notice by the writer itself (a non-blocking
+        // send each), the rest through their workers: a key many connections track must not
+        // make its writer's latency grow with them.
+        let mut sends = DIRECT_SENDS_PER_CHANGE;
         for r in regs {
             let Some(l) = self.live(r) else { continue };
             let _ = l.count.fetch_update(Relaxed, Relaxed, |c| c.checked_sub(1));
@@ -358,7 +364,8 @@ impl Tracker {
                 notice(&mut line, key);
             }
             self.notices.fetch_add(1, Relaxed);
-            hub.push(&l.feed, &line, wakers);
+            hub.push_or_send(&l.feed, &line, wakers, sends > 0);
+            sends = sends.saturating_sub(1);
         }
     }
 

@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use proto::reply::write_u64;
 use proto::url_encode;
@@ -79,12 +79,30 @@ struct Queue {
     skipped: u64,
     /// Its worker was told and has not taken the queue since.
     told: bool,
+    /// A notice feed's socket while its worker has nothing unsent and nothing is queued: a
+    /// writer sends its notice straight into it, so the notice is in the listener's socket
+    /// before the write is answered, not when the listener's worker next runs.
+    direct: Option<i32>,
+    /// When a writer last sent into `direct`: a burst after it is left to the worker, which
+    /// sends it in one write.
+    last_direct: Option<Instant>,
+    /// When the queue last went from empty to not: a writer that finds it still queued
+    /// `RESCUE_AFTER` later sends it itself.
+    queued_at: Option<Instant>,
 }
 
+/// A feed's writers send into its socket themselves at most once per this (per feed)...
+const DIRECT_GAP: Duration = Duration::from_micros(200);
+/// ...and, past it, send what is queued once its worker has left it this long.
+const RESCUE_AFTER: Duration = Duration::from_millis(1);
+
 impl Watcher {
-    /// Moves the queued lines to the end of `out`.
+    /// Moves the queued lines to the end of `out`. The worker is about to write: writers
+    /// queue from now on.
     pub fn take(&self, out: &mut Vec<u8>) {
         let Ok(mut q) = self.q.lock() else { return };
+        q.direct = None;
+        q.queued_at = None;
         if out.is_empty() {
             std::mem::swap(out, &mut q.buf);
         } else {
@@ -97,6 +115,39 @@ impl Watcher {
         }
         q.told = false;
     }
+
+    /// Called by the worker once everything it wrote to the feed's socket `fd` (plain TCP or
+    /// unix, not TLS) is sent and none is in flight: writers may send notices into it
+    /// themselves until the worker next `take`s. Not when lines are queued (its worker was
+    /// told and comes to take them).
+    pub fn send_directly(&self, fd: i32) {
+        let Ok(mut q) = self.q.lock() else { return };
+        if self.notices && q.buf.is_empty() && q.skipped == 0 {
+            q.direct = Some(fd);
+        }
+    }
+
+    /// Before the socket closes: no writer may send into it (or into what reuses its number).
+    pub fn stop_direct(&self) {
+        if let Ok(mut q) = self.q.lock() {
+            q.direct = None;
+        }
+    }
+}
+
+/// Sends `line` into `fd` without blocking; the bytes the socket took.
+fn send_now(fd: i32, line: &[u8]) -> usize {
+    // SAFETY: `fd` is an open socket (the queue's lock keeps its worker from closing it
+    // meanwhile) and `line` is valid for its length.
+    let n = unsafe {
+        libc::send(
+            fd,
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).unwrap_or(0)
 }
 
 /// Why `Hub::add` refused a watcher.
@@ -176,12 +227,59 @@ impl Hub {
     /// Queues `line` on feed `w` and wakes its worker. False when the queue is full: the
     /// line is dropped, and the feed says so (`IV_ALL`) when its worker next takes it.
     pub fn push(&self, w: &Watcher, line: &[u8], wakers: &[Arc<Waker>]) -> bool {
+        self.push_or_send(w, line, wakers, false)
+    }
+
+    /// `push`, except that with `send` a notice feed whose socket is idle gets `line` sent
+    /// into its socket at once, unless a writer did so within `DIRECT_GAP` (then its worker
+    /// sends the burst); and queued lines its worker left for `RESCUE_AFTER` are sent with
+    /// it. What the socket does not take is queued as usual.
+    pub fn push_or_send(
+        &self,
+        w: &Watcher,
+        line: &[u8],
+        wakers: &[Arc<Waker>],
+        send: bool,
+    ) -> bool {
         let tell = {
             let Ok(mut q) = w.q.lock() else { return false };
+            let mut line = line;
+            let now = ((send && q.direct.is_some()) || q.buf.is_empty()).then(Instant::now);
+            if let (Some(fd), Some(now), true) = (q.direct, now, send) {
+                let since = |t: Option<Instant>| t.map_or(Duration::MAX, |t| now - t);
+                if q.skipped > 0 {
+                    // The worker must say what was dropped first.
+                } else if q.buf.is_empty() && since(q.last_direct) >= DIRECT_GAP {
+                    q.last_direct = Some(now);
+                    let n = send_now(fd, line);
+                    if n == line.len() {
+                        return true;
+                    }
+                    // Full socket or an error: the worker takes over (and finds the error).
+                    q.direct = None;
+                    line = &line[n..];
+                } else if !q.buf.is_empty() && since(q.queued_at) >= RESCUE_AFTER {
+                    // Its worker has not come: queued lines first, then this one.
+                    q.last_direct = Some(now);
+                    q.buf.extend_from_slice(line);
+                    let n = send_now(fd, &q.buf);
+                    q.buf.drain(..n);
+                    if q.buf.is_empty() {
+                        q.queued_at = None;
+                    } else {
+                        q.direct = None;
+                    }
+                    // The worker was told when the lines were queued.
+                    return true;
+                }
+            }
             if q.buf.len() + line.len() + SKIP_ROOM > self.cap {
                 q.skipped += 1;
                 // Queued lines are waiting for the worker, which was told.
                 return false;
+            }
+            if q.buf.is_empty() {
+                q.queued_at = now;
             }
             q.buf.extend_from_slice(line);
             !std::mem::replace(&mut q.told, true)
@@ -494,5 +592,75 @@ mod tests {
         assert!(text.ends_with(" type=x\n"), "{text}");
         hub.remove(&w);
         assert!(!hub.wants(FETCHERS));
+    }
+
+    #[test]
+    fn notices_go_straight_into_an_idle_feeds_socket_else_to_its_worker() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let pause = || std::thread::sleep(RESCUE_AFTER + DIRECT_GAP);
+        let hub = Hub::new(1, 1 << 20);
+        let f = hub.feed(0, 5);
+        let (mine, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        peer.set_nonblocking(true).unwrap();
+        let mut got = [0u8; 64];
+        let mut take = || {
+            let mut out = Vec::new();
+            f.take(&mut out);
+            out
+        };
+        // Not yet armed: queued for the worker.
+        assert!(hub.push_or_send(&f, b"IV a\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
+        assert_eq!(take(), b"IV a\r\n");
+        assert_eq!(hub.take_ready(0), vec![5]);
+        // Armed: the writer sends it; nothing is queued, the worker is not told.
+        f.send_directly(mine.as_raw_fd());
+        assert!(hub.push_or_send(&f, b"IV b\r\n", &[], true));
+        assert_eq!(peer.read(&mut got).unwrap(), 6);
+        assert_eq!(&got[..6], b"IV b\r\n");
+        assert!(hub.take_ready(0).is_empty());
+        // A burst right after is left to the worker (one write for all of it)...
+        assert!(hub.push_or_send(&f, b"IV c\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
+        assert_eq!(hub.take_ready(0), vec![5]);
+        // ...until the worker has left it too long: the next writer sends it, in order.
+        pause();
+        assert!(hub.push_or_send(&f, b"IV d\r\n", &[], true));
+        assert_eq!(peer.read(&mut got).unwrap(), 12);
+        assert_eq!(&got[..12], b"IV c\r\nIV d\r\n");
+        assert!(take().is_empty());
+        // A plain push queues, and arming is then refused: queued lines go first.
+        f.send_directly(mine.as_raw_fd());
+        pause();
+        assert!(hub.push(&f, b"IV e\r\n", &[]));
+        assert!(peer.read(&mut got).is_err());
+        f.send_directly(mine.as_raw_fd());
+        assert!(hub.push_or_send(&f, b"IV f\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
+        assert_eq!(take(), b"IV e\r\nIV f\r\n");
+        // A full socket: what it does not take is queued, in order, for the worker.
+        f.send_directly(mine.as_raw_fd());
+        let line = vec![b'x'; 4000];
+        let mut sent = 0;
+        loop {
+            pause();
+            assert!(hub.push_or_send(&f, &line, &[], true));
+            let out = take();
+            if !out.is_empty() {
+                // What the socket did not take (none of it, or the rest of a line).
+                assert!(out.len() <= line.len());
+                break;
+            }
+            sent += 1;
+            assert!(sent < 10_000, "the socket never filled");
+        }
+        // Closing: nothing is sent into the socket any more.
+        f.stop_direct();
+        let mut drained = Vec::new();
+        let _ = peer.read_to_end(&mut drained);
+        pause();
+        assert!(hub.push_or_send(&f, b"IV g\r\n", &[], true));
+        assert!(peer.read(&mut got).is_err());
     }
 }

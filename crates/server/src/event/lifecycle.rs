@@ -107,6 +107,7 @@ pub fn forget(shared: &Shared, id: usize, pool: &mut BufPool, token: usize, conn
         stderr_line!("<{} connection closed.", conn.stream.fd());
     }
     if let Some(w) = conn.watcher() {
+        w.stop_direct();
         shared.watch.remove(w);
         shared.tracking.closed(w);
     }

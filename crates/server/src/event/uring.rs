@@ -652,6 +652,10 @@ impl UringWorker {
                 w.take(&mut buf);
                 if buf.is_empty() {
                     self.pool.give(buf);
+                    // No send in flight and none to make (io_uring serves no TLS).
+                    if !slot.sending {
+                        w.send_directly(slot.conn.stream.fd());
+                    }
                 } else {
                     slot.conn.wbuf = buf;
                     self.send(t);

@@ -407,6 +407,9 @@ impl Worker {
         }
         out.clear();
         self.out = out;
+        if !conn.has_unsent() && conn.tls.is_none() {
+            w.send_directly(conn.stream.fd());
+        }
         set_write_interest(&self.poll, conn, t);
     }
 
