@@ -604,7 +604,7 @@ mod tests {
         let (mine, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
         peer.set_nonblocking(true).unwrap();
         let mut got = [0u8; 64];
-        let mut take = || {
+        let take = || {
             let mut out = Vec::new();
             f.take(&mut out);
             out
