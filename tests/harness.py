@@ -20,6 +20,24 @@ from typing_extensions import Self
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def stat_listener(host: str, port: int, command: bytes = b"stats\r\n") -> dict[str, str]:
+    """A memcached-style stats listener's answer to `command` (`STAT name value` lines up to
+    `END`, or `RESET`), as name -> value: the invalidator's and other tools' stats ports."""
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(command)
+        buf = b""
+        while not buf.endswith((b"END\r\n", b"RESET\r\n")):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    out = {}
+    for line in buf.decode().splitlines():
+        parts = line.split(" ", 2)
+        if parts[0] == "STAT" and len(parts) == 3:
+            out[parts[1]] = parts[2]
+    return out
+
 def memfleet_bin() -> str:
     """The release binary; built on demand so `pytest tests/` works on its own."""
     env = os.environ.get("MEMFLEET_BIN")

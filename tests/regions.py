@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fleet import Fleet, Host, Proc, serve_argv
-from harness import memfleet_bin
+from harness import memfleet_bin, stat_listener
 from pg_harness import PASSWORD, Postgres
 from typing_extensions import Self
 
@@ -275,17 +275,7 @@ class RegionPair:
 
     def invalidator_stats(self, region: str) -> dict[str, str]:
         """The STAT lines of the invalidator running in `region`."""
-        import socket
-
-        with socket.create_connection((self.fleet.host(region).ip, STATS_PORT), timeout=10) as s:
-            s.sendall(b"stats\r\n")
-            buf = b""
-            while not buf.endswith(b"END\r\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        return {p[1]: p[2] for p in (ln.split(" ", 2) for ln in buf.decode().splitlines()) if len(p) == 3}
+        return stat_listener(self.fleet.host(region).ip, STATS_PORT)
 
     # -- the check ----------------------------------------------------------------------------
     def database(self) -> dict[int, int]:

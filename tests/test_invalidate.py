@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Server, free_port, memcached, memfleet, memfleet_bin, terminate, wait_for_port
+from harness import (
+    Server,
+    free_port,
+    memcached,
+    memfleet,
+    memfleet_bin,
+    stat_listener,
+    terminate,
+    wait_for_port,
+)
 from pg_harness import PASSWORD, Postgres
 
 ROWS = 10_000
@@ -113,20 +122,7 @@ class Invalidator:
         raise TimeoutError("invalidator did not start: " + self.log.read_text())
 
     def stats(self) -> dict[str, str]:
-        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=10) as s:
-            s.sendall(b"stats\r\n")
-            buf = b""
-            while not buf.endswith(b"END\r\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        out = {}
-        for line in buf.decode().splitlines():
-            parts = line.split(" ", 2)
-            if parts[0] == "STAT" and len(parts) == 3:
-                out[parts[1]] = parts[2]
-        return out
+        return stat_listener("127.0.0.1", self.stats_port)
 
     def kill9(self) -> None:
         assert self.proc is not None

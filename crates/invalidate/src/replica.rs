@@ -11,10 +11,10 @@ use std::time::Duration;
 use pgwire_replication::Lsn;
 use tokio::sync::watch;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::config::Config;
-use crate::source::{describe, pg_error};
+use crate::source::{connect_within, describe, pg_error};
 use crate::stats::Stats;
 use crate::InvalidateError::{self, Refused};
 
@@ -225,13 +225,7 @@ async fn connect(
     pg: &tokio_postgres::Config,
     limit: Duration,
 ) -> Result<(Client, Statement), String> {
-    let (client, conn) = timeout(limit, pg.connect(NoTls))
-        .await
-        .map_err(|_| "connect timed out".to_owned())?
-        .map_err(|e| pg_error(&e))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let client = connect_within(pg, limit).await?;
     let stmt = timeout(limit, client.prepare(REPLAY_QUERY))
         .await
         .map_err(|_| "query timed out".to_owned())?

@@ -35,6 +35,22 @@ pub(crate) fn pg_error(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// An ordinary (not replication) connection within `limit`, its driver spawned: what the
+/// replica gate and the visibility check ask their questions on.
+pub(crate) async fn connect_within(
+    pg: &tokio_postgres::Config,
+    limit: std::time::Duration,
+) -> Result<tokio_postgres::Client, String> {
+    let (client, conn) = tokio::time::timeout(limit, pg.connect(tokio_postgres::NoTls))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| pg_error(&e))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
 async fn connect(pg: &tokio_postgres::Config) -> Result<Client, InvalidateError> {
     let (client, conn) = pg.connect(NoTls).await.map_err(|e| {
         Database(format!(

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use tokio::time::{sleep, timeout, Instant};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+
+use crate::source::connect_within;
 
 /// A snapshot as `pg_current_snapshot()` prints it: `xmin:xmax:xip,...` (64-bit ids).
 #[derive(Debug, PartialEq)]
@@ -101,12 +103,7 @@ impl Visibility {
 
     async fn snapshot(&mut self) -> Option<Snapshot> {
         if self.client.is_none() {
-            let (client, conn) = timeout(self.connect_timeout, self.pg.connect(NoTls))
-                .await
-                .ok()?
-                .ok()?;
-            tokio::spawn(conn);
-            self.client = Some(client);
+            self.client = Some(connect_within(&self.pg, self.connect_timeout).await.ok()?);
         }
         let client = self.client.as_ref()?;
         let row = timeout(
