@@ -133,12 +133,20 @@ class RegionPair:
     (and namespaces removed) when the fleet closes."""
 
     def __init__(
-        self, make_fleet: Callable[[str, list[str]], Fleet], name: str, link_ms: int = 40
+        self,
+        make_fleet: Callable[[str, list[str]], Fleet],
+        name: str,
+        link_ms: int = 40,
+        congestion_control: str | None = None,
     ) -> None:
         self.fleet = make_fleet(name, ["a", "b"])
         self.a = self.fleet.host("a")
         self.b = self.fleet.host("b")
         self.link_ms = link_ms
+        if congestion_control:
+            # Before any socket exists: accepted connections take their listener's algorithm.
+            for h in (self.a, self.b):
+                h.run("sysctl", "-w", f"net.ipv4.tcp_congestion_control={congestion_control}")
         self.primary = NsPostgres(self.a)
         self.replica: NsPostgres | None = None
         self.caches: dict[str, Proc] = {}
