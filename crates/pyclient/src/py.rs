@@ -9,7 +9,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyStopIteration, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBytes, PyDict, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyType};
 
 use crate::ketama::{self, Ketama};
 use crate::wire::{self, ManyLine, WireError};
@@ -476,6 +476,28 @@ impl Ring {
         self.ring
             .index_for(key)
             .ok_or_else(|| PyValueError::new_err("the ring is empty"))
+    }
+
+    /// The keys grouped by server: `[(index, [wire, ...]), ...]` in the order servers first
+    /// appear, where `wires[i]` is sent for routing key `rks[i]`.
+    fn group<'py>(
+        &self,
+        py: Python<'py>,
+        rks: &Bound<'py, PyList>,
+        wires: &Bound<'py, PyList>,
+    ) -> PyResult<Vec<(usize, Bound<'py, PyList>)>> {
+        if rks.len() != wires.len() {
+            return Err(PyValueError::new_err("rks and wires differ in length"));
+        }
+        let mut groups: Vec<(usize, Bound<'py, PyList>)> = Vec::new();
+        for (rk, wire) in rks.iter().zip(wires.iter()) {
+            let at = self.index_for(rk.downcast::<PyBytes>()?.as_bytes())?;
+            match groups.iter().find(|(i, _)| *i == at) {
+                Some((_, list)) => list.append(wire)?,
+                None => groups.push((at, PyList::new(py, [wire])?)),
+            }
+        }
+        Ok(groups)
     }
 
     fn index_for_hash(&self, h: u32) -> PyResult<usize> {
