@@ -4,6 +4,7 @@ never crashes or waits forever (a reply that never ends runs into the client's t
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -129,4 +130,31 @@ def test_every_truncation_and_byte_flip_of_the_fuzz_seed(standin: StandIn, proto
             r = outcome(call)
             # a memfleet error, or a reply that happened to parse (a dict of values, a value)
             assert r in (MemfleetServerError, MemfleetConnectionError) or not isinstance(r, type), (stream, r)
+    c.close()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted
+
+
+@pytest.mark.parametrize("op", ["get", "get_many"])
+def test_a_signal_ends_a_blocked_read(standin: StandIn, op: str) -> None:
+    # the server never answers; a signal handler's exception (as Ctrl-C's KeyboardInterrupt)
+    # must end the wait itself, not surface only once the read has timed out
+    standin.reply = b""
+    standin.hold = True
+    c = memfleet.Client([standin.address], protocol="meta", timeout=3.0, failure_limit=0)
+    previous = signal.signal(signal.SIGALRM, _interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted) as caught:
+            c.get("k") if op == "get" else c.get_many(["k", "j"])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert caught.value.__context__ is None, caught.value.__context__
     c.close()

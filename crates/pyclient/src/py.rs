@@ -110,13 +110,13 @@ impl Conn {
         let n = match &mut self.io {
             Io::Tcp(s) => {
                 let spare = &mut self.buf[self.end..];
-                py.allow_threads(|| loop {
-                    match s.read(spare) {
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        r => return r,
+                loop {
+                    match py.allow_threads(|| s.read(spare)) {
+                        // a signal: its Python handler runs now (Ctrl-C ends a blocked read)
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                        r => break r.map_err(io_error)?,
                     }
-                })
-                .map_err(io_error)?
+                }
             }
             Io::Py(sock) => {
                 let chunk = sock
@@ -169,7 +169,18 @@ impl Conn {
 
     fn write(&mut self, py: Python<'_>, parts: &[&[u8]]) -> PyResult<()> {
         match &mut self.io {
-            Io::Tcp(s) => py.allow_threads(|| write_all(s, parts)).map_err(io_error),
+            Io::Tcp(s) => {
+                let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+                let mut rest: &mut [IoSlice<'_>] = &mut slices;
+                while !rest.is_empty() {
+                    match py.allow_threads(|| write_some(s, rest)) {
+                        Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                        Err(e) => return Err(io_error(e)),
+                    }
+                }
+                Ok(())
+            }
             Io::Py(sock) => {
                 let sock = sock.bind(py);
                 for p in parts {
@@ -201,18 +212,12 @@ impl Conn {
     }
 }
 
-fn write_all(s: &mut TcpStream, parts: &[&[u8]]) -> io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-    let mut rest: &mut [IoSlice<'_>] = &mut slices;
-    while !rest.is_empty() {
-        match s.write_vectored(rest) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut rest, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+/// Writes what the socket takes now (blocking until it takes something).
+fn write_some(s: &mut TcpStream, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+    match s.write_vectored(parts)? {
+        0 => Err(io::ErrorKind::WriteZero.into()),
+        n => Ok(n),
     }
-    Ok(())
 }
 
 fn connect(host: &str, port: u16, timeout: Option<Duration>) -> io::Result<TcpStream> {
