@@ -1,9 +1,11 @@
 //! The `memfleet._native` module: what `memfleet._conn`, `memfleet._proto` and
 //! `memfleet.ketama` build on.
 
+use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::exceptions::{PyStopIteration, PyTimeoutError, PyValueError};
@@ -459,6 +461,26 @@ impl GetManyParser {
 #[pyclass(frozen, module = "memfleet._native")]
 pub struct Ring {
     ring: Ketama,
+    /// Routing key -> server index: a hot key skips md5 (the ring never changes; a new one is
+    /// built when the live servers do).
+    memo: Mutex<HashMap<Vec<u8>, usize>>,
+}
+
+/// Entries the memo holds before it starts over.
+const MEMO_MAX: usize = 65536;
+
+impl Ring {
+    fn index_memo(&self, memo: &mut HashMap<Vec<u8>, usize>, key: &[u8]) -> PyResult<usize> {
+        if let Some(&at) = memo.get(key) {
+            return Ok(at);
+        }
+        let at = self.index_for(key)?;
+        if memo.len() >= MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(key.to_vec(), at);
+        Ok(at)
+    }
 }
 
 #[pymethods]
@@ -470,6 +492,7 @@ impl Ring {
         }
         Ok(Ring {
             ring: Ketama::new(&names, &weights),
+            memo: Mutex::new(HashMap::new()),
         })
     }
 
@@ -495,8 +518,9 @@ impl Ring {
             return Err(PyValueError::new_err("rks and wires differ in length"));
         }
         let mut groups: Vec<(usize, Bound<'py, PyList>)> = Vec::new();
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
         for (rk, wire) in rks.iter().zip(wires.iter()) {
-            let at = self.index_for(rk.downcast::<PyBytes>()?.as_bytes())?;
+            let at = self.index_memo(&mut memo, rk.downcast::<PyBytes>()?.as_bytes())?;
             match groups.iter().find(|(i, _)| *i == at) {
                 Some((_, list)) => list.append(wire)?,
                 None => groups.push((at, PyList::new(py, [wire])?)),
