@@ -95,20 +95,54 @@ impl Conn {
         connection_error(py, "server closed the connection".to_owned())
     }
 
+    /// With the GIL released once: send `request`, then receive until `complete` says the
+    /// reply is whole (or cannot be read: the parser then reports that). Each GIL hand-back costs
+    /// a wait when other threads run Python, so a reply is not taken one recv at a time. Over a
+    /// Python socket (TLS) the request is sent and the parser receives as it reads.
+    fn exchange(
+        &mut self,
+        py: Python<'_>,
+        request: &[&[u8]],
+        complete: fn(&[u8], bool) -> bool,
+    ) -> PyResult<()> {
+        let meta = self.meta;
+        let Io::Tcp(s) = &mut self.io else {
+            return if request.is_empty() {
+                Ok(())
+            } else {
+                self.write(py, request)
+            };
+        };
+        let (buf, pos, end) = (&mut self.buf, &mut self.pos, &mut self.end);
+        let mut slices: Vec<IoSlice<'_>> = request.iter().map(|p| IoSlice::new(p)).collect();
+        let mut rest: &mut [IoSlice<'_>] = &mut slices;
+        loop {
+            let r = py.allow_threads(|| -> io::Result<()> {
+                while !rest.is_empty() {
+                    let n = write_some(s, rest)?;
+                    IoSlice::advance_slices(&mut rest, n);
+                }
+                while !complete(&buf[*pos..*end], meta) {
+                    make_room(buf, pos, end, 0);
+                    let n = s.read(&mut buf[*end..])?;
+                    if n == 0 {
+                        return Ok(()); // closed: the parser says so where it runs out
+                    }
+                    *end += n;
+                }
+                Ok(())
+            });
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+    }
+
     /// Receive more bytes after `end`, growing the buffer so that at least `want` more fit.
     fn fill(&mut self, py: Python<'_>, want: usize) -> PyResult<()> {
-        if self.pos == self.end {
-            self.pos = 0;
-            self.end = 0;
-        } else if self.pos > 0 && self.buf.len() - self.end < want.max(RECV / 4) {
-            self.buf.copy_within(self.pos..self.end, 0);
-            self.end -= self.pos;
-            self.pos = 0;
-        }
-        let room = want.clamp(RECV, 1 << 24);
-        if self.buf.len() - self.end < room {
-            self.buf.resize(self.end + room, 0);
-        }
+        make_room(&mut self.buf, &mut self.pos, &mut self.end, want);
         let n = match &mut self.io {
             Io::Tcp(s) => {
                 let spare = &mut self.buf[self.end..];
@@ -211,6 +245,23 @@ impl Conn {
                 out.set_item(PyBytes::new(py, &key), (data, flags))?;
             }
         }
+    }
+}
+
+/// Makes room after `end` for at least `want` more bytes (a full receive's worth at least),
+/// moving the unread bytes to the front when that frees enough.
+fn make_room(buf: &mut Vec<u8>, pos: &mut usize, end: &mut usize, want: usize) {
+    if *pos == *end {
+        *pos = 0;
+        *end = 0;
+    } else if *pos > 0 && buf.len() - *end < want.max(RECV / 4) {
+        buf.copy_within(*pos..*end, 0);
+        *end -= *pos;
+        *pos = 0;
+    }
+    let room = want.clamp(RECV, 1 << 24);
+    if buf.len() - *end < room {
+        buf.resize(*end + room, 0);
     }
 }
 
@@ -372,7 +423,7 @@ impl Conn {
         key: &[u8],
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         let meta = self.meta;
-        self.write(py, &[&wire::req_get(key, meta)])?;
+        self.exchange(py, &[&wire::req_get(key, meta)], wire::get_reply_complete)?;
         let (a, b) = self.line(py)?;
         let Some((len, flags)) =
             wire::get_line(&self.buf[a..b], meta).map_err(|e| server_error(py, e))?
@@ -397,12 +448,25 @@ impl Conn {
         head: &[u8],
         data: &[u8],
     ) -> PyResult<Bound<'py, PyBytes>> {
-        self.send_value(py, head, data)?;
+        if let Io::Tcp(_) = self.io {
+            if data.len() >= GATHER_FROM {
+                self.exchange(py, &[head, data, b"\r\n"], wire::line_complete)?;
+            } else {
+                let mut one = Vec::with_capacity(head.len() + data.len() + 2);
+                one.extend_from_slice(head);
+                one.extend_from_slice(data);
+                one.extend_from_slice(b"\r\n");
+                self.exchange(py, &[&one], wire::line_complete)?;
+            }
+        } else {
+            self.send_value(py, head, data)?;
+        }
         self.readline(py)
     }
 
     /// The reply to `req_get_many`: `{key: (data, flags)}` of the hits.
     fn read_get_many<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.exchange(py, &[], wire::get_many_reply_complete)?;
         let out = PyDict::new(py);
         self.get_many_into(py, &out)?;
         Ok(out)

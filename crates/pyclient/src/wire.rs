@@ -132,6 +132,50 @@ pub fn line_end(buf: &[u8], from: usize) -> Result<Option<usize>, WireError> {
     }
 }
 
+/// Whether `buf` holds a whole reply to [`req_get`] (`many`: to [`req_get_many`]), or one that
+/// cannot be read as one: then receiving more is pointless and the parser reports it.
+pub fn reply_complete(buf: &[u8], meta: bool, many: bool) -> bool {
+    let mut at = 0;
+    loop {
+        let cr = match line_end(&buf[at..], 0) {
+            Ok(Some(cr)) => cr,
+            Ok(None) => return false,
+            Err(_) => return true,
+        };
+        let line = &buf[at..at + cr];
+        at += cr + 2;
+        match get_many_line(line, meta) {
+            Ok(ManyLine::Item { len, .. }) => {
+                at = match at.checked_add(len).and_then(|a| a.checked_add(2)) {
+                    Some(a) if a <= buf.len() => a,
+                    _ => return false,
+                };
+                // a meta get's value ends its reply; a text get's is followed by END
+                if meta && !many {
+                    return true;
+                }
+            }
+            Ok(ManyLine::Miss) if many => {}
+            Ok(_) | Err(_) => return true,
+        }
+    }
+}
+
+/// [`reply_complete`] for a single fetch.
+pub fn get_reply_complete(buf: &[u8], meta: bool) -> bool {
+    reply_complete(buf, meta, false)
+}
+
+/// [`reply_complete`] for a multi-key fetch.
+pub fn get_many_reply_complete(buf: &[u8], meta: bool) -> bool {
+    reply_complete(buf, meta, true)
+}
+
+/// Whether `buf` holds a whole line (or more than a line may hold).
+pub fn line_complete(buf: &[u8], _meta: bool) -> bool {
+    !matches!(line_end(buf, 0), Ok(None))
+}
+
 /// A data block must end with CRLF; anything else means the reply is out of step.
 pub fn check_data_end(block: &[u8]) -> Result<(), WireError> {
     if block.ends_with(b"\r\n") {
@@ -214,6 +258,32 @@ mod tests {
         assert!(get_line(b"MN", true).is_err());
         assert_eq!(get_line(b"END", false), Ok(None));
         assert_eq!(get_line(b"VALUE k 4 2 99", false), Ok(Some((2, 4))));
+    }
+
+    #[test]
+    fn replies_are_complete_once_every_promised_byte_is_there() {
+        let meta_many = b"VA 2 f0 ka\r\nhi\r\nEN\r\nVA 1 kb\r\nx\r\nMN\r\n";
+        assert!(get_many_reply_complete(meta_many, true));
+        for cut in 0..meta_many.len() {
+            assert!(
+                !get_many_reply_complete(&meta_many[..cut], true),
+                "cut at {cut}"
+            );
+        }
+        let text_one = b"VALUE k 0 2\r\nhi\r\nEND\r\n";
+        assert!(get_reply_complete(text_one, false));
+        for cut in 0..text_one.len() {
+            assert!(!get_reply_complete(&text_one[..cut], false), "cut at {cut}");
+        }
+        assert!(get_reply_complete(b"VA 2 f1\r\nhi\r\n", true));
+        assert!(!get_reply_complete(b"VA 2 f1\r\nhi\r", true));
+        assert!(get_reply_complete(b"EN\r\n", true));
+        // garbage, error lines and endless lines need no more bytes: the parser reports them
+        assert!(get_many_reply_complete(b"SERVER_ERROR x\r\n", true));
+        assert!(get_many_reply_complete(b"VA x\r\n", true));
+        assert!(get_many_reply_complete(&vec![b'x'; MAX_LINE + 2], true));
+        assert!(!line_complete(b"HD", true));
+        assert!(line_complete(b"HD\r\n", true));
     }
 
     #[test]
