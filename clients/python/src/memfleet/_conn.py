@@ -12,146 +12,59 @@ import weakref
 from typing import Any, Callable
 
 from . import _proto as P
+from ._native import Conn
 from ._router import ServerBase
 from .errors import MemfleetConnectionError, MemfleetServerError
 from .near import NearCache, Source
 
 _RECV = 65536
-_GATHER_FROM = 16384
 BACKOFF_MIN = 0.05  # seconds before the first attempt to reopen a lost listener, doubling up to
 BACKOFF_MAX = 2.0
 
 
-class Connection:
-    """One TCP connection with a read buffer. Not thread-safe: a pool hands it to one user at a time."""
+def _tls_socket(host: str, port: int, connect_timeout: float | None, timeout: float | None, tls: ssl.SSLContext) -> Any:
+    """A connected TLS socket: the handshake runs here, within connect_timeout; the host name is
+    the SNI and what the server certificate is checked against."""
+    try:
+        sock = socket.create_connection((host, port), timeout=connect_timeout)
+    except OSError as exc:
+        raise MemfleetConnectionError(f"connect to {host}:{port} failed: {exc}") from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        tsock = tls.wrap_socket(sock, server_hostname=host)
+    except OSError as exc:  # ssl.SSLError and handshake timeouts are OSErrors
+        sock.close()
+        raise MemfleetConnectionError(f"TLS handshake with {host}:{port} failed: {exc}") from exc
+    tsock.settimeout(timeout)
+    return tsock
 
-    __slots__ = ("sock", "buf", "pos", "meta", "tls", "track_id")
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        connect_timeout: float | None,
-        timeout: float | None,
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except OSError as exc:
-            raise MemfleetConnectionError(f"connect to {host}:{port} failed: {exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            try:
-                # the handshake runs here, within connect_timeout; the host name is the SNI
-                # and what the server certificate is checked against
-                sock = tls.wrap_socket(sock, server_hostname=host)
-            except OSError as exc:  # ssl.SSLError and handshake timeouts are OSErrors
-                sock.close()
-                raise MemfleetConnectionError(f"TLS handshake with {host}:{port} failed: {exc}") from exc
-        sock.settimeout(timeout)
-        self.tls = tls is not None
-        self.sock = sock
-        # bytes, not bytearray: a reply usually arrives in one recv and is sliced without copies
-        self.buf = b""
-        self.pos = 0
-        self.meta = True
-        # the tracking listener this connection's reads are registered for
-        self.track_id: int | None = None
+def connect(
+    host: str, port: int, connect_timeout: float | None, timeout: float | None, tls: ssl.SSLContext | None
+) -> Connection:
+    """A new connection; plain TCP is the Rust wire layer's own socket, TLS a Python one it uses."""
+    if tls is None:
+        return Connection(host, port, connect_timeout, timeout)
+    return Connection(host, port, connect_timeout, timeout, _tls_socket(host, port, connect_timeout, timeout, tls))
 
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+class Connection(Conn):
+    """One connection of the Rust wire layer (``memfleet._native.Conn``: its socket, read buffer
+    and the I/O of fetches and stores, done with the GIL released). Not thread-safe: a pool
+    hands it to one user at a time."""
 
-    def send_value(self, head: bytes, data: bytes) -> None:
-        """Send header, value and CRLF with one write; big values go out by scatter-gather, uncopied."""
-        if len(data) < _GATHER_FROM or self.tls:  # an SSL socket has no sendmsg
-            self.sock.sendall(b"".join((head, data, b"\r\n")))
-            return
-        total = len(head) + len(data) + 2
-        sent = self.sock.sendmsg((head, data, b"\r\n"))
-        if sent < total:
-            # the kernel took part of it: send the rest (rare, when the socket buffer is full)
-            with memoryview(b"".join((head, data, b"\r\n"))) as rest:
-                self.sock.sendall(rest[sent:])
-
-    def readline(self) -> bytes:
-        """Next response line without its CRLF."""
-        buf = self.buf
-        pos = self.pos
-        i = buf.find(b"\r\n", pos)
-        if i >= 0:
-            self.pos = i + 2
-            return buf[pos:i]
-        return self._readline_slow()
-
-    def _readline_slow(self) -> bytes:
-        buf = self.buf[self.pos :]
-        recv = self.sock.recv
-        while True:
-            start = max(0, len(buf) - 1)
-            chunk = recv(_RECV)
-            if not chunk:
-                raise MemfleetConnectionError("server closed the connection")
-            buf = buf + chunk if buf else chunk
-            i = buf.find(b"\r\n", start)
-            if i >= 0:
-                self.buf = buf
-                self.pos = i + 2
-                return buf[:i]
-
-    def read_value(self, n: int) -> bytes:
-        """n data bytes followed by CRLF."""
-        buf = self.buf
-        p = self.pos
-        end = p + n
-        if len(buf) >= end + 2:
-            self.pos = end + 2
-            return buf[p:end]
-        rest = buf[p:]
-        need = n + 2
-        if need >= _RECV:
-            # large value: receive straight into a buffer of the right size
-            out = bytearray(need)
-            got = len(rest)
-            out[:got] = rest
-            with memoryview(out) as mv:
-                recv_into = self.sock.recv_into
-                while got < need:
-                    k = recv_into(mv[got:])
-                    if not k:
-                        raise MemfleetConnectionError("server closed the connection")
-                    got += k
-            self.buf = b""
-            self.pos = 0
-            del out[n:]
-            return bytes(out)
-        chunks = [rest]
-        have = len(rest)
-        recv = self.sock.recv
-        while have < need:
-            chunk = recv(_RECV)
-            if not chunk:
-                raise MemfleetConnectionError("server closed the connection")
-            chunks.append(chunk)
-            have += len(chunk)
-        buf = b"".join(chunks)
-        self.buf = buf
-        self.pos = need
-        return buf[:n]
+    __slots__ = ()
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
-        """Read and parse one reply; store replies skip the generator parser."""
+        """Read and parse one reply; stores and multi-key fetches are read by the wire layer."""
         if parse is P.parse_store:
             line = self.readline()
             ok = P.STORED.get(line)
             if ok is None:
                 raise P.raise_for(line)
             return ok
+        if parse is P.parse_get_many:
+            return self.read_get_many()
         gen = parse(meta)
         send = gen.send
         readline = self.readline
@@ -172,6 +85,47 @@ class Connection:
             return None
 
 
+class _NoticeSocket:
+    """A tracking listener's connection: a plain or TLS socket that its thread polls."""
+
+    __slots__ = ("sock", "buf", "pos")
+
+    def __init__(self, server: Server) -> None:
+        s = server
+        if s.tls is not None:
+            self.sock = _tls_socket(s.host, s.port, s.connect_timeout, s.timeout, s.tls)
+        else:
+            try:
+                self.sock = socket.create_connection((s.host, s.port), timeout=s.connect_timeout)
+            except OSError as exc:
+                raise MemfleetConnectionError(f"connect to {s.address} failed: {exc}") from exc
+            self.sock.settimeout(s.timeout)
+        self.buf = b""
+        self.pos = 0
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def readline(self) -> bytes:
+        """The first line (the reply to ``track listen``); what follows it stays in buf."""
+        buf = b""
+        while True:
+            i = buf.find(b"\r\n")
+            if i >= 0:
+                self.buf, self.pos = buf, i + 2
+                return buf[:i]
+            chunk = self.sock.recv(_RECV)
+            if not chunk:
+                raise MemfleetConnectionError("server closed the connection")
+            buf += chunk
+
+
 class Server(ServerBase[Connection]):
     """A configured server: its pool of idle blocking connections and failure state."""
 
@@ -183,7 +137,7 @@ class Server(ServerBase[Connection]):
             return self._idle.pop()
         except IndexError:
             pass
-        conn = Connection(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
+        conn = connect(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
         if self.meta is None:
             try:
                 reconnect = self.learn_protocol(conn.probe())
@@ -192,7 +146,7 @@ class Server(ServerBase[Connection]):
                 raise MemfleetConnectionError(f"{self.address}: {exc}") from exc
             if reconnect:
                 conn.close()
-                conn = Connection(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
+                conn = connect(self.host, self.port, self.connect_timeout, self.timeout, self.tls)
         conn.meta = bool(self.meta)
         return conn
 
@@ -235,7 +189,7 @@ class Listener:
         self._lock = threading.Lock()
         self._stopped = False
         self._wake = threading.Event()  # set when stopped: ends a backoff wait
-        self._conn: Connection | None = None
+        self._conn: _NoticeSocket | None = None
         self._id: int | None = None
         # Held while notices are taken off the socket and applied, by the thread or by a
         # near-cache hit (drain): received notices are then either still in the socket or
@@ -245,11 +199,11 @@ class Listener:
         self._peek: Any = None
         self._partial = b""  # a notice received in part
 
-    def _open(self) -> tuple[Connection, int] | None:
+    def _open(self) -> tuple[_NoticeSocket, int] | None:
         """A listener connection and its id; None if the server has no tracking. OSError if it
         cannot be reached."""
         s = self.server
-        conn = Connection(s.host, s.port, s.connect_timeout, s.timeout, s.tls)
+        conn = _NoticeSocket(s)
         try:
             conn.send(P.TRACK_LISTEN)
             lid = P.parse_tracking(conn.readline())
@@ -268,7 +222,7 @@ class Listener:
         conn.sock.setblocking(False)
         return conn, lid
 
-    def _install(self, opened: tuple[Connection, int] | None) -> bool:
+    def _install(self, opened: tuple[_NoticeSocket, int] | None) -> bool:
         """Record what an attempt to open found; False if the thread has nothing to follow."""
         with self._lock:
             if self._stopped:
@@ -341,7 +295,7 @@ class Listener:
     def _wait(self, seconds: float) -> None:
         self._wake.wait(seconds)
 
-    def _follow(self, conn: Connection) -> None:
+    def _follow(self, conn: _NoticeSocket) -> None:
         """Wait for notices and apply them until the connection closes."""
         sock = conn.sock
         poll = self._poll
@@ -379,7 +333,7 @@ class Listener:
                     if self._conn is conn:
                         self.near.lost(self.source)
 
-    def _pull(self, conn: Connection) -> bool:
+    def _pull(self, conn: _NoticeSocket) -> bool:
         """Take what the socket holds and apply each complete notice; False once it closed.
         Called with ``_reading`` held."""
         chunks = [self._partial]
@@ -450,7 +404,7 @@ def _decrypted(sock: socket.socket) -> bool:
     return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
-def _shutdown(conn: Connection) -> None:
+def _shutdown(conn: _NoticeSocket) -> None:
     """Wake the thread blocked reading ``conn``; it closes the connection."""
     try:
         conn.sock.shutdown(socket.SHUT_RDWR)

@@ -164,34 +164,33 @@ class Operations(ClientCore[S]):
 
     def _get_many(self, keys: Iterable[Key]) -> Op[dict[Key, Any]]:
         """Values of the keys that exist. Requests go to every server before any reply is read."""
-        cfg = self._cfg
         near = self._near
         out: dict[Key, Any] = {}
-        by_wire: dict[bytes, Key] = {}
-        groups: dict[S, list[bytes]] = {}
-        server_of: dict[bytes, S] = {}
-        route = self._router.server_for
         ticket = 0 if near is None else near.ticket()
-        for key in as_list(keys):
-            wire, rk = cfg.key(key)
-            if near is not None:
-                v = near.get(wire)
-                if v is not MISSING:
-                    out[key] = v
-                    continue
-            by_wire[wire] = key
-            server = route(rk)
-            server_of[wire] = server
-            g = groups.get(server)
-            if g is None:
-                groups[server] = [wire]
-            else:
-                g.append(wire)
-        if not groups:
+        keys = as_list(keys)
+        key = self._cfg.key
+        pairs = [key(k) for k in keys]
+        if near is not None:
+            missed: list[Key] = []
+            missed_pairs: list[tuple[bytes, bytes]] = []
+            for k, pair in zip(keys, pairs):
+                v = near.get(pair[0])
+                if v is MISSING:
+                    missed.append(k)
+                    missed_pairs.append(pair)
+                else:
+                    out[k] = v
+            keys, pairs = missed, missed_pairs
+        if not pairs:
             return out
+        wires = [w for w, _ in pairs]
+        by_wire = dict(zip(wires, keys))
+        groups = self._router.group([rk for _, rk in pairs], wires)
         raw = yield from self._fanout(
             groups, lambda s, batch: Call(s, lambda meta: P.req_get_many(batch, meta), P.parse_get_many)
         )
+        # the server of a value, for the near cache: where its key was sent
+        server_of = {w: s for s, batch in groups.items() for w in batch} if near is not None else {}
         decode = self._serde.decode
         later: list[tuple[Key, bytes, bytes, int]] = []  # values whose dictionary is not loaded yet
         for res in raw:
@@ -207,6 +206,8 @@ class Operations(ClientCore[S]):
                 out[orig] = value
                 if near is not None:
                     near.put_read(wire, value, server_of[wire].source, ticket)
+        if later and not server_of:
+            server_of = {w: s for s, batch in groups.items() for w in batch}
         for orig, wire, data, flags in later:
             value = yield from self._get_fetching(wire, data, flags, MISSING, server_of[wire], ticket)
             if value is not MISSING:

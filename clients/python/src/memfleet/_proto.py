@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable, Generator
+from typing import Any, cast
 
+from ._native import GetManyParser
+from ._native import req_get_many as req_get_many  # built by the Rust wire layer
 from .errors import MemfleetServerError
 
 LINE = -1
@@ -72,47 +75,11 @@ def parse_get(meta: bool) -> Generator[int, bytes, tuple[bytes, int, int] | None
     return data, int(parts[2]), cas
 
 
-def req_get_many(kbs: list[bytes], meta: bool) -> bytes:
-    if meta:
-        return b"".join([b"mg " + kb + b" f v k q\r\n" for kb in kbs]) + b"mn\r\n"
-    return b"get " + b" ".join(kbs) + b"\r\n"
-
-
-def parse_get_many(meta: bool) -> Generator[int, bytes, dict[bytes, tuple[bytes, int]]]:
-    """{key: (data, flags)} of the hits. Meta: the replies to ``mg <key> f v k q`` ... ``mn``
-    (hits only, each naming its key; a miss's ``EN`` is tolerated), up to ``MN``. Text: ``VALUE``
-    items up to ``END``."""
-    out: dict[bytes, tuple[bytes, int]] = {}
-    if meta:
-        while True:
-            line = yield LINE
-            if line[:3] == b"VA ":
-                # _value_head's letters, read inline: its dict per item costs a fifth more here
-                parts = line.split()
-                data = yield int(parts[1])
-                flags = 0
-                key = b""
-                for t in parts[2:]:
-                    c = t[0]
-                    if c == 102:  # f
-                        flags = int(t[1:])
-                    elif c == 107:  # k
-                        key = t[1:]
-                out[key] = (data, flags)
-            elif line == b"MN":
-                return out
-            elif line != b"EN":
-                raise raise_for(line)
-    while True:
-        line = yield LINE
-        if line[:6] == b"VALUE ":
-            parts = line.split()
-            data = yield int(parts[3])
-            out[parts[1]] = (data, int(parts[2]))
-        elif line == b"END":
-            return out
-        else:
-            raise raise_for(line)
+# the reply of a multi-key fetch is read by the Rust wire layer: GetManyParser takes the lines and
+# data blocks a driver reads, as the parsers here do ({key: (data, flags)} of the hits; meta: the
+# replies to ``mg <key> f v k q`` ... ``mn``, text: ``VALUE`` items up to ``END``); the blocking
+# connection reads the whole reply itself (``Conn.read_get_many``)
+parse_get_many: Callable[[bool], Parser] = cast(Any, GetManyParser)
 
 
 # -- stores ------------------------------------------------------------------------------------

@@ -159,6 +159,17 @@ class Router(Generic[S]):
         memo[key] = server
         return server
 
+    def group(self, rks: list[bytes], wires: list[bytes]) -> dict[S, list[bytes]]:
+        """``wires`` by the server of each one's routing key (``rks[i]`` places ``wires[i]``)."""
+        if self._next_check != _INF and time.monotonic() >= self._next_check:
+            self._rebuild()
+        live, ring, _ = self._state
+        if len(live) == 1:
+            return {live[0]: wires}
+        if ring is None:
+            raise NoServersError("all servers are marked dead")
+        return {live[i]: batch for i, batch in ring.group(rks, wires)}
+
     def failed(self, server: S) -> None:
         if server.mark_failed(self.failure_limit, self.retry_timeout):
             server.close()

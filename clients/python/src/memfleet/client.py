@@ -204,21 +204,7 @@ class Client(Operations[Server]):
         try:
             conn = self._acquire(server)
             try:
-                if conn.meta:
-                    conn.send(b"mg " + wire + b" f v\r\n")
-                    line = conn.readline()
-                    if line[:3] == b"VA ":  # "VA <n> f<flags>"
-                        parts = line.split()
-                        data: bytes | None = conn.read_value(int(parts[1]))
-                        flags = int(parts[2][1:]) if len(parts) > 2 else 0
-                    elif line == b"EN":
-                        data, flags = None, 0
-                    else:
-                        raise P.raise_for(line)
-                else:
-                    conn.send(b"get " + wire + b"\r\n")
-                    r = conn.reply(P.parse_get, False)
-                    data, flags = (None, 0) if r is None else (r[0], r[1])
+                r = conn.get(wire)
             except MemfleetServerError:
                 conn.close()
                 raise
@@ -228,6 +214,7 @@ class Client(Operations[Server]):
             if self.ignore_errors:
                 return default
             raise
+        data, flags = (None, 0) if r is None else r
         server.release(conn)
         if server.failures:
             server.failures = 0
@@ -242,8 +229,10 @@ class Client(Operations[Server]):
         try:
             conn = self._acquire(server)
             try:
-                conn.send_value(P.store_head(b"set", wire, len(data), flags, ttl, conn.meta), data)
-                line = conn.readline()
+                line = conn.store(P.store_head(b"set", wire, len(data), flags, ttl, conn.meta), data)
+            except MemfleetServerError:
+                conn.close()
+                raise
             except OSError as exc:
                 self._lost(server, conn, exc)
         except MemfleetConnectionError:

@@ -1,0 +1,12 @@
+//! The Python client's wire layer (the `memfleet._native` extension module): request
+//! encoding and reply parsing over crates/proto, key placement over crates/ring, and blocking
+//! connections that release the GIL while they wait on the network.
+//!
+//! [`wire`] and [`ketama`] are plain Rust with unit tests; the PyO3 bindings are compiled only
+//! with the `python` feature, which maturin enables.
+
+pub mod ketama;
+pub mod wire;
+
+#[cfg(feature = "python")]
+mod py;

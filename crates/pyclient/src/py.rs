@@ -1,0 +1,632 @@
+//! The `memfleet._native` module: what `memfleet._conn`, `memfleet._proto` and
+//! `memfleet.ketama` build on.
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyStopIteration, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBytes, PyDict, PyList, PyType};
+
+use crate::ketama::{self, Ketama};
+use crate::wire::{self, ManyLine, WireError};
+
+const RECV: usize = 65536;
+/// Values at least this long leave by scatter-gather, uncopied.
+const GATHER_FROM: usize = 16384;
+
+static SERVER_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+static CONNECTION_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+fn error_type(
+    py: Python<'_>,
+    cell: &'static GILOnceCell<Py<PyType>>,
+    name: &str,
+) -> PyResult<Py<PyType>> {
+    cell.get_or_try_init(py, || {
+        let t = py.import("memfleet.errors")?.getattr(name)?;
+        Ok::<_, PyErr>(t.downcast_into::<PyType>()?.unbind())
+    })
+    .map(|t| t.clone_ref(py))
+}
+
+fn server_error(py: Python<'_>, e: WireError) -> PyErr {
+    let text = String::from_utf8_lossy(&e.0).into_owned();
+    match error_type(py, &SERVER_ERROR, "MemfleetServerError") {
+        Ok(t) => PyErr::from_type(t.into_bound(py), text),
+        Err(err) => err,
+    }
+}
+
+fn connection_error(py: Python<'_>, text: String) -> PyErr {
+    match error_type(py, &CONNECTION_ERROR, "MemfleetConnectionError") {
+        Ok(t) => PyErr::from_type(t.into_bound(py), text),
+        Err(err) => err,
+    }
+}
+
+/// An I/O error as Python's socket module would raise it: a timeout is `TimeoutError`
+/// (SO_RCVTIMEO ends a read with EAGAIN), the rest the matching `OSError`.
+fn io_error(e: io::Error) -> PyErr {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => PyTimeoutError::new_err("timed out"),
+        _ => e.into(),
+    }
+}
+
+fn timeout_of(seconds: Option<f64>) -> Option<Duration> {
+    // socket.settimeout(None) blocks; 0 would mean non-blocking, which the pool never asks for
+    seconds.map(|s| Duration::from_secs_f64(s.max(1e-6)))
+}
+
+enum Io {
+    /// Plain TCP: reads and writes release the GIL.
+    Tcp(TcpStream),
+    /// A Python socket (an `ssl.SSLSocket`): called with the GIL held.
+    Py(PyObject),
+    Closed,
+}
+
+/// One connection with its read buffer; bytes `pos..end` of `buf` are received and unread.
+/// Not thread-safe: a pool hands it to one user at a time.
+#[pyclass(subclass, module = "memfleet._native")]
+pub struct Conn {
+    io: Io,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// Whether the server speaks the meta protocol.
+    #[pyo3(get, set)]
+    meta: bool,
+    /// The tracking listener this connection's reads are registered for.
+    #[pyo3(get, set)]
+    track_id: Option<i64>,
+    #[pyo3(get)]
+    tls: bool,
+}
+
+impl Conn {
+    fn closed(py: Python<'_>) -> PyErr {
+        connection_error(py, "server closed the connection".to_owned())
+    }
+
+    /// With the GIL released once: send `request`, then receive until `complete` says the
+    /// reply is whole (or cannot be read: the parser then reports that). Each GIL hand-back costs
+    /// a wait when other threads run Python, so a reply is not taken one recv at a time. Over a
+    /// Python socket (TLS) the request is sent and the parser receives as it reads.
+    fn exchange(
+        &mut self,
+        py: Python<'_>,
+        request: &[&[u8]],
+        complete: fn(&[u8], bool) -> bool,
+    ) -> PyResult<()> {
+        let meta = self.meta;
+        let Io::Tcp(s) = &mut self.io else {
+            return if request.is_empty() {
+                Ok(())
+            } else {
+                self.write(py, request)
+            };
+        };
+        let (buf, pos, end) = (&mut self.buf, &mut self.pos, &mut self.end);
+        let mut slices: Vec<IoSlice<'_>> = request.iter().map(|p| IoSlice::new(p)).collect();
+        let mut rest: &mut [IoSlice<'_>] = &mut slices;
+        loop {
+            let r = py.allow_threads(|| -> io::Result<()> {
+                while !rest.is_empty() {
+                    let n = write_some(s, rest)?;
+                    IoSlice::advance_slices(&mut rest, n);
+                }
+                while !complete(&buf[*pos..*end], meta) {
+                    make_room(buf, pos, end, 0);
+                    let n = s.read(&mut buf[*end..])?;
+                    if n == 0 {
+                        return Ok(()); // closed: the parser says so where it runs out
+                    }
+                    *end += n;
+                }
+                Ok(())
+            });
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+    }
+
+    /// Receive more bytes after `end`, growing the buffer so that at least `want` more fit.
+    fn fill(&mut self, py: Python<'_>, want: usize) -> PyResult<()> {
+        make_room(&mut self.buf, &mut self.pos, &mut self.end, want);
+        let n = match &mut self.io {
+            Io::Tcp(s) => {
+                let spare = &mut self.buf[self.end..];
+                loop {
+                    match py.allow_threads(|| s.read(spare)) {
+                        // a signal: its Python handler runs now (Ctrl-C ends a blocked read)
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                        r => break r.map_err(io_error)?,
+                    }
+                }
+            }
+            Io::Py(sock) => {
+                let chunk = sock
+                    .bind(py)
+                    .call_method1("recv", (self.buf.len() - self.end,))?;
+                let chunk = chunk.downcast::<PyBytes>()?.as_bytes();
+                self.buf[self.end..self.end + chunk.len()].copy_from_slice(chunk);
+                chunk.len()
+            }
+            Io::Closed => return Err(connection_error(py, "connection is closed".to_owned())),
+        };
+        if n == 0 {
+            return Err(Self::closed(py));
+        }
+        self.end += n;
+        Ok(())
+    }
+
+    /// The range of the next line (without CRLF), consumed.
+    fn line(&mut self, py: Python<'_>) -> PyResult<(usize, usize)> {
+        let mut scanned = 0;
+        loop {
+            let at = wire::line_end(&self.buf[self.pos..self.end], scanned)
+                .map_err(|e| server_error(py, e))?;
+            if let Some(cr) = at {
+                let start = self.pos;
+                self.pos += cr + 2;
+                return Ok((start, start + cr));
+            }
+            // a CR already received may be followed by the LF still to come
+            scanned = (self.end - self.pos).saturating_sub(1);
+            self.fill(py, 0)?;
+        }
+    }
+
+    /// The range of `n` data bytes, consumed with their CRLF.
+    fn data(&mut self, py: Python<'_>, n: usize) -> PyResult<(usize, usize)> {
+        let need = n
+            .checked_add(2)
+            .ok_or_else(|| PyValueError::new_err("value too long"))?;
+        while self.end - self.pos < need {
+            let missing = need - (self.end - self.pos);
+            self.fill(py, missing)?;
+        }
+        let start = self.pos;
+        wire::check_data_end(&self.buf[start..start + need]).map_err(|e| server_error(py, e))?;
+        self.pos += need;
+        Ok((start, start + n))
+    }
+
+    fn write(&mut self, py: Python<'_>, parts: &[&[u8]]) -> PyResult<()> {
+        match &mut self.io {
+            Io::Tcp(s) => {
+                let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+                let mut rest: &mut [IoSlice<'_>] = &mut slices;
+                while !rest.is_empty() {
+                    match py.allow_threads(|| write_some(s, rest)) {
+                        Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                        Err(e) => return Err(io_error(e)),
+                    }
+                }
+                Ok(())
+            }
+            Io::Py(sock) => {
+                let sock = sock.bind(py);
+                for p in parts {
+                    sock.call_method1("sendall", (PyBytes::new(py, p),))?;
+                }
+                Ok(())
+            }
+            Io::Closed => Err(connection_error(py, "connection is closed".to_owned())),
+        }
+    }
+
+    fn get_many_into(&mut self, py: Python<'_>, out: &Bound<'_, PyDict>) -> PyResult<()> {
+        let meta = self.meta;
+        loop {
+            let (a, b) = self.line(py)?;
+            let item = match wire::get_many_line(&self.buf[a..b], meta)
+                .map_err(|e| server_error(py, e))?
+            {
+                ManyLine::Item { key, flags, len } => Some((key.to_vec(), flags, len)),
+                ManyLine::Miss => None,
+                ManyLine::End => return Ok(()),
+            };
+            if let Some((key, flags, len)) = item {
+                let (s, e) = self.data(py, len)?;
+                let data = PyBytes::new(py, &self.buf[s..e]);
+                out.set_item(PyBytes::new(py, &key), (data, flags))?;
+            }
+        }
+    }
+}
+
+/// Makes room after `end` for at least `want` more bytes (a full receive's worth at least),
+/// moving the unread bytes to the front when that frees enough.
+fn make_room(buf: &mut Vec<u8>, pos: &mut usize, end: &mut usize, want: usize) {
+    if *pos == *end {
+        *pos = 0;
+        *end = 0;
+    } else if *pos > 0 && buf.len() - *end < want.max(RECV / 4) {
+        buf.copy_within(*pos..*end, 0);
+        *end -= *pos;
+        *pos = 0;
+    }
+    let room = want.clamp(RECV, 1 << 24);
+    if buf.len() - *end < room {
+        buf.resize(*end + room, 0);
+    }
+}
+
+/// Writes what the socket takes now (blocking until it takes something).
+fn write_some(s: &mut TcpStream, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+    match s.write_vectored(parts)? {
+        0 => Err(io::ErrorKind::WriteZero.into()),
+        n => Ok(n),
+    }
+}
+
+fn connect(host: &str, port: u16, timeout: Option<Duration>) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in (host, port).to_socket_addrs()? {
+        let r = match timeout {
+            Some(t) => TcpStream::connect_timeout(&addr, t),
+            None => TcpStream::connect(addr),
+        };
+        match r {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+#[pymethods]
+impl Conn {
+    /// Connects to `host:port`, or, given `sock` (a connected TLS socket), speaks over it.
+    #[new]
+    #[pyo3(signature = (host, port, connect_timeout, timeout, sock=None))]
+    fn new(
+        py: Python<'_>,
+        host: &str,
+        port: u16,
+        connect_timeout: Option<f64>,
+        timeout: Option<f64>,
+        sock: Option<PyObject>,
+    ) -> PyResult<Conn> {
+        let (io, tls) = match sock {
+            Some(sock) => (Io::Py(sock), true),
+            None => {
+                let (ct, t) = (timeout_of(connect_timeout), timeout_of(timeout));
+                let stream = py
+                    .allow_threads(|| {
+                        let s = connect(host, port, ct)?;
+                        s.set_nodelay(true)?;
+                        s.set_read_timeout(t)?;
+                        s.set_write_timeout(t)?;
+                        Ok::<_, io::Error>(s)
+                    })
+                    .map_err(|e| {
+                        connection_error(py, format!("connect to {host}:{port} failed: {e}"))
+                    })?;
+                (Io::Tcp(stream), false)
+            }
+        };
+        Ok(Conn {
+            io,
+            buf: Vec::new(),
+            pos: 0,
+            end: 0,
+            meta: true,
+            track_id: None,
+            tls,
+        })
+    }
+
+    fn close(&mut self, py: Python<'_>) {
+        match std::mem::replace(&mut self.io, Io::Closed) {
+            Io::Tcp(s) => {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            Io::Py(sock) => {
+                let _ = sock.bind(py).call_method0("close");
+            }
+            Io::Closed => {}
+        }
+    }
+
+    fn send(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
+        self.write(py, &[data])
+    }
+
+    /// Header, value and CRLF; a big value goes out by scatter-gather, uncopied.
+    fn send_value(&mut self, py: Python<'_>, head: &[u8], data: &[u8]) -> PyResult<()> {
+        if data.len() >= GATHER_FROM {
+            if let (Io::Py(sock), false) = (&self.io, self.tls) {
+                // a plain Python socket (one a test put in): one sendmsg, as over TCP
+                let sock = sock.bind(py);
+                let parts = (
+                    PyBytes::new(py, head),
+                    PyBytes::new(py, data),
+                    PyBytes::new(py, b"\r\n"),
+                );
+                let sent: usize = sock.call_method1("sendmsg", (parts,))?.extract()?;
+                let total = head.len() + data.len() + 2;
+                if sent < total {
+                    let mut one = Vec::with_capacity(total);
+                    one.extend_from_slice(head);
+                    one.extend_from_slice(data);
+                    one.extend_from_slice(b"\r\n");
+                    sock.call_method1("sendall", (PyBytes::new(py, &one[sent..]),))?;
+                }
+                return Ok(());
+            }
+            if let Io::Tcp(_) = self.io {
+                return self.write(py, &[head, data, b"\r\n"]);
+            }
+        }
+        let mut one = Vec::with_capacity(head.len() + data.len() + 2);
+        one.extend_from_slice(head);
+        one.extend_from_slice(data);
+        one.extend_from_slice(b"\r\n");
+        self.write(py, &[&one])
+    }
+
+    /// The connection's socket: a Python socket on a duplicate of the TCP one, or the TLS
+    /// socket. Setting it makes the connection speak over the object set (a test's wrapper).
+    #[getter]
+    fn get_sock(&self, py: Python<'_>) -> PyResult<PyObject> {
+        match &self.io {
+            Io::Tcp(s) => {
+                let fd = py.import("os")?.call_method1("dup", (s.as_raw_fd(),))?;
+                let kwargs = PyDict::new(py);
+                kwargs.set_item("fileno", fd)?;
+                Ok(py
+                    .import("socket")?
+                    .getattr("socket")?
+                    .call((), Some(&kwargs))?
+                    .unbind())
+            }
+            Io::Py(sock) => Ok(sock.clone_ref(py)),
+            Io::Closed => Err(connection_error(py, "connection is closed".to_owned())),
+        }
+    }
+
+    #[setter]
+    fn set_sock(&mut self, sock: PyObject) {
+        self.io = Io::Py(sock);
+    }
+
+    /// The next reply line, without its CRLF.
+    fn readline<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let (a, b) = self.line(py)?;
+        Ok(PyBytes::new(py, &self.buf[a..b]))
+    }
+
+    /// `n` data bytes followed by CRLF.
+    fn read_value<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let (a, b) = self.data(py, n)?;
+        Ok(PyBytes::new(py, &self.buf[a..b]))
+    }
+
+    /// One fetch: `(data, flags)`, or None on a miss.
+    fn get<'py>(
+        &mut self,
+        py: Python<'py>,
+        key: &[u8],
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
+        let meta = self.meta;
+        self.exchange(py, &[&wire::req_get(key, meta)], wire::get_reply_complete)?;
+        let (a, b) = self.line(py)?;
+        let Some((len, flags)) =
+            wire::get_line(&self.buf[a..b], meta).map_err(|e| server_error(py, e))?
+        else {
+            return Ok(None);
+        };
+        let (s, e) = self.data(py, len)?;
+        let data = PyBytes::new(py, &self.buf[s..e]);
+        if !meta {
+            let (a, b) = self.line(py)?;
+            if &self.buf[a..b] != b"END" {
+                return Err(server_error(py, WireError(self.buf[a..b].to_vec())));
+            }
+        }
+        Ok(Some((data, flags)))
+    }
+
+    /// A store: sends the command line, the value and CRLF, and returns the reply line.
+    fn store<'py>(
+        &mut self,
+        py: Python<'py>,
+        head: &[u8],
+        data: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if let Io::Tcp(_) = self.io {
+            if data.len() >= GATHER_FROM {
+                self.exchange(py, &[head, data, b"\r\n"], wire::line_complete)?;
+            } else {
+                let mut one = Vec::with_capacity(head.len() + data.len() + 2);
+                one.extend_from_slice(head);
+                one.extend_from_slice(data);
+                one.extend_from_slice(b"\r\n");
+                self.exchange(py, &[&one], wire::line_complete)?;
+            }
+        } else {
+            self.send_value(py, head, data)?;
+        }
+        self.readline(py)
+    }
+
+    /// The reply to `req_get_many`: `{key: (data, flags)}` of the hits.
+    fn read_get_many<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.exchange(py, &[], wire::get_many_reply_complete)?;
+        let out = PyDict::new(py);
+        self.get_many_into(py, &out)?;
+        Ok(out)
+    }
+}
+
+/// The reply to `req_get_many` parsed from lines and data blocks a driver feeds it, as the
+/// generator parsers of `memfleet._proto` are (`next()` then `send()`; the result is the value
+/// of the final StopIteration): the asyncio client reads with it.
+#[pyclass(module = "memfleet._native")]
+pub struct GetManyParser {
+    meta: bool,
+    out: Py<PyDict>,
+    /// The hit whose data block comes next.
+    pending: Option<(Py<PyBytes>, u32)>,
+}
+
+#[pymethods]
+impl GetManyParser {
+    #[new]
+    fn new(py: Python<'_>, meta: bool) -> GetManyParser {
+        GetManyParser {
+            meta,
+            out: PyDict::new(py).unbind(),
+            pending: None,
+        }
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self) -> i64 {
+        -1
+    }
+
+    fn send(&mut self, py: Python<'_>, chunk: &[u8]) -> PyResult<i64> {
+        if let Some((key, flags)) = self.pending.take() {
+            self.out
+                .bind(py)
+                .set_item(key, (PyBytes::new(py, chunk), flags))?;
+            return Ok(-1);
+        }
+        match wire::get_many_line(chunk, self.meta).map_err(|e| server_error(py, e))? {
+            ManyLine::Item { key, flags, len } => {
+                self.pending = Some((PyBytes::new(py, key).unbind(), flags));
+                Ok(len as i64)
+            }
+            ManyLine::Miss => Ok(-1),
+            ManyLine::End => Err(PyStopIteration::new_err((self.out.clone_ref(py),))),
+        }
+    }
+}
+
+/// The weighted ketama ring of `memfleet.ketama`.
+#[pyclass(frozen, module = "memfleet._native")]
+pub struct Ring {
+    ring: Ketama,
+    /// Routing key -> server index: a hot key skips md5 (the ring never changes; a new one is
+    /// built when the live servers do).
+    memo: Mutex<HashMap<Vec<u8>, usize>>,
+}
+
+/// Entries the memo holds before it starts over.
+const MEMO_MAX: usize = 65536;
+
+impl Ring {
+    fn index_memo(&self, memo: &mut HashMap<Vec<u8>, usize>, key: &[u8]) -> PyResult<usize> {
+        if let Some(&at) = memo.get(key) {
+            return Ok(at);
+        }
+        let at = self.index_for(key)?;
+        if memo.len() >= MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(key.to_vec(), at);
+        Ok(at)
+    }
+}
+
+#[pymethods]
+impl Ring {
+    #[new]
+    fn new(names: Vec<String>, weights: Vec<u32>) -> PyResult<Ring> {
+        if names.len() != weights.len() {
+            return Err(PyValueError::new_err("names and weights differ in length"));
+        }
+        Ok(Ring {
+            ring: Ketama::new(&names, &weights),
+            memo: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.ring.len()
+    }
+
+    fn index_for(&self, key: &[u8]) -> PyResult<usize> {
+        self.ring
+            .index_for(key)
+            .ok_or_else(|| PyValueError::new_err("the ring is empty"))
+    }
+
+    /// The keys grouped by server: `[(index, [wire, ...]), ...]` in the order servers first
+    /// appear, where `wires[i]` is sent for routing key `rks[i]`.
+    fn group<'py>(
+        &self,
+        py: Python<'py>,
+        rks: &Bound<'py, PyList>,
+        wires: &Bound<'py, PyList>,
+    ) -> PyResult<Vec<(usize, Bound<'py, PyList>)>> {
+        if rks.len() != wires.len() {
+            return Err(PyValueError::new_err("rks and wires differ in length"));
+        }
+        let mut groups: Vec<(usize, Bound<'py, PyList>)> = Vec::new();
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        for (rk, wire) in rks.iter().zip(wires.iter()) {
+            let at = self.index_memo(&mut memo, rk.downcast::<PyBytes>()?.as_bytes())?;
+            match groups.iter().find(|(i, _)| *i == at) {
+                Some((_, list)) => list.append(wire)?,
+                None => groups.push((at, PyList::new(py, [wire])?)),
+            }
+        }
+        Ok(groups)
+    }
+
+    fn index_for_hash(&self, h: u32) -> PyResult<usize> {
+        self.ring
+            .index_for_hash(h)
+            .ok_or_else(|| PyValueError::new_err("the ring is empty"))
+    }
+}
+
+#[pyfunction]
+fn key_hash(key: &[u8]) -> u32 {
+    ketama::key_hash(key)
+}
+
+#[pyfunction]
+fn points_for(weight: u32, total_weight: u32, live_servers: u32) -> u32 {
+    ketama::points_for(weight, total_weight, live_servers)
+}
+
+#[pyfunction]
+fn req_get_many<'py>(
+    py: Python<'py>,
+    keys: Vec<Bound<'py, PyBytes>>,
+    meta: bool,
+) -> Bound<'py, PyBytes> {
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    PyBytes::new(py, &wire::req_get_many(&keys, meta))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Conn>()?;
+    m.add_class::<GetManyParser>()?;
+    m.add_class::<Ring>()?;
+    m.add_function(wrap_pyfunction!(key_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(points_for, m)?)?;
+    m.add_function(wrap_pyfunction!(req_get_many, m)?)?;
+    Ok(())
+}
