@@ -11,6 +11,7 @@ use ring::Ring;
 use tokio::time::Instant;
 
 use crate::config::{Addr, Config, InvalidateWith, TargetSpec};
+use crate::keys::Release;
 use crate::memcache::{Command, Conn, Reply};
 use spool::Spool;
 
@@ -26,6 +27,15 @@ pub struct SinkStats {
     /// Remote marker deletes acknowledged (`DELETED` or `NOT_FOUND`), and of them `DELETED`.
     pub markers_sent: u64,
     pub markers_deleted: u64,
+    /// `remote_markers_release: message`: markers removed because they still held their
+    /// transaction's token; found holding another token (set again by a later write: left
+    /// alone); already gone; not released because the target failed (they expire by TTL);
+    /// deleted without comparing, the target lacking meta commands.
+    pub markers_released: u64,
+    pub markers_superseded: u64,
+    pub markers_gone: u64,
+    pub markers_release_dropped: u64,
+    pub markers_release_as_delete: u64,
     /// CLIENT_ERROR replies: keys the server refuses outright.
     pub refused: u64,
     pub spooled: u64,
@@ -45,6 +55,8 @@ pub struct Sink {
     markers: Option<Vec<u8>>,
     /// The connection answered `ERROR` to a mark-stale: deletes until it is reconnected.
     no_meta: bool,
+    /// Warned that the target deletes markers without comparing their tokens.
+    warned_release_as_delete: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -70,7 +82,7 @@ impl Sink {
 
     /// What `key` gets: markers are deleted (a stale marker would still redirect reads to
     /// the master), other keys as configured.
-    fn command(&self, key: &[u8]) -> Command {
+    fn command(&self, key: &[u8]) -> Command<'static> {
         match self.mode {
             InvalidateWith::Stale { ttl } if !self.no_meta && !self.is_marker(key) => {
                 Command::MarkStale { ttl }
@@ -79,7 +91,7 @@ impl Sink {
         }
     }
 
-    fn count(&mut self, key: &[u8], cmd: Command, reply: Reply) {
+    fn count(&mut self, key: &[u8], cmd: Command<'_>, reply: Reply) {
         let marker = self.is_marker(key);
         let s = &mut self.stats;
         match (reply, marker) {
@@ -96,7 +108,7 @@ impl Sink {
             }
             (Reply::NotFound, false) => s.not_found += 1,
             (Reply::ClientError, _) => s.refused += 1,
-            (Reply::Failed | Reply::NoMeta, _) => {}
+            (Reply::Failed | Reply::NoMeta | Reply::Holds { .. } | Reply::Changed, _) => {}
         }
     }
 
@@ -209,6 +221,104 @@ impl Sink {
         Ok(())
     }
 
+    /// Removes each remote marker that still holds its token: `mg <marker> v c`, then
+    /// `md <marker> C<cas>` for those that do, so a marker set again meanwhile (its CAS value
+    /// changes) stays. Never spooled: a marker not released expires by its TTL, sending reads
+    /// of its key to the master until then, which is safe. So releases are dropped while
+    /// the target's deletes are spooled (they would overtake them) or when it fails.
+    async fn release(&mut self, releases: Vec<&Release>, limits: Limits) {
+        if releases.is_empty() {
+            return;
+        }
+        if !self.spool.is_empty() {
+            self.stats.markers_release_dropped += releases.len() as u64;
+            return;
+        }
+        for chunk in releases.chunks(limits.max_batch_keys) {
+            if let Err(e) = self.release_chunk(chunk, limits).await {
+                warn!(
+                    "target {}: {e}; remote markers not released (they expire by their TTL)",
+                    self.label
+                );
+                self.conn = None;
+                return;
+            }
+        }
+    }
+
+    /// One chunk of [`Sink::release`]; counts what it settled, including on an error.
+    async fn release_chunk(&mut self, chunk: &[&Release], limits: Limits) -> io::Result<()> {
+        let dropped = |s: &mut SinkStats, n: usize| s.markers_release_dropped += n as u64;
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => match Conn::connect(&self.addr, limits.connect_timeout).await {
+                Ok(c) => {
+                    self.no_meta = false;
+                    c
+                }
+                Err(e) => {
+                    dropped(&mut self.stats, chunk.len());
+                    return Err(e);
+                }
+            },
+        };
+        let check: Vec<(&[u8], Command)> = chunk
+            .iter()
+            .map(|r| {
+                let token = r.token.as_slice();
+                (r.marker.as_slice(), Command::CheckToken { token })
+            })
+            .collect();
+        let (replies, error) = conn.send_all(&check, limits.ack_timeout).await;
+        let mut delete = Vec::new();
+        let mut plain = Vec::new();
+        for (r, reply) in chunk.iter().zip(&replies) {
+            match *reply {
+                Reply::Holds { cas } => {
+                    delete.push((r.marker.as_slice(), Command::CasDelete { cas }))
+                }
+                Reply::Changed => self.stats.markers_superseded += 1,
+                Reply::NotFound => self.stats.markers_gone += 1,
+                Reply::NoMeta => plain.push((r.marker.as_slice(), Command::Delete)),
+                Reply::ClientError => self.stats.refused += 1,
+                Reply::Deleted | Reply::Failed => dropped(&mut self.stats, 1),
+            }
+        }
+        if let Some(e) = error {
+            dropped(&mut self.stats, chunk.len() - replies.len());
+            return Err(e);
+        }
+        if !plain.is_empty() && !self.warned_release_as_delete {
+            warn!(
+                "target {}: answers ERROR to meta commands (memcached before 1.6?); deleting \
+                 remote markers without comparing their tokens",
+                self.label
+            );
+            self.warned_release_as_delete = true;
+        }
+        let both: Vec<(&[u8], Command)> = delete.iter().chain(&plain).copied().collect();
+        let (replies, error) = conn.send_all(&both, limits.ack_timeout).await;
+        for ((_, cmd), reply) in both.iter().zip(&replies) {
+            let s = &mut self.stats;
+            match (cmd, reply) {
+                (Command::Delete, Reply::Deleted | Reply::NotFound) => {
+                    s.markers_release_as_delete += 1
+                }
+                (_, Reply::Deleted) => s.markers_released += 1,
+                (_, Reply::Changed) => s.markers_superseded += 1,
+                (_, Reply::NotFound) => s.markers_gone += 1,
+                (_, Reply::ClientError) => s.refused += 1,
+                _ => dropped(s, 1),
+            }
+        }
+        if let Some(e) = error {
+            dropped(&mut self.stats, both.len() - replies.len());
+            return Err(e);
+        }
+        self.conn = Some(conn);
+        Ok(())
+    }
+
     /// Replays the spool if it is time to try the target again.
     async fn replay(&mut self, limits: Limits) -> io::Result<()> {
         if self.spool.is_empty() || Instant::now() < self.next_retry {
@@ -296,6 +406,7 @@ impl Fanout {
                 mode: config.invalidate_with,
                 markers: config.remote_markers.clone(),
                 no_meta: false,
+                warned_release_as_delete: false,
             });
             Ok(sinks.len() - 1)
         };
@@ -330,17 +441,27 @@ impl Fanout {
         })
     }
 
-    /// Sends every key to every target (its pool server for a pool), all sinks at once.
-    /// Returns when each key is acknowledged or spooled.
-    pub async fn deliver(&mut self, keys: &[Vec<u8>]) -> io::Result<()> {
+    /// Sends every key to every target (its pool server for a pool), all sinks at once,
+    /// then each marker release to where its marker lives. Returns when each key is
+    /// acknowledged or spooled.
+    pub async fn deliver(&mut self, keys: &[Vec<u8>], releases: &[Release]) -> io::Result<()> {
         let mut per_sink: Vec<Vec<&[u8]>> = vec![Vec::new(); self.sinks.len()];
+        let mut per_sink_releases: Vec<Vec<&Release>> = vec![Vec::new(); self.sinks.len()];
         for route in &self.routes {
             match route {
-                Route::All(s) => per_sink[*s].extend(keys.iter().map(Vec::as_slice)),
+                Route::All(s) => {
+                    per_sink[*s].extend(keys.iter().map(Vec::as_slice));
+                    per_sink_releases[*s].extend(releases);
+                }
                 Route::Pool { ring, sinks } => {
                     for k in keys {
                         if let Some(i) = ring.server_for(k) {
                             per_sink[sinks[i]].push(k);
+                        }
+                    }
+                    for r in releases {
+                        if let Some(i) = ring.server_for(&r.marker) {
+                            per_sink_releases[sinks[i]].push(r);
                         }
                     }
                 }
@@ -351,7 +472,12 @@ impl Fanout {
             self.sinks
                 .iter_mut()
                 .zip(per_sink)
-                .map(|(sink, keys)| sink.deliver(keys, limits)),
+                .zip(per_sink_releases)
+                .map(|((sink, keys), releases)| async move {
+                    sink.deliver(keys, limits).await?;
+                    sink.release(releases, limits).await;
+                    Ok(())
+                }),
         )
         .await;
         results.into_iter().collect()
@@ -413,6 +539,7 @@ mod tests {
             mode: InvalidateWith::Stale { ttl: 7 },
             markers: Some(b"rm:".to_vec()),
             no_meta: false,
+            warned_release_as_delete: false,
         };
         let limits = Limits {
             max_batch_keys: 100,

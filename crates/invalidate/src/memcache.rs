@@ -1,6 +1,6 @@
 //! One connection to a memcached server (or a `memfleet route` listener) that pipelines
-//! `delete KEY\r\n` (or mark-stale `md KEY I T<ttl>\r\n`) commands and reads their replies
-//! back in order, framed by `proto::response::Framer`: a reply the command cannot get ends
+//! `delete KEY\r\n` (or mark-stale `md KEY I T<ttl>\r\n`, or the two halves of a remote
+//! marker's compare-and-delete) commands and reads their replies back in order, framed by `proto::response::Framer`: a reply the command cannot get ends
 //! the connection.
 
 use std::io;
@@ -16,12 +16,16 @@ use crate::config::Addr;
 
 /// What is sent for one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command {
+pub enum Command<'t> {
     /// `delete KEY`.
     Delete,
     /// Meta `md KEY I T<ttl>`: the item stays, marked stale, for at most `ttl` seconds; the
     /// next meta reader wins the refill (`W`), the others get the stale value (`X`, `Z`).
     MarkStale { ttl: u32 },
+    /// Meta `mg KEY v c`: does the item hold `token`, and under which CAS value?
+    CheckToken { token: &'t [u8] },
+    /// Meta `md KEY C<cas>`: deletes the item only if nothing changed it since it had `cas`.
+    CasDelete { cas: u64 },
 }
 
 /// What the server said about one delete or mark-stale.
@@ -36,9 +40,13 @@ pub enum Reply {
     /// `SERVER_ERROR ...` or `ERROR`: the delete may not have happened
     /// (a router answers this when the backend is down), so it is retried.
     Failed,
-    /// `ERROR` to a mark-stale: a server without meta commands (memcached before 1.6). Sent
-    /// again as a delete.
+    /// `ERROR` to a meta command: a server without them (memcached before 1.6). A mark-stale
+    /// is sent again as a delete.
     NoMeta,
+    /// The item holds the token asked about; its CAS value.
+    Holds { cas: u64 },
+    /// The item holds something else (`mg`), or changed since (`md C`: `EX`).
+    Changed,
 }
 
 impl Reply {
@@ -115,7 +123,7 @@ impl Conn {
     /// replies so far come back with the error, and the connection must be dropped.
     pub async fn send_all(
         &mut self,
-        keys: &[(&[u8], Command)],
+        keys: &[(&[u8], Command<'_>)],
         limit: Duration,
     ) -> (Vec<Reply>, Option<io::Error>) {
         let deadline = Instant::now() + limit;
@@ -133,6 +141,17 @@ impl Conn {
                     self.wbuf
                         .extend_from_slice(format!(" I T{ttl}\r\n").as_bytes());
                 }
+                Command::CheckToken { .. } => {
+                    self.wbuf.extend_from_slice(b"mg ");
+                    self.wbuf.extend_from_slice(k);
+                    self.wbuf.extend_from_slice(b" v c\r\n");
+                }
+                Command::CasDelete { cas } => {
+                    self.wbuf.extend_from_slice(b"md ");
+                    self.wbuf.extend_from_slice(k);
+                    self.wbuf
+                        .extend_from_slice(format!(" C{cas}\r\n").as_bytes());
+                }
             }
         }
         let mut replies = Vec::with_capacity(keys.len());
@@ -147,8 +166,12 @@ impl Conn {
             let cmd = keys[replies.len()].1;
             let expect = match cmd {
                 Command::Delete => Expect::Delete,
-                Command::MarkStale { .. } => Expect::Meta {
+                Command::MarkStale { .. } | Command::CasDelete { .. } => Expect::Meta {
                     cmd: *b"md",
+                    quiet: false,
+                },
+                Command::CheckToken { .. } => Expect::Meta {
+                    cmd: *b"mg",
                     quiet: false,
                 },
             };
@@ -180,8 +203,13 @@ impl Conn {
     }
 }
 
-fn parse_reply(cmd: Command, line: &[u8]) -> Reply {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
+/// The reply to `cmd`: its line, or for an `mg` hit its line and value (without the last `\n`).
+fn parse_reply(cmd: Command<'_>, frame: &[u8]) -> Reply {
+    let frame = frame.strip_suffix(b"\r").unwrap_or(frame);
+    if let (Command::CheckToken { token }, Some(rest)) = (cmd, frame.strip_prefix(b"VA ")) {
+        return parse_token(token, rest);
+    }
+    let line = frame;
     match (cmd, line) {
         (Command::Delete, b"DELETED") => Reply::Deleted,
         (Command::Delete, b"NOT_FOUND") => Reply::NotFound,
@@ -189,10 +217,37 @@ fn parse_reply(cmd: Command, line: &[u8]) -> Reply {
         // `C` flag: it is treated as a failure, as anything unforeseen.
         (Command::MarkStale { .. }, b"HD") => Reply::Deleted,
         (Command::MarkStale { .. }, b"NF") => Reply::NotFound,
+        (Command::CheckToken { .. }, b"EN") => Reply::NotFound,
+        (Command::CasDelete { .. }, b"HD") => Reply::Deleted,
+        (Command::CasDelete { .. }, b"NF") => Reply::NotFound,
+        (Command::CasDelete { .. }, b"EX") => Reply::Changed,
         // What memcached before 1.6 answers to any command it does not know.
-        (Command::MarkStale { .. }, b"ERROR") => Reply::NoMeta,
+        (
+            Command::MarkStale { .. } | Command::CheckToken { .. } | Command::CasDelete { .. },
+            b"ERROR",
+        ) => Reply::NoMeta,
         (_, l) if l.starts_with(b"CLIENT_ERROR") => Reply::ClientError,
         _ => Reply::Failed,
+    }
+}
+
+/// `<len> <flags>\r\n<value>` of an `mg KEY v c` hit (`VA ` already gone): whether the value
+/// is `token`, with the item's CAS value; `Failed` when the reply lacks what was asked.
+fn parse_token(token: &[u8], rest: &[u8]) -> Reply {
+    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+        return Reply::Failed;
+    };
+    let (header, value) = (&rest[..nl], &rest[nl + 1..]);
+    let header = header.strip_suffix(b"\r").unwrap_or(header);
+    let cas = header
+        .split(|&b| b == b' ')
+        .skip(1)
+        .find_map(|f| f.strip_prefix(b"c"))
+        .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok());
+    match cas {
+        Some(cas) if value == token => Reply::Holds { cas },
+        Some(_) => Reply::Changed,
+        None => Reply::Failed,
     }
 }
 
@@ -225,6 +280,19 @@ mod tests {
         );
         assert_eq!(m(b"SERVER_ERROR out of memory\r"), Reply::Failed);
         assert!(!Reply::NoMeta.settled());
+        let t = |f: &[u8]| parse_reply(Command::CheckToken { token: b"ab12" }, f);
+        assert_eq!(t(b"VA 4 c77\r\nab12\r"), Reply::Holds { cas: 77 });
+        assert_eq!(t(b"VA 4 c77\r\nab13\r"), Reply::Changed);
+        assert_eq!(t(b"VA 1 c9\r\n1\r"), Reply::Changed);
+        // No CAS value: cannot be compared-and-deleted.
+        assert_eq!(t(b"VA 4\r\nab12\r"), Reply::Failed);
+        assert_eq!(t(b"EN\r"), Reply::NotFound);
+        assert_eq!(t(b"ERROR\r"), Reply::NoMeta);
+        let c = |l: &[u8]| parse_reply(Command::CasDelete { cas: 77 }, l);
+        assert_eq!(c(b"HD\r"), Reply::Deleted);
+        assert_eq!(c(b"EX\r"), Reply::Changed);
+        assert_eq!(c(b"NF\r"), Reply::NotFound);
+        assert_eq!(c(b"ERROR\r"), Reply::NoMeta);
     }
 
     /// Deletes to a peer on a Unix socket that answers with `reply` and then keeps the
@@ -236,7 +304,7 @@ mod tests {
     /// `keys` sent to a peer on a Unix socket that answers with `reply` and then keeps the
     /// connection open: what `send_all` returns.
     async fn answered_by(
-        keys: &[(&[u8], Command)],
+        keys: &[(&[u8], Command<'_>)],
         reply: &'static [u8],
     ) -> (Vec<Reply>, Option<io::Error>) {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -284,6 +352,17 @@ mod tests {
             (b"c", stale),
         ];
         let (replies, e) = answered_by(&keys, b"HD\r\nNF\r\nDELETED\r\nERROR\r\n").await;
+        let release: [(&[u8], Command); 3] = [
+            (b"rm:a", Command::CheckToken { token: b"t1" }),
+            (b"rm:b", Command::CheckToken { token: b"t2" }),
+            (b"rm:a", Command::CasDelete { cas: 5 }),
+        ];
+        let (got, err) = answered_by(&release, b"VA 2 c5\r\nt1\r\nEN\r\nEX\r\n").await;
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(
+            got,
+            [Reply::Holds { cas: 5 }, Reply::NotFound, Reply::Changed]
+        );
         assert!(e.is_none(), "{e:?}");
         assert_eq!(
             replies,
