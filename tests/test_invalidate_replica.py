@@ -157,7 +157,8 @@ def test_a_marker_is_released_only_by_the_transaction_that_set_it(
 ) -> None:
     """Two writes of one row from the replica region, overlapping: the first transaction's
     replay leaves the second's marker (and so does a plain write of the row meanwhile); the
-    second's replay removes it, and only then."""
+    second's replay removes it, and only then. And two writes whose transactions commit in the
+    other order than their markers were set: the first commit's replay leaves the other's."""
     kind, server = marker_cache
     case = GatedCase(
         pg, standby, server, workdir, invalidators, f"tied_{kind}",
@@ -166,37 +167,49 @@ def test_a_marker_is_released_only_by_the_transaction_that_set_it(
     c = case.cache
     client = memfleet.Client([f"127.0.0.1:{server.port}"])
     first, second = psycopg.connect(pg.dsn), psycopg.connect(pg.dsn)
-    update = f"UPDATE {case.table} SET v = v + 1 WHERE id = 1"
+
+    def update(i: int) -> str:
+        return f"UPDATE {case.table} SET v = v + 1 WHERE id = {i}"
+
     try:
         with client.remote_write("g:1") as w1, first.transaction(), first.cursor() as cur:
-            cur.execute(update)
+            cur.execute(update(1))
             cur.execute(*w1.pg_message())
             # The second write sets its marker and emits its message before the first
             # commits; its row change comes after.
             with client.remote_write("g:1") as w2:
                 second.execute(*w2.pg_message())
-        assert c.get("rm:g:1") == w2.token
-        # The first transaction replayed: its token is not the marker's any more.
-        assert wait_until(lambda: case.stat("markers_superseded") == 1, step=0.02)
-        assert c.get("rm:g:1") == w2.token
+            assert c.get("rm:g:1") == f" {w1.token} {w2.token}"
+        # The first transaction replayed: its token leaves the marker, the second's stays.
+        assert wait_until(lambda: c.get("rm:g:1") == f" {w2.token}", step=0.02), c.get("rm:g:1")
         # A write of the row from the master region sets no marker and removes none.
         c.set_many({"g:1": "old"})
         case.update(1)
         assert wait_until(lambda: c.get("g:1") is None, step=0.02)
-        assert c.get("rm:g:1") == w2.token
+        assert c.get("rm:g:1") == f" {w2.token}"
         standby.pause_replay()
         try:
-            second.execute(update)
+            second.execute(update(1))
             second.commit()
             assert wait_until(lambda: case.stat("held_transactions") == 1, step=0.02)
             for _ in range(20):
-                assert c.get("rm:g:1") == w2.token, "the marker went before its transaction replayed"
+                assert c.get("rm:g:1") == f" {w2.token}", "the marker went before its transaction replayed"
                 time.sleep(0.05)
         finally:
             standby.resume_replay()
         assert wait_until(lambda: c.get("rm:g:1") is None, step=0.02)
+
+        # Markers set in one order, transactions committed in the other.
+        with client.remote_write("g:2") as w3, first.transaction(), first.cursor() as cur:
+            cur.execute(*w3.pg_message())
+            with client.remote_write("g:2") as w4, second.transaction():
+                second.execute(update(2))
+                second.execute(*w4.pg_message())
+            assert wait_until(lambda: c.get("rm:g:2") == f" {w3.token}", step=0.02), c.get("rm:g:2")
+            cur.execute(update(2))
+        assert wait_until(lambda: c.get("rm:g:2") is None, step=0.02)
         st = case.inv.stats()
-        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == ("2", "1", "1"), st
+        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == ("4", "4", "0"), st
         assert (st["markers_deleted"], st["markers_release_dropped"], st["bad_marker_lines"]) == ("0", "0", "0"), st
     finally:
         first.close()

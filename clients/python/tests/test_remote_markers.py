@@ -138,7 +138,7 @@ def test_remote_write_sets_markers_and_deletes_the_keys(client: Any) -> None:
     # the replica has the transaction that emitted it
     token = w.token.encode()
     assert re.fullmatch(rb"[0-9a-f]{16}", token), token
-    assert client.get("rm:a") == token and client.get("rm:b") == token
+    assert client.get("rm:a") == b" " + token and client.get("rm:b") == b" " + token
     assert w.keys == ("a", "b")
     assert w.message == f"a {w.token}\nb {w.token}\n"
     assert w.pg_message() == (
@@ -156,6 +156,12 @@ def test_remote_write_sets_markers_and_deletes_the_keys(client: Any) -> None:
     assert again.token != w.token
     assert client.get("d") is None
     assert 30 < (marker_ttl(client, "rm:d") or 0) <= 60
+    # a second write of a key while the first is in flight: the marker holds both tokens, and
+    # its TTL starts again
+    with remote_write(client, "a", marker_ttl=50) as w3:
+        pass
+    assert client.get("rm:a") == b" " + token + b" " + w3.token.encode()
+    assert 30 < (marker_ttl(client, "rm:a") or 0) <= 50
 
 
 def test_remote_write_that_raises_keeps_markers_and_still_deletes(client: Any) -> None:
@@ -178,8 +184,8 @@ def test_low_level_pair_and_options(server: Any, make_client: Any) -> None:
         pass
     # the message names the key as the cache stores it, as the invalidator computes it
     assert w.keys == ("app:w",)
-    assert raw.get("mk/app:w") == w.token.encode()
-    assert c.set_remote_marker("t", token="tok-1") and raw.get("mk/app:t") == b"tok-1"
+    assert raw.get("mk/app:w") == b" " + w.token.encode()
+    assert c.set_remote_marker("t", token="tok-1") and raw.get("mk/app:t") == b" tok-1"
     for bad in ["", "a b", "x" * 65, "é"]:
         with pytest.raises(ValueError):
             c.set_remote_marker("t", token=bad)
@@ -389,7 +395,7 @@ def test_marker_on_another_server(relays: list[Relay]) -> None:
     for key in (same, other):
         c.set(key, "old")
         with c.remote_write(key) as w:
-            tokens["rm:" + key] = w.token.encode()
+            tokens["rm:" + key] = b" " + w.token.encode()
         for r in relays:
             r.take()
         assert c.get_or_set(key, lambda: "replica", ttl=60, master_loader=lambda: "master") == "master"

@@ -59,6 +59,9 @@ pub struct Sink {
     warned_release_as_delete: bool,
 }
 
+/// Looks at a marker whose release found it changed in between, before leaving it to its TTL.
+const RELEASE_ATTEMPTS: usize = 4;
+
 #[derive(Clone, Copy)]
 pub struct Limits {
     pub max_batch_keys: usize,
@@ -134,11 +137,11 @@ impl Sink {
         let (replies, mut error) = conn.send_all(&cmds, limits.ack_timeout).await;
         let mut failed = Vec::new();
         let mut no_meta = Vec::new();
-        for (i, &r) in replies.iter().enumerate() {
+        for (i, r) in replies.iter().enumerate() {
             match r {
                 Reply::Failed => failed.push(i),
                 Reply::NoMeta => no_meta.push(i),
-                _ => self.count(cmds[i].0, cmds[i].1, r),
+                _ => self.count(cmds[i].0, cmds[i].1, r.clone()),
             }
         }
         if !no_meta.is_empty() && error.is_none() {
@@ -157,9 +160,9 @@ impl Sink {
             let (replies, e) = conn.send_all(&again, limits.ack_timeout).await;
             for (j, &i) in no_meta.iter().enumerate() {
                 match replies.get(j) {
-                    Some(&r) if r.settled() => {
+                    Some(r) if r.settled() => {
                         self.stats.stale_as_delete += 1;
-                        self.count(keys[i], Command::Delete, r);
+                        self.count(keys[i], Command::Delete, r.clone());
                     }
                     _ => failed.push(i),
                 }
@@ -246,7 +249,10 @@ impl Sink {
         }
     }
 
-    /// One chunk of [`Sink::release`]; counts what it settled, including on an error.
+    /// One chunk of [`Sink::release`]; counts what it settled, including on an error. A
+    /// marker holds the tokens of every write in flight; this write's token is taken out of
+    /// it (`ms C<cas>` with the others), and the marker deleted (`md C<cas>`) when it was the
+    /// last. A marker that changed between the look and the change is looked at again.
     async fn release_chunk(&mut self, chunk: &[&Release], limits: Limits) -> io::Result<()> {
         let dropped = |s: &mut SinkStats, n: usize| s.markers_release_dropped += n as u64;
         let mut conn = match self.conn.take() {
@@ -262,59 +268,84 @@ impl Sink {
                 }
             },
         };
-        let check: Vec<(&[u8], Command)> = chunk
-            .iter()
-            .map(|r| {
-                let token = r.token.as_slice();
-                (r.marker.as_slice(), Command::CheckToken { token })
-            })
-            .collect();
-        let (replies, error) = conn.send_all(&check, limits.ack_timeout).await;
-        let mut delete = Vec::new();
-        let mut plain = Vec::new();
-        for (r, reply) in chunk.iter().zip(&replies) {
-            match *reply {
-                Reply::Holds { cas } => {
-                    delete.push((r.marker.as_slice(), Command::CasDelete { cas }))
-                }
-                Reply::Changed => self.stats.markers_superseded += 1,
-                Reply::NotFound => self.stats.markers_gone += 1,
-                Reply::NoMeta => plain.push((r.marker.as_slice(), Command::Delete)),
-                Reply::ClientError => self.stats.refused += 1,
-                Reply::Deleted | Reply::Failed => dropped(&mut self.stats, 1),
+        let mut pending: Vec<&Release> = chunk.to_vec();
+        for _ in 0..RELEASE_ATTEMPTS {
+            if pending.is_empty() {
+                break;
             }
-        }
-        if let Some(e) = error {
-            dropped(&mut self.stats, chunk.len() - replies.len());
-            return Err(e);
-        }
-        if !plain.is_empty() && !self.warned_release_as_delete {
-            warn!(
-                "target {}: answers ERROR to meta commands (memcached before 1.6?); deleting \
-                 remote markers without comparing their tokens",
-                self.label
-            );
-            self.warned_release_as_delete = true;
-        }
-        let both: Vec<(&[u8], Command)> = delete.iter().chain(&plain).copied().collect();
-        let (replies, error) = conn.send_all(&both, limits.ack_timeout).await;
-        for ((_, cmd), reply) in both.iter().zip(&replies) {
-            let s = &mut self.stats;
-            match (cmd, reply) {
-                (Command::Delete, Reply::Deleted | Reply::NotFound) => {
-                    s.markers_release_as_delete += 1
+            let check: Vec<(&[u8], Command)> = pending
+                .iter()
+                .map(|r| {
+                    let token = r.token.as_slice();
+                    (r.marker.as_slice(), Command::CheckToken { token })
+                })
+                .collect();
+            let (replies, error) = conn.send_all(&check, limits.ack_timeout).await;
+            let mut writes: Vec<(&Release, Command)> = Vec::new();
+            let mut plain = 0;
+            for (&r, reply) in pending.iter().zip(&replies) {
+                match reply {
+                    Reply::Holds { cas, others, .. } if others.is_empty() => {
+                        writes.push((r, Command::CasDelete { cas: *cas }))
+                    }
+                    Reply::Holds { cas, ttl, others } => writes.push((
+                        r,
+                        Command::CasStore {
+                            cas: *cas,
+                            ttl: *ttl,
+                            value: others,
+                        },
+                    )),
+                    Reply::Changed => self.stats.markers_superseded += 1,
+                    Reply::NotFound => self.stats.markers_gone += 1,
+                    Reply::NoMeta => {
+                        plain += 1;
+                        writes.push((r, Command::Delete));
+                    }
+                    Reply::ClientError => self.stats.refused += 1,
+                    Reply::Deleted | Reply::Failed => dropped(&mut self.stats, 1),
                 }
-                (_, Reply::Deleted) => s.markers_released += 1,
-                (_, Reply::Changed) => s.markers_superseded += 1,
-                (_, Reply::NotFound) => s.markers_gone += 1,
-                (_, Reply::ClientError) => s.refused += 1,
-                _ => dropped(s, 1),
             }
+            if let Some(e) = error {
+                dropped(&mut self.stats, pending.len() - replies.len());
+                return Err(e);
+            }
+            if plain > 0 && !self.warned_release_as_delete {
+                warn!(
+                    "target {}: answers ERROR to meta commands (memcached before 1.6?); deleting \
+                     remote markers without comparing their tokens",
+                    self.label
+                );
+                self.warned_release_as_delete = true;
+            }
+            let cmds: Vec<(&[u8], Command)> = writes
+                .iter()
+                .map(|(r, c)| (r.marker.as_slice(), *c))
+                .collect();
+            let (replies, error) = conn.send_all(&cmds, limits.ack_timeout).await;
+            let mut again = Vec::new();
+            for ((r, cmd), reply) in writes.iter().zip(&replies) {
+                let s = &mut self.stats;
+                match (cmd, reply) {
+                    (Command::Delete, Reply::Deleted | Reply::NotFound) => {
+                        s.markers_release_as_delete += 1
+                    }
+                    (_, Reply::Deleted) => s.markers_released += 1,
+                    // Another write added its token, or another release took one out.
+                    (_, Reply::Changed) => again.push(*r),
+                    (_, Reply::NotFound) => s.markers_gone += 1,
+                    (_, Reply::ClientError) => s.refused += 1,
+                    _ => dropped(s, 1),
+                }
+            }
+            if let Some(e) = error {
+                dropped(&mut self.stats, writes.len() - replies.len());
+                return Err(e);
+            }
+            pending = again;
         }
-        if let Some(e) = error {
-            dropped(&mut self.stats, both.len() - replies.len());
-            return Err(e);
-        }
+        // Still changing under us: left to their TTL.
+        dropped(&mut self.stats, pending.len());
         self.conn = Some(conn);
         Ok(())
     }

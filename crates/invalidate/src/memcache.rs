@@ -22,14 +22,18 @@ pub enum Command<'t> {
     /// Meta `md KEY I T<ttl>`: the item stays, marked stale, for at most `ttl` seconds; the
     /// next meta reader wins the refill (`W`), the others get the stale value (`X`, `Z`).
     MarkStale { ttl: u32 },
-    /// Meta `mg KEY v c`: does the item hold `token`, and under which CAS value?
+    /// Meta `mg KEY v c t`: does the item (space-separated tokens) hold `token`, under which
+    /// CAS value, with which TTL, and which tokens besides?
     CheckToken { token: &'t [u8] },
     /// Meta `md KEY C<cas>`: deletes the item only if nothing changed it since it had `cas`.
     CasDelete { cas: u64 },
+    /// Meta `ms KEY <len> C<cas> T<ttl>`: stores `value` only if nothing changed the item
+    /// since it had `cas`.
+    CasStore { cas: u64, ttl: i64, value: &'t [u8] },
 }
 
 /// What the server said about one delete or mark-stale.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     /// `DELETED`, or `HD` to a mark-stale (the item is now stale).
     Deleted,
@@ -43,15 +47,16 @@ pub enum Reply {
     /// `ERROR` to a meta command: a server without them (memcached before 1.6). A mark-stale
     /// is sent again as a delete.
     NoMeta,
-    /// The item holds the token asked about; its CAS value.
-    Holds { cas: u64 },
-    /// The item holds something else (`mg`), or changed since (`md C`: `EX`).
+    /// The item holds the token asked about: its CAS value, its TTL (`-1`: none), and the
+    /// other tokens it holds (each preceded by a space).
+    Holds { cas: u64, ttl: i64, others: Vec<u8> },
+    /// The item does not hold the token (`mg`), or changed since (`md C`, `ms C`: `EX`).
     Changed,
 }
 
 impl Reply {
     /// Whether the key is settled: done, or refused for good.
-    pub fn settled(self) -> bool {
+    pub fn settled(&self) -> bool {
         !matches!(self, Reply::Failed | Reply::NoMeta)
     }
 }
@@ -144,13 +149,23 @@ impl Conn {
                 Command::CheckToken { .. } => {
                     self.wbuf.extend_from_slice(b"mg ");
                     self.wbuf.extend_from_slice(k);
-                    self.wbuf.extend_from_slice(b" v c\r\n");
+                    self.wbuf.extend_from_slice(b" v c t\r\n");
                 }
                 Command::CasDelete { cas } => {
                     self.wbuf.extend_from_slice(b"md ");
                     self.wbuf.extend_from_slice(k);
                     self.wbuf
                         .extend_from_slice(format!(" C{cas}\r\n").as_bytes());
+                }
+                Command::CasStore { cas, ttl, value } => {
+                    self.wbuf.extend_from_slice(b"ms ");
+                    self.wbuf.extend_from_slice(k);
+                    // TTL -1 (none) is memcached's 0.
+                    let t = (*ttl).max(0);
+                    let head = format!(" {} C{cas} T{t}\r\n", value.len());
+                    self.wbuf.extend_from_slice(head.as_bytes());
+                    self.wbuf.extend_from_slice(value);
+                    self.wbuf.extend_from_slice(b"\r\n");
                 }
             }
         }
@@ -165,6 +180,10 @@ impl Conn {
         while replies.len() < keys.len() {
             let cmd = keys[replies.len()].1;
             let expect = match cmd {
+                Command::CasStore { .. } => Expect::Meta {
+                    cmd: *b"ms",
+                    quiet: false,
+                },
                 Command::Delete => Expect::Delete,
                 Command::MarkStale { .. } | Command::CasDelete { .. } => Expect::Meta {
                     cmd: *b"md",
@@ -221,9 +240,15 @@ fn parse_reply(cmd: Command<'_>, frame: &[u8]) -> Reply {
         (Command::CasDelete { .. }, b"HD") => Reply::Deleted,
         (Command::CasDelete { .. }, b"NF") => Reply::NotFound,
         (Command::CasDelete { .. }, b"EX") => Reply::Changed,
+        (Command::CasStore { .. }, b"HD") => Reply::Deleted,
+        (Command::CasStore { .. }, b"NF") => Reply::NotFound,
+        (Command::CasStore { .. }, b"EX" | b"NS") => Reply::Changed,
         // What memcached before 1.6 answers to any command it does not know.
         (
-            Command::MarkStale { .. } | Command::CheckToken { .. } | Command::CasDelete { .. },
+            Command::MarkStale { .. }
+            | Command::CheckToken { .. }
+            | Command::CasDelete { .. }
+            | Command::CasStore { .. },
             b"ERROR",
         ) => Reply::NoMeta,
         (_, l) if l.starts_with(b"CLIENT_ERROR") => Reply::ClientError,
@@ -231,23 +256,42 @@ fn parse_reply(cmd: Command<'_>, frame: &[u8]) -> Reply {
     }
 }
 
-/// `<len> <flags>\r\n<value>` of an `mg KEY v c` hit (`VA ` already gone): whether the value
-/// is `token`, with the item's CAS value; `Failed` when the reply lacks what was asked.
+/// `<len> <flags>\r\n<value>` of an `mg KEY v c t` hit (`VA ` already gone): whether the
+/// value's space-separated tokens include `token`, with the item's CAS value, TTL and other
+/// tokens; `Failed` when the reply lacks what was asked.
 fn parse_token(token: &[u8], rest: &[u8]) -> Reply {
     let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
         return Reply::Failed;
     };
     let (header, value) = (&rest[..nl], &rest[nl + 1..]);
     let header = header.strip_suffix(b"\r").unwrap_or(header);
-    let cas = header
-        .split(|&b| b == b' ')
-        .skip(1)
-        .find_map(|f| f.strip_prefix(b"c"))
-        .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok());
-    match cas {
-        Some(cas) if value == token => Reply::Holds { cas },
-        Some(_) => Reply::Changed,
-        None => Reply::Failed,
+    let flag = |name: u8| {
+        header
+            .split(|&b| b == b' ')
+            .skip(1)
+            .find_map(|f| f.strip_prefix(&[name]))
+            .and_then(|v| std::str::from_utf8(v).ok())
+    };
+    let cas = flag(b'c').and_then(|c| c.parse::<u64>().ok());
+    let ttl = flag(b't').and_then(|t| t.parse::<i64>().ok());
+    let (Some(cas), Some(ttl)) = (cas, ttl) else {
+        return Reply::Failed;
+    };
+    let mut found = false;
+    let mut others = Vec::new();
+    for t in value.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
+        // One occurrence is this write's; a token is never reused, but a repeat stays.
+        if t == token && !found {
+            found = true;
+        } else {
+            others.push(b' ');
+            others.extend_from_slice(t);
+        }
+    }
+    if found {
+        Reply::Holds { cas, ttl, others }
+    } else {
+        Reply::Changed
     }
 }
 
@@ -281,11 +325,23 @@ mod tests {
         assert_eq!(m(b"SERVER_ERROR out of memory\r"), Reply::Failed);
         assert!(!Reply::NoMeta.settled());
         let t = |f: &[u8]| parse_reply(Command::CheckToken { token: b"ab12" }, f);
-        assert_eq!(t(b"VA 4 c77\r\nab12\r"), Reply::Holds { cas: 77 });
-        assert_eq!(t(b"VA 4 c77\r\nab13\r"), Reply::Changed);
-        assert_eq!(t(b"VA 1 c9\r\n1\r"), Reply::Changed);
-        // No CAS value: cannot be compared-and-deleted.
-        assert_eq!(t(b"VA 4\r\nab12\r"), Reply::Failed);
+        let holds = |cas, ttl, others: &[u8]| Reply::Holds {
+            cas,
+            ttl,
+            others: others.to_vec(),
+        };
+        assert_eq!(t(b"VA 5 c77 t50\r\n ab12\r"), holds(77, 50, b""));
+        assert_eq!(t(b"VA 4 c77 t-1\r\nab12\r"), holds(77, -1, b""));
+        assert_eq!(
+            t(b"VA 15 c7 t9\r\n ab1 ab12 ab123\r"),
+            holds(7, 9, b" ab1 ab123")
+        );
+        assert_eq!(t(b"VA 10 c7 t9\r\n ab12 ab12\r"), holds(7, 9, b" ab12"));
+        assert_eq!(t(b"VA 5 c77 t50\r\n ab13\r"), Reply::Changed);
+        assert_eq!(t(b"VA 1 c9 t5\r\n1\r"), Reply::Changed);
+        // No CAS value or TTL: cannot be compared-and-deleted.
+        assert_eq!(t(b"VA 4 t5\r\nab12\r"), Reply::Failed);
+        assert_eq!(t(b"VA 4 c5\r\nab12\r"), Reply::Failed);
         assert_eq!(t(b"EN\r"), Reply::NotFound);
         assert_eq!(t(b"ERROR\r"), Reply::NoMeta);
         let c = |l: &[u8]| parse_reply(Command::CasDelete { cas: 77 }, l);
@@ -293,6 +349,18 @@ mod tests {
         assert_eq!(c(b"EX\r"), Reply::Changed);
         assert_eq!(c(b"NF\r"), Reply::NotFound);
         assert_eq!(c(b"ERROR\r"), Reply::NoMeta);
+        let s = |l: &[u8]| {
+            let cmd = Command::CasStore {
+                cas: 7,
+                ttl: 5,
+                value: b" x",
+            };
+            parse_reply(cmd, l)
+        };
+        assert_eq!(s(b"HD\r"), Reply::Deleted);
+        assert_eq!(s(b"EX\r"), Reply::Changed);
+        assert_eq!(s(b"NF\r"), Reply::NotFound);
+        assert_eq!(s(b"ERROR\r"), Reply::NoMeta);
     }
 
     /// Deletes to a peer on a Unix socket that answers with `reply` and then keeps the
@@ -352,16 +420,30 @@ mod tests {
             (b"c", stale),
         ];
         let (replies, e) = answered_by(&keys, b"HD\r\nNF\r\nDELETED\r\nERROR\r\n").await;
-        let release: [(&[u8], Command); 3] = [
+        let release: [(&[u8], Command); 4] = [
             (b"rm:a", Command::CheckToken { token: b"t1" }),
             (b"rm:b", Command::CheckToken { token: b"t2" }),
             (b"rm:a", Command::CasDelete { cas: 5 }),
+            (
+                b"rm:c",
+                Command::CasStore {
+                    cas: 6,
+                    ttl: 30,
+                    value: b" t3",
+                },
+            ),
         ];
-        let (got, err) = answered_by(&release, b"VA 2 c5\r\nt1\r\nEN\r\nEX\r\n").await;
+        let (got, err) =
+            answered_by(&release, b"VA 6 c5 t30\r\n t1 t3\r\nEN\r\nEX\r\nHD\r\n").await;
         assert!(err.is_none(), "{err:?}");
+        let holds = Reply::Holds {
+            cas: 5,
+            ttl: 30,
+            others: b" t3".to_vec(),
+        };
         assert_eq!(
             got,
-            [Reply::Holds { cas: 5 }, Reply::NotFound, Reply::Changed]
+            [holds, Reply::NotFound, Reply::Changed, Reply::Deleted]
         );
         assert!(e.is_none(), "{e:?}");
         assert_eq!(

@@ -563,14 +563,16 @@ class Operations(ClientCore[S]):
         return bool((yield Call(server, lambda meta: P.req_exists(mwire, meta), P.parse_exists)))
 
     def _set_remote_markers(
-        self, keys: Key | Iterable[Key], marker_ttl: int | None = None, token: str = "1"
+        self, keys: Key | Iterable[Key], marker_ttl: int | None = None, token: str | None = None
     ) -> Op[list[Key]]:
         """Set the remote marker of each key (one pipeline per server) for ``marker_ttl`` seconds
-        (default: the client's ``remote_marker_ttl``), holding ``token``; returns the keys whose
-        marker was **not** set. The keys leave the near cache. Call it before writing to the
-        master database, and ``delete_many(keys)`` after; ``remote_write`` does both."""
+        (default: the client's ``remote_marker_ttl``); returns the keys whose marker was **not**
+        set. The keys leave the near cache. Call it before writing to the master database, and
+        ``delete_many(keys)`` after; ``remote_write`` does both. With ``token``, the marker holds
+        it beside the tokens of other writes in flight (``" <token> <token>..."``, appended) and
+        its TTL starts again; without, the marker is set to ``1``."""
         ttl = self._rm_ttl if marker_ttl is None else marker_ttl_check(marker_ttl)
-        value = token.encode()
+        value = b"1" if token is None else token.encode()
         if not value or len(value) > 64 or not value.isascii() or any(c <= 32 or c == 127 for c in value):
             raise ValueError(f"a marker token must be 1 to 64 printable ASCII bytes without spaces, not {token!r}")
         near = self._near
@@ -587,6 +589,13 @@ class Operations(ClientCore[S]):
             return []
 
         def call(server: S, batch: list[tuple[bytes, bytes, int]]) -> Call:
+            if token is not None:
+                kbs = [m[0] for m in batch]
+                return Call(
+                    server,
+                    lambda meta: P.req_add_token_many(kbs, value, ttl, meta),
+                    lambda meta: P.parse_add_token_many(meta, kbs),
+                )
             return Call(
                 server,
                 lambda meta: P.req_set_many(batch, ttl, meta),
@@ -613,7 +622,7 @@ class Operations(ClientCore[S]):
 
     set_remote_markers = operation(_set_remote_markers)
 
-    def _set_remote_marker(self, key: Key, marker_ttl: int | None = None, token: str = "1") -> Op[bool]:
+    def _set_remote_marker(self, key: Key, marker_ttl: int | None = None, token: str | None = None) -> Op[bool]:
         """``set_remote_markers`` for one key: True if its marker was set."""
         return not (yield from self._set_remote_markers([key], marker_ttl, token))
 
@@ -624,6 +633,9 @@ class Operations(ClientCore[S]):
         ``ignore_errors``."""
         token = new_token()
         unset = yield from self._set_remote_markers(keys, marker_ttl, token)
+        if unset:
+            # A marker that came or went between the append and the add: once more.
+            unset = yield from self._set_remote_markers(unset, marker_ttl, token)
         if unset and not self.ignore_errors:
             raise MemfleetServerError(f"remote markers not set for {unset!r}, so the block did not run")
         wire = tuple(self._cfg.key(k)[0].decode("utf-8", "surrogateescape") for k in keys)
