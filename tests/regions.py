@@ -374,7 +374,8 @@ def run_workload(
             continue
         inv[region] = {k: st.get(k) for k in ("transactions", "deleted", "visibility_waits", "held_transactions",
                                               "latency_p50_us", "latency_p99_us", "markers_deleted",
-                                              "markers_released", "markers_superseded")}  # fmt: skip
+                                              "marker_tokens", "markers_released", "markers_superseded",
+                                              "markers_gone", "markers_release_dropped")}  # fmt: skip
     return {
         "invalidators": inv,
         "stale": {r: rp.stale_keys(r) for r in ("a", "b")},

@@ -208,8 +208,20 @@ def test_a_marker_is_released_only_by_the_transaction_that_set_it(
             assert wait_until(lambda: c.get("rm:g:2") == f" {w3.token}", step=0.02), c.get("rm:g:2")
             cur.execute(update(2))
         assert wait_until(lambda: c.get("rm:g:2") is None, step=0.02)
+
+        # Six writes of one key replayed together (after a pause): all released at once.
+        standby.pause_replay()
+        try:
+            for _ in range(6):
+                with client.remote_write("g:3") as w, first.transaction(), first.cursor() as cur:
+                    cur.execute(update(3))
+                    cur.execute(*w.pg_message())
+            assert len((c.get("rm:g:3") or "").split()) == 6
+        finally:
+            standby.resume_replay()
+        assert wait_until(lambda: c.get("rm:g:3") is None, step=0.02), c.get("rm:g:3")
         st = case.inv.stats()
-        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == ("4", "4", "0"), st
+        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == ("10", "10", "0"), st
         assert (st["markers_deleted"], st["markers_release_dropped"], st["bad_marker_lines"]) == ("0", "0", "0"), st
     finally:
         first.close()

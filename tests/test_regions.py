@@ -98,7 +98,7 @@ def test_writes_from_the_far_region_read_back_with_remote_markers(make_fleet: Ma
 
         with Client([rp.cache_addr("b")]) as c:
             left = c.get_many([f"rm:item:{i}" for i in range(KEYS + REMOTE_ROWS)])
-        assert left == {}, left
+        assert left == {}, (left, got["invalidators"], rp.logs())
 
 
 def test_faults_lose_nothing_and_leave_nothing_stale(make_fleet: MakeFleet) -> None:

@@ -2,6 +2,7 @@
 //! each key on the server its ring picks. Each server ("sink") has one reused connection
 //! and a spool; `deliver` returns only once every key is acknowledged or spooled.
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
@@ -57,6 +58,12 @@ pub struct Sink {
     no_meta: bool,
     /// Warned that the target deletes markers without comparing their tokens.
     warned_release_as_delete: bool,
+}
+
+/// The released tokens of one marker.
+struct Group<'a> {
+    marker: &'a [u8],
+    tokens: Vec<&'a [u8]>,
 }
 
 /// Looks at a marker whose release found it changed in between, before leaving it to its TTL.
@@ -237,7 +244,21 @@ impl Sink {
             self.stats.markers_release_dropped += releases.len() as u64;
             return;
         }
-        for chunk in releases.chunks(limits.max_batch_keys) {
+        // One look and one change per marker, however many of its writes are released
+        // together (after a replica pause, many): one at a time they would only race.
+        let mut groups: Vec<Group> = Vec::new();
+        let mut index: HashMap<&[u8], usize> = HashMap::new();
+        for r in &releases {
+            let i = *index.entry(r.marker.as_slice()).or_insert_with(|| {
+                groups.push(Group {
+                    marker: &r.marker,
+                    tokens: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[i].tokens.push(&r.token);
+        }
+        for chunk in groups.chunks(limits.max_batch_keys) {
             if let Err(e) = self.release_chunk(chunk, limits).await {
                 warn!(
                     "target {}: {e}; remote markers not released (they expire by their TTL)",
@@ -250,11 +271,13 @@ impl Sink {
     }
 
     /// One chunk of [`Sink::release`]; counts what it settled, including on an error. A
-    /// marker holds the tokens of every write in flight; this write's token is taken out of
-    /// it (`ms C<cas>` with the others), and the marker deleted (`md C<cas>`) when it was the
-    /// last. A marker that changed between the look and the change is looked at again.
-    async fn release_chunk(&mut self, chunk: &[&Release], limits: Limits) -> io::Result<()> {
+    /// marker holds the tokens of every write in flight; the released writes' tokens are taken
+    /// out of it (`ms C<cas>` with the others), and the marker deleted (`md C<cas>`) when none
+    /// is left. A marker that changed between the look and the change is looked at again.
+    async fn release_chunk(&mut self, chunk: &[Group<'_>], limits: Limits) -> io::Result<()> {
         let dropped = |s: &mut SinkStats, n: usize| s.markers_release_dropped += n as u64;
+        let tokens = |gs: &[&Group]| gs.iter().map(|g| g.tokens.len()).sum::<usize>();
+        let mut pending: Vec<&Group> = chunk.iter().collect();
         let mut conn = match self.conn.take() {
             Some(c) => c,
             None => match Conn::connect(&self.addr, limits.connect_timeout).await {
@@ -263,51 +286,60 @@ impl Sink {
                     c
                 }
                 Err(e) => {
-                    dropped(&mut self.stats, chunk.len());
+                    dropped(&mut self.stats, tokens(&pending));
                     return Err(e);
                 }
             },
         };
-        let mut pending: Vec<&Release> = chunk.to_vec();
         for _ in 0..RELEASE_ATTEMPTS {
             if pending.is_empty() {
                 break;
             }
             let check: Vec<(&[u8], Command)> = pending
                 .iter()
-                .map(|r| {
-                    let token = r.token.as_slice();
-                    (r.marker.as_slice(), Command::CheckToken { token })
+                .map(|g| {
+                    let tokens = g.tokens.as_slice();
+                    (g.marker, Command::CheckToken { tokens })
                 })
                 .collect();
             let (replies, error) = conn.send_all(&check, limits.ack_timeout).await;
-            let mut writes: Vec<(&Release, Command)> = Vec::new();
+            // Each change with the number of the group's tokens it takes out.
+            let mut writes: Vec<(&Group, Command, usize)> = Vec::new();
             let mut plain = 0;
-            for (&r, reply) in pending.iter().zip(&replies) {
+            for (&g, reply) in pending.iter().zip(&replies) {
+                let n = g.tokens.len();
+                let s = &mut self.stats;
                 match reply {
-                    Reply::Holds { cas, others, .. } if others.is_empty() => {
-                        writes.push((r, Command::CasDelete { cas: *cas }))
+                    Reply::Holds {
+                        cas,
+                        ttl,
+                        others,
+                        found,
+                    } => {
+                        s.markers_superseded += (n - found) as u64;
+                        let cmd = if others.is_empty() {
+                            Command::CasDelete { cas: *cas }
+                        } else {
+                            Command::CasStore {
+                                cas: *cas,
+                                ttl: *ttl,
+                                value: others,
+                            }
+                        };
+                        writes.push((g, cmd, *found));
                     }
-                    Reply::Holds { cas, ttl, others } => writes.push((
-                        r,
-                        Command::CasStore {
-                            cas: *cas,
-                            ttl: *ttl,
-                            value: others,
-                        },
-                    )),
-                    Reply::Changed => self.stats.markers_superseded += 1,
-                    Reply::NotFound => self.stats.markers_gone += 1,
+                    Reply::Changed => s.markers_superseded += n as u64,
+                    Reply::NotFound => s.markers_gone += n as u64,
                     Reply::NoMeta => {
                         plain += 1;
-                        writes.push((r, Command::Delete));
+                        writes.push((g, Command::Delete, n));
                     }
-                    Reply::ClientError => self.stats.refused += 1,
-                    Reply::Deleted | Reply::Failed => dropped(&mut self.stats, 1),
+                    Reply::ClientError => s.refused += 1,
+                    Reply::Deleted | Reply::Failed => dropped(s, n),
                 }
             }
             if let Some(e) = error {
-                dropped(&mut self.stats, pending.len() - replies.len());
+                dropped(&mut self.stats, tokens(&pending[replies.len()..]));
                 return Err(e);
             }
             if plain > 0 && !self.warned_release_as_delete {
@@ -318,34 +350,33 @@ impl Sink {
                 );
                 self.warned_release_as_delete = true;
             }
-            let cmds: Vec<(&[u8], Command)> = writes
-                .iter()
-                .map(|(r, c)| (r.marker.as_slice(), *c))
-                .collect();
+            let cmds: Vec<(&[u8], Command)> =
+                writes.iter().map(|(g, c, _)| (g.marker, *c)).collect();
             let (replies, error) = conn.send_all(&cmds, limits.ack_timeout).await;
             let mut again = Vec::new();
-            for ((r, cmd), reply) in writes.iter().zip(&replies) {
+            for ((g, cmd, found), reply) in writes.iter().zip(&replies) {
                 let s = &mut self.stats;
                 match (cmd, reply) {
                     (Command::Delete, Reply::Deleted | Reply::NotFound) => {
-                        s.markers_release_as_delete += 1
+                        s.markers_release_as_delete += *found as u64
                     }
-                    (_, Reply::Deleted) => s.markers_released += 1,
+                    (_, Reply::Deleted) => s.markers_released += *found as u64,
                     // Another write added its token, or another release took one out.
-                    (_, Reply::Changed) => again.push(*r),
-                    (_, Reply::NotFound) => s.markers_gone += 1,
+                    (_, Reply::Changed) => again.push(*g),
+                    (_, Reply::NotFound) => s.markers_gone += *found as u64,
                     (_, Reply::ClientError) => s.refused += 1,
-                    _ => dropped(s, 1),
+                    _ => dropped(s, *found),
                 }
             }
             if let Some(e) = error {
-                dropped(&mut self.stats, writes.len() - replies.len());
+                let rest: usize = writes[replies.len()..].iter().map(|w| w.2).sum();
+                dropped(&mut self.stats, rest);
                 return Err(e);
             }
             pending = again;
         }
         // Still changing under us: left to their TTL.
-        dropped(&mut self.stats, pending.len());
+        dropped(&mut self.stats, tokens(&pending));
         self.conn = Some(conn);
         Ok(())
     }

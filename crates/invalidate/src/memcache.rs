@@ -22,9 +22,9 @@ pub enum Command<'t> {
     /// Meta `md KEY I T<ttl>`: the item stays, marked stale, for at most `ttl` seconds; the
     /// next meta reader wins the refill (`W`), the others get the stale value (`X`, `Z`).
     MarkStale { ttl: u32 },
-    /// Meta `mg KEY v c t`: does the item (space-separated tokens) hold `token`, under which
-    /// CAS value, with which TTL, and which tokens besides?
-    CheckToken { token: &'t [u8] },
+    /// Meta `mg KEY v c t`: which of `tokens` does the item (space-separated tokens) hold,
+    /// under which CAS value, with which TTL, and which tokens besides?
+    CheckToken { tokens: &'t [&'t [u8]] },
     /// Meta `md KEY C<cas>`: deletes the item only if nothing changed it since it had `cas`.
     CasDelete { cas: u64 },
     /// Meta `ms KEY <len> C<cas> T<ttl>`: stores `value` only if nothing changed the item
@@ -47,10 +47,15 @@ pub enum Reply {
     /// `ERROR` to a meta command: a server without them (memcached before 1.6). A mark-stale
     /// is sent again as a delete.
     NoMeta,
-    /// The item holds the token asked about: its CAS value, its TTL (`-1`: none), and the
-    /// other tokens it holds (each preceded by a space).
-    Holds { cas: u64, ttl: i64, others: Vec<u8> },
-    /// The item does not hold the token (`mg`), or changed since (`md C`, `ms C`: `EX`).
+    /// The item holds `found` of the tokens asked about: its CAS value, its TTL (`-1`: none),
+    /// and the other tokens it holds (each preceded by a space).
+    Holds {
+        cas: u64,
+        ttl: i64,
+        others: Vec<u8>,
+        found: usize,
+    },
+    /// The item holds none of the tokens (`mg`), or changed since (`md C`, `ms C`: `EX`).
     Changed,
 }
 
@@ -225,8 +230,8 @@ impl Conn {
 /// The reply to `cmd`: its line, or for an `mg` hit its line and value (without the last `\n`).
 fn parse_reply(cmd: Command<'_>, frame: &[u8]) -> Reply {
     let frame = frame.strip_suffix(b"\r").unwrap_or(frame);
-    if let (Command::CheckToken { token }, Some(rest)) = (cmd, frame.strip_prefix(b"VA ")) {
-        return parse_token(token, rest);
+    if let (Command::CheckToken { tokens }, Some(rest)) = (cmd, frame.strip_prefix(b"VA ")) {
+        return parse_tokens(tokens, rest);
     }
     let line = frame;
     match (cmd, line) {
@@ -256,10 +261,10 @@ fn parse_reply(cmd: Command<'_>, frame: &[u8]) -> Reply {
     }
 }
 
-/// `<len> <flags>\r\n<value>` of an `mg KEY v c t` hit (`VA ` already gone): whether the
-/// value's space-separated tokens include `token`, with the item's CAS value, TTL and other
-/// tokens; `Failed` when the reply lacks what was asked.
-fn parse_token(token: &[u8], rest: &[u8]) -> Reply {
+/// `<len> <flags>\r\n<value>` of an `mg KEY v c t` hit (`VA ` already gone): how many of
+/// `tokens` the value's space-separated tokens include, with the item's CAS value, TTL and
+/// other tokens; `Failed` when the reply lacks what was asked.
+fn parse_tokens(tokens: &[&[u8]], rest: &[u8]) -> Reply {
     let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
         return Reply::Failed;
     };
@@ -277,19 +282,26 @@ fn parse_token(token: &[u8], rest: &[u8]) -> Reply {
     let (Some(cas), Some(ttl)) = (cas, ttl) else {
         return Reply::Failed;
     };
-    let mut found = false;
+    // Each token asked about takes one occurrence out (a token is never reused, but a
+    // repeat stays).
+    let mut wanted: Vec<&[u8]> = tokens.to_vec();
     let mut others = Vec::new();
     for t in value.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
-        // One occurrence is this write's; a token is never reused, but a repeat stays.
-        if t == token && !found {
-            found = true;
+        if let Some(i) = wanted.iter().position(|w| *w == t) {
+            wanted.swap_remove(i);
         } else {
             others.push(b' ');
             others.extend_from_slice(t);
         }
     }
-    if found {
-        Reply::Holds { cas, ttl, others }
+    let found = tokens.len() - wanted.len();
+    if found > 0 {
+        Reply::Holds {
+            cas,
+            ttl,
+            others,
+            found,
+        }
     } else {
         Reply::Changed
     }
@@ -324,11 +336,12 @@ mod tests {
         );
         assert_eq!(m(b"SERVER_ERROR out of memory\r"), Reply::Failed);
         assert!(!Reply::NoMeta.settled());
-        let t = |f: &[u8]| parse_reply(Command::CheckToken { token: b"ab12" }, f);
+        let t = |f: &[u8]| parse_reply(Command::CheckToken { tokens: &[b"ab12"] }, f);
         let holds = |cas, ttl, others: &[u8]| Reply::Holds {
             cas,
             ttl,
             others: others.to_vec(),
+            found: 1,
         };
         assert_eq!(t(b"VA 5 c77 t50\r\n ab12\r"), holds(77, 50, b""));
         assert_eq!(t(b"VA 4 c77 t-1\r\nab12\r"), holds(77, -1, b""));
@@ -337,6 +350,20 @@ mod tests {
             holds(7, 9, b" ab1 ab123")
         );
         assert_eq!(t(b"VA 10 c7 t9\r\n ab12 ab12\r"), holds(7, 9, b" ab12"));
+        // Several releases of one marker at once: each takes its own token out.
+        let both: &[&[u8]] = &[b"x1", b"x3", b"x9"];
+        assert_eq!(
+            parse_reply(
+                Command::CheckToken { tokens: both },
+                b"VA 9 c4 t8\r\n x1 x2 x3\r"
+            ),
+            Reply::Holds {
+                cas: 4,
+                ttl: 8,
+                others: b" x2".to_vec(),
+                found: 2
+            }
+        );
         assert_eq!(t(b"VA 5 c77 t50\r\n ab13\r"), Reply::Changed);
         assert_eq!(t(b"VA 1 c9 t5\r\n1\r"), Reply::Changed);
         // No CAS value or TTL: cannot be compared-and-deleted.
@@ -421,8 +448,8 @@ mod tests {
         ];
         let (replies, e) = answered_by(&keys, b"HD\r\nNF\r\nDELETED\r\nERROR\r\n").await;
         let release: [(&[u8], Command); 4] = [
-            (b"rm:a", Command::CheckToken { token: b"t1" }),
-            (b"rm:b", Command::CheckToken { token: b"t2" }),
+            (b"rm:a", Command::CheckToken { tokens: &[b"t1"] }),
+            (b"rm:b", Command::CheckToken { tokens: &[b"t2"] }),
             (b"rm:a", Command::CasDelete { cas: 5 }),
             (
                 b"rm:c",
@@ -440,6 +467,7 @@ mod tests {
             cas: 5,
             ttl: 30,
             others: b" t3".to_vec(),
+            found: 1,
         };
         assert_eq!(
             got,
