@@ -630,4 +630,57 @@ mod tests {
         assert!(sink.spool.is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[tokio::test]
+    async fn a_target_without_meta_gets_marker_deletes_instead() {
+        let dir = std::env::temp_dir().join(format!("memfleet-release-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mc.sock");
+        let peer = tokio::spawn(text_only_peer(
+            tokio::net::UnixListener::bind(&path).unwrap(),
+        ));
+        let addr = Addr::Unix(path.clone());
+        let mut sink = Sink {
+            label: "t".into(),
+            spool: open_spool(&dir, &spool_name(0, &addr)).unwrap(),
+            addr,
+            conn: None,
+            next_retry: Instant::now(),
+            stats: SinkStats::default(),
+            mode: InvalidateWith::Delete,
+            markers: Some(b"rm:".to_vec()),
+            no_meta: false,
+            warned_release_as_delete: false,
+        };
+        let limits = Limits {
+            max_batch_keys: 100,
+            ack_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            retry_interval: Duration::from_secs(1),
+        };
+        let r = |m: &[u8], t: &[u8]| Release {
+            marker: m.to_vec(),
+            token: t.to_vec(),
+        };
+        let releases = [r(b"rm:a", b"t1"), r(b"rm:b", b"t2"), r(b"rm:a", b"t3")];
+        sink.release(releases.iter().collect(), limits).await;
+        sink.conn = None;
+        let seen = peer.await.unwrap();
+        // One look per marker, both tokens of rm:a together.
+        assert_eq!(
+            seen,
+            [
+                "mg rm:a v c t",
+                "mg rm:b v c t",
+                "delete rm:a",
+                "delete rm:b"
+            ]
+        );
+        let s = sink.stats;
+        assert_eq!(s.markers_release_as_delete, 3);
+        assert_eq!((s.markers_released, s.markers_release_dropped), (0, 0));
+        assert!(sink.warned_release_as_delete);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
