@@ -584,4 +584,29 @@ mod tests {
         c.releases(true, p, b"user:7 ab01", &mut out);
         assert!(out.is_empty());
     }
+
+    proptest::proptest! {
+        /// Whatever a message holds: no panic, and every release is a key memcached takes
+        /// (the marker prefix + a line's key) with a token of a line, at most one per line.
+        #[test]
+        fn marker_messages_never_yield_bad_keys(
+            content in proptest::collection::vec(
+                proptest::sample::select(b"ab: \n\r\x00\x7f\xff19".to_vec()), 0..300),
+        ) {
+            let mut m = maker("  users: [\"user:{id}\"]")
+                .with_markers(Some(b"rm:".to_vec()), MarkerRelease::Message);
+            let mut out = Vec::new();
+            m.releases(true, MARKER_MESSAGE_PREFIX.as_bytes(), &content, &mut out);
+            let lines = content.split(|&b| b == b'\n').count() as u64;
+            proptest::prop_assert!(out.len() as u64 <= lines);
+            proptest::prop_assert_eq!(m.marker_tokens, out.len() as u64);
+            proptest::prop_assert!(m.marker_tokens + m.bad_marker_lines <= lines);
+            for r in &out {
+                proptest::prop_assert!(check_key(&r.marker).is_ok() && r.marker.starts_with(b"rm:"));
+                proptest::prop_assert!(check_key(&r.token).is_ok() && r.token.len() <= MAX_TOKEN);
+                let line = [&r.marker[3..], b" ", &r.token[..]].concat();
+                proptest::prop_assert!(content.windows(line.len()).any(|w| w == line.as_slice()));
+            }
+        }
+    }
 }
