@@ -381,7 +381,9 @@ def run_workload(
         except OSError:
             continue
         inv[region] = {k: st.get(k) for k in ("transactions", "deleted", "visibility_waits", "held_transactions",
-                                              "latency_p50_us", "latency_p99_us", "markers_deleted")}  # fmt: skip
+                                              "latency_p50_us", "latency_p99_us", "markers_deleted",
+                                              "marker_tokens", "markers_released", "markers_superseded",
+                                              "markers_gone", "markers_release_dropped")}  # fmt: skip
     return {
         "invalidators": inv,
         "stale": {r: rp.stale_keys(r) for r in ("a", "b")},
@@ -393,7 +395,8 @@ def run_workload(
 def gated_invalidators(rp: RegionPair, markers: bool = False) -> list[str]:
     """Region A's invalidator deletes in A (its database is the primary itself); region B's
     reads the primary's changes through its own slot and deletes in B once B's replica has
-    replayed them (and, with `markers`, removes the remote markers of those keys too)."""
+    replayed them (and, with `markers`, removes each remote marker once B's replica has the
+    transaction that set it, if no later write set it again)."""
     tables = {"public.items": ["item:{id}"]}
     rp.invalidator("a", "ga", {"source": rp.source("ga"), "targets": [{"memcached": rp.cache_addr("a")}],
                                "tables": tables})  # fmt: skip
@@ -404,14 +407,14 @@ def gated_invalidators(rp: RegionPair, markers: bool = False) -> list[str]:
     }
     if markers:
         b["remote_markers"] = "rm:"
+        b["remote_markers_release"] = "message"
     rp.invalidator("b", "gb", b)
     return ["s_ga", "s_gb"]
 
 
 def write_read(rp: RegionPair, markers: bool, count: int, out: str, first: int = KEYS) -> dict[str, object]:
     """`count` writes made from region B, each read back at once in B, each on a row of its
-    own (a marker goes with the first replayed write of its key, whichever made it: two
-    writes of one key within the replica's lag are docs/regions.md's limit, not tested)."""
+    own."""
     p = rp.worker("b", "write-read", out, cache=rp.cache_addr("b"), db=rp.replica_dsn, master_db=rp.primary.dsn,
                   count=count, threads=10, markers=int(markers), first=first)  # fmt: skip
     return rp.result(p, out, timeout=300)

@@ -4,7 +4,8 @@
                 loading misses from the region's database
     write       UPDATEs of random rows on the primary at a steady rate
     write-read  writes made from this region, each followed at once by a read of the same key
-                (read-your-writes), with or without remote markers
+                (read-your-writes), with or without remote markers; each on a row of its own,
+                or (`--rows`) on random rows of a range that other writes hit too
 
 Each role runs until `--until` names a file that exists (or `--count` writes are done) and writes
 its counts as JSON to `--out`.
@@ -112,7 +113,8 @@ def write(args: argparse.Namespace) -> dict[str, int]:
 
 def write_read(args: argparse.Namespace) -> dict[str, int]:
     """Writes from this region (the master is far away), each followed at once by a
-    get_or_set of the key: a read returning less than the value just written is stale."""
+    get_or_set of the key: a read returning less than the value just written is stale (the
+    rows only grow, so a later write by anyone reads as fresh)."""
     client = Client([args.cache])
     counts = {"writes": 0, "stale": 0, "master_loads": 0}
     lock = threading.Lock()
@@ -122,13 +124,19 @@ def write_read(args: argparse.Namespace) -> dict[str, int]:
         db = connect(args.db)
         master = connect(args.master_db)
         mine = {"writes": 0, "stale": 0, "master_loads": 0}
-        # Each write on a row of its own: "the value just written" is well defined, and no
-        # earlier write of the row is still being replayed.
-        for i in range(args.first + n * per_thread, args.first + (n + 1) * per_thread):
+        rnd = random.Random(1000 + n)
+        # Each write on a row of its own, or with `--rows` on rows that this region's other
+        # threads and region A's writers write too, while earlier writes are being replayed.
+        own = range(args.first + n * per_thread, args.first + (n + 1) * per_thread)
+        rows = [args.first + rnd.randrange(args.rows) for _ in own] if args.rows else list(own)
+        for i in rows:
             key = f"item:{i}"
             if args.markers:
-                with client.remote_write(key):
+                # The marker's token goes in the write's own transaction: only its replay
+                # removes the marker.
+                with client.remote_write(key) as w, master.transaction():
                     v = bump(master, i)
+                    master.execute(*w.pg_message())
             else:
                 v = bump(master, i)
                 client.delete(key)
@@ -171,6 +179,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50)
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--first", type=int, default=0, help="write-read: the first row of its range")
+    p.add_argument("--rows", type=int, default=0, help="write-read: random rows of the range's first ROWS")
     p.add_argument("--markers", type=int, default=0)
     p.add_argument("--until", default="/nonexistent")
     p.add_argument("--max-seconds", type=float, default=120)

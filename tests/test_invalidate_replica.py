@@ -10,11 +10,16 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
+import memfleet
+import psycopg
 import pytest
-from harness import Server, free_port, memcached, memfleet_bin
+from harness import Server, free_port, memcached, memfleet_bin, terminate, wait_for_port
+from harness import memfleet as memfleet_serve
 from pg_harness import Postgres, Standby
 from test_invalidate import Cache, Invalidator, base_config, drop_slot, refusal, wait_until
 
@@ -109,6 +114,120 @@ class GatedCase:
     def finish(self) -> None:
         self.inv.stop()
         drop_slot(self.pg, self.name)
+
+
+@contextmanager
+def routed(backend: Server, workdir: Path) -> Iterator[Server]:
+    """`memfleet route` with a one-server pool in front of `backend`: a Server-like port."""
+    port = free_port()
+    conf = workdir / "route.yml"
+    conf.write_text(
+        "pool:\n"
+        f"  listen: 127.0.0.1:{port}\n"
+        "  hash: fnv1a_64\n  distribution: ketama\n"
+        f"  servers:\n    - 127.0.0.1:{backend.port}:1\n"
+    )
+    argv = [memfleet_bin(), "route", "-c", str(conf), "-s", str(free_port()), "-a", "127.0.0.1"]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, timeout=10)
+        yield cast(Server, SimpleNamespace(port=port))
+    finally:
+        terminate(proc)
+
+
+@pytest.fixture(params=["memcached", "memfleet", "route"])
+def marker_cache(request: pytest.FixtureRequest, workdir: Path) -> Iterator[tuple[str, Server]]:
+    """The cache the markers live in, and its kind: Debian's memcached, `memfleet serve`, or
+    memcached behind `memfleet route`."""
+    if request.param == "memfleet":
+        with memfleet_serve() as s:
+            yield request.param, s
+        return
+    with memcached("-m", "64") as s:
+        if request.param == "route":
+            with routed(s, workdir) as r:
+                yield request.param, r
+        else:
+            yield request.param, s
+
+
+def test_a_marker_is_released_only_by_the_transaction_that_set_it(
+    pg: Postgres, standby: Standby, marker_cache: tuple[str, Server], workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """Two writes of one row from the replica region, overlapping: the first transaction's
+    replay leaves the second's marker (and so does a plain write of the row meanwhile); the
+    second's replay removes it, and only then. And two writes whose transactions commit in the
+    other order than their markers were set: the first commit's replay leaves the other's."""
+    kind, server = marker_cache
+    case = GatedCase(
+        pg, standby, server, workdir, invalidators, f"tied_{kind}",
+        remote_markers="rm:", remote_markers_release="message",
+    )  # fmt: skip
+    c = case.cache
+    client = memfleet.Client([f"127.0.0.1:{server.port}"])
+    first, second = psycopg.connect(pg.dsn), psycopg.connect(pg.dsn)
+
+    def update(i: int) -> str:
+        return f"UPDATE {case.table} SET v = v + 1 WHERE id = {i}"
+
+    try:
+        with client.remote_write("g:1") as w1, first.transaction(), first.cursor() as cur:
+            cur.execute(update(1))
+            cur.execute(*w1.pg_message())
+            # The second write sets its marker and emits its message before the first
+            # commits; its row change comes after.
+            with client.remote_write("g:1") as w2:
+                second.execute(*w2.pg_message())
+            assert c.get("rm:g:1") == f" {w1.token} {w2.token}"
+        # The first transaction replayed: its token leaves the marker, the second's stays.
+        assert wait_until(lambda: c.get("rm:g:1") == f" {w2.token}", step=0.02), c.get("rm:g:1")
+        # A write of the row from the master region sets no marker and removes none.
+        c.set_many({"g:1": "old"})
+        case.update(1)
+        assert wait_until(lambda: c.get("g:1") is None, step=0.02)
+        assert c.get("rm:g:1") == f" {w2.token}"
+        standby.pause_replay()
+        try:
+            second.execute(update(1))
+            second.commit()
+            assert wait_until(lambda: case.stat("held_transactions") == 1, step=0.02)
+            for _ in range(20):
+                assert c.get("rm:g:1") == f" {w2.token}", "the marker went before its transaction replayed"
+                time.sleep(0.05)
+        finally:
+            standby.resume_replay()
+        assert wait_until(lambda: c.get("rm:g:1") is None, step=0.02)
+
+        # Markers set in one order, transactions committed in the other.
+        with client.remote_write("g:2") as w3, first.transaction(), first.cursor() as cur:
+            cur.execute(*w3.pg_message())
+            with client.remote_write("g:2") as w4, second.transaction():
+                second.execute(update(2))
+                second.execute(*w4.pg_message())
+            assert wait_until(lambda: c.get("rm:g:2") == f" {w3.token}", step=0.02), c.get("rm:g:2")
+            cur.execute(update(2))
+        assert wait_until(lambda: c.get("rm:g:2") is None, step=0.02)
+
+        # Six writes of one key replayed together (after a pause): all released at once.
+        standby.pause_replay()
+        try:
+            for _ in range(6):
+                with client.remote_write("g:3") as w, first.transaction(), first.cursor() as cur:
+                    cur.execute(update(3))
+                    cur.execute(*w.pg_message())
+            assert len((c.get("rm:g:3") or "").split()) == 6
+        finally:
+            standby.resume_replay()
+        assert wait_until(lambda: c.get("rm:g:3") is None, step=0.02), c.get("rm:g:3")
+        st = case.inv.stats()
+        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == ("10", "10", "0"), st
+        assert (st["markers_deleted"], st["markers_release_dropped"], st["bad_marker_lines"]) == ("0", "0", "0"), st
+    finally:
+        first.close()
+        second.close()
+        client.close()
+    case.finish()
 
 
 def test_paused_replay_holds_the_delete(

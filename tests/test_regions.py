@@ -8,7 +8,8 @@ The same workload runs three ways:
    from B's replica before it has the change, and the old row stays cached. The test requires
    stale keys here: without them it would not be exercising the race.
 2. replica-gated: B's own invalidator deletes in B only once B's replica has replayed the commit.
-3. gated, plus remote markers for writes made from region B (read-your-writes).
+3. gated, plus remote markers for writes made from region B (read-your-writes), on the rows
+   region A writes too, several writes of a row within the replica's lag.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from regions import (
     RegionPair,
     faults,
     gated_invalidators,
+    lagging_replica,
     run_workload,
     sentinel_delivered,
     write_read,
@@ -70,12 +72,21 @@ def test_writes_from_the_far_region_read_back_with_remote_markers(make_fleet: Ma
         print("without markers:", without)
         assert without["stale"] > 0, without  # type: ignore[operator]
         # With markers the read goes to the master while the marker is there; meanwhile the
-        # usual workload runs in both regions (B's readers given the master too).
+        # usual workload runs in both regions (B's readers given the master too). B's writes
+        # hit random rows of those A writes, so a row is often written again (from either
+        # region) before B's replica has its last write: each marker must stay until the
+        # transaction that set it is replayed.
         p = rp.worker("b", "write-read", "wr-markers.json", cache=rp.cache_addr("b"), db=rp.replica_dsn,
-                      master_db=rp.primary.dsn, count=1000, threads=10, markers=1, first=KEYS + 200)  # fmt: skip
-        got = run_workload(rp, slots, markers=True)
-        with_markers = rp.result(p, "wr-markers.json", timeout=300)
-        print("with markers:", with_markers, got["writes"], got["reads"])
+                      master_db=rp.primary.dsn, count=1000, threads=10, markers=1, first=0, rows=KEYS)  # fmt: skip
+        with_markers: dict[str, object] = {}
+
+        def lagging_until_written(rp: RegionPair) -> None:
+            # A's writers go on until B's writes are done: the check at quiescence comes after.
+            lagging_replica(rp)
+            with_markers.update(rp.result(p, "wr-markers.json", timeout=300))
+
+        got = run_workload(rp, slots, markers=True, meanwhile=lagging_until_written)
+        print("with markers:", with_markers, got["writes"], got["reads"], got["invalidators"])
         assert with_markers["writes"] == 1000, with_markers
         assert with_markers["stale"] == 0, with_markers
         assert with_markers["master_loads"] > 0, with_markers  # type: ignore[operator]
@@ -87,7 +98,7 @@ def test_writes_from_the_far_region_read_back_with_remote_markers(make_fleet: Ma
 
         with Client([rp.cache_addr("b")]) as c:
             left = c.get_many([f"rm:item:{i}" for i in range(KEYS + REMOTE_ROWS)])
-        assert left == {}, left
+        assert left == {}, (left, got["invalidators"], rp.logs())
 
 
 def test_faults_lose_nothing_and_leave_nothing_stale(make_fleet: MakeFleet) -> None:

@@ -22,16 +22,16 @@ import memfleet
 
 # -- helpers -------------------------------------------------------------------------------------
 @contextmanager
-def remote_write(c: Any, keys: Any, **options: Any) -> Iterator[None]:
+def remote_write(c: Any, keys: Any, **options: Any) -> Iterator[memfleet.RemoteWrite]:
     """``c.remote_write`` for a Client, or for the AsyncClient behind conftest's ``Blocking``."""
     if isinstance(c, memfleet.Client):
-        with c.remote_write(keys, **options):
-            yield
+        with c.remote_write(keys, **options) as w:
+            yield w
         return
     loop, cm = c._loop, c._client.remote_write(keys, **options)
-    loop.run_until_complete(cm.__aenter__())
+    w = loop.run_until_complete(cm.__aenter__())
     try:
-        yield
+        yield w
     except BaseException as exc:
         if not loop.run_until_complete(cm.__aexit__(type(exc), exc, exc.__traceback__)):
             raise
@@ -128,20 +128,40 @@ def relays(servers3: list[Any]) -> Iterator[list[Relay]]:
 # -- markers set, TTL, keys deleted -------------------------------------------------------------
 def test_remote_write_sets_markers_and_deletes_the_keys(client: Any) -> None:
     client.set_many({"a": 1, "b": 2, "c": 3})
-    with remote_write(client, ["a", "b"], marker_ttl=30):
+    with remote_write(client, ["a", "b"], marker_ttl=30) as w:
         # markers first: a reader that misses during the master write already sees them
         assert 0 < (marker_ttl(client, "rm:a") or 0) <= 30
         assert 0 < (marker_ttl(client, "rm:b") or 0) <= 30
         assert marker_ttl(client, "rm:c") is None
     assert client.get_many(["a", "b", "c"]) == {"c": 3}
-    # the markers stay: the region's invalidator removes them once the replica has the write
-    assert client.get("rm:a") == b"1" and client.get("rm:b") == b"1"
+    # the markers stay, holding the write's token: the region's invalidator removes them once
+    # the replica has the transaction that emitted it
+    token = w.token.encode()
+    assert re.fullmatch(rb"[0-9a-f]{16}", token), token
+    assert client.get("rm:a") == b" " + token and client.get("rm:b") == b" " + token
+    assert w.keys == ("a", "b")
+    assert w.message == f"a {w.token}\nb {w.token}\n"
+    assert w.pg_message() == (
+        "SELECT pg_logical_emit_message(true, %s::text, %s::text)",
+        (memfleet.REMOTE_MARKER_MESSAGE_PREFIX, w.message),
+    )
+    assert w.pg_message("numeric")[0] == "SELECT pg_logical_emit_message(true, $1::text, $2::text)"
+    with pytest.raises(ValueError):
+        w.pg_message("named")
     # one key as a plain str, with the client's default TTL (60 s)
     client.set("d", 4)
-    with remote_write(client, "d"):
+    with remote_write(client, "d") as again:
         pass
+    # every write its own token: an earlier write's release cannot remove this marker
+    assert again.token != w.token
     assert client.get("d") is None
     assert 30 < (marker_ttl(client, "rm:d") or 0) <= 60
+    # a second write of a key while the first is in flight: the marker holds both tokens, and
+    # its TTL starts again
+    with remote_write(client, "a", marker_ttl=50) as w3:
+        pass
+    assert client.get("rm:a") == b" " + token + b" " + w3.token.encode()
+    assert 30 < (marker_ttl(client, "rm:a") or 0) <= 50
 
 
 def test_remote_write_that_raises_keeps_markers_and_still_deletes(client: Any) -> None:
@@ -160,6 +180,15 @@ def test_low_level_pair_and_options(server: Any, make_client: Any) -> None:
     assert c.set_remote_markers(["x", "y"]) == []
     assert c.set_remote_marker("z", marker_ttl=5)
     raw = memfleet.Client([server.address])
+    with remote_write(c, "w") as w:
+        pass
+    # the message names the key as the cache stores it, as the invalidator computes it
+    assert w.keys == ("app:w",)
+    assert raw.get("mk/app:w") == b" " + w.token.encode()
+    assert c.set_remote_marker("t", token="tok-1") and raw.get("mk/app:t") == b" tok-1"
+    for bad in ["", "a b", "x" * 65, "é"]:
+        with pytest.raises(ValueError):
+            c.set_remote_marker("t", token=bad)
     # the marker of cache key K is the cache key prefix + K (the client's key_prefix is in K)
     assert 10 < (marker_ttl(raw, "mk/app:x") or 0) <= 20
     assert 0 < (marker_ttl(raw, "mk/app:z") or 0) <= 5
@@ -362,10 +391,11 @@ def test_marker_on_another_server(relays: list[Relay]) -> None:
     c.flush_all()
     same, other = _keys_by_marker_placement(c)
     relay_of = {r.address: r for r in relays}
+    tokens = {}
     for key in (same, other):
         c.set(key, "old")
-        with c.remote_write(key):
-            pass
+        with c.remote_write(key) as w:
+            tokens["rm:" + key] = b" " + w.token.encode()
         for r in relays:
             r.take()
         assert c.get_or_set(key, lambda: "replica", ttl=60, master_loader=lambda: "master") == "master"
@@ -384,7 +414,7 @@ def test_marker_on_another_server(relays: list[Relay]) -> None:
         else:
             assert home.take() == lease and marker_home.take() == b""
     # both markers' servers got them in one remote_write, and the invalidator's delete clears them
-    assert c.get_many(["rm:" + same, "rm:" + other]) == {"rm:" + same: b"1", "rm:" + other: b"1"}
+    assert c.get_many(["rm:" + same, "rm:" + other]) == tokens
     c.close()
 
 

@@ -121,6 +121,19 @@ pub struct Config {
     pub invalidate_with: InvalidateWith,
     /// `remote_markers`: the prefix of the marker key deleted with each key, if any.
     pub remote_markers: Option<Vec<u8>>,
+    /// `remote_markers_release`: what removes a marker.
+    pub remote_markers_release: MarkerRelease,
+}
+
+/// `remote_markers_release`: `change` deletes a key's marker with every invalidation of the
+/// key, whoever wrote it; `message` removes a marker only when the transaction that set it
+/// (named by the token in its logical decoding message) is invalidated, and only if the marker
+/// still holds that token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MarkerRelease {
+    #[default]
+    Change,
+    Message,
 }
 
 /// `invalidate_with`: a delete, or meta `md <key> I T<ttl>` (mark stale, keep the value for
@@ -455,6 +468,7 @@ impl Config {
                 "invalidate_with",
                 "stale_ttl",
                 "remote_markers",
+                "remote_markers_release",
             ],
         )?;
         let source_y =
@@ -544,6 +558,7 @@ impl Config {
             stats: get(root, "stats").map(|s| string(s, "stats")).transpose()?,
             invalidate_with: invalidate_with(root)?,
             remote_markers: remote_markers(root)?,
+            remote_markers_release: remote_markers_release(root)?,
         })
     }
 }
@@ -578,6 +593,26 @@ fn remote_markers(root: &Yaml) -> Result<Option<Vec<u8>>, ConfigError> {
         ));
     }
     Ok(Some(p.into_bytes()))
+}
+
+/// The logical decoding message prefix of remote marker tokens (`pg_logical_emit_message`),
+/// the one the Python client's `remote_write` emits.
+pub const MARKER_MESSAGE_PREFIX: &str = "memfleet.remote_marker";
+
+fn remote_markers_release(root: &Yaml) -> Result<MarkerRelease, ConfigError> {
+    let Some(r) = get(root, "remote_markers_release") else {
+        return Ok(MarkerRelease::Change);
+    };
+    if get(root, "remote_markers").is_none() {
+        return err("remote_markers_release needs remote_markers");
+    }
+    match string(r, "remote_markers_release")?.as_str() {
+        "change" => Ok(MarkerRelease::Change),
+        "message" => Ok(MarkerRelease::Message),
+        m => err(format!(
+            "remote_markers_release {m:?} must be change or message"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -673,6 +708,8 @@ tables:
             (&format!("{base}tables: {{t: [k]}}\nstale_ttl: 2592001"), "stale_ttl"),
             (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"\""), "remote_markers"),
             (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"r m:\""), "remote_markers"),
+            (&format!("{base}tables: {{t: [k]}}\nremote_markers_release: message"), "needs remote_markers"),
+            (&format!("{base}tables: {{t: [k]}}\nremote_markers: \"rm:\"\nremote_markers_release: key"), "change or message"),
             ("source: {dsn: x, replica_poll_ms: 5}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "source.replica_poll_ms needs source.replica_dsn"),
             ("source: {dsn: x, replica_dsn: y, replica_poll_ms: 0}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "source.replica_poll_ms must be a positive"),
             ("source: {dsn: x, replica_dsn: y, replica_max_held_keys: -1}\ntargets: [{memcached: 127.0.0.1:1}]\ntables: {t: [k]}", "replica_max_held_keys must be a positive"),
@@ -701,6 +738,12 @@ tables:
         .unwrap();
         assert_eq!(c.invalidate_with, InvalidateWith::Stale { ttl: 5 });
         assert_eq!(c.remote_markers.as_deref(), Some(&b"rm:"[..]));
+        assert_eq!(c.remote_markers_release, MarkerRelease::Change);
+        let c = Config::from_yaml_str(&format!(
+            "{base}remote_markers: \"rm:\"\nremote_markers_release: message"
+        ))
+        .unwrap();
+        assert_eq!(c.remote_markers_release, MarkerRelease::Message);
     }
 
     /// Pool servers are read by the router's parser: the same entries are refused, and the

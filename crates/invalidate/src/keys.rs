@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::{Changes, TableSpec};
+use crate::config::{Changes, MarkerRelease, TableSpec, MARKER_MESSAGE_PREFIX};
 use pgoutput::template::{check_key, BadKey, Template};
 use pgoutput::{Message, Value};
 
@@ -52,9 +52,26 @@ pub struct KeyMaker {
     /// rows to compute keys from).
     pub ignored_changes: u64,
     pub truncates: u64,
-    /// `remote_markers`: each key is followed by its marker key, this prefix + the key.
+    /// `remote_markers`: each key is followed by its marker key, this prefix + the key
+    /// (with `MarkerRelease::Change`).
     markers: Option<Vec<u8>>,
+    release: MarkerRelease,
+    /// Marker tokens read from transactions' messages, and lines of such messages that
+    /// were not `<key> <token>` (or made a marker key memcached refuses).
+    pub marker_tokens: u64,
+    pub bad_marker_lines: u64,
 }
+
+/// A remote marker to remove if it still holds `token`: the write that set it is in the
+/// transaction being invalidated, and no later write has set it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub marker: Vec<u8>,
+    pub token: Vec<u8>,
+}
+
+/// Longest token a marker message may carry.
+pub const MAX_TOKEN: usize = 64;
 
 /// Looks a column up in a tuple: its text, or for an unchanged TOAST value the old row's.
 fn column<'v>(
@@ -83,13 +100,64 @@ impl KeyMaker {
             ignored_changes: 0,
             truncates: 0,
             markers: None,
+            release: MarkerRelease::Change,
+            marker_tokens: 0,
+            bad_marker_lines: 0,
         }
     }
 
-    /// Follows every key with its remote marker, `prefix` + key.
-    pub fn with_markers(mut self, prefix: Option<Vec<u8>>) -> KeyMaker {
+    /// Remote markers `prefix` + key: with `Change`, every key is followed by its marker;
+    /// with `Message`, markers are named by the transactions' messages ([`KeyMaker::releases`]).
+    pub fn with_markers(mut self, prefix: Option<Vec<u8>>, release: MarkerRelease) -> KeyMaker {
         self.markers = prefix;
+        self.release = release;
         self
+    }
+
+    /// The markers a logical decoding message asks to release: with `remote_markers_release:
+    /// message`, a transactional message of prefix [`MARKER_MESSAGE_PREFIX`] whose content is
+    /// lines `<key> <token>`. Anything else releases nothing.
+    pub fn releases(
+        &mut self,
+        transactional: bool,
+        prefix: &[u8],
+        content: &[u8],
+        out: &mut Vec<Release>,
+    ) {
+        let Some(mprefix) = self.markers.as_deref() else {
+            return;
+        };
+        if self.release != MarkerRelease::Message || prefix != MARKER_MESSAGE_PREFIX.as_bytes() {
+            return;
+        }
+        for line in content.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                continue;
+            }
+            let mut parts = line.splitn(2, |&b| b == b' ');
+            let (Some(key), Some(token)) = (parts.next(), parts.next()) else {
+                self.bad_marker_lines += 1;
+                continue;
+            };
+            let marker = [mprefix, key].concat();
+            // Outside a transaction the message is tied to no write: it releases nothing.
+            if !transactional
+                || key.is_empty()
+                || check_key(&marker).is_err()
+                || token.is_empty()
+                || token.len() > MAX_TOKEN
+                || check_key(token).is_err()
+            {
+                self.bad_marker_lines += 1;
+                continue;
+            }
+            self.marker_tokens += 1;
+            out.push(Release {
+                marker,
+                token: token.to_vec(),
+            });
+        }
     }
 
     /// Handles one message; appends the keys a row change invalidates to `out` and returns
@@ -150,7 +218,11 @@ impl KeyMaker {
             };
             let new_key = new.map(|row| render(row, old, t));
             let old_key = old.map(|row| render(row, None, t));
-            let markers = self.markers.as_deref();
+            let markers = match self.release {
+                MarkerRelease::Change => self.markers.as_deref(),
+                // Released by the transaction that set them, not by any change of the key.
+                MarkerRelease::Message => None,
+            };
             let skipped = &mut self.skipped;
             let mut unresolved = 0;
             let mut check = |k: Vec<u8>, marker: bool| match check_key(&k) {
@@ -323,7 +395,7 @@ mod tests {
     #[test]
     fn each_key_is_followed_by_its_marker() {
         let mut m = maker("  users: [\"user:{id}\", \"email:{email}\"]")
-            .with_markers(Some(b"rm:".to_vec()));
+            .with_markers(Some(b"rm:".to_vec()), MarkerRelease::Change);
         keys(&mut m, relation(1, "users", &["id", "email"]));
         let old = vec![Value::Text(b"7"), Value::Text(b"a@x")];
         let new = vec![Value::Text(b"7"), Value::Text(b"b@x")];
@@ -467,5 +539,74 @@ mod tests {
             .len(),
             1
         );
+    }
+
+    #[test]
+    fn messages_release_markers_by_token() {
+        let mut m = maker("  users: [\"user:{id}\"]")
+            .with_markers(Some(b"rm:".to_vec()), MarkerRelease::Message);
+        keys(&mut m, relation(1, "users", &["id"]));
+        // Row changes no longer carry markers: only the transaction that set one removes it.
+        let row = vec![Value::Text(b"7")];
+        assert_eq!(
+            keys(
+                &mut m,
+                Message::Insert {
+                    relation: 1,
+                    new: row
+                }
+            ),
+            ["user:7"]
+        );
+        let p = MARKER_MESSAGE_PREFIX.as_bytes();
+        let mut out = Vec::new();
+        m.releases(true, p, b"user:7 ab01\nuser:8 cd02\n", &mut out);
+        let r = |k: &[u8], t: &[u8]| Release {
+            marker: k.to_vec(),
+            token: t.to_vec(),
+        };
+        assert_eq!(out, [r(b"rm:user:7", b"ab01"), r(b"rm:user:8", b"cd02")]);
+        // Someone else's messages, a message outside a transaction, malformed lines.
+        out.clear();
+        m.releases(true, b"other", b"user:7 ab01", &mut out);
+        assert!(out.is_empty());
+        m.releases(false, p, b"user:7 ab01", &mut out);
+        m.releases(true, p, b"user:7\nuser:7 \n user:7\nuser:7 a b", &mut out);
+        let long = [b"user:7 ".as_slice(), &[b'x'; MAX_TOKEN + 1]].concat();
+        m.releases(true, p, &long, &mut out);
+        let over = [&[b'k'; 248][..], b" t"].concat();
+        m.releases(true, p, &over, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!((m.marker_tokens, m.bad_marker_lines), (2, 7));
+        // With markers released by changes, messages are not read.
+        let mut c = maker("  users: [\"user:{id}\"]")
+            .with_markers(Some(b"rm:".to_vec()), MarkerRelease::Change);
+        c.releases(true, p, b"user:7 ab01", &mut out);
+        assert!(out.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever a message holds: no panic, and every release is a key memcached takes
+        /// (the marker prefix + a line's key) with a token of a line, at most one per line.
+        #[test]
+        fn marker_messages_never_yield_bad_keys(
+            content in proptest::collection::vec(
+                proptest::sample::select(b"ab: \n\r\x00\x7f\xff19".to_vec()), 0..300),
+        ) {
+            let mut m = maker("  users: [\"user:{id}\"]")
+                .with_markers(Some(b"rm:".to_vec()), MarkerRelease::Message);
+            let mut out = Vec::new();
+            m.releases(true, MARKER_MESSAGE_PREFIX.as_bytes(), &content, &mut out);
+            let lines = content.split(|&b| b == b'\n').count() as u64;
+            proptest::prop_assert!(out.len() as u64 <= lines);
+            proptest::prop_assert_eq!(m.marker_tokens, out.len() as u64);
+            proptest::prop_assert!(m.marker_tokens + m.bad_marker_lines <= lines);
+            for r in &out {
+                proptest::prop_assert!(check_key(&r.marker).is_ok() && r.marker.starts_with(b"rm:"));
+                proptest::prop_assert!(check_key(&r.token).is_ok() && r.token.len() <= MAX_TOKEN);
+                let line = [&r.marker[3..], b" ", &r.token[..]].concat();
+                proptest::prop_assert!(content.windows(line.len()).any(|w| w == line.as_slice()));
+            }
+        }
     }
 }

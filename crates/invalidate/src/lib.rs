@@ -33,7 +33,7 @@ use pgwire_replication::{Lsn, ReplicationEvent};
 use crate::config::Config;
 pub use crate::error::InvalidateError;
 use crate::fanout::Fanout;
-use crate::keys::KeyMaker;
+use crate::keys::{KeyMaker, Release};
 use crate::replica::Gate;
 use crate::stats::Stats;
 use crate::visible::Visibility;
@@ -86,6 +86,9 @@ pub fn run(args: InvalidateArgs) -> Result<(), InvalidateError> {
 struct Batch {
     keys: Vec<Vec<u8>>,
     seen: HashSet<Vec<u8>>,
+    /// Remote markers the batch's transactions set, each released after those
+    /// transactions' keys.
+    releases: Vec<Release>,
     /// Commit times (PostgreSQL epoch, µs) of the transactions the batch completes, and
     /// when their Commit messages arrived here.
     commits: Vec<(i64, std::time::Instant)>,
@@ -96,7 +99,12 @@ struct Batch {
 
 impl Batch {
     fn is_empty(&self) -> bool {
-        self.keys.is_empty() && self.last_commit.is_none()
+        self.keys.is_empty() && self.releases.is_empty() && self.last_commit.is_none()
+    }
+
+    /// Nothing to send (commits to confirm, maybe).
+    fn nothing_to_send(&self) -> bool {
+        self.keys.is_empty() && self.releases.is_empty()
     }
 
     /// Appends a later batch: its keys not already here, its commits.
@@ -109,6 +117,7 @@ impl Batch {
                 self.keys.push(k);
             }
         }
+        self.releases.extend(later.releases);
         self.commits.extend(later.commits);
         self.xids.extend(later.xids);
         if later.last_commit.is_some() {
@@ -144,9 +153,9 @@ async fn flush(
     client: &ReplicationClient,
     stats: &Mutex<Stats>,
 ) -> Result<(), InvalidateError> {
-    if !batch.keys.is_empty() {
+    if !batch.nothing_to_send() {
         fanout
-            .deliver(&batch.keys)
+            .deliver(&batch.keys, &batch.releases)
             .await
             .map_err(InvalidateError::SpoolWrite)?;
     }
@@ -175,6 +184,7 @@ async fn flush(
     drop(s);
     batch.keys.clear();
     batch.seen.clear();
+    batch.releases.clear();
     batch.commits.clear();
     batch.xids.clear();
     batch.last_commit = None;
@@ -195,13 +205,13 @@ async fn settle(
     stats: &Mutex<Stats>,
 ) -> Result<(), InvalidateError> {
     let Some(g) = gate else {
-        if !batch.keys.is_empty() {
+        if !batch.nothing_to_send() {
             visible.wait(&batch.xids).await;
             stats.lock().expect("stats lock").visibility_waits = visible.waits;
         }
         return flush(batch, fanout, client, stats).await;
     };
-    if batch.keys.is_empty() && !g.holding() {
+    if batch.nothing_to_send() && !g.holding() {
         // No deletes and nothing older waiting: the commits are only confirmed.
         flush(batch, fanout, client, stats).await?;
     } else if !batch.is_empty() {
@@ -214,7 +224,7 @@ async fn settle(
         let mut held = std::mem::take(batch);
         // Only the queue's release merges batches again; the set would double the memory.
         held.seen = HashSet::new();
-        let (keys, txns) = (held.keys.len(), held.commits.len());
+        let (keys, txns) = (held.keys.len() + held.releases.len(), held.commits.len());
         g.hold(lsn, keys, txns, held);
     }
     release(g, fanout, client, stats).await
@@ -301,7 +311,8 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
         config.source.publication,
         fanout.sinks.len()
     );
-    let mut keys = KeyMaker::new(config.tables.clone()).with_markers(config.remote_markers.clone());
+    let mut keys = KeyMaker::new(config.tables.clone())
+        .with_markers(config.remote_markers.clone(), config.remote_markers_release);
     let mut batch = Batch::default();
     let mut gate = replica.map(|r| Gate::start(r, &config, stats.clone()));
     let mut visible = Visibility::new(pg.clone(), config.connect_timeout);
@@ -371,6 +382,9 @@ async fn session(
     terminate: &mut tokio::signal::unix::Signal,
 ) -> Result<Option<String>, InvalidateError> {
     let mut fresh = Vec::new();
+    // The open transaction's marker releases: they join the batch at its Commit, behind
+    // its keys.
+    let mut releases = Vec::new();
     let mut open = Open::default();
     loop {
         // Wait for the stream only as long as there is nothing else to do: a pending batch
@@ -436,7 +450,19 @@ async fn session(
                 s.ignored_changes = keys.ignored_changes;
                 s.truncates = keys.truncates;
             }
+            ReplicationEvent::Message {
+                transactional,
+                prefix,
+                content,
+                ..
+            } => {
+                keys.releases(transactional, prefix.as_bytes(), &content, &mut releases);
+                let mut s = stats.lock().expect("stats lock");
+                s.marker_tokens = keys.marker_tokens;
+                s.bad_marker_lines = keys.bad_marker_lines;
+            }
             ReplicationEvent::Begin { final_lsn, xid, .. } => {
+                releases.clear();
                 open = Open {
                     in_transaction: true,
                     gate: Lsn::from_u64(final_lsn.as_u64() + 1),
@@ -449,6 +475,7 @@ async fn session(
                 ..
             } => {
                 open.in_transaction = false;
+                batch.releases.append(&mut releases);
                 batch.last_commit = Some(end_lsn);
                 batch.xids.push(open.xid);
                 batch

@@ -38,6 +38,10 @@ pub struct Stats {
     pub replica: Option<ReplicaStats>,
     /// Batches held until the primary's snapshots saw their transactions (`visible`).
     pub visibility_waits: u64,
+    /// `remote_markers_release: message`: marker tokens read from transactions' messages,
+    /// and message lines that were not `<key> <token>`.
+    pub marker_tokens: u64,
+    pub bad_marker_lines: u64,
     /// Microseconds from a transaction's commit (PostgreSQL's clock) to the moment all its
     /// deletes were acknowledged or spooled (ours); both clocks are the same on one host.
     latency: Histogram<u64>,
@@ -58,6 +62,8 @@ impl Default for Stats {
             sinks: Vec::new(),
             replica: None,
             visibility_waits: 0,
+            marker_tokens: 0,
+            bad_marker_lines: 0,
             latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
             local_latency: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("histogram bounds"),
@@ -109,6 +115,19 @@ impl Stats {
         stat("stale_as_delete", total(|s| s.stale_as_delete));
         stat("markers_sent", total(|s| s.markers_sent));
         stat("markers_deleted", total(|s| s.markers_deleted));
+        stat("marker_tokens", self.marker_tokens.to_string());
+        stat("bad_marker_lines", self.bad_marker_lines.to_string());
+        stat("markers_released", total(|s| s.markers_released));
+        stat("markers_superseded", total(|s| s.markers_superseded));
+        stat("markers_gone", total(|s| s.markers_gone));
+        stat(
+            "markers_release_dropped",
+            total(|s| s.markers_release_dropped),
+        );
+        stat(
+            "markers_release_as_delete",
+            total(|s| s.markers_release_as_delete),
+        );
         if let Some(r) = &self.replica {
             let lsn = pgwire_replication::Lsn::from_u64(r.replay_lsn);
             stat("replica_replay_lsn", lsn.to_string());

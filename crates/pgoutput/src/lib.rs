@@ -560,6 +560,39 @@ mod tests {
         );
     }
 
+    /// What `pg_logical_emit_message(true, 'memfleet.remote_marker', 'k t')` streams, written
+    /// out from the documented layout: flags (1: transactional), LSN, prefix, length, content.
+    #[test]
+    fn decodes_logical_message_from_raw_bytes() {
+        let mut b = vec![b'M', 1];
+        b.extend_from_slice(&0x0000_0001_0A00_0028u64.to_be_bytes());
+        b.extend_from_slice(b"memfleet.remote_marker\0");
+        b.extend_from_slice(&3i32.to_be_bytes());
+        b.extend_from_slice(b"k t");
+        assert_eq!(
+            decode(&b).unwrap(),
+            Message::Message {
+                flags: 1,
+                lsn: 0x0000_0001_0A00_0028,
+                prefix: b"memfleet.remote_marker",
+                content: b"k t",
+            }
+        );
+        // Content shorter than its length, a negative length, a prefix without its NUL.
+        let short = &b[..b.len() - 1];
+        assert_eq!(
+            decode(short),
+            Err(DecodeError::Truncated("message content"))
+        );
+        let mut neg = b[..b.len() - 7].to_vec();
+        neg.extend_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(decode(&neg), Err(DecodeError::Truncated("message content")));
+        assert_eq!(
+            decode(b"M\x01\0\0\0\0\0\0\0\x01abc"),
+            Err(DecodeError::Truncated("message prefix"))
+        );
+    }
+
     #[test]
     fn update_with_and_without_old_tuple() {
         for old in [
@@ -655,6 +688,21 @@ mod tests {
             let bytes = encode::message(&m);
             prop_assert_eq!(decode(&bytes).unwrap(), m);
             // Every strict prefix of a valid message is refused, never misread.
+            for cut in 0..bytes.len() {
+                prop_assert!(decode(&bytes[..cut]).is_err());
+            }
+        }
+
+        #[test]
+        fn logical_messages_round_trip(
+            flags in any::<u8>(),
+            lsn in any::<u64>(),
+            prefix in proptest::collection::vec(1u8..=255, 0..24),
+            content in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let m = Message::Message { flags, lsn, prefix: &prefix, content: &content };
+            let bytes = encode::message(&m);
+            prop_assert_eq!(decode(&bytes).unwrap(), m);
             for cut in 0..bytes.len() {
                 prop_assert!(decode(&bytes[..cut]).is_err());
             }

@@ -16,6 +16,8 @@ from .errors import (
     SerializationError,
 )
 from .near import NearCache
+from .remote import MESSAGE_PREFIX as REMOTE_MARKER_MESSAGE_PREFIX
+from .remote import RemoteWrite
 from .serde import Serde, train_dictionary
 
 __version__ = "0.1.0"
@@ -29,6 +31,8 @@ __all__ = [
     "MemfleetServerError",
     "NearCache",
     "NoServersError",
+    "REMOTE_MARKER_MESSAGE_PREFIX",
+    "RemoteWrite",
     "SerializationError",
     "Serde",
     "default_family",

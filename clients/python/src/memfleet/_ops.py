@@ -23,6 +23,7 @@ from ._dicts import ITEM_FLAGS, Dictionary, dict_key
 from ._steps import Call, Connect, Load, Op, Round, Sleep, operation
 from .errors import MemfleetConnectionError, MemfleetServerError
 from .near import MISSING
+from .remote import RemoteWrite, new_token
 from .serde import MissingDictionary
 
 T = TypeVar("T")
@@ -562,12 +563,19 @@ class Operations(ClientCore[S]):
         server = self._router.server_for(marker[1])
         return bool((yield Call(server, lambda meta: P.req_exists(mwire, meta), P.parse_exists)))
 
-    def _set_remote_markers(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> Op[list[Key]]:
+    def _set_remote_markers(
+        self, keys: Key | Iterable[Key], marker_ttl: int | None = None, token: str | None = None
+    ) -> Op[list[Key]]:
         """Set the remote marker of each key (one pipeline per server) for ``marker_ttl`` seconds
         (default: the client's ``remote_marker_ttl``); returns the keys whose marker was **not**
         set. The keys leave the near cache. Call it before writing to the master database, and
-        ``delete_many(keys)`` after; ``remote_write`` does both."""
+        ``delete_many(keys)`` after; ``remote_write`` does both. With ``token``, the marker holds
+        it beside the tokens of other writes in flight (``" <token> <token>..."``, appended) and
+        its TTL starts again; without, the marker is set to ``1``."""
         ttl = self._rm_ttl if marker_ttl is None else marker_ttl_check(marker_ttl)
+        value = b"1" if token is None else token.encode()
+        if not value or len(value) > 64 or not value.isascii() or any(c <= 32 or c == 127 for c in value):
+            raise ValueError(f"a marker token must be 1 to 64 printable ASCII bytes without spaces, not {token!r}")
         near = self._near
         groups: dict[S, list[tuple[bytes, bytes, int]]] = {}
         key_of: dict[bytes, Key] = {}
@@ -577,11 +585,18 @@ class Operations(ClientCore[S]):
             if near is not None:
                 near.discard(self._cfg.key(key)[0])
             key_of[mwire] = key
-            groups.setdefault(server, []).append((mwire, b"1", 0))
+            groups.setdefault(server, []).append((mwire, value, 0))
         if not groups:
             return []
 
         def call(server: S, batch: list[tuple[bytes, bytes, int]]) -> Call:
+            if token is not None:
+                kbs = [m[0] for m in batch]
+                return Call(
+                    server,
+                    lambda meta: P.req_add_token_many(kbs, value, ttl, meta),
+                    lambda meta: P.parse_add_token_many(meta, kbs),
+                )
             return Call(
                 server,
                 lambda meta: P.req_set_many(batch, ttl, meta),
@@ -608,17 +623,24 @@ class Operations(ClientCore[S]):
 
     set_remote_markers = operation(_set_remote_markers)
 
-    def _set_remote_marker(self, key: Key, marker_ttl: int | None = None) -> Op[bool]:
+    def _set_remote_marker(self, key: Key, marker_ttl: int | None = None, token: str | None = None) -> Op[bool]:
         """``set_remote_markers`` for one key: True if its marker was set."""
-        return not (yield from self._set_remote_markers([key], marker_ttl))
+        return not (yield from self._set_remote_markers([key], marker_ttl, token))
 
     set_remote_marker = operation(_set_remote_marker)
 
-    def _begin_remote_write(self, keys: list[Key], marker_ttl: int | None) -> Op[None]:
-        """``remote_write``'s markers: one not set is an error, unless ``ignore_errors``."""
-        unset = yield from self._set_remote_markers(keys, marker_ttl)
+    def _begin_remote_write(self, keys: list[Key], marker_ttl: int | None) -> Op[RemoteWrite]:
+        """``remote_write``'s markers, each holding a new token: one not set is an error, unless
+        ``ignore_errors``."""
+        token = new_token()
+        unset = yield from self._set_remote_markers(keys, marker_ttl, token)
+        if unset:
+            # A marker that came or went between the append and the add: once more.
+            unset = yield from self._set_remote_markers(unset, marker_ttl, token)
         if unset and not self.ignore_errors:
             raise MemfleetServerError(f"remote markers not set for {unset!r}, so the block did not run")
+        wire = tuple(self._cfg.key(k)[0].decode("utf-8", "surrogateescape") for k in keys)
+        return RemoteWrite(wire, token)
 
     # -- servers -------------------------------------------------------------------------------
     def _flush_all(self) -> Op[bool]:

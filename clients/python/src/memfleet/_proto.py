@@ -161,6 +161,46 @@ def parse_set_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, list[b
     return failed
 
 
+def req_add_token_many(kbs: list[bytes], token: bytes, ttl: int, meta: bool) -> bytes:
+    """Per marker: append `` <token>`` to it, else add it holding ``" <token>"``, then set its TTL.
+    One of the two stores succeeds, unless the marker came or went between them."""
+    d = b" " + token
+    n, t = str(len(d)).encode(), _ttl(ttl)
+    if meta:
+        one = (
+            b"ms %b " + n + b" MA\r\n" + d + b"\r\nms %b " + n + b" T" + t + b" ME\r\n" + d
+            + b"\r\nmg %b T" + t + b"\r\n"
+        )  # fmt: skip
+    else:
+        one = (
+            b"append %b 0 0 " + n + b"\r\n" + d + b"\r\nadd %b 0 " + t + b" " + n + b"\r\n" + d
+            + b"\r\ntouch %b " + t + b"\r\n"
+        )  # fmt: skip
+    return b"".join(one % (kb, kb, kb) for kb in kbs)
+
+
+_TOUCHED = {b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False}
+
+
+def parse_add_token_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, list[bytes]]:
+    """Returns the markers that hold no token of this write (neither store took)."""
+    failed: list[bytes] = []
+    for kb in kbs:
+        stored = False
+        for _ in range(2):
+            line = yield LINE
+            ok = STORED.get(line)
+            if ok is None and not line.startswith(b"SERVER_ERROR"):
+                raise raise_for(line)
+            stored = stored or bool(ok)
+        line = yield LINE
+        if _TOUCHED.get(line) is None and not line.startswith(b"SERVER_ERROR"):
+            raise raise_for(line)
+        if not stored:
+            failed.append(kb)
+    return failed
+
+
 # -- deletes, touch, arithmetic ----------------------------------------------------------------
 def req_delete(kb: bytes, meta: bool) -> bytes:
     return (b"md " if meta else b"delete ") + kb + b"\r\n"

@@ -14,6 +14,7 @@ from ._ops import Operations
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetServerError
 from .near import UNSTARTED, Source
+from .remote import RemoteWrite
 
 
 class AsyncClient(Operations[AsyncServer]):
@@ -40,12 +41,14 @@ class AsyncClient(Operations[AsyncServer]):
         await self.close()
 
     @asynccontextmanager
-    async def remote_write(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> AsyncIterator[None]:
+    async def remote_write(
+        self, keys: Key | Iterable[Key], marker_ttl: int | None = None
+    ) -> AsyncIterator[RemoteWrite]:
         """As :meth:`memfleet.Client.remote_write`, with ``async with``."""
         keys = one_or_many(keys)
-        await self._run(self._begin_remote_write(keys, marker_ttl))
+        w = await self._run(self._begin_remote_write(keys, marker_ttl))
         try:
-            yield
+            yield w
         finally:
             await self.delete_many(keys)
 

@@ -15,6 +15,7 @@ from ._proto import Parser
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetError, MemfleetServerError
 from .near import UNSTARTED, Source
+from .remote import RemoteWrite
 
 
 class Client(Operations[Server]):
@@ -39,17 +40,20 @@ class Client(Operations[Server]):
         self.close()
 
     @contextmanager
-    def remote_write(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> Iterator[None]:
+    def remote_write(self, keys: Key | Iterable[Key], marker_ttl: int | None = None) -> Iterator[RemoteWrite]:
         """Around a write to the master database made from a replica region: sets the remote
         marker of each key (``remote_marker_prefix`` + key, for ``marker_ttl`` seconds, default
-        ``remote_marker_ttl``), runs the block, then deletes the keys here. The markers stay: the
-        region's invalidator removes them once the local replica has the write. If the block
-        raises, the keys are deleted all the same (the master may have been written) and the
-        exception goes on. A marker that could not be set raises before the block runs."""
+        ``remote_marker_ttl``) to a new token, runs the block, then deletes the keys here. The
+        markers stay: the region's invalidator removes them once the local replica has the
+        write. The block gets a :class:`memfleet.RemoteWrite`: run ``cur.execute(*w.pg_message())``
+        in the transaction that writes the rows, and the invalidator (``remote_markers_release:
+        message``) removes only the markers this write set. If the block raises, the keys are
+        deleted all the same (the master may have been written) and the exception goes on. A
+        marker that could not be set raises before the block runs."""
         keys = one_or_many(keys)
-        self._run(self._begin_remote_write(keys, marker_ttl))
+        w = self._run(self._begin_remote_write(keys, marker_ttl))
         try:
-            yield
+            yield w
         finally:
             self.delete_many(keys)
 
