@@ -63,6 +63,7 @@ pub fn route_handles(
         naming,
         out: String::new(),
         seen: 0,
+        bucket: None,
     };
     walk.line(0, "proxy");
     walk.line(1, "root");
@@ -82,6 +83,8 @@ struct Walk<'c, 'k> {
     naming: HostNaming<'c>,
     out: String,
     seen: usize,
+    /// The bucket of the innermost bucketized PoolRoute walked through.
+    bucket: Option<u64>,
 }
 
 impl Walk<'_, '_> {
@@ -94,10 +97,15 @@ impl Walk<'_, '_> {
         }
     }
 
-    fn hashed(&self, salt: &str) -> Vec<u8> {
-        let mut bytes = self.rk.hashed.to_vec();
+    /// What a hash places: the routing key, or with `by_bucket` the bucket id (none outside
+    /// a bucketized PoolRoute), then the salt.
+    fn hashed(&self, salt: &str, by_bucket: bool) -> Option<Vec<u8>> {
+        let mut bytes = match by_bucket {
+            false => self.rk.hashed.to_vec(),
+            true => self.bucket?.to_string().into_bytes(),
+        };
         bytes.extend_from_slice(salt.as_bytes());
-        bytes
+        Some(bytes)
     }
 
     fn targets(&mut self, depth: usize, targets: &[Target]) {
@@ -128,6 +136,7 @@ impl Walk<'_, '_> {
                 hash,
                 salt,
                 asynclog,
+                by_bucket,
                 ..
             } => {
                 let mut depth = depth;
@@ -137,8 +146,8 @@ impl Walk<'_, '_> {
                 }
                 self.line(depth, &selection_name(hash.name(), salt));
                 let n = config.pools[*pool].servers.len();
-                if n > 0 {
-                    let index = hash.index(&self.hashed(salt), n);
+                if let (true, Some(bytes)) = (n > 0, self.hashed(salt, *by_bucket)) {
+                    let index = hash.index(&bytes, n);
                     self.target(depth + 1, Target::Server { pool: *pool, index });
                 }
             }
@@ -146,12 +155,29 @@ impl Walk<'_, '_> {
                 children,
                 hash,
                 salt,
+                by_bucket,
             } => {
                 self.line(depth, &selection_name(hash.name(), salt));
-                if !children.is_empty() {
-                    let index = hash.index(&self.hashed(salt), children.len());
+                let bytes = self.hashed(salt, *by_bucket);
+                if let (false, Some(bytes)) = (children.is_empty(), bytes) {
+                    let index = hash.index(&bytes, children.len());
                     self.target(d, children[index]);
                 }
+            }
+            Route::Bucketize { target, settings } => {
+                // mcrouter's routeName.
+                self.line(
+                    depth,
+                    &format!(
+                        "bucketize|total_buckets={}|bucketization_keyspace={}|prefix_map_enabled={}",
+                        settings.total_buckets,
+                        settings.keyspace,
+                        !settings.by_prefix.is_empty()
+                    ),
+                );
+                let outer = self.bucket.replace(settings.bucket(self.rk.hashed));
+                self.target(d, *target);
+                self.bucket = outer;
             }
             Route::All { mode, children } => {
                 self.line(depth, all_name(*mode));

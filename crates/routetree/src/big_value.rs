@@ -125,7 +125,8 @@ fn children(route: &Route) -> Vec<Target> {
         } => std::iter::once(*target).chain(*fallback).collect(),
         Route::ModifyExptime { target, .. }
         | Route::ModifyKey { target, .. }
-        | Route::BigValue { target, .. } => vec![*target],
+        | Route::BigValue { target, .. }
+        | Route::Bucketize { target, .. } => vec![*target],
         Route::KeySplit { destination, .. } | Route::ShardSplit { destination, .. } => {
             vec![*destination]
         }
@@ -169,6 +170,7 @@ fn type_name(route: &Route) -> &'static str {
         Route::Staging { .. } => "StagingRoute",
         Route::ShardSplit { .. } => "PoolRoute (shard_splits)",
         Route::SlowWarmUp { .. } => "PoolRoute (slow_warmup)",
+        Route::Bucketize { .. } => "PoolRoute (bucketize)",
         Route::Shadow { .. } => "ShadowRoute",
         Route::BigValue { .. } => "BigValueRoute",
         Route::Null => "NullRoute",
