@@ -37,9 +37,7 @@ def test_keys_land_where_mcrouter_puts_them(servers) -> None:
     case = doc["configs"][1]
     group = servers(len(case["weights"]))
     picked = [
-        v
-        for v in doc["vectors"]
-        if v["key"].replace(":", "").isalnum() and v["key"][:1] in "aqu1"
+        v for v in doc["vectors"] if v["key"].replace(":", "").isalnum() and v["key"][:1] in "aqu1"
     ][:150]
     with McRouter(bucketized([s.address for s in group], case)).start() as r:
         for v in picked:

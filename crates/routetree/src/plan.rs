@@ -48,8 +48,11 @@ pub enum Plan {
     WarmUp {
         /// Tried first.
         cold: Box<Plan>,
-        /// Asked when `cold` misses.
+        /// Asked when `cold` misses (planned for a plain `get` when the request is a gets,
+        /// gat, gats or lease-get: what mcrouter sends warm).
         warm: Box<Plan>,
+        /// Cold planned for the fill: an `add`, or for a lease-get a `lease-set`.
+        fill: Box<Plan>,
         /// Exptime of the fill of `cold`.
         exptime: u32,
     },
@@ -356,6 +359,17 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
     }
 }
 
+impl<'k> Eval<'_, 'k> {
+    /// `f` planning for operation `op` instead of the request's.
+    fn with_op(&mut self, op: &'k str, f: impl FnOnce(&mut Self) -> Plan) -> Plan {
+        let outer = (self.op, self.class);
+        (self.op, self.class) = (op, op_class(op));
+        let plan = f(self);
+        (self.op, self.class) = outer;
+        plan
+    }
+}
+
 struct Eval<'c, 'k> {
     config: &'c Config,
     op: &'k str,
@@ -545,11 +559,24 @@ impl Eval<'_, '_> {
                 exptime,
             } => {
                 match self.class {
-                    OpClass::Get => Plan::WarmUp {
-                        cold: Box::new(self.target(*cold)),
-                        warm: Box::new(self.target(*warm)),
-                        exptime: *exptime,
-                    },
+                    OpClass::Get => {
+                        // As mcrouter: warm gets a plain get, cold an add (a lease-set for a
+                        // lease-get), each routed as that operation.
+                        let warm_op = match self.op {
+                            "gets" | "gat" | "gats" | "lease-get" => "get",
+                            op => op,
+                        };
+                        let fill_op = match self.op {
+                            "lease-get" => "lease-set",
+                            _ => "add",
+                        };
+                        Plan::WarmUp {
+                            cold: Box::new(self.target(*cold)),
+                            warm: Box::new(self.with_op(warm_op, |e| e.target(*warm))),
+                            fill: Box::new(self.with_op(fill_op, |e| e.target(*cold))),
+                            exptime: *exptime,
+                        }
+                    }
                     // Unlike mcrouter (cold only): a key deleted from cold alone would come
                     // back from warm on the next get.
                     OpClass::Delete => Plan::All {
