@@ -267,6 +267,7 @@ impl Config {
             nodes: 0,
             now,
             bucket: None,
+            chunk: None,
         };
         let mut plans: Vec<Plan> = routes.into_iter().map(|id| eval.route(id)).collect();
         if eval.nodes > MAX_PLAN_NODES {
@@ -382,6 +383,9 @@ struct Eval<'c, 'k> {
     /// The bucket of the innermost [`Route::Bucketize`] being evaluated (mcrouter's fiber-local
     /// bucket id): hashes with `by_bucket` place it, shadows compare it with their ranges.
     bucket: Option<u64>,
+    /// A big value's chunk request planned along its base key: the chunk's operation and key,
+    /// which take over below the BigValueRoute the base key meets (taken there).
+    chunk: Option<(&'k str, RoutingKey<'k>)>,
 }
 
 /// mcrouter's error for a bucket hash without a McBucketRoute above it.
@@ -731,7 +735,18 @@ impl Eval<'_, '_> {
                 settings: *settings,
                 get_like: self.class == OpClass::Get,
             },
-            Route::BigValue { target, .. } => self.target(*target),
+            // As mcrouter's BigValueRoute sends its chunks to its target: the chunk's own
+            // operation and key from here down.
+            Route::BigValue { target, .. } => match self.chunk.take() {
+                Some((op, rk)) => {
+                    let outer = (self.op, self.class, self.rk);
+                    (self.op, self.class, self.rk) = (op, op_class(op), rk);
+                    let plan = self.target(*target);
+                    (self.op, self.class, self.rk) = outer;
+                    plan
+                }
+                None => self.target(*target),
+            },
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -826,6 +841,7 @@ impl Eval<'_, '_> {
             nodes: self.nodes,
             now: self.now,
             bucket: self.bucket,
+            chunk: self.chunk,
         };
         let plan = sub.target(destination);
         self.nodes = sub.nodes;
@@ -927,6 +943,10 @@ mod load_balancer_tests;
 
 #[path = "plan_migrate.rs"]
 mod migrate;
+
+#[path = "plan_big_value.rs"]
+mod big_value;
+pub use big_value::chunk_base;
 pub use migrate::{unix_now, StagingOp};
 
 #[path = "plan_size_split.rs"]

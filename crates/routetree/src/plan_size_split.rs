@@ -148,6 +148,7 @@ impl Config {
             nodes: 0,
             now,
             bucket: None,
+            chunk: None,
         };
         let plan = eval.target(deferred.target);
         if eval.nodes > MAX_PLAN_NODES {

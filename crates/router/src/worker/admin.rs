@@ -18,6 +18,12 @@ impl Worker {
         let Some(command) = AdminCommand::parse(key) else {
             return false;
         };
+        if let Some(mode) = super::bigvalue::chunks_mode(&command) {
+            // Only this router's own big-value helpers know the token.
+            self.clients[ci].chunks_of = mode;
+            self.local_reply(ci, b"END\r\n");
+            return true;
+        }
         let value = match answer(&command, routes) {
             // As mcrouter, without one trailing newline.
             Ok(text) => text.strip_suffix('\n').unwrap_or(&text).to_owned(),
