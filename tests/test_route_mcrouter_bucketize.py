@@ -50,6 +50,16 @@ def test_keys_land_where_mcrouter_puts_them(servers) -> None:
                 held = fetch(s.port, key) == f"VALUE {key} 0 1\r\nx\r\nEND\r\n".encode()
                 assert held == (i == want), (key, i, want)
         assert len({v["server"][1] for v in picked}) == len(group)
+        # mcrouter's get_bucket service-info get names each key's bucket and keyspace.
+        for v in picked[:20]:
+            key = v["key"]
+            line = f"{key}\t{v['bucket'][1]}\tmain\tnull".encode()
+            want = b"VALUE __mcrouter__.get_bucket(%s) 0 %d\r\n%s\r\nEND\r\n" % (
+                key.encode(),
+                len(line),
+                line,
+            )
+            assert fetch(r.port, f"__mcrouter__.get_bucket({key})") == want
 
 
 def test_one_bucket_puts_every_key_on_one_server(servers) -> None:

@@ -54,6 +54,16 @@ pub fn route_handles(
     if !OPERATIONS.contains(&op) {
         return Err(format!("route: unknown request {op}"));
     }
+    Ok(walk(config, op, key, default_prefix, naming)?.out)
+}
+
+fn walk<'c, 'k>(
+    config: &'c Config,
+    op: &'k str,
+    key: &'k [u8],
+    default_prefix: &str,
+    naming: HostNaming<'c>,
+) -> Result<Walk<'c, 'k>, String> {
     let rk = RoutingKey::parse(key);
     let roots = config.entry_routes(rk.prefix, default_prefix)?;
     let mut walk = Walk {
@@ -64,13 +74,34 @@ pub fn route_handles(
         out: String::new(),
         seen: 0,
         bucket: None,
+        buckets: Vec::new(),
     };
     walk.line(0, "proxy");
     walk.line(1, "root");
     for id in roots {
         walk.target(2, Target::Route(id));
     }
-    Ok(walk.out)
+    Ok(walk)
+}
+
+/// mcrouter's `get_bucket(<key>)` reply: for each bucketized PoolRoute a get of `key`
+/// reaches, `<key without routing prefix>\t<bucket>\t<keyspace>\tnull`, CRLF between.
+pub fn get_bucket(config: &Config, key: &[u8], default_prefix: &str) -> Result<String, String> {
+    let naming = HostNaming::server_timeout(0);
+    let walk = walk(config, "get", key, default_prefix, naming)?;
+    if walk.buckets.is_empty() {
+        return Err(format!(
+            "get_bucket: couldn't find bucket for key {}",
+            String::from_utf8_lossy(key)
+        ));
+    }
+    let key = String::from_utf8_lossy(walk.rk.key);
+    let lines: Vec<String> = walk
+        .buckets
+        .iter()
+        .map(|(bucket, keyspace)| format!("{key}\t{bucket}\t{keyspace}\tnull"))
+        .collect();
+    Ok(lines.join("\r\n"))
 }
 
 /// Lines written before a pathological tree is cut short.
@@ -85,6 +116,8 @@ struct Walk<'c, 'k> {
     seen: usize,
     /// The bucket of the innermost bucketized PoolRoute walked through.
     bucket: Option<u64>,
+    /// Every bucketized PoolRoute met: its bucket for the key and its keyspace.
+    buckets: Vec<(u64, String)>,
 }
 
 impl Walk<'_, '_> {
@@ -175,7 +208,9 @@ impl Walk<'_, '_> {
                         !settings.by_prefix.is_empty()
                     ),
                 );
-                let outer = self.bucket.replace(settings.bucket(self.rk.hashed));
+                let bucket = settings.bucket(self.rk.hashed);
+                self.buckets.push((bucket, settings.keyspace.clone()));
+                let outer = self.bucket.replace(bucket);
                 self.target(d, *target);
                 self.bucket = outer;
             }

@@ -70,6 +70,12 @@ fn answer(command: &AdminCommand<'_>, routes: &McRoutes) -> Result<String, Strin
         "pools" => Ok(pools_reply(&routes.config, naming(routes))),
         "options" => options(&command.args, routes),
         "hostid" => Ok(routetree::plan::host_id().to_string()),
+        "get_bucket" => match command.args[..] {
+            [key] => {
+                routetree::admin_handles::get_bucket(&routes.config, key.as_bytes(), &routes.prefix)
+            }
+            _ => Err("get_bucket: 1 arg (key) expected".into()),
+        },
         other => Err(format!("unknown command: {other}")),
     }
 }

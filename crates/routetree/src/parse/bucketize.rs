@@ -313,5 +313,12 @@ mod handle_tests {
         assert_eq!(lines[3], "   asynclog:A");
         assert_eq!(lines[4], "    selection|hash|WeightedCh3");
         assert!(lines[5].contains(&format!("|id={index}|")), "{out}");
+        assert_eq!(
+            crate::admin_handles::get_bucket(&c, b"/././key|#|x", "/././").unwrap(),
+            "key|#|x\t0\tmain\tnull"
+        );
+        let plain = parse_config("t.json", &text.replace("true,", "false,")).unwrap();
+        let e = crate::admin_handles::get_bucket(&plain, b"key", "/././").unwrap_err();
+        assert_eq!(e, "get_bucket: couldn't find bucket for key key");
     }
 }
