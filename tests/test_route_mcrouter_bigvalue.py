@@ -104,3 +104,35 @@ def test_each_prefix_gets_its_own_threshold(backends: list[Server]) -> None:
         _, parts = chunks_of(backends, "b:big")
         assert [len(p) for p in parts] == [3000, 1000]
         assert c.item("b:big") == (BIG_FLAG, big)
+
+
+def test_chunks_follow_the_base_keys_hash_to_their_big_value_route() -> None:
+    # A HashRoute over two BigValueRoutes on separate pools: as in mcrouter, the client's
+    # key picks the child, and every chunk goes to that child's target, whatever its own
+    # key would hash to.
+    p = [memcached().start() for _ in range(2)]
+    q = [memcached().start() for _ in range(2)]
+    try:
+        config = {
+            "pools": pools(P=p, Q=q),
+            "route": {
+                "type": "HashRoute",
+                "children": [big_value("PoolRoute|P", 100, 2), big_value("PoolRoute|Q", 100, 0)],
+            },
+        }
+        value = bytes(range(250)) * 3  # 750 bytes: 8 chunks
+        with McRouter(config) as r, ValueClient(r.port or 0) as c:
+            used = set()
+            for i in range(8):
+                key = f"blob{i}"
+                assert c.store("set", key, value, flags=1) == b"STORED", key
+                home = p if on_backends(p, key) is not None else q
+                used.add(id(home))
+                flags, parts = chunks_of(home, key)
+                assert flags == 1 | BIG_FLAG
+                assert b"".join(parts) == value, key
+                assert c.item(key) == (1 | BIG_FLAG, value), key
+            assert len(used) == 2, "both children hold values"
+    finally:
+        for s in p + q:
+            s.stop()

@@ -1,10 +1,12 @@
 """WarmUpRoute's gets, gat and gats through `memfleet route` against real memcached: a cold
 miss that warm can fill is added to cold first, so the client gets cold's CAS token and
-cold's item carries the TTL the request asked for."""
+cold's item carries the TTL the request asked for. Its lease-get: cold is the lease-speaking
+test server (memcached has no lease-get), warm a real memcached."""
 
 from __future__ import annotations
 
-from harness import Conn
+from harness import Conn, eventually
+from lease_server import LeaseServer
 from mcrouter_harness import McRouter, ask, fetch, pools, servers
 
 __all__ = ["servers"]
@@ -61,3 +63,30 @@ def test_gat_and_gats_fill_cold_with_the_requested_ttl(servers) -> None:
         assert cas_of(got) == cas_of(on_cold)
         assert 790 < (ttl_of(cold.port, "b") or 0) <= 800
         assert ttl_of(warm.port, "b") == -1, "warm gets a plain read: its TTL is untouched"
+
+
+def test_lease_get_cold_miss_is_filled_from_warm_with_colds_token(servers) -> None:
+    (warm,) = servers(1)
+    with LeaseServer() as cold:
+        config = {
+            "pools": {"C": {"servers": [cold.address]}, "W": {"servers": [warm.address]}},
+            "route": CONFIG_ROUTE,
+        }
+        with McRouter(config).start() as r:
+            assert ask(warm.port, b"set k 7 500 2\r\nhi\r\n") == b"STORED\r\n"
+            # Warm's value answers as a lease-get hit...
+            assert ask(r.port, b"lease-get k\r\n", b"END\r\n") == b"VALUE k 7 2\r\nhi\r\nEND\r\n"
+            # ...and cold is filled by a lease-set that spent the token cold handed out.
+            eventually(
+                lambda: fetch(cold.port, "k") == b"VALUE k 7 2\r\nhi\r\nEND\r\n",
+                "cold filled by lease-set",
+            )
+            assert b"k" not in cold.store.tokens, "the lease was spent"
+            # Cold answers now: a hit, warm not asked.
+            assert ask(warm.port, b"delete k\r\n") == b"DELETED\r\n"
+            assert ask(r.port, b"lease-get k\r\n", b"END\r\n") == b"VALUE k 7 2\r\nhi\r\nEND\r\n"
+            # Warm misses too: cold's lease for the client to fill.
+            got = ask(r.port, b"lease-get none\r\n", b"END\r\n")
+            assert got.startswith(b"LVALUE none "), got
+            assert int(got.split()[2]) == cold.store.tokens[b"none"]
+            assert fetch(cold.port, "none") == b"END\r\n"

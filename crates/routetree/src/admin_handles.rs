@@ -54,6 +54,16 @@ pub fn route_handles(
     if !OPERATIONS.contains(&op) {
         return Err(format!("route: unknown request {op}"));
     }
+    Ok(walk(config, op, key, default_prefix, naming)?.out)
+}
+
+fn walk<'c, 'k>(
+    config: &'c Config,
+    op: &'k str,
+    key: &'k [u8],
+    default_prefix: &str,
+    naming: HostNaming<'c>,
+) -> Result<Walk<'c, 'k>, String> {
     let rk = RoutingKey::parse(key);
     let roots = config.entry_routes(rk.prefix, default_prefix)?;
     let mut walk = Walk {
@@ -63,13 +73,35 @@ pub fn route_handles(
         naming,
         out: String::new(),
         seen: 0,
+        bucket: None,
+        buckets: Vec::new(),
     };
     walk.line(0, "proxy");
     walk.line(1, "root");
     for id in roots {
         walk.target(2, Target::Route(id));
     }
-    Ok(walk.out)
+    Ok(walk)
+}
+
+/// mcrouter's `get_bucket(<key>)` reply: for each bucketized PoolRoute a get of `key`
+/// reaches, `<key without routing prefix>\t<bucket>\t<keyspace>\tnull`, CRLF between.
+pub fn get_bucket(config: &Config, key: &[u8], default_prefix: &str) -> Result<String, String> {
+    let naming = HostNaming::server_timeout(0);
+    let walk = walk(config, "get", key, default_prefix, naming)?;
+    if walk.buckets.is_empty() {
+        return Err(format!(
+            "get_bucket: couldn't find bucket for key {}",
+            String::from_utf8_lossy(key)
+        ));
+    }
+    let key = String::from_utf8_lossy(walk.rk.key);
+    let lines: Vec<String> = walk
+        .buckets
+        .iter()
+        .map(|(bucket, keyspace)| format!("{key}\t{bucket}\t{keyspace}\tnull"))
+        .collect();
+    Ok(lines.join("\r\n"))
 }
 
 /// Lines written before a pathological tree is cut short.
@@ -82,6 +114,10 @@ struct Walk<'c, 'k> {
     naming: HostNaming<'c>,
     out: String,
     seen: usize,
+    /// The bucket of the innermost bucketized PoolRoute walked through.
+    bucket: Option<u64>,
+    /// Every bucketized PoolRoute met: its bucket for the key and its keyspace.
+    buckets: Vec<(u64, String)>,
 }
 
 impl Walk<'_, '_> {
@@ -94,10 +130,15 @@ impl Walk<'_, '_> {
         }
     }
 
-    fn hashed(&self, salt: &str) -> Vec<u8> {
-        let mut bytes = self.rk.hashed.to_vec();
+    /// What a hash places: the routing key, or with `by_bucket` the bucket id (none outside
+    /// a bucketized PoolRoute), then the salt.
+    fn hashed(&self, salt: &str, by_bucket: bool) -> Option<Vec<u8>> {
+        let mut bytes = match by_bucket {
+            false => self.rk.hashed.to_vec(),
+            true => self.bucket?.to_string().into_bytes(),
+        };
         bytes.extend_from_slice(salt.as_bytes());
-        bytes
+        Some(bytes)
     }
 
     fn targets(&mut self, depth: usize, targets: &[Target]) {
@@ -128,6 +169,7 @@ impl Walk<'_, '_> {
                 hash,
                 salt,
                 asynclog,
+                by_bucket,
                 ..
             } => {
                 let mut depth = depth;
@@ -137,8 +179,8 @@ impl Walk<'_, '_> {
                 }
                 self.line(depth, &selection_name(hash.name(), salt));
                 let n = config.pools[*pool].servers.len();
-                if n > 0 {
-                    let index = hash.index(&self.hashed(salt), n);
+                if let (true, Some(bytes)) = (n > 0, self.hashed(salt, *by_bucket)) {
+                    let index = hash.index(&bytes, n);
                     self.target(depth + 1, Target::Server { pool: *pool, index });
                 }
             }
@@ -146,12 +188,31 @@ impl Walk<'_, '_> {
                 children,
                 hash,
                 salt,
+                by_bucket,
             } => {
                 self.line(depth, &selection_name(hash.name(), salt));
-                if !children.is_empty() {
-                    let index = hash.index(&self.hashed(salt), children.len());
+                let bytes = self.hashed(salt, *by_bucket);
+                if let (false, Some(bytes)) = (children.is_empty(), bytes) {
+                    let index = hash.index(&bytes, children.len());
                     self.target(d, children[index]);
                 }
+            }
+            Route::Bucketize { target, settings } => {
+                // mcrouter's routeName.
+                self.line(
+                    depth,
+                    &format!(
+                        "bucketize|total_buckets={}|bucketization_keyspace={}|prefix_map_enabled={}",
+                        settings.total_buckets,
+                        settings.keyspace,
+                        !settings.by_prefix.is_empty()
+                    ),
+                );
+                let bucket = settings.bucket(self.rk.hashed);
+                self.buckets.push((bucket, settings.keyspace.clone()));
+                let outer = self.bucket.replace(bucket);
+                self.target(d, *target);
+                self.bucket = outer;
             }
             Route::All { mode, children } => {
                 self.line(depth, all_name(*mode));

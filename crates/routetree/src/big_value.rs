@@ -1,68 +1,28 @@
-//! Which BigValueRoute settings apply to a key, and where in a tree a BigValueRoute may be.
+//! Where in a tree a BigValueRoute may be.
 //!
-//! The router splits a big value itself: its chunk and index requests go back through the
-//! route tree from the top, as any client's. That reaches the handle's target, as mcrouter's
-//! BigValueRoute sends them, only when every handle above it chooses by the key's prefix
-//! (routing-prefix aliases, PrefixSelectorRoute): a chunk key `<key>:<i>:<suffix>` keeps
-//! both prefixes, and passes the BigValueRoute itself whole, being no longer than its
-//! threshold. So a BigValueRoute is accepted only there, and finding one for a key is a
-//! walk down prefix selection alone.
+//! The router splits a big value itself and sends each chunk as a request of its own,
+//! planned along the base key down to the BigValueRoute and by the chunk below it (see
+//! `plan::big_value`). That is what mcrouter does when the handles above it pick one child
+//! for the client's request by its key, prefix or operation; a handle that sends to several
+//! children, fails over, picks at random, spends tokens or rewrites the key would treat each
+//! chunk as a request of its own where mcrouter passes the whole value once, so a
+//! BigValueRoute below one is refused, naming why.
 
 use std::collections::HashSet;
 
-use ring::RoutingKey;
-
 use crate::model::*;
 
-impl Config {
-    /// Whether any route handle is a BigValueRoute (else [`Config::big_value`] is always
-    /// `None`). Checked once per config: the router asks per request only when true.
-    pub fn has_big_value(&self) -> bool {
-        self.routes
-            .iter()
-            .any(|r| matches!(r, Route::BigValue { .. }))
-    }
-
-    /// The settings of the BigValueRoute a request for `key` (with any routing prefix; keys
-    /// without one use `default_prefix`) passes through, if any. A routing prefix that
-    /// selects several routes (`/*/*/`) goes by the first, the one whose reply the client
-    /// gets.
-    pub fn big_value(&self, key: &[u8], default_prefix: &str) -> Option<BigValueSettings> {
-        let rk = RoutingKey::parse(key);
-        let id = *self.entry_routes(rk.prefix, default_prefix).ok()?.first()?;
-        let mut at = Target::Route(id);
-        // Bounded: placement allows only prefix selectors above, and each step goes down.
-        for _ in 0..=self.routes.len() {
-            let Target::Route(id) = at else {
-                return None;
-            };
-            match &self.routes[id] {
-                Route::BigValue { settings, .. } => return Some(*settings),
-                Route::PrefixSelector { policies, wildcard } => {
-                    at = policies
-                        .iter()
-                        .rev()
-                        .find(|(prefix, _)| rk.key.starts_with(prefix.as_bytes()))
-                        .map(|(_, t)| *t)
-                        .or(*wildcard)?;
-                }
-                _ => return None,
-            }
-        }
-        None
-    }
-}
-
-/// `Err((id, why))` for the first BigValueRoute `id` some handle other than a prefix
-/// selector leads to.
+/// `Err((id, why))` for the first BigValueRoute `id` below a handle that does not pick one
+/// child by the request (prefix and operation selectors, HashRoute, and the handles that
+/// only change timing or exptime pass).
 pub(crate) fn check_placement(config: &Config) -> Result<(), (RouteId, String)> {
     let roots: Vec<RouteId> = match &config.entry {
         Entry::Default(id) => vec![*id],
         Entry::Aliases(table) => table.iter().map(|(_, id)| *id).collect(),
     };
     let mut seen = HashSet::new();
-    // (route, the nearest handle above it that does not choose by prefix)
-    let mut stack: Vec<(RouteId, Option<&'static str>)> =
+    // (route, the nearest handle above it that chunks cannot pass)
+    let mut stack: Vec<(RouteId, Option<RouteId>)> =
         roots.into_iter().map(|id| (id, None)).collect();
     while let Some((id, above)) = stack.pop() {
         if !seen.insert((id, above)) {
@@ -73,16 +33,19 @@ pub(crate) fn check_placement(config: &Config) -> Result<(), (RouteId, String)> 
             return Err((
                 id,
                 format!(
-                    "BigValueRoute under {parent} is not supported: its chunks would not \
-                     reach its target (memfleet sends them through the route tree from the \
-                     top, so only routing prefixes and PrefixSelectorRoutes may lead to a \
-                     BigValueRoute)"
+                    "BigValueRoute under {} is not supported: {}",
+                    type_name(&config.routes[parent]),
+                    why_not_above(&config.routes[parent])
                 ),
             ));
         }
         let below = match route {
-            Route::PrefixSelector { .. } => above,
-            other => Some(type_name(other)),
+            Route::PrefixSelector { .. }
+            | Route::OperationSelector { .. }
+            | Route::Hash { .. }
+            | Route::ModifyExptime { .. }
+            | Route::LatencyInjection { .. } => above,
+            _ => Some(id),
         };
         for t in children(route) {
             if let Target::Route(child) = t {
@@ -125,7 +88,8 @@ fn children(route: &Route) -> Vec<Target> {
         } => std::iter::once(*target).chain(*fallback).collect(),
         Route::ModifyExptime { target, .. }
         | Route::ModifyKey { target, .. }
-        | Route::BigValue { target, .. } => vec![*target],
+        | Route::BigValue { target, .. }
+        | Route::Bucketize { target, .. } => vec![*target],
         Route::KeySplit { destination, .. } | Route::ShardSplit { destination, .. } => {
             vec![*destination]
         }
@@ -134,6 +98,29 @@ fn children(route: &Route) -> Vec<Target> {
             .chain(shadows.iter().map(|s| s.target))
             .collect(),
         Route::Null | Route::Error { .. } => Vec::new(),
+    }
+}
+
+/// Why chunks cannot pass `route` as mcrouter's would.
+fn why_not_above(route: &Route) -> &'static str {
+    match route {
+        Route::Random { .. } | Route::LoadBalancer(_) => {
+            "it picks a child at random for each request, and each chunk is a request of its \
+             own, so the chunks would scatter where mcrouter sends them all down one child"
+        }
+        Route::RateLimit { .. } => {
+            "each chunk would spend a token of its own, where mcrouter spends one for the value"
+        }
+        Route::KeySplit { .. } | Route::ShardSplit { .. } | Route::ModifyKey { .. } => {
+            "it rewrites the key, and memfleet makes chunk keys from the client's key where \
+             mcrouter makes them from the rewritten one"
+        }
+        Route::BigValue { .. } => "the outer one would split the inner one's chunks again",
+        _ => {
+            "it sends to several children or moves on to another one after a reply, and \
+             memfleet would do that for each chunk on its own where mcrouter does it once \
+             for the whole value"
+        }
     }
 }
 
@@ -169,6 +156,7 @@ fn type_name(route: &Route) -> &'static str {
         Route::Staging { .. } => "StagingRoute",
         Route::ShardSplit { .. } => "PoolRoute (shard_splits)",
         Route::SlowWarmUp { .. } => "PoolRoute (slow_warmup)",
+        Route::Bucketize { .. } => "PoolRoute (bucketize)",
         Route::Shadow { .. } => "ShadowRoute",
         Route::BigValue { .. } => "BigValueRoute",
         Route::Null => "NullRoute",

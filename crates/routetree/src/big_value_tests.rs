@@ -105,7 +105,7 @@ fn required_fields_and_types_are_checked() {
 }
 
 #[test]
-fn accepted_under_prefix_selection_only() {
+fn accepted_under_prefix_selection() {
     // Aliases, PrefixSelectorRoute policies and wildcard, and named handles they name.
     let text = format!(
         r#"{{{POOLS}, "named_handles": [{{"name": "bv", "type": "BigValueRoute",
@@ -150,20 +150,18 @@ fn keys_without_one_on_their_path_get_none() {
 }
 
 #[test]
-fn refused_anywhere_else_naming_the_handle_above() {
+fn refused_where_chunks_cannot_follow_naming_the_handle_above() {
     let b = big(10, 1, None);
-    for (route, parent) in [
+    for (route, parent, why) in [
         (
             format!(r#"{{"type": "FailoverRoute", "children": [{b}]}}"#),
             "FailoverRoute",
+            "for each chunk on its own",
         ),
         (
             format!(r#"{{"type": "AllSyncRoute", "children": [{b}]}}"#),
             "AllSyncRoute",
-        ),
-        (
-            format!(r#"{{"type": "OperationSelectorRoute", "default_policy": {b}}}"#),
-            "OperationSelectorRoute",
+            "sends to several children",
         ),
         (
             format!(
@@ -171,21 +169,27 @@ fn refused_anywhere_else_naming_the_handle_above() {
                      "target": {b}}}"#
             ),
             "BigValueRoute",
+            "split the inner one's chunks again",
         ),
-        // A prefix selector under a hash is no better.
+        (
+            format!(r#"{{"type": "ModifyKeyRoute", "target": {b}, "set_key_suffix": "x"}}"#),
+            "ModifyKeyRoute",
+            "rewrites the key",
+        ),
+        // A hash under a failover is no better.
         (
             format!(
-                r#"{{"type": "HashRoute", "children": [{{"type": "PrefixSelectorRoute",
-                     "policies": {{"a": {b}}}}}]}}"#
+                r#"{{"type": "FailoverRoute", "children": [{{"type": "HashRoute",
+                     "children": [{b}, "PoolRoute|A"]}}]}}"#
             ),
-            "HashRoute",
+            "FailoverRoute",
+            "for each chunk on its own",
         ),
     ] {
         let e = err(&with_route(&route));
-        let want = format!(
-            "BigValueRoute under {parent} is not supported: its chunks would not reach its target"
-        );
+        let want = format!("BigValueRoute under {parent} is not supported: ");
         assert!(e.message.contains(&want), "{parent}: {e}");
+        assert!(e.message.contains(why), "{parent}: {e}");
         assert!(e.line > 0, "{e}");
     }
     // A named handle accepted in one place is still refused in another.
@@ -198,7 +202,84 @@ fn refused_anywhere_else_naming_the_handle_above() {
     );
     let e = err(&text);
     assert!(e.message.contains("BigValueRoute under RandomRoute"), "{e}");
+    assert!(e.message.contains("at random"), "{e}");
     assert_eq!(e.path.to_string(), "named_handles[0]");
+}
+
+#[test]
+fn handles_that_pick_one_child_by_the_request_lead_to_it() {
+    let (b, c) = (big(10, 1, None), big(20, 2, None));
+    let text = with_route(&format!(
+        r#"{{"type": "OperationSelectorRoute", "default_policy": "PoolRoute|A",
+             "operation_policies": {{
+               "set": {{"type": "HashRoute", "children": [{b}, {c}, "PoolRoute|A"]}},
+               "get": {{"type": "ModifyExptimeRoute", "exptime": 5,
+                        "target": {{"type": "LatencyInjectionRoute", "child": {b},
+                                    "before_latency_ms": 1}}}}}}}}"#
+    ));
+    let conf = ok(&text);
+    assert_eq!(
+        conf.big_value_for("get", b"k", "/r/c/"),
+        settings(10, 1, false)
+    );
+    assert_eq!(conf.big_value_for("delete", b"k", "/r/c/"), None);
+    // The hash picks by the key: each key meets the BigValueRoute (or pool) it hashes to.
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..60 {
+        let key = format!("key{i}");
+        let pick = ring::PoolHash::Ch3.index(key.as_bytes(), 3);
+        let want = [settings(10, 1, false), settings(20, 2, false), None][pick];
+        assert_eq!(
+            conf.big_value_for("set", key.as_bytes(), "/r/c/"),
+            want,
+            "{key}"
+        );
+        seen.insert(pick);
+    }
+    assert_eq!(seen.len(), 3);
+}
+
+#[test]
+fn chunks_follow_the_base_keys_choice_then_their_own_key() {
+    // A HashRoute over two BigValueRoutes, each over a pool of 5 servers: the base key picks
+    // the child, the chunk key picks the server in its pool, as mcrouter's BigValueRoute
+    // sends each chunk to its target.
+    let text = r#"{"pools": {"P": {"servers": ["h:1", "h:2", "h:3", "h:4", "h:5"]},
+                             "Q": {"servers": ["h:6", "h:7", "h:8", "h:9", "h:10"]}},
+                   "route": {"type": "HashRoute", "children": [
+                     {"type": "BigValueRoute", "target": "PoolRoute|P",
+                      "split_threshold": 10, "batch_size": 0},
+                     {"type": "BigValueRoute", "target": "PoolRoute|Q",
+                      "split_threshold": 10, "batch_size": 0}]}}"#;
+    let conf = ok(text);
+    let send = |plan: crate::Plan| match plan {
+        crate::Plan::Send(s) => (conf.pools[s.pool].name.clone(), s.index),
+        other => panic!("{other:?}"),
+    };
+    let mut moved = 0;
+    for i in 0..40 {
+        let base = format!("blob{i}");
+        let child = ring::PoolHash::Ch3.index(base.as_bytes(), 2);
+        let pool = ["P", "Q"][child];
+        for chunk in 0..3 {
+            let key = format!("{base}:{chunk}:1234567");
+            let got = send(conf.plan_chunk_at("set", "set", key.as_bytes(), "/r/c/", 0));
+            let server = ring::PoolHash::Ch3.index(key.as_bytes(), 5);
+            assert_eq!(got, (pool.to_owned(), server), "{key}");
+            // Planned from the top as any key, the chunk would pick its child by itself.
+            let plain = send(conf.plan_at("set", key.as_bytes(), "/r/c/", 0));
+            moved += usize::from(plain.0 != pool);
+        }
+    }
+    assert!(moved > 0, "the chunk's own hash would have moved some");
+    // Not a chunk key, or no BigValueRoute on the base's path: planned as any key.
+    assert_eq!(
+        send(conf.plan_chunk_at("set", "set", b"blob1", "/r/c/", 0)),
+        send(conf.plan_at("set", b"blob1", "/r/c/", 0))
+    );
+    assert_eq!(crate::plan::chunk_base(b"a:b:0:99"), Some(&b"a:b"[..]));
+    assert_eq!(crate::plan::chunk_base(b"a:x:99"), None);
+    assert_eq!(crate::plan::chunk_base(b":0:99"), None);
 }
 
 #[test]

@@ -118,6 +118,8 @@ enum Kind {
     Delay(choice::Delay),
     /// WarmUpRoute's gets/gat/gats: cold, warm, the add to cold, cold again.
     WarmUpCas(warmup_cas::WarmUpCas),
+    /// WarmUpRoute's lease-get: cold, a read of warm, the lease-set to cold.
+    WarmUpLease(warmup_lease::WarmUpLease),
     /// PoolRoute's `slow_warmup`: the target or the failover, chosen when it starts.
     SlowWarmUp(slow_warmup::SlowWarmUp),
     /// StagingRoute: `warm` answers, then staging gets its copy in the background.
@@ -330,19 +332,29 @@ impl Exec {
             Plan::WarmUp {
                 cold,
                 warm,
+                fill,
                 exptime,
             } if warmup_cas::rereads_cold(&self.requests[req]) => {
-                self.build_warmup_cas(id, cold, warm, *exptime, req, sample)
+                self.build_warmup_cas(id, [cold, warm, fill], *exptime, req, sample)
             }
             Plan::WarmUp {
                 cold,
                 warm,
+                fill,
+                exptime,
+            } if matches!(self.requests[req], ReqSpec::LeaseGet { .. }) => {
+                self.build_warmup_lease(id, [cold, warm, fill], *exptime, req, sample)
+            }
+            Plan::WarmUp {
+                cold,
+                warm,
+                fill,
                 exptime,
             } => Kind::WarmUp {
                 cold: self.build(cold, Some(id), req, sample),
                 warm: self.build(warm, Some(id), req, sample),
                 warm_plan: (**warm).clone(),
-                cold_plan: (**cold).clone(),
+                cold_plan: (**fill).clone(),
                 exptime: *exptime,
                 asked_warm: false,
             },
@@ -464,6 +476,7 @@ impl Exec {
             }
             Kind::SlowWarmUp(_) => self.start_slow_warmup(id, out),
             Kind::WarmUpCas(_) => self.start_warmup_cas(id, out),
+            Kind::WarmUpLease(_) => self.start_warmup_lease(id, out),
             Kind::SizeSplit(s) => {
                 let first = s.first;
                 self.start_node(first, out);
@@ -536,6 +549,9 @@ impl Exec {
         }
         if matches!(self.nodes[id].kind, Kind::WarmUpCas(_)) {
             return self.warmup_cas_child_done(id, reply, out);
+        }
+        if matches!(self.nodes[id].kind, Kind::WarmUpLease(_)) {
+            return self.warmup_lease_child_done(id, reply, out);
         }
         if matches!(self.nodes[id].kind, Kind::Staging(_)) {
             return self.staging_child_done(id, reply, out);
@@ -828,6 +844,9 @@ mod size_split;
 
 #[path = "exec_warmup_cas.rs"]
 mod warmup_cas;
+
+#[path = "exec_warmup_lease.rs"]
+mod warmup_lease;
 
 #[path = "exec_deferred.rs"]
 mod deferred;

@@ -232,7 +232,7 @@ impl Exec {
     }
 
     /// Sends `request` along `plan` with nobody waiting for the reply.
-    fn background(&mut self, plan: &Plan, request: ReqSpec, out: &mut Vec<Action>) {
+    pub(super) fn background(&mut self, plan: &Plan, request: ReqSpec, out: &mut Vec<Action>) {
         self.requests.push(request);
         let req = self.requests.len() - 1;
         let node = self.build(plan, None, req, &mut |_| false);

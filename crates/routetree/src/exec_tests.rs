@@ -269,6 +269,7 @@ fn warm_up_fills_cold_with_the_remaining_ttl() {
     let plan = |exptime| Plan::WarmUp {
         cold: Box::new(to(0, 0)),
         warm: Box::new(to(1, 0)),
+        fill: Box::new(to(0, 0)),
         exptime,
     };
     let answer = |p: usize, _: usize, req: &[u8]| match (p, req) {

@@ -13,6 +13,8 @@ pub(super) struct WarmUpCas {
     first: usize,
     cold_plan: Plan,
     warm_plan: Plan,
+    /// Cold planned for the add.
+    fill_plan: Plan,
     /// WarmUpRoute's `exptime` (0: none; the warm item's remaining TTL is used).
     exptime: u32,
     stage: Stage,
@@ -45,13 +47,14 @@ impl Exec {
     pub(super) fn build_warmup_cas(
         &mut self,
         id: usize,
-        cold: &Plan,
-        warm: &Plan,
+        plans: [&Plan; 3],
         exptime: u32,
         req: usize,
         sample: &mut dyn FnMut(f64) -> bool,
     ) -> Kind {
+        let [cold, warm, fill] = plans;
         Kind::WarmUpCas(WarmUpCas {
+            fill_plan: fill.clone(),
             first: self.build(cold, Some(id), req, sample),
             stage: Stage::Cold,
             cold_plan: cold.clone(),
@@ -83,7 +86,7 @@ impl Exec {
             Stage::Warm(miss) => match add_for(&self.requests[req], &reply, w.exptime) {
                 Some(add) => {
                     w.stage = Stage::Add;
-                    (add, w.cold_plan.clone())
+                    (add, w.fill_plan.clone())
                 }
                 None => return self.complete(id, miss, out),
             },

@@ -40,6 +40,7 @@ fn warm_up(exptime: u32) -> Plan {
     Plan::WarmUp {
         cold: Box::new(to(0, 0)),
         warm: Box::new(to(1, 0)),
+        fill: Box::new(to(0, 0)),
         exptime,
     }
 }

@@ -206,6 +206,43 @@ pub struct Shadow {
     pub key_fraction_range: (f64, f64),
     /// Fraction of matching requests to copy (1.0: all).
     pub requests_fraction: f64,
+    /// Under a bucket id (see [`Route::Bucketize`]) the key fraction range is read as
+    /// bucket ids `[lo, hi]` instead, as mcrouter does; `None`: no bucket is copied (a
+    /// shadow without `key_fraction_range`, or not of a bucketized PoolRoute).
+    pub bucket_range: Option<(u64, u64)>,
+}
+
+/// mcrouter's McBucketRoute settings (a PoolRoute's `bucketize`): the routing key hashes to
+/// one of `total_buckets` buckets, and hashes below that choose by bucket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucketize {
+    /// `total_buckets`: 1 to 2^23 (Ch3's largest pool).
+    pub total_buckets: u32,
+    /// `bucketization_keyspace`: a name, shown by `route_handles`.
+    pub keyspace: String,
+    /// `total_buckets_by_prefix`: keys under a prefix (the longest listed) are bucketed
+    /// among this many buckets' worth of ids first, so they share fewer buckets. Sorted.
+    pub by_prefix: Vec<(String, u32)>,
+}
+
+impl Bucketize {
+    /// The bucket of a routing key (without its routing prefix, up to `|#|`).
+    pub fn bucket(&self, hashed: &[u8]) -> u64 {
+        let prefix = self
+            .by_prefix
+            .iter()
+            .filter(|(p, _)| hashed.starts_with(p.as_bytes()))
+            .max_by_key(|(p, _)| p.len());
+        let furc = |bytes: &[u8], n: u32| u64::from(ring::furc_hash(bytes, n));
+        match prefix {
+            Some((p, n)) => {
+                let mut folded = p.clone().into_bytes();
+                folded.extend_from_slice(furc(hashed, *n).to_string().as_bytes());
+                furc(&folded, self.total_buckets)
+            }
+            None => furc(hashed, self.total_buckets),
+        }
+    }
 }
 
 /// How one shard is split (see [`Route::ShardSplit`]).
@@ -268,6 +305,8 @@ pub enum Route {
         shadows: Vec<Shadow>,
         /// Log deletes that fail, under this name (mcrouter's asynclog).
         asynclog: Option<String>,
+        /// Hash the bucket id of the enclosing [`Route::Bucketize`] instead of the key.
+        by_bucket: bool,
     },
     /// Hash the routing key (plus `salt`) over arbitrary children.
     Hash {
@@ -277,6 +316,16 @@ pub enum Route {
         hash: PoolHash,
         /// Appended to the routing key before hashing.
         salt: String,
+        /// Hash the bucket id of the enclosing [`Route::Bucketize`] instead of the key.
+        by_bucket: bool,
+    },
+    /// McBucketRoute (a PoolRoute's `bucketize`): works out the key's bucket, which the
+    /// hashes below with `by_bucket` (and shadows' ranges) go by, then `target`.
+    Bucketize {
+        /// The PoolRoute (with its wrappers).
+        target: Target,
+        /// How keys map to buckets.
+        settings: Bucketize,
     },
     /// Send to every child; `mode` says which reply the client gets.
     All {

@@ -48,8 +48,11 @@ pub enum Plan {
     WarmUp {
         /// Tried first.
         cold: Box<Plan>,
-        /// Asked when `cold` misses.
+        /// Asked when `cold` misses (planned for a plain `get` when the request is a gets,
+        /// gat, gats or lease-get: what mcrouter sends warm).
         warm: Box<Plan>,
+        /// Cold planned for the fill: an `add`, or for a lease-get a `lease-set`.
+        fill: Box<Plan>,
         /// Exptime of the fill of `cold`.
         exptime: u32,
     },
@@ -263,6 +266,8 @@ impl Config {
             exptime: Vec::new(),
             nodes: 0,
             now,
+            bucket: None,
+            chunk: None,
         };
         let mut plans: Vec<Plan> = routes.into_iter().map(|id| eval.route(id)).collect();
         if eval.nodes > MAX_PLAN_NODES {
@@ -355,6 +360,17 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
     }
 }
 
+impl<'k> Eval<'_, 'k> {
+    /// `f` planning for operation `op` instead of the request's.
+    fn with_op(&mut self, op: &'k str, f: impl FnOnce(&mut Self) -> Plan) -> Plan {
+        let outer = (self.op, self.class);
+        (self.op, self.class) = (op, op_class(op));
+        let plan = f(self);
+        (self.op, self.class) = outer;
+        plan
+    }
+}
+
 struct Eval<'c, 'k> {
     config: &'c Config,
     op: &'k str,
@@ -364,7 +380,17 @@ struct Eval<'c, 'k> {
     nodes: usize,
     /// Unix seconds, for MigrateRoute.
     now: i64,
+    /// The bucket of the innermost [`Route::Bucketize`] being evaluated (mcrouter's fiber-local
+    /// bucket id): hashes with `by_bucket` place it, shadows compare it with their ranges.
+    bucket: Option<u64>,
+    /// A big value's chunk request planned along its base key: the chunk's operation and key,
+    /// which take over below the BigValueRoute the base key meets (taken there).
+    chunk: Option<(&'k str, RoutingKey<'k>)>,
 }
+
+/// mcrouter's error for a bucket hash without a McBucketRoute above it.
+const NO_BUCKET: &str = "The context doesn't contain bucket id. You must use McBucketRoute in \
+                         front of bucketized PoolRoute";
 
 impl Eval<'_, '_> {
     fn target(&mut self, target: Target) -> Plan {
@@ -387,6 +413,23 @@ impl Eval<'_, '_> {
 
     fn targets(&mut self, targets: &[Target]) -> Vec<Plan> {
         targets.iter().map(|t| self.target(*t)).collect()
+    }
+
+    /// The child `hash` picks among `n` for this key, or by the bucket id with `by_bucket`
+    /// (its decimal digits, then the salt, as mcrouter's bucket selector hashes it).
+    fn pick(
+        &self,
+        hash: &ring::PoolHash,
+        salt: &str,
+        n: usize,
+        bucket: Option<Option<u64>>,
+    ) -> Option<usize> {
+        let Some(bucket) = bucket else {
+            return Some(hash.index(&self.hashed(salt), n));
+        };
+        let mut bytes = bucket?.to_string().into_bytes();
+        bytes.extend_from_slice(salt.as_bytes());
+        Some(hash.index(&bytes, n))
     }
 
     /// The bytes a hash function sees: the routing key (no prefix, up to `|#|`) and salt.
@@ -412,6 +455,7 @@ impl Eval<'_, '_> {
                 salt,
                 shadows,
                 asynclog,
+                by_bucket,
             } => {
                 let n = config.pools[*pool].servers.len();
                 if n == 0 {
@@ -421,7 +465,9 @@ impl Eval<'_, '_> {
                     }
                     return Plan::Error(format!("pool {} has no servers", pool.name));
                 }
-                let index = hash.index(&self.hashed(salt), n);
+                let Some(index) = self.pick(hash, salt, n, by_bucket.then_some(self.bucket)) else {
+                    return Plan::Error(NO_BUCKET.into());
+                };
                 let main = self.send(*pool, index, asynclog.as_ref());
                 self.shadowed(main, index, shadows)
             }
@@ -429,13 +475,20 @@ impl Eval<'_, '_> {
                 children,
                 hash,
                 salt,
+                by_bucket,
             } => match children.len() {
                 0 => Plan::Error("HashRoute with empty children".into()),
-                n => {
-                    let index = hash.index(&self.hashed(salt), n);
-                    self.target(children[index])
-                }
+                n => match self.pick(hash, salt, n, by_bucket.then_some(self.bucket)) {
+                    Some(index) => self.target(children[index]),
+                    None => Plan::Error(NO_BUCKET.into()),
+                },
             },
+            Route::Bucketize { target, settings } => {
+                let outer = self.bucket.replace(settings.bucket(self.rk.hashed));
+                let plan = self.target(*target);
+                self.bucket = outer;
+                plan
+            }
             Route::All { mode, children } => match children.len() {
                 0 => Plan::Null,
                 _ => Plan::All {
@@ -510,11 +563,24 @@ impl Eval<'_, '_> {
                 exptime,
             } => {
                 match self.class {
-                    OpClass::Get => Plan::WarmUp {
-                        cold: Box::new(self.target(*cold)),
-                        warm: Box::new(self.target(*warm)),
-                        exptime: *exptime,
-                    },
+                    OpClass::Get => {
+                        // As mcrouter: warm gets a plain get, cold an add (a lease-set for a
+                        // lease-get), each routed as that operation.
+                        let warm_op = match self.op {
+                            "gets" | "gat" | "gats" | "lease-get" => "get",
+                            op => op,
+                        };
+                        let fill_op = match self.op {
+                            "lease-get" => "lease-set",
+                            _ => "add",
+                        };
+                        Plan::WarmUp {
+                            cold: Box::new(self.target(*cold)),
+                            warm: Box::new(self.with_op(warm_op, |e| e.target(*warm))),
+                            fill: Box::new(self.with_op(fill_op, |e| e.target(*cold))),
+                            exptime: *exptime,
+                        }
+                    }
                     // Unlike mcrouter (cold only): a key deleted from cold alone would come
                     // back from warm on the next get.
                     OpClass::Delete => Plan::All {
@@ -669,7 +735,18 @@ impl Eval<'_, '_> {
                 settings: *settings,
                 get_like: self.class == OpClass::Get,
             },
-            Route::BigValue { target, .. } => self.target(*target),
+            // As mcrouter's BigValueRoute sends its chunks to its target: the chunk's own
+            // operation and key from here down.
+            Route::BigValue { target, .. } => match self.chunk.take() {
+                Some((op, rk)) => {
+                    let outer = (self.op, self.class, self.rk);
+                    (self.op, self.class, self.rk) = (op, op_class(op), rk);
+                    let plan = self.target(*target);
+                    (self.op, self.class, self.rk) = outer;
+                    plan
+                }
+                None => self.target(*target),
+            },
             Route::Null => Plan::Null,
             Route::Error { message } => Plan::Error(message.clone()),
         }
@@ -678,26 +755,45 @@ impl Eval<'_, '_> {
     /// The index a PoolRoute or HashRoute picks for the key (mcrouter's "selected index" of
     /// a normal route); 0 for other handles, as in mcrouter.
     fn selected_index(&self, target: Target) -> usize {
+        self.selected_index_at(target, self.bucket)
+    }
+
+    /// [`Self::selected_index`] under `bucket`.
+    fn selected_index_at(&self, target: Target, bucket: Option<u64>) -> usize {
         let Target::Route(id) = target else {
             return 0;
         };
-        let (hash, salt, n) = match &self.config.routes[id] {
+        let (hash, salt, n, by_bucket) = match &self.config.routes[id] {
             Route::Pool {
-                pool, hash, salt, ..
-            } => (hash, salt, self.config.pools[*pool].servers.len()),
+                pool,
+                hash,
+                salt,
+                by_bucket,
+                ..
+            } => (
+                hash,
+                salt,
+                self.config.pools[*pool].servers.len(),
+                *by_bucket,
+            ),
             Route::Hash {
                 children,
                 hash,
                 salt,
-            } => (hash, salt, children.len()),
-            Route::RateLimit { target, .. } => return self.selected_index(*target),
-            Route::SlowWarmUp { target, .. } => return self.selected_index(*target),
+                by_bucket,
+            } => (hash, salt, children.len(), *by_bucket),
+            Route::RateLimit { target, .. } => return self.selected_index_at(*target, bucket),
+            Route::SlowWarmUp { target, .. } => return self.selected_index_at(*target, bucket),
+            Route::Bucketize { target, settings } => {
+                return self.selected_index_at(*target, Some(settings.bucket(self.rk.hashed)))
+            }
             _ => return 0,
         };
         if n == 0 {
             return 0;
         }
-        hash.index(&self.hashed(salt), n)
+        self.pick(hash, salt, n, by_bucket.then_some(bucket))
+            .unwrap_or(0)
     }
 
     /// DeterministicOrderPolicy's children for this key: the first, then picks of `hash`
@@ -744,6 +840,8 @@ impl Eval<'_, '_> {
             exptime: self.exptime.clone(),
             nodes: self.nodes,
             now: self.now,
+            bucket: self.bucket,
+            chunk: self.chunk,
         };
         let plan = sub.target(destination);
         self.nodes = sub.nodes;
@@ -762,9 +860,12 @@ impl Eval<'_, '_> {
         let mut copies = Vec::new();
         for s in shadows {
             let (lo, hi) = s.key_fraction_range;
-            let in_range = (s.index_range.0..s.index_range.1).contains(&index)
-                && (lo * max) as u64 <= key_hash
-                && key_hash <= (hi * max) as u64;
+            let key_in_range = match self.bucket {
+                // Under a bucket, mcrouter compares the bucket id, not the key's hash.
+                Some(b) => s.bucket_range.is_some_and(|(lo, hi)| lo <= b && b <= hi),
+                None => (lo * max) as u64 <= key_hash && key_hash <= (hi * max) as u64,
+            };
+            let in_range = (s.index_range.0..s.index_range.1).contains(&index) && key_in_range;
             if in_range {
                 copies.push((s.requests_fraction, self.target(s.target)));
             }
@@ -842,6 +943,10 @@ mod load_balancer_tests;
 
 #[path = "plan_migrate.rs"]
 mod migrate;
+
+#[path = "plan_big_value.rs"]
+mod big_value;
+pub use big_value::chunk_base;
 pub use migrate::{unix_now, StagingOp};
 
 #[path = "plan_size_split.rs"]

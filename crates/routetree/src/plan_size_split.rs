@@ -147,6 +147,8 @@ impl Config {
             exptime: deferred.exptime.clone(),
             nodes: 0,
             now,
+            bucket: None,
+            chunk: None,
         };
         let plan = eval.target(deferred.target);
         if eval.nodes > MAX_PLAN_NODES {

@@ -197,6 +197,7 @@ fn warm_up_reads_through_writes_cold_and_deletes_both() {
         cold,
         warm,
         exptime,
+        ..
     } = c.plan("get", b"k", DEFAULT)
     else {
         panic!()
@@ -488,4 +489,39 @@ fn error_on_empty_false_makes_an_empty_pool_or_hash_route_a_null_route() {
     };
     assert_eq!(hash("false"), Plan::Null);
     assert!(matches!(hash("true"), Plan::Error(_)));
+}
+
+#[test]
+fn warm_up_plans_its_fill_and_warm_read_as_their_own_operations() {
+    // As mcrouter: the fill is an add (a lease-set for a lease-get) routed through cold,
+    // and warm gets a plain get for gets, gat, gats and lease-get.
+    let c = config(
+        r#"{"type": "WarmUpRoute",
+            "cold": {"type": "OperationSelectorRoute", "default_policy": "PoolRoute|A",
+                     "operation_policies": {"add": "PoolRoute|B", "lease-set": "PoolRoute|E"}},
+            "warm": {"type": "OperationSelectorRoute", "default_policy": "PoolRoute|A",
+                     "operation_policies": {"get": "PoolRoute|B"}}}"#,
+    );
+    let parts = |op: &str| match c.plan(op, b"k", DEFAULT) {
+        Plan::WarmUp {
+            cold, warm, fill, ..
+        } => (cold, warm, fill),
+        other => panic!("{op}: {other:?}"),
+    };
+    let (cold, warm, fill) = parts("get");
+    assert_eq!(
+        (
+            pool_name(&c, &cold),
+            pool_name(&c, &warm),
+            pool_name(&c, &fill)
+        ),
+        ("A", "B", "B")
+    );
+    let (cold, warm, fill) = parts("lease-get");
+    assert_eq!((pool_name(&c, &cold), pool_name(&c, &warm)), ("A", "B"));
+    assert_eq!(*fill, Plan::Error("pool E has no servers".into()));
+    let (_, warm, fill) = parts("gats");
+    assert_eq!((pool_name(&c, &warm), pool_name(&c, &fill)), ("B", "B"));
+    let (_, warm, _) = parts("metaget");
+    assert_eq!(pool_name(&c, &warm), "A", "metaget goes to warm as it is");
 }

@@ -143,6 +143,7 @@ impl Worker {
             progress: resp::Progress::default(),
             resp3: false,
             big_wait: Vec::new(),
+            chunks_of: None,
             tx: None,
             spare: Vec::new(),
             max_slots: match self.globals.max_client_outstanding {

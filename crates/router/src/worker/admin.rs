@@ -18,6 +18,12 @@ impl Worker {
         let Some(command) = AdminCommand::parse(key) else {
             return false;
         };
+        if let Some(mode) = super::bigvalue::chunks_mode(&command) {
+            // Only this router's own big-value helpers know the token.
+            self.clients[ci].chunks_of = mode;
+            self.local_reply(ci, b"END\r\n");
+            return true;
+        }
         let value = match answer(&command, routes) {
             // As mcrouter, without one trailing newline.
             Ok(text) => text.strip_suffix('\n').unwrap_or(&text).to_owned(),
@@ -64,6 +70,12 @@ fn answer(command: &AdminCommand<'_>, routes: &McRoutes) -> Result<String, Strin
         "pools" => Ok(pools_reply(&routes.config, naming(routes))),
         "options" => options(&command.args, routes),
         "hostid" => Ok(routetree::plan::host_id().to_string()),
+        "get_bucket" => match command.args[..] {
+            [key] => {
+                routetree::admin_handles::get_bucket(&routes.config, key.as_bytes(), &routes.prefix)
+            }
+            _ => Err("get_bucket: 1 arg (key) expected".into()),
+        },
         other => Err(format!("unknown command: {other}")),
     }
 }

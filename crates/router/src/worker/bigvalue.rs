@@ -7,11 +7,14 @@
 //! Requests under the threshold pay one length compare.
 //!
 //! Settings come from the pool (`--big-value-split-threshold`) and, in an mcrouter config,
-//! from the BigValueRoute a key's prefixes select. A store over the pool's threshold is
-//! split by it, as mcrouter's global BigValueRoute at the root would; its chunks come back
-//! through here and the key's BigValueRoute may split them again. Otherwise the key's
-//! BigValueRoute splits by its own threshold. Reads go by the key's BigValueRoute, else
-//! the pool's settings; with neither, an index item is returned as it is.
+//! from the BigValueRoute the request meets in the route tree. A store over the pool's
+//! threshold is split by it, as mcrouter's global BigValueRoute at the root would; its
+//! chunks come back through here as any key and the key's BigValueRoute may split them
+//! again. Otherwise the key's BigValueRoute splits by its own threshold, and its helper marks
+//! its connection first ([`CHUNKS_COMMAND`]): its chunks are then planned along the client's
+//! key down to that BigValueRoute and by their own key below it, as mcrouter's BigValueRoute
+//! sends chunks to its target. Reads go by the key's BigValueRoute, else the pool's
+//! settings; with neither, an index item is returned as it is.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -47,9 +50,49 @@ enum Job {
         /// A quiet meta set: an `HD` answer is dropped.
         quiet: bool,
         meta: bool,
+        /// Split by the BigValueRoute this operation's request meets: its chunks are planned
+        /// along the client's key.
+        chunks_of: Option<&'static str>,
     },
     /// A finished get reply with index items: fetch their chunks.
     Get { reply: Vec<u8> },
+}
+
+/// The service-info get a helper sends to have its connection's chunk requests planned as
+/// a BigValueRoute's (`__mcrouter__.memfleet_chunks(<token>,<op>)`, `<op>` the client
+/// request's operation, or `off`). The token is this process's: no other client can ask.
+pub(super) const CHUNKS_COMMAND: &str = "memfleet_chunks";
+
+fn chunks_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| format!("{:016x}{:016x}", suffix(), suffix()))
+}
+
+/// What `command` sets the connection's chunk planning to, if it is a helper's mark.
+pub(super) fn chunks_mode(
+    command: &routetree::admin::AdminCommand<'_>,
+) -> Option<Option<&'static str>> {
+    match command.args[..] {
+        [token, op] if command.name == CHUNKS_COMMAND && token == chunks_token() => Some(
+            routetree::OPERATIONS
+                .iter()
+                .find(|name| **name == op)
+                .copied(),
+        ),
+        _ => None,
+    }
+}
+
+/// Sends the mark that plans this connection's requests as chunks of a `op` request (None:
+/// as any).
+fn mark_chunks(r: &mut BufReader<Box<dyn Conn>>, op: Option<&str>) -> io::Result<()> {
+    let line = format!(
+        "get __mcrouter__.{CHUNKS_COMMAND}({},{})\r\n",
+        chunks_token(),
+        op.unwrap_or("off")
+    );
+    r.get_mut().write_all(line.as_bytes())?;
+    read_get(r).map(drop)
 }
 
 /// Where the helper connects: the pool's own listener.
@@ -66,11 +109,17 @@ impl Worker {
             Request::MetaSet { ref key, data, .. } => (key.wire(), data.len()),
             _ => return false,
         };
+        // A helper's chunks: already split (mcrouter's BigValueRoute passes its chunks to
+        // its target whole).
+        if self.clients[ci].chunks_of.is_some() {
+            return false;
+        }
         let pool = self.pool_settings(ci);
-        let split = match pool {
-            Some(s) if len > s.threshold => s,
-            _ => match route_settings(self.shared.mcrouter.as_deref(), key) {
-                Some(s) if s.threshold > 0 && len > s.threshold => s,
+        let op = routetree::request::single_key(req).map_or("set", |(op, _)| op);
+        let (split, chunks_of) = match pool {
+            Some(s) if len > s.threshold => (s, None),
+            _ => match route_settings(self.shared.mcrouter.as_deref(), op, key) {
+                Some(s) if s.threshold > 0 && len > s.threshold => (s, Some(op)),
                 _ => return false,
             },
         };
@@ -97,6 +146,7 @@ impl Worker {
                             index_store,
                             quiet: false,
                             meta: false,
+                            chunks_of,
                         },
                         if noreply {
                             SlotKind::NoReply
@@ -125,6 +175,7 @@ impl Worker {
                             index_store: m.index_store,
                             quiet: m.quiet,
                             meta: true,
+                            chunks_of,
                         },
                         SlotKind::Single,
                     ),
@@ -151,11 +202,15 @@ impl Worker {
 
     /// Whether a get of `keys` may meet index items to follow.
     pub(super) fn big_reads(&self, ci: usize, keys: Keys<'_>) -> bool {
+        if self.clients[ci].chunks_of.is_some() {
+            return false;
+        }
         if self.clients[ci].rt.cfg.big_value_split_threshold > 0 {
             return true;
         }
         let routes = self.shared.mcrouter.as_deref();
-        keys.flatten().any(|k| route_settings(routes, k).is_some())
+        keys.flatten()
+            .any(|k| route_settings(routes, "get", k).is_some())
     }
 
     fn big_refuse(&mut self, ci: usize, reply: &str) -> bool {
@@ -234,10 +289,11 @@ impl Worker {
     }
 }
 
-/// The settings of the BigValueRoute `key` goes through in an mcrouter config, if any.
-fn route_settings(routes: Option<&McRoutes>, key: &[u8]) -> Option<Settings> {
+/// The settings of the BigValueRoute an `op` request for `key` meets in an mcrouter config,
+/// if any.
+fn route_settings(routes: Option<&McRoutes>, op: &str, key: &[u8]) -> Option<Settings> {
     let routes = routes.filter(|r| r.big_values)?;
-    let s = routes.config.big_value(key, &routes.prefix)?;
+    let s = routes.config.big_value_for(op, key, &routes.prefix)?;
     Some(Settings {
         threshold: s.threshold,
         batch: s.batch,
@@ -343,7 +399,11 @@ fn run(
             index_store,
             quiet,
             meta,
+            chunks_of,
         } => {
+            if chunks_of.is_some() {
+                mark_chunks(&mut r, chunks_of)?;
+            }
             let parts: Vec<&[u8]> = bigvalue::chunks(&value, s.threshold).collect();
             let mut i = 0u32;
             for group in parts.chunks(batch(s)) {
@@ -365,6 +425,9 @@ fn run(
                     }
                 }
             }
+            if chunks_of.is_some() {
+                mark_chunks(&mut r, None)?;
+            }
             r.get_mut().write_all(&index_store)?;
             let line = read_line(&mut r)?;
             Ok(if quiet && line.starts_with(b"HD") {
@@ -380,12 +443,19 @@ fn run(
             let mut parts: Vec<Part> = Vec::with_capacity(values.len());
             for v in &values {
                 let key = &reply[v.key.clone()];
-                let on = route_settings(routes, key).or((s.threshold > 0).then_some(*s));
+                let by_route = route_settings(routes, "get", key);
+                let on = by_route.or((s.threshold > 0).then_some(*s));
                 let (Some(on), true) = (on, v.flags & bigvalue::BIG_VALUE_FLAG != 0) else {
                     parts.push(Part::Keep);
                     continue;
                 };
                 let data = match Index::parse(&reply[v.data.clone()]) {
+                    Some(index) if by_route.is_some() => {
+                        mark_chunks(&mut r, Some("get"))?;
+                        let data = fetch(&mut r, key, &index, batch(&on))?;
+                        mark_chunks(&mut r, None)?;
+                        data
+                    }
                     Some(index) => fetch(&mut r, key, &index, batch(&on))?,
                     None => None,
                 };

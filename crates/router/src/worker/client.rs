@@ -130,6 +130,10 @@ pub(super) struct Client {
     /// Finished get replies (by request number) that name big values: their chunks are
     /// being fetched and the slot stays at the head of the queue until they are.
     pub(super) big_wait: Vec<(u64, Vec<u8>)>,
+    /// A big-value helper of this router sending the chunks of a BigValueRoute's split:
+    /// the client request's operation, which the chunks are planned along (see
+    /// `bigvalue::CHUNKS_COMMAND`).
+    pub(super) chunks_of: Option<&'static str>,
     /// Unanswered requests at which the client is no longer read: `MAX_SLOTS`, or less
     /// with `--max-client-outstanding-reqs`.
     pub(super) max_slots: usize,

@@ -138,8 +138,14 @@ impl Worker {
         }
         let mut planned = None;
         let now = self.unix_now;
+        let chunks_of = self.clients[ci].chunks_of;
         if let Some((op, key)) = single {
-            let plan = routes.config.plan_at(op, key, &routes.prefix, now);
+            let plan = match chunks_of {
+                Some(base) => routes
+                    .config
+                    .plan_chunk_at(base, op, key, &routes.prefix, now),
+                None => routes.config.plan_at(op, key, &routes.prefix, now),
+            };
             if let Plan::Send(send) = &plan {
                 let as_sent = send.keep_prefix || RoutingKey::parse(key).prefix.is_empty();
                 let logged = send.asynclog.is_some() && crate::asynclog::enabled();
@@ -212,12 +218,20 @@ impl Worker {
             }
             _ => (SlotKind::Single, None),
         };
+        let chunks_of = self.clients[ci].chunks_of;
         let plans: Vec<Plan> = match planned {
             Some(plan) if specs.len() == 1 => vec![plan],
             _ => specs
                 .iter()
                 .map(|spec| match spec {
                     ReqSpec::FlushAll { .. } => every_server(&routes),
+                    _ if chunks_of.is_some() => routes.config.plan_chunk_at(
+                        chunks_of.unwrap_or("get"),
+                        spec.operation(),
+                        spec.key(),
+                        &routes.prefix,
+                        self.unix_now,
+                    ),
                     _ => routes.config.plan_at(
                         spec.operation(),
                         spec.key(),

@@ -46,6 +46,7 @@ impl<'a> Builder<'a> {
                     children: vec![target],
                     hash: PoolHash::Ch3,
                     salt: String::new(),
+                    by_bucket: false,
                 });
                 self.routes.len() - 1
             }

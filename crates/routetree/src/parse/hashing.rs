@@ -18,7 +18,6 @@ impl<'a> Builder<'a> {
                 return Ok(self.add(Route::Null));
             }
             Args::Object(map) => {
-                self.refuse_bucketize(map)?;
                 let salt = self.salt(map)?;
                 let func = match map.get("hash_func") {
                     None => "Ch3",
@@ -45,10 +44,16 @@ impl<'a> Builder<'a> {
             _ => (PoolHash::Ch3, String::new()),
         };
         self.check_hash(&hash, children.len())?;
+        let wanted = match args {
+            Args::Object(map) => self.bool_field(map, "bucketize", false)?,
+            _ => false,
+        };
+        let by_bucket = super::bucketize::hashes_bucket(wanted, &hash, children.len());
         Ok(self.add(Route::Hash {
             children,
             hash,
             salt,
+            by_bucket,
         }))
     }
 

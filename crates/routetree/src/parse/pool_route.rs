@@ -3,6 +3,7 @@
 use ring::PoolHash;
 use serde_json::Value;
 
+use super::bucketize::hashes_bucket;
 use super::builder::{Args, Builder, Object, Result};
 use super::fields::kind;
 use crate::error::Seg;
@@ -18,7 +19,9 @@ impl<'a> Builder<'a> {
             }
             Args::Object(map) => match map.get("pool") {
                 Some(p) => {
-                    self.refuse_bucketize(map)?;
+                    if self.bool_field(map, "bucketize", false)? {
+                        self.refuse_client_fanout(p)?;
+                    }
                     (p, Some(map))
                 }
                 None => return self.fail("PoolRoute has no 'pool'"),
@@ -48,6 +51,15 @@ impl<'a> Builder<'a> {
         };
         let mut shadows = Vec::new();
         let mut asynclog = Some(pool_name);
+        let bucketize = match map {
+            Some(map) => self.bucketize_settings(map)?,
+            None => None,
+        };
+        // `useBucketHashSelector`: hash by the bucket of a bucketized PoolRoute above.
+        let by_bucket_wanted = bucketize.is_some()
+            || map.map_or(Ok(false), |m| {
+                self.bool_field(m, "useBucketHashSelector", false)
+            })?;
         // `hash_func: "LoadBalancer"`: its settings (the pool's `hash`).
         let mut load_balancer: Option<Object> = None;
         if let Some(map) = map {
@@ -88,7 +100,8 @@ impl<'a> Builder<'a> {
                 asynclog = name.as_str().map(str::to_owned).or(asynclog);
             }
             if let Some(v) = map.get("shadows") {
-                shadows = self.key("shadows", |b| b.shadows(v))?;
+                let total = bucketize.as_ref().map(|b| b.total_buckets);
+                shadows = self.key("shadows", |b| b.shadows(v, total))?;
             }
         }
         self.pool_max_outstanding(map, pool)?;
@@ -101,21 +114,37 @@ impl<'a> Builder<'a> {
             }
             None => {
                 self.check_hash(&hash, n)?;
+                let by_bucket = hashes_bucket(by_bucket_wanted, &hash, n);
                 self.add(Route::Pool {
                     pool,
                     hash,
                     salt,
                     shadows,
                     asynclog,
+                    by_bucket,
                 })
             }
         };
         let route = self.pool_slow_warmup(map, route)?;
         let route = self.pool_rates(map, route)?;
-        self.pool_shard_splits(map, route)
+        let route = self.pool_shard_splits(map, route)?;
+        // As mcrouter's McBucketRoute, outermost: the bucket comes from the client's key.
+        match (bucketize, route.as_slice()) {
+            (Some(settings), [target]) => Ok(self.add(Route::Bucketize {
+                target: *target,
+                settings,
+            })),
+            _ => Ok(route),
+        }
     }
 
-    pub(super) fn shadows(&mut self, v: &'a Value) -> Result<Vec<Shadow>> {
+    /// A PoolRoute's or ShadowRoute's `shadows`; `total_buckets` of a bucketized PoolRoute
+    /// turns each `key_fraction_range` into a range of bucket ids, as mcrouter does.
+    pub(super) fn shadows(
+        &mut self,
+        v: &'a Value,
+        total_buckets: Option<u32>,
+    ) -> Result<Vec<Shadow>> {
         let Value::Array(items) = v else {
             return self.fail("shadows must be an array");
         };
@@ -141,15 +170,22 @@ impl<'a> Builder<'a> {
                         Ok((pair.0 as usize, pair.1 as usize))
                     })?,
                 };
-                let key_fraction_range = match map.get("key_fraction_range") {
-                    None => (0.0, 1.0),
+                // mcrouter truncates fraction * (total - 1) to a bucket id.
+                let buckets = |(a, b): (f64, f64)| {
+                    total_buckets.map(|t| {
+                        let last = f64::from(t - 1);
+                        ((a * last) as u64, (b * last) as u64)
+                    })
+                };
+                let (key_fraction_range, bucket_range) = match map.get("key_fraction_range") {
+                    None => ((0.0, 1.0), None),
                     Some(r) => b.key("key_fraction_range", |b| {
                         let pair = b.pair(r)?;
                         if !(0.0 <= pair.0 && pair.0 <= pair.1 && pair.1 <= 1.0) {
                             return b
                                 .fail("key_fraction_range must be [a, b] with 0 <= a <= b <= 1");
                         }
-                        Ok(pair)
+                        Ok((pair, buckets(pair)))
                     })?,
                 };
                 let requests_fraction = match map.get("requests_fraction") {
@@ -167,6 +203,7 @@ impl<'a> Builder<'a> {
                     index_range,
                     key_fraction_range,
                     requests_fraction,
+                    bucket_range,
                 })
             })?;
             out.push(shadow);

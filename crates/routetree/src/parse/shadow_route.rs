@@ -11,7 +11,10 @@ impl<'a> Builder<'a> {
         let Some(v) = map.get("shadows") else {
             return Ok(children);
         };
-        let shadows = self.key("shadows", |b| b.shadows(v))?;
+        // Its own `bucketize` settings only size the bucket ranges (mcrouter's ShadowRoute
+        // makes no McBucketRoute).
+        let total = self.bucketize_settings(map)?.map(|b| b.total_buckets);
+        let shadows = self.key("shadows", |b| b.shadows(v, total))?;
         let mut out = Vec::with_capacity(children.len());
         for (index, child) in children.into_iter().enumerate() {
             let mine: Vec<Shadow> = shadows
