@@ -98,6 +98,8 @@ def test_waiter_times_out_and_loads_itself(mclient: Any) -> None:
     t0 = time.monotonic()
     assert mclient.get_or_set("stuck", lambda: "mine", wait_timeout=0.3) == "mine"
     assert time.monotonic() - t0 >= 0.3
+    # ...but does not store it: without the lease a set could land after a later write's delete
+    assert b"mine" not in raw_request(mclient, b"mg stuck v\r\n")
 
 
 def test_a_placeholder_marked_stale_is_not_served_as_a_value(mclient: Any) -> None:

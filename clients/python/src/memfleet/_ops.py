@@ -504,11 +504,11 @@ class Operations(ClientCore[S]):
                         near.put_read(wire, value, server.source, ticket)
                     return value
             if time.monotonic() >= deadline:
+                # No lease to store under: a plain set could land after the delete of a write
+                # made meanwhile and keep the old row cached, so the value is only returned.
                 if marker is not None and master_loader is not None and (yield from self._marked(marker)):
-                    return (yield Load(master_loader))  # no lease to store it under
-                value = yield Load(loader)
-                yield from self._store(b"set", key, value, ttl)
-                return value
+                    return (yield Load(master_loader))
+                return (yield Load(loader))
             yield Sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
