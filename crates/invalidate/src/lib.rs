@@ -107,6 +107,17 @@ impl Batch {
         self.keys.is_empty() && self.releases.is_empty()
     }
 
+    /// The transactions whose deletes the batch carries: those it completes, and the one
+    /// still arriving when the batch goes out mid-transaction. pgoutput sends a transaction
+    /// only once it has committed, but new snapshots may not see that commit yet.
+    fn carried_xids(&self, open: Open) -> Vec<u32> {
+        let mut xids = self.xids.clone();
+        if open.in_transaction {
+            xids.push(open.xid);
+        }
+        xids
+    }
+
     /// Appends a later batch: its keys not already here, its commits.
     fn absorb(&mut self, later: Batch) {
         if self.seen.is_empty() {
@@ -206,7 +217,7 @@ async fn settle(
 ) -> Result<(), InvalidateError> {
     let Some(g) = gate else {
         if !batch.nothing_to_send() {
-            visible.wait(&batch.xids).await;
+            visible.wait(&batch.carried_xids(open)).await;
             stats.lock().expect("stats lock").visibility_waits = visible.waits;
         }
         return flush(batch, fanout, client, stats).await;
@@ -497,5 +508,29 @@ async fn session(
             settle(batch, open, gate, visible, fanout, client, stats).await?;
             replay(fanout, stats).await?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_sent_mid_transaction_waits_for_that_transaction_too() {
+        let batch = Batch {
+            xids: vec![5],
+            ..Batch::default()
+        };
+        let open = Open {
+            in_transaction: true,
+            xid: 7,
+            ..Open::default()
+        };
+        assert_eq!(batch.carried_xids(open), vec![5, 7]);
+        let closed = Open {
+            in_transaction: false,
+            ..open
+        };
+        assert_eq!(batch.carried_xids(closed), vec![5]);
     }
 }
