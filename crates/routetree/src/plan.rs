@@ -258,17 +258,7 @@ impl Config {
             Ok(routes) => routes,
             Err(message) => return Plan::Error(message),
         };
-        let mut eval = Eval {
-            config: self,
-            op,
-            class: op_class(op),
-            rk,
-            exptime: Vec::new(),
-            nodes: 0,
-            now,
-            bucket: None,
-            chunk: None,
-        };
+        let mut eval = Eval::new(self, op, rk, now);
         let mut plans: Vec<Plan> = routes.into_iter().map(|id| eval.route(id)).collect();
         if eval.nodes > MAX_PLAN_NODES {
             return Plan::Error("route tree too large for one request".into());
@@ -360,7 +350,22 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
     }
 }
 
-impl<'k> Eval<'_, 'k> {
+impl<'c, 'k> Eval<'c, 'k> {
+    /// A plan of `op` on `rk` from the top: no exptime rule, bucket or chunk yet.
+    fn new(config: &'c Config, op: &'k str, rk: RoutingKey<'k>, now: i64) -> Self {
+        Eval {
+            config,
+            op,
+            class: op_class(op),
+            rk,
+            exptime: Vec::new(),
+            nodes: 0,
+            now,
+            bucket: None,
+            chunk: None,
+        }
+    }
+
     /// `f` planning for operation `op` instead of the request's.
     fn with_op(&mut self, op: &'k str, f: impl FnOnce(&mut Self) -> Plan) -> Plan {
         let outer = (self.op, self.class);

@@ -7,7 +7,7 @@
 
 use ring::RoutingKey;
 
-use super::{op_class, Eval, MAX_PLAN_NODES};
+use super::{Eval, MAX_PLAN_NODES};
 use crate::model::*;
 use crate::plan::Plan;
 
@@ -39,17 +39,7 @@ impl Config {
     ) -> Option<BigValueSettings> {
         let rk = RoutingKey::parse(key);
         let id = *self.entry_routes(rk.prefix, default_prefix).ok()?.first()?;
-        let eval = Eval {
-            config: self,
-            op,
-            class: op_class(op),
-            rk,
-            exptime: Vec::new(),
-            nodes: 0,
-            now: 0,
-            bucket: None,
-            chunk: None,
-        };
+        let eval = Eval::new(self, op, rk, 0);
         let mut at = Target::Route(id);
         // Bounded: each step goes down, and placement allows no cycle through these.
         for _ in 0..=self.routes.len() {
@@ -116,15 +106,8 @@ impl Config {
             return self.plan_at(op, key, default_prefix, now);
         };
         let mut eval = Eval {
-            config: self,
-            op: base_op,
-            class: op_class(base_op),
-            rk: base_rk,
-            exptime: Vec::new(),
-            nodes: 0,
-            now,
-            bucket: None,
             chunk: Some((op, RoutingKey::parse(key))),
+            ..Eval::new(self, base_op, base_rk, now)
         };
         let plan = eval.route(first);
         if eval.chunk.is_some() {

@@ -7,7 +7,7 @@ use std::hash::BuildHasher;
 
 use ring::RoutingKey;
 
-use super::{op_class, Eval, Plan, MAX_PLAN_NODES};
+use super::{Eval, Plan, MAX_PLAN_NODES};
 use crate::model::{Config, ExptimeAction};
 use crate::Target;
 
@@ -140,15 +140,8 @@ impl Config {
     /// The plan a [`Plan::Deferred`] stands for, at `now` (unix seconds).
     pub fn plan_deferred(&self, deferred: &Deferred, now: i64) -> Plan {
         let mut eval = Eval {
-            config: self,
-            op: deferred.op,
-            class: op_class(deferred.op),
-            rk: RoutingKey::parse(&deferred.key),
             exptime: deferred.exptime.clone(),
-            nodes: 0,
-            now,
-            bucket: None,
-            chunk: None,
+            ..Eval::new(self, deferred.op, RoutingKey::parse(&deferred.key), now)
         };
         let plan = eval.target(deferred.target);
         if eval.nodes > MAX_PLAN_NODES {
