@@ -17,7 +17,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import Fleet, FleetError
-from harness import Server, memcached, memfleet
+from harness import Server, check_client_origin, memcached, memfleet
+
+check_client_origin()
 
 TARGET = os.environ.get("MEMFLEET_TEST_TARGET", "memfleet")
 

@@ -53,6 +53,23 @@ def memfleet_bin() -> str:
     return str(path)
 
 
+def check_client_origin() -> None:
+    """With $MEMFLEET_CLIENT_FROM set (scripts/test sets it to the site-packages its wheel went
+    into), fail the session unless ``import memfleet`` and its compiled wire layer come from there:
+    a checkout's clients/python/src on the path would otherwise be tested in the wheel's place."""
+    want = os.environ.get("MEMFLEET_CLIENT_FROM")
+    if not want:
+        return
+    import memfleet
+    import memfleet._native
+
+    want = os.path.realpath(want) + os.sep
+    for mod in (memfleet, memfleet._native):
+        got = os.path.realpath(str(mod.__file__))
+        if not got.startswith(want):
+            raise RuntimeError(f"{mod.__name__} is {got}, not the installed wheel's (under {want})")
+
+
 def stop_process(pid: int, timeout: float = 5.0) -> None:
     """SIGSTOP `pid` and return once every one of its threads is stopped. kill() returns
     before that: the kernel wakes one thread to start the group stop, and until it runs, the

@@ -13,6 +13,7 @@ is a delay line (fleet.py: one network namespace per region, `delay` on both end
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pwd
@@ -271,7 +272,12 @@ class RegionPair:
         argv = [sys.executable, str(WORKER), role, "--out", str(self.fleet.dir / out)]
         for k, v in args.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
-        env_path = str(ROOT / "clients" / "python" / "src")
+        # the client the tests run with (scripts/test's installed wheel), else the checkout's
+        spec = importlib.util.find_spec("memfleet")
+        src = ROOT / "clients" / "python" / "src"
+        if spec is not None and spec.origin:
+            src = Path(spec.origin).parents[1]
+        env_path = str(src)
         return self.fleet.host(region).spawn(["env", f"PYTHONPATH={env_path}", *argv])
 
     def result(self, proc: Proc, out: str, timeout: float = 120) -> dict[str, object]:

@@ -24,6 +24,7 @@ from harness import (  # noqa: E402
     memcached_command,
     serve_command,
 )
+from harness import check_client_origin as check_client_origin  # noqa: E402  (for conftest)
 from harness import listening_socket as listening_socket  # noqa: E402  (for the tests)
 
 

@@ -20,9 +20,11 @@ import pytest
 # The repository's pytest settings import test files without touching sys.path; the tests here
 # import their helpers by module name.
 sys.path.append(str(Path(__file__).resolve().parent))
-from client_support import Server, cache_server  # noqa: E402
+from client_support import Server, cache_server, check_client_origin  # noqa: E402
 
 import memfleet
+
+check_client_origin()
 
 
 @contextmanager

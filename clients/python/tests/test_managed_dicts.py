@@ -26,7 +26,8 @@ from memfleet.serde import FLAG_ZSTD, FLAG_ZSTD_MANAGED
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from samples import feed_entry, small_profile  # noqa: E402
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+# where the client this process imported lives (the installed wheel under scripts/test), for child processes
+SRC = str(Path(memfleet.__file__).resolve().parents[1])
 FAMILY = "rec:*:v"
 
 
