@@ -608,10 +608,21 @@ impl Ring {
         if rks.len() != wires.len() {
             return Err(PyValueError::new_err("rks and wires differ in length"));
         }
+        // the servers are found under the memo's lock and the lists built after it: building
+        // them may run the garbage collector, and another thread waiting on this lock (with the
+        // GIL, or, without a GIL, for a collection to pause it) would then never let it finish
+        let keys: Vec<Bound<'py, PyBytes>> = rks
+            .iter()
+            .map(|rk| rk.downcast_into::<PyBytes>().map_err(PyErr::from))
+            .collect::<PyResult<_>>()?;
+        let at: Vec<usize> = {
+            let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+            keys.iter()
+                .map(|k| self.index_memo(&mut memo, k.as_bytes()))
+                .collect::<PyResult<_>>()?
+        };
         let mut groups: Vec<(usize, Bound<'py, PyList>)> = Vec::new();
-        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-        for (rk, wire) in rks.iter().zip(wires.iter()) {
-            let at = self.index_memo(&mut memo, rk.downcast::<PyBytes>()?.as_bytes())?;
+        for (at, wire) in at.into_iter().zip(wires.iter()) {
             match groups.iter().find(|(i, _)| *i == at) {
                 Some((_, list)) => list.append(wire)?,
                 None => groups.push((at, PyList::new(py, [wire])?)),

@@ -43,9 +43,7 @@ pub(crate) fn plan_fetch(
 ) -> PyResult<Option<FetchPlan>> {
     let mut wires = Vec::with_capacity(keys.len() * (prefix.len() + 16));
     let mut spans = Vec::with_capacity(keys.len());
-    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-    let mut memo = ring.map(|r| r.memo.lock().unwrap_or_else(|e| e.into_inner()));
-    for (i, key) in keys.iter().enumerate() {
+    for key in keys.iter() {
         let start = wires.len();
         wires.extend_from_slice(prefix);
         if let Ok(b) = key.downcast::<PyBytes>() {
@@ -58,20 +56,25 @@ pub(crate) fn plan_fetch(
         } else {
             return Ok(None);
         }
-        let wire = &wires[start..];
-        if !wire::valid_key(wire) {
+        if !wire::valid_key(&wires[start..]) {
             return Ok(None);
         }
+        spans.push((start, wires.len()));
+    }
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    // no Python object is made while the ring's memo is locked (see Ring::group)
+    let mut memo = ring.map(|r| r.memo.lock().unwrap_or_else(|e| e.into_inner()));
+    for (i, &(start, end)) in spans.iter().enumerate() {
         let at = match (ring, memo.as_mut()) {
-            (Some(r), Some(m)) => r.index_memo(m, &wire[prefix.len()..])?,
+            (Some(r), Some(m)) => r.index_memo(m, &wires[start + prefix.len()..end])?,
             _ => 0,
         };
-        spans.push((start, wires.len()));
         match groups.iter_mut().find(|(s, _)| *s == at) {
             Some((_, members)) => members.push(i),
             None => groups.push((at, vec![i])),
         }
     }
+    drop(memo);
     Ok(Some(FetchPlan {
         wires,
         spans,
