@@ -119,6 +119,42 @@ def test_get_many_set_many_delete_many(client: Any) -> None:
     assert client.get_many([]) == {}
 
 
+@pytest.mark.parametrize("protocol", ["auto", "meta", "text"])
+def test_get_many_reads_every_kind_of_value(servers3: list[Any], make_client: Any, protocol: str) -> None:
+    addresses = [s.address for s in servers3]
+    c = make_client(addresses, protocol=protocol, key_prefix="gm:", allow_pickle=True)
+    values: dict[Any, Any] = {
+        "str": "text",
+        "unicode": "caf\u00e9 \u2603",
+        "empty": "",
+        b"bytes-key": b"\x00\xffraw",
+        "empty-bytes": b"",
+        "int": 7,
+        "negative": -12,
+        "big": 1 << 80,
+        "float": 2.5,
+        "dict": {"a": [1, 2], "b": None},
+        "list": [True, False, "x"],
+        "compressed": "abc" * 2000,
+    }
+    values.update({f"n{i}": i for i in range(60)})  # enough keys to reach every server
+    assert c.set_many(values) == []
+    # a duplicate and an absent key
+    got = c.get_many([*values, "str", "absent"])
+    assert got == values
+    assert {type(v) for v in got.values()} >= {str, bytes, int, float, dict, list}
+    # another client's prefix sees none of them
+    assert make_client(addresses, protocol=protocol).get_many(list(values)) == {}
+
+
+def test_get_many_of_keys_memcached_refuses(client: Any) -> None:
+    with pytest.raises(ValueError):
+        client.get_many(["fine", "not fine"])
+    with pytest.raises(ValueError):
+        client.get_many(["k" * 251])
+    assert client.get_many([bytearray(b"ba")]) == {}
+
+
 def test_set_many_reports_failures(client: Any, make_client: Any) -> None:
     # an item larger than the server's 1 MB limit is refused
     huge = make_client([client.servers[0]], compress_threshold=None, protocol="meta")

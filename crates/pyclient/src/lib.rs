@@ -10,3 +10,7 @@ pub mod wire;
 
 #[cfg(feature = "python")]
 mod py;
+#[cfg(feature = "python")]
+mod py_many;
+#[cfg(feature = "python")]
+mod py_module;

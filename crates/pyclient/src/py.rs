@@ -35,7 +35,7 @@ fn error_type(
     .map(|t| t.clone_ref(py))
 }
 
-fn server_error(py: Python<'_>, e: WireError) -> PyErr {
+pub(crate) fn server_error(py: Python<'_>, e: WireError) -> PyErr {
     let text = String::from_utf8_lossy(&e.0).into_owned();
     match error_type(py, &SERVER_ERROR, "MemfleetServerError") {
         Ok(t) => PyErr::from_type(t.into_bound(py), text),
@@ -43,7 +43,7 @@ fn server_error(py: Python<'_>, e: WireError) -> PyErr {
     }
 }
 
-fn connection_error(py: Python<'_>, text: String) -> PyErr {
+pub(crate) fn connection_error(py: Python<'_>, text: String) -> PyErr {
     match error_type(py, &CONNECTION_ERROR, "MemfleetConnectionError") {
         Ok(t) => PyErr::from_type(t.into_bound(py), text),
         Err(err) => err,
@@ -52,7 +52,7 @@ fn connection_error(py: Python<'_>, text: String) -> PyErr {
 
 /// An I/O error as Python's socket module would raise it: a timeout is `TimeoutError`
 /// (SO_RCVTIMEO ends a read with EAGAIN), the rest the matching `OSError`.
-fn io_error(e: io::Error) -> PyErr {
+pub(crate) fn io_error(e: io::Error) -> PyErr {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => PyTimeoutError::new_err("timed out"),
         _ => e.into(),
@@ -64,7 +64,7 @@ fn timeout_of(seconds: Option<f64>) -> Option<Duration> {
     seconds.map(|s| Duration::from_secs_f64(s.max(1e-6)))
 }
 
-enum Io {
+pub(crate) enum Io {
     /// Plain TCP: reads and writes release the GIL.
     Tcp(TcpStream),
     /// A Python socket (an `ssl.SSLSocket`): called with the GIL held.
@@ -76,13 +76,13 @@ enum Io {
 /// Not thread-safe: a pool hands it to one user at a time.
 #[pyclass(subclass, module = "memfleet._native")]
 pub struct Conn {
-    io: Io,
-    buf: Vec<u8>,
-    pos: usize,
-    end: usize,
+    pub(crate) io: Io,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) pos: usize,
+    pub(crate) end: usize,
     /// Whether the server speaks the meta protocol.
     #[pyo3(get, set)]
-    meta: bool,
+    pub(crate) meta: bool,
     /// The tracking listener this connection's reads are registered for.
     #[pyo3(get, set)]
     track_id: Option<i64>,
@@ -172,7 +172,7 @@ impl Conn {
     }
 
     /// The range of the next line (without CRLF), consumed.
-    fn line(&mut self, py: Python<'_>) -> PyResult<(usize, usize)> {
+    pub(crate) fn line(&mut self, py: Python<'_>) -> PyResult<(usize, usize)> {
         let mut scanned = 0;
         loop {
             let at = wire::line_end(&self.buf[self.pos..self.end], scanned)
@@ -189,7 +189,7 @@ impl Conn {
     }
 
     /// The range of `n` data bytes, consumed with their CRLF.
-    fn data(&mut self, py: Python<'_>, n: usize) -> PyResult<(usize, usize)> {
+    pub(crate) fn data(&mut self, py: Python<'_>, n: usize) -> PyResult<(usize, usize)> {
         let need = n
             .checked_add(2)
             .ok_or_else(|| PyValueError::new_err("value too long"))?;
@@ -203,7 +203,7 @@ impl Conn {
         Ok((start, start + n))
     }
 
-    fn write(&mut self, py: Python<'_>, parts: &[&[u8]]) -> PyResult<()> {
+    pub(crate) fn write(&mut self, py: Python<'_>, parts: &[&[u8]]) -> PyResult<()> {
         match &mut self.io {
             Io::Tcp(s) => {
                 let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
@@ -250,7 +250,7 @@ impl Conn {
 
 /// Makes room after `end` for at least `want` more bytes (a full receive's worth at least),
 /// moving the unread bytes to the front when that frees enough.
-fn make_room(buf: &mut Vec<u8>, pos: &mut usize, end: &mut usize, want: usize) {
+pub(crate) fn make_room(buf: &mut Vec<u8>, pos: &mut usize, end: &mut usize, want: usize) {
     if *pos == *end {
         *pos = 0;
         *end = 0;
@@ -266,7 +266,7 @@ fn make_room(buf: &mut Vec<u8>, pos: &mut usize, end: &mut usize, want: usize) {
 }
 
 /// Writes what the socket takes now (blocking until it takes something).
-fn write_some(s: &mut TcpStream, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+pub(crate) fn write_some(s: &mut TcpStream, parts: &[IoSlice<'_>]) -> io::Result<usize> {
     match s.write_vectored(parts)? {
         0 => Err(io::ErrorKind::WriteZero.into()),
         n => Ok(n),
@@ -464,6 +464,29 @@ impl Conn {
         self.readline(py)
     }
 
+    /// A request whose reply is one line (a delete, a touch, a text incr): the line.
+    fn call_line<'py>(&mut self, py: Python<'py>, request: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        self.exchange(py, &[request], wire::line_complete)?;
+        self.readline(py)
+    }
+
+    /// A meta request whose reply is one line, or a `VA` line and its value: `(line, value)`,
+    /// the value None without one.
+    fn call_meta<'py>(
+        &mut self,
+        py: Python<'py>,
+        request: &[u8],
+    ) -> PyResult<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)> {
+        self.exchange(py, &[request], wire::meta_reply_complete)?;
+        let (a, b) = self.line(py)?;
+        let line = PyBytes::new(py, &self.buf[a..b]);
+        let Some(len) = wire::va_len(&self.buf[a..b]) else {
+            return Ok((line, None));
+        };
+        let (s, e) = self.data(py, len)?;
+        Ok((line, Some(PyBytes::new(py, &self.buf[s..e]))))
+    }
+
     /// The reply to `req_get_many`: `{key: (data, flags)}` of the hits.
     fn read_get_many<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.exchange(py, &[], wire::get_many_reply_complete)?;
@@ -527,14 +550,18 @@ pub struct Ring {
     ring: Ketama,
     /// Routing key -> server index: a hot key skips md5 (the ring never changes; a new one is
     /// built when the live servers do).
-    memo: Mutex<HashMap<Vec<u8>, usize>>,
+    pub(crate) memo: Mutex<HashMap<Vec<u8>, usize>>,
 }
 
 /// Entries the memo holds before it starts over.
 const MEMO_MAX: usize = 65536;
 
 impl Ring {
-    fn index_memo(&self, memo: &mut HashMap<Vec<u8>, usize>, key: &[u8]) -> PyResult<usize> {
+    pub(crate) fn index_memo(
+        &self,
+        memo: &mut HashMap<Vec<u8>, usize>,
+        key: &[u8],
+    ) -> PyResult<usize> {
         if let Some(&at) = memo.get(key) {
             return Ok(at);
         }
@@ -564,7 +591,7 @@ impl Ring {
         self.ring.len()
     }
 
-    fn index_for(&self, key: &[u8]) -> PyResult<usize> {
+    pub(crate) fn index_for(&self, key: &[u8]) -> PyResult<usize> {
         self.ring
             .index_for(key)
             .ok_or_else(|| PyValueError::new_err("the ring is empty"))
@@ -581,10 +608,21 @@ impl Ring {
         if rks.len() != wires.len() {
             return Err(PyValueError::new_err("rks and wires differ in length"));
         }
+        // the servers are found under the memo's lock and the lists built after it: building
+        // them may run the garbage collector, and another thread waiting on this lock (with the
+        // GIL, or, without a GIL, for a collection to pause it) would then never let it finish
+        let keys: Vec<Bound<'py, PyBytes>> = rks
+            .iter()
+            .map(|rk| rk.downcast_into::<PyBytes>().map_err(PyErr::from))
+            .collect::<PyResult<_>>()?;
+        let at: Vec<usize> = {
+            let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+            keys.iter()
+                .map(|k| self.index_memo(&mut memo, k.as_bytes()))
+                .collect::<PyResult<_>>()?
+        };
         let mut groups: Vec<(usize, Bound<'py, PyList>)> = Vec::new();
-        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-        for (rk, wire) in rks.iter().zip(wires.iter()) {
-            let at = self.index_memo(&mut memo, rk.downcast::<PyBytes>()?.as_bytes())?;
+        for (at, wire) in at.into_iter().zip(wires.iter()) {
             match groups.iter().find(|(i, _)| *i == at) {
                 Some((_, list)) => list.append(wire)?,
                 None => groups.push((at, PyList::new(py, [wire])?)),
@@ -601,32 +639,21 @@ impl Ring {
 }
 
 #[pyfunction]
-fn key_hash(key: &[u8]) -> u32 {
+pub(crate) fn key_hash(key: &[u8]) -> u32 {
     ketama::key_hash(key)
 }
 
 #[pyfunction]
-fn points_for(weight: u32, total_weight: u32, live_servers: u32) -> u32 {
+pub(crate) fn points_for(weight: u32, total_weight: u32, live_servers: u32) -> u32 {
     ketama::points_for(weight, total_weight, live_servers)
 }
 
 #[pyfunction]
-fn req_get_many<'py>(
+pub(crate) fn req_get_many<'py>(
     py: Python<'py>,
     keys: Vec<Bound<'py, PyBytes>>,
     meta: bool,
 ) -> Bound<'py, PyBytes> {
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     PyBytes::new(py, &wire::req_get_many(&keys, meta))
-}
-
-#[pymodule]
-fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Conn>()?;
-    m.add_class::<GetManyParser>()?;
-    m.add_class::<Ring>()?;
-    m.add_function(wrap_pyfunction!(key_hash, m)?)?;
-    m.add_function(wrap_pyfunction!(points_for, m)?)?;
-    m.add_function(wrap_pyfunction!(req_get_many, m)?)?;
-    Ok(())
 }

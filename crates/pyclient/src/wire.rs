@@ -171,6 +171,19 @@ pub fn get_many_reply_complete(buf: &[u8], meta: bool) -> bool {
     reply_complete(buf, meta, true)
 }
 
+/// [`reply_complete`] for a meta request answered by a line, or a `VA` line and its value.
+pub fn meta_reply_complete(buf: &[u8], _meta: bool) -> bool {
+    reply_complete(buf, true, false)
+}
+
+/// The value length of a meta `VA <len> ...` line; None for any other line.
+pub fn va_len(line: &[u8]) -> Option<usize> {
+    match parse_line(line) {
+        Ok(Line::Va { len }) => Some(len),
+        _ => None,
+    }
+}
+
 /// Whether `buf` holds a whole line (or more than a line may hold).
 pub fn line_complete(buf: &[u8], _meta: bool) -> bool {
     !matches!(line_end(buf, 0), Ok(None))
@@ -185,6 +198,30 @@ pub fn check_data_end(block: &[u8]) -> Result<(), WireError> {
             b"SERVER_ERROR data block not ended by CRLF".to_vec(),
         ))
     }
+}
+
+/// The longest key memcached takes.
+pub const MAX_KEY: usize = 250;
+
+/// Whether memcached takes `key`: 1 to [`MAX_KEY`] bytes, none a space or control character.
+pub fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+/// A value stored as ASCII digits (an optional `-`, then digits) that fits an i64; anything
+/// else is left to Python's `int()`, which reads more forms.
+pub fn ascii_int(data: &[u8]) -> Option<i64> {
+    let (neg, digits) = match data.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, data),
+    };
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits
+        .iter()
+        .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
+    Some(if neg { -n } else { n })
 }
 
 #[cfg(test)]
@@ -294,5 +331,48 @@ mod tests {
         assert!(line_end(&vec![b'x'; MAX_LINE + 2], 0).is_err());
         assert!(check_data_end(b"ab\r\n").is_ok());
         assert!(check_data_end(b"abcd").is_err());
+    }
+
+    #[test]
+    fn keys_memcached_takes() {
+        assert!(valid_key(b"a"));
+        assert!(valid_key(&[b'k'; MAX_KEY]));
+        assert!(!valid_key(&[b'k'; MAX_KEY + 1]));
+        assert!(!valid_key(b""));
+        for bad in [b"a b".as_slice(), b"a\r", b"\x7f", b"a\x00"] {
+            assert!(!valid_key(bad), "{bad:?}");
+        }
+        assert!(valid_key("caf\u{e9}".as_bytes()));
+    }
+
+    #[test]
+    fn ascii_ints() {
+        assert_eq!(ascii_int(b"0"), Some(0));
+        assert_eq!(ascii_int(b"-42"), Some(-42));
+        assert_eq!(
+            ascii_int(b"999999999999999999"),
+            Some(999_999_999_999_999_999)
+        );
+        for other in [
+            b"".as_slice(),
+            b"-",
+            b"1 ",
+            b"+1",
+            b"1_000",
+            b"9999999999999999999",
+        ] {
+            assert_eq!(ascii_int(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn meta_replies() {
+        assert_eq!(va_len(b"VA 12 f0 c9 W"), Some(12));
+        assert_eq!(va_len(b"HD"), None);
+        assert_eq!(va_len(b"VA x"), None);
+        assert!(meta_reply_complete(b"HD\r\n", true));
+        assert!(!meta_reply_complete(b"VA 2 W\r\nx", true));
+        assert!(meta_reply_complete(b"VA 2 W\r\nxy\r\n", true));
+        assert!(meta_reply_complete(b"EN\r\n", true));
     }
 }

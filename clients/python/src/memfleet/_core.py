@@ -86,6 +86,9 @@ class ClientCore(Generic[S]):
             for h, p, w in normalize_servers(servers)
         ]
         self._router: Router[S] = Router(servers_, failure_limit, retry_timeout)
+        # a multi-key fetch asks with text `get k1 k2 ...` (servers answer it with less work than
+        # one `mg` per key) unless the user asked for meta only
+        self._text_multiget = protocol != "meta"
         # writes from a replica region: the marker of cache key K is the cache key prefix + K
         self._rm_prefix = marker_prefix(remote_marker_prefix)
         self._rm_ttl = marker_ttl(remote_marker_ttl)

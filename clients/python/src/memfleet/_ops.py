@@ -27,7 +27,7 @@ from .remote import RemoteWrite, new_token
 from .serde import MissingDictionary
 
 T = TypeVar("T")
-_BATCH = 512  # keys per server per round trip in multi-key commands
+BATCH = 512  # keys per server per round trip in multi-key commands
 _THIRTY_DAYS = 60 * 60 * 24 * 30
 _FETCH_WAIT = 1.0  # seconds a reader waits for another caller's fetch of the same dictionary
 NEEDS_DICT = object()  # _get_end's answer when the value's dictionary is not loaded yet
@@ -77,7 +77,7 @@ class Operations(ClientCore[S]):
 
     def _fanout(self, groups: dict[S, list[T]], call: Callable[[S, list[T]], Call]) -> Op[list[Any]]:
         """One call per server and batch; a round sends every server's batch before reading replies."""
-        batches = {s: [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] for s, items in groups.items()}
+        batches = {s: [items[i : i + BATCH] for i in range(0, len(items), BATCH)] for s, items in groups.items()}
         results: list[Any] = []
         error: BaseException | None = None
         for r in range(max(len(b) for b in batches.values())):
@@ -438,6 +438,27 @@ class Operations(ClientCore[S]):
         Its value is stored only over the lease this caller won (meta protocol), and never kept
         in the near cache.
         """
+        return (
+            yield from self._get_or_set_from(
+                None, key, loader, ttl, lock_ttl, recache_before, wait_timeout, poll_interval, master_loader
+            )
+        )
+
+    get_or_set = operation(_get_or_set)
+
+    def _get_or_set_from(
+        self,
+        lease0: P.Lease | None,
+        key: Key,
+        loader: Callable[[], Any],
+        ttl: int,
+        lock_ttl: int,
+        recache_before: int,
+        wait_timeout: float,
+        poll_interval: float,
+        master_loader: Callable[[], Any] | None,
+    ) -> Op[Any]:
+        """:meth:`_get_or_set` given the answer to its first lease get, if one was sent already."""
         wire, rk = self._cfg.key(key)
         marker = None if master_loader is None else self._marker(key)
         # with the marker on the key's server: the lease get and the marker's, in one request
@@ -467,7 +488,9 @@ class Operations(ClientCore[S]):
                 ticket = 0 if near is None else near.ticket()
                 marked: bool | None = None  # the marker, once looked at
                 lease: P.Lease
-                if marker is not None and self._router.server_for(marker[1]) is server:
+                if lease0 is not None:
+                    lease, lease0 = lease0, None
+                elif marker is not None and self._router.server_for(marker[1]) is server:
                     # the marker is read after the lease is taken: a marker set before sees this
                     # load go to the master, one set after comes with a delete that kills the fill
                     lease, marked = yield Call(server, lambda meta: both, P.parse_lease_exists)
@@ -511,8 +534,6 @@ class Operations(ClientCore[S]):
                 return (yield Load(loader))
             yield Sleep(delay)
             delay = min(delay * 1.5, 0.25)
-
-    get_or_set = operation(_get_or_set)
 
     def _load_locked(
         self,
@@ -604,7 +625,7 @@ class Operations(ClientCore[S]):
             )
 
         # as _fanout, but every marker sent to a server that did not answer counts as not set
-        batches = {s: [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] for s, items in groups.items()}
+        batches = {s: [items[i : i + BATCH] for i in range(0, len(items), BATCH)] for s, items in groups.items()}
         unset: list[Key] = []
         error: BaseException | None = None
         for r in range(max(len(b) for b in batches.values())):

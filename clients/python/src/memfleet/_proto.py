@@ -179,7 +179,7 @@ def req_add_token_many(kbs: list[bytes], token: bytes, ttl: int, meta: bool) -> 
     return b"".join(one % (kb, kb, kb) for kb in kbs)
 
 
-_TOUCHED = {b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False}
+TOUCHED = {b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False}
 
 
 def parse_add_token_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, list[bytes]]:
@@ -194,7 +194,7 @@ def parse_add_token_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, 
                 raise raise_for(line)
             stored = stored or bool(ok)
         line = yield LINE
-        if _TOUCHED.get(line) is None and not line.startswith(b"SERVER_ERROR"):
+        if TOUCHED.get(line) is None and not line.startswith(b"SERVER_ERROR"):
             raise raise_for(line)
         if not stored:
             failed.append(kb)
@@ -206,7 +206,8 @@ def req_delete(kb: bytes, meta: bool) -> bytes:
     return (b"md " if meta else b"delete ") + kb + b"\r\n"
 
 
-parse_delete = _one_line({b"HD": True, b"DELETED": True, b"NF": False, b"NOT_FOUND": False})
+DELETED = {b"HD": True, b"DELETED": True, b"NF": False, b"NOT_FOUND": False}
+parse_delete = _one_line(DELETED)
 
 
 def req_delete_many(kbs: list[bytes], meta: bool) -> bytes:
@@ -247,7 +248,7 @@ def req_touch(kb: bytes, ttl: int, meta: bool) -> bytes:
     return b"touch " + kb + b" " + _ttl(ttl) + b"\r\n"
 
 
-parse_touch = _one_line({b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False})
+parse_touch = _one_line(TOUCHED)
 
 
 def req_arith(kb: bytes, delta: int, decr: bool, initial: int | None, ttl: int, meta: bool) -> bytes:
@@ -302,13 +303,20 @@ class Lease:
 
 def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
     line = yield LINE
+    if not line.startswith(b"VA "):
+        return lease_of(line, None)
+    return lease_of(line, (yield _value_head(line)[0]))
+
+
+def lease_of(line: bytes, data: bytes | None) -> Lease:
+    """The lease a lease get's reply line (and its value, after a ``VA`` line) gives."""
     lease = Lease()
     if line == b"EN":
         return lease
-    if not line.startswith(b"VA "):
+    if data is None or not line.startswith(b"VA "):
         raise raise_for(line)
-    n, f = _value_head(line)
-    lease.data = yield n
+    f = _value_head(line)[1]
+    lease.data = data
     lease.flags = int(f.get(102, b"0"))  # f
     lease.cas = int(f.get(99, b"0"))  # c
     lease.win = 87 in f  # W

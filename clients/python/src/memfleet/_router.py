@@ -170,6 +170,15 @@ class Router(Generic[S]):
             raise NoServersError("all servers are marked dead")
         return {live[i]: batch for i, batch in ring.group(rks, wires)}
 
+    def placement(self) -> tuple[list[S], Ring | None]:
+        """The live servers and their ring; no ring when one server takes every key."""
+        if self._next_check != _INF and time.monotonic() >= self._next_check:
+            self._rebuild()
+        live, ring, _ = self._state
+        if not live:
+            raise NoServersError("all servers are marked dead")
+        return live, ring if len(live) > 1 else None
+
     def failed(self, server: S) -> None:
         if server.mark_failed(self.failure_limit, self.retry_timeout):
             server.close()

@@ -5,17 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import _proto as P
-from ._base import Key, one_or_many
+from ._base import Key, as_list, one_or_many
 from ._conn import Connection, Server
-from ._ops import NEEDS_DICT, Operations
+from ._native import plan_fetch
+from ._ops import BATCH, NEEDS_DICT, Operations
 from ._proto import Parser
 from ._steps import Call, Connect, Load, Op, Round, Sleep
 from .errors import MemfleetConnectionError, MemfleetError, MemfleetServerError
-from .near import UNSTARTED, Source
+from .near import MISSING, UNSTARTED, Source
 from .remote import RemoteWrite
+from .serde import MissingDictionary, Serde
 
 
 class Client(Operations[Server]):
@@ -59,6 +61,14 @@ class Client(Operations[Server]):
 
     # -- the driver ----------------------------------------------------------------------------
     def _bind(self, op: Callable[..., Op[Any]]) -> Callable[..., Any]:
+        fast = _FAST.get(op.__name__)
+        if fast is not None:
+            # the operation's blocking fast path: same signature and behaviour, fewer layers
+
+            def now(*args: Any, **kwargs: Any) -> Any:
+                return fast(self, *args, **kwargs)
+
+            return now
         run = self._run
 
         def method(*args: Any, **kwargs: Any) -> Any:
@@ -150,7 +160,7 @@ class Client(Operations[Server]):
             self._lost(server, conn, exc)
         return self._reply(server, conn, parse)
 
-    def _lost(self, server: Server, conn: Connection, exc: OSError) -> None:
+    def _lost(self, server: Server, conn: Connection, exc: OSError) -> NoReturn:
         conn.close()
         self._router.failed(server)
         raise MemfleetConnectionError(f"{server.address}: {exc}") from exc
@@ -227,6 +237,184 @@ class Client(Operations[Server]):
             value = self._run(self._get_fetching(wire, data, flags, default, server, ticket))  # type: ignore[arg-type]
         return value
 
+    def _get_many_now(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """Values of the keys that exist. Requests go to every server before any reply is read."""
+        keys = as_list(keys)
+        if self._near is not None or not keys or len(keys) > BATCH:
+            return self._run(self._get_many(keys))  # type: ignore[no-any-return]
+        live, ring = self._router.placement()
+        plan = plan_fetch(ring, keys, self._cfg.key_prefix)
+        if plan is None:  # a key to convert or refuse: the general path does both
+            return self._run(self._get_many(keys))  # type: ignore[no-any-return]
+        servers = [live[i] for i in plan.servers]
+        conns: list[Connection | None] = []
+        error: MemfleetError | None = None
+        for server in servers:
+            try:
+                conns.append(self._acquire(server))
+            except MemfleetError as exc:
+                conns.append(None)
+                error = exc
+        try:
+            out, raw, errors = plan.fetch(conns, keys, self._text_multiget, isinstance(self._serde, Serde))
+        except BaseException:
+            for c in conns:
+                if c is not None:
+                    c.close()
+            raise
+        for server, conn, failure in zip(servers, conns, errors):
+            if conn is None:
+                continue
+            if failure is None:
+                server.release(conn)
+                if server.failures:
+                    server.failures = 0
+                continue
+            conn.close()  # the rest of its reply is unread
+            if isinstance(failure, MemfleetError):
+                error = failure
+            else:
+                self._router.failed(server)
+                error = MemfleetConnectionError(f"{server.address}: {failure}")
+        if error is not None and not (self.ignore_errors and isinstance(error, MemfleetConnectionError)):
+            raise error
+        decode = self._serde.decode
+        for key, data, flags in raw:
+            try:
+                out[key] = decode(data, flags)
+            except MissingDictionary:
+                value = self._run(self._decode(data, flags, MISSING))
+                if value is not MISSING:
+                    out[key] = value
+        return out
+
+    def _answer(self, server: Server, request: Callable[[bool], bytes], answers: dict[bytes, bool]) -> bool:
+        """One request whose reply is one line meaning yes or no, on a pooled connection."""
+        conn = self._acquire(server)
+        try:
+            line = conn.call_line(request(conn.meta))
+        except MemfleetServerError:
+            conn.close()
+            raise
+        except OSError as exc:
+            self._lost(server, conn, exc)
+        ok = answers.get(line)
+        if ok is None:
+            conn.close()
+            raise P.raise_for(line)
+        server.release(conn)
+        if server.failures:
+            server.failures = 0
+        return ok
+
+    def _delete_now(self, key: Key) -> bool:
+        """Remove ``key``; True if it existed."""
+        wire, rk = self._cfg.key(key)
+        if self._near is not None:
+            self._near.discard(wire)
+        try:
+            return self._answer(self._router.server_for(rk), lambda meta: P.req_delete(wire, meta), P.DELETED)
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return False
+            raise
+
+    def _touch_now(self, key: Key, ttl: int) -> bool:
+        """Update the TTL; True if the key exists."""
+        wire, rk = self._cfg.key(key)
+        if self._near is not None:
+            self._near.discard(wire)
+        try:
+            return self._answer(self._router.server_for(rk), lambda meta: P.req_touch(wire, ttl, meta), P.TOUCHED)
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return False
+            raise
+
+    def _counter(self, key: Key, delta: int, decr: bool) -> int | None:
+        """incr or decr without an initial value: the text command, answered by one line."""
+        if delta < 0:
+            raise ValueError("delta must be >= 0")
+        wire, rk = self._cfg.key(key)
+        if self._near is not None:
+            self._near.discard(wire)
+        server = self._router.server_for(rk)
+        try:
+            conn = self._acquire(server)
+            try:
+                line = conn.call_line(b"%b %b %d\r\n" % (b"decr" if decr else b"incr", wire, delta))
+            except MemfleetServerError:
+                conn.close()
+                raise
+            except OSError as exc:
+                self._lost(server, conn, exc)
+        except MemfleetConnectionError:
+            if self.ignore_errors:
+                return None
+            raise
+        if line[:1].isdigit():
+            value: int | None = int(line)
+        elif line == b"NOT_FOUND":
+            value = None
+        else:
+            conn.close()
+            raise P.raise_for(line)
+        server.release(conn)
+        if server.failures:
+            server.failures = 0
+        return value
+
+    def _incr_now(self, key: Key, delta: int = 1, initial: int | None = None, ttl: int = 0) -> int | None:
+        if initial is not None:
+            return self._run(self._incr(key, delta, initial, ttl))  # type: ignore[no-any-return]
+        return self._counter(key, delta, False)
+
+    def _decr_now(self, key: Key, delta: int = 1, initial: int | None = None, ttl: int = 0) -> int | None:
+        if initial is not None:
+            return self._run(self._decr(key, delta, initial, ttl))  # type: ignore[no-any-return]
+        return self._counter(key, delta, True)
+
+    def _get_or_set_now(
+        self,
+        key: Key,
+        loader: Callable[[], Any],
+        ttl: int = 0,
+        *,
+        lock_ttl: int = 30,
+        recache_before: int = 0,
+        wait_timeout: float = 10.0,
+        poll_interval: float = 0.02,
+        master_loader: Callable[[], Any] | None = None,
+    ) -> Any:
+        lease: P.Lease | None = None
+        if self._near is None and master_loader is None:
+            # the hit of a lease get is returned here; anything else goes on in the operation
+            wire, rk = self._cfg.key(key)
+            server = self._router.server_for(rk)
+            if server.meta:
+                conn = self._acquire(server)
+                try:
+                    line, data = conn.call_meta(P.req_lease_get(wire, lock_ttl, recache_before))
+                    lease = P.lease_of(line, data)
+                except MemfleetServerError:
+                    conn.close()
+                    raise
+                except OSError as exc:
+                    self._lost(server, conn, exc)
+                server.release(conn)
+                if server.failures:
+                    server.failures = 0
+                if lease.hit and not lease.win:
+                    try:
+                        return self._serde.decode(lease.data, lease.flags)
+                    except MissingDictionary:
+                        pass
+        return self._run(
+            self._get_or_set_from(
+                lease, key, loader, ttl, lock_ttl, recache_before, wait_timeout, poll_interval, master_loader
+            )
+        )
+
     def set(self, key: Key, value: Any, ttl: int = 0) -> bool:
         """Store ``value``; ``ttl`` in seconds (0 = never expires)."""
         wire, server, data, flags = self._store_start(key, value, ttl)
@@ -252,5 +440,15 @@ class Client(Operations[Server]):
             server.failures = 0
         return self._store_end(wire, value, ttl, ok, server)
 
+
+# operations whose blocking client skips the generator (see Client._bind)
+_FAST: dict[str, Callable[..., Any]] = {
+    "_get_many": Client._get_many_now,
+    "_delete": Client._delete_now,
+    "_touch": Client._touch_now,
+    "_incr": Client._incr_now,
+    "_decr": Client._decr_now,
+    "_get_or_set": Client._get_or_set_now,
+}
 
 __all__ = ["Client", "MemfleetError"]
