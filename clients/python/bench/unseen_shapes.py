@@ -210,8 +210,8 @@ def store_new(client: memfleet.Client, address: str, gen: Callable[[int], Any], 
     return {"ratio": size / pickled, "bytes": size / 200, "pickle": pickled / 200, "managed": managed / 200}
 
 
-def measure(address: str, gen: Callable[[int], Any]) -> dict[str, Any]:
-    client = memfleet.Client([address])
+def measure(address: str, gen: Callable[[int], Any], serializer: str) -> dict[str, Any]:
+    client = memfleet.Client([address], serializer=serializer)
     family = f"{gen.__name__}:*:v"
     try:
         t0 = time.perf_counter()
@@ -265,13 +265,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server-cmd", default=None, help="server command prefix (default: Debian's memcached)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument(
+        "--serializer",
+        default="msgpack",
+        help='the client\'s serializer (default msgpack; "msgpack-delta" is not read by earlier clients)',
+    )
     args = ap.parse_args()
     server = cache_server("-m", "256", command=args.server_cmd).start()
     try:
-        results = [measure(server.address, gen) for gen in UNSEEN + OWN]
+        results = [measure(server.address, gen, args.serializer) for gen in UNSEEN + OWN]
     finally:
         server.kill()
-    print(f"memfleet from {os.path.dirname(memfleet.__file__)}\n")
+    print(f"memfleet from {os.path.dirname(memfleet.__file__)}, serializer {args.serializer}\n")
     print(
         "| record | pickle B | msgpack | at 2,000 writes: stored (with a dictionary) "
         "| settled: stored B | settled / pickle |"
