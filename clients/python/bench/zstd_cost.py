@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What zstd's own call costs the client per value, with the caches warm and with them cold.
 
-Trains a dictionary as the client does (``memfleet._dicts.train``, ``ManagedDicts()``'s size and
-level) on 1,000 records of each kind, then times the client's compress and decompress calls (the
+Trains a dictionary as the client does (``memfleet._dicts.train``, ``ManagedDicts()``'s samples, size and
+level) on records of each kind, then times the client's compress and decompress calls (the
 client's ``Dictionary``, its parameters) on 100 other records: best of 5 passes, µs per call. "cold" writes a
 4 MB buffer before every call, as the kernel and a server sharing the CPU do between two requests.
 No server, no network: this is the floor under what a managed ``set`` or ``get`` adds.

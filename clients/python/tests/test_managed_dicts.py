@@ -436,3 +436,106 @@ def test_rollover_with_asyncio_tasks(servers3: list[Server]) -> None:
             await c.close()
 
     asyncio.run(main())
+
+
+# -- compatibility with values and dictionaries written by earlier clients, and training schedule --
+OLD_VALUES = Path(__file__).resolve().parent / "data" / "managed_values_f503601.json"
+
+
+def raw_set(server: Server, key: bytes, data: bytes, flags: int) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
+        s.sendall(b"set %s %d 0 %d\r\n%s\r\n" % (key, flags, len(data), data))
+        assert s.recv(64) == b"STORED\r\n"
+
+
+def raw_get(server: Server, key: bytes) -> tuple[bytes, int]:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
+        s.sendall(b"get " + key + b"\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, buf
+            buf += chunk
+    head, rest = buf.split(b"\r\n", 1)
+    _, _, flags, n = head.split()
+    return rest[: int(n)], int(flags)
+
+
+def read_as_before(server: Server, data: bytes, flags: int) -> Any:
+    """A managed value read the way the client of f503601 reads it (serde.decode, then
+    _dicts.Dictionaries.decompress and Dictionary.from_payload), written out with zstandard alone:
+    the dictionary named by the frame's id, fetched from memfleet-dict:<id hex>, checked against
+    the magic and the SHA-256 stored with it, then one-shot decompression (which needs the content
+    size in the frame), then msgpack."""
+    import hashlib
+
+    import zstandard
+
+    assert flags == FLAG_ZSTD | FLAG_ZSTD_MANAGED | memfleet.serde.FLAG_MSGPACK
+    dict_id = zstandard.get_frame_parameters(data).dict_id
+    payload, item_flags = raw_get(server, b"memfleet-dict:%08x" % dict_id)
+    assert item_flags == 1 << 15
+    magic, digest, body = payload[:4], payload[4:20], payload[20:]
+    assert magic == b"MFD1" and hashlib.sha256(body).digest()[:16] == digest
+    assert body[:4] == b"\x37\xa4\x30\xec" and int.from_bytes(body[4:8], "little") == dict_id
+    dctx = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(body))
+    return msgpack.unpackb(dctx.decompress(data), raw=False, strict_map_key=False)
+
+
+def test_values_written_by_the_earlier_client_read_back(server: Server, make_client: Any) -> None:
+    """Values and their dictionary as the client of f503601 stored them (tests/data) read back with
+    today's defaults, the dictionary fetched from the server."""
+    import base64
+
+    from unseen_shapes import friends_profile
+
+    old = json.loads(OLD_VALUES.read_text())
+    c = make_client([server.address])
+    c.flush_all()
+    d = old["dictionary"]
+    raw_set(server, d["key"].encode(), base64.b64decode(d["data"]), d["flags"])
+    for v in old["values"]:
+        raw_set(server, v["key"].encode(), base64.b64decode(v["data"]), v["flags"])
+    for v in old["values"]:
+        assert v["flags"] & FLAG_ZSTD_MANAGED
+        assert c.get(v["key"]) == friends_profile(v["record"])
+    assert c.dictionaries.stats()["fetched"] == 1
+
+
+def test_values_written_now_read_as_the_earlier_client_reads_them(server: Server, make_client: Any) -> None:
+    """Default settings write what the client of f503601 reads: same flags, frames naming a
+    dictionary published in the same item format."""
+    from unseen_shapes import friends_profile
+
+    c = make_client([server.address])
+    c.flush_all()
+    for i in range(2000):
+        c.set(f"new:{i}:v", friends_profile(i))
+    wait_active(c, "new:*:v", friends_profile)
+    for i in range(5000, 5020):
+        c.set(f"new:{i}:v", friends_profile(i))
+        assert read_as_before(server, *raw_get(server, f"new:{i}:v".encode())) == friends_profile(i)
+
+
+def test_a_new_family_trains_after_500_writes(server: Server) -> None:
+    """Default settings: a family's 500th value starts its training, and its dictionary is in use
+    once trained and published (well before its 2,000th write unless training is slow)."""
+    from unseen_shapes import order
+
+    c = memfleet.Client([server.address])
+    c.flush_all()
+    for i in range(499):
+        c.set(f"order:{i}:v", order(i))
+    fam = c.dictionaries._families[b"order:*:v"]
+    assert fam.sampling and c.dictionaries.counts["trained"] == 0
+    c.set("order:499:v", order(499))
+    assert not fam.sampling  # the 500th value went to training
+    deadline = time.monotonic() + 20
+    while c.dictionaries.counts["trained"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    wait_active(c, "order:*:v", order)
+    c.set("order:9999:v", order(9999))
+    assert stored(c, "order:9999:v")[1] & FLAG_ZSTD_MANAGED
+    assert c.get("order:9999:v") == order(9999)
+    c.close()

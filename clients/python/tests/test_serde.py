@@ -18,6 +18,7 @@ from memfleet.serde import (
     FLAG_INTEGER,
     FLAG_JSON,
     FLAG_MSGPACK,
+    FLAG_MSGPACK_DELTA,
     FLAG_PICKLE,
     FLAG_TEXT,
     FLAG_ZSTD,
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from samples import user_profile  # noqa: E402
 
 LEGACY_BITS = 1 | 2 | 4 | 8 | 16
-MEMFLEET_BITS = [FLAG_MSGPACK, FLAG_JSON, FLAG_CUSTOM, FLAG_ZSTD, FLAG_ZSTD_DICT]
+MEMFLEET_BITS = [FLAG_MSGPACK, FLAG_JSON, FLAG_CUSTOM, FLAG_MSGPACK_DELTA, FLAG_ZSTD, FLAG_ZSTD_DICT]
 
 
 def profile(i: int) -> dict[str, Any]:
@@ -188,3 +189,41 @@ def test_zstd_contexts_are_per_thread() -> None:
     out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, bench], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["wrong", "0"]
+
+
+def test_msgpack_delta_codes_sorted_int_lists_as_differences() -> None:
+    """serializer="msgpack-delta": sorted lists of 8+ ints are stored as their differences, every
+    value reads back as msgpack's would (tuples as lists), and clients on the default read it."""
+    import msgpack
+
+    rnd = random.Random(5)
+    friends = sorted(rnd.sample(range(5000), 50))
+    value = {
+        "friends": friends,
+        "as_tuple": tuple(range(100, 900, 100)),
+        "nested": [{"ids": [-(2**63), -5, 0, 0, 7, 2**20, 2**40, 2**64 - 1]}],
+        "unsorted": [3, 1, 2, 4, 5, 6, 7, 8],
+        "short": [1, 2, 3],
+        "bools": [False] * 4 + [True] * 4,
+        "mixed": [1, 2, 3, 4, 5, 6, 7, 8.5],
+        "overflow": [-(2**63)] + [2**64 - 1] * 7,  # a difference beyond 64 bits
+        "empty": [],
+    }
+    expected = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+    delta = Serde(serializer="msgpack-delta", compress_threshold=None)
+    data, flags = delta.encode(value)
+    assert flags == FLAG_MSGPACK_DELTA
+    assert delta.decode(data, flags) == expected
+    assert Serde().decode(data, flags) == expected
+    # the friends list became small differences: much shorter than the plain list
+    plain = Serde(compress_threshold=None).encode(value)[0]
+    assert len(plain) - len(data) > len(msgpack.packb(friends)) // 3
+    raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    assert isinstance(raw["friends"], msgpack.ExtType) and isinstance(raw["nested"][0]["ids"], msgpack.ExtType)
+    for k in ("unsorted", "short", "bools", "mixed", "overflow", "empty"):
+        assert raw[k] == value[k]
+    # other extension types still come back as they are
+    other = msgpack.packb(msgpack.ExtType(9, b"x"))
+    assert Serde().decode(other, FLAG_MSGPACK_DELTA) == msgpack.ExtType(9, b"x")
+    with pytest.raises(memfleet.serde.SerializationError):
+        delta.encode({"big": [2**64, 2**65] * 4})

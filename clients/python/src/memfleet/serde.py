@@ -14,6 +14,8 @@ bit    name             meaning
 256    FLAG_MSGPACK     msgpack                         (memfleet)
 512    FLAG_JSON        JSON (UTF-8)                    (memfleet)
 1024   FLAG_CUSTOM      custom serializer               (memfleet)
+2048   FLAG_MSGPACK_DELTA msgpack, sorted int lists as differences (memfleet, opt-in; earlier
+                        memfleet clients return these values as bytes)
 4096   FLAG_ZSTD        zstd-compressed                 (memfleet)
 8192   FLAG_ZSTD_DICT   zstd with the trained dictionary (memfleet, with FLAG_ZSTD)
 16384  FLAG_ZSTD_MANAGED zstd with a managed dictionary named by the frame's dictionary id
@@ -23,7 +25,9 @@ bit    name             meaning
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import pickle
 import threading
 import zlib
@@ -42,6 +46,7 @@ FLAG_TEXT = 16
 FLAG_MSGPACK = 1 << 8
 FLAG_JSON = 1 << 9
 FLAG_CUSTOM = 1 << 10
+FLAG_MSGPACK_DELTA = 1 << 11
 FLAG_ZSTD = 1 << 12
 FLAG_ZSTD_DICT = 1 << 13
 FLAG_ZSTD_MANAGED = 1 << 14
@@ -106,6 +111,50 @@ def _msgpack_loads(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
+# msgpack extension type of a sorted list of ints: the msgpack array of its first value and the
+# differences between neighbours (small, where the values themselves are not)
+_DELTA_EXT = 1
+_DELTA_MIN = 8  # shorter lists gain less than the extension's header costs
+_INTS = {int}
+_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+
+
+def _delta_encode(value: Any) -> Any:
+    """``value`` with every sorted list (or tuple) of at least ``_DELTA_MIN`` ints replaced by an
+    extension of their differences; other values as they are."""
+    t = type(value)
+    if t is dict:
+        return {k: _delta_encode(v) for k, v in value.items()}
+    if t is not list and t is not tuple:
+        return value
+    types = set(map(type, value))
+    if types == _INTS and len(value) >= _DELTA_MIN:
+        deltas = list(map(operator.sub, value[1:], value[:-1]))
+        if min(deltas) >= 0:
+            try:
+                packed = msgpack.packb([value[0], *deltas])
+            except OverflowError:  # differences beyond 64 bits: as the plain list
+                return value
+            return msgpack.ExtType(_DELTA_EXT, packed)
+    if types <= _SCALARS:  # nothing inside to look at
+        return value
+    return [_delta_encode(v) for v in value]
+
+
+def _delta_ext(code: int, data: bytes) -> Any:
+    if code != _DELTA_EXT:
+        return msgpack.ExtType(code, data)
+    return list(itertools.accumulate(msgpack.unpackb(data)))
+
+
+def _msgpack_delta_dumps(value: Any) -> bytes:
+    return msgpack.packb(_delta_encode(value), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _msgpack_delta_loads(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_delta_ext)
+
+
 def _json_dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -153,6 +202,9 @@ class Serde:
         elif serializer == "msgpack":
             self._dumps, custom_loads = _msgpack_dumps, _msgpack_loads
             self._type_flag = FLAG_MSGPACK
+        elif serializer == "msgpack-delta":
+            self._dumps, custom_loads = _msgpack_delta_dumps, _msgpack_delta_loads
+            self._type_flag = FLAG_MSGPACK_DELTA
         elif serializer == "json":
             self._dumps, custom_loads = _json_dumps, _json_loads
             self._type_flag = FLAG_JSON
@@ -167,6 +219,7 @@ class Serde:
             FLAG_MSGPACK: _msgpack_loads,
             FLAG_JSON: _json_loads,
             FLAG_CUSTOM: custom_loads,
+            FLAG_MSGPACK_DELTA: _msgpack_delta_loads,
         }
         self.compress_threshold = compress_threshold
         # smallest size that may be compressed at all (plain threshold or dictionary minimum)
