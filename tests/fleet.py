@@ -241,8 +241,9 @@ class Host:
             p.signal(signal.SIGCONT)
 
     def delay(self, ms: float, loss: float = 0.0) -> None:
-        """Adds `ms` to every round trip through this host (its outgoing packets wait `ms`)
-        and drops `loss` percent of its outgoing packets. Replaces earlier link faults."""
+        """Adds `ms` to every round trip through this host (with netem its outgoing packets
+        wait `ms`, with the delay line its incoming ones) and drops `loss` percent of them.
+        Replaces earlier link faults."""
         self.heal()
         if netem_available(self.ns):
             args = ["delay", f"{ms}ms"] + (["loss", f"{loss}%"] if loss else [])
@@ -264,7 +265,11 @@ class Host:
         if said.strip() != b"ready":
             self.heal()
             raise FleetError(f"{self.name}: delay line did not start: {said!r}")
-        r = self.run("iptables", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE",
+        # Held on the way in, not on the way out: a packet held in the sender's own stack
+        # still counts against its socket's TCP Small Queues budget (netem orphans it, an
+        # NFQUEUE does not), which lets a flow of small segments have only a few KB in flight
+        # per round trip, a limit no real link has. The round trip is the same either way.
+        r = self.run("iptables", "-A", "INPUT", "-i", "eth0", "-j", "NFQUEUE",
                      "--queue-num", "0", check=False)  # fmt: skip
         if r.returncode != 0:
             self.heal()
@@ -285,7 +290,7 @@ class Host:
         self.run("tc", "qdisc", "del", "dev", "eth0", "root", check=False)
         sh("tc", "qdisc", "del", "dev", self.veth, "root", check=False)
         if self._delay_line is not None:
-            self.run("iptables", "-F", "OUTPUT", check=False)
+            self.run("iptables", "-F", "INPUT", check=False)
             terminate(self._delay_line, timeout=5)
             if self._delay_line.stdout:
                 self._delay_line.stdout.close()

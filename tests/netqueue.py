@@ -2,7 +2,7 @@
 
 `python3 netqueue.py QUEUE DELAY_MS LOSS_PERCENT` binds netfilter queue QUEUE (in the network
 namespace it runs in), holds each packet DELAY_MS before accepting it and drops LOSS_PERCENT of
-them, so a rule `queue num QUEUE` on a host's output adds DELAY_MS to every round trip through
+them, so a rule `queue num QUEUE` on a host's input (or output) adds DELAY_MS to every round trip through
 that host, as `tc qdisc ... netem delay` would. It prints `ready` once bound (packets queued
 before that would be dropped) and runs until SIGTERM. It speaks nfnetlink directly: a few
 fixed structs, no library to install.

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fleet import Fleet, Host, Proc, serve_argv
@@ -139,6 +139,7 @@ class RegionPair:
         name: str,
         link_ms: int = 40,
         congestion_control: str | None = None,
+        sysctls: Sequence[str] = (),
     ) -> None:
         self.fleet = make_fleet(name, ["a", "b"])
         self.a = self.fleet.host("a")
@@ -148,6 +149,9 @@ class RegionPair:
             # Before any socket exists: accepted connections take their listener's algorithm.
             for h in (self.a, self.b):
                 h.run("sysctl", "-w", f"net.ipv4.tcp_congestion_control={congestion_control}")
+        for h in (self.a, self.b):
+            for kv in sysctls:
+                h.run("sysctl", "-w", kv)
         self.primary = NsPostgres(self.a)
         self.replica: NsPostgres | None = None
         self.caches: dict[str, Proc] = {}
