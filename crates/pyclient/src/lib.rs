@@ -10,3 +10,5 @@ pub mod wire;
 
 #[cfg(feature = "python")]
 mod py;
+#[cfg(feature = "python")]
+mod py_reply;

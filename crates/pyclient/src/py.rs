@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyStopIteration, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList, PyType};
@@ -35,7 +35,7 @@ fn error_type(
     .map(|t| t.clone_ref(py))
 }
 
-fn server_error(py: Python<'_>, e: WireError) -> PyErr {
+pub(crate) fn server_error(py: Python<'_>, e: WireError) -> PyErr {
     let text = String::from_utf8_lossy(&e.0).into_owned();
     match error_type(py, &SERVER_ERROR, "MemfleetServerError") {
         Ok(t) => PyErr::from_type(t.into_bound(py), text),
@@ -77,9 +77,9 @@ enum Io {
 #[pyclass(subclass, module = "memfleet._native")]
 pub struct Conn {
     io: Io,
-    buf: Vec<u8>,
-    pos: usize,
-    end: usize,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) pos: usize,
+    pub(crate) end: usize,
     /// Whether the server speaks the meta protocol.
     #[pyo3(get, set)]
     meta: bool,
@@ -141,7 +141,7 @@ impl Conn {
     }
 
     /// Receive more bytes after `end`, growing the buffer so that at least `want` more fit.
-    fn fill(&mut self, py: Python<'_>, want: usize) -> PyResult<()> {
+    pub(crate) fn fill(&mut self, py: Python<'_>, want: usize) -> PyResult<()> {
         make_room(&mut self.buf, &mut self.pos, &mut self.end, want);
         let n = match &mut self.io {
             Io::Tcp(s) => {
@@ -473,54 +473,6 @@ impl Conn {
     }
 }
 
-/// The reply to `req_get_many` parsed from lines and data blocks a driver feeds it, as the
-/// generator parsers of `memfleet._proto` are (`next()` then `send()`; the result is the value
-/// of the final StopIteration): the asyncio client reads with it.
-#[pyclass(module = "memfleet._native")]
-pub struct GetManyParser {
-    meta: bool,
-    out: Py<PyDict>,
-    /// The hit whose data block comes next.
-    pending: Option<(Py<PyBytes>, u32)>,
-}
-
-#[pymethods]
-impl GetManyParser {
-    #[new]
-    fn new(py: Python<'_>, meta: bool) -> GetManyParser {
-        GetManyParser {
-            meta,
-            out: PyDict::new(py).unbind(),
-            pending: None,
-        }
-    }
-
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__(&self) -> i64 {
-        -1
-    }
-
-    fn send(&mut self, py: Python<'_>, chunk: &[u8]) -> PyResult<i64> {
-        if let Some((key, flags)) = self.pending.take() {
-            self.out
-                .bind(py)
-                .set_item(key, (PyBytes::new(py, chunk), flags))?;
-            return Ok(-1);
-        }
-        match wire::get_many_line(chunk, self.meta).map_err(|e| server_error(py, e))? {
-            ManyLine::Item { key, flags, len } => {
-                self.pending = Some((PyBytes::new(py, key).unbind(), flags));
-                Ok(len as i64)
-            }
-            ManyLine::Miss => Ok(-1),
-            ManyLine::End => Err(PyStopIteration::new_err((self.out.clone_ref(py),))),
-        }
-    }
-}
-
 /// The weighted ketama ring of `memfleet.ketama`.
 #[pyclass(frozen, module = "memfleet._native")]
 pub struct Ring {
@@ -623,10 +575,10 @@ fn req_get_many<'py>(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Conn>()?;
-    m.add_class::<GetManyParser>()?;
     m.add_class::<Ring>()?;
     m.add_function(wrap_pyfunction!(key_hash, m)?)?;
     m.add_function(wrap_pyfunction!(points_for, m)?)?;
     m.add_function(wrap_pyfunction!(req_get_many, m)?)?;
+    crate::py_reply::register(m)?;
     Ok(())
 }

@@ -90,7 +90,36 @@ class AsyncClient(Operations[AsyncServer]):
         task.add_done_callback(self._tasks.discard)
 
     async def _round(self, step: Round) -> list[Any]:
-        return await asyncio.gather(*(self._call(c) for c in step.calls), return_exceptions=True)
+        # every request is sent before any reply is awaited; a call whose server has an idle
+        # connection ready is sent from here, the others (connecting, tracking) run as tasks
+        started: list[tuple[Call, AsyncConnection | None, Any]] = []
+        for call in step.calls:
+            server: AsyncServer = call.server  # type: ignore[assignment]
+            conn = self._idle(server)
+            if conn is None:
+                started.append((call, None, asyncio.ensure_future(self._call(call))))
+            else:
+                started.append((call, conn, self._start(server, conn, call)))
+        outcomes: list[Any] = []
+        try:
+            for call, conn, fut in started:
+                try:
+                    if conn is None:
+                        outcomes.append(await fut)
+                    else:
+                        outcomes.append(await self._end(call.server, conn, fut))  # type: ignore[arg-type]
+                except Exception as exc:
+                    outcomes.append(exc)
+        except BaseException:
+            # cancelled: the replies not read leave their connections out of step
+            for _, conn, fut in started[len(outcomes) + 1 :]:
+                if conn is None:
+                    fut.cancel()
+                else:
+                    conn.finish()
+                    conn.close()
+            raise
+        return outcomes
 
     async def _load(self, step: Load) -> Any:
         value = step.loader()
@@ -143,11 +172,29 @@ class AsyncClient(Operations[AsyncServer]):
             conn.close()
             raise P.raise_for(line)
 
-    async def _call(self, call: Call) -> Any:
-        server: AsyncServer = call.server  # type: ignore[assignment]
-        conn = await self._acquire(server)
+    def _idle(self, server: AsyncServer) -> AsyncConnection | None:
+        """An idle connection of ``server`` that needs no tracking request first, or None."""
+        idle = server._idle
+        if not idle:
+            return None
+        source = server.source
+        if source is not None and idle[-1].track_id != source.listener_id:
+            return None
+        return idle.pop()
+
+    @staticmethod
+    def _start(server: AsyncServer, conn: AsyncConnection, call: Call) -> asyncio.Future[Any]:
         try:
-            result = await conn.run(call.build(conn.meta), call.value, call.parse)
+            return conn.start(call.build(conn.meta), call.value, call.parse)
+        except BaseException:
+            conn.finish()
+            conn.close()
+            raise
+
+    async def _end(self, server: AsyncServer, conn: AsyncConnection, reply: asyncio.Future[Any]) -> Any:
+        """The outcome of a request ``conn`` sent: its reply, or the error, the connection closed."""
+        try:
+            result = await reply
         except MemfleetServerError:
             conn.close()
             raise
@@ -159,9 +206,16 @@ class AsyncClient(Operations[AsyncServer]):
             # cancelled mid-reply: the connection's stream position is unknown
             conn.close()
             raise
+        finally:
+            conn.finish()
         server.release(conn)
         server.failures = 0
         return result
+
+    async def _call(self, call: Call) -> Any:
+        server: AsyncServer = call.server  # type: ignore[assignment]
+        conn = self._idle(server) or await self._acquire(server)
+        return await self._end(server, conn, self._start(server, conn, call))
 
     _DO: dict[type, Callable[[AsyncClient, Any], Awaitable[Any]]] = {
         Call: _call,

@@ -243,10 +243,11 @@ class Client(Operations[Server]):
             if self.ignore_errors:
                 return False
             raise
-        ok = P.STORED.get(line)
-        if ok is None:
+        try:
+            ok = P.store_reply(line)
+        except MemfleetServerError:
             conn.close()
-            raise P.raise_for(line)
+            raise
         server.release(conn)
         if server.failures:
             server.failures = 0

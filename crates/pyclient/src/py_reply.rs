@@ -1,0 +1,252 @@
+//! Reply parsing for Python: one [`Reply`] object per request, made by `memfleet._proto`'s
+//! `parse_*` functions, read whole either from a blocking [`Conn`] (`read_from`) or from the
+//! chunks an asyncio protocol receives, through a [`Reader`] (`feed`: one call per chunk).
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::py::{server_error, Conn};
+use crate::wire::{self, Kind, ReplyParser, Stop};
+
+/// The answer to a lease get (`memfleet._proto.parse_lease`).
+#[pyclass(frozen, get_all, module = "memfleet._native")]
+pub struct Lease {
+    data: Py<PyBytes>,
+    flags: u32,
+    cas: u64,
+    win: bool,
+    stale: bool,
+    taken: bool,
+    hit: bool,
+}
+
+fn lease(py: Python<'_>, l: wire::Lease) -> Lease {
+    Lease {
+        data: PyBytes::new(py, &l.data).unbind(),
+        flags: l.flags,
+        cas: l.cas,
+        win: l.win,
+        stale: l.stale,
+        taken: l.taken,
+        hit: l.hit,
+    }
+}
+
+/// One reply to parse: its kind, the server's protocol and, for many stores, the keys whose
+/// stores failed are reported by.
+#[pyclass(module = "memfleet._native")]
+pub struct Reply {
+    parser: ReplyParser,
+    keys: Option<Py<PyList>>,
+}
+
+fn kind_of(name: &str, count: usize) -> PyResult<Kind> {
+    Ok(match name {
+        "get" => Kind::Get,
+        "get_many" => Kind::GetMany,
+        "store" => Kind::Store,
+        "delete" => Kind::Delete,
+        "touch" => Kind::Touch,
+        "ok" => Kind::Ok,
+        "set_many" => Kind::SetMany(count),
+        "add_token_many" => Kind::AddTokenMany(count),
+        "delete_many" => Kind::DeleteMany(count),
+        "arith" => Kind::Arith,
+        "lease" => Kind::Lease,
+        "exists" => Kind::Exists,
+        "lease_exists" => Kind::LeaseExists,
+        "probe" => Kind::Probe,
+        "version" => Kind::Version,
+        "stats" => Kind::Stats,
+        "line" => Kind::Line,
+        _ => return Err(PyValueError::new_err(format!("no reply kind {name:?}"))),
+    })
+}
+
+impl Reply {
+    /// The parsed reply as the operations take it.
+    fn result(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        Ok(match self.parser.take() {
+            wire::Reply::Value(None) | wire::Reply::Number(None) => py.None(),
+            wire::Reply::Value(Some(i)) => (PyBytes::new(py, &i.data), i.flags, i.cas)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            wire::Reply::Items(items) => {
+                let out = PyDict::new(py);
+                for (key, data, flags) in items {
+                    out.set_item(PyBytes::new(py, &key), (PyBytes::new(py, &data), flags))?;
+                }
+                out.into_any().unbind()
+            }
+            wire::Reply::Bool(b) => b.into_pyobject(py)?.to_owned().into_any().unbind(),
+            wire::Reply::Failed(failed) => {
+                let out = PyList::empty(py);
+                if let Some(keys) = &self.keys {
+                    let keys = keys.bind(py);
+                    for i in failed {
+                        out.append(keys.get_item(i)?)?;
+                    }
+                }
+                out.into_any().unbind()
+            }
+            wire::Reply::Count(n) => n.into_pyobject(py)?.into_any().unbind(),
+            wire::Reply::Number(Some(n)) => n.into_pyobject(py)?.into_any().unbind(),
+            wire::Reply::Lease(l) => Py::new(py, lease(py, l))?.into_any(),
+            wire::Reply::LeaseExists(l, there) => (Py::new(py, lease(py, l))?, there)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            wire::Reply::Text(t) => t.into_pyobject(py)?.into_any().unbind(),
+            wire::Reply::Stats(stats) => {
+                let out = PyDict::new(py);
+                for (k, v) in stats {
+                    out.set_item(k, v)?;
+                }
+                out.into_any().unbind()
+            }
+            wire::Reply::Line(l) => PyBytes::new(py, &l).into_any().unbind(),
+        })
+    }
+}
+
+#[pymethods]
+impl Reply {
+    /// `kind` as the `parse_*` function's name says; `count` requests for many stores or
+    /// deletes; `keys` for many stores, one per request.
+    #[new]
+    #[pyo3(signature = (kind, meta, count = 0, keys = None))]
+    fn new(
+        kind: &str,
+        meta: bool,
+        count: usize,
+        keys: Option<Bound<'_, PyList>>,
+    ) -> PyResult<Reply> {
+        let count = keys.as_ref().map_or(count, |k| k.len());
+        Ok(Reply {
+            parser: ReplyParser::new(kind_of(kind, count)?, meta),
+            keys: keys.map(Bound::unbind),
+        })
+    }
+
+    /// Reads the whole reply off a blocking connection and returns it parsed.
+    fn read_from(&mut self, py: Python<'_>, mut conn: PyRefMut<'_, Conn>) -> PyResult<PyObject> {
+        loop {
+            let (pos, end) = (conn.pos, conn.end);
+            match self.parser.advance(&conn.buf[pos..end]) {
+                Ok(()) => {
+                    conn.pos += self.parser.consumed();
+                    return self.result(py);
+                }
+                Err(Stop::More { want }) => conn.fill(py, want.saturating_sub(end - pos))?,
+                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
+            }
+        }
+    }
+}
+
+/// The bytes an asyncio connection received and not yet parsed, and the reply it waits for.
+#[pyclass(module = "memfleet._native")]
+pub struct Reader {
+    buf: Vec<u8>,
+    reply: Option<Py<Reply>>,
+}
+
+impl Reader {
+    /// Reads on in `buf` (the bytes since the reply began); true once the reply is whole.
+    fn advance(&mut self, py: Python<'_>, data: Option<&[u8]>) -> PyResult<bool> {
+        let Some(reply) = &self.reply else {
+            if let Some(data) = data {
+                self.buf.extend_from_slice(data);
+            }
+            return Ok(false);
+        };
+        let mut reply = reply.borrow_mut(py);
+        // the usual case, a whole reply in one chunk, is parsed where it lies
+        let r = match data {
+            Some(data) if self.buf.is_empty() => {
+                let r = reply.parser.advance(data);
+                if r.is_ok() && reply.parser.consumed() == data.len() {
+                    return Ok(true);
+                }
+                self.buf.extend_from_slice(data);
+                r
+            }
+            Some(data) => {
+                self.buf.extend_from_slice(data);
+                reply.parser.advance(&self.buf)
+            }
+            None => reply.parser.advance(&self.buf),
+        };
+        match r {
+            Ok(()) => {
+                self.buf.drain(..reply.parser.consumed());
+                Ok(true)
+            }
+            Err(Stop::More { .. }) => Ok(false),
+            Err(Stop::Bad(e)) => {
+                // the stream is out of step: the connection is closed
+                self.buf.clear();
+                drop(reply);
+                self.reply = None;
+                Err(server_error(py, e))
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Reader {
+    #[new]
+    fn new() -> Reader {
+        Reader {
+            buf: Vec::new(),
+            reply: None,
+        }
+    }
+
+    /// Waits for `reply`; true if the bytes already received hold it whole.
+    fn begin(&mut self, py: Python<'_>, reply: Py<Reply>) -> PyResult<bool> {
+        self.reply = Some(reply);
+        if self.buf.is_empty() {
+            return Ok(false);
+        }
+        self.advance(py, None)
+    }
+
+    /// Takes received bytes; true once the reply waited for is whole (`result` has it).
+    /// `MemfleetServerError` if it cannot be one.
+    fn feed(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<bool> {
+        self.advance(py, Some(data))
+    }
+
+    /// The whole reply, parsed; the reader then waits for nothing.
+    fn result(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        let reply = self
+            .reply
+            .take()
+            .ok_or_else(|| PyValueError::new_err("no reply"))?;
+        let mut reply = reply.borrow_mut(py);
+        reply.result(py)
+    }
+
+    /// Forgets the reply waited for (a cancelled or timed-out request).
+    fn drop_reply(&mut self) {
+        self.reply = None;
+    }
+}
+
+/// Whether a store took, from its reply line; `MemfleetServerError` for any other line.
+#[pyfunction]
+pub fn store_reply(py: Python<'_>, line: &[u8]) -> PyResult<bool> {
+    wire::store_line(line).map_err(|e| server_error(py, e))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Lease>()?;
+    m.add_class::<Reply>()?;
+    m.add_class::<Reader>()?;
+    m.add_function(wrap_pyfunction!(store_reply, m)?)?;
+    Ok(())
+}
