@@ -11,4 +11,6 @@ pub mod wire;
 #[cfg(feature = "python")]
 mod py;
 #[cfg(feature = "python")]
+mod py_err;
+#[cfg(feature = "python")]
 mod py_reply;

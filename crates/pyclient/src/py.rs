@@ -10,45 +10,17 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBytes, PyDict, PyList, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::ketama::{self, Ketama};
-use crate::wire::{self, ManyLine, WireError};
+use crate::py_err::connection_error;
+pub(crate) use crate::py_err::server_error;
+use crate::py_reply::Reply;
+use crate::wire::{self, ManyLine, Stop, WireError};
 
 const RECV: usize = 65536;
 /// Values at least this long leave by scatter-gather, uncopied.
 const GATHER_FROM: usize = 16384;
-
-static SERVER_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
-static CONNECTION_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
-
-fn error_type(
-    py: Python<'_>,
-    cell: &'static GILOnceCell<Py<PyType>>,
-    name: &str,
-) -> PyResult<Py<PyType>> {
-    cell.get_or_try_init(py, || {
-        let t = py.import("memfleet.errors")?.getattr(name)?;
-        Ok::<_, PyErr>(t.downcast_into::<PyType>()?.unbind())
-    })
-    .map(|t| t.clone_ref(py))
-}
-
-pub(crate) fn server_error(py: Python<'_>, e: WireError) -> PyErr {
-    let text = String::from_utf8_lossy(&e.0).into_owned();
-    match error_type(py, &SERVER_ERROR, "MemfleetServerError") {
-        Ok(t) => PyErr::from_type(t.into_bound(py), text),
-        Err(err) => err,
-    }
-}
-
-fn connection_error(py: Python<'_>, text: String) -> PyErr {
-    match error_type(py, &CONNECTION_ERROR, "MemfleetConnectionError") {
-        Ok(t) => PyErr::from_type(t.into_bound(py), text),
-        Err(err) => err,
-    }
-}
 
 /// An I/O error as Python's socket module would raise it: a timeout is `TimeoutError`
 /// (SO_RCVTIMEO ends a read with EAGAIN), the rest the matching `OSError`.
@@ -77,9 +49,9 @@ enum Io {
 #[pyclass(subclass, module = "memfleet._native")]
 pub struct Conn {
     io: Io,
-    pub(crate) buf: Vec<u8>,
-    pub(crate) pos: usize,
-    pub(crate) end: usize,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
     /// Whether the server speaks the meta protocol.
     #[pyo3(get, set)]
     meta: bool,
@@ -141,7 +113,7 @@ impl Conn {
     }
 
     /// Receive more bytes after `end`, growing the buffer so that at least `want` more fit.
-    pub(crate) fn fill(&mut self, py: Python<'_>, want: usize) -> PyResult<()> {
+    fn fill(&mut self, py: Python<'_>, want: usize) -> PyResult<()> {
         make_room(&mut self.buf, &mut self.pos, &mut self.end, want);
         let n = match &mut self.io {
             Io::Tcp(s) => {
@@ -462,6 +434,21 @@ impl Conn {
             self.send_value(py, head, data)?;
         }
         self.readline(py)
+    }
+
+    /// One reply, read whole and parsed (`memfleet._proto`'s `parse_*` make `reply`).
+    fn read_reply(&mut self, py: Python<'_>, mut reply: PyRefMut<'_, Reply>) -> PyResult<PyObject> {
+        loop {
+            let (pos, end) = (self.pos, self.end);
+            match reply.parser.advance(&self.buf[pos..end]) {
+                Ok(()) => {
+                    self.pos += reply.parser.consumed();
+                    return reply.result(py);
+                }
+                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
+                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
+            }
+        }
     }
 
     /// The reply to `req_get_many`: `{key: (data, flags)}` of the hits.

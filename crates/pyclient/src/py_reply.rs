@@ -1,12 +1,12 @@
 //! Reply parsing for Python: one [`Reply`] object per request, made by `memfleet._proto`'s
-//! `parse_*` functions, read whole either from a blocking [`Conn`] (`read_from`) or from the
-//! chunks an asyncio protocol receives, through a [`Reader`] (`feed`: one call per chunk).
+//! `parse_*` functions, read whole either by a blocking connection (`Conn.read_reply`) or from
+//! the chunks an asyncio protocol receives, through a [`Reader`] (`feed`: one call per chunk).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::py::{server_error, Conn};
+use crate::py_err::server_error;
 use crate::wire::{self, Kind, ReplyParser, Stop};
 
 /// The answer to a lease get (`memfleet._proto.parse_lease`).
@@ -37,7 +37,7 @@ fn lease(py: Python<'_>, l: wire::Lease) -> Lease {
 /// stores failed are reported by.
 #[pyclass(module = "memfleet._native")]
 pub struct Reply {
-    parser: ReplyParser,
+    pub(crate) parser: ReplyParser,
     keys: Option<Py<PyList>>,
 }
 
@@ -66,7 +66,7 @@ fn kind_of(name: &str, count: usize) -> PyResult<Kind> {
 
 impl Reply {
     /// The parsed reply as the operations take it.
-    fn result(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+    pub(crate) fn result(&mut self, py: Python<'_>) -> PyResult<PyObject> {
         Ok(match self.parser.take() {
             wire::Reply::Value(None) | wire::Reply::Number(None) => py.None(),
             wire::Reply::Value(Some(i)) => (PyBytes::new(py, &i.data), i.flags, i.cas)
@@ -128,21 +128,6 @@ impl Reply {
             parser: ReplyParser::new(kind_of(kind, count)?, meta),
             keys: keys.map(Bound::unbind),
         })
-    }
-
-    /// Reads the whole reply off a blocking connection and returns it parsed.
-    fn read_from(&mut self, py: Python<'_>, mut conn: PyRefMut<'_, Conn>) -> PyResult<PyObject> {
-        loop {
-            let (pos, end) = (conn.pos, conn.end);
-            match self.parser.advance(&conn.buf[pos..end]) {
-                Ok(()) => {
-                    conn.pos += self.parser.consumed();
-                    return self.result(py);
-                }
-                Err(Stop::More { want }) => conn.fill(py, want.saturating_sub(end - pos))?,
-                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
-            }
-        }
     }
 }
 

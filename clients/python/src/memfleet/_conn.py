@@ -56,10 +56,10 @@ class Connection(Conn):
     __slots__ = ()
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
-        """Read and parse one reply (``P.Reply.read_from``; a multi-key fetch's by ``read_get_many``)."""
+        """Read and parse one reply (a multi-key fetch's with ``read_get_many``)."""
         if parse is P.parse_get_many:
             return self.read_get_many()
-        return parse(meta).read_from(self)
+        return self.read_reply(parse(meta))
 
     def probe(self) -> bool | None:
         """Does the server speak meta (``P.parse_probe``)? None: it closed the connection."""

@@ -2,7 +2,7 @@
 
 Replies are parsed by the Rust wire layer (crates/pyclient, ``wire::ReplyParser``): a ``parse_*``
 function here makes the ``Reply`` of one request, which the blocking connection reads whole off
-its socket (``Reply.read_from``) and the asyncio one feeds with the chunks it receives
+its socket (``Conn.read_reply``) and the asyncio one feeds with the chunks it receives
 (``Reader.feed``). Requests are still built here: they are short byte strings, and building them
 in Rust would save nothing.
 """
