@@ -442,8 +442,9 @@ impl Conn {
             let (pos, end) = (self.pos, self.end);
             match reply.parser.advance(&self.buf[pos..end]) {
                 Ok(()) => {
+                    let r = reply.result(py, &self.buf[pos..end]);
                     self.pos += reply.parser.consumed();
-                    return reply.result(py);
+                    return r;
                 }
                 Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
                 Err(Stop::Bad(e)) => return Err(server_error(py, e)),

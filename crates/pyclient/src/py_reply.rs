@@ -65,8 +65,8 @@ fn kind_of(name: &str, count: usize) -> PyResult<Kind> {
 }
 
 impl Reply {
-    /// The parsed reply as the operations take it.
-    pub(crate) fn result(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+    /// The parsed reply as the operations take it; `bytes` are those it was parsed from.
+    pub(crate) fn result(&mut self, py: Python<'_>, bytes: &[u8]) -> PyResult<PyObject> {
         Ok(match self.parser.take() {
             wire::Reply::Value(None) | wire::Reply::Number(None) => py.None(),
             wire::Reply::Value(Some(i)) => (PyBytes::new(py, &i.data), i.flags, i.cas)
@@ -76,7 +76,8 @@ impl Reply {
             wire::Reply::Items(items) => {
                 let out = PyDict::new(py);
                 for (key, data, flags) in items {
-                    out.set_item(PyBytes::new(py, &key), (PyBytes::new(py, &data), flags))?;
+                    let data = PyBytes::new(py, data.of(bytes));
+                    out.set_item(PyBytes::new(py, key.of(bytes)), (data, flags))?;
                 }
                 out.into_any().unbind()
             }
@@ -136,12 +137,15 @@ impl Reply {
 pub struct Reader {
     buf: Vec<u8>,
     reply: Option<Py<Reply>>,
+    /// The reply, parsed, once whole.
+    done: Option<PyObject>,
 }
 
 impl Reader {
-    /// Reads on in `buf` (the bytes since the reply began); true once the reply is whole.
+    /// Reads on in the bytes since the reply began, `data` (if any) added; true once the reply
+    /// is whole.
     fn advance(&mut self, py: Python<'_>, data: Option<&[u8]>) -> PyResult<bool> {
-        let Some(reply) = &self.reply else {
+        let Some(reply) = self.reply.as_ref().map(|r| r.clone_ref(py)) else {
             if let Some(data) = data {
                 self.buf.extend_from_slice(data);
             }
@@ -149,35 +153,39 @@ impl Reader {
         };
         let mut reply = reply.borrow_mut(py);
         // the usual case, a whole reply in one chunk, is parsed where it lies
-        let r = match data {
-            Some(data) if self.buf.is_empty() => {
-                let r = reply.parser.advance(data);
-                if r.is_ok() && reply.parser.consumed() == data.len() {
+        if let (Some(data), true) = (data, self.buf.is_empty()) {
+            match reply.parser.advance(data) {
+                Ok(()) => {
+                    let used = reply.parser.consumed();
+                    self.done = Some(reply.result(py, data)?);
+                    self.buf.extend_from_slice(&data[used..]);
                     return Ok(true);
                 }
-                self.buf.extend_from_slice(data);
-                r
+                Err(Stop::More { .. }) => self.buf.extend_from_slice(data),
+                Err(Stop::Bad(e)) => return Err(self.out_of_step(py, e)),
             }
-            Some(data) => {
-                self.buf.extend_from_slice(data);
-                reply.parser.advance(&self.buf)
-            }
-            None => reply.parser.advance(&self.buf),
-        };
-        match r {
+            return Ok(false);
+        }
+        if let Some(data) = data {
+            self.buf.extend_from_slice(data);
+        }
+        match reply.parser.advance(&self.buf) {
             Ok(()) => {
-                self.buf.drain(..reply.parser.consumed());
+                let used = reply.parser.consumed();
+                self.done = Some(reply.result(py, &self.buf)?);
+                self.buf.drain(..used);
                 Ok(true)
             }
             Err(Stop::More { .. }) => Ok(false),
-            Err(Stop::Bad(e)) => {
-                // the stream is out of step: the connection is closed
-                self.buf.clear();
-                drop(reply);
-                self.reply = None;
-                Err(server_error(py, e))
-            }
+            Err(Stop::Bad(e)) => Err(self.out_of_step(py, e)),
         }
+    }
+
+    /// A reply that cannot be one: the stream is out of step (the connection is closed).
+    fn out_of_step(&mut self, py: Python<'_>, e: wire::WireError) -> PyErr {
+        self.buf.clear();
+        self.reply = None;
+        server_error(py, e)
     }
 }
 
@@ -188,12 +196,14 @@ impl Reader {
         Reader {
             buf: Vec::new(),
             reply: None,
+            done: None,
         }
     }
 
     /// Waits for `reply`; true if the bytes already received hold it whole.
     fn begin(&mut self, py: Python<'_>, reply: Py<Reply>) -> PyResult<bool> {
         self.reply = Some(reply);
+        self.done = None;
         if self.buf.is_empty() {
             return Ok(false);
         }
@@ -207,18 +217,15 @@ impl Reader {
     }
 
     /// The whole reply, parsed; the reader then waits for nothing.
-    fn result(&mut self, py: Python<'_>) -> PyResult<PyObject> {
-        let reply = self
-            .reply
-            .take()
-            .ok_or_else(|| PyValueError::new_err("no reply"))?;
-        let mut reply = reply.borrow_mut(py);
-        reply.result(py)
+    fn result(&mut self, py: Python<'_>) -> PyObject {
+        self.reply = None;
+        self.done.take().unwrap_or_else(|| py.None())
     }
 
     /// Forgets the reply waited for (a cancelled or timed-out request).
     fn drop_reply(&mut self) {
         self.reply = None;
+        self.done = None;
     }
 }
 

@@ -302,8 +302,9 @@ pub struct Lease {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     Value(Option<Item>),
-    /// `(key, data, flags)` of the hits, in the order they came.
-    Items(Vec<(Vec<u8>, Vec<u8>, u32)>),
+    /// The hits, in the order they came: where their key and data lie in the reply's bytes
+    /// (see [`Span::of`]), and their flags. Not copied: a fetch of many keys may be large.
+    Items(Vec<(Span, Span, u32)>),
     Bool(bool),
     /// The indexes of the requests that failed.
     Failed(Vec<usize>),
@@ -314,6 +315,29 @@ pub enum Reply {
     Text(String),
     Stats(Vec<(String, String)>),
     Line(Vec<u8>),
+}
+
+/// Where some bytes lie in the bytes of a reply, counted from its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    /// Where `part` (a slice of `whole`) lies in `whole`.
+    fn within(whole: &[u8], part: &[u8]) -> Span {
+        let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+        Span {
+            start,
+            end: start + part.len(),
+        }
+    }
+
+    /// These bytes of `reply` (all the bytes the reply was parsed from, or more).
+    pub fn of(self, reply: &[u8]) -> &[u8] {
+        &reply[self.start..self.end]
+    }
 }
 
 fn bad(line: &[u8]) -> Stop {
@@ -588,7 +612,7 @@ impl ReplyParser {
                     }
                 };
                 if let (Some((key, flags, data)), Reply::Items(items)) = (item, &mut self.acc) {
-                    items.push((key.to_vec(), data.to_vec(), flags));
+                    items.push((Span::within(c.buf, key), Span::within(c.buf, data), flags));
                 }
             }
             Kind::Stats => {
@@ -839,19 +863,30 @@ mod tests {
         );
     }
 
+    fn items(reply: Reply, bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>, u32)> {
+        let Reply::Items(items) = reply else {
+            panic!("{reply:?}")
+        };
+        items
+            .into_iter()
+            .map(|(k, d, f)| (k.of(bytes).to_vec(), d.of(bytes).to_vec(), f))
+            .collect()
+    }
+
     #[test]
     fn many_gets_keep_what_they_read() {
         let reply = b"VA 2 f1 ka\r\nhi\r\nEN\r\nVA 0 kb\r\n\r\nMN\r\n";
         assert_eq!(
-            ok(Kind::GetMany, true, reply),
-            Reply::Items(vec![
+            items(ok(Kind::GetMany, true, reply), reply),
+            vec![
                 (b"a".to_vec(), b"hi".to_vec(), 1),
                 (b"b".to_vec(), b"".to_vec(), 0)
-            ])
+            ]
         );
+        let reply = b"VALUE a 4 1\r\nx\r\nEND\r\n";
         assert_eq!(
-            ok(Kind::GetMany, false, b"VALUE a 4 1\r\nx\r\nEND\r\n"),
-            Reply::Items(vec![(b"a".to_vec(), b"x".to_vec(), 4)])
+            items(ok(Kind::GetMany, false, reply), reply),
+            vec![(b"a".to_vec(), b"x".to_vec(), 4)]
         );
         assert!(is_bad(Kind::GetMany, true, b"VA 2 ka\r\nhi\r\nEND\r\n"));
         // bytes after the reply are the next one's

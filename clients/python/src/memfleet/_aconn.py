@@ -66,9 +66,12 @@ class AsyncConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def start(self, request: bytes, value: bytes | None, parse: Callable[[bool], P.Parser]) -> asyncio.Future[Any]:
+    def start(
+        self, request: bytes, value: bytes | None, parse: Callable[[bool], P.Parser], timed: bool = True
+    ) -> asyncio.Future[Any]:
         """Send a request (and a value with its CRLF); the future gets its reply, parsed, or the
-        error (a timeout: TimeoutError). Call :meth:`finish` once it is done or given up on."""
+        error (a timeout: TimeoutError, unless not ``timed``: then the caller times it). Call
+        :meth:`finish` once it is done or given up on."""
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         if self._lost is not None:
@@ -80,7 +83,7 @@ class AsyncConnection(asyncio.Protocol):
             transport.write(request)
         else:
             transport.writelines((request, value, b"\r\n"))
-        if self.timeout is not None:
+        if timed and self.timeout is not None:
             self._timer = loop.call_later(self.timeout, _time_out, waiter)
         try:
             if self._reader.begin(parse(self.meta)):  # bytes received before the request
@@ -115,6 +118,11 @@ class AsyncConnection(asyncio.Protocol):
 def _time_out(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_exception(asyncio.TimeoutError())
+
+
+def time_out_all(waiters: list[asyncio.Future[Any]]) -> None:
+    for waiter in waiters:
+        _time_out(waiter)
 
 
 class _NoticeStream:

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Callable
 
 from . import _proto as P
-from ._aconn import AsyncConnection, AsyncServer
+from ._aconn import AsyncConnection, AsyncServer, time_out_all
 from ._base import Key, one_or_many
 from ._ops import Operations
 from ._steps import Call, Connect, Load, Op, Round, Sleep
@@ -91,15 +91,31 @@ class AsyncClient(Operations[AsyncServer]):
 
     async def _round(self, step: Round) -> list[Any]:
         # every request is sent before any reply is awaited; a call whose server has an idle
-        # connection ready is sent from here, the others (connecting, tracking) run as tasks
+        # connection ready is sent from here (the replies under one timer: they were all asked
+        # for at once), the others (connecting, tracking) run as tasks
         started: list[tuple[Call, AsyncConnection | None, Any]] = []
+        waiters: list[asyncio.Future[Any]] = []
+        timeout: float | None = None
         for call in step.calls:
             server: AsyncServer = call.server  # type: ignore[assignment]
             conn = self._idle(server)
             if conn is None:
                 started.append((call, None, asyncio.ensure_future(self._call(call))))
-            else:
-                started.append((call, conn, self._start(server, conn, call)))
+                continue
+            try:
+                waiter = self._start(conn, call, False)
+            except Exception as exc:  # a request that cannot be built: this call's outcome
+                failed = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                started.append((call, None, failed))
+                continue
+            started.append((call, conn, waiter))
+            waiters.append(waiter)
+            if conn.timeout is not None and (timeout is None or conn.timeout < timeout):
+                timeout = conn.timeout
+        timer = None
+        if waiters and timeout is not None:
+            timer = asyncio.get_running_loop().call_later(timeout, time_out_all, waiters)
         outcomes: list[Any] = []
         try:
             for call, conn, fut in started:
@@ -119,6 +135,9 @@ class AsyncClient(Operations[AsyncServer]):
                     conn.finish()
                     conn.close()
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return outcomes
 
     async def _load(self, step: Load) -> Any:
@@ -183,9 +202,9 @@ class AsyncClient(Operations[AsyncServer]):
         return idle.pop()
 
     @staticmethod
-    def _start(server: AsyncServer, conn: AsyncConnection, call: Call) -> asyncio.Future[Any]:
+    def _start(conn: AsyncConnection, call: Call, timed: bool = True) -> asyncio.Future[Any]:
         try:
-            return conn.start(call.build(conn.meta), call.value, call.parse)
+            return conn.start(call.build(conn.meta), call.value, call.parse, timed)
         except BaseException:
             conn.finish()
             conn.close()
@@ -215,7 +234,7 @@ class AsyncClient(Operations[AsyncServer]):
     async def _call(self, call: Call) -> Any:
         server: AsyncServer = call.server  # type: ignore[assignment]
         conn = self._idle(server) or await self._acquire(server)
-        return await self._end(server, conn, self._start(server, conn, call))
+        return await self._end(server, conn, self._start(conn, call))
 
     _DO: dict[type, Callable[[AsyncClient, Any], Awaitable[Any]]] = {
         Call: _call,
