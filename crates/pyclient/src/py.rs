@@ -16,7 +16,7 @@ use crate::ketama::{self, Ketama};
 use crate::py_err::connection_error;
 pub(crate) use crate::py_err::server_error;
 use crate::py_reply::Reply;
-use crate::wire::{self, ManyLine, Stop, WireError};
+use crate::wire::{self, Kind, ManyLine, ReplyParser, Stop};
 
 const RECV: usize = 65536;
 /// Values at least this long leave by scatter-gather, uncopied.
@@ -396,21 +396,24 @@ impl Conn {
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         let meta = self.meta;
         self.exchange(py, &[&wire::req_get(key, meta)], wire::get_reply_complete)?;
-        let (a, b) = self.line(py)?;
-        let Some((len, flags)) =
-            wire::get_line(&self.buf[a..b], meta).map_err(|e| server_error(py, e))?
-        else {
-            return Ok(None);
-        };
-        let (s, e) = self.data(py, len)?;
-        let data = PyBytes::new(py, &self.buf[s..e]);
-        if !meta {
-            let (a, b) = self.line(py)?;
-            if &self.buf[a..b] != b"END" {
-                return Err(server_error(py, WireError(self.buf[a..b].to_vec())));
+        let mut parser = ReplyParser::new(Kind::Get, meta);
+        loop {
+            let (pos, end) = (self.pos, self.end);
+            match parser.advance(&self.buf[pos..end]) {
+                Ok(()) => break,
+                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
+                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
             }
         }
-        Ok(Some((data, flags)))
+        let start = self.pos;
+        self.pos += parser.consumed();
+        Ok(match parser.take() {
+            wire::Reply::Value(Some(item)) => Some((
+                PyBytes::new(py, item.data.of(&self.buf[start..])),
+                item.flags,
+            )),
+            _ => None,
+        })
     }
 
     /// A store: sends the command line, the value and CRLF, and returns the reply line.

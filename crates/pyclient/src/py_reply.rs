@@ -69,7 +69,7 @@ impl Reply {
     pub(crate) fn result(&mut self, py: Python<'_>, bytes: &[u8]) -> PyResult<PyObject> {
         Ok(match self.parser.take() {
             wire::Reply::Value(None) | wire::Reply::Number(None) => py.None(),
-            wire::Reply::Value(Some(i)) => (PyBytes::new(py, &i.data), i.flags, i.cas)
+            wire::Reply::Value(Some(i)) => (PyBytes::new(py, i.data.of(bytes)), i.flags, i.cas)
                 .into_pyobject(py)?
                 .into_any()
                 .unbind(),

@@ -110,17 +110,6 @@ pub fn get_many_line(line: &[u8], meta: bool) -> Result<ManyLine<'_>, WireError>
     }
 }
 
-/// The first line of the reply to [`req_get`]: `Some((len, flags))` for a hit, whose data
-/// follows (then, in text, `END`), `None` for a miss.
-pub fn get_line(line: &[u8], meta: bool) -> Result<Option<(usize, u32)>, WireError> {
-    match get_many_line(line, meta)? {
-        ManyLine::Item { len, flags, .. } => Ok(Some((len, flags))),
-        ManyLine::Miss if meta => Ok(None),
-        ManyLine::End if !meta => Ok(None),
-        _ => Err(WireError::of(line)),
-    }
-}
-
 /// Where the first line of `buf` ends: the index of its CR, or None while its CRLF has not
 /// arrived. The bytes before `from` are known to hold no CRLF. A line longer than
 /// [`MAX_LINE`] is garbage.
@@ -161,9 +150,13 @@ pub fn reply_complete(buf: &[u8], meta: bool, many: bool) -> bool {
     }
 }
 
-/// [`reply_complete`] for a single fetch.
+/// Whether `buf` holds a whole reply to [`req_get`], or one that cannot be read as one (its
+/// [`ReplyParser`] needs no more bytes).
 pub fn get_reply_complete(buf: &[u8], meta: bool) -> bool {
-    reply_complete(buf, meta, false)
+    !matches!(
+        ReplyParser::new(Kind::Get, meta).advance(buf),
+        Err(Stop::More { .. })
+    )
 }
 
 /// [`reply_complete`] for a multi-key fetch.
@@ -277,9 +270,10 @@ pub enum Kind {
 }
 
 /// A fetched item.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item {
-    pub data: Vec<u8>,
+    /// Where the data lies in the reply's bytes.
+    pub data: Span,
     pub flags: u32,
     pub cas: u64,
 }
@@ -423,7 +417,7 @@ fn get_reply(c: &mut Cursor<'_>, meta: bool) -> Result<Option<Item>, Stop> {
     match (classify(line)?, meta) {
         (Line::Va { len }, true) => {
             let (flags, cas, _) = va_item(line)?;
-            let data = c.data(len)?.to_vec();
+            let data = Span::within(c.buf, c.data(len)?);
             Ok(Some(Item { data, flags, cas }))
         }
         (Line::Other(b"EN"), true) | (Line::End, false) => Ok(None),
@@ -438,7 +432,7 @@ fn get_reply(c: &mut Cursor<'_>, meta: bool) -> Result<Option<Item>, Stop> {
                 Some(t) => strtoull(t).ok_or_else(|| bad(line))?,
                 None => 0,
             };
-            let data = c.data(len)?.to_vec();
+            let data = Span::within(c.buf, c.data(len)?);
             end_line(c)?;
             Ok(Some(Item { data, flags, cas }))
         }
@@ -752,15 +746,6 @@ mod tests {
     }
 
     #[test]
-    fn single_get_lines() {
-        assert_eq!(get_line(b"VA 2 f1", true), Ok(Some((2, 1))));
-        assert_eq!(get_line(b"EN", true), Ok(None));
-        assert!(get_line(b"MN", true).is_err());
-        assert_eq!(get_line(b"END", false), Ok(None));
-        assert_eq!(get_line(b"VALUE k 4 2 99", false), Ok(Some((2, 4))));
-    }
-
-    #[test]
     fn replies_are_complete_once_every_promised_byte_is_there() {
         let meta_many = b"VA 2 f0 ka\r\nhi\r\nEN\r\nVA 1 kb\r\nx\r\nMN\r\n";
         assert!(get_many_reply_complete(meta_many, true));
@@ -832,9 +817,13 @@ mod tests {
         matches!(parse(kind, meta, bytes), Err(Stop::Bad(_)))
     }
 
-    fn item(data: &[u8], flags: u32, cas: u64) -> Reply {
+    /// A hit whose data is `len` bytes at `start` of the reply.
+    fn item(start: usize, len: usize, flags: u32, cas: u64) -> Reply {
         Reply::Value(Some(Item {
-            data: data.to_vec(),
+            data: Span {
+                start,
+                end: start + len,
+            },
             flags,
             cas,
         }))
@@ -844,12 +833,12 @@ mod tests {
     fn single_gets() {
         assert_eq!(
             ok(Kind::Get, true, b"VA 2 f3 c9\r\nhi\r\n"),
-            item(b"hi", 3, 9)
+            item(12, 2, 3, 9)
         );
         assert_eq!(ok(Kind::Get, true, b"EN\r\n"), Reply::Value(None));
         assert_eq!(
             ok(Kind::Get, false, b"VALUE k 5 2 77\r\nhi\r\nEND\r\n"),
-            item(b"hi", 5, 77)
+            item(16, 2, 5, 77)
         );
         assert_eq!(ok(Kind::Get, false, b"END\r\n"), Reply::Value(None));
         assert!(is_bad(Kind::Get, true, b"END\r\n"));
