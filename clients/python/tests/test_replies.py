@@ -111,3 +111,16 @@ def test_a_bad_reply_raises_and_is_dropped() -> None:
         through_reader(lambda: P.parse_arith(False), [b"12x\r\n"])
     with pytest.raises(MemfleetServerError):
         through_conn(lambda: P.parse_stats(True), b"STAT pid\r\nEND\r\n")
+
+
+def test_tracking_replies_and_notices() -> None:
+    assert P.parse_tracking(b"TRACKING 7") == 7
+    assert P.parse_tracking(b"ERROR") is None
+    with pytest.raises(MemfleetServerError):
+        P.parse_tracking(b"SERVER_ERROR too many listeners")
+    assert P.parse_notice(b"IV k1") == b"k1"
+    assert P.parse_notice(b"IV a2V5IHg= b") == b"key x"
+    assert P.parse_notice(b"IV_ALL") is None
+    for bad in (b"IV", b"IV a b c", b"IV a2V* b", b"HD"):
+        with pytest.raises(ValueError):
+            P.parse_notice(bad)

@@ -235,10 +235,34 @@ pub fn store_reply(py: Python<'_>, line: &[u8]) -> PyResult<bool> {
     wire::store_line(line).map_err(|e| server_error(py, e))
 }
 
+/// The reply to `track listen` (`wire::tracking_line`).
+#[pyfunction]
+pub fn parse_tracking(py: Python<'_>, line: &[u8]) -> PyResult<Option<u64>> {
+    wire::tracking_line(line).map_err(|e| server_error(py, e))
+}
+
+/// A listener's notice: the key it invalidates, or None for all of them (`IV_ALL`);
+/// `ValueError` for a line that is not a notice.
+#[pyfunction]
+pub fn parse_notice<'py>(py: Python<'py>, line: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    match wire::notice_line(line) {
+        Some(wire::Notice::Key(key)) => Ok(Some(PyBytes::new(py, &key))),
+        Some(wire::Notice::All) => Ok(None),
+        None => {
+            let shown = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+            Err(PyValueError::new_err(format!(
+                "unexpected notice {shown:?}"
+            )))
+        }
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Lease>()?;
     m.add_class::<Reply>()?;
     m.add_class::<Reader>()?;
     m.add_function(wrap_pyfunction!(store_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_tracking, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_notice, m)?)?;
     Ok(())
 }

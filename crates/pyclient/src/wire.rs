@@ -681,6 +681,51 @@ impl ReplyParser {
     }
 }
 
+/// The reply to `track listen`: the listener's id, or None if the server has no tracking
+/// (memcached and `memfleet route` answer `ERROR`). A `SERVER_ERROR` (too many listeners) is an
+/// error: it may pass.
+pub fn tracking_line(line: &[u8]) -> Result<Option<u64>, WireError> {
+    if let Some(id) = line.strip_prefix(b"TRACKING ") {
+        return strtoull(id).map(Some).ok_or_else(|| WireError::of(line));
+    }
+    if line.starts_with(b"ERROR") || line.starts_with(b"CLIENT_ERROR") {
+        return Ok(None);
+    }
+    Err(WireError::of(line))
+}
+
+/// A tracking listener's notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// `IV <key>`, or `IV <base64> b` decoded.
+    Key(Vec<u8>),
+    /// `IV_ALL`: everything from this server.
+    All,
+}
+
+/// A notice line; None if it is not one.
+pub fn notice_line(line: &[u8]) -> Option<Notice> {
+    if line == b"IV_ALL" {
+        return Some(Notice::All);
+    }
+    let mut parts = line.strip_prefix(b"IV ")?.split(|&b| b == b' ');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(key), None, None) if !key.is_empty() => Some(Notice::Key(key.to_vec())),
+        (Some(b64), Some(b"b"), None) => {
+            // strict: memcached's decoder skips bytes outside the alphabet
+            let alphabet = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+            if b64.is_empty() || b64.len() % 4 != 0 || !b64.iter().all(alphabet) {
+                return None;
+            }
+            let mut out = vec![0; b64.len() / 4 * 3];
+            let n = proto::base64_decode(b64, &mut out)?;
+            out.truncate(n);
+            Some(Notice::Key(out))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1075,6 +1120,34 @@ mod tests {
                 proptest::prop_assert!(*used <= bytes.len());
             }
             proptest::prop_assert_eq!(once, chunked);
+        }
+    }
+
+    #[test]
+    fn tracking_replies_and_notices() {
+        assert_eq!(tracking_line(b"TRACKING 42"), Ok(Some(42)));
+        assert_eq!(tracking_line(b"ERROR"), Ok(None));
+        assert_eq!(tracking_line(b"CLIENT_ERROR bad command"), Ok(None));
+        assert!(tracking_line(b"SERVER_ERROR too many listeners").is_err());
+        assert!(tracking_line(b"TRACKING x").is_err());
+        assert_eq!(notice_line(b"IV_ALL"), Some(Notice::All));
+        assert_eq!(notice_line(b"IV k1"), Some(Notice::Key(b"k1".to_vec())));
+        assert_eq!(
+            notice_line(b"IV a2V5 b"),
+            Some(Notice::Key(b"key".to_vec()))
+        );
+        assert_eq!(notice_line(b"IV a2U= b"), Some(Notice::Key(b"ke".to_vec())));
+        for bad in [
+            &b"IV"[..],
+            b"IV ",
+            b"IV a b c",
+            b"IV a2V* b",
+            b"IV a2V b",
+            b"IV a2V5 x",
+            b"TRACKING 1",
+            b"",
+        ] {
+            assert_eq!(notice_line(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
 }

@@ -9,11 +9,12 @@ in Rust would save nothing.
 
 from __future__ import annotations
 
-import base64
 import re
 
 from ._native import Lease as Lease
 from ._native import Reply
+from ._native import parse_notice as parse_notice  # a listener's notice: key, None (IV_ALL)
+from ._native import parse_tracking as parse_tracking  # track listen's reply: id, None
 from ._native import req_get_many as req_get_many  # built by the Rust wire layer
 from ._native import store_reply as store_reply
 from .errors import MemfleetServerError
@@ -236,33 +237,8 @@ def parse_stats(meta: bool) -> Reply:
 TRACK_LISTEN = b"track listen\r\n"
 
 
-def parse_tracking(line: bytes) -> int | None:
-    """The reply to ``track listen``: the listener's id, or None if the server has no tracking
-    (memcached and ``memfleet route`` answer ``ERROR``). ``SERVER_ERROR`` (too many listeners)
-    raises: it may pass."""
-    if line.startswith(b"TRACKING "):
-        return int(line[9:])
-    if line.startswith(b"ERROR") or line.startswith(b"CLIENT_ERROR"):
-        return None
-    raise raise_for(line)
-
-
 def req_track(listener_id: int) -> bytes:
     return b"track %d\r\n" % listener_id
-
-
-def parse_notice(line: bytes) -> bytes | None:
-    """A listener's notice: the key of ``IV <key>`` (``IV <base64> b`` decoded), or None for
-    ``IV_ALL``. Anything else raises ValueError."""
-    if line == b"IV_ALL":
-        return None
-    parts = line.split(b" ")
-    if parts[0] == b"IV":
-        if len(parts) == 2 and parts[1]:
-            return parts[1]
-        if len(parts) == 3 and parts[2] == b"b":
-            return base64.b64decode(parts[1], validate=True)
-    raise ValueError(f"unexpected notice {line[:80]!r}")
 
 
 def parse_line(meta: bool) -> Reply:
