@@ -4,7 +4,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList};
 
 use crate::py_err::server_error;
 use crate::wire::{self, Kind, ReplyParser, Stop};
@@ -214,6 +214,22 @@ impl Reader {
     /// `MemfleetServerError` if it cannot be one.
     fn feed(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<bool> {
         self.advance(py, Some(data))
+    }
+
+    /// As `feed`, with the first `n` bytes of `buffer` (the bytearray an asyncio buffered
+    /// protocol receives into: no bytes object per chunk).
+    fn feed_from(
+        &mut self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyByteArray>,
+        n: usize,
+    ) -> PyResult<bool> {
+        // SAFETY: only the protocol that owns the bytearray resizes or writes it (the transport
+        // receives into it between reads, never during this call), and the bytearray is alive
+        // for all of it (borrowed from the caller)
+        let data = unsafe { buffer.as_bytes() };
+        let n = n.min(data.len());
+        self.advance(py, Some(&data[..n]))
     }
 
     /// The whole reply, parsed; the reader then waits for nothing.

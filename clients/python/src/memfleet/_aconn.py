@@ -13,11 +13,14 @@ from ._router import ServerBase
 from .errors import MemfleetConnectionError, MemfleetServerError
 from .near import NearCache, Source
 
+_RECV = 65536  # bytes a connection receives at a time
 
-class AsyncConnection(asyncio.Protocol):
-    """One connection, an asyncio protocol: the chunks it receives go to the Rust wire layer's
-    ``Reader``, which parses the reply waited for as they come (one call per chunk) and says when
-    it is whole. Not shared: a pool hands it to one task at a time."""
+
+class AsyncConnection(asyncio.BufferedProtocol):
+    """One connection, an asyncio protocol: the transport receives into the connection's own
+    buffer, whose bytes go to the Rust wire layer's ``Reader``, which parses the reply waited for
+    as they come (one call per chunk) and says when it is whole. Not shared: a pool hands it to
+    one task at a time."""
 
     def __init__(self, timeout: float | None) -> None:
         self.transport: asyncio.Transport | None = None
@@ -26,6 +29,7 @@ class AsyncConnection(asyncio.Protocol):
         # the tracking listener this connection's reads are registered for
         self.track_id: int | None = None
         self._reader = Reader()
+        self._buffer = bytearray(_RECV)
         self._waiter: asyncio.Future[Any] | None = None
         self._lost: BaseException | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -38,10 +42,13 @@ class AsyncConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         waiter = self._waiter
         try:
-            if not self._reader.feed(data) or waiter is None:
+            if not self._reader.feed_from(self._buffer, nbytes) or waiter is None:
                 return
             result = self._reader.result()
         except Exception as exc:  # the reply cannot be one (MemfleetServerError)
