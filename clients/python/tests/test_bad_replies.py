@@ -1,9 +1,10 @@
-"""Bad server replies through the Rust wire layer's connection: a stand-in server answers every
-request with garbage, truncated or out-of-step bytes, and the client raises a memfleet error,
-never crashes or waits forever (a reply that never ends runs into the client's timeout)."""
+"""Bad server replies through the Rust wire layer: a stand-in server answers every request with
+garbage, truncated or out-of-step bytes, and the client, blocking or asyncio, raises a memfleet
+error, never crashes or waits forever (a reply that never ends runs into the client's timeout)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import threading
@@ -71,10 +72,22 @@ def client(standin: StandIn, protocol: str) -> memfleet.Client:
     return memfleet.Client([standin.address], protocol=protocol, timeout=0.3, failure_limit=0)
 
 
+def aclient(standin: StandIn, protocol: str) -> memfleet.AsyncClient:
+    return memfleet.AsyncClient([standin.address], protocol=protocol, timeout=0.3, failure_limit=0)
+
+
 def outcome(fn: Any) -> Any:
     """What a call returned, or the type of the memfleet error it raised (anything else fails)."""
     try:
         return fn()
+    except MemfleetError as exc:
+        return type(exc)
+
+
+async def aoutcome(fn: Any) -> Any:
+    """As :func:`outcome`, for a coroutine function."""
+    try:
+        return await fn()
     except MemfleetError as exc:
         return type(exc)
 
@@ -158,3 +171,110 @@ def test_a_signal_ends_a_blocked_read(standin: StandIn, op: str) -> None:
         signal.signal(signal.SIGALRM, previous)
     assert caught.value.__context__ is None, caught.value.__context__
     c.close()
+
+
+# -- the asyncio client: the same replies, parsed as its protocol receives them
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+@pytest.mark.parametrize("reply,meta_error,text_error", CASES)
+def test_bad_replies_raise_memfleet_errors_async(
+    standin: StandIn, protocol: str, reply: bytes, meta_error: type, text_error: type
+) -> None:
+    standin.reply = reply
+    want = meta_error if protocol == "meta" else text_error
+
+    async def main() -> None:
+        c = aclient(standin, protocol)
+        assert await aoutcome(lambda: c.get_many(["k", "j"])) is want
+        assert await aoutcome(lambda: c.get("k")) is want
+        await c.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_reply_that_never_ends_times_out_async(standin: StandIn, protocol: str) -> None:
+    standin.reply = b"VA 9999999999 f0 kk\r\n" if protocol == "meta" else b"VALUE k 0 9999999999\r\n"
+    standin.hold = True
+
+    async def main() -> None:
+        c = aclient(standin, protocol)
+        assert await aoutcome(lambda: c.get_many(["k"])) is MemfleetConnectionError
+        assert await aoutcome(lambda: c.get("k")) is MemfleetConnectionError
+        await c.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_every_truncation_and_byte_flip_of_the_fuzz_seed_async(standin: StandIn, protocol: str) -> None:
+    streams = [SEED[:i] for i in range(len(SEED) + 1)]
+    streams += [SEED[:i] + bytes([SEED[i] ^ 0x20]) + SEED[i + 1 :] for i in range(len(SEED))]
+
+    async def main() -> None:
+        c = aclient(standin, protocol)
+        for stream in streams:
+            standin.reply = stream
+            for call in (lambda: c.get_many(["a", "bb"]), lambda: c.get("a")):
+                r = await aoutcome(call)
+                assert r in (MemfleetServerError, MemfleetConnectionError) or not isinstance(r, type), (stream, r)
+        await c.close()
+
+    asyncio.run(main())
+
+
+# -- every other reply kind, both clients
+
+BAD = [
+    b"SERVER_ERROR out of memory\r\n",
+    b"VA x f0\r\n",
+    b"VA 2 f0\r\nabXY",
+    b"VA 10 f0\r\nabc",
+    b"VALUE k zz 3\r\nabc\r\nEND\r\n",
+    b"STAT pid\r\nEND\r\n",
+    b"VA 2\r\nzz\r\n",
+    b"12x\r\n",
+    b"x" * 20000,
+    b"\x00\xff\r\n\r\n",
+    b"",
+]
+
+
+def _ops(c: Any) -> list[Any]:
+    """A call of each operation whose reply is parsed by a kind of its own."""
+    return [
+        lambda: c.set("k", "v"),
+        lambda: c.add("k", "v"),
+        lambda: c.gets("k"),
+        lambda: c.delete("k"),
+        lambda: c.touch("k", 5),
+        lambda: c.incr("n"),
+        lambda: c.decr("n", initial=3),
+        lambda: c.set_many({"a": 1, "b": 2}),
+        lambda: c.delete_many(["a", "b"]),
+        lambda: c.stats(),
+        lambda: c.version(),
+        lambda: c.flush_all(),
+    ]
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+@pytest.mark.parametrize("reply", BAD)
+def test_every_reply_kind_raises_memfleet_errors(standin: StandIn, protocol: str, reply: bytes) -> None:
+    standin.reply = reply
+    c = client(standin, protocol)
+    for i, call in enumerate(_ops(c)):
+        r = outcome(call)
+        # a memfleet error, or a reply that happens to be an answer (set_many's SERVER_ERROR)
+        assert r in (MemfleetServerError, MemfleetConnectionError) or not isinstance(r, type), (i, r)
+    c.close()
+
+    async def main() -> None:
+        c = aclient(standin, protocol)
+        for i, call in enumerate(_ops(c)):
+            r = await aoutcome(call)
+            assert r in (MemfleetServerError, MemfleetConnectionError) or not isinstance(r, type), (i, r)
+        await c.close()
+
+    asyncio.run(main())

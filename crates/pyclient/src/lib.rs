@@ -11,6 +11,10 @@ pub mod wire;
 #[cfg(feature = "python")]
 mod py;
 #[cfg(feature = "python")]
+mod py_err;
+#[cfg(feature = "python")]
 mod py_many;
 #[cfg(feature = "python")]
 mod py_module;
+#[cfg(feature = "python")]
+mod py_reply;

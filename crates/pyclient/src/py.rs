@@ -8,47 +8,19 @@ use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyStopIteration, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBytes, PyDict, PyList, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::ketama::{self, Ketama};
-use crate::wire::{self, ManyLine, WireError};
+use crate::py_err::connection_error;
+pub(crate) use crate::py_err::server_error;
+use crate::py_reply::Reply;
+use crate::wire::{self, Kind, ManyLine, ReplyParser, Stop};
 
 const RECV: usize = 65536;
 /// Values at least this long leave by scatter-gather, uncopied.
 const GATHER_FROM: usize = 16384;
-
-static SERVER_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
-static CONNECTION_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
-
-fn error_type(
-    py: Python<'_>,
-    cell: &'static GILOnceCell<Py<PyType>>,
-    name: &str,
-) -> PyResult<Py<PyType>> {
-    cell.get_or_try_init(py, || {
-        let t = py.import("memfleet.errors")?.getattr(name)?;
-        Ok::<_, PyErr>(t.downcast_into::<PyType>()?.unbind())
-    })
-    .map(|t| t.clone_ref(py))
-}
-
-pub(crate) fn server_error(py: Python<'_>, e: WireError) -> PyErr {
-    let text = String::from_utf8_lossy(&e.0).into_owned();
-    match error_type(py, &SERVER_ERROR, "MemfleetServerError") {
-        Ok(t) => PyErr::from_type(t.into_bound(py), text),
-        Err(err) => err,
-    }
-}
-
-pub(crate) fn connection_error(py: Python<'_>, text: String) -> PyErr {
-    match error_type(py, &CONNECTION_ERROR, "MemfleetConnectionError") {
-        Ok(t) => PyErr::from_type(t.into_bound(py), text),
-        Err(err) => err,
-    }
-}
 
 /// An I/O error as Python's socket module would raise it: a timeout is `TimeoutError`
 /// (SO_RCVTIMEO ends a read with EAGAIN), the rest the matching `OSError`.
@@ -424,21 +396,24 @@ impl Conn {
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         let meta = self.meta;
         self.exchange(py, &[&wire::req_get(key, meta)], wire::get_reply_complete)?;
-        let (a, b) = self.line(py)?;
-        let Some((len, flags)) =
-            wire::get_line(&self.buf[a..b], meta).map_err(|e| server_error(py, e))?
-        else {
-            return Ok(None);
-        };
-        let (s, e) = self.data(py, len)?;
-        let data = PyBytes::new(py, &self.buf[s..e]);
-        if !meta {
-            let (a, b) = self.line(py)?;
-            if &self.buf[a..b] != b"END" {
-                return Err(server_error(py, WireError(self.buf[a..b].to_vec())));
+        let mut parser = ReplyParser::new(Kind::Get, meta);
+        loop {
+            let (pos, end) = (self.pos, self.end);
+            match parser.advance(&self.buf[pos..end]) {
+                Ok(()) => break,
+                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
+                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
             }
         }
-        Ok(Some((data, flags)))
+        let start = self.pos;
+        self.pos += parser.consumed();
+        Ok(match parser.take() {
+            wire::Reply::Value(Some(item)) => Some((
+                PyBytes::new(py, item.data.of(&self.buf[start..])),
+                item.flags,
+            )),
+            _ => None,
+        })
     }
 
     /// A store: sends the command line, the value and CRLF, and returns the reply line.
@@ -464,27 +439,31 @@ impl Conn {
         self.readline(py)
     }
 
-    /// A request whose reply is one line (a delete, a touch, a text incr): the line.
-    fn call_line<'py>(&mut self, py: Python<'py>, request: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-        self.exchange(py, &[request], wire::line_complete)?;
-        self.readline(py)
+    /// One reply, read whole and parsed (`memfleet._proto`'s `parse_*` make `reply`).
+    fn read_reply(&mut self, py: Python<'_>, mut reply: PyRefMut<'_, Reply>) -> PyResult<PyObject> {
+        loop {
+            let (pos, end) = (self.pos, self.end);
+            match reply.parser.advance(&self.buf[pos..end]) {
+                Ok(()) => {
+                    let r = reply.result(py, &self.buf[pos..end]);
+                    self.pos += reply.parser.consumed();
+                    return r;
+                }
+                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
+                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
+            }
+        }
     }
 
-    /// A meta request whose reply is one line, or a `VA` line and its value: `(line, value)`,
-    /// the value None without one.
-    fn call_meta<'py>(
+    /// A request and its reply, parsed: the blocking client's one-key fast paths.
+    fn call(
         &mut self,
-        py: Python<'py>,
+        py: Python<'_>,
         request: &[u8],
-    ) -> PyResult<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)> {
-        self.exchange(py, &[request], wire::meta_reply_complete)?;
-        let (a, b) = self.line(py)?;
-        let line = PyBytes::new(py, &self.buf[a..b]);
-        let Some(len) = wire::va_len(&self.buf[a..b]) else {
-            return Ok((line, None));
-        };
-        let (s, e) = self.data(py, len)?;
-        Ok((line, Some(PyBytes::new(py, &self.buf[s..e]))))
+        reply: PyRefMut<'_, Reply>,
+    ) -> PyResult<PyObject> {
+        self.write(py, &[request])?;
+        self.read_reply(py, reply)
     }
 
     /// The reply to `req_get_many`: `{key: (data, flags)}` of the hits.
@@ -493,54 +472,6 @@ impl Conn {
         let out = PyDict::new(py);
         self.get_many_into(py, &out)?;
         Ok(out)
-    }
-}
-
-/// The reply to `req_get_many` parsed from lines and data blocks a driver feeds it, as the
-/// generator parsers of `memfleet._proto` are (`next()` then `send()`; the result is the value
-/// of the final StopIteration): the asyncio client reads with it.
-#[pyclass(module = "memfleet._native")]
-pub struct GetManyParser {
-    meta: bool,
-    out: Py<PyDict>,
-    /// The hit whose data block comes next.
-    pending: Option<(Py<PyBytes>, u32)>,
-}
-
-#[pymethods]
-impl GetManyParser {
-    #[new]
-    fn new(py: Python<'_>, meta: bool) -> GetManyParser {
-        GetManyParser {
-            meta,
-            out: PyDict::new(py).unbind(),
-            pending: None,
-        }
-    }
-
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__(&self) -> i64 {
-        -1
-    }
-
-    fn send(&mut self, py: Python<'_>, chunk: &[u8]) -> PyResult<i64> {
-        if let Some((key, flags)) = self.pending.take() {
-            self.out
-                .bind(py)
-                .set_item(key, (PyBytes::new(py, chunk), flags))?;
-            return Ok(-1);
-        }
-        match wire::get_many_line(chunk, self.meta).map_err(|e| server_error(py, e))? {
-            ManyLine::Item { key, flags, len } => {
-                self.pending = Some((PyBytes::new(py, key).unbind(), flags));
-                Ok(len as i64)
-            }
-            ManyLine::Miss => Ok(-1),
-            ManyLine::End => Err(PyStopIteration::new_err((self.out.clone_ref(py),))),
-        }
     }
 }
 

@@ -11,7 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use crate::py::{io_error, make_room, server_error, Conn, Io, Ring};
+use crate::py::{io_error, make_room, Conn, Io, Ring};
+use crate::py_err::server_error;
 use crate::wire::{self, ManyLine};
 
 // memfleet's flags table (memfleet.serde): the types decoded here

@@ -2,18 +2,18 @@
 
 use pyo3::prelude::*;
 
-use crate::py::{key_hash, points_for, req_get_many, Conn, GetManyParser, Ring};
+use crate::py::{key_hash, points_for, req_get_many, Conn, Ring};
 use crate::py_many::{plan_fetch, FetchPlan};
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Conn>()?;
-    m.add_class::<GetManyParser>()?;
     m.add_class::<Ring>()?;
     m.add_class::<FetchPlan>()?;
     m.add_function(wrap_pyfunction!(key_hash, m)?)?;
     m.add_function(wrap_pyfunction!(points_for, m)?)?;
     m.add_function(wrap_pyfunction!(req_get_many, m)?)?;
     m.add_function(wrap_pyfunction!(plan_fetch, m)?)?;
+    crate::py_reply::register(m)?;
     Ok(())
 }

@@ -110,17 +110,6 @@ pub fn get_many_line(line: &[u8], meta: bool) -> Result<ManyLine<'_>, WireError>
     }
 }
 
-/// The first line of the reply to [`req_get`]: `Some((len, flags))` for a hit, whose data
-/// follows (then, in text, `END`), `None` for a miss.
-pub fn get_line(line: &[u8], meta: bool) -> Result<Option<(usize, u32)>, WireError> {
-    match get_many_line(line, meta)? {
-        ManyLine::Item { len, flags, .. } => Ok(Some((len, flags))),
-        ManyLine::Miss if meta => Ok(None),
-        ManyLine::End if !meta => Ok(None),
-        _ => Err(WireError::of(line)),
-    }
-}
-
 /// Where the first line of `buf` ends: the index of its CR, or None while its CRLF has not
 /// arrived. The bytes before `from` are known to hold no CRLF. A line longer than
 /// [`MAX_LINE`] is garbage.
@@ -161,27 +150,18 @@ pub fn reply_complete(buf: &[u8], meta: bool, many: bool) -> bool {
     }
 }
 
-/// [`reply_complete`] for a single fetch.
+/// Whether `buf` holds a whole reply to [`req_get`], or one that cannot be read as one (its
+/// [`ReplyParser`] needs no more bytes).
 pub fn get_reply_complete(buf: &[u8], meta: bool) -> bool {
-    reply_complete(buf, meta, false)
+    !matches!(
+        ReplyParser::new(Kind::Get, meta).advance(buf),
+        Err(Stop::More { .. })
+    )
 }
 
 /// [`reply_complete`] for a multi-key fetch.
 pub fn get_many_reply_complete(buf: &[u8], meta: bool) -> bool {
     reply_complete(buf, meta, true)
-}
-
-/// [`reply_complete`] for a meta request answered by a line, or a `VA` line and its value.
-pub fn meta_reply_complete(buf: &[u8], _meta: bool) -> bool {
-    reply_complete(buf, true, false)
-}
-
-/// The value length of a meta `VA <len> ...` line; None for any other line.
-pub fn va_len(line: &[u8]) -> Option<usize> {
-    match parse_line(line) {
-        Ok(Line::Va { len }) => Some(len),
-        _ => None,
-    }
 }
 
 /// Whether `buf` holds a whole line (or more than a line may hold).
@@ -222,6 +202,552 @@ pub fn ascii_int(data: &[u8]) -> Option<i64> {
         .iter()
         .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
     Some(if neg { -n } else { n })
+}
+
+/// What a reply parser needs: more bytes (at least `want` in all, counted from the reply's
+/// start, when a data block's length says so), or nothing more, the reply being bad.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    More { want: usize },
+    Bad(WireError),
+}
+
+impl From<WireError> for Stop {
+    fn from(e: WireError) -> Stop {
+        Stop::Bad(e)
+    }
+}
+
+/// Reads lines and data blocks off the bytes of one reply received so far.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn line(&mut self) -> Result<&'a [u8], Stop> {
+        let rest = &self.buf[self.at..];
+        match line_end(rest, 0)? {
+            Some(cr) => {
+                self.at += cr + 2;
+                Ok(&rest[..cr])
+            }
+            None => Err(Stop::More { want: 0 }),
+        }
+    }
+
+    fn data(&mut self, n: usize) -> Result<&'a [u8], Stop> {
+        let need = n
+            .checked_add(2)
+            .ok_or_else(|| WireError(b"SERVER_ERROR value too long".to_vec()))?;
+        let rest = &self.buf[self.at..];
+        if rest.len() < need {
+            return Err(Stop::More {
+                want: self.at.saturating_add(need),
+            });
+        }
+        check_data_end(&rest[..need])?;
+        self.at += need;
+        Ok(&rest[..n])
+    }
+}
+
+/// Which reply a request gets; see [`ReplyParser`] for what each parses into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `mg <key> f v [c]` / `get[s] <key>`: [`Reply::Value`].
+    Get,
+    /// [`req_get_many`]: [`Reply::Items`].
+    GetMany,
+    /// A store: [`Reply::Bool`] (stored or not).
+    Store,
+    /// `md` / `delete`: [`Reply::Bool`] (it existed).
+    Delete,
+    /// `mg <key> T<ttl>` / `touch`: [`Reply::Bool`] (it existed).
+    Touch,
+    /// `flush_all` and the like: [`Reply::Bool`], `OK` only.
+    Ok,
+    /// That many stores, not quiet: [`Reply::Failed`] (a `SERVER_ERROR` fails its store).
+    SetMany(usize),
+    /// That many append / add / touch triples: [`Reply::Failed`], the triples neither store
+    /// of which took.
+    AddTokenMany(usize),
+    /// `md <key> q` ... `mn` / that many `delete`s: [`Reply::Count`] of keys that existed.
+    DeleteMany(usize),
+    /// `ma` / `incr` / `decr`: [`Reply::Number`], None when not found (or, meta, not
+    /// created).
+    Arith,
+    /// A lease get, meta only: [`Reply::Lease`].
+    Lease,
+    /// `mg <key>` / `get <key>`: [`Reply::Bool`] (it is there).
+    Exists,
+    /// A lease get and an exists pipelined after it: [`Reply::LeaseExists`].
+    LeaseExists,
+    /// `mn`: [`Reply::Bool`], whether the server speaks meta (any line is an answer).
+    Probe,
+    /// `version`: [`Reply::Text`].
+    Version,
+    /// `stats`: [`Reply::Stats`].
+    Stats,
+    /// Any one line: [`Reply::Line`].
+    Line,
+}
+
+/// A fetched item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Where the data lies in the reply's bytes.
+    pub data: Span,
+    pub flags: u32,
+    pub cas: u64,
+}
+
+/// A meta lease get's answer, with its win (`W`), stale (`X`) and taken (`Z`) flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lease {
+    pub data: Vec<u8>,
+    pub flags: u32,
+    pub cas: u64,
+    pub win: bool,
+    pub stale: bool,
+    pub taken: bool,
+    /// A value, not a vivified stub: an empty item with flags 0 that someone holds (marked
+    /// stale or not, still no one's value).
+    pub hit: bool,
+}
+
+/// A parsed reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Value(Option<Item>),
+    /// The hits, in the order they came: where their key and data lie in the reply's bytes
+    /// (see [`Span::of`]), and their flags. Not copied: a fetch of many keys may be large.
+    Items(Vec<(Span, Span, u32)>),
+    Bool(bool),
+    /// The indexes of the requests that failed.
+    Failed(Vec<usize>),
+    Count(usize),
+    Number(Option<u64>),
+    Lease(Lease),
+    LeaseExists(Lease, bool),
+    Text(String),
+    Stats(Vec<(String, String)>),
+    Line(Vec<u8>),
+}
+
+/// Where some bytes lie in the bytes of a reply, counted from its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    /// Where `part` (a slice of `whole`) lies in `whole`.
+    fn within(whole: &[u8], part: &[u8]) -> Span {
+        let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+        Span {
+            start,
+            end: start + part.len(),
+        }
+    }
+
+    /// These bytes of `reply` (all the bytes the reply was parsed from, or more).
+    pub fn of(self, reply: &[u8]) -> &[u8] {
+        &reply[self.start..self.end]
+    }
+}
+
+fn bad(line: &[u8]) -> Stop {
+    Stop::Bad(WireError::of(line))
+}
+
+fn classify(line: &[u8]) -> Result<Line<'_>, Stop> {
+    parse_line(line).map_err(|_| bad(line))
+}
+
+/// The token of `letter` among a meta line's flags (after the status and, for `VA`, the size).
+fn meta_flags(line: &[u8], skip: usize) -> impl Iterator<Item = &[u8]> {
+    line.split(|&b| b == b' ')
+        .skip(skip)
+        .filter(|t| !t.is_empty())
+}
+
+/// The `f`, `c`, `W`, `X` and `Z` flags of a `VA` line.
+fn va_item(line: &[u8]) -> Result<(u32, u64, [bool; 3]), Stop> {
+    let (mut flags, mut cas, mut wxz) = (0, 0, [false; 3]);
+    for t in meta_flags(line, 2) {
+        match t[0] {
+            b'f' => flags = flags_of(&t[1..], line)?,
+            b'c' => cas = strtoull(&t[1..]).ok_or_else(|| bad(line))?,
+            b'W' => wxz[0] = true,
+            b'X' => wxz[1] = true,
+            b'Z' => wxz[2] = true,
+            _ => {}
+        }
+    }
+    Ok((flags, cas, wxz))
+}
+
+fn answer(line: &[u8], table: &[(&[u8], bool)]) -> Option<bool> {
+    table.iter().find(|(l, _)| *l == line).map(|&(_, v)| v)
+}
+
+const STORED: &[(&[u8], bool)] = &[
+    (b"HD", true),
+    (b"STORED", true),
+    (b"NS", false),
+    (b"NOT_STORED", false),
+    (b"EX", false),
+    (b"EXISTS", false),
+    (b"NF", false),
+    (b"NOT_FOUND", false),
+];
+const DELETED: &[(&[u8], bool)] = &[
+    (b"HD", true),
+    (b"DELETED", true),
+    (b"NF", false),
+    (b"NOT_FOUND", false),
+];
+const TOUCHED: &[(&[u8], bool)] = &[
+    (b"HD", true),
+    (b"TOUCHED", true),
+    (b"EN", false),
+    (b"NOT_FOUND", false),
+];
+const OK: &[(&[u8], bool)] = &[(b"OK", true)];
+
+/// Whether a store took: true, false, or an error the reply cannot be (`SERVER_ERROR` too).
+pub fn store_line(line: &[u8]) -> Result<bool, WireError> {
+    answer(line, STORED).ok_or_else(|| WireError::of(line))
+}
+
+/// One of many stores: a `SERVER_ERROR` (it carries no key) fails this store only.
+fn store_of_many(line: &[u8]) -> Result<bool, Stop> {
+    match answer(line, STORED) {
+        Some(ok) => Ok(ok),
+        None if line.starts_with(b"SERVER_ERROR") => Ok(false),
+        None => Err(bad(line)),
+    }
+}
+
+fn one_line(c: &mut Cursor<'_>, table: &[(&[u8], bool)]) -> Result<bool, Stop> {
+    let line = c.line()?;
+    answer(line, table).ok_or_else(|| bad(line))
+}
+
+fn get_reply(c: &mut Cursor<'_>, meta: bool) -> Result<Option<Item>, Stop> {
+    let line = c.line()?;
+    match (classify(line)?, meta) {
+        (Line::Va { len }, true) => {
+            let (flags, cas, _) = va_item(line)?;
+            let data = Span::within(c.buf, c.data(len)?);
+            Ok(Some(Item { data, flags, cas }))
+        }
+        (Line::Other(b"EN"), true) | (Line::End, false) => Ok(None),
+        (
+            Line::Value {
+                flags, cas, len, ..
+            },
+            false,
+        ) => {
+            let flags = flags_of(flags, line)?;
+            let cas = match cas {
+                Some(t) => strtoull(t).ok_or_else(|| bad(line))?,
+                None => 0,
+            };
+            let data = Span::within(c.buf, c.data(len)?);
+            end_line(c)?;
+            Ok(Some(Item { data, flags, cas }))
+        }
+        _ => Err(bad(line)),
+    }
+}
+
+fn end_line(c: &mut Cursor<'_>) -> Result<(), Stop> {
+    let end = c.line()?;
+    if end == b"END" {
+        Ok(())
+    } else {
+        Err(bad(end))
+    }
+}
+
+fn lease_reply(c: &mut Cursor<'_>) -> Result<Lease, Stop> {
+    let line = c.line()?;
+    match classify(line)? {
+        Line::Other(b"EN") => Ok(Lease::default()),
+        Line::Va { len } => {
+            let (flags, cas, [win, stale, taken]) = va_item(line)?;
+            let data = c.data(len)?.to_vec();
+            let stub = data.is_empty() && flags == 0 && (win || taken);
+            Ok(Lease {
+                data,
+                flags,
+                cas,
+                win,
+                stale,
+                taken,
+                hit: !stub,
+            })
+        }
+        _ => Err(bad(line)),
+    }
+}
+
+fn exists_reply(c: &mut Cursor<'_>, meta: bool) -> Result<bool, Stop> {
+    let line = c.line()?;
+    match (classify(line)?, meta) {
+        (Line::Other(b"HD"), true) => Ok(true),
+        (Line::Other(b"EN"), true) | (Line::End, false) => Ok(false),
+        (Line::Value { len, .. }, false) => {
+            c.data(len)?;
+            end_line(c)?;
+            Ok(true)
+        }
+        _ => Err(bad(line)),
+    }
+}
+
+fn number(tok: &[u8], line: &[u8]) -> Result<u64, Stop> {
+    strtoull(tok.trim_ascii()).ok_or_else(|| bad(line))
+}
+
+fn arith_reply(c: &mut Cursor<'_>, meta: bool) -> Result<Option<u64>, Stop> {
+    let line = c.line()?;
+    if meta {
+        return match classify(line)? {
+            Line::Va { len } => {
+                let data = c.data(len)?;
+                number(data, line).map(Some)
+            }
+            Line::Other(b"NF" | b"NS") => Ok(None),
+            _ => Err(bad(line)),
+        };
+    }
+    match line {
+        b"NOT_FOUND" => Ok(None),
+        [d, ..] if d.is_ascii_digit() => number(line, line).map(Some),
+        _ => Err(bad(line)),
+    }
+}
+
+/// Parses one reply of a [`Kind`] from the bytes received so far, as far as they go: a
+/// multi-part reply (a fetch of many keys, many stores, stats) keeps the parts it has read, so
+/// each call reads only what arrived since, and a part is read whole or not at all.
+#[derive(Clone, Debug)]
+pub struct ReplyParser {
+    kind: Kind,
+    meta: bool,
+    /// Where the next part starts.
+    at: usize,
+    /// Parts read (items, lines or triples).
+    parts: usize,
+    acc: Reply,
+    done: bool,
+}
+
+impl ReplyParser {
+    pub fn new(kind: Kind, meta: bool) -> ReplyParser {
+        let acc = match kind {
+            Kind::GetMany => Reply::Items(Vec::new()),
+            Kind::SetMany(_) | Kind::AddTokenMany(_) => Reply::Failed(Vec::new()),
+            Kind::DeleteMany(_) => Reply::Count(0),
+            Kind::Stats => Reply::Stats(Vec::new()),
+            _ => Reply::Bool(false),
+        };
+        ReplyParser {
+            kind,
+            meta,
+            at: 0,
+            parts: 0,
+            acc,
+            done: false,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Reads on in `buf`, all the bytes received since the reply began (those already read
+    /// included). `Ok(())`: the reply is whole; [`ReplyParser::consumed`] says where it ended.
+    pub fn advance(&mut self, buf: &[u8]) -> Result<(), Stop> {
+        while !self.done {
+            let mut c = Cursor { buf, at: self.at };
+            self.part(&mut c)?;
+            self.at = c.at;
+        }
+        Ok(())
+    }
+
+    /// The bytes the reply took, once whole.
+    pub fn consumed(&self) -> usize {
+        self.at
+    }
+
+    /// The reply, once whole (then the parser is spent).
+    pub fn take(&mut self) -> Reply {
+        std::mem::replace(&mut self.acc, Reply::Bool(false))
+    }
+
+    /// Reads one part, and changes nothing unless it is whole.
+    fn part(&mut self, c: &mut Cursor<'_>) -> Result<(), Stop> {
+        let meta = self.meta;
+        let whole = |r: Reply, p: &mut ReplyParser| {
+            p.acc = r;
+            p.done = true;
+        };
+        match self.kind {
+            Kind::Get => whole(Reply::Value(get_reply(c, meta)?), self),
+            Kind::Store => whole(Reply::Bool(one_line(c, STORED)?), self),
+            Kind::Delete => whole(Reply::Bool(one_line(c, DELETED)?), self),
+            Kind::Touch => whole(Reply::Bool(one_line(c, TOUCHED)?), self),
+            Kind::Ok => whole(Reply::Bool(one_line(c, OK)?), self),
+            Kind::Arith => whole(Reply::Number(arith_reply(c, meta)?), self),
+            Kind::Lease => whole(Reply::Lease(lease_reply(c)?), self),
+            Kind::Exists => whole(Reply::Bool(exists_reply(c, meta)?), self),
+            Kind::LeaseExists => {
+                let lease = lease_reply(c)?;
+                let there = exists_reply(c, meta)?;
+                whole(Reply::LeaseExists(lease, there), self)
+            }
+            Kind::Probe => whole(Reply::Bool(c.line()? == b"MN"), self),
+            Kind::Line => whole(Reply::Line(c.line()?.to_vec()), self),
+            Kind::Version => {
+                let line = c.line()?;
+                let v = line.strip_prefix(b"VERSION ").ok_or_else(|| bad(line))?;
+                whole(Reply::Text(String::from_utf8_lossy(v).into_owned()), self)
+            }
+            Kind::GetMany => {
+                let line = c.line()?;
+                let item = match get_many_line(line, meta)? {
+                    ManyLine::Item { key, flags, len } => Some((key, flags, c.data(len)?)),
+                    ManyLine::Miss => None,
+                    ManyLine::End => {
+                        self.done = true;
+                        None
+                    }
+                };
+                if let (Some((key, flags, data)), Reply::Items(items)) = (item, &mut self.acc) {
+                    items.push((Span::within(c.buf, key), Span::within(c.buf, data), flags));
+                }
+            }
+            Kind::Stats => {
+                let line = c.line()?;
+                if line == b"END" {
+                    self.done = true;
+                    return Ok(());
+                }
+                let stat = line
+                    .strip_prefix(b"STAT ")
+                    .and_then(|rest| {
+                        let sp = rest.iter().position(|&b| b == b' ')?;
+                        Some((&rest[..sp], &rest[sp + 1..]))
+                    })
+                    .ok_or_else(|| bad(line))?;
+                if let Reply::Stats(stats) = &mut self.acc {
+                    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                    stats.push((text(stat.0), text(stat.1)));
+                }
+            }
+            Kind::SetMany(n) | Kind::AddTokenMany(n) if self.parts == n => self.done = true,
+            Kind::SetMany(_) => {
+                let ok = store_of_many(c.line()?)?;
+                self.failed_unless(ok);
+            }
+            Kind::AddTokenMany(_) => {
+                let appended = store_of_many(c.line()?)?;
+                let added = store_of_many(c.line()?)?;
+                let line = c.line()?;
+                if answer(line, TOUCHED).is_none() && !line.starts_with(b"SERVER_ERROR") {
+                    return Err(bad(line));
+                }
+                self.failed_unless(appended || added);
+            }
+            Kind::DeleteMany(n) if meta => {
+                let line = c.line()?;
+                match line {
+                    b"MN" => {
+                        // the parts read were the misses
+                        self.acc = Reply::Count(n.saturating_sub(self.parts));
+                        self.done = true;
+                    }
+                    b"NF" => self.parts += 1,
+                    _ => return Err(bad(line)),
+                }
+            }
+            Kind::DeleteMany(n) => {
+                if self.parts == n {
+                    self.done = true;
+                    return Ok(());
+                }
+                let line = c.line()?;
+                let found = match line {
+                    b"DELETED" => true,
+                    b"NOT_FOUND" => false,
+                    _ => return Err(bad(line)),
+                };
+                self.parts += 1;
+                if let (true, Reply::Count(k)) = (found, &mut self.acc) {
+                    *k += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn failed_unless(&mut self, ok: bool) {
+        if let (false, Reply::Failed(failed)) = (ok, &mut self.acc) {
+            failed.push(self.parts);
+        }
+        self.parts += 1;
+    }
+}
+
+/// The reply to `track listen`: the listener's id, or None if the server has no tracking
+/// (memcached and `memfleet route` answer `ERROR`). A `SERVER_ERROR` (too many listeners) is an
+/// error: it may pass.
+pub fn tracking_line(line: &[u8]) -> Result<Option<u64>, WireError> {
+    if let Some(id) = line.strip_prefix(b"TRACKING ") {
+        return strtoull(id).map(Some).ok_or_else(|| WireError::of(line));
+    }
+    if line.starts_with(b"ERROR") || line.starts_with(b"CLIENT_ERROR") {
+        return Ok(None);
+    }
+    Err(WireError::of(line))
+}
+
+/// A tracking listener's notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// `IV <key>`, or `IV <base64> b` decoded.
+    Key(Vec<u8>),
+    /// `IV_ALL`: everything from this server.
+    All,
+}
+
+/// A notice line; None if it is not one.
+pub fn notice_line(line: &[u8]) -> Option<Notice> {
+    if line == b"IV_ALL" {
+        return Some(Notice::All);
+    }
+    let mut parts = line.strip_prefix(b"IV ")?.split(|&b| b == b' ');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(key), None, None) if !key.is_empty() => Some(Notice::Key(key.to_vec())),
+        (Some(b64), Some(b"b"), None) => {
+            // strict: memcached's decoder skips bytes outside the alphabet
+            let alphabet = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+            if b64.is_empty() || b64.len() % 4 != 0 || !b64.iter().all(alphabet) {
+                return None;
+            }
+            let mut out = vec![0; b64.len() / 4 * 3];
+            let n = proto::base64_decode(b64, &mut out)?;
+            out.truncate(n);
+            Some(Notice::Key(out))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -286,15 +812,6 @@ mod tests {
         assert!(get_many_line(b"MN", false).is_err());
         assert!(get_many_line(b"VALUE k", false).is_err());
         assert!(get_many_line(b"", false).is_err());
-    }
-
-    #[test]
-    fn single_get_lines() {
-        assert_eq!(get_line(b"VA 2 f1", true), Ok(Some((2, 1))));
-        assert_eq!(get_line(b"EN", true), Ok(None));
-        assert!(get_line(b"MN", true).is_err());
-        assert_eq!(get_line(b"END", false), Ok(None));
-        assert_eq!(get_line(b"VALUE k 4 2 99", false), Ok(Some((2, 4))));
     }
 
     #[test]
@@ -365,14 +882,328 @@ mod tests {
         }
     }
 
+    /// The whole reply `bytes` parsed at once and one byte at a time: both the same.
+    fn parse(kind: Kind, meta: bool, bytes: &[u8]) -> Result<(Reply, usize), Stop> {
+        let mut p = ReplyParser::new(kind, meta);
+        let once = p.advance(bytes).map(|()| (p.take(), p.consumed()));
+        let mut p = ReplyParser::new(kind, meta);
+        let mut by_byte = Err(Stop::More { want: 0 });
+        for end in 0..=bytes.len() {
+            match p.advance(&bytes[..end]) {
+                Ok(()) => {
+                    by_byte = Ok((p.take(), p.consumed()));
+                    break;
+                }
+                Err(Stop::More { want }) => {
+                    assert!(want == 0 || want > end, "{want} {end}");
+                    by_byte = Err(Stop::More { want });
+                }
+                Err(e) => {
+                    by_byte = Err(e);
+                    break;
+                }
+            }
+        }
+        assert_eq!(once, by_byte, "{kind:?} {}", String::from_utf8_lossy(bytes));
+        once
+    }
+
+    fn ok(kind: Kind, meta: bool, bytes: &[u8]) -> Reply {
+        let (r, used) = parse(kind, meta, bytes).unwrap();
+        assert_eq!(used, bytes.len());
+        r
+    }
+
+    fn is_bad(kind: Kind, meta: bool, bytes: &[u8]) -> bool {
+        matches!(parse(kind, meta, bytes), Err(Stop::Bad(_)))
+    }
+
+    /// A hit whose data is `len` bytes at `start` of the reply.
+    fn item(start: usize, len: usize, flags: u32, cas: u64) -> Reply {
+        Reply::Value(Some(Item {
+            data: Span {
+                start,
+                end: start + len,
+            },
+            flags,
+            cas,
+        }))
+    }
+
     #[test]
-    fn meta_replies() {
-        assert_eq!(va_len(b"VA 12 f0 c9 W"), Some(12));
-        assert_eq!(va_len(b"HD"), None);
-        assert_eq!(va_len(b"VA x"), None);
-        assert!(meta_reply_complete(b"HD\r\n", true));
-        assert!(!meta_reply_complete(b"VA 2 W\r\nx", true));
-        assert!(meta_reply_complete(b"VA 2 W\r\nxy\r\n", true));
-        assert!(meta_reply_complete(b"EN\r\n", true));
+    fn single_gets() {
+        assert_eq!(
+            ok(Kind::Get, true, b"VA 2 f3 c9\r\nhi\r\n"),
+            item(12, 2, 3, 9)
+        );
+        assert_eq!(ok(Kind::Get, true, b"EN\r\n"), Reply::Value(None));
+        assert_eq!(
+            ok(Kind::Get, false, b"VALUE k 5 2 77\r\nhi\r\nEND\r\n"),
+            item(16, 2, 5, 77)
+        );
+        assert_eq!(ok(Kind::Get, false, b"END\r\n"), Reply::Value(None));
+        assert!(is_bad(Kind::Get, true, b"END\r\n"));
+        assert!(is_bad(Kind::Get, false, b"VALUE k 5 2\r\nhi\r\nEN\r\n"));
+        assert!(is_bad(Kind::Get, false, b"VALUE k 5 2 zz\r\nhi\r\nEND\r\n"));
+        assert!(is_bad(Kind::Get, true, b"VA 2 fx\r\nhi\r\n"));
+        assert!(is_bad(Kind::Get, true, b"VA 2\r\nhiX\r\n"));
+        assert_eq!(
+            parse(Kind::Get, true, b"VA 2 f0\r\nh"),
+            Err(Stop::More { want: 13 })
+        );
+    }
+
+    fn items(reply: Reply, bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>, u32)> {
+        let Reply::Items(items) = reply else {
+            panic!("{reply:?}")
+        };
+        items
+            .into_iter()
+            .map(|(k, d, f)| (k.of(bytes).to_vec(), d.of(bytes).to_vec(), f))
+            .collect()
+    }
+
+    #[test]
+    fn many_gets_keep_what_they_read() {
+        let reply = b"VA 2 f1 ka\r\nhi\r\nEN\r\nVA 0 kb\r\n\r\nMN\r\n";
+        assert_eq!(
+            items(ok(Kind::GetMany, true, reply), reply),
+            vec![
+                (b"a".to_vec(), b"hi".to_vec(), 1),
+                (b"b".to_vec(), b"".to_vec(), 0)
+            ]
+        );
+        let reply = b"VALUE a 4 1\r\nx\r\nEND\r\n";
+        assert_eq!(
+            items(ok(Kind::GetMany, false, reply), reply),
+            vec![(b"a".to_vec(), b"x".to_vec(), 4)]
+        );
+        assert!(is_bad(Kind::GetMany, true, b"VA 2 ka\r\nhi\r\nEND\r\n"));
+        // bytes after the reply are the next one's
+        assert_eq!(parse(Kind::GetMany, true, b"MN\r\nHD\r\n").unwrap().1, 4);
+    }
+
+    #[test]
+    fn one_line_answers() {
+        assert_eq!(ok(Kind::Store, true, b"HD\r\n"), Reply::Bool(true));
+        assert_eq!(
+            ok(Kind::Store, false, b"NOT_STORED\r\n"),
+            Reply::Bool(false)
+        );
+        assert!(is_bad(Kind::Store, true, b"SERVER_ERROR oom\r\n"));
+        assert_eq!(ok(Kind::Delete, false, b"DELETED\r\n"), Reply::Bool(true));
+        assert_eq!(ok(Kind::Delete, true, b"NF\r\n"), Reply::Bool(false));
+        assert!(is_bad(Kind::Delete, true, b"EN\r\n"));
+        assert_eq!(ok(Kind::Touch, true, b"EN\r\n"), Reply::Bool(false));
+        assert_eq!(ok(Kind::Touch, false, b"TOUCHED\r\n"), Reply::Bool(true));
+        assert_eq!(ok(Kind::Ok, false, b"OK\r\n"), Reply::Bool(true));
+        assert!(is_bad(Kind::Ok, false, b"ERROR\r\n"));
+        assert_eq!(ok(Kind::Probe, true, b"MN\r\n"), Reply::Bool(true));
+        assert_eq!(ok(Kind::Probe, true, b"ERROR\r\n"), Reply::Bool(false));
+        assert_eq!(
+            ok(Kind::Line, true, b"NOT_FOUND\r\n"),
+            Reply::Line(b"NOT_FOUND".to_vec())
+        );
+        assert_eq!(
+            ok(Kind::Version, true, b"VERSION 1.6.18\r\n"),
+            Reply::Text("1.6.18".to_owned())
+        );
+        assert!(is_bad(Kind::Version, true, b"ERROR\r\n"));
+        assert_eq!(store_line(b"EXISTS"), Ok(false));
+        assert!(store_line(b"SERVER_ERROR x").is_err());
+    }
+
+    #[test]
+    fn many_stores_and_deletes() {
+        assert_eq!(
+            ok(Kind::SetMany(3), true, b"HD\r\nSERVER_ERROR oom\r\nNS\r\n"),
+            Reply::Failed(vec![1, 2])
+        );
+        assert_eq!(ok(Kind::SetMany(0), true, b""), Reply::Failed(vec![]));
+        assert!(is_bad(Kind::SetMany(2), false, b"STORED\r\nERROR\r\n"));
+        assert_eq!(
+            ok(
+                Kind::AddTokenMany(2),
+                true,
+                b"NS\r\nHD\r\nHD\r\nNS\r\nNS\r\nEN\r\n"
+            ),
+            Reply::Failed(vec![1])
+        );
+        assert!(is_bad(Kind::AddTokenMany(1), true, b"HD\r\nNS\r\nVA 1\r\n"));
+        assert_eq!(
+            ok(Kind::DeleteMany(3), true, b"NF\r\nMN\r\n"),
+            Reply::Count(2)
+        );
+        assert!(is_bad(Kind::DeleteMany(3), true, b"NF\r\nHD\r\n"));
+        assert_eq!(
+            ok(
+                Kind::DeleteMany(3),
+                false,
+                b"DELETED\r\nNOT_FOUND\r\nDELETED\r\n"
+            ),
+            Reply::Count(2)
+        );
+        assert_eq!(ok(Kind::DeleteMany(0), false, b""), Reply::Count(0));
+        assert!(is_bad(Kind::DeleteMany(1), false, b"NF\r\n"));
+    }
+
+    #[test]
+    fn arithmetic() {
+        assert_eq!(
+            ok(Kind::Arith, true, b"VA 2\r\n42\r\n"),
+            Reply::Number(Some(42))
+        );
+        assert_eq!(ok(Kind::Arith, true, b"NF\r\n"), Reply::Number(None));
+        assert_eq!(ok(Kind::Arith, true, b"NS\r\n"), Reply::Number(None));
+        assert!(is_bad(Kind::Arith, true, b"VA 2\r\nzz\r\n"));
+        assert_eq!(ok(Kind::Arith, false, b"7 \r\n"), Reply::Number(Some(7)));
+        assert_eq!(
+            ok(Kind::Arith, false, b"18446744073709551615\r\n"),
+            Reply::Number(Some(u64::MAX))
+        );
+        assert_eq!(
+            ok(Kind::Arith, false, b"NOT_FOUND\r\n"),
+            Reply::Number(None)
+        );
+        assert!(is_bad(Kind::Arith, false, b"CLIENT_ERROR bad\r\n"));
+        assert!(is_bad(Kind::Arith, false, b"1x\r\n"));
+    }
+
+    #[test]
+    fn leases_and_markers() {
+        let Reply::Lease(l) = ok(Kind::Lease, true, b"VA 0 f0 c5 W\r\n\r\n") else {
+            panic!()
+        };
+        assert!(l.win && !l.hit && l.cas == 5);
+        let Reply::Lease(l) = ok(Kind::Lease, true, b"VA 1 f2 c5 W X\r\nv\r\n") else {
+            panic!()
+        };
+        assert!(l.win && l.stale && l.hit && l.flags == 2 && l.data == b"v");
+        assert_eq!(
+            ok(Kind::Lease, true, b"EN\r\n"),
+            Reply::Lease(Lease::default())
+        );
+        assert!(is_bad(Kind::Lease, true, b"VALUE k 0 1\r\nv\r\nEND\r\n"));
+        assert_eq!(ok(Kind::Exists, true, b"HD\r\n"), Reply::Bool(true));
+        assert_eq!(ok(Kind::Exists, true, b"EN\r\n"), Reply::Bool(false));
+        assert_eq!(
+            ok(Kind::Exists, false, b"VALUE m 0 1\r\nx\r\nEND\r\n"),
+            Reply::Bool(true)
+        );
+        assert_eq!(ok(Kind::Exists, false, b"END\r\n"), Reply::Bool(false));
+        assert!(is_bad(Kind::Exists, true, b"VA 1\r\nx\r\n"));
+        assert_eq!(
+            ok(Kind::LeaseExists, true, b"EN\r\nHD\r\n"),
+            Reply::LeaseExists(Lease::default(), true)
+        );
+    }
+
+    #[test]
+    fn stats() {
+        assert_eq!(
+            ok(
+                Kind::Stats,
+                true,
+                b"STAT pid 12\r\nSTAT version 1.6 x\r\nEND\r\n"
+            ),
+            Reply::Stats(vec![
+                ("pid".to_owned(), "12".to_owned()),
+                ("version".to_owned(), "1.6 x".to_owned())
+            ])
+        );
+        assert!(is_bad(Kind::Stats, true, b"STAT pid\r\nEND\r\n"));
+        assert!(is_bad(Kind::Stats, true, b"SERVER_ERROR x\r\n"));
+    }
+
+    use proptest::strategy::Strategy;
+
+    const KINDS: [Kind; 17] = [
+        Kind::Get,
+        Kind::GetMany,
+        Kind::Store,
+        Kind::Delete,
+        Kind::Touch,
+        Kind::Ok,
+        Kind::SetMany(3),
+        Kind::AddTokenMany(2),
+        Kind::DeleteMany(3),
+        Kind::Arith,
+        Kind::Lease,
+        Kind::Exists,
+        Kind::LeaseExists,
+        Kind::Probe,
+        Kind::Version,
+        Kind::Stats,
+        Kind::Line,
+    ];
+
+    proptest::proptest! {
+        /// Any bytes, in any chunks: the parser neither panics nor reads past what it has, and
+        /// chunking does not change the outcome.
+        #[test]
+        fn any_bytes_in_any_chunks(
+            bytes in proptest::collection::vec(proptest::prop_oneof![
+                proptest::strategy::Just(b"\r\n".to_vec()),
+                proptest::strategy::Just(b"VA 3 f1 kx\r\n".to_vec()),
+                proptest::strategy::Just(b"VALUE x 1 3\r\n".to_vec()),
+                proptest::strategy::Just(b"END\r\n".to_vec()),
+                proptest::strategy::Just(b"MN\r\n".to_vec()),
+                proptest::strategy::Just(b"EN\r\n".to_vec()),
+                proptest::strategy::Just(b"HD\r\n".to_vec()),
+                proptest::strategy::Just(b"STAT a b\r\n".to_vec()),
+                proptest::collection::vec(proptest::num::u8::ANY, 0..8),
+            ], 0..12).prop_map(|parts: Vec<Vec<u8>>| parts.concat()),
+            kind in 0..KINDS.len(),
+            meta in proptest::bool::ANY,
+            cuts in proptest::collection::vec(0usize..64, 0..6),
+        ) {
+            let kind = KINDS[kind];
+            let once = {
+                let mut p = ReplyParser::new(kind, meta);
+                p.advance(&bytes).map(|()| (p.take(), p.consumed()))
+            };
+            let mut p = ReplyParser::new(kind, meta);
+            let mut end = 0;
+            let mut chunked = p.advance(&bytes[..0]).map(|()| (p.take(), p.consumed()));
+            for cut in cuts.iter().copied().chain([bytes.len()]) {
+                if !matches!(chunked, Err(Stop::More { .. })) {
+                    break;
+                }
+                end = (end + cut).min(bytes.len());
+                chunked = p.advance(&bytes[..end]).map(|()| (p.take(), p.consumed()));
+            }
+            if let Ok((_, used)) = &once {
+                proptest::prop_assert!(*used <= bytes.len());
+            }
+            proptest::prop_assert_eq!(once, chunked);
+        }
+    }
+
+    #[test]
+    fn tracking_replies_and_notices() {
+        assert_eq!(tracking_line(b"TRACKING 42"), Ok(Some(42)));
+        assert_eq!(tracking_line(b"ERROR"), Ok(None));
+        assert_eq!(tracking_line(b"CLIENT_ERROR bad command"), Ok(None));
+        assert!(tracking_line(b"SERVER_ERROR too many listeners").is_err());
+        assert!(tracking_line(b"TRACKING x").is_err());
+        assert_eq!(notice_line(b"IV_ALL"), Some(Notice::All));
+        assert_eq!(notice_line(b"IV k1"), Some(Notice::Key(b"k1".to_vec())));
+        assert_eq!(
+            notice_line(b"IV a2V5 b"),
+            Some(Notice::Key(b"key".to_vec()))
+        );
+        assert_eq!(notice_line(b"IV a2U= b"), Some(Notice::Key(b"ke".to_vec())));
+        for bad in [
+            &b"IV"[..],
+            b"IV ",
+            b"IV a b c",
+            b"IV a2V* b",
+            b"IV a2V b",
+            b"IV a2V5 x",
+            b"TRACKING 1",
+            b"",
+        ] {
+            assert_eq!(notice_line(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
     }
 }

@@ -56,25 +56,10 @@ class Connection(Conn):
     __slots__ = ()
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
-        """Read and parse one reply; stores and multi-key fetches are read by the wire layer."""
-        if parse is P.parse_store:
-            line = self.readline()
-            ok = P.STORED.get(line)
-            if ok is None:
-                raise P.raise_for(line)
-            return ok
+        """Read and parse one reply (a multi-key fetch's with ``read_get_many``)."""
         if parse is P.parse_get_many:
             return self.read_get_many()
-        gen = parse(meta)
-        send = gen.send
-        readline = self.readline
-        read_value = self.read_value
-        try:
-            need = next(gen)
-            while True:
-                need = send(readline() if need < 0 else read_value(need))
-        except StopIteration as stop:
-            return stop.value
+        return self.read_reply(parse(meta))
 
     def probe(self) -> bool | None:
         """Does the server speak meta (``P.parse_probe``)? None: it closed the connection."""

@@ -1,23 +1,25 @@
-"""Wire protocol, sans I/O: request builders and response parsers for meta and text commands.
+"""Wire protocol, sans I/O: request builders for meta and text commands, and the reply parsers.
 
-A parser is a generator that yields what it needs next (``LINE`` for a response line without CRLF,
-or ``n >= 0`` for n data bytes plus their CRLF) and returns the result. The blocking and the asyncio
-clients drive the same parsers.
+Replies are parsed by the Rust wire layer (crates/pyclient, ``wire::ReplyParser``): a ``parse_*``
+function here makes the ``Reply`` of one request, which the blocking connection reads whole off
+its socket (``Conn.read_reply``) and the asyncio one feeds with the chunks it receives
+(``Reader.feed``). Requests are still built here: they are short byte strings, and building them
+in Rust would save nothing.
 """
 
 from __future__ import annotations
 
-import base64
 import re
-from collections.abc import Callable, Generator
-from typing import Any, cast
 
-from ._native import GetManyParser
+from ._native import Lease as Lease
+from ._native import Reply
+from ._native import parse_notice as parse_notice  # a listener's notice: key, None (IV_ALL)
+from ._native import parse_tracking as parse_tracking  # track listen's reply: id, None
 from ._native import req_get_many as req_get_many  # built by the Rust wire layer
+from ._native import store_reply as store_reply
 from .errors import MemfleetServerError
 
-LINE = -1
-Parser = Generator[int, bytes, object]
+Parser = Reply
 
 _BAD_KEY = re.compile(rb"[\x00-\x20\x7f]")
 MAX_KEY = 250
@@ -44,42 +46,16 @@ def req_get(kb: bytes, meta: bool, cas: bool = False) -> bytes:
     return (b"gets " if cas else b"get ") + kb + b"\r\n"
 
 
-def _value_head(line: bytes) -> tuple[int, dict[int, bytes]]:
-    """A meta ``VA <size> <flag>...`` line: the data size, and each returned flag's token by its
-    letter (``f`` client flags, ``k`` key, ``c`` cas, ``W``/``X``/``Z`` lease state)."""
-    parts = line.split()
-    return int(parts[1]), {t[0]: t[1:] for t in parts[2:]}
+def parse_get(meta: bool) -> Reply:
+    """(data, flags, cas), or None on a miss."""
+    return Reply("get", meta)
 
 
-def parse_get(meta: bool) -> Generator[int, bytes, tuple[bytes, int, int] | None]:
-    """Returns (data, flags, cas) or None on a miss."""
-    line = yield LINE
-    if meta:
-        if line.startswith(b"VA "):
-            n, f = _value_head(line)
-            data = yield n
-            return data, int(f.get(102, b"0")), int(f.get(99, b"0"))
-        if line == b"EN":
-            return None
-        raise raise_for(line)
-    if line == b"END":
-        return None
-    if not line.startswith(b"VALUE "):
-        raise raise_for(line)
-    parts = line.split()
-    data = yield int(parts[3])
-    cas = int(parts[4]) if len(parts) > 4 else 0
-    end = yield LINE
-    if end != b"END":
-        raise raise_for(end)
-    return data, int(parts[2]), cas
-
-
-# the reply of a multi-key fetch is read by the Rust wire layer: GetManyParser takes the lines and
-# data blocks a driver reads, as the parsers here do ({key: (data, flags)} of the hits; meta: the
-# replies to ``mg <key> f v k q`` ... ``mn``, text: ``VALUE`` items up to ``END``); the blocking
-# connection reads the whole reply itself (``Conn.read_get_many``)
-parse_get_many: Callable[[bool], Parser] = cast(Any, GetManyParser)
+def parse_get_many(meta: bool) -> Reply:
+    """{key: (data, flags)} of the hits (meta: the replies to ``mg <key> f v k q`` ... ``mn``,
+    text: ``VALUE`` items up to ``END``); the blocking connection reads it with
+    ``Conn.read_get_many``."""
+    return Reply("get_many", meta)
 
 
 # -- stores ------------------------------------------------------------------------------------
@@ -104,32 +80,9 @@ def req_store(cmd: bytes, kb: bytes, data: bytes, flags: int, ttl: int, meta: bo
     return b"".join((store_head(cmd, kb, len(data), flags, ttl, meta, cas), data, b"\r\n"))
 
 
-STORED = {
-    b"HD": True,
-    b"STORED": True,
-    b"NS": False,
-    b"NOT_STORED": False,
-    b"EX": False,
-    b"EXISTS": False,
-    b"NF": False,
-    b"NOT_FOUND": False,
-}
-
-
-def _one_line(answers: dict[bytes, bool]) -> Callable[[bool], Generator[int, bytes, bool]]:
-    """The parser of a reply that is one line saying yes or no; any other line is an error."""
-
-    def parse(meta: bool) -> Generator[int, bytes, bool]:
-        line = yield LINE
-        r = answers.get(line)
-        if r is None:
-            raise raise_for(line)
-        return r
-
-    return parse
-
-
-parse_store = _one_line(STORED)
+def parse_store(meta: bool) -> Reply:
+    """Stored or not (``NS``, ``EX``, ``NF``); any other line raises."""
+    return Reply("store", meta)
 
 
 def req_set_many(items: list[tuple[bytes, bytes, int]], ttl: int, meta: bool) -> bytes:
@@ -148,17 +101,9 @@ def req_set_many(items: list[tuple[bytes, bytes, int]], ttl: int, meta: bool) ->
     return b"".join(parts)
 
 
-def parse_set_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, list[bytes]]:
-    """Returns the keys that were not stored."""
-    failed: list[bytes] = []
-    for kb in kbs:
-        line = yield LINE
-        ok = STORED.get(line)
-        if ok is None and not line.startswith(b"SERVER_ERROR"):
-            raise raise_for(line)
-        if not ok:
-            failed.append(kb)
-    return failed
+def parse_set_many(meta: bool, kbs: list[bytes]) -> Reply:
+    """The keys that were not stored (a ``SERVER_ERROR`` fails its own store only)."""
+    return Reply("set_many", meta, keys=kbs)
 
 
 def req_add_token_many(kbs: list[bytes], token: bytes, ttl: int, meta: bool) -> bytes:
@@ -179,26 +124,9 @@ def req_add_token_many(kbs: list[bytes], token: bytes, ttl: int, meta: bool) -> 
     return b"".join(one % (kb, kb, kb) for kb in kbs)
 
 
-TOUCHED = {b"HD": True, b"TOUCHED": True, b"EN": False, b"NOT_FOUND": False}
-
-
-def parse_add_token_many(meta: bool, kbs: list[bytes]) -> Generator[int, bytes, list[bytes]]:
-    """Returns the markers that hold no token of this write (neither store took)."""
-    failed: list[bytes] = []
-    for kb in kbs:
-        stored = False
-        for _ in range(2):
-            line = yield LINE
-            ok = STORED.get(line)
-            if ok is None and not line.startswith(b"SERVER_ERROR"):
-                raise raise_for(line)
-            stored = stored or bool(ok)
-        line = yield LINE
-        if TOUCHED.get(line) is None and not line.startswith(b"SERVER_ERROR"):
-            raise raise_for(line)
-        if not stored:
-            failed.append(kb)
-    return failed
+def parse_add_token_many(meta: bool, kbs: list[bytes]) -> Reply:
+    """The markers that hold no token of this write (neither store took)."""
+    return Reply("add_token_many", meta, keys=kbs)
 
 
 # -- deletes, touch, arithmetic ----------------------------------------------------------------
@@ -206,8 +134,9 @@ def req_delete(kb: bytes, meta: bool) -> bytes:
     return (b"md " if meta else b"delete ") + kb + b"\r\n"
 
 
-DELETED = {b"HD": True, b"DELETED": True, b"NF": False, b"NOT_FOUND": False}
-parse_delete = _one_line(DELETED)
+def parse_delete(meta: bool) -> Reply:
+    """Whether the key existed."""
+    return Reply("delete", meta)
 
 
 def req_delete_many(kbs: list[bytes], meta: bool) -> bytes:
@@ -216,26 +145,9 @@ def req_delete_many(kbs: list[bytes], meta: bool) -> bytes:
     return b"".join([b"delete " + kb + b"\r\n" for kb in kbs])
 
 
-def parse_delete_many(meta: bool, count: int) -> Generator[int, bytes, int]:
-    """Returns how many keys existed."""
-    if meta:
-        missing = 0
-        while True:
-            line = yield LINE
-            if line == b"MN":
-                return count - missing
-            if line == b"NF":
-                missing += 1
-            else:
-                raise raise_for(line)
-    found = 0
-    for _ in range(count):
-        line = yield LINE
-        if line == b"DELETED":
-            found += 1
-        elif line != b"NOT_FOUND":
-            raise raise_for(line)
-    return found
+def parse_delete_many(meta: bool, count: int) -> Reply:
+    """How many of the ``count`` keys existed."""
+    return Reply("delete_many", meta, count)
 
 
 def req_invalidate(kb: bytes, ttl: int | None) -> bytes:
@@ -248,7 +160,9 @@ def req_touch(kb: bytes, ttl: int, meta: bool) -> bytes:
     return b"touch " + kb + b" " + _ttl(ttl) + b"\r\n"
 
 
-parse_touch = _one_line(TOUCHED)
+def parse_touch(meta: bool) -> Reply:
+    """Whether the key existed."""
+    return Reply("touch", meta)
 
 
 def req_arith(kb: bytes, delta: int, decr: bool, initial: int | None, ttl: int, meta: bool) -> bytes:
@@ -262,20 +176,9 @@ def req_arith(kb: bytes, delta: int, decr: bool, initial: int | None, ttl: int, 
     return (b"decr " if decr else b"incr ") + kb + b" " + str(delta).encode() + b"\r\n"
 
 
-def parse_arith(meta: bool) -> Generator[int, bytes, int | None]:
-    line = yield LINE
-    if meta:
-        if line.startswith(b"VA "):
-            data = yield _value_head(line)[0]
-            return int(data)
-        if line in (b"NF", b"NS"):
-            return None
-        raise raise_for(line)
-    if line == b"NOT_FOUND":
-        return None
-    if line[:1].isdigit():
-        return int(line)
-    raise raise_for(line)
+def parse_arith(meta: bool) -> Reply:
+    """The new value, or None if the key is missing (meta: or was not created)."""
+    return Reply("arith", meta)
 
 
 # -- stampede protection (meta only) -----------------------------------------------------------
@@ -286,47 +189,10 @@ def req_lease_get(kb: bytes, lock_ttl: int, recache: int) -> bytes:
     return r + b"\r\n"
 
 
-class Lease:
-    """A meta get answer with the N/R win flags."""
-
-    __slots__ = ("data", "flags", "cas", "win", "stale", "taken", "hit")
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.flags = 0
-        self.cas = 0
-        self.win = False
-        self.stale = False
-        self.taken = False
-        self.hit = False
-
-
-def parse_lease(meta: bool) -> Generator[int, bytes, Lease]:
-    line = yield LINE
-    if not line.startswith(b"VA "):
-        return lease_of(line, None)
-    return lease_of(line, (yield _value_head(line)[0]))
-
-
-def lease_of(line: bytes, data: bytes | None) -> Lease:
-    """The lease a lease get's reply line (and its value, after a ``VA`` line) gives."""
-    lease = Lease()
-    if line == b"EN":
-        return lease
-    if data is None or not line.startswith(b"VA "):
-        raise raise_for(line)
-    f = _value_head(line)[1]
-    lease.data = data
-    lease.flags = int(f.get(102, b"0"))  # f
-    lease.cas = int(f.get(99, b"0"))  # c
-    lease.win = 87 in f  # W
-    lease.stale = 88 in f  # X
-    lease.taken = 90 in f  # Z
-    # a vivified stub is an empty item with flags 0 that someone holds (W for us, Z for others);
-    # marked stale (a row changed while it was being filled), it is still no one's value
-    stub = not lease.data and lease.flags == 0 and (lease.win or lease.taken)
-    lease.hit = not stub
-    return lease
+def parse_lease(meta: bool) -> Reply:
+    """A ``Lease``: the meta get's value with its win (W), stale (X) and taken (Z) flags; ``hit``
+    is false for a miss and for a vivified stub (an empty item with flags 0 that someone holds)."""
+    return Reply("lease", meta)
 
 
 # -- remote markers ----------------------------------------------------------------------------
@@ -335,99 +201,46 @@ def req_exists(kb: bytes, meta: bool) -> bytes:
     return (b"mg " if meta else b"get ") + kb + b"\r\n"
 
 
-def parse_exists(meta: bool) -> Generator[int, bytes, bool]:
-    line = yield LINE
-    if meta:
-        if line == b"HD":
-            return True
-        if line == b"EN":
-            return False
-        raise raise_for(line)
-    if line == b"END":
-        return False
-    if not line.startswith(b"VALUE "):
-        raise raise_for(line)
-    yield int(line.split()[3])
-    end = yield LINE
-    if end != b"END":
-        raise raise_for(end)
-    return True
+def parse_exists(meta: bool) -> Reply:
+    return Reply("exists", meta)
 
 
-def parse_lease_exists(meta: bool) -> Generator[int, bytes, tuple[Lease, bool]]:
-    """The replies to a lease get and, pipelined after it, ``req_exists`` (meta only)."""
-    lease = yield from parse_lease(meta)
-    present = yield from parse_exists(meta)
-    return lease, present
+def parse_lease_exists(meta: bool) -> Reply:
+    """(Lease, bool): the replies to a lease get and, pipelined after it, ``req_exists`` (meta only)."""
+    return Reply("lease_exists", meta)
 
 
 # -- misc --------------------------------------------------------------------------------------
 PROBE = b"mn\r\n"
 
 
-def parse_probe(meta: bool) -> Generator[int, bytes, bool]:
+def parse_probe(meta: bool) -> Reply:
     """Does the server speak meta? ``mn`` gets ``MN`` from a meta server and ``ERROR`` from an old
     one (twemproxy closes the connection instead: the driver's ConnectionError)."""
-    line = yield LINE
-    return line == b"MN"
+    return Reply("probe", meta)
 
 
-parse_ok = _one_line({b"OK": True})
+def parse_ok(meta: bool) -> Reply:
+    return Reply("ok", meta)
 
 
-def parse_version(meta: bool) -> Generator[int, bytes, str]:
-    line = yield LINE
-    if line.startswith(b"VERSION "):
-        return line[8:].decode()
-    raise raise_for(line)
+def parse_version(meta: bool) -> Reply:
+    return Reply("version", meta)
 
 
-def parse_stats(meta: bool) -> Generator[int, bytes, dict[str, str]]:
-    out: dict[str, str] = {}
-    while True:
-        line = yield LINE
-        if line == b"END":
-            return out
-        if not line.startswith(b"STAT "):
-            raise raise_for(line)
-        _, name, value = line.decode("utf-8", "replace").split(" ", 2)
-        out[name] = value
+def parse_stats(meta: bool) -> Reply:
+    """{name: value} of the ``STAT`` lines."""
+    return Reply("stats", meta)
 
 
 # -- near-cache invalidation (memfleet's track extension) ---------------------------------------
 TRACK_LISTEN = b"track listen\r\n"
 
 
-def parse_tracking(line: bytes) -> int | None:
-    """The reply to ``track listen``: the listener's id, or None if the server has no tracking
-    (memcached and ``memfleet route`` answer ``ERROR``). ``SERVER_ERROR`` (too many listeners)
-    raises: it may pass."""
-    if line.startswith(b"TRACKING "):
-        return int(line[9:])
-    if line.startswith(b"ERROR") or line.startswith(b"CLIENT_ERROR"):
-        return None
-    raise raise_for(line)
-
-
 def req_track(listener_id: int) -> bytes:
     return b"track %d\r\n" % listener_id
 
 
-def parse_notice(line: bytes) -> bytes | None:
-    """A listener's notice: the key of ``IV <key>`` (``IV <base64> b`` decoded), or None for
-    ``IV_ALL``. Anything else raises ValueError."""
-    if line == b"IV_ALL":
-        return None
-    parts = line.split(b" ")
-    if parts[0] == b"IV":
-        if len(parts) == 2 and parts[1]:
-            return parts[1]
-        if len(parts) == 3 and parts[2] == b"b":
-            return base64.b64decode(parts[1], validate=True)
-    raise ValueError(f"unexpected notice {line[:80]!r}")
-
-
-def parse_line(meta: bool) -> Generator[int, bytes, bytes]:
+def parse_line(meta: bool) -> Reply:
     """One reply line, as it is."""
-    line = yield LINE
-    return line
+    return Reply("line", meta)

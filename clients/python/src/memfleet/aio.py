@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Callable
 
 from . import _proto as P
-from ._aconn import AsyncConnection, AsyncServer
+from ._aconn import AsyncConnection, AsyncServer, time_out_all
 from ._base import Key, one_or_many
 from ._ops import Operations
 from ._steps import Call, Connect, Load, Op, Round, Sleep
@@ -90,7 +90,55 @@ class AsyncClient(Operations[AsyncServer]):
         task.add_done_callback(self._tasks.discard)
 
     async def _round(self, step: Round) -> list[Any]:
-        return await asyncio.gather(*(self._call(c) for c in step.calls), return_exceptions=True)
+        # every request is sent before any reply is awaited; a call whose server has an idle
+        # connection ready is sent from here (the replies under one timer: they were all asked
+        # for at once), the others (connecting, tracking) run as tasks
+        started: list[tuple[Call, AsyncConnection | None, Any]] = []
+        waiters: list[asyncio.Future[Any]] = []
+        timeout: float | None = None
+        for call in step.calls:
+            server: AsyncServer = call.server  # type: ignore[assignment]
+            conn = self._idle(server)
+            if conn is None:
+                started.append((call, None, asyncio.ensure_future(self._call(call))))
+                continue
+            try:
+                waiter = self._start(conn, call, False)
+            except Exception as exc:  # a request that cannot be built: this call's outcome
+                failed = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                started.append((call, None, failed))
+                continue
+            started.append((call, conn, waiter))
+            waiters.append(waiter)
+            if conn.timeout is not None and (timeout is None or conn.timeout < timeout):
+                timeout = conn.timeout
+        timer = None
+        if waiters and timeout is not None:
+            timer = asyncio.get_running_loop().call_later(timeout, time_out_all, waiters)
+        outcomes: list[Any] = []
+        try:
+            for call, conn, fut in started:
+                try:
+                    if conn is None:
+                        outcomes.append(await fut)
+                    else:
+                        outcomes.append(await self._end(call.server, conn, fut))  # type: ignore[arg-type]
+                except Exception as exc:
+                    outcomes.append(exc)
+        except BaseException:
+            # cancelled: the replies not read leave their connections out of step
+            for _, conn, fut in started[len(outcomes) + 1 :]:
+                if conn is None:
+                    fut.cancel()
+                else:
+                    conn.finish()
+                    conn.close()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return outcomes
 
     async def _load(self, step: Load) -> Any:
         value = step.loader()
@@ -143,11 +191,29 @@ class AsyncClient(Operations[AsyncServer]):
             conn.close()
             raise P.raise_for(line)
 
-    async def _call(self, call: Call) -> Any:
-        server: AsyncServer = call.server  # type: ignore[assignment]
-        conn = await self._acquire(server)
+    def _idle(self, server: AsyncServer) -> AsyncConnection | None:
+        """An idle connection of ``server`` that needs no tracking request first, or None."""
+        idle = server._idle
+        if not idle:
+            return None
+        source = server.source
+        if source is not None and idle[-1].track_id != source.listener_id:
+            return None
+        return idle.pop()
+
+    @staticmethod
+    def _start(conn: AsyncConnection, call: Call, timed: bool = True) -> asyncio.Future[Any]:
         try:
-            result = await conn.run(call.build(conn.meta), call.value, call.parse)
+            return conn.start(call.build(conn.meta), call.value, call.parse, timed)
+        except BaseException:
+            conn.finish()
+            conn.close()
+            raise
+
+    async def _end(self, server: AsyncServer, conn: AsyncConnection, reply: asyncio.Future[Any]) -> Any:
+        """The outcome of a request ``conn`` sent: its reply, or the error, the connection closed."""
+        try:
+            result = await reply
         except MemfleetServerError:
             conn.close()
             raise
@@ -159,9 +225,16 @@ class AsyncClient(Operations[AsyncServer]):
             # cancelled mid-reply: the connection's stream position is unknown
             conn.close()
             raise
+        finally:
+            conn.finish()
         server.release(conn)
         server.failures = 0
         return result
+
+    async def _call(self, call: Call) -> Any:
+        server: AsyncServer = call.server  # type: ignore[assignment]
+        conn = self._idle(server) or await self._acquire(server)
+        return await self._end(server, conn, self._start(conn, call))
 
     _DO: dict[type, Callable[[AsyncClient, Any], Awaitable[Any]]] = {
         Call: _call,

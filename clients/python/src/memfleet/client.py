@@ -288,24 +288,20 @@ class Client(Operations[Server]):
                     out[key] = value
         return out
 
-    def _answer(self, server: Server, request: Callable[[bool], bytes], answers: dict[bytes, bool]) -> bool:
-        """One request whose reply is one line meaning yes or no, on a pooled connection."""
+    def _ask(self, server: Server, request: Callable[[bool], bytes], parse: Callable[[bool], P.Parser]) -> Any:
+        """One request and its parsed reply on a pooled connection (a Call without the driver)."""
         conn = self._acquire(server)
         try:
-            line = conn.call_line(request(conn.meta))
+            result = conn.call(request(conn.meta), parse(conn.meta))
         except MemfleetServerError:
-            conn.close()
+            conn.close()  # the rest of the reply is unread
             raise
         except OSError as exc:
             self._lost(server, conn, exc)
-        ok = answers.get(line)
-        if ok is None:
-            conn.close()
-            raise P.raise_for(line)
         server.release(conn)
         if server.failures:
             server.failures = 0
-        return ok
+        return result
 
     def _delete_now(self, key: Key) -> bool:
         """Remove ``key``; True if it existed."""
@@ -313,7 +309,7 @@ class Client(Operations[Server]):
         if self._near is not None:
             self._near.discard(wire)
         try:
-            return self._answer(self._router.server_for(rk), lambda meta: P.req_delete(wire, meta), P.DELETED)
+            return bool(self._ask(self._router.server_for(rk), lambda meta: P.req_delete(wire, meta), P.parse_delete))
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return False
@@ -325,7 +321,9 @@ class Client(Operations[Server]):
         if self._near is not None:
             self._near.discard(wire)
         try:
-            return self._answer(self._router.server_for(rk), lambda meta: P.req_touch(wire, ttl, meta), P.TOUCHED)
+            return bool(
+                self._ask(self._router.server_for(rk), lambda meta: P.req_touch(wire, ttl, meta), P.parse_touch)
+            )
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return False
@@ -338,30 +336,15 @@ class Client(Operations[Server]):
         wire, rk = self._cfg.key(key)
         if self._near is not None:
             self._near.discard(wire)
-        server = self._router.server_for(rk)
+        request = b"%b %b %d\r\n" % (b"decr" if decr else b"incr", wire, delta)
         try:
-            conn = self._acquire(server)
-            try:
-                line = conn.call_line(b"%b %b %d\r\n" % (b"decr" if decr else b"incr", wire, delta))
-            except MemfleetServerError:
-                conn.close()
-                raise
-            except OSError as exc:
-                self._lost(server, conn, exc)
+            value: int | None = self._ask(
+                self._router.server_for(rk), lambda meta: request, lambda meta: P.parse_arith(False)
+            )
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return None
             raise
-        if line[:1].isdigit():
-            value: int | None = int(line)
-        elif line == b"NOT_FOUND":
-            value = None
-        else:
-            conn.close()
-            raise P.raise_for(line)
-        server.release(conn)
-        if server.failures:
-            server.failures = 0
         return value
 
     def _incr_now(self, key: Key, delta: int = 1, initial: int | None = None, ttl: int = 0) -> int | None:
@@ -392,18 +375,8 @@ class Client(Operations[Server]):
             wire, rk = self._cfg.key(key)
             server = self._router.server_for(rk)
             if server.meta:
-                conn = self._acquire(server)
-                try:
-                    line, data = conn.call_meta(P.req_lease_get(wire, lock_ttl, recache_before))
-                    lease = P.lease_of(line, data)
-                except MemfleetServerError:
-                    conn.close()
-                    raise
-                except OSError as exc:
-                    self._lost(server, conn, exc)
-                server.release(conn)
-                if server.failures:
-                    server.failures = 0
+                request = P.req_lease_get(wire, lock_ttl, recache_before)
+                lease = self._ask(server, lambda meta: request, P.parse_lease)
                 if lease.hit and not lease.win:
                     try:
                         return self._serde.decode(lease.data, lease.flags)
@@ -431,10 +404,11 @@ class Client(Operations[Server]):
             if self.ignore_errors:
                 return False
             raise
-        ok = P.STORED.get(line)
-        if ok is None:
+        try:
+            ok = P.store_reply(line)
+        except MemfleetServerError:
             conn.close()
-            raise P.raise_for(line)
+            raise
         server.release(conn)
         if server.failures:
             server.failures = 0
