@@ -16,7 +16,7 @@ use crate::ketama::{self, Ketama};
 use crate::py_err::connection_error;
 pub(crate) use crate::py_err::server_error;
 use crate::py_reply::Reply;
-use crate::wire::{self, Kind, ManyLine, ReplyParser, Stop};
+use crate::wire::{self, Kind, ReplyParser, Stop};
 
 const RECV: usize = 65536;
 /// Values at least this long leave by scatter-gather, uncopied.
@@ -67,17 +67,16 @@ impl Conn {
         connection_error(py, "server closed the connection".to_owned())
     }
 
-    /// With the GIL released once: send `request`, then receive until `complete` says the
-    /// reply is whole (or cannot be read: the parser then reports that). Each GIL hand-back costs
-    /// a wait when other threads run Python, so a reply is not taken one recv at a time. Over a
-    /// Python socket (TLS) the request is sent and the parser receives as it reads.
+    /// With the GIL released once: send `request`, then receive until `parser` has the whole
+    /// reply, or finds it bad (then [`Self::parse`] reports that). Each GIL hand-back costs a
+    /// wait when other threads run Python, so a reply is not taken one recv at a time. Over a
+    /// Python socket (TLS) the request is sent and [`Self::parse`] receives as it reads.
     fn exchange(
         &mut self,
         py: Python<'_>,
         request: &[&[u8]],
-        complete: fn(&[u8], bool) -> bool,
+        parser: &mut ReplyParser,
     ) -> PyResult<()> {
-        let meta = self.meta;
         let Io::Tcp(s) = &mut self.io else {
             return if request.is_empty() {
                 Ok(())
@@ -94,20 +93,25 @@ impl Conn {
                     let n = write_some(s, rest)?;
                     IoSlice::advance_slices(&mut rest, n);
                 }
-                while !complete(&buf[*pos..*end], meta) {
-                    make_room(buf, pos, end, 0);
-                    let n = s.read(&mut buf[*end..])?;
-                    if n == 0 {
-                        return Ok(()); // closed: the parser says so where it runs out
-                    }
-                    *end += n;
-                }
-                Ok(())
+                receive_reply(s, buf, pos, end, parser)
             });
             match r {
                 Ok(()) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
                 Err(e) => return Err(io_error(e)),
+            }
+        }
+    }
+
+    /// Reads until `parser` has the whole reply (receiving what is missing); a bad reply is a
+    /// `MemfleetServerError`.
+    pub(crate) fn parse(&mut self, py: Python<'_>, parser: &mut ReplyParser) -> PyResult<()> {
+        loop {
+            let (pos, end) = (self.pos, self.end);
+            match parser.advance(&self.buf[pos..end]) {
+                Ok(()) => return Ok(()),
+                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
+                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
             }
         }
     }
@@ -144,7 +148,7 @@ impl Conn {
     }
 
     /// The range of the next line (without CRLF), consumed.
-    pub(crate) fn line(&mut self, py: Python<'_>) -> PyResult<(usize, usize)> {
+    fn line(&mut self, py: Python<'_>) -> PyResult<(usize, usize)> {
         let mut scanned = 0;
         loop {
             let at = wire::line_end(&self.buf[self.pos..self.end], scanned)
@@ -158,21 +162,6 @@ impl Conn {
             scanned = (self.end - self.pos).saturating_sub(1);
             self.fill(py, 0)?;
         }
-    }
-
-    /// The range of `n` data bytes, consumed with their CRLF.
-    pub(crate) fn data(&mut self, py: Python<'_>, n: usize) -> PyResult<(usize, usize)> {
-        let need = n
-            .checked_add(2)
-            .ok_or_else(|| PyValueError::new_err("value too long"))?;
-        while self.end - self.pos < need {
-            let missing = need - (self.end - self.pos);
-            self.fill(py, missing)?;
-        }
-        let start = self.pos;
-        wire::check_data_end(&self.buf[start..start + need]).map_err(|e| server_error(py, e))?;
-        self.pos += need;
-        Ok((start, start + n))
     }
 
     pub(crate) fn write(&mut self, py: Python<'_>, parts: &[&[u8]]) -> PyResult<()> {
@@ -199,25 +188,6 @@ impl Conn {
             Io::Closed => Err(connection_error(py, "connection is closed".to_owned())),
         }
     }
-
-    fn get_many_into(&mut self, py: Python<'_>, out: &Bound<'_, PyDict>) -> PyResult<()> {
-        let meta = self.meta;
-        loop {
-            let (a, b) = self.line(py)?;
-            let item = match wire::get_many_line(&self.buf[a..b], meta)
-                .map_err(|e| server_error(py, e))?
-            {
-                ManyLine::Item { key, flags, len } => Some((key.to_vec(), flags, len)),
-                ManyLine::Miss => None,
-                ManyLine::End => return Ok(()),
-            };
-            if let Some((key, flags, len)) = item {
-                let (s, e) = self.data(py, len)?;
-                let data = PyBytes::new(py, &self.buf[s..e]);
-                out.set_item(PyBytes::new(py, &key), (data, flags))?;
-            }
-        }
-    }
 }
 
 /// Makes room after `end` for at least `want` more bytes (a full receive's worth at least),
@@ -235,6 +205,26 @@ pub(crate) fn make_room(buf: &mut Vec<u8>, pos: &mut usize, end: &mut usize, wan
     if buf.len() - *end < room {
         buf.resize(*end + room, 0);
     }
+}
+
+/// Receives into `buf` until `parser` has the whole reply after `pos`, finds it bad, or the
+/// server closes the connection (the parser then says where the reply runs out).
+pub(crate) fn receive_reply(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    pos: &mut usize,
+    end: &mut usize,
+    parser: &mut ReplyParser,
+) -> io::Result<()> {
+    while let Err(Stop::More { want }) = parser.advance(&buf[*pos..*end]) {
+        make_room(buf, pos, end, want.saturating_sub(*end - *pos));
+        let n = s.read(&mut buf[*end..])?;
+        if n == 0 {
+            return Ok(());
+        }
+        *end += n;
+    }
+    Ok(())
 }
 
 /// Writes what the socket takes now (blocking until it takes something).
@@ -382,12 +372,6 @@ impl Conn {
         Ok(PyBytes::new(py, &self.buf[a..b]))
     }
 
-    /// `n` data bytes followed by CRLF.
-    fn read_value<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let (a, b) = self.data(py, n)?;
-        Ok(PyBytes::new(py, &self.buf[a..b]))
-    }
-
     /// One fetch: `(data, flags)`, or None on a miss.
     fn get<'py>(
         &mut self,
@@ -395,16 +379,9 @@ impl Conn {
         key: &[u8],
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         let meta = self.meta;
-        self.exchange(py, &[&wire::req_get(key, meta)], wire::get_reply_complete)?;
         let mut parser = ReplyParser::new(Kind::Get, meta);
-        loop {
-            let (pos, end) = (self.pos, self.end);
-            match parser.advance(&self.buf[pos..end]) {
-                Ok(()) => break,
-                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
-                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
-            }
-        }
+        self.exchange(py, &[&wire::req_get(key, meta)], &mut parser)?;
+        self.parse(py, &mut parser)?;
         let start = self.pos;
         self.pos += parser.consumed();
         Ok(match parser.take() {
@@ -416,43 +393,34 @@ impl Conn {
         })
     }
 
-    /// A store: sends the command line, the value and CRLF, and returns the reply line.
-    fn store<'py>(
-        &mut self,
-        py: Python<'py>,
-        head: &[u8],
-        data: &[u8],
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    /// A store: sends the command line, the value and CRLF; whether it was stored (`NS`,
+    /// `EX`, `NF` and their text forms are not; any other line is an error).
+    fn store(&mut self, py: Python<'_>, head: &[u8], data: &[u8]) -> PyResult<bool> {
+        let mut parser = ReplyParser::new(Kind::Store, self.meta);
         if let Io::Tcp(_) = self.io {
             if data.len() >= GATHER_FROM {
-                self.exchange(py, &[head, data, b"\r\n"], wire::line_complete)?;
+                self.exchange(py, &[head, data, b"\r\n"], &mut parser)?;
             } else {
                 let mut one = Vec::with_capacity(head.len() + data.len() + 2);
                 one.extend_from_slice(head);
                 one.extend_from_slice(data);
                 one.extend_from_slice(b"\r\n");
-                self.exchange(py, &[&one], wire::line_complete)?;
+                self.exchange(py, &[&one], &mut parser)?;
             }
         } else {
             self.send_value(py, head, data)?;
         }
-        self.readline(py)
+        self.parse(py, &mut parser)?;
+        self.pos += parser.consumed();
+        Ok(matches!(parser.take(), wire::Reply::Bool(true)))
     }
 
     /// One reply, read whole and parsed (`memfleet._proto`'s `parse_*` make `reply`).
     fn read_reply(&mut self, py: Python<'_>, mut reply: PyRefMut<'_, Reply>) -> PyResult<PyObject> {
-        loop {
-            let (pos, end) = (self.pos, self.end);
-            match reply.parser.advance(&self.buf[pos..end]) {
-                Ok(()) => {
-                    let r = reply.result(py, &self.buf[pos..end]);
-                    self.pos += reply.parser.consumed();
-                    return r;
-                }
-                Err(Stop::More { want }) => self.fill(py, want.saturating_sub(end - pos))?,
-                Err(Stop::Bad(e)) => return Err(server_error(py, e)),
-            }
-        }
+        self.parse(py, &mut reply.parser)?;
+        let r = reply.result(py, &self.buf[self.pos..self.end]);
+        self.pos += reply.parser.consumed();
+        r
     }
 
     /// A request and its reply, parsed: the blocking client's one-key fast paths.
@@ -462,16 +430,9 @@ impl Conn {
         request: &[u8],
         reply: PyRefMut<'_, Reply>,
     ) -> PyResult<PyObject> {
-        self.write(py, &[request])?;
+        let mut reply = reply;
+        self.exchange(py, &[request], &mut reply.parser)?;
         self.read_reply(py, reply)
-    }
-
-    /// The reply to `req_get_many`: `{key: (data, flags)}` of the hits.
-    fn read_get_many<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.exchange(py, &[], wire::get_many_reply_complete)?;
-        let out = PyDict::new(py);
-        self.get_many_into(py, &out)?;
-        Ok(out)
     }
 }
 

@@ -4,16 +4,15 @@
 //! caller's own keys. Values of the simple types (bytes, text, integers) are decoded here; the
 //! rest go back to Python's decoder.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::TcpStream;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use crate::py::{io_error, make_room, Conn, Io, Ring};
-use crate::py_err::server_error;
-use crate::wire::{self, ManyLine};
+use crate::py::{io_error, receive_reply, Conn, Io, Ring};
+use crate::wire::{self, Kind, ReplyParser};
 
 // memfleet's flags table (memfleet.serde): the types decoded here
 const FLAG_BYTES: u32 = 0;
@@ -90,7 +89,7 @@ struct Pending<'a> {
     buf: &'a mut Vec<u8>,
     pos: &'a mut usize,
     end: &'a mut usize,
-    meta: bool,
+    parser: &'a mut ReplyParser,
     request: &'a [u8],
     sent: usize,
     received: bool,
@@ -117,23 +116,14 @@ fn send_and_receive(pending: &mut [Pending<'_>]) -> Result<(), ()> {
             }
         }
     }
-    for p in pending.iter_mut().filter(|p| p.error.is_none()) {
-        while !p.received {
-            if wire::get_many_reply_complete(&p.buf[*p.pos..*p.end], p.meta) {
-                p.received = true;
-                break;
-            }
-            make_room(p.buf, p.pos, p.end, 0);
-            match p.stream.read(&mut p.buf[*p.end..]) {
-                // closed: the parser says so where the reply runs out
-                Ok(0) => p.received = true,
-                Ok(n) => *p.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(()),
-                Err(e) => {
-                    p.error = Some(e);
-                    break;
-                }
-            }
+    for p in pending
+        .iter_mut()
+        .filter(|p| p.error.is_none() && !p.received)
+    {
+        match receive_reply(p.stream, p.buf, p.pos, p.end, p.parser) {
+            Ok(()) => p.received = true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(()),
+            Err(e) => p.error = Some(e),
         }
     }
     Ok(())
@@ -179,33 +169,29 @@ impl FetchPlan {
         Some(members[j])
     }
 
-    /// Reads one server's reply (to a meta request if `meta`) into `found`.
+    /// Reads one server's reply, as `parser` parses it, into `found`.
     fn parse_into(
         &self,
         py: Python<'_>,
         conn: &mut Conn,
-        meta: bool,
+        parser: &mut ReplyParser,
         members: &[usize],
         found: &Found<'_, '_>,
     ) -> PyResult<()> {
+        conn.parse(py, parser)?;
+        let start = conn.pos;
+        conn.pos += parser.consumed();
+        let wire::Reply::Items(items) = parser.take() else {
+            return Ok(());
+        };
+        let reply = &conn.buf[start..conn.pos];
         let mut cursor = 0;
-        loop {
-            let (a, b) = conn.line(py)?;
-            let (at, flags, len) = match wire::get_many_line(&conn.buf[a..b], meta)
-                .map_err(|e| server_error(py, e))?
-            {
-                ManyLine::End => return Ok(()),
-                ManyLine::Miss => continue,
-                ManyLine::Item { key, flags, len } => {
-                    (self.find(members, &mut cursor, key), flags, len)
-                }
-            };
-            let (s, e) = conn.data(py, len)?;
-            let Some(at) = at else {
+        for (key, data, flags) in items {
+            let Some(at) = self.find(members, &mut cursor, key.of(reply)) else {
                 continue; // a key not asked for: nobody wants it
             };
             let key = found.keys.get_item(at)?;
-            let data = &conn.buf[s..e];
+            let data = data.of(reply);
             match found
                 .decode
                 .then(|| decode_simple(py, data, flags))
@@ -215,6 +201,7 @@ impl FetchPlan {
                 None => found.raw.append((key, PyBytes::new(py, data), flags))?,
             }
         }
+        Ok(())
     }
 }
 
@@ -264,10 +251,14 @@ impl FetchPlan {
                 None => Vec::new(),
             })
             .collect();
+        let mut parsers: Vec<ReplyParser> = guards
+            .iter()
+            .map(|c| ReplyParser::new(Kind::GetMany, c.as_ref().is_some_and(|c| c.meta) && !text))
+            .collect();
         // sockets of Python's (TLS) are written to now and read from while parsing; plain TCP
         // ones are all written to, then read from, in one stretch without the GIL
         let mut pending = Vec::new();
-        for (g, conn) in guards.iter_mut().enumerate() {
+        for ((g, conn), parser) in guards.iter_mut().enumerate().zip(parsers.iter_mut()) {
             let Some(conn) = conn else { continue };
             let conn: &mut Conn = conn;
             if !matches!(conn.io, Io::Tcp(_)) {
@@ -281,7 +272,7 @@ impl FetchPlan {
                     buf: &mut conn.buf,
                     pos: &mut conn.pos,
                     end: &mut conn.end,
-                    meta: conn.meta && !text,
+                    parser,
                     request: &requests[g],
                     sent: 0,
                     received: false,
@@ -303,13 +294,12 @@ impl FetchPlan {
             values: PyDict::new(py),
             raw: PyList::empty(py),
         };
-        for (g, conn) in guards.iter_mut().enumerate() {
+        for ((g, conn), parser) in guards.iter_mut().enumerate().zip(parsers.iter_mut()) {
             let Some(conn) = conn else { continue };
             if errors[g].is_some() {
                 continue;
             }
-            let meta = conn.meta && !text;
-            if let Err(e) = self.parse_into(py, conn, meta, &self.groups[g].1, &found) {
+            if let Err(e) = self.parse_into(py, conn, parser, &self.groups[g].1, &found) {
                 errors[g] = Some(e);
             }
         }

@@ -245,13 +245,6 @@ impl Reader {
     }
 }
 
-/// Whether a store took, from its reply line; `MemfleetServerError` for any other line.
-#[pyfunction]
-pub fn store_reply(py: Python<'_>, line: &[u8]) -> PyResult<bool> {
-    wire::store_line(line).map_err(|e| server_error(py, e))
-}
-
-/// The reply to `track listen` (`wire::tracking_line`).
 #[pyfunction]
 pub fn parse_tracking(py: Python<'_>, line: &[u8]) -> PyResult<Option<u64>> {
     wire::tracking_line(line).map_err(|e| server_error(py, e))
@@ -277,7 +270,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Lease>()?;
     m.add_class::<Reply>()?;
     m.add_class::<Reader>()?;
-    m.add_function(wrap_pyfunction!(store_reply, m)?)?;
     m.add_function(wrap_pyfunction!(parse_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(parse_notice, m)?)?;
     Ok(())

@@ -121,54 +121,6 @@ pub fn line_end(buf: &[u8], from: usize) -> Result<Option<usize>, WireError> {
     }
 }
 
-/// Whether `buf` holds a whole reply to [`req_get`] (`many`: to [`req_get_many`]), or one that
-/// cannot be read as one: then receiving more is pointless and the parser reports it.
-pub fn reply_complete(buf: &[u8], meta: bool, many: bool) -> bool {
-    let mut at = 0;
-    loop {
-        let cr = match line_end(&buf[at..], 0) {
-            Ok(Some(cr)) => cr,
-            Ok(None) => return false,
-            Err(_) => return true,
-        };
-        let line = &buf[at..at + cr];
-        at += cr + 2;
-        match get_many_line(line, meta) {
-            Ok(ManyLine::Item { len, .. }) => {
-                at = match at.checked_add(len).and_then(|a| a.checked_add(2)) {
-                    Some(a) if a <= buf.len() => a,
-                    _ => return false,
-                };
-                // a meta get's value ends its reply; a text get's is followed by END
-                if meta && !many {
-                    return true;
-                }
-            }
-            Ok(ManyLine::Miss) if many => {}
-            Ok(_) | Err(_) => return true,
-        }
-    }
-}
-
-/// Whether `buf` holds a whole reply to [`req_get`], or one that cannot be read as one (its
-/// [`ReplyParser`] needs no more bytes).
-pub fn get_reply_complete(buf: &[u8], meta: bool) -> bool {
-    !matches!(
-        ReplyParser::new(Kind::Get, meta).advance(buf),
-        Err(Stop::More { .. })
-    )
-}
-
-/// [`reply_complete`] for a multi-key fetch.
-pub fn get_many_reply_complete(buf: &[u8], meta: bool) -> bool {
-    reply_complete(buf, meta, true)
-}
-
-/// Whether `buf` holds a whole line (or more than a line may hold).
-pub fn line_complete(buf: &[u8], _meta: bool) -> bool {
-    !matches!(line_end(buf, 0), Ok(None))
-}
-
 /// A data block must end with CRLF; anything else means the reply is out of step.
 pub fn check_data_end(block: &[u8]) -> Result<(), WireError> {
     if block.ends_with(b"\r\n") {
@@ -416,11 +368,6 @@ const TOUCHED: &[(&[u8], bool)] = &[
     (b"NOT_FOUND", false),
 ];
 const OK: &[(&[u8], bool)] = &[(b"OK", true)];
-
-/// Whether a store took: true, false, or an error the reply cannot be (`SERVER_ERROR` too).
-pub fn store_line(line: &[u8]) -> Result<bool, WireError> {
-    answer(line, STORED).ok_or_else(|| WireError::of(line))
-}
 
 /// One of many stores: a `SERVER_ERROR` (it carries no key) fails this store only.
 fn store_of_many(line: &[u8]) -> Result<bool, Stop> {
@@ -814,30 +761,41 @@ mod tests {
         assert!(get_many_line(b"", false).is_err());
     }
 
+    /// Whether a parser of `kind` waits for more of `buf` (a bad reply waits for nothing).
+    fn needs_more(kind: Kind, meta: bool, buf: &[u8]) -> bool {
+        matches!(
+            ReplyParser::new(kind, meta).advance(buf),
+            Err(Stop::More { .. })
+        )
+    }
+
     #[test]
     fn replies_are_complete_once_every_promised_byte_is_there() {
         let meta_many = b"VA 2 f0 ka\r\nhi\r\nEN\r\nVA 1 kb\r\nx\r\nMN\r\n";
-        assert!(get_many_reply_complete(meta_many, true));
+        assert!(!needs_more(Kind::GetMany, true, meta_many));
         for cut in 0..meta_many.len() {
             assert!(
-                !get_many_reply_complete(&meta_many[..cut], true),
+                needs_more(Kind::GetMany, true, &meta_many[..cut]),
                 "cut at {cut}"
             );
         }
         let text_one = b"VALUE k 0 2\r\nhi\r\nEND\r\n";
-        assert!(get_reply_complete(text_one, false));
+        assert!(!needs_more(Kind::Get, false, text_one));
         for cut in 0..text_one.len() {
-            assert!(!get_reply_complete(&text_one[..cut], false), "cut at {cut}");
+            assert!(
+                needs_more(Kind::Get, false, &text_one[..cut]),
+                "cut at {cut}"
+            );
         }
-        assert!(get_reply_complete(b"VA 2 f1\r\nhi\r\n", true));
-        assert!(!get_reply_complete(b"VA 2 f1\r\nhi\r", true));
-        assert!(get_reply_complete(b"EN\r\n", true));
+        assert!(!needs_more(Kind::Get, true, b"VA 2 f1\r\nhi\r\n"));
+        assert!(needs_more(Kind::Get, true, b"VA 2 f1\r\nhi\r"));
+        assert!(!needs_more(Kind::Get, true, b"EN\r\n"));
         // garbage, error lines and endless lines need no more bytes: the parser reports them
-        assert!(get_many_reply_complete(b"SERVER_ERROR x\r\n", true));
-        assert!(get_many_reply_complete(b"VA x\r\n", true));
-        assert!(get_many_reply_complete(&vec![b'x'; MAX_LINE + 2], true));
-        assert!(!line_complete(b"HD", true));
-        assert!(line_complete(b"HD\r\n", true));
+        assert!(!needs_more(Kind::GetMany, true, b"SERVER_ERROR x\r\n"));
+        assert!(!needs_more(Kind::GetMany, true, b"VA x\r\n"));
+        assert!(!needs_more(Kind::GetMany, true, &vec![b'x'; MAX_LINE + 2]));
+        assert!(needs_more(Kind::Store, true, b"HD"));
+        assert!(!needs_more(Kind::Store, true, b"HD\r\n"));
     }
 
     #[test]
@@ -1009,8 +967,8 @@ mod tests {
             Reply::Text("1.6.18".to_owned())
         );
         assert!(is_bad(Kind::Version, true, b"ERROR\r\n"));
-        assert_eq!(store_line(b"EXISTS"), Ok(false));
-        assert!(store_line(b"SERVER_ERROR x").is_err());
+        assert_eq!(ok(Kind::Store, false, b"EXISTS\r\n"), Reply::Bool(false));
+        assert!(is_bad(Kind::Store, false, b"SERVER_ERROR x\r\n"));
     }
 
     #[test]

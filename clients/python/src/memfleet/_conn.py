@@ -56,9 +56,7 @@ class Connection(Conn):
     __slots__ = ()
 
     def reply(self, parse: Callable[[bool], P.Parser], meta: bool) -> Any:
-        """Read and parse one reply (a multi-key fetch's with ``read_get_many``)."""
-        if parse is P.parse_get_many:
-            return self.read_get_many()
+        """Read and parse one reply."""
         return self.read_reply(parse(meta))
 
     def probe(self) -> bool | None:

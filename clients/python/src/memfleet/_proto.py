@@ -16,7 +16,6 @@ from ._native import Reply
 from ._native import parse_notice as parse_notice  # a listener's notice: key, None (IV_ALL)
 from ._native import parse_tracking as parse_tracking  # track listen's reply: id, None
 from ._native import req_get_many as req_get_many  # built by the Rust wire layer
-from ._native import store_reply as store_reply
 from .errors import MemfleetServerError
 
 Parser = Reply
@@ -53,8 +52,7 @@ def parse_get(meta: bool) -> Reply:
 
 def parse_get_many(meta: bool) -> Reply:
     """{key: (data, flags)} of the hits (meta: the replies to ``mg <key> f v k q`` ... ``mn``,
-    text: ``VALUE`` items up to ``END``); the blocking connection reads it with
-    ``Conn.read_get_many``."""
+    text: ``VALUE`` items up to ``END``)."""
     return Reply("get_many", meta)
 
 

@@ -394,7 +394,7 @@ class Client(Operations[Server]):
         try:
             conn = self._acquire(server)
             try:
-                line = conn.store(P.store_head(b"set", wire, len(data), flags, ttl, conn.meta), data)
+                ok = conn.store(P.store_head(b"set", wire, len(data), flags, ttl, conn.meta), data)
             except MemfleetServerError:
                 conn.close()
                 raise
@@ -403,11 +403,6 @@ class Client(Operations[Server]):
         except MemfleetConnectionError:
             if self.ignore_errors:
                 return False
-            raise
-        try:
-            ok = P.store_reply(line)
-        except MemfleetServerError:
-            conn.close()
             raise
         server.release(conn)
         if server.failures:
