@@ -165,9 +165,11 @@ class Client(Operations[Server]):
         self._router.failed(server)
         raise MemfleetConnectionError(f"{server.address}: {exc}") from exc
 
-    def _reply(self, server: Server, conn: Connection, parse: Callable[[bool], Parser]) -> Any:
+    def _settle(self, server: Server, conn: Connection, read: Callable[[], Any]) -> Any:
+        """What ``read`` reads off ``conn``; the connection goes back to the pool, or is closed
+        when the reply failed."""
         try:
-            result = conn.reply(parse, conn.meta)
+            result = read()
         except MemfleetServerError:
             conn.close()  # the rest of the reply is unread
             raise
@@ -177,6 +179,9 @@ class Client(Operations[Server]):
         if server.failures:
             server.failures = 0
         return result
+
+    def _reply(self, server: Server, conn: Connection, parse: Callable[[bool], Parser]) -> Any:
+        return self._settle(server, conn, lambda: conn.reply(parse, conn.meta))
 
     def _round(self, calls: list[Call]) -> list[Any]:
         """Send every call, then read every reply; failures become outcomes."""
@@ -291,17 +296,7 @@ class Client(Operations[Server]):
     def _ask(self, server: Server, request: Callable[[bool], bytes], parse: Callable[[bool], P.Parser]) -> Any:
         """One request and its parsed reply on a pooled connection (a Call without the driver)."""
         conn = self._acquire(server)
-        try:
-            result = conn.call(request(conn.meta), parse(conn.meta))
-        except MemfleetServerError:
-            conn.close()  # the rest of the reply is unread
-            raise
-        except OSError as exc:
-            self._lost(server, conn, exc)
-        server.release(conn)
-        if server.failures:
-            server.failures = 0
-        return result
+        return self._settle(server, conn, lambda: conn.call(request(conn.meta), parse(conn.meta)))
 
     def _delete_now(self, key: Key) -> bool:
         """Remove ``key``; True if it existed."""
