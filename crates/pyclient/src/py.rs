@@ -442,18 +442,18 @@ pub struct Ring {
     ring: Ketama,
     /// Routing key -> server index: a hot key skips md5 (the ring never changes; a new one is
     /// built when the live servers do).
-    pub(crate) memo: Mutex<HashMap<Vec<u8>, usize>>,
+    pub(crate) memo: Mutex<Memo>,
 }
+
+/// Routing key -> server index, with a fast hasher (the keys are the application's, and
+/// the memo starts over at `MEMO_MAX` entries).
+pub(crate) type Memo = HashMap<Vec<u8>, usize, foldhash::fast::RandomState>;
 
 /// Entries the memo holds before it starts over.
 const MEMO_MAX: usize = 65536;
 
 impl Ring {
-    pub(crate) fn index_memo(
-        &self,
-        memo: &mut HashMap<Vec<u8>, usize>,
-        key: &[u8],
-    ) -> PyResult<usize> {
+    pub(crate) fn index_memo(&self, memo: &mut Memo, key: &[u8]) -> PyResult<usize> {
         if let Some(&at) = memo.get(key) {
             return Ok(at);
         }
@@ -475,7 +475,7 @@ impl Ring {
         }
         Ok(Ring {
             ring: Ketama::new(&names, &weights),
-            memo: Mutex::new(HashMap::new()),
+            memo: Mutex::new(Memo::default()),
         })
     }
 

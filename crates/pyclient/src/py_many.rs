@@ -144,9 +144,22 @@ struct Found<'a, 'py> {
 fn decode_simple<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Option<Bound<'py, PyAny>> {
     match flags {
         FLAG_BYTES => Some(PyBytes::new(py, data).into_any()),
-        FLAG_TEXT => std::str::from_utf8(data)
-            .ok()
-            .map(|s| PyString::new(py, s).into_any()),
+        // Python's own decoder checks the UTF-8 as it copies (checking it here first, for
+        // PyString::new, read every value twice); an invalid one is left to Python.
+        // Sound: `py` holds the GIL, and `data` outlives the call, which copies it.
+        FLAG_TEXT => unsafe {
+            let s = pyo3::ffi::PyUnicode_DecodeUTF8(
+                data.as_ptr().cast(),
+                data.len() as pyo3::ffi::Py_ssize_t,
+                std::ptr::null(),
+            );
+            if s.is_null() {
+                pyo3::ffi::PyErr_Clear();
+                None
+            } else {
+                Some(Bound::from_owned_ptr(py, s))
+            }
+        },
         FLAG_INTEGER | FLAG_LONG => {
             wire::ascii_int(data).and_then(|n| n.into_pyobject(py).ok().map(|n| n.into_any()))
         }

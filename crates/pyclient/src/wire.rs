@@ -114,8 +114,18 @@ pub fn get_many_line(line: &[u8], meta: bool) -> Result<ManyLine<'_>, WireError>
 /// arrived. The bytes before `from` are known to hold no CRLF. A line longer than
 /// [`MAX_LINE`] is garbage.
 pub fn line_end(buf: &[u8], from: usize) -> Result<Option<usize>, WireError> {
-    match memchr::memmem::find(&buf[from..], b"\r\n") {
-        Some(i) if from + i <= MAX_LINE => Ok(Some(from + i)),
+    // a search for LF needs no set-up, where memmem's for CRLF cost more than the short
+    // lines it searched
+    let mut at = from;
+    let cr = loop {
+        match memchr::memchr(b'\n', &buf[at..]) {
+            Some(i) if at + i > from && buf[at + i - 1] == b'\r' => break Some(at + i - 1),
+            Some(i) => at += i + 1,
+            None => break None,
+        }
+    };
+    match cr {
+        Some(cr) if cr <= MAX_LINE => Ok(Some(cr)),
         None if buf.len() <= MAX_LINE + 1 => Ok(None),
         _ => Err(WireError(b"SERVER_ERROR reply line too long".to_vec())),
     }
@@ -1096,6 +1106,26 @@ mod tests {
     ];
 
     proptest::proptest! {
+        /// The first CRLF at or after `from`, as a plain search finds it.
+        #[test]
+        fn line_end_finds_the_first_crlf(
+            bytes in proptest::collection::vec(proptest::prop_oneof![
+                proptest::strategy::Just(b'\r'),
+                proptest::strategy::Just(b'\n'),
+                proptest::strategy::Just(b'x'),
+            ], 0..MAX_LINE + 40),
+            from in 0usize..MAX_LINE + 40,
+        ) {
+            let from = from.min(bytes.len());
+            let first = bytes[from..].windows(2).position(|w| w == b"\r\n").map(|i| from + i);
+            let want = match first {
+                Some(cr) if cr <= MAX_LINE => Some(Some(cr)),
+                None if bytes.len() <= MAX_LINE + 1 => Some(None),
+                _ => None,
+            };
+            proptest::prop_assert_eq!(line_end(&bytes, from).ok(), want);
+        }
+
         /// Any bytes, in any chunks: the parser neither panics nor reads past what it has, and
         /// chunking does not change the outcome.
         #[test]
