@@ -535,6 +535,13 @@ pub(crate) fn key_hash(key: &[u8]) -> u32 {
     ketama::key_hash(key)
 }
 
+/// Whether memcached takes `key` (1 to 250 bytes, no space or control character): the
+/// client's one key rule, which `plan_fetch` applies too.
+#[pyfunction]
+pub(crate) fn valid_key(key: &[u8]) -> bool {
+    wire::valid_key(key)
+}
+
 #[pyfunction]
 pub(crate) fn points_for(weight: u32, total_weight: u32, live_servers: u32) -> u32 {
     ketama::points_for(weight, total_weight, live_servers)

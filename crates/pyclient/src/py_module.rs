@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use crate::py::{key_hash, points_for, req_get_many, Conn, Ring};
+use crate::py::{key_hash, points_for, req_get_many, valid_key, Conn, Ring};
 use crate::py_many::{plan_fetch, FetchPlan};
 
 #[pymodule]
@@ -14,6 +14,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(points_for, m)?)?;
     m.add_function(wrap_pyfunction!(req_get_many, m)?)?;
     m.add_function(wrap_pyfunction!(plan_fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(valid_key, m)?)?;
     crate::py_reply::register(m)?;
     Ok(())
 }

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from ._native import valid_key
 from ._php import PhpSerde
-from ._proto import _BAD_KEY, check_key
+from ._proto import check_key
 from .near import NearCache
 from .serde import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_DICT_MIN_SIZE, Serde
 
@@ -137,7 +138,7 @@ _MAX_TTL = 60 * 60 * 24 * 30
 
 def marker_prefix(prefix: str | bytes) -> bytes:
     p = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
-    if not p or len(p) >= 250 or _BAD_KEY.search(p):
+    if len(p) >= 250 or not valid_key(p):
         raise ValueError(f"remote_marker_prefix {prefix!r}: 1-249 bytes, no spaces or control characters")
     return p
 

@@ -9,10 +9,8 @@ in Rust would save nothing.
 
 from __future__ import annotations
 
-import re
-
 from ._native import Lease as Lease
-from ._native import Reply
+from ._native import Reply, valid_key
 from ._native import parse_notice as parse_notice  # a listener's notice: key, None (IV_ALL)
 from ._native import parse_tracking as parse_tracking  # track listen's reply: id, None
 from ._native import req_get_many as req_get_many  # built by the Rust wire layer
@@ -20,12 +18,11 @@ from .errors import MemfleetServerError
 
 Parser = Reply
 
-_BAD_KEY = re.compile(rb"[\x00-\x20\x7f]")
 MAX_KEY = 250
 
 
 def check_key(kb: bytes) -> bytes:
-    if not kb or len(kb) > MAX_KEY or _BAD_KEY.search(kb):
+    if not valid_key(kb):
         raise ValueError(f"invalid memcached key {kb!r}: 1-250 bytes, no spaces or control characters")
     return kb
 
