@@ -210,8 +210,8 @@ def store_new(client: memfleet.Client, address: str, gen: Callable[[int], Any], 
     return {"ratio": size / pickled, "bytes": size / 200, "pickle": pickled / 200, "managed": managed / 200}
 
 
-def measure(address: str, gen: Callable[[int], Any], serializer: str) -> dict[str, Any]:
-    client = memfleet.Client([address], serializer=serializer)
+def measure(address: str, gen: Callable[[int], Any], serializer: str, level: int) -> dict[str, Any]:
+    client = memfleet.Client([address], serializer=serializer, managed_dicts=memfleet.ManagedDicts(level=level))
     family = f"{gen.__name__}:*:v"
     try:
         t0 = time.perf_counter()
@@ -270,13 +270,21 @@ def main() -> int:
         default="msgpack",
         help='the client\'s serializer (default msgpack; "msgpack-delta" is not read by earlier clients)',
     )
+    ap.add_argument(
+        "--level",
+        type=int,
+        default=memfleet.ManagedDicts().level,
+        help="the zstd level of managed dictionaries (ManagedDicts(level=...); default the client's)",
+    )
     args = ap.parse_args()
     server = cache_server("-m", "256", command=args.server_cmd).start()
     try:
-        results = [measure(server.address, gen, args.serializer) for gen in UNSEEN + OWN]
+        results = [measure(server.address, gen, args.serializer, args.level) for gen in UNSEEN + OWN]
     finally:
         server.kill()
-    print(f"memfleet from {os.path.dirname(memfleet.__file__)}, serializer {args.serializer}\n")
+    print(
+        f"memfleet from {os.path.dirname(memfleet.__file__)}, serializer {args.serializer}, zstd level {args.level}\n"
+    )
     print(
         "| record | pickle B | msgpack | at 2,000 writes: stored (with a dictionary) "
         "| settled: stored B | settled / pickle |"

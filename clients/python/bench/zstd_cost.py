@@ -7,11 +7,12 @@ client's ``Dictionary``, its parameters) on 100 other records: best of 5 passes,
 4 MB buffer before every call, as the kernel and a server sharing the CPU do between two requests.
 No server, no network: this is the floor under what a managed ``set`` or ``get`` adds.
 
-    PYTHONPATH=clients/python/src python3 clients/python/bench/zstd_cost.py
+    PYTHONPATH=clients/python/src python3 clients/python/bench/zstd_cost.py [--level N]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -43,7 +44,10 @@ def best_us(call: Callable[[bytes], bytes], inputs: list[bytes], cold: bool) -> 
 
 
 def main() -> int:
-    policy = memfleet.ManagedDicts()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--level", type=int, default=memfleet.ManagedDicts().level, help="ManagedDicts(level=...)")
+    policy = memfleet.ManagedDicts(level=ap.parse_args().level)
+    print(f"zstd level {policy.level}\n")
     print("| record | msgpack B | stored B | compress µs, warm / cold | decompress µs, warm / cold |")
     print("|---|---|---|---|---|")
     for gen in (small_profile, feed_entry):

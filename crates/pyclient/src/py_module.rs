@@ -15,6 +15,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(req_get_many, m)?)?;
     m.add_function(wrap_pyfunction!(plan_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(valid_key, m)?)?;
+    m.add("MAX_KEY", crate::wire::MAX_KEY)?;
     crate::py_reply::register(m)?;
     Ok(())
 }

@@ -9,6 +9,7 @@ in Rust would save nothing.
 
 from __future__ import annotations
 
+from ._native import MAX_KEY as MAX_KEY  # memcached's longest key, as the wire layer checks it
 from ._native import Lease as Lease
 from ._native import Reply, valid_key
 from ._native import parse_notice as parse_notice  # a listener's notice: key, None (IV_ALL)
@@ -17,8 +18,6 @@ from ._native import req_get_many as req_get_many  # built by the Rust wire laye
 from .errors import MemfleetServerError
 
 Parser = Reply
-
-MAX_KEY = 250
 
 
 def check_key(kb: bytes) -> bytes:
