@@ -5,7 +5,9 @@ use pyo3::prelude::*;
 use crate::py::{key_hash, points_for, req_get_many, valid_key, Conn, Ring};
 use crate::py_many::{plan_fetch, FetchPlan};
 
-#[pymodule]
+// Safe without the GIL: every class is Sync (the ring memo is behind a Mutex), and a connection
+// or reader is used by one thread at a time (the pool hands it out)
+#[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Conn>()?;
     m.add_class::<Ring>()?;

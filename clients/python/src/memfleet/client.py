@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Callable, NoReturn
 
 from . import _proto as P
@@ -64,11 +65,7 @@ class Client(Operations[Server]):
         fast = _FAST.get(op.__name__)
         if fast is not None:
             # the operation's blocking fast path: same signature and behaviour, fewer layers
-
-            def now(*args: Any, **kwargs: Any) -> Any:
-                return fast(self, *args, **kwargs)
-
-            return now
+            return _BoundFast(fast, self)
         run = self._run
 
         def method(*args: Any, **kwargs: Any) -> Any:
@@ -403,6 +400,15 @@ class Client(Operations[Server]):
         if server.failures:
             server.failures = 0
         return self._store_end(wire, value, ttl, ok, server)
+
+
+class _BoundFast(partial):  # type: ignore[type-arg]
+    """A fast path bound to its client: a partial, as a closure would cost a Python frame per call."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<bound method {getattr(self, '__qualname__', self.func.__name__)} of {self.args[0]!r}>"
 
 
 # operations whose blocking client skips the generator (see Client._bind)
