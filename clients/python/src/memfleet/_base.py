@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
-from ._native import valid_key
+from ._native import MAX_KEY, valid_key
 from ._php import PhpSerde
 from ._proto import check_key
 from .near import NearCache
@@ -138,8 +138,8 @@ _MAX_TTL = 60 * 60 * 24 * 30
 
 def marker_prefix(prefix: str | bytes) -> bytes:
     p = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
-    if len(p) >= 250 or not valid_key(p):
-        raise ValueError(f"remote_marker_prefix {prefix!r}: 1-249 bytes, no spaces or control characters")
+    if len(p) >= MAX_KEY or not valid_key(p):
+        raise ValueError(f"remote_marker_prefix {prefix!r}: 1-{MAX_KEY - 1} bytes, no spaces or control characters")
     return p
 
 

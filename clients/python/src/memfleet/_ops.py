@@ -574,7 +574,9 @@ class Operations(ClientCore[S]):
         wire, rk = self._cfg.key(key)
         mwire = self._rm_prefix + wire
         if len(mwire) > P.MAX_KEY:
-            raise ValueError(f"key {key!r}: its remote marker would be {len(mwire)} bytes, over memcached's 250")
+            raise ValueError(
+                f"key {key!r}: its remote marker would be {len(mwire)} bytes, over memcached's {P.MAX_KEY}"
+            )
         return mwire, self._rm_prefix + rk
 
     def _marked(self, marker: tuple[bytes, bytes]) -> Op[bool]:

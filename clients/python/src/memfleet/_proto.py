@@ -22,7 +22,7 @@ Parser = Reply
 
 def check_key(kb: bytes) -> bytes:
     if not valid_key(kb):
-        raise ValueError(f"invalid memcached key {kb!r}: 1-250 bytes, no spaces or control characters")
+        raise ValueError(f"invalid memcached key {kb!r}: 1-{MAX_KEY} bytes, no spaces or control characters")
     return kb
 
 
