@@ -38,6 +38,7 @@ def stat_listener(host: str, port: int, command: bytes = b"stats\r\n") -> dict[s
             out[parts[1]] = parts[2]
     return out
 
+
 def memfleet_bin() -> str:
     """The release binary; built on demand so `pytest tests/` works on its own."""
     env = os.environ.get("MEMFLEET_BIN")

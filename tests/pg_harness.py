@@ -18,7 +18,9 @@ PASSWORD = "s3cret"
 
 def pg_bindir() -> Path:
     """The newest /usr/lib/postgresql/N/bin, where Debian puts initdb and postgres."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4])
+    )
     if not found:
         raise RuntimeError("PostgreSQL is not installed (run scripts/setup)")
     return Path(found[-1]).parent
@@ -44,8 +46,10 @@ class Postgres:
         subprocess.run(
             [
                 str(self.bindir / "initdb"),
-                "-D", str(self.data),
-                "-U", "postgres",
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
                 "--auth-local=trust",
                 "--auth-host=scram-sha-256",
                 f"--pwfile={pwfile}",
@@ -79,16 +83,25 @@ class Postgres:
             self.proc = subprocess.Popen(  # type: ignore[call-overload]
                 [
                     str(self.bindir / "postgres"),
-                    "-D", str(self.data),
-                    "-c", f"port={self.port}",
-                    "-c", "listen_addresses=127.0.0.1",
-                    "-c", f"unix_socket_directories={self.dir}",
-                    "-c", "wal_level=logical",
-                    "-c", "max_wal_senders=10",
-                    "-c", "max_replication_slots=10",
+                    "-D",
+                    str(self.data),
+                    "-c",
+                    f"port={self.port}",
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    f"unix_socket_directories={self.dir}",
+                    "-c",
+                    "wal_level=logical",
+                    "-c",
+                    "max_wal_senders=10",
+                    "-c",
+                    "max_replication_slots=10",
                     # A test database need not survive a power cut; the machine is shared.
-                    "-c", "fsync=off",
-                    "-c", "full_page_writes=off",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "full_page_writes=off",
                 ],
                 cwd=self.dir,
                 **_as_postgres(),
@@ -124,12 +137,20 @@ class Postgres:
     def _psql(self, sql: str | None = None, database: str = "postgres") -> list[str]:
         argv = [
             str(self.bindir / "psql"),
-            "-h", str(self.dir),
-            "-p", str(self.port),
-            "-U", "postgres",
-            "-d", database,
-            "-X", "-q", "-A", "-t",
-            "-v", "ON_ERROR_STOP=1",
+            "-h",
+            str(self.dir),
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
         ]
         if sql is not None:
             argv += ["-c", sql]
@@ -145,14 +166,20 @@ class Postgres:
     def script(self, text: str, database: str = "postgres") -> None:
         """Runs a script (many statements and transactions) through one psql, as the
         superuser, connected to `database`."""
-        r = subprocess.run(self._psql(database=database), input=text, capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            self._psql(database=database), input=text, capture_output=True, text=True, check=False
+        )
         if r.returncode != 0:
             raise RuntimeError(f"psql: {r.stderr.strip()}")
 
     def script_async(self, text: str) -> subprocess.Popen[str]:
         """Starts a script in the background; the caller waits on the returned process."""
         p = subprocess.Popen(
-            self._psql(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            self._psql(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert p.stdin is not None
         p.stdin.write(text)
@@ -170,13 +197,19 @@ class Standby(Postgres):
         subprocess.run(
             [
                 str(self.bindir / "pg_basebackup"),
-                "-h", str(primary.dir),
-                "-p", str(primary.port),
-                "-U", "postgres",
-                "-D", str(self.data),
+                "-h",
+                str(primary.dir),
+                "-p",
+                str(primary.port),
+                "-U",
+                "postgres",
+                "-D",
+                str(self.data),
                 "-R",
-                "-X", "stream",
-                "-c", "fast",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
                 "--no-sync",
             ],
             cwd=self.dir,

@@ -422,7 +422,9 @@ def gated_invalidators(rp: RegionPair, markers: bool = False) -> list[str]:
     return ["s_ga", "s_gb"]
 
 
-def write_read(rp: RegionPair, markers: bool, count: int, out: str, first: int = KEYS) -> dict[str, object]:
+def write_read(
+    rp: RegionPair, markers: bool, count: int, out: str, first: int = KEYS
+) -> dict[str, object]:
     """`count` writes made from region B, each read back at once in B, each on a row of its
     own."""
     p = rp.worker("b", "write-read", out, cache=rp.cache_addr("b"), db=rp.replica_dsn, master_db=rp.primary.dsn,

@@ -179,7 +179,9 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50)
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--first", type=int, default=0, help="write-read: the first row of its range")
-    p.add_argument("--rows", type=int, default=0, help="write-read: random rows of the range's first ROWS")
+    p.add_argument(
+        "--rows", type=int, default=0, help="write-read: random rows of the range's first ROWS"
+    )
     p.add_argument("--markers", type=int, default=0)
     p.add_argument("--until", default="/nonexistent")
     p.add_argument("--max-seconds", type=float, default=120)

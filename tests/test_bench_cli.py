@@ -68,14 +68,38 @@ def mc_get(port: int, keys: list[str]) -> set[str]:
 
 def test_memtier_memcache_text_line_with_percentiles(mc: Server) -> None:
     out = ok(
-        "-s", "127.0.0.1", "-p", str(mc.port), "-P", "memcache_text", "-t", "1", "-c", "2",
-        "-n", "300", "--ratio=1:3", "--distinct-client-seed", "--randomize",
-        "--key-maximum=500", "--print-percentiles", "50,90,99.99", "--hide-histogram",
+        "-s",
+        "127.0.0.1",
+        "-p",
+        str(mc.port),
+        "-P",
+        "memcache_text",
+        "-t",
+        "1",
+        "-c",
+        "2",
+        "-n",
+        "300",
+        "--ratio=1:3",
+        "--distinct-client-seed",
+        "--randomize",
+        "--key-maximum=500",
+        "--print-percentiles",
+        "50,90,99.99",
+        "--hide-histogram",
     )
     header, totals = header_and_totals(out)
     assert header == [
-        "Type", "Ops/sec", "Hits/sec", "Misses/sec", "Avg(ms)",
-        "p50(ms)", "p90(ms)", "p99.99(ms)", "Max(ms)", "KB/sec",
+        "Type",
+        "Ops/sec",
+        "Hits/sec",
+        "Misses/sec",
+        "Avg(ms)",
+        "p50(ms)",
+        "p90(ms)",
+        "p99.99(ms)",
+        "Max(ms)",
+        "KB/sec",
     ]
     assert len(totals) == len(header)
     assert "text protocol" in out and "connection errors 0" in out
@@ -84,8 +108,19 @@ def test_memtier_memcache_text_line_with_percentiles(mc: Server) -> None:
 def test_run_count_gives_each_run_and_the_aggregate(mc: Server, tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     out = ok(
-        "-p", str(mc.port), "--protocol=memcache_text", "-t", "1", "-c", "2", "-n", "100",
-        "--run-count", "2", "--hide-histogram", f"--json-out-file={js}",
+        "-p",
+        str(mc.port),
+        "--protocol=memcache_text",
+        "-t",
+        "1",
+        "-c",
+        "2",
+        "-n",
+        "100",
+        "--run-count",
+        "2",
+        "--hide-histogram",
+        f"--json-out-file={js}",
     )
     assert "Run 1 of 2:" in out and "Run 2 of 2:" in out and "Aggregate of 2 runs:" in out
     assert out.count("Totals ") == 3
@@ -97,9 +132,29 @@ def test_run_count_gives_each_run_and_the_aggregate(mc: Server, tmp_path: Path) 
 
 def test_parallel_pattern_with_allkeys_writes_every_key_once(mc: Server) -> None:
     ok(
-        "-p", str(mc.port), "-P", "memcache_text", "-t", "2", "-c", "3", "-n", "allkeys",
-        "--key-pattern", "P:P", "--ratio", "1:0", "--key-minimum", "1", "--key-maximum", "60",
-        "--key-prefix", "par-", "--expiry-range", "100-200", "--hide-histogram",
+        "-p",
+        str(mc.port),
+        "-P",
+        "memcache_text",
+        "-t",
+        "2",
+        "-c",
+        "3",
+        "-n",
+        "allkeys",
+        "--key-pattern",
+        "P:P",
+        "--ratio",
+        "1:0",
+        "--key-minimum",
+        "1",
+        "--key-maximum",
+        "60",
+        "--key-prefix",
+        "par-",
+        "--expiry-range",
+        "100-200",
+        "--hide-histogram",
     )
     keys = [f"par-{i}" for i in range(62)]
     assert mc_get(mc.port, keys) == {f"par-{i}" for i in range(1, 61)}
@@ -112,17 +167,49 @@ def test_sequential_pattern_walks_the_whole_range_per_connection(mc: Server) -> 
     # memtier's S: every connection starts at --key-minimum, so 3 connections x 5 sets
     # write keys 0..4 only (P would have spread them over 0..14).
     ok(
-        "-p", str(mc.port), "-t", "1", "-c", "3", "-n", "5", "--key-pattern", "S:S",
-        "--ratio", "1:0", "--key-maximum", "14", "--key-prefix", "seq-", "--hide-histogram",
+        "-p",
+        str(mc.port),
+        "-t",
+        "1",
+        "-c",
+        "3",
+        "-n",
+        "5",
+        "--key-pattern",
+        "S:S",
+        "--ratio",
+        "1:0",
+        "--key-maximum",
+        "14",
+        "--key-prefix",
+        "seq-",
+        "--hide-histogram",
     )
     assert mc_get(mc.port, [f"seq-{i}" for i in range(15)]) == {f"seq-{i}" for i in range(5)}
 
 
 def test_redis_protocol_against_redis_server_leaves_the_keys(rs: Server) -> None:
     out = ok(
-        "-s", "127.0.0.1", "-p", str(rs.port), "-P", "redis", "-t", "1", "-c", "2",
-        "-n", "allkeys", "--key-pattern=P:P", "--ratio=1:0", "--key-maximum=49",
-        "--key-prefix=rb-", "-d", "16", "--expiry-range=500-600", "--hide-histogram",
+        "-s",
+        "127.0.0.1",
+        "-p",
+        str(rs.port),
+        "-P",
+        "redis",
+        "-t",
+        "1",
+        "-c",
+        "2",
+        "-n",
+        "allkeys",
+        "--key-pattern=P:P",
+        "--ratio=1:0",
+        "--key-maximum=49",
+        "--key-prefix=rb-",
+        "-d",
+        "16",
+        "--expiry-range=500-600",
+        "--hide-histogram",
     )
     assert "redis protocol" in out and "errors 0  connection errors 0" in out
     r = redis.Redis(port=rs.port, protocol=2)
@@ -131,9 +218,25 @@ def test_redis_protocol_against_redis_server_leaves_the_keys(rs: Server) -> None
     assert 500 <= r.ttl("rb-7") <= 600
     # Gets with MGET find them: every key a hit.
     out = ok(
-        "-p", str(rs.port), "--protocol", "redis", "-t", "1", "-c", "2", "--test-time", "1",
-        "--ratio", "0:1", "--multi-key-get", "5", "--key-maximum", "49",
-        "--key-prefix", "rb-", "--hide-histogram",
+        "-p",
+        str(rs.port),
+        "--protocol",
+        "redis",
+        "-t",
+        "1",
+        "-c",
+        "2",
+        "--test-time",
+        "1",
+        "--ratio",
+        "0:1",
+        "--multi-key-get",
+        "5",
+        "--key-maximum",
+        "49",
+        "--key-prefix",
+        "rb-",
+        "--hide-histogram",
     )
     assert "hit ratio 100.00%" in out
     r.close()
@@ -153,16 +256,48 @@ def test_redis_protocol_through_a_redis_pool_of_memfleet_route(rs: Server) -> No
         )
         with proxy_harness.Proxy(conf, listen):
             out = ok(
-                "-p", str(listen), "-P", "redis", "-t", "1", "-c", "2", "-n", "allkeys",
-                "--key-pattern", "P:P", "--ratio", "1:0", "--key-maximum", "99",
-                "--key-prefix", "rt-", "--hide-histogram",
+                "-p",
+                str(listen),
+                "-P",
+                "redis",
+                "-t",
+                "1",
+                "-c",
+                "2",
+                "-n",
+                "allkeys",
+                "--key-pattern",
+                "P:P",
+                "--ratio",
+                "1:0",
+                "--key-maximum",
+                "99",
+                "--key-prefix",
+                "rt-",
+                "--hide-histogram",
             )
             assert "errors 0  connection errors 0" in out
             # 3-key MGETs split over both servers by the router: every key found.
             out = ok(
-                "-p", str(listen), "-P", "redis", "-t", "1", "-c", "2", "-n", "200",
-                "--ratio", "0:1", "--multi-key-get", "3", "--key-maximum", "99",
-                "--key-prefix", "rt-", "--hide-histogram",
+                "-p",
+                str(listen),
+                "-P",
+                "redis",
+                "-t",
+                "1",
+                "-c",
+                "2",
+                "-n",
+                "200",
+                "--ratio",
+                "0:1",
+                "--multi-key-get",
+                "3",
+                "--key-maximum",
+                "99",
+                "--key-prefix",
+                "rt-",
+                "--hide-histogram",
             )
             assert "hit ratio 100.00%" in out
         sizes = []

@@ -168,7 +168,9 @@ def run_instances(root: Path | None) -> None:
             assert c.request(b"set pkg:key 5 0 4\r\ndata\r\n") == b"STORED\r\n"
         with Conn(serve_port) as c:
             reply = c.request(b"version\r\n")  # memcached's version, then memfleet's
-            assert re.fullmatch(rf"VERSION \S+-memfleet-{re.escape(version[1])}\r\n", reply.decode()), reply
+            assert re.fullmatch(
+                rf"VERSION \S+-memfleet-{re.escape(version[1])}\r\n", reply.decode()
+            ), reply
             got = c.request(b"get pkg:key\r\n", b"END\r\n")
             assert got == b"VALUE pkg:key 5 4\r\ndata\r\nEND\r\n"
             stats = c.request(b"stats\r\n", b"END\r\n")

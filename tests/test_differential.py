@@ -31,7 +31,9 @@ def normalise(reply: bytes) -> bytes:
         line = m.group(1)
         line = re.sub(rb" c\d+", b" c<cas>", line)
         line = re.sub(rb" l\d+", b" l<n>", line)
-        line = re.sub(rb" t(\d+)", lambda t: b" t<ttl>" if int(t.group(1)) > 0 else t.group(0), line)
+        line = re.sub(
+            rb" t(\d+)", lambda t: b" t<ttl>" if int(t.group(1)) > 0 else t.group(0), line
+        )
         return line
 
     return META_NUMBERS.sub(meta_line, reply)
@@ -64,7 +66,7 @@ class Session:
             self.closed = True
             return self.buf + b"<closed>"
         i = self.buf.index(SENTINEL_REPLY)
-        out, self.buf = self.buf[:i], self.buf[i + len(SENTINEL_REPLY):]
+        out, self.buf = self.buf[:i], self.buf[i + len(SENTINEL_REPLY) :]
         return out
 
     def close(self) -> None:

@@ -481,9 +481,7 @@ def test_udp_requests_on_flash_keys_are_answered_off_the_worker(
         u.sendto(udp_frame(9999, b"touch %s 0\r\n" % key(ids[0])), ("127.0.0.1", UDP_PORT[0]))
         assert udp_replies(u, 1) == {9999: b"TOUCHED\r\n"}
     for n, group in enumerate(groups):
-        want = b"".join(
-            b"VALUE %s 0 %d\r\n%s\r\n" % (key(i), VALUE_LEN, value(i)) for i in group
-        )
+        want = b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (key(i), VALUE_LEN, value(i)) for i in group)
         assert got[n] == want + b"END\r\n", n
     with Conn(s.port or 0) as c:
         assert io_reads(c) > reads_before

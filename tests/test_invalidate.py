@@ -100,7 +100,11 @@ class Invalidator:
 
     def __init__(self, config: dict[str, Any], workdir: Path) -> None:
         self.stats_port = free_port()
-        config = {"stats": f"127.0.0.1:{self.stats_port}", "spool_dir": str(workdir / "spool"), **config}
+        config = {
+            "stats": f"127.0.0.1:{self.stats_port}",
+            "spool_dir": str(workdir / "spool"),
+            **config,
+        }
         self.path = workdir / "invalidate.yml"
         # JSON is YAML: the file is written with json.dumps.
         self.path.write_text(json.dumps(config, indent=2))
@@ -109,7 +113,9 @@ class Invalidator:
 
     def start(self) -> Invalidator:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([memfleet_bin(), "invalidate", "-c", str(self.path)], stderr=log)
+            self.proc = subprocess.Popen(
+                [memfleet_bin(), "invalidate", "-c", str(self.path)], stderr=log
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -230,7 +236,9 @@ class UsersCase:
         self.pg, self.name, self.table = pg, name, f"users_{name}"
         make_users(pg, self.table)
         self.cache = Cache(cache.port or 0)
-        cfg = base_config(pg, name, cache.port or 0, {f"public.{self.table}": ["user:{id}", "email:{email}"]})
+        cfg = base_config(
+            pg, name, cache.port or 0, {f"public.{self.table}": ["user:{id}", "email:{email}"]}
+        )
         self.inv = Invalidator({**cfg, **settings}, workdir).start()
         invalidators.append(self.inv)
         self.affected, self.control = fill_cache(self.cache)
@@ -243,7 +251,9 @@ class UsersCase:
 
     def check_all_invalidated(self) -> None:
         c = self.cache
-        assert wait_until(lambda: not c.present(self.affected)), sorted(c.present(self.affected))[:10]
+        assert wait_until(lambda: not c.present(self.affected)), sorted(c.present(self.affected))[
+            :10
+        ]
         assert c.present(self.control) == set(self.control)
 
     def finish(self) -> None:
@@ -335,7 +345,9 @@ def test_postgres_restart_loses_nothing(
     assert 0 < len(updated) < ROWS
     # Each updated row's id key, its first email, and its email now (changed or not).
     gone = [k for i, e in emails.items() for k in (f"user:{i}", f"email:u{i}@x", f"email:{e}")]
-    kept = [k for i in range(1, ROWS + 1) if i not in updated for k in (f"user:{i}", f"email:u{i}@x")]
+    kept = [
+        k for i in range(1, ROWS + 1) if i not in updated for k in (f"user:{i}", f"email:u{i}@x")
+    ]
     c = case.cache
     assert wait_until(lambda: not c.present(gone)), sorted(c.present(gone))[:10]
     assert c.present(kept) == set(kept)
@@ -343,9 +355,13 @@ def test_postgres_restart_loses_nothing(
     case.finish()
 
 
-def test_unix_socket_dsn(pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]) -> None:
+def test_unix_socket_dsn(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
     """`host=/dir` in the DSN: both the SQL and the replication connection use the socket."""
-    pg.script("DROP TABLE IF EXISTS sock; CREATE TABLE sock (id int PRIMARY KEY); INSERT INTO sock VALUES (1);")
+    pg.script(
+        "DROP TABLE IF EXISTS sock; CREATE TABLE sock (id int PRIMARY KEY); INSERT INTO sock VALUES (1);"
+    )
     c = Cache(cache.port or 0)
     cfg = base_config(pg, "u", cache.port or 0, {"sock": ["sock:{id}"]})
     cfg["source"]["dsn"] = f"host={pg.dir} port={pg.port} user=postgres dbname=postgres"
@@ -417,27 +433,46 @@ def test_bad_input_is_refused_at_start(pg: Postgres, cache: Server, workdir: Pat
     holder = subprocess.Popen(
         [
             str(pg.bindir / "pg_recvlogical"),
-            "-d", f"host={pg.dir} port={pg.port} user=postgres dbname=postgres",
-            "-S", "s_e", "--start", "-o", "proto_version=1", "-o", "publication_names=p_e", "-f", "/dev/null",
+            "-d",
+            f"host={pg.dir} port={pg.port} user=postgres dbname=postgres",
+            "-S",
+            "s_e",
+            "--start",
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=p_e",
+            "-f",
+            "/dev/null",
         ],
         stderr=subprocess.PIPE,
     )
     try:
         assert wait_until(
-            lambda: pg.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_e'") == [["t"]], 30
+            lambda: (
+                pg.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_e'") == [["t"]]
+            ),
+            30,
         )
         assert "replication slot s_e is in use by another consumer" in refusal(cfg, workdir)
     finally:
         holder.terminate()
         holder.wait()
     assert wait_until(
-        lambda: pg.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_e'") == [["f"]], 30
+        lambda: (
+            pg.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_e'") == [["f"]]
+        ),
+        30,
     )
     drop_slot(pg, "e")
 
 
 def test_config_errors_name_the_problem(workdir: Path) -> None:
-    cfg = {"source": {"dsn": "host=127.0.0.1"}, "targets": [{"memcached": "127.0.0.1:1"}], "tables": {"t": ["k:{id"]}}
+    cfg = {
+        "source": {"dsn": "host=127.0.0.1"},
+        "targets": [{"memcached": "127.0.0.1:1"}],
+        "tables": {"t": ["k:{id"]},
+    }
     assert "unclosed" in refusal(cfg, workdir)
 
 
@@ -548,7 +583,9 @@ def test_pool_target_hashes_like_the_router(
     backends = [memcached().start() for _ in range(3)]
     servers = [f"127.0.0.1:{b.port}:1" for b in backends]
     port = free_port()
-    router = Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port)
+    router = Proxy(
+        pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port
+    )
     try:
         router.start()
         cfg = base_config(pg, "g", 0, {"acct": ["acct:{id}"]})
@@ -559,9 +596,13 @@ def test_pool_target_hashes_like_the_router(
         set_acked(port, keys)
         # Every server holds a share, so a delete sent to the wrong one leaves a key behind.
         assert all(Cache(b.port or 0).present(keys) for b in backends)
-        pg.script("BEGIN; UPDATE acct SET n = 1 WHERE id <= 1000; COMMIT; UPDATE acct SET n = 1 WHERE id > 1000;")
+        pg.script(
+            "BEGIN; UPDATE acct SET n = 1 WHERE id <= 1000; COMMIT; UPDATE acct SET n = 1 WHERE id > 1000;"
+        )
         via_router = Cache(port)
-        assert wait_until(lambda: not via_router.present(keys)), sorted(via_router.present(keys))[:10]
+        assert wait_until(lambda: not via_router.present(keys)), sorted(via_router.present(keys))[
+            :10
+        ]
         assert inv.stats()["not_found"] == "0"
         inv.stop()
         drop_slot(pg, "g")
@@ -610,7 +651,9 @@ class DocDatabase:
         )
 
 
-def documented_check(pg: Postgres, cache: Server, workdir: Path) -> subprocess.CompletedProcess[str]:
+def documented_check(
+    pg: Postgres, cache: Server, workdir: Path
+) -> subprocess.CompletedProcess[str]:
     """The docs' configuration, pointed at this PostgreSQL (its socket directory and port)
     and this memcached, then the docs' --check command run by a shell in its directory."""
     config = doc_block("config")
@@ -638,9 +681,13 @@ def test_documented_setup_works(pg: Postgres, cache: Server, workdir: Path, setu
         r = documented_check(pg, cache, workdir)
         assert r.returncode == 0, r.stderr
         assert "created replication slot memfleet" in r.stderr, r.stderr
-        slots = pg.sql("SELECT database, plugin FROM pg_replication_slots WHERE slot_name = 'memfleet'")
+        slots = pg.sql(
+            "SELECT database, plugin FROM pg_replication_slots WHERE slot_name = 'memfleet'"
+        )
         assert slots == [["app", "pgoutput"]]
-        tables = pg.sql("SELECT tablename FROM pg_publication_tables WHERE pubname = 'memfleet'", database="app")
+        tables = pg.sql(
+            "SELECT tablename FROM pg_publication_tables WHERE pubname = 'memfleet'", database="app"
+        )
         assert tables == [["users"]]
     finally:
         db.drop()
@@ -731,10 +778,16 @@ def test_mark_stale_serves_the_old_value_to_all_but_one(
                 client.set(f"rm:st:{i}", "1")
             client.set("rm:other", "1")
             pg.script(f"UPDATE {name} SET v = 'new' WHERE id <= 10;")
-            assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= 10, timeout=30, step=0.05), inv.stats()
+            assert wait_until(
+                lambda: int(inv.stats()["markers_sent"]) >= 10, timeout=30, step=0.05
+            ), inv.stats()
             st = inv.stats()
             assert (st["marked_stale"], st["deleted"], st["not_found"]) == ("10", "10", "0"), st
-            assert (st["markers_sent"], st["markers_deleted"], st["stale_as_delete"]) == ("10", "10", "0"), st
+            assert (st["markers_sent"], st["markers_deleted"], st["stale_as_delete"]) == (
+                "10",
+                "10",
+                "0",
+            ), st
 
             head, value = meta(port, "mg st:1 v c N30")
             assert value == b"old" and set(head.split()[2:]) >= {"X", "W"}, (head, value)
@@ -808,7 +861,9 @@ def test_pool_target_marks_stale_and_deletes_markers_where_they_hash(
     backends = [memcached().start(), memfleet().start(), memcached().start()]
     servers = [f"127.0.0.1:{b.port}:1" for b in backends]
     port = free_port()
-    router = Proxy(pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port)
+    router = Proxy(
+        pool_yaml("alpha", f"127.0.0.1:{port}", servers, hash="md5", distribution="ketama"), port
+    )
     try:
         router.start()
         cfg = base_config(pg, "st_pool", 0, {"st_pool": ["pk:{id}"]})
@@ -820,10 +875,16 @@ def test_pool_target_marks_stale_and_deletes_markers_where_they_hash(
         markers = [f"rm:{k}" for k in keys]
         set_acked(port, keys + markers)
         pg.script("UPDATE st_pool SET n = 1;")
-        assert wait_until(lambda: int(inv.stats()["markers_sent"]) >= rows, timeout=30, step=0.05), inv.stats()
+        assert wait_until(
+            lambda: int(inv.stats()["markers_sent"]) >= rows, timeout=30, step=0.05
+        ), inv.stats()
         st = inv.stats()
         # Found on the server the ring picked: every key marked, every marker deleted.
-        assert (st["marked_stale"], st["not_found"], st["markers_deleted"]) == (str(rows), "0", str(rows)), st
+        assert (st["marked_stale"], st["not_found"], st["markers_deleted"]) == (
+            str(rows),
+            "0",
+            str(rows),
+        ), st
         assert Cache(port).present(markers) == set()
         assert Cache(port).present(keys) == set(keys)
         assert all("X" in meta(port, f"mg {k} v")[0].split() for k in keys[:20])

@@ -108,7 +108,9 @@ class GatedCase:
 
     def update(self, *ids: int) -> int:
         """Commits one transaction updating `ids`; the primary's WAL position after it."""
-        self.pg.script(f"UPDATE {self.table} SET v = v + 1 WHERE id IN ({', '.join(map(str, ids))});")
+        self.pg.script(
+            f"UPDATE {self.table} SET v = v + 1 WHERE id IN ({', '.join(map(str, ids))});"
+        )
         return lsn(self.pg.sql("SELECT pg_current_wal_lsn()")[0][0])
 
     def finish(self) -> None:
@@ -153,7 +155,11 @@ def marker_cache(request: pytest.FixtureRequest, workdir: Path) -> Iterator[tupl
 
 
 def test_a_marker_is_released_only_by_the_transaction_that_set_it(
-    pg: Postgres, standby: Standby, marker_cache: tuple[str, Server], workdir: Path, invalidators: list[Invalidator]
+    pg: Postgres,
+    standby: Standby,
+    marker_cache: tuple[str, Server],
+    workdir: Path,
+    invalidators: list[Invalidator],
 ) -> None:
     """Two writes of one row from the replica region, overlapping: the first transaction's
     replay leaves the second's marker (and so does a plain write of the row meanwhile); the
@@ -193,7 +199,9 @@ def test_a_marker_is_released_only_by_the_transaction_that_set_it(
             second.commit()
             assert wait_until(lambda: case.stat("held_transactions") == 1, step=0.02)
             for _ in range(20):
-                assert c.get("rm:g:1") == f" {w2.token}", "the marker went before its transaction replayed"
+                assert c.get("rm:g:1") == f" {w2.token}", (
+                    "the marker went before its transaction replayed"
+                )
                 time.sleep(0.05)
         finally:
             standby.resume_replay()
@@ -221,8 +229,16 @@ def test_a_marker_is_released_only_by_the_transaction_that_set_it(
             standby.resume_replay()
         assert wait_until(lambda: c.get("rm:g:3") is None, step=0.02), c.get("rm:g:3")
         st = case.inv.stats()
-        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == ("10", "10", "0"), st
-        assert (st["markers_deleted"], st["markers_release_dropped"], st["bad_marker_lines"]) == ("0", "0", "0"), st
+        assert (st["marker_tokens"], st["markers_released"], st["markers_superseded"]) == (
+            "10",
+            "10",
+            "0",
+        ), st
+        assert (st["markers_deleted"], st["markers_release_dropped"], st["bad_marker_lines"]) == (
+            "0",
+            "0",
+            "0",
+        ), st
     finally:
         first.close()
         second.close()
@@ -333,7 +349,9 @@ def test_kill9_while_holding_loses_nothing(
             pg.script(f"INSERT INTO elsewhere VALUES ({n});")
             time.sleep(0.1)
         held_for_a_while(c, "g:5")
-        confirmed = pg.sql(f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 's_{case.name}'")
+        confirmed = pg.sql(
+            f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 's_{case.name}'"
+        )
         assert lsn(confirmed[0][0]) < after, (confirmed, after)
         case.inv.kill9()
     finally:
@@ -349,14 +367,21 @@ def test_held_keys_are_bounded(
 ) -> None:
     """With `replica_max_held_keys` reached the stream is no longer read (the slot keeps the
     rest); once the standby replays, everything is delivered."""
-    case = GatedCase(pg, standby, cache, workdir, invalidators, "bound", source={"replica_max_held_keys": 10})
+    case = GatedCase(
+        pg, standby, cache, workdir, invalidators, "bound", source={"replica_max_held_keys": 10}
+    )
     c = case.cache
     keys = {f"g:{i}": "old" for i in range(1, 51)}
     c.set_many(keys)
     standby.pause_replay()
     try:
         # One transaction at a time, so each arrives in a batch of its own.
-        pg.script("".join(f"UPDATE {case.table} SET v = 1 WHERE id = {i}; SELECT pg_sleep(0.01);" for i in range(1, 51)))
+        pg.script(
+            "".join(
+                f"UPDATE {case.table} SET v = 1 WHERE id = {i}; SELECT pg_sleep(0.01);"
+                for i in range(1, 51)
+            )
+        )
         assert wait_until(lambda: case.stat("row_changes") > 0, step=0.02)
         time.sleep(1.0)
         assert c.present(list(keys)) == set(keys)
@@ -370,12 +395,16 @@ def test_held_keys_are_bounded(
     case.finish()
 
 
-def test_replica_dsn_must_be_a_standby(pg: Postgres, standby: Standby, cache: Server, workdir: Path) -> None:
+def test_replica_dsn_must_be_a_standby(
+    pg: Postgres, standby: Standby, cache: Server, workdir: Path
+) -> None:
     pg.script("DROP TABLE IF EXISTS chk; CREATE TABLE chk (id int PRIMARY KEY);")
     cfg: dict[str, Any] = base_config(pg, "chk", cache.port or 0, {"chk": ["chk:{id}"]})
     cfg["source"]["replica_dsn"] = pg.dsn
     err = refusal(cfg, workdir)
-    assert f"source.replica_dsn points at 127.0.0.1 port {pg.port}, which is not in recovery" in err, err
+    assert (
+        f"source.replica_dsn points at 127.0.0.1 port {pg.port}, which is not in recovery" in err
+    ), err
 
     # A standby, but of another cluster: its LSNs say nothing about the source's.
     other = Postgres(free_port()).start()
@@ -384,7 +413,10 @@ def test_replica_dsn_must_be_a_standby(pg: Postgres, standby: Standby, cache: Se
         try:
             cfg["source"]["replica_dsn"] = other_standby.dsn
             err = refusal(cfg, workdir)
-            assert f"source.replica_dsn points at 127.0.0.1 port {other_standby.port}, a standby of another cluster" in err
+            assert (
+                f"source.replica_dsn points at 127.0.0.1 port {other_standby.port}, a standby of another cluster"
+                in err
+            )
         finally:
             other_standby.destroy()
     finally:
@@ -394,16 +426,26 @@ def test_replica_dsn_must_be_a_standby(pg: Postgres, standby: Standby, cache: Se
     path = workdir / "ok.yml"
     path.write_text(json.dumps({"spool_dir": str(workdir / "spool"), **cfg}))
     r = subprocess.run(
-        [memfleet_bin(), "invalidate", "-c", str(path), "--check"], capture_output=True, text=True, timeout=60, check=False
+        [memfleet_bin(), "invalidate", "-c", str(path), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == 0, r.stderr
     assert f"deletes wait for replica 127.0.0.1 port {standby.port}" in r.stderr, r.stderr
 
     # --check needs the standby to answer.
-    cfg["source"]["replica_dsn"] = f"host=127.0.0.1 port={free_port()} user=postgres dbname=postgres"
+    cfg["source"]["replica_dsn"] = (
+        f"host=127.0.0.1 port={free_port()} user=postgres dbname=postgres"
+    )
     path.write_text(json.dumps({"spool_dir": str(workdir / "spool"), **cfg}))
     r = subprocess.run(
-        [memfleet_bin(), "invalidate", "-c", str(path), "--check"], capture_output=True, text=True, timeout=60, check=False
+        [memfleet_bin(), "invalidate", "-c", str(path), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode != 0
     assert "cannot connect to the replica (source.replica_dsn)" in r.stderr, r.stderr

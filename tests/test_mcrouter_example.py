@@ -32,7 +32,13 @@ def ttl_of(port: int, key: str) -> int | None:
 def test_documented_config_routes_as_documented(servers: Callable[[int], list[Server]]) -> None:
     text = doc_example()
     addresses = list(dict.fromkeys(re.findall(r'"(\d+\.\d+\.\d+\.\d+:\d+)"', text)))
-    assert addresses == ["10.0.0.1:11211", "10.0.0.2:11211", "10.0.9.1:11211", "10.0.1.1:11211", "10.0.2.1:11211"]
+    assert addresses == [
+        "10.0.0.1:11211",
+        "10.0.0.2:11211",
+        "10.0.9.1:11211",
+        "10.0.1.1:11211",
+        "10.0.2.1:11211",
+    ]
     started = servers(len(addresses))
     for address, server in zip(addresses, started):
         text = text.replace(f'"{address}"', f'"{server.address}"')
@@ -61,7 +67,9 @@ def test_documented_config_routes_as_documented(servers: Callable[[int], list[Se
         assert [keys_held(s.port or 0, ["session:8"]) for s in main] == [[], []]
         assert ask(rp, b"delete session:7\r\n") == b"DELETED\r\n"
         assert keys_held(fresh.port or 0, ["session:7"]) == []
-        assert sum(len(keys_held(s.port or 0, ["session:7"])) for s in main) == 1, "deleted where main's hash puts it"
+        assert sum(len(keys_held(s.port or 0, ["session:7"])) for s in main) == 1, (
+            "deleted where main's hash puts it"
+        )
 
         # One main server down: its keys fail over to the gutter, with a 10 s exptime.
         down, up = (main[0], main[1])
@@ -79,6 +87,9 @@ def test_documented_config_routes_as_documented(servers: Callable[[int], list[Se
         # Back: once a probe finds it, its keys are written there again.
         down.start()
         eventually(
-            lambda: store(rp, lost, "b") == b"STORED\r\n" and keys_held(down.port or 0, [lost]) == [lost],
+            lambda: (
+                store(rp, lost, "b") == b"STORED\r\n"
+                and keys_held(down.port or 0, [lost]) == [lost]
+            ),
             "the main server's keys back on it",
         )

@@ -438,6 +438,8 @@ def assert_redirects_counted(router: Router, src: str) -> None:
     ask = router.metric("memfleet_router_server_redirect_ask_total", pool="cl", server=src)
     assert moved is not None and ask is not None and moved + ask >= 1
     assert router.metric("memfleet_router_pool_failovers_total", pool="cl") == 0
+
+
 # ---------------------------------------------------------------- reads from replicas
 
 READS = ("get", "mget", "exists", "strlen", "getrange", "ttl", "type", "hget", "lrange")

@@ -283,9 +283,7 @@ def test_a_killed_replica_sends_reads_to_the_other_or_the_primary() -> None:
         port = router.port or 0
         errors = read_back_errors(port, "k", 40, tries=5)
         assert not errors, errors[:5]
-        wait_until(
-            lambda: victim.address not in router.stats()["rr"], "the router dropped it", 30
-        )
+        wait_until(lambda: victim.address not in router.stats()["rr"], "the router dropped it", 30)
         reset_command_calls([s.primary])
         errors = read_back_errors(port, "k", 40, tries=1)
         assert not errors, f"reads failed after the router noticed: {errors[:5]}"

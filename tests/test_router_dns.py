@@ -100,7 +100,9 @@ class Dnsmasq:
     def lookup(self, name: str) -> set[str]:
         """The A records dnsmasq answers for `name` (empty if none or no answer yet)."""
         qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
-        query = struct.pack(">HHHHHH", 0x4D46, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", 1, 1)
+        query = (
+            struct.pack(">HHHHHH", 0x4D46, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", 1, 1)
+        )
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.settimeout(0.5)
             try:
@@ -324,7 +326,10 @@ def test_mcrouter_host_names_follow_their_records(fleet: tuple[Dnsmasq, int]) ->
     dns, mc_port = fleet
     a, b = f"a.{NAME}", f"b.{NAME}"
     dns.set(f"{ADDRS[0]} {a}\n{ADDRS[1]} {b}\n")
-    config = {"pools": {"A": {"servers": [f"{a}:{mc_port}", f"{b}:{mc_port}"]}}, "route": "PoolRoute|A"}
+    config = {
+        "pools": {"A": {"servers": [f"{a}:{mc_port}", f"{b}:{mc_port}"]}},
+        "route": "PoolRoute|A",
+    }
     flags = ("--dns-server", f"127.0.0.1:{dns.port}", "--dns-refresh-ms", "200")
     keys = [f"mcdns:{i}" for i in range(300)]
     with McRouter(config, *flags) as r:

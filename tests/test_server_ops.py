@@ -487,8 +487,17 @@ def test_without_io_uring_the_server_runs_epoll() -> None:
     """A kernel that refuses io_uring_setup (old, io_uring_disabled, seccomp; here strace
     injects EPERM) gets the epoll loop even when io_uring is asked for, and it serves."""
     port = free_port()
-    refuse = ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=io_uring_setup",
-              "-e", "inject=io_uring_setup:error=EPERM"]
+    refuse = [
+        "strace",
+        "-f",
+        "-qq",
+        "-o",
+        os.devnull,
+        "-e",
+        "trace=io_uring_setup",
+        "-e",
+        "inject=io_uring_setup:error=EPERM",
+    ]
     argv = refuse + serve_command("-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring")
     with Server(argv, port=port) as traced:
         assert traced.proc is not None
@@ -513,8 +522,18 @@ def test_io_uring_as_on_kernels_before_6_17_serves_pipelined_requests() -> None:
     buffer and requests pipelined past a receive."""
     port = free_port()
     # Not serve_command: the suite's MEMFLEET_SERVE_ARGS may pick epoll, and this is about io_uring.
-    argv = ["env", "MEMFLEET_URING_AS_OLDER_KERNEL=1", memfleet_bin(), "serve",
-            "-l", "127.0.0.1", "-p", str(port), "-o", "io_engine=uring"]
+    argv = [
+        "env",
+        "MEMFLEET_URING_AS_OLDER_KERNEL=1",
+        memfleet_bin(),
+        "serve",
+        "-l",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-o",
+        "io_engine=uring",
+    ]
     with Server(argv, port=port) as server:
         with Conn(port) as c:
             assert c.stats("settings")["io_engine"] == "uring"

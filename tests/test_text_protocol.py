@@ -101,7 +101,9 @@ def test_ttl_relative_negative_and_absolute(server: Server) -> None:
         assert c.request(b"get abs_past\r\n", b"END\r\n") == b"END\r\n"
         future = int(time.time()) + 3600
         c.request(b"set abs_future 0 %d 1\r\nx\r\n" % future)
-        assert c.request(b"get abs_future\r\n", b"END\r\n") == b"VALUE abs_future 0 1\r\nx\r\nEND\r\n"
+        assert (
+            c.request(b"get abs_future\r\n", b"END\r\n") == b"VALUE abs_future 0 1\r\nx\r\nEND\r\n"
+        )
         # Two seconds: with one, a clock tick right after the set may already expire it.
         c.request(b"set short 0 2 1\r\nx\r\n")
         assert c.request(b"get short\r\n", b"END\r\n") == b"VALUE short 0 1\r\nx\r\nEND\r\n"
@@ -130,7 +132,9 @@ def test_errors_keep_the_connection_usable(server: Server) -> None:
         assert c.request(b"\r\n") == b"ERROR\r\n"
         assert c.request(b"set k 0 0 abc\r\n") == b"CLIENT_ERROR bad command line format\r\n"
         long_key = b"k" * 251
-        assert c.request(b"get " + long_key + b"\r\n") == b"CLIENT_ERROR bad command line format\r\n"
+        assert (
+            c.request(b"get " + long_key + b"\r\n") == b"CLIENT_ERROR bad command line format\r\n"
+        )
         # memcached does not swallow the data of a refused key: "x" then runs as a command
         assert c.request(b"set " + long_key + b" 0 0 1\r\nx\r\n") == (
             b"CLIENT_ERROR bad command line format\r\n"
@@ -164,7 +168,11 @@ def test_huge_length_claim_allocates_nothing(server: Server) -> None:
 def test_many_keys_in_one_get(server: Server) -> None:
     with Conn(server.port) as c:
         for i in range(0, 5000, 500):
-            c.send(b"".join(b"set k%d 0 0 1 noreply\r\n%d\r\n" % (j, j % 10) for j in range(i, i + 500)))
+            c.send(
+                b"".join(
+                    b"set k%d 0 0 1 noreply\r\n%d\r\n" % (j, j % 10) for j in range(i, i + 500)
+                )
+            )
         keys = b" ".join(b"k%d" % i for i in range(5000))
         reply = c.request(b"get " + keys + b"\r\n", b"END\r\n")
         assert reply.count(b"VALUE ") == 5000
@@ -197,7 +205,38 @@ def test_stats_general_fields(server: Server) -> None:
         c.request(b"get a b\r\n", b"END\r\n")
         reply = c.request(b"stats\r\n", b"END\r\n").decode()
     stats = dict(line.split(" ", 2)[1:] for line in reply.splitlines() if line.startswith("STAT "))
-    for field in ["pid", "uptime", "time", "version", "curr_connections", "total_connections", "cmd_get", "cmd_set", "get_hits", "get_misses", "delete_hits", "delete_misses", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "cas_hits", "cas_misses", "cas_badval", "touch_hits", "touch_misses", "evictions", "expired_unfetched", "curr_items", "total_items", "bytes", "limit_maxbytes", "threads", "bytes_read", "bytes_written"]:
+    for field in [
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "get_misses",
+        "delete_hits",
+        "delete_misses",
+        "incr_hits",
+        "incr_misses",
+        "decr_hits",
+        "decr_misses",
+        "cas_hits",
+        "cas_misses",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+        "evictions",
+        "expired_unfetched",
+        "curr_items",
+        "total_items",
+        "bytes",
+        "limit_maxbytes",
+        "threads",
+        "bytes_read",
+        "bytes_written",
+    ]:
         assert field in stats, field
     assert stats["cmd_get"] == "2"
     assert stats["get_hits"] == "1"
@@ -251,7 +290,10 @@ def test_large_sets_arriving_in_pieces(server: Server) -> None:
             c.send(request[i : i + 7000])
             time.sleep(0.002)
         assert c.read_until(b"END\r\n") == b"STORED\r\nVALUE big 5 %d\r\n%s\r\nEND\r\n" % (n, value)
-        c.send(b"set big2 0 0 %d noreply\r\n%s\r\nadd big 0 0 %d\r\n%s\r\ngets big2\r\n" % (n, value, n, value))
+        c.send(
+            b"set big2 0 0 %d noreply\r\n%s\r\nadd big 0 0 %d\r\n%s\r\ngets big2\r\n"
+            % (n, value, n, value)
+        )
         assert c.read_line() == b"NOT_STORED\r\n"
         header = c.read_line()
         assert header.startswith(b"VALUE big2 0 %d " % n)
@@ -260,9 +302,13 @@ def test_large_sets_arriving_in_pieces(server: Server) -> None:
         other = value[::-1]
         c.send(b"cas big2 1 0 %d %d\r\n%s\r\n" % (n, cas + 1, other))
         c.send(b"cas big2 1 0 %d %d\r\n%s\r\nget big2\r\n" % (n, cas, other))
-        assert c.read_until(b"END\r\n") == b"EXISTS\r\nSTORED\r\nVALUE big2 1 %d\r\n%s\r\nEND\r\n" % (n, other)
+        assert c.read_until(
+            b"END\r\n"
+        ) == b"EXISTS\r\nSTORED\r\nVALUE big2 1 %d\r\n%s\r\nEND\r\n" % (n, other)
         c.send(b"append big 0 0 3\r\nabc\r\nreplace big 0 0 %d\r\n%s\r\nget big\r\n" % (n, other))
-        assert c.read_until(b"END\r\n") == b"STORED\r\nSTORED\r\nVALUE big 0 %d\r\n%s\r\nEND\r\n" % (n, other)
+        assert c.read_until(
+            b"END\r\n"
+        ) == b"STORED\r\nSTORED\r\nVALUE big 0 %d\r\n%s\r\nEND\r\n" % (n, other)
         # A value that does not end in \r\n is refused; the connection goes on.
         c.send(b"set bad 0 0 70000\r\n" + b"x" * 70000 + b"XX")
         assert c.read_line() == b"CLIENT_ERROR bad data chunk\r\n"

@@ -302,8 +302,7 @@ def test_evictions_are_logged_per_item(engine: tuple[str, ...]) -> None:
         assert c.request(b"mn\r\n") == b"MN\r\n"
         line = log_line(w)
         assert re.fullmatch(
-            LINE_START
-            + rb"type=eviction key=fill\d+ fetch=no ttl=-1 la=\d+ clsid=1 size=1000\n",
+            LINE_START + rb"type=eviction key=fill\d+ fetch=no ttl=-1 la=\d+ clsid=1 size=1000\n",
             line,
         ), line
         with Conn(s.port or 0) as q:

@@ -78,8 +78,15 @@ MEMFLEET: list[Case] = [
         {},
         None,
         "compat:msgpack-dict",
-        {"name": "Ada", "roles": ["admin", "dev"], "id": 42, "score": 0.25, "active": True, "manager": None,
-         "avatar": b"\x89PNG\x00"},
+        {
+            "name": "Ada",
+            "roles": ["admin", "dev"],
+            "id": 42,
+            "score": 0.25,
+            "active": True,
+            "manager": None,
+            "avatar": b"\x89PNG\x00",
+        },
     ),
     (
         "msgpack-list",
@@ -117,8 +124,14 @@ MEMFLEET: list[Case] = [
         "compat:msgpack-zstd",
         [record(i) for i in range(40)],
     ),
-    ("bytes-zstd", "compressible bytes above the threshold: zstd (FLAG_ZSTD)", {}, None, "compat:bytes-zstd",
-     page(30).encode() * 2),
+    (
+        "bytes-zstd",
+        "compressible bytes above the threshold: zstd (FLAG_ZSTD)",
+        {},
+        None,
+        "compat:bytes-zstd",
+        page(30).encode() * 2,
+    ),
     (
         "str-zstd-sampled",
         "str of 32 KB and more (the 2 KB sample compresses, so the whole value is): zstd",
@@ -234,32 +247,80 @@ MEMFLEET: list[Case] = [
         "compat:pickle-zstd",
         [(i, f"row {i}", i * 0.5) for i in range(200)],
     ),
-    ("pickle-int", 'serializer="pickle": an int is still digits', {"serializer": "pickle"}, {"allow_pickle": True},
-     "compat:pickle-int", 123456789),
+    (
+        "pickle-int",
+        'serializer="pickle": an int is still digits',
+        {"serializer": "pickle"},
+        {"allow_pickle": True},
+        "compat:pickle-int",
+        123456789,
+    ),
 ]
 
 PHP = {"value_format": "php-memcached"}
 PHP_CASES: list[Case] = [
     ("php-str", "php-memcached string (type 0)", PHP, None, "compat:php-str", "bonjour ☃"),
-    ("php-bytes", "php-memcached: non-UTF-8 bytes are a string, read back as bytes", PHP, None, "compat:php-bytes",
-     b"\xff\xfe\x00"),
+    (
+        "php-bytes",
+        "php-memcached: non-UTF-8 bytes are a string, read back as bytes",
+        PHP,
+        None,
+        "compat:php-bytes",
+        b"\xff\xfe\x00",
+    ),
     ("php-long", "php-memcached integer (type 1)", PHP, None, "compat:php-long", -123456789012),
     ("php-double", "php-memcached float (type 2)", PHP, None, "compat:php-double", 2.5e-7),
     ("php-double-inf", "php-memcached float Infinity", PHP, None, "compat:php-double-inf", float("-inf")),
     ("php-bool-true", "php-memcached bool true (type 3)", PHP, None, "compat:php-bool-true", True),
     ("php-bool-false", "php-memcached bool false: empty data", PHP, None, "compat:php-bool-false", False),
-    ("php-msgpack", "php-memcached msgpack array (type 7)", PHP, None, "compat:php-msgpack",
-     {"user": "ada", "ids": [1, 2, 3], "nested": {"k": None}}),
-    ("php-json", 'php-memcached with serializer="json" (type 6)', {**PHP, "serializer": "json"}, None,
-     "compat:php-json", {"user": "ada", "ids": [1, 2, 3]}),
-    ("php-zlib", "php-memcached str above 2000 bytes: zlib with the 4-byte length (16|32)", PHP, None,
-     "compat:php-zlib", page(100)),
-    ("php-zlib-msgpack", "php-memcached msgpack above 2000 bytes: zlib", PHP, None, "compat:php-zlib-msgpack",
-     [record(i) for i in range(4000, 4030)]),
-    ("php-zstd", 'php-memcached with php_compression="zstd" (16|128)', {**PHP, "php_compression": "zstd"}, None,
-     "compat:php-zstd", page(101)),
-    ("php-incompressible", "php-memcached random bytes above 2000: stored uncompressed", PHP, None,
-     "compat:php-incompressible", noise(2500, 3)),
+    (
+        "php-msgpack",
+        "php-memcached msgpack array (type 7)",
+        PHP,
+        None,
+        "compat:php-msgpack",
+        {"user": "ada", "ids": [1, 2, 3], "nested": {"k": None}},
+    ),
+    (
+        "php-json",
+        'php-memcached with serializer="json" (type 6)',
+        {**PHP, "serializer": "json"},
+        None,
+        "compat:php-json",
+        {"user": "ada", "ids": [1, 2, 3]},
+    ),
+    (
+        "php-zlib",
+        "php-memcached str above 2000 bytes: zlib with the 4-byte length (16|32)",
+        PHP,
+        None,
+        "compat:php-zlib",
+        page(100),
+    ),
+    (
+        "php-zlib-msgpack",
+        "php-memcached msgpack above 2000 bytes: zlib",
+        PHP,
+        None,
+        "compat:php-zlib-msgpack",
+        [record(i) for i in range(4000, 4030)],
+    ),
+    (
+        "php-zstd",
+        'php-memcached with php_compression="zstd" (16|128)',
+        {**PHP, "php_compression": "zstd"},
+        None,
+        "compat:php-zstd",
+        page(101),
+    ),
+    (
+        "php-incompressible",
+        "php-memcached random bytes above 2000: stored uncompressed",
+        PHP,
+        None,
+        "compat:php-incompressible",
+        noise(2500, 3),
+    ),
 ]
 
 
@@ -271,12 +332,27 @@ def options(opts: dict[str, Any], dictionaries: dict[str, bytes]) -> dict[str, A
 
 
 def vector(
-    name: str, description: str, fmt: str, wopts: dict[str, Any], ropts: dict[str, Any], key: str, flags: int,
-    data: bytes, value: Any, got: Any,
+    name: str,
+    description: str,
+    fmt: str,
+    wopts: dict[str, Any],
+    ropts: dict[str, Any],
+    key: str,
+    flags: int,
+    data: bytes,
+    value: Any,
+    got: Any,
 ) -> dict[str, Any]:
     v = {
-        "name": name, "description": description, "format": fmt, "options": wopts, "read_options": ropts,
-        "key": key, "flags": flags, "hex": data.hex(), "value": vv.tag(value),
+        "name": name,
+        "description": description,
+        "format": fmt,
+        "options": wopts,
+        "read_options": ropts,
+        "key": key,
+        "flags": flags,
+        "hex": data.hex(),
+        "value": vv.tag(value),
     }
     if vv.tag(got) != v["value"]:
         v["read_back"] = vv.tag(got)  # only where it differs from what was written
@@ -344,8 +420,14 @@ def main() -> None:
     dict_id = m.dictionaries.stats()["families"]["compat:rec:*"]
     dkey = vv.DICT_KEY_PREFIX + dict_id.encode()
     ddata, dflags = vv.raw_get(address, dkey) or (b"", 0)
-    items.append({"key": dkey.decode(), "flags": dflags, "hex": ddata.hex(),
-                  "description": "the managed dictionary the managed-* vectors were compressed with"})
+    items.append(
+        {
+            "key": dkey.decode(),
+            "flags": dflags,
+            "hex": ddata.hex(),
+            "description": "the managed dictionary the managed-* vectors were compressed with",
+        }
+    )
     m.close()
     mc.close()
 
