@@ -5,6 +5,9 @@ memcached servers the script starts (``MEMFLEET_TEST_SERVER`` picks another serv
 Each count runs twice for ``--seconds`` and the better run is kept.
 
     PYTHONPATH=clients/python/src python3 clients/python/bench/threads.py
+
+``--no-pylibmc`` leaves pylibmc out (and unimported): on free-threaded CPython it would turn the
+GIL back on. The script prints whether the GIL is on.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import pylibmc  # noqa: E402
 from client_support import cache_server  # noqa: E402
 
 import memfleet  # noqa: E402
@@ -45,36 +47,45 @@ def rate(threads: int, call: Callable[[], Any], seconds: float) -> float:
     return sum(counts) / seconds
 
 
+def pylibmc_cases(addrs: list[str], keys: list[str], threads: int) -> dict[str, Callable[[], Any]]:
+    import pylibmc
+
+    behaviors = {"tcp_nodelay": True, "ketama_weighted": True}
+    pool = pylibmc.ClientPool(pylibmc.Client(addrs, binary=False, behaviors=behaviors), threads)
+    with pool.reserve() as pl:
+        pl.set_multi({k: "v" * 100 for k in keys})
+
+    def pl_get() -> None:
+        with pool.reserve() as pl:
+            pl.get("multi:1")
+
+    def pl_many() -> None:
+        with pool.reserve() as pl:
+            pl.get_multi(keys)
+
+    return {"pylibmc get": pl_get, "pylibmc get_many": pl_many}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--no-pylibmc", action="store_true", help="measure memfleet only")
     args = ap.parse_args()
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)
+    print(f"Python {sys.version.split()[0]}, GIL {'on' if gil() else 'off'}", flush=True)
     servers = [cache_server("-m", "256").start() for _ in range(3)]
     try:
         addrs = [s.address for s in servers]
         keys = [f"multi:{i}" for i in range(100)]
         mf = memfleet.Client(addrs)
         mf.set_many({k: "v" * 100 for k in keys})
-        behaviors = {"tcp_nodelay": True, "ketama_weighted": True}
-        pool = pylibmc.ClientPool(pylibmc.Client(addrs, binary=False, behaviors=behaviors), args.threads)
-        with pool.reserve() as pl:
-            pl.set_multi({k: "v" * 100 for k in keys})
-
-        def pl_get() -> None:
-            with pool.reserve() as pl:
-                pl.get("multi:1")
-
-        def pl_many() -> None:
-            with pool.reserve() as pl:
-                pl.get_multi(keys)
-
         cases: dict[str, Callable[[], Any]] = {
             "memfleet get": lambda: mf.get("multi:1"),
             "memfleet get_many": lambda: mf.get_many(keys),
-            "pylibmc get": pl_get,
-            "pylibmc get_many": pl_many,
         }
+        if not args.no_pylibmc:
+            cases.update(pylibmc_cases(addrs, keys, args.threads))
         for name, call in cases.items():
             one = max(rate(1, call, args.seconds) for _ in range(2))
             many = max(rate(args.threads, call, args.seconds) for _ in range(2))
