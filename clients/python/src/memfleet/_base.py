@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from ._memo import memo
 from ._native import MAX_KEY, valid_key
 from ._php import PhpSerde
 from ._proto import check_key
@@ -86,7 +87,7 @@ class ClientConfig:
             raise ValueError(f'value_format must be "memfleet" or "php-memcached", not {value_format!r}')
         self.key_prefix = key_prefix.encode("utf-8") if isinstance(key_prefix, str) else bytes(key_prefix)
         # memo of validated keys: hot keys skip encoding and validation
-        self._keys: dict[Key, tuple[bytes, bytes]] = {}
+        self._keys: dict[Key, tuple[bytes, bytes]] = memo()
         if near_cache is True:
             self.near: NearCache | None = NearCache(near_cache_size, near_cache_ttl, near_cache_tracked_ttl)
         elif isinstance(near_cache, NearCache):

@@ -24,6 +24,7 @@ from typing import Any, Callable, Union
 
 import zstandard
 
+from ._memo import memo
 from ._php import PhpSerde
 from .serde import (
     FLAG_BYTES,
@@ -301,11 +302,11 @@ class Dictionaries:
         self._min = min_size
         self._start = start
         self._known: dict[int, Dictionary] = {}
-        self._by_head: dict[bytes, Dictionary] = {}  # see _dictionary_of
+        self._by_head: dict[bytes, Dictionary] = memo()  # see _dictionary_of
         self._not_found: dict[int, float] = {}
         self.fetching: set[int] = set()
         self._families: dict[bytes, Family] = {}
-        self._by_key: dict[bytes, Family | None] = {}
+        self._by_key: dict[bytes, Family | None] = memo()
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None

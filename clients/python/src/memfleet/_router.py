@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+from ._memo import memo
 from .errors import NoServersError
 from .ketama import Ring, point_name
 from .near import Source
@@ -133,7 +134,7 @@ class Router(Generic[S]):
                 else:
                     live.append(s)
             ring = Ring([point_name(s.host, s.port) for s in live], [s.weight for s in live]) if live else None
-            self._state = (live, ring, {})
+            self._state = (live, ring, memo())
             self._next_check = next_check
 
     @property
