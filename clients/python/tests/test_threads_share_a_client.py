@@ -53,15 +53,20 @@ def test_threads_share_one_client_over_three_servers(servers3: list[Server]) -> 
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:3]
-    assert memfleet.Client([s.address for s in servers3]).get("shared:hits") == THREADS * ROUNDS
-    # the family trained (on the client's worker thread, most likely while the writes went on)
-    deadline = time.monotonic() + 20
-    while c.dictionaries.stats()["trained"] < 1:
-        assert time.monotonic() < deadline, c.dictionaries.stats()
-        time.sleep(0.01)
-    c.close()
+    reader = memfleet.Client([s.address for s in servers3])
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads), "a thread is stuck"
+        assert not errors, errors[:3]
+        assert reader.get("shared:hits") == THREADS * ROUNDS
+        # the family trained (on the client's worker thread, most likely while the writes went on)
+        deadline = time.monotonic() + 20
+        while c.dictionaries.stats()["trained"] < 1:
+            assert time.monotonic() < deadline, c.dictionaries.stats()
+            time.sleep(0.01)
+    finally:
+        c.close()
+        reader.close()
