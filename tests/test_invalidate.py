@@ -374,6 +374,74 @@ def test_unix_socket_dsn(
     drop_slot(pg, "u")
 
 
+def test_deletes_sent_unconfirmed_go_out_again_once_visible(
+    pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
+) -> None:
+    """The question whether the primary shows a transaction yet goes unanswered (the
+    invalidator's role may no longer log in, and its connection was closed): the deletes go
+    out at once, and again once the primary answers, removing a value a reader put back in
+    between."""
+    pg.script(
+        "DROP TABLE IF EXISTS vis; CREATE TABLE vis (id int PRIMARY KEY, v int);"
+        "INSERT INTO vis SELECT i, 0 FROM generate_series(1, 3) i;"
+        "DROP ROLE IF EXISTS vis_inv; CREATE ROLE vis_inv LOGIN REPLICATION PASSWORD 'vis';"
+        "DROP PUBLICATION IF EXISTS p_vis; CREATE PUBLICATION p_vis FOR TABLE vis;"
+    )
+    try:
+        c = Cache(cache.port or 0)
+        cfg = base_config(pg, "vis", cache.port or 0, {"vis": ["vis:{id}"]})
+        cfg["source"]["dsn"] = (
+            f"host=127.0.0.1 port={pg.port} user=vis_inv password=vis dbname=postgres"
+        )
+        inv = Invalidator(cfg, workdir)
+        invalidators.append(inv)
+        inv.start()
+
+        # One change seen normally, so the check's connection is open.
+        c.set_many({"vis:1": "old"})
+        pg.script("UPDATE vis SET v = 1 WHERE id = 1;")
+        assert wait_until(lambda: c.get("vis:1") is None)
+        before = inv.stats()
+        unconfirmed = int(before["visibility_unconfirmed"])
+        resent = int(before["visibility_resent"])
+
+        pg.script(
+            "ALTER ROLE vis_inv NOLOGIN;"
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE usename = 'vis_inv' AND backend_type = 'client backend';"
+        )
+        c.set_many({"vis:2": "old"})
+        pg.script("UPDATE vis SET v = 2 WHERE id = 2;")
+        # Not held back by the unanswered question.
+        assert wait_until(lambda: c.get("vis:2") is None, timeout=15)
+        st = inv.stats()
+        assert int(st["visibility_unconfirmed"]) == unconfirmed + 1, st
+        assert st["visibility_pending"] == "1", st
+        # A reader's refill between the delete and the answer.
+        c.set_many({"vis:2": "refilled"})
+        time.sleep(1.0)
+        assert c.get("vis:2") == "refilled", "sent again before the primary answered"
+
+        pg.script("ALTER ROLE vis_inv LOGIN;")
+        assert wait_until(lambda: c.get("vis:2") is None, timeout=30)
+        assert wait_until(lambda: inv.stats()["visibility_pending"] == "0"), inv.stats()
+        assert int(inv.stats()["visibility_resent"]) == resent + 1
+        log = inv.log.read_text()
+        assert "cannot ask the primary" in log, log
+        assert "answers which transactions it shows again" in log, log
+        inv.stop()
+        drop_slot(pg, "vis")
+    finally:
+        pg.script("DROP PUBLICATION IF EXISTS p_vis;")
+        for inv in invalidators:
+            inv.stop()
+        pg.sql(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+            " WHERE slot_name = 's_vis' AND NOT active"
+        )
+        pg.script("DROP ROLE IF EXISTS vis_inv;")
+
+
 def test_overlong_key_is_counted_not_sent(
     pg: Postgres, cache: Server, workdir: Path, invalidators: list[Invalidator]
 ) -> None:

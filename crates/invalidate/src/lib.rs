@@ -148,6 +148,9 @@ struct Open {
     xid: u32,
 }
 
+/// How often an idle stream asks again whether unconfirmed transactions are visible.
+const RECHECK: Duration = Duration::from_millis(20);
+
 /// Seconds between the Unix epoch and PostgreSQL's (2000-01-01), in microseconds.
 const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
 
@@ -216,10 +219,7 @@ async fn settle(
     stats: &Mutex<Stats>,
 ) -> Result<(), InvalidateError> {
     let Some(g) = gate else {
-        if !batch.nothing_to_send() {
-            visible.wait(&batch.carried_xids(open)).await;
-            stats.lock().expect("stats lock").visibility_waits = visible.waits;
-        }
+        confirm_visible(batch, open, visible, stats).await;
         return flush(batch, fanout, client, stats).await;
     };
     if batch.nothing_to_send() && !g.holding() {
@@ -241,6 +241,24 @@ async fn settle(
     release(g, fanout, client, stats).await
 }
 
+/// Without a replica gate, waits until the primary shows the batch's transactions; when
+/// that cannot be confirmed, keeps its keys to be sent again once it can.
+async fn confirm_visible(
+    batch: &Batch,
+    open: Open,
+    visible: &mut Visibility,
+    stats: &Mutex<Stats>,
+) {
+    if batch.nothing_to_send() {
+        return;
+    }
+    let xids = batch.carried_xids(open);
+    if !visible.wait(&xids).await {
+        visible.remember(xids, &batch.keys);
+    }
+    stats.lock().expect("stats lock").visibility = visible.stats;
+}
+
 /// Delivers and confirms, in order, the held batches the replica has replayed.
 async fn release(
     gate: &mut Gate<Batch>,
@@ -256,6 +274,24 @@ async fn release(
         flush(&mut ready, fanout, client, stats).await?;
     }
     gate.publish();
+    Ok(())
+}
+
+/// Sends again the deletes that went out before their transactions were seen, once the
+/// primary shows them.
+async fn resend(
+    visible: &mut Visibility,
+    fanout: &mut Fanout,
+    stats: &Mutex<Stats>,
+) -> Result<(), InvalidateError> {
+    let keys = visible.due().await;
+    stats.lock().expect("stats lock").visibility = visible.stats;
+    if !keys.is_empty() {
+        fanout
+            .deliver(&keys, &[])
+            .await
+            .map_err(InvalidateError::SpoolWrite)?;
+    }
     Ok(())
 }
 
@@ -326,7 +362,13 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
         .with_markers(config.remote_markers.clone(), config.remote_markers_release);
     let mut batch = Batch::default();
     let mut gate = replica.map(|r| Gate::start(r, &config, stats.clone()));
-    let mut visible = Visibility::new(pg.clone(), config.connect_timeout);
+    let mut visible = Visibility::new(
+        pg.clone(),
+        config.connect_timeout,
+        // The question's own timeout: generous, since an unanswered one means resends.
+        config.connect_timeout.max(config.ack_timeout),
+        config.retry_interval,
+    );
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|error| InvalidateError::Setup {
         what: "signal handler",
@@ -369,8 +411,18 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
     // Deliver what was received, confirm it, and let the client send that position. What
     // the replica has not replayed yet is left to the slot, to be sent again next time.
     match &mut gate {
-        None => flush(&mut batch, &mut fanout, &client, &stats).await?,
+        None => {
+            confirm_visible(&batch, Open::default(), &mut visible, &stats).await;
+            flush(&mut batch, &mut fanout, &client, &stats).await?
+        }
         Some(g) => release(g, &mut fanout, &client, &stats).await?,
+    }
+    resend(&mut visible, &mut fanout, &stats).await?;
+    if visible.has_unconfirmed() {
+        warn!(
+            "stopping with {} deletes not sent again: their transactions were not seen visible",
+            visible.stats.pending
+        );
     }
     client.stop();
     let _ = tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await;
@@ -400,10 +452,12 @@ async fn session(
     loop {
         // Wait for the stream only as long as there is nothing else to do: a pending batch
         // goes out as soon as the stream has nothing more ready.
-        let wait = if batch.is_empty() {
-            config.retry_interval
-        } else {
+        let wait = if !batch.is_empty() {
             Duration::ZERO
+        } else if visible.has_unconfirmed() {
+            RECHECK
+        } else {
+            config.retry_interval
         };
         let holding = gate.as_ref().is_some_and(|g| g.holding());
         // Holding all it may: the stream waits (the slot keeps the WAL) until the replica
@@ -421,6 +475,7 @@ async fn session(
         let event = match event {
             Err(_idle) => {
                 settle(batch, open, gate, visible, fanout, client, stats).await?;
+                resend(visible, fanout, stats).await?;
                 replay(fanout, stats).await?;
                 continue;
             }
@@ -506,6 +561,7 @@ async fn session(
         }
         if batch.keys.len() >= config.max_batch_keys {
             settle(batch, open, gate, visible, fanout, client, stats).await?;
+            resend(visible, fanout, stats).await?;
             replay(fanout, stats).await?;
         }
     }

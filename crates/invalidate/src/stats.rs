@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::fanout::SinkStats;
 use crate::keys::Skipped;
+use crate::visible::VisibilityStats;
 use crate::InvalidateError;
 
 /// The standby that gates the deletes, and what waits on it.
@@ -36,8 +37,8 @@ pub struct Stats {
     pub sinks: Vec<(String, SinkStats)>,
     /// With `source.replica_dsn`: what waits on the standby.
     pub replica: Option<ReplicaStats>,
-    /// Batches held until the primary's snapshots saw their transactions (`visible`).
-    pub visibility_waits: u64,
+    /// The check that the primary's snapshots see a batch's transactions (`visible`).
+    pub visibility: VisibilityStats,
     /// `remote_markers_release: message`: marker tokens read from transactions' messages,
     /// and message lines that were not `<key> <token>`.
     pub marker_tokens: u64,
@@ -61,7 +62,7 @@ impl Default for Stats {
             confirmed_lsn: String::new(),
             sinks: Vec::new(),
             replica: None,
-            visibility_waits: 0,
+            visibility: VisibilityStats::default(),
             marker_tokens: 0,
             bad_marker_lines: 0,
             latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
@@ -110,7 +111,14 @@ impl Stats {
         stat("spooled", total(|s| s.spooled));
         stat("replayed", total(|s| s.replayed));
         stat("target_failures", total(|s| s.failures));
-        stat("visibility_waits", self.visibility_waits.to_string());
+        stat("visibility_waits", self.visibility.waits.to_string());
+        stat(
+            "visibility_unconfirmed",
+            self.visibility.unconfirmed.to_string(),
+        );
+        stat("visibility_resent", self.visibility.resent.to_string());
+        stat("visibility_pending", self.visibility.pending.to_string());
+        stat("visibility_dropped", self.visibility.dropped.to_string());
         stat("marked_stale", total(|s| s.marked_stale));
         stat("stale_as_delete", total(|s| s.stale_as_delete));
         stat("markers_sent", total(|s| s.markers_sent));
