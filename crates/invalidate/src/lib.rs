@@ -256,7 +256,7 @@ async fn confirm_visible(
     if !visible.wait(&xids).await {
         visible.remember(xids, &batch.keys);
     }
-    stats.lock().expect("stats lock").visibility = visible.stats;
+    stats.lock().expect("stats lock").visibility = visible.stats();
 }
 
 /// Delivers and confirms, in order, the held batches the replica has replayed.
@@ -285,7 +285,7 @@ async fn resend(
     stats: &Mutex<Stats>,
 ) -> Result<(), InvalidateError> {
     let keys = visible.due().await;
-    stats.lock().expect("stats lock").visibility = visible.stats;
+    stats.lock().expect("stats lock").visibility = visible.stats();
     if !keys.is_empty() {
         fanout
             .deliver(&keys, &[])
@@ -421,7 +421,7 @@ async fn stream(config: Config, check_only: bool) -> Result<(), InvalidateError>
     if visible.has_unconfirmed() {
         warn!(
             "stopping with {} deletes not sent again: their transactions were not seen visible",
-            visible.stats.pending
+            visible.stats().pending
         );
     }
     client.stop();

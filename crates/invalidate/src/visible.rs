@@ -161,7 +161,8 @@ pub struct Visibility {
     /// Whether the last question went unanswered (warned once per outage).
     failing: bool,
     unconfirmed: Unconfirmed,
-    pub stats: VisibilityStats,
+    /// The counters; `pending` is read from `unconfirmed` when asked.
+    counts: VisibilityStats,
 }
 
 impl Visibility {
@@ -180,7 +181,7 @@ impl Visibility {
             next_attempt: None,
             failing: false,
             unconfirmed: Unconfirmed::default(),
-            stats: VisibilityStats::default(),
+            counts: VisibilityStats::default(),
         }
     }
 
@@ -207,13 +208,13 @@ impl Visibility {
             waited = true;
             sleep(POLL).await;
         };
-        self.stats.waits += u64::from(waited);
+        self.counts.waits += u64::from(waited);
         seen
     }
 
     /// Keeps the keys of a batch that went out unconfirmed, to be sent again.
     pub fn remember(&mut self, xids: Vec<u32>, keys: &[Vec<u8>]) {
-        self.stats.unconfirmed += 1;
+        self.counts.unconfirmed += 1;
         if keys.is_empty() {
             return;
         }
@@ -222,9 +223,15 @@ impl Visibility {
                 .push(xids, keys.to_vec(), Instant::now(), MAX_UNCONFIRMED_KEYS);
         if dropped > 0 {
             warn!("{dropped} deletes sent before their transactions were visible will not be sent again: more than {MAX_UNCONFIRMED_KEYS} waited");
-            self.stats.dropped += dropped as u64;
+            self.counts.dropped += dropped as u64;
         }
-        self.stats.pending = self.unconfirmed.keys() as u64;
+    }
+
+    pub fn stats(&self) -> VisibilityStats {
+        VisibilityStats {
+            pending: self.unconfirmed.keys() as u64,
+            ..self.counts
+        }
     }
 
     pub fn has_unconfirmed(&self) -> bool {
@@ -238,8 +245,7 @@ impl Visibility {
             let dropped = self.unconfirmed.expire(cutoff);
             if dropped > 0 {
                 warn!("{dropped} deletes sent before their transactions were visible will not be sent again: the primary has not shown those transactions for {MAX_UNCONFIRMED_AGE:?}");
-                self.stats.dropped += dropped as u64;
-                self.stats.pending = self.unconfirmed.keys() as u64;
+                self.counts.dropped += dropped as u64;
             }
         }
         if self.unconfirmed.is_empty() {
@@ -249,8 +255,7 @@ impl Visibility {
             return Vec::new();
         };
         let due = self.unconfirmed.take_seen(&snap);
-        self.stats.resent += due.len() as u64;
-        self.stats.pending = self.unconfirmed.keys() as u64;
+        self.counts.resent += due.len() as u64;
         due
     }
 
