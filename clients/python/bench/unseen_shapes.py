@@ -287,15 +287,17 @@ def main() -> int:
     )
     print(
         "| record | pickle B | msgpack | at 2,000 writes: stored (with a dictionary) "
-        "| settled: stored B | settled / pickle |"
+        "| settled: stored B | settled / pickle | level in use |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         a, s = r["at_2000"], r["settled"]
         own = " (own example)" if r["shape"] in {g.__name__ for g in OWN} else ""
+        level = r["stats"]["levels"].get(f"{r['shape']}:*:v")
         print(
             f"| `{r['shape']}`{own} | {s['pickle']:.0f} | {r['msgpack'] / s['pickle']:.2f}× "
-            f"| {a['ratio']:.3f}× ({a['managed']:.0%}) | {s['bytes']:.0f} | **{s['ratio']:.3f}×** |"
+            f"| {a['ratio']:.3f}× ({a['managed']:.0%}) | {s['bytes']:.0f} | **{s['ratio']:.3f}×** "
+            f"| {'-' if level is None else level} |"
         )
     print()
     for line in bounds():

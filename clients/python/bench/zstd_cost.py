@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What zstd's own call costs the client per value, with the caches warm and with them cold.
 
-Trains a dictionary as the client does (``memfleet._dicts.train``, ``ManagedDicts()``'s samples, size and
-level) on records of each kind, then times the client's compress and decompress calls (the
-client's ``Dictionary``, its parameters) on 100 other records: best of 5 passes, µs per call. "cold" writes a
+Trains a dictionary as the client does (a family's training in ``memfleet._dicts``, with
+``ManagedDicts()``'s samples, size and level, and the next level where it pays) on records of
+each kind, then times the client's compress and decompress calls (the client's ``Dictionary``,
+its parameters) on 100 other records: best of 5 passes, µs per call. "cold" writes a
 4 MB buffer before every call, as the kernel and a server sharing the CPU do between two requests.
 No server, no network: this is the floor under what a managed ``set`` or ``get`` adds.
 
@@ -21,7 +22,8 @@ from typing import Callable
 import msgpack
 
 import memfleet
-from memfleet._dicts import train
+from memfleet._dicts import Dictionaries, Family
+from memfleet.serde import Serde
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from samples import feed_entry, small_profile  # noqa: E402
@@ -46,20 +48,28 @@ def best_us(call: Callable[[bytes], bytes], inputs: list[bytes], cold: bool) -> 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--level", type=int, default=memfleet.ManagedDicts().level, help="ManagedDicts(level=...)")
-    policy = memfleet.ManagedDicts(level=ap.parse_args().level)
-    print(f"zstd level {policy.level}\n")
-    print("| record | msgpack B | stored B | compress µs, warm / cold | decompress µs, warm / cold |")
-    print("|---|---|---|---|---|")
+    ap.add_argument("--no-level-up", action="store_true", help="ManagedDicts(level_up=False)")
+    args = ap.parse_args()
+    policy = memfleet.ManagedDicts(level=args.level, level_up=not args.no_level_up)
+    dicts = Dictionaries(Serde(), policy, 64, lambda d, publish: None)
+    print(f"zstd level {policy.level}, level_up={policy.level_up}\n")
+    print("| record | level | msgpack B | stored B | compress µs, warm / cold | decompress µs, warm / cold |")
+    print("|---|---|---|---|---|---|")
     for gen in (small_profile, feed_entry):
-        training = [msgpack.packb(gen(10_000 + i)) for i in range(policy.min_samples)]
-        d = train(training, policy.dict_size, policy.level)  # as the client trains a family's
+        family = Family(gen.__name__.encode())
+        dicts._train(family, [msgpack.packb(gen(10_000 + i)) for i in range(policy.min_samples)])
+        d = family.pending
+        assert d is not None, "no dictionary trained"
         values = [msgpack.packb(gen(i)) for i in range(100)]
         frames = [d.compress(v) for v in values]
         plain = sum(map(len, values)) / len(values)
         stored = sum(map(len, frames)) / len(frames)
         c = [best_us(d.compress, values, cold) for cold in (False, True)]
         u = [best_us(d.decompress, frames, cold) for cold in (False, True)]
-        print(f"| {gen.__name__} | {plain:.0f} | {stored:.0f} | {c[0]:.2f} / {c[1]:.2f} | {u[0]:.2f} / {u[1]:.2f} |")
+        print(
+            f"| {gen.__name__} | {d.level} | {plain:.0f} | {stored:.0f} | {c[0]:.2f} / {c[1]:.2f} "
+            f"| {u[0]:.2f} / {u[1]:.2f} |"
+        )
     return 0
 
 

@@ -2,11 +2,12 @@
 //! encoding and reply parsing over crates/proto, key placement over crates/ring, and blocking
 //! connections that release the GIL while they wait on the network.
 //!
-//! [`wire`] and [`ketama`] are plain Rust with unit tests; the PyO3 bindings are compiled only
+//! [`wire`], [`ketama`] and [`zstd_frame`] are plain Rust with unit tests; the PyO3 bindings are compiled only
 //! with the `python` feature, which maturin enables.
 
 pub mod ketama;
 pub mod wire;
+pub mod zstd_frame;
 
 #[cfg(feature = "python")]
 mod py;

@@ -542,6 +542,13 @@ pub(crate) fn valid_key(key: &[u8]) -> bool {
     wire::valid_key(key)
 }
 
+/// Whether a zstd frame's sequences all use its dictionary's tables (`zstd_frame`): such a
+/// frame needs no content checksum to fail when read with another dictionary of its id.
+#[pyfunction]
+pub(crate) fn zstd_sequences_use_dictionary_tables(frame: &[u8]) -> bool {
+    crate::zstd_frame::sequences_use_dictionary_tables(frame)
+}
+
 #[pyfunction]
 pub(crate) fn points_for(weight: u32, total_weight: u32, live_servers: u32) -> u32 {
     ketama::points_for(weight, total_weight, live_servers)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Union
 import zstandard
 
 from ._memo import memo
+from ._native import zstd_sequences_use_dictionary_tables as sequences_use_dictionary_tables
 from ._php import PhpSerde
 from .serde import (
     FLAG_BYTES,
@@ -49,10 +50,21 @@ _FOREVER = float("inf")
 # values this big compress well without a dictionary and are not sampled
 _MANAGED_MAX = 16 * 1024
 _FAMILY_MEMO = 65536
-# log2 of the entries in a dictionary's match-finder tables: 16 KB each instead of level 3's 128 KB
-# and 64 KB. Values come out 0.5% bigger; a compression that finds the caches cold (as it does
-# between two requests) misses ~20% fewer cache lines, and a dictionary takes 6x less memory
+# log2 of the entries in a dictionary's match-finder tables at levels 1-3: 16 KB each instead of
+# level 3's 128 KB and 64 KB. Values come out 0.5% bigger; a compression that finds the caches cold
+# (as it does between two requests) misses ~20% fewer cache lines, and a dictionary takes 6x less
+# memory. Levels that search (4 and up) keep zstd's sizes: in 16 KB they find fewer matches (level
+# 4 would gain 10-30% less over level 3) and are no faster
 _TABLE_LOG = 12
+# a frame carries zstd's 4-byte content checksum unless it is of a value under this size and codes
+# its sequences with the dictionary's own tables. Read with another dictionary of the same id (an
+# id evicted everywhere, drawn again), zstd's own checks reject all but about 1 in 26,000 of those
+# (bench/same_id_dicts.py), while a frame that copies the dictionary with zstd's default tables
+# decodes to the other dictionary's bytes: 4 bytes saved on nearly every small value, for that
+# chance after a collision of 1 in 2**31
+_CHECKED_FROM = 1024
+# a family compresses at the next level up when that makes its held-out samples this much smaller
+_LEVEL_UP_GAIN = 0.02
 _MANAGED_FLAGS = FLAG_ZSTD | FLAG_ZSTD_MANAGED
 _UNMANAGED_TYPES = frozenset((FLAG_BYTES, FLAG_INTEGER))  # raw bytes and counters stay as they are
 # a zstd frame's header descriptor byte (after the 4-byte magic) and the dictionary id after it,
@@ -83,7 +95,9 @@ class ManagedDicts:
     are touched every ``refresh_interval`` seconds while in use. A family retrains when its values
     save ``drift`` times less over plain zstd than the dictionary did on held-out samples
     (checked on every 64th value, over windows of ``drift_window`` values). Dictionaries are trained
-    for, and values compressed at, zstd ``level``.
+    for, and values compressed at, zstd ``level``; with ``level_up``, a family whose held-out
+    samples come out at least 2% smaller at ``level + 1`` is compressed at that level (which takes
+    1.6-3 times as long to compress).
     """
 
     def __init__(
@@ -102,6 +116,7 @@ class ManagedDicts:
         drift: float = 1.25,
         drift_window: int = 2000,
         level: int = 3,
+        level_up: bool = True,
     ) -> None:
         if min_samples < 10:
             raise ValueError("min_samples must be >= 10")
@@ -115,6 +130,7 @@ class ManagedDicts:
         self.drift = drift
         self.drift_window = drift_window
         self.level = level
+        self.level_up = level_up
 
 
 def dict_key(dict_id: int) -> bytes:
@@ -164,6 +180,12 @@ class Dictionary:
         except zstandard.ZstdError:
             return None
 
+    def at_level(self, level: int) -> Dictionary:
+        """The same dictionary, compressing at ``level``."""
+        d = Dictionary(self.data, level, self.family)
+        d.baseline = self.baseline
+        return d
+
     def renumbered(self) -> Dictionary:
         """The same dictionary under a new random id (its id collided with another's)."""
         d = Dictionary(self.data[:4] + new_id().to_bytes(4, "little") + self.data[8:], self.level, self.family)
@@ -179,16 +201,28 @@ class Dictionary:
         self.settled_until = min(self.need_until, covered_until)
 
     def compressor(self) -> zstandard.ZstdCompressor:
-        """This thread's compressor (zstd contexts are not shared between threads)."""
+        """This thread's compressor of frames without the content checksum (zstd contexts are not
+        shared between threads)."""
         c: zstandard.ZstdCompressor | None = getattr(self.local, "c", None)
         if c is None:
-            params = compression_params(self.level, len(self.data))
-            with _PREPARE:
-                if not self._precomputed:
-                    self._zdict.precompute_compress(compression_params=params)
-                    self._precomputed = True
-            c = self.local.c = zstandard.ZstdCompressor(compression_params=params, dict_data=self._zdict)
+            c = self.local.c = self._new_compressor(checksum=False)
         return c
+
+    def checked_compressor(self) -> zstandard.ZstdCompressor:
+        """This thread's compressor of frames with the content checksum."""
+        c: zstandard.ZstdCompressor | None = getattr(self.local, "cc", None)
+        if c is None:
+            c = self.local.cc = self._new_compressor(checksum=True)
+        return c
+
+    def _new_compressor(self, checksum: bool) -> zstandard.ZstdCompressor:
+        params = compression_params(self.level, len(self.data), checksum)
+        with _PREPARE:
+            if not self._precomputed:
+                # the prepared tables hold no frame settings: both compressors share them
+                self._zdict.precompute_compress(compression_params=params)
+                self._precomputed = True
+        return zstandard.ZstdCompressor(compression_params=params, dict_data=self._zdict)
 
     def decompressor(self) -> zstandard.ZstdDecompressor:
         """This thread's decompressor."""
@@ -198,26 +232,34 @@ class Dictionary:
         return d
 
     def compress(self, data: bytes) -> bytes:
-        return self.compressor().compress(data)
+        """``data`` as a frame, with the content checksum where zstd's own checks would not make a
+        read with another dictionary of this id fail."""
+        if len(data) < _CHECKED_FROM:
+            c = getattr(self.local, "c", None)
+            frame: bytes = (c if c is not None else self.compressor()).compress(data)
+            if sequences_use_dictionary_tables(frame):
+                return frame
+        return self.checked_compressor().compress(data)
 
     def decompress(self, data: bytes) -> bytes:
         return self.decompressor().decompress(data)
 
 
-def compression_params(level: int, dict_size: int) -> zstandard.ZstdCompressionParameters:
+def compression_params(level: int, dict_size: int, checksum: bool) -> zstandard.ZstdCompressionParameters:
     """zstd ``level`` with tables sized for a dictionary and a small value (not zstd's defaults for
-    a stream of unknown size, ten times larger), capped at ``_TABLE_LOG``."""
+    a stream of unknown size, ten times larger), capped at ``_TABLE_LOG`` for levels that do not
+    search; frames with the content checksum if ``checksum``."""
     sized = zstandard.ZstdCompressionParameters.from_level(level, source_size=2048, dict_size=dict_size)
+    searching = sized.strategy > zstandard.STRATEGY_DFAST
     return zstandard.ZstdCompressionParameters.from_level(
         level,
         source_size=2048,
         dict_size=dict_size,
-        hash_log=min(sized.hash_log, _TABLE_LOG),
-        chain_log=min(sized.chain_log, _TABLE_LOG),
+        hash_log=sized.hash_log if searching else min(sized.hash_log, _TABLE_LOG),
+        chain_log=sized.chain_log if searching else min(sized.chain_log, _TABLE_LOG),
         write_dict_id=1,
         write_content_size=1,
-        # 4 bytes that make a frame read with any other dictionary fail instead of decode
-        write_checksum=1,
+        write_checksum=int(checksum),
     )
 
 
@@ -332,8 +374,7 @@ class Dictionaries:
             d = self._due(fam, data)
             if d is None:
                 return self._compress(data, flags)
-        c = getattr(d.local, "c", None)
-        packed = (c if c is not None else d.compressor()).compress(data)
+        packed = d.compress(data)
         m = len(packed)
         count = fam.count = fam.count + 1
         if not count & 63:
@@ -426,6 +467,14 @@ class Dictionaries:
             fam.settle()
             return
         with_dict = sum(len(d.compress(s)) for s in held_out)
+        if policy.level_up and 1 <= self._level < zstandard.MAX_COMPRESSION_LEVEL:
+            # the next level searches for longer matches; worth its time only where it finds them
+            up = d.at_level(self._level + 1)
+            with_up = sum(len(up.compress(s)) for s in held_out)
+            if with_up <= with_dict * (1 - _LEVEL_UP_GAIN):
+                saved = (with_dict - with_up) * 100 // with_dict
+                log.info("memfleet: family %r compresses at level %d (%d%% smaller)", fam.name, up.level, saved)
+                d, with_dict = up, with_up
         d.baseline = with_dict / max(1, sum(len(self._plain(s)) for s in held_out))
         self.counts["trained"] += 1
         if with_dict * 10 > sum(map(len, held_out)) * 9:
@@ -571,13 +620,13 @@ class Dictionaries:
             log.warning("memfleet: dictionary %08x not found on any server; its values read as misses", dict_id)
 
     def stats(self) -> dict[str, Any]:
-        """Counters, and each managed family's dictionary id (hex) or None."""
+        """Counters, each managed family's dictionary id (hex) or None, and the zstd level its
+        values are compressed at (None while it has no dictionary)."""
         with self._lock:
-            families = {
-                f.name.decode("utf-8", "replace"): (f"{f.active.id:08x}" if f.active else None)
-                for f in self._families.values()
-            }
-        return {**self.counts, "known": len(self._known), "families": families}
+            active = [(f.name.decode("utf-8", "replace"), f.active) for f in self._families.values()]
+        families = {name: (f"{d.id:08x}" if d else None) for name, d in active}
+        levels = {name: (d.level if d else None) for name, d in active}
+        return {**self.counts, "known": len(self._known), "families": families, "levels": levels}
 
     # -- the worker thread ---------------------------------------------------------------------
     def submit(self, job: Callable[[], Any]) -> None:
