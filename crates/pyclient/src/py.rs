@@ -542,8 +542,8 @@ pub(crate) fn valid_key(key: &[u8]) -> bool {
     wire::valid_key(key)
 }
 
-/// Whether a zstd frame's sequences all use its dictionary's tables (`zstd_frame`): such a
-/// frame needs no content checksum to fail when read with another dictionary of its id.
+/// Whether a zstd frame's sequences all use its dictionary's tables (`zstd_frame`): read with
+/// another dictionary of its id, such a frame nearly always fails without a content checksum.
 #[pyfunction]
 pub(crate) fn zstd_sequences_use_dictionary_tables(frame: &[u8]) -> bool {
     crate::zstd_frame::sequences_use_dictionary_tables(frame)

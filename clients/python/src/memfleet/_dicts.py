@@ -232,8 +232,8 @@ class Dictionary:
         return d
 
     def compress(self, data: bytes) -> bytes:
-        """``data`` as a frame, with the content checksum where zstd's own checks would not make a
-        read with another dictionary of this id fail."""
+        """``data`` as a frame, with the content checksum where zstd's own checks are weak against
+        a read with another dictionary of this id (see ``_CHECKED_FROM``)."""
         if len(data) < _CHECKED_FROM:
             c = getattr(self.local, "c", None)
             frame: bytes = (c if c is not None else self.compressor()).compress(data)
