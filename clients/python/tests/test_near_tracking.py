@@ -446,9 +446,13 @@ def test_readers_never_see_a_write_acknowledged_before_they_began(
         t.join()
     acks = [tuple(a) for out in outs for a in json.loads(out)]
     _check(acks, reads, evicting=pressure)  # type: ignore[arg-type]
+    # Enough traffic that the check above saw invalidations race reads. Under eviction a
+    # write often lands on a key the reader no longer holds, so fewer are sent (65 seen on
+    # a free-threaded build).
+    least = 10 if pressure else 100
     for c in readers:
         nc = near_of(c)
-        assert nc.stats()["tracked"] and nc.hits > 100 and nc.invalidations > 100
+        assert nc.stats()["tracked"] and nc.hits > 100 and nc.invalidations > least
         c.close()
     if pressure:
         with memfleet.Client([address]) as c:
