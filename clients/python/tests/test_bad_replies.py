@@ -121,6 +121,21 @@ def test_bad_replies_raise_memfleet_errors(
     c.close()
 
 
+def test_a_multiget_hit_without_its_key_is_a_bad_reply(standin: StandIn) -> None:
+    # a server that ignores the `k` flag: its hit cannot be matched to a key
+    standin.reply = b"VA 1 f0\r\nx\r\nMN\r\n"
+    c = client(standin, "meta")
+    assert outcome(lambda: c.get_many(["k", "j"])) is MemfleetServerError
+    assert outcome(lambda: c.get("k")) == b"x"  # a one-key get does not ask for the key
+    c.close()
+    ac = aclient(standin, "meta")
+
+    async def many() -> Any:
+        return await aoutcome(lambda: ac.get_many(["k", "j"]))
+
+    assert asyncio.run(many()) is MemfleetServerError
+
+
 @pytest.mark.parametrize("protocol", ["meta", "text"])
 def test_a_reply_that_never_ends_times_out(standin: StandIn, protocol: str) -> None:
     # the length promises more than ever comes and the connection stays open

@@ -72,18 +72,19 @@ fn flags_of(tok: &[u8], line: &[u8]) -> Result<u32, WireError> {
         .ok_or_else(|| WireError::of(line))
 }
 
-/// The flags (`f`) and key (`k`) tokens of a `VA` line; the key is empty if not returned.
+/// The flags (`f`) and key (`k`) tokens of a `VA` line. A hit without its key (a server that
+/// ignores `k`) cannot be matched to a request: the reply is bad.
 fn va_tokens(line: &[u8]) -> Result<(u32, &[u8]), WireError> {
     let mut flags = 0;
-    let mut key: &[u8] = b"";
+    let mut key = None;
     for t in line.split(|&b| b == b' ').skip(2).filter(|t| !t.is_empty()) {
         match t[0] {
             b'f' => flags = flags_of(&t[1..], line)?,
-            b'k' => key = &t[1..],
+            b'k' if t.len() > 1 => key = Some(&t[1..]),
             _ => {}
         }
     }
-    Ok((flags, key))
+    Ok((flags, key.ok_or_else(|| WireError::of(line))?))
 }
 
 /// One line of the reply to [`req_get_many`].
@@ -308,6 +309,10 @@ impl Span {
     /// Where `part` (a slice of `whole`) lies in `whole`.
     fn within(whole: &[u8], part: &[u8]) -> Span {
         let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+        debug_assert!(
+            start + part.len() <= whole.len(),
+            "not a slice of the reply"
+        );
         Span {
             start,
             end: start + part.len(),
@@ -749,6 +754,9 @@ mod tests {
         assert!(get_many_line(b"VA x f1", true).is_err());
         assert!(get_many_line(b"VA 1 fz", true).is_err());
         assert!(get_many_line(b"VA 1 f99999999999", true).is_err());
+        for keyless in [&b"VA 1 f0"[..], b"VA 1", b"VA 1 f0 k"] {
+            assert!(get_many_line(keyless, true).is_err());
+        }
         assert_eq!(
             get_many_line(b"SERVER_ERROR out of memory", true),
             Err(WireError(b"SERVER_ERROR out of memory".to_vec()))
@@ -947,6 +955,8 @@ mod tests {
             vec![(b"a".to_vec(), b"x".to_vec(), 4)]
         );
         assert!(is_bad(Kind::GetMany, true, b"VA 2 ka\r\nhi\r\nEND\r\n"));
+        // a hit whose key did not come back cannot be matched to a request
+        assert!(is_bad(Kind::GetMany, true, b"VA 1 f0\r\nx\r\nMN\r\n"));
         // bytes after the reply are the next one's
         assert_eq!(parse(Kind::GetMany, true, b"MN\r\nHD\r\n").unwrap().1, 4);
     }
@@ -1126,13 +1136,15 @@ mod tests {
             proptest::prop_assert_eq!(line_end(&bytes, from).ok(), want);
         }
 
-        /// Any bytes, in any chunks: the parser neither panics nor reads past what it has, and
-        /// chunking does not change the outcome.
+        /// Any bytes, in any chunks: the parser neither panics nor reads past what it has, what
+        /// it returns lies within the bytes the reply took, and chunking does not change the
+        /// outcome.
         #[test]
         fn any_bytes_in_any_chunks(
             bytes in proptest::collection::vec(proptest::prop_oneof![
                 proptest::strategy::Just(b"\r\n".to_vec()),
                 proptest::strategy::Just(b"VA 3 f1 kx\r\n".to_vec()),
+                proptest::strategy::Just(b"VA 1 f0\r\nx\r\n".to_vec()),
                 proptest::strategy::Just(b"VALUE x 1 3\r\n".to_vec()),
                 proptest::strategy::Just(b"END\r\n".to_vec()),
                 proptest::strategy::Just(b"MN\r\n".to_vec()),
@@ -1160,8 +1172,16 @@ mod tests {
                 end = (end + cut).min(bytes.len());
                 chunked = p.advance(&bytes[..end]).map(|()| (p.take(), p.consumed()));
             }
-            if let Ok((_, used)) = &once {
+            if let Ok((reply, used)) = &once {
                 proptest::prop_assert!(*used <= bytes.len());
+                let spans: Vec<Span> = match reply {
+                    Reply::Items(items) => items.iter().flat_map(|&(k, d, _)| [k, d]).collect(),
+                    Reply::Value(Some(item)) => vec![item.data],
+                    _ => Vec::new(),
+                };
+                for span in spans {
+                    proptest::prop_assert!(span.start <= span.end && span.end <= *used, "{:?}", span);
+                }
             }
             proptest::prop_assert_eq!(once, chunked);
         }
