@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -130,6 +131,34 @@ def test_workload_runs_straight_against_the_cluster(cluster: Cluster) -> None:
     left.update(php_rounds_left(php, "dphp"))
     with direct(cluster) as r:
         assert_all_read_back([r], left)
+
+
+def test_php_rounds_send_a_multi_key_command_again_on_tryagain(cluster: Cluster) -> None:
+    """While a slot moves, RENAME finds one of its two keys on the source and gets TRYAGAIN.
+    PHP's cluster client leaves the retry to the page; the workload retries as a page must, so
+    that a resharding under load counts only what the cluster itself fails."""
+    require_php_redis()
+    slot = key_slot(b"{tphp:0}:a")
+    primaries = cluster.primaries()
+    src = next(p for p in primaries if slot in p.slots)
+    dst = next(p for p in primaries if p.id != src.id)
+    by_port = {n.port: n for n in cluster.live}
+    with by_port[src.port].client() as s, by_port[dst.port].client() as d:
+        s.set("{tphp:0}:a", "before")
+        d.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src.id)
+        s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id)
+
+        def settle() -> None:
+            for r in (s, d):
+                r.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+        timer = threading.Timer(0.5, settle)
+        timer.start()
+        try:
+            php = run_php("cluster", cluster.seeds[:2], "tphp", 1)
+        finally:
+            timer.join()
+    assert not php.errors and not php.mismatches and len(php.rounds) == 1, php.output
 
 
 # ---------------------------------------------------------------- through the router
